@@ -1,0 +1,39 @@
+//! Shoal's engine: the rules of tasks and runs, as pure functions of (state, command, now).
+//!
+//! Nothing here performs I/O or reads the clock; the store makes each step durable and the
+//! service decides when to call it. A task's life, driven by hand:
+//!
+//! ```
+//! use shoal_engine::{definition::TaskDefinitionInput, task::{Resolution, Task}, TaskId, Timestamp};
+//!
+//! let now = Timestamp::parse("2026-01-01T00:00:00.000Z").unwrap();
+//! let input: TaskDefinitionInput = serde_json::from_value(serde_json::json!({
+//!     "taskQueueId": "proj/linux",
+//!     "created": "2026-01-01T00:00:00.000Z",
+//!     "deadline": "2026-01-01T01:00:00.000Z",
+//!     "payload": {},
+//!     "metadata": {"name": "t", "description": "d", "owner": "o@example.com", "source": "https://example.com"}
+//! })).unwrap();
+//! let task_id = TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6A").unwrap();
+//! let definition = input.validate(task_id, now).unwrap();
+//! let mut task = Task::new(task_id, &definition);
+//! task.schedule(now).unwrap();
+//! let effects = task.claim(0, "group", "worker", now, 1200).unwrap();
+//! assert_eq!(effects.0, vec![shoal_engine::event::Event::Running { run_id: 0 }]);
+//! task.resolve(0, Resolution::Completed, now).unwrap();
+//! assert_eq!(task.state().as_str(), "completed");
+//! ```
+
+pub mod definition;
+pub mod dimensions;
+pub mod event;
+pub mod id;
+pub mod priority;
+pub mod rejection;
+pub mod status;
+pub mod task;
+pub mod timestamp;
+
+pub use id::TaskId;
+pub use rejection::Rejection;
+pub use timestamp::Timestamp;

@@ -1,0 +1,211 @@
+//! Runs and task status, in Taskcluster's wire shape.
+
+use serde::{Deserialize, Serialize};
+
+use crate::priority::Priority;
+use crate::{TaskId, Timestamp};
+
+/// State of a task: that of its last run, or `unscheduled` before the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskState {
+    /// Waiting for dependencies (or scheduleTask).
+    Unscheduled,
+    /// Waiting for a worker.
+    Pending,
+    /// Claimed by a worker.
+    Running,
+    /// Finished successfully.
+    Completed,
+    /// Finished unsuccessfully.
+    Failed,
+    /// Ended by an exception.
+    Exception,
+}
+
+impl TaskState {
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Unscheduled => "unscheduled",
+            TaskState::Pending => "pending",
+            TaskState::Running => "running",
+            TaskState::Completed => "completed",
+            TaskState::Failed => "failed",
+            TaskState::Exception => "exception",
+        }
+    }
+
+    /// Parses the wire name.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<TaskState> {
+        [
+            TaskState::Unscheduled,
+            TaskState::Pending,
+            TaskState::Running,
+            TaskState::Completed,
+            TaskState::Failed,
+            TaskState::Exception,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == name)
+    }
+
+    /// Whether no further run will start without a rerun.
+    #[must_use]
+    pub fn is_resolved(self) -> bool {
+        matches!(
+            self,
+            TaskState::Completed | TaskState::Failed | TaskState::Exception
+        )
+    }
+}
+
+/// Why a run was created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReasonCreated {
+    /// First run, scheduled normally.
+    Scheduled,
+    /// Automatic retry after an infrastructure failure.
+    Retry,
+    /// Automatic retry the task asked for (intermittent-task).
+    TaskRetry,
+    /// Explicit rerunTask.
+    Rerun,
+    /// Created only to hold an exception (canceled or deadline before any run).
+    Exception,
+}
+
+/// Why a run was resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReasonResolved {
+    /// reportCompleted.
+    Completed,
+    /// reportFailed.
+    Failed,
+    /// The deadline passed first.
+    DeadlineExceeded,
+    /// cancelTask or cancelTaskGroup.
+    Canceled,
+    /// The worker stopped reclaiming.
+    ClaimExpired,
+    /// The worker shut down (retried).
+    WorkerShutdown,
+    /// The worker could not understand the payload.
+    MalformedPayload,
+    /// The worker lacked a resource.
+    ResourceUnavailable,
+    /// The worker hit an internal error.
+    InternalError,
+    /// The task asked to be retried.
+    IntermittentTask,
+    /// Kept for compatibility; never produced.
+    Superseded,
+}
+
+/// State of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunState {
+    /// Waiting for a worker.
+    Pending,
+    /// Claimed.
+    Running,
+    /// Finished successfully.
+    Completed,
+    /// Finished unsuccessfully.
+    Failed,
+    /// Ended by an exception.
+    Exception,
+}
+
+impl RunState {
+    /// Whether the run is over.
+    #[must_use]
+    pub fn is_resolved(self) -> bool {
+        matches!(
+            self,
+            RunState::Completed | RunState::Failed | RunState::Exception
+        )
+    }
+
+    /// The task state this run gives its task when it is the last one.
+    #[must_use]
+    pub fn task_state(self) -> TaskState {
+        match self {
+            RunState::Pending => TaskState::Pending,
+            RunState::Running => TaskState::Running,
+            RunState::Completed => TaskState::Completed,
+            RunState::Failed => TaskState::Failed,
+            RunState::Exception => TaskState::Exception,
+        }
+    }
+}
+
+/// One attempt at a task. Only the engine's transitions create or change runs, which keeps
+/// the fields consistent with `state` (a resolved run has a reason, a running one a worker).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Run {
+    /// Index in the task's runs.
+    pub run_id: u32,
+    /// Current state.
+    pub state: RunState,
+    /// Why it exists.
+    pub reason_created: ReasonCreated,
+    /// Why it ended, once it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_resolved: Option<ReasonResolved>,
+    /// Worker group of the claiming worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_group: Option<String>,
+    /// Id of the claiming worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_id: Option<String>,
+    /// Until when the claim holds without a reclaim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_until: Option<Timestamp>,
+    /// When it became pending.
+    pub scheduled: Timestamp,
+    /// When it was claimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Timestamp>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<Timestamp>,
+}
+
+/// The status structure every status-returning call sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatus {
+    /// The task.
+    pub task_id: TaskId,
+    /// Legacy half of the queue id.
+    pub provisioner_id: String,
+    /// Legacy half of the queue id.
+    pub worker_type: String,
+    /// Queue.
+    pub task_queue_id: String,
+    /// Scheduler.
+    pub scheduler_id: String,
+    /// Project.
+    pub project_id: String,
+    /// Group.
+    pub task_group_id: TaskId,
+    /// Current priority.
+    pub priority: Priority,
+    /// Deadline.
+    pub deadline: Timestamp,
+    /// Expiry.
+    pub expires: Timestamp,
+    /// Automatic retries left.
+    pub retries_left: u32,
+    /// State.
+    pub state: TaskState,
+    /// Runs, oldest first.
+    pub runs: Vec<Run>,
+}

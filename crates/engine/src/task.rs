@@ -1,0 +1,468 @@
+//! A task's mutable life: its runs and every transition between them.
+//!
+//! Each transition checks its preconditions, changes the task, and returns the events it
+//! caused; a refused transition changes nothing.
+
+use crate::definition::{Requires, TaskDefinition};
+use crate::dimensions::Dimensions;
+use crate::event::{Effects, Event};
+use crate::priority::Priority;
+use crate::status::{ReasonCreated, ReasonResolved, Run, RunState, TaskState, TaskStatus};
+use crate::{Rejection, TaskId, Timestamp};
+
+/// A task may have at most this many runs; rerunTask refuses past it.
+pub const MAX_RUNS: usize = 50;
+
+/// The parts of a definition the rules read; the rest is opaque to transitions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskMeta {
+    /// `provisionerId/workerType`.
+    pub task_queue_id: String,
+    /// Scheduler.
+    pub scheduler_id: String,
+    /// Project.
+    pub project_id: String,
+    /// Group.
+    pub task_group_id: TaskId,
+    /// Current priority (changeTaskPriority moves it).
+    pub priority: Priority,
+    /// Automatic retries the definition asked for.
+    pub retries: u32,
+    /// Deadline.
+    pub deadline: Timestamp,
+    /// Expiry.
+    pub expires: Timestamp,
+    /// When dependencies count as satisfied.
+    pub requires: Requires,
+    /// Required worker dimensions.
+    pub dimensions: Dimensions,
+}
+
+impl TaskMeta {
+    /// The rule-relevant part of a definition.
+    #[must_use]
+    pub fn of(definition: &TaskDefinition) -> TaskMeta {
+        TaskMeta {
+            task_queue_id: definition.task_queue_id.clone(),
+            scheduler_id: definition.scheduler_id.clone(),
+            project_id: definition.project_id.clone(),
+            task_group_id: definition.task_group_id,
+            priority: definition.priority,
+            retries: definition.retries,
+            deadline: definition.deadline,
+            expires: definition.expires,
+            requires: definition.requires,
+            dimensions: definition.dimensions.clone(),
+        }
+    }
+}
+
+/// How a worker (or the queue) ends a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// reportCompleted.
+    Completed,
+    /// reportFailed.
+    Failed,
+    /// reportException (or the queue's own exceptions).
+    Exception(ReasonResolved),
+}
+
+impl Resolution {
+    fn state(self) -> RunState {
+        match self {
+            Resolution::Completed => RunState::Completed,
+            Resolution::Failed => RunState::Failed,
+            Resolution::Exception(_) => RunState::Exception,
+        }
+    }
+
+    fn reason(self) -> ReasonResolved {
+        match self {
+            Resolution::Completed => ReasonResolved::Completed,
+            Resolution::Failed => ReasonResolved::Failed,
+            Resolution::Exception(reason) => reason,
+        }
+    }
+
+    /// The reasons a worker may give to reportException.
+    #[must_use]
+    pub fn from_worker_exception(reason: &str) -> Option<Resolution> {
+        let reason = match reason {
+            "worker-shutdown" => ReasonResolved::WorkerShutdown,
+            "malformed-payload" => ReasonResolved::MalformedPayload,
+            "resource-unavailable" => ReasonResolved::ResourceUnavailable,
+            "internal-error" => ReasonResolved::InternalError,
+            "superseded" => ReasonResolved::Superseded,
+            "intermittent-task" => ReasonResolved::IntermittentTask,
+            _ => return None,
+        };
+        Some(Resolution::Exception(reason))
+    }
+}
+
+/// A task's rule-relevant state: its meta, its runs and its retry budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    /// The task.
+    pub task_id: TaskId,
+    /// The rule-relevant part of the definition.
+    pub meta: TaskMeta,
+    /// Never more than `meta.retries` and never negative; only transitions change it.
+    retries_left: u32,
+    /// Append-only; `runs[i].run_id == i`; at most one run is pending or running, and only the last.
+    runs: Vec<Run>,
+}
+
+impl Task {
+    /// A freshly defined task: no runs, a full retry budget.
+    #[must_use]
+    pub fn new(task_id: TaskId, definition: &TaskDefinition) -> Task {
+        Task {
+            task_id,
+            meta: TaskMeta::of(definition),
+            retries_left: definition.retries,
+            runs: Vec::new(),
+        }
+    }
+
+    /// Reassembles a task the store saved; the store only hands back what transitions made.
+    #[must_use]
+    pub fn from_parts(task_id: TaskId, meta: TaskMeta, retries_left: u32, runs: Vec<Run>) -> Task {
+        Task {
+            task_id,
+            meta,
+            retries_left,
+            runs,
+        }
+    }
+
+    /// Runs, oldest first.
+    #[must_use]
+    pub fn runs(&self) -> &[Run] {
+        &self.runs
+    }
+
+    /// Automatic retries left.
+    #[must_use]
+    pub fn retries_left(&self) -> u32 {
+        self.retries_left
+    }
+
+    /// The state of the last run, or unscheduled.
+    #[must_use]
+    pub fn state(&self) -> TaskState {
+        self.runs
+            .last()
+            .map_or(TaskState::Unscheduled, |run| run.state.task_state())
+    }
+
+    /// The last run, when it is running: the claim a due-time index must watch.
+    #[must_use]
+    pub fn running_until(&self) -> Option<Timestamp> {
+        self.runs
+            .last()
+            .filter(|run| run.state == RunState::Running)
+            .and_then(|run| run.taken_until)
+    }
+
+    /// The status structure.
+    #[must_use]
+    pub fn status(&self) -> TaskStatus {
+        let (provisioner_id, worker_type) = self
+            .meta
+            .task_queue_id
+            .split_once('/')
+            .unwrap_or((self.meta.task_queue_id.as_str(), ""));
+        TaskStatus {
+            task_id: self.task_id,
+            provisioner_id: provisioner_id.to_owned(),
+            worker_type: worker_type.to_owned(),
+            task_queue_id: self.meta.task_queue_id.clone(),
+            scheduler_id: self.meta.scheduler_id.clone(),
+            project_id: self.meta.project_id.clone(),
+            task_group_id: self.meta.task_group_id,
+            priority: self.meta.priority,
+            deadline: self.meta.deadline,
+            expires: self.meta.expires,
+            retries_left: self.retries_left,
+            state: self.state(),
+            runs: self.runs.clone(),
+        }
+    }
+
+    /// Makes the first run pending (dependencies met, or scheduleTask); a task that already
+    /// has a run is left as it is.
+    ///
+    /// # Errors
+    /// Conflict once the deadline has passed.
+    pub fn schedule(&mut self, now: Timestamp) -> Result<Effects, Rejection> {
+        self.check_deadline(now)?;
+        if !self.runs.is_empty() {
+            return Ok(Effects::none());
+        }
+        Ok(self.push_pending(ReasonCreated::Scheduled, now))
+    }
+
+    /// Hands pending run `run_id` to a worker until `now + claim_timeout_secs`.
+    ///
+    /// # Errors
+    /// NotFound for an unknown run; Conflict when the run is not the pending last run or
+    /// the deadline has passed.
+    pub fn claim(
+        &mut self,
+        run_id: u32,
+        worker_group: &str,
+        worker_id: &str,
+        now: Timestamp,
+        claim_timeout_secs: i64,
+    ) -> Result<Effects, Rejection> {
+        self.check_deadline(now)?;
+        let run = self.last_run_in(run_id, RunState::Pending, "is not pending")?;
+        run.state = RunState::Running;
+        run.worker_group = Some(worker_group.to_owned());
+        run.worker_id = Some(worker_id.to_owned());
+        run.taken_until = Some(taken_until(now, claim_timeout_secs));
+        run.started = Some(now);
+        Ok(Effects(vec![Event::Running { run_id }]))
+    }
+
+    /// Extends the claim on running run `run_id`; takenUntil never moves back.
+    ///
+    /// # Errors
+    /// NotFound for an unknown run; Conflict when the run is resolved or the deadline has passed.
+    pub fn reclaim(
+        &mut self,
+        run_id: u32,
+        now: Timestamp,
+        claim_timeout_secs: i64,
+    ) -> Result<Effects, Rejection> {
+        self.check_deadline(now)?;
+        let run = self.last_run_in(run_id, RunState::Running, "is resolved or not running")?;
+        let until = taken_until(now, claim_timeout_secs);
+        run.taken_until = run.taken_until.max(Some(until));
+        Ok(Effects::none())
+    }
+
+    /// Ends running run `run_id`; retries when the reason allows and budget remains.
+    /// Repeating the same resolution is a no-op.
+    ///
+    /// # Errors
+    /// NotFound for an unknown run; Conflict when the run is not running (or resolved differently).
+    pub fn resolve(
+        &mut self,
+        run_id: u32,
+        resolution: Resolution,
+        now: Timestamp,
+    ) -> Result<Effects, Rejection> {
+        let run = self.run(run_id)?;
+        if run.state == resolution.state() && run.reason_resolved == Some(resolution.reason()) {
+            return Ok(Effects::none());
+        }
+        self.last_run_in(run_id, RunState::Running, "is not running")?;
+        let retry = match resolution {
+            Resolution::Exception(ReasonResolved::WorkerShutdown) => Some(ReasonCreated::Retry),
+            Resolution::Exception(ReasonResolved::IntermittentTask) => {
+                Some(ReasonCreated::TaskRetry)
+            }
+            _ => None,
+        };
+        Ok(self.end_last_run(resolution, retry, now))
+    }
+
+    /// Resolves an expired claim as claim-expired (and retries); `None` when the claim was
+    /// extended or the run already ended, so an outdated due-time changes nothing.
+    pub fn expire_claim(&mut self, now: Timestamp) -> Option<Effects> {
+        let expired = self.running_until().is_some_and(|until| until <= now);
+        expired.then(|| {
+            self.end_last_run(
+                Resolution::Exception(ReasonResolved::ClaimExpired),
+                Some(ReasonCreated::Retry),
+                now,
+            )
+        })
+    }
+
+    /// Ends an unresolved task as deadline-exceeded; `None` when it is resolved or the
+    /// deadline is still ahead.
+    pub fn exceed_deadline(&mut self, now: Timestamp) -> Option<Effects> {
+        let due = self.meta.deadline <= now && !self.state().is_resolved();
+        due.then(|| self.end_unresolved(ReasonResolved::DeadlineExceeded, now))
+    }
+
+    /// Cancels an unresolved task (exception `canceled`); a resolved task is left as it is.
+    ///
+    /// # Errors
+    /// Conflict once the deadline has passed.
+    pub fn cancel(&mut self, now: Timestamp) -> Result<Effects, Rejection> {
+        self.check_deadline(now)?;
+        if self.state().is_resolved() {
+            return Ok(Effects::none());
+        }
+        Ok(self.end_unresolved(ReasonResolved::Canceled, now))
+    }
+
+    /// Starts a new run of a resolved task and resets its retry budget; a pending or
+    /// running task is left as it is.
+    ///
+    /// # Errors
+    /// Conflict for an unscheduled task, past the deadline, or at the run limit.
+    pub fn rerun(&mut self, now: Timestamp) -> Result<Effects, Rejection> {
+        self.check_deadline(now)?;
+        match self.state() {
+            TaskState::Unscheduled => {
+                return Err(Rejection::Conflict(format!(
+                    "task {} is unscheduled and cannot be rerun",
+                    self.task_id
+                )));
+            }
+            TaskState::Pending | TaskState::Running => return Ok(Effects::none()),
+            TaskState::Completed | TaskState::Failed | TaskState::Exception => {}
+        }
+        if self.runs.len() >= MAX_RUNS {
+            return Err(Rejection::Conflict(format!(
+                "task {} already has {MAX_RUNS} runs",
+                self.task_id
+            )));
+        }
+        // A rerun may not let retries push the task past the run limit.
+        let room = (MAX_RUNS - self.runs.len() - 1) as u32;
+        self.retries_left = self.meta.retries.min(room);
+        Ok(self.push_pending(ReasonCreated::Rerun, now))
+    }
+
+    /// Moves an unresolved task to another priority.
+    ///
+    /// # Errors
+    /// Conflict when the task is resolved or past its deadline.
+    pub fn change_priority(
+        &mut self,
+        priority: Priority,
+        now: Timestamp,
+    ) -> Result<Effects, Rejection> {
+        self.check_deadline(now)?;
+        if self.state().is_resolved() {
+            return Err(Rejection::Conflict(format!(
+                "task {} is resolved; its priority cannot change",
+                self.task_id
+            )));
+        }
+        let old = std::mem::replace(&mut self.meta.priority, priority);
+        if old == priority {
+            return Ok(Effects::none());
+        }
+        Ok(Effects(vec![Event::PriorityChanged { old, new: priority }]))
+    }
+
+    fn check_deadline(&self, now: Timestamp) -> Result<(), Rejection> {
+        if self.meta.deadline <= now {
+            return Err(Rejection::Conflict(format!(
+                "task {} passed its deadline {}",
+                self.task_id, self.meta.deadline
+            )));
+        }
+        Ok(())
+    }
+
+    fn run(&self, run_id: u32) -> Result<&Run, Rejection> {
+        self.runs.get(run_id as usize).ok_or_else(|| {
+            Rejection::NotFound(format!("run {run_id} of task {} not found", self.task_id))
+        })
+    }
+
+    fn last_run_in(
+        &mut self,
+        run_id: u32,
+        state: RunState,
+        otherwise: &str,
+    ) -> Result<&mut Run, Rejection> {
+        self.run(run_id)?;
+        let n_runs = self.runs.len();
+        let task_id = self.task_id;
+        match self.runs.last_mut() {
+            Some(run) if run.run_id == run_id && run.state == state => Ok(run),
+            _ if (run_id as usize) + 1 < n_runs => Err(Rejection::Conflict(format!(
+                "run {run_id} of task {task_id} is not the last run"
+            ))),
+            _ => Err(Rejection::Conflict(format!(
+                "run {run_id} of task {task_id} {otherwise}"
+            ))),
+        }
+    }
+
+    fn push_pending(&mut self, reason: ReasonCreated, now: Timestamp) -> Effects {
+        let run_id = self.runs.len() as u32;
+        self.runs.push(Run {
+            run_id,
+            state: RunState::Pending,
+            reason_created: reason,
+            reason_resolved: None,
+            worker_group: None,
+            worker_id: None,
+            taken_until: None,
+            scheduled: now,
+            started: None,
+            resolved: None,
+        });
+        Effects(vec![Event::Pending { run_id }])
+    }
+
+    /// Resolves the last (pending or running) run and, if `retry` is given and the budget,
+    /// the deadline and the run limit allow, appends a pending retry run.
+    fn end_last_run(
+        &mut self,
+        resolution: Resolution,
+        retry: Option<ReasonCreated>,
+        now: Timestamp,
+    ) -> Effects {
+        let Some(run) = self.runs.last_mut() else {
+            return Effects::none();
+        };
+        run.state = resolution.state();
+        run.reason_resolved = Some(resolution.reason());
+        run.resolved = Some(now);
+        let run_id = run.run_id;
+        let mut events = vec![match resolution {
+            Resolution::Completed => Event::Completed { run_id },
+            Resolution::Failed => Event::Failed { run_id },
+            Resolution::Exception(_) => Event::Exception { run_id },
+        }];
+        let may_retry =
+            self.retries_left > 0 && now < self.meta.deadline && self.runs.len() < MAX_RUNS;
+        if let (Some(reason), true) = (retry, may_retry) {
+            self.retries_left -= 1;
+            events.extend(self.push_pending(reason, now).0);
+        }
+        Effects(events)
+    }
+
+    /// Ends an unresolved task with `reason`, creating an exception run if it has none.
+    fn end_unresolved(&mut self, reason: ReasonResolved, now: Timestamp) -> Effects {
+        if self.runs.is_empty() {
+            let run_id = 0;
+            self.runs.push(Run {
+                run_id,
+                state: RunState::Exception,
+                reason_created: ReasonCreated::Exception,
+                reason_resolved: Some(reason),
+                worker_group: None,
+                worker_id: None,
+                taken_until: None,
+                scheduled: now,
+                started: None,
+                resolved: Some(now),
+            });
+            return Effects(vec![Event::Exception { run_id }]);
+        }
+        self.end_last_run(Resolution::Exception(reason), None, now)
+    }
+}
+
+/// Taskcluster rounds takenUntil up to a whole second.
+fn taken_until(now: Timestamp, claim_timeout_secs: i64) -> Timestamp {
+    let raw = now.plus_secs(claim_timeout_secs).millis();
+    Timestamp(raw.div_euclid(1000) * 1000 + if raw.rem_euclid(1000) == 0 { 0 } else { 1000 })
+}
+
+#[cfg(test)]
+mod tests;
