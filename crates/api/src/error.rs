@@ -1,0 +1,104 @@
+//! The one error type of the HTTP face, rendered as Taskcluster's `{code, message, requestInfo}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use shoal_engine::Rejection;
+use shoal_store::StoreError;
+
+/// An error answer: status, Taskcluster code, message.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Taskcluster's error code, e.g. `ResourceNotFound`.
+    pub code: &'static str,
+    /// What went wrong, naming the field or entity.
+    pub message: String,
+}
+
+impl ApiError {
+    /// 400 InvalidRequestArguments: a URL or query parameter breaks its rule.
+    pub fn bad_argument(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "InvalidRequestArguments",
+            message: message.into(),
+        }
+    }
+
+    /// 400 InputValidationError: the body breaks its schema.
+    pub fn invalid_input(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "InputValidationError",
+            message: message.into(),
+        }
+    }
+
+    /// 404 ResourceNotFound.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "ResourceNotFound",
+            message: message.into(),
+        }
+    }
+
+    /// 413 InputTooLarge.
+    pub fn too_large(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "InputTooLarge",
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Rejection> for ApiError {
+    fn from(rejection: Rejection) -> ApiError {
+        let (status, code) = match &rejection {
+            Rejection::Invalid { .. } => (StatusCode::BAD_REQUEST, "InputValidationError"),
+            Rejection::Input(_) => (StatusCode::BAD_REQUEST, "InputError"),
+            Rejection::Conflict(_) => (StatusCode::CONFLICT, "RequestConflict"),
+            Rejection::NotFound(_) => (StatusCode::NOT_FOUND, "ResourceNotFound"),
+        };
+        ApiError {
+            status,
+            code,
+            message: rejection.to_string(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> ApiError {
+        match err {
+            StoreError::Rejected(rejection) => rejection.into(),
+            StoreError::Unavailable(reason) => {
+                tracing::warn!(error = %reason, "storage unavailable");
+                ApiError {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    code: "ServiceUnavailable",
+                    message: "storage is unavailable; retry later".into(),
+                }
+            }
+            StoreError::Other(reason) => {
+                tracing::error!(error = %reason, "internal error");
+                ApiError {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    code: "InternalServerError",
+                    message: "internal error; see the server log".into(),
+                }
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        // The endpoint layer fills in requestInfo (it knows the endpoint and its parameters).
+        let mut res = self.status.into_response();
+        res.extensions_mut().insert(self);
+        res
+    }
+}

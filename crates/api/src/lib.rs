@@ -1,0 +1,99 @@
+//! Shoal's HTTP face: the Taskcluster Queue API v1 under `/api/queue/v1`, built from the
+//! endpoint table in [`endpoints`]. Handlers parse input into typed values, call the queue
+//! service once, and render its answer; this crate never touches storage directly.
+
+pub mod endpoints;
+pub mod error;
+pub mod extract;
+mod routes;
+
+use std::future::Future;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use shoal_service::Queue;
+use tokio::net::TcpListener;
+
+use crate::endpoints::ENDPOINTS;
+use crate::error::ApiError;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    /// The queue service.
+    pub queue: Queue,
+    /// When the server started (for ping's uptime).
+    pub started: Instant,
+}
+
+/// The whole HTTP application.
+pub fn router(state: AppState) -> Router {
+    let mut api: Router<AppState> = Router::new();
+    for endpoint in ENDPOINTS {
+        let filter = match endpoint.method {
+            "GET" => axum::routing::MethodFilter::GET,
+            "PUT" => axum::routing::MethodFilter::PUT,
+            _ => axum::routing::MethodFilter::POST,
+        };
+        let name = endpoint.name;
+        let routed = (endpoint.handler)(filter).layer(middleware::from_fn(
+            move |req: Request, next: Next| add_request_info(name, req, next),
+        ));
+        let raw = endpoint.route.replace("{queue}", "{queue}/{queue_wt}");
+        if raw != endpoint.route {
+            api = api.route(&raw, routed.clone());
+        }
+        api = api.route(endpoint.route, routed);
+    }
+    Router::new()
+        .nest("/api/queue/v1", api)
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        .layer(axum::Extension(routes::meta::Reference(
+            std::sync::Arc::new(json!({
+                "apiVersion": "v1",
+                "serviceName": "queue",
+                "entries": ENDPOINTS,
+            })),
+        )))
+        .with_state(state)
+}
+
+/// Renders an [`ApiError`] left by a handler as Taskcluster's error body with `requestInfo`.
+async fn add_request_info(name: &'static str, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_owned();
+    let res = next.run(req).await;
+    let Some(err) = res.extensions().get::<ApiError>().cloned() else {
+        return res;
+    };
+    let body = json!({
+        "code": err.code,
+        "message": err.message,
+        "requestInfo": {"method": name, "path": path, "time": shoal_service::now()},
+    });
+    let mut res = (err.status, axum::Json(body)).into_response();
+    res.headers_mut().insert(
+        CONTENT_TYPE,
+        "application/json".parse().expect("static header value"),
+    );
+    res
+}
+
+/// Serves `router(state)` on `listener` until `shutdown` resolves, then finishes open requests.
+///
+/// # Errors
+/// When the listener fails.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,212 @@
+//! Worker calls: claiming, reclaiming and resolving runs.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use shoal_engine::dimensions::Dimensions;
+use shoal_engine::id::is_identifier;
+use shoal_engine::task::Resolution;
+use shoal_engine::{TaskId, Timestamp};
+use shoal_store::{Claim, ClaimRequest, TaskCommand};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{Body, Params};
+use crate::routes::status_body;
+
+/// Most tasks one claimWork may ask for.
+const MAX_CLAIM: u32 = 32;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ClaimWorkBody {
+    worker_group: String,
+    worker_id: String,
+    #[serde(default = "one")]
+    tasks: u32,
+    #[serde(default)]
+    dimensions: BTreeMap<String, Vec<String>>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn check_worker(worker_group: &str, worker_id: &str) -> Result<(), ApiError> {
+    if !is_identifier(worker_group) {
+        return Err(ApiError::invalid_input(
+            "workerGroup: must match ^[a-zA-Z0-9-_]{1,38}$",
+        ));
+    }
+    if !is_identifier(worker_id) {
+        return Err(ApiError::invalid_input(
+            "workerId: must match ^[a-zA-Z0-9-_]{1,38}$",
+        ));
+    }
+    Ok(())
+}
+
+/// Temporary credentials in Taskcluster's shape. Shoal does not check signatures yet, so
+/// these only let clients that expect them carry on; they grant nothing.
+fn credentials(
+    task_id: TaskId,
+    run_id: u32,
+    worker_group: &str,
+    worker_id: &str,
+    until: Timestamp,
+) -> Value {
+    json!({
+        "clientId": format!("task-client/{task_id}/{run_id}/on/{worker_group}/{worker_id}/until/{}", until.millis() / 1000),
+        "accessToken": "",
+        "certificate": "",
+    })
+}
+
+fn claim_body(claim: &Claim) -> Value {
+    json!({
+        "status": claim.status,
+        "runId": claim.run_id,
+        "workerGroup": claim.worker_group,
+        "workerId": claim.worker_id,
+        "takenUntil": claim.taken_until,
+        "task": claim.task,
+        "credentials": credentials(claim.status.task_id, claim.run_id, &claim.worker_group, &claim.worker_id, claim.taken_until),
+    })
+}
+
+pub(crate) async fn claim_work(
+    State(state): State<AppState>,
+    params: Params,
+    Body(body): Body<ClaimWorkBody>,
+) -> Result<Json<Value>, ApiError> {
+    let task_queue_id = params.task_queue_id()?;
+    check_worker(&body.worker_group, &body.worker_id)?;
+    if !(1..=MAX_CLAIM).contains(&body.tasks) {
+        return Err(ApiError::invalid_input(format!(
+            "tasks: must be an integer 1..={MAX_CLAIM}"
+        )));
+    }
+    let request = ClaimRequest {
+        task_queue_id,
+        worker_group: body.worker_group,
+        worker_id: body.worker_id,
+        dimensions: Dimensions::parse("dimensions", body.dimensions)?,
+        count: body.tasks as usize,
+    };
+    let wait: Duration = state.queue.config().claim_wait;
+    let claims = state.queue.claim_work(request, wait).await?;
+    Ok(Json(
+        json!({ "tasks": claims.iter().map(claim_body).collect::<Vec<_>>() }),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct ClaimTaskBody {
+    worker_group: String,
+    worker_id: String,
+}
+
+pub(crate) async fn claim_task(
+    State(state): State<AppState>,
+    params: Params,
+    Body(body): Body<ClaimTaskBody>,
+) -> Result<Json<Value>, ApiError> {
+    let task_id = params.task_id()?;
+    let run_id = params.run_id()?;
+    check_worker(&body.worker_group, &body.worker_id)?;
+    let record = state
+        .queue
+        .store()
+        .read(move |reads| reads.task(task_id))
+        .await?;
+    let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
+    let request = ClaimRequest {
+        task_queue_id: record.status.task_queue_id,
+        worker_group: body.worker_group,
+        worker_id: body.worker_id,
+        dimensions: Dimensions::default(),
+        count: 1,
+    };
+    let claim = state.queue.claim_task(task_id, run_id, request).await?;
+    Ok(Json(claim_body(&claim)))
+}
+
+pub(crate) async fn reclaim_task(
+    State(state): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let task_id = params.task_id()?;
+    let run_id = params.run_id()?;
+    let status = state
+        .queue
+        .apply(task_id, TaskCommand::Reclaim { run_id })
+        .await?;
+    let run = status
+        .runs
+        .get(run_id as usize)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found("run vanished"))?;
+    let worker_group = run.worker_group.unwrap_or_default();
+    let worker_id = run.worker_id.unwrap_or_default();
+    let taken_until = run.taken_until.unwrap_or(Timestamp(0));
+    Ok(Json(json!({
+        "status": status,
+        "runId": run_id,
+        "workerGroup": worker_group,
+        "workerId": worker_id,
+        "takenUntil": taken_until,
+        "credentials": credentials(task_id, run_id, &worker_group, &worker_id, taken_until),
+    })))
+}
+
+async fn resolve(
+    state: &AppState,
+    params: &Params,
+    resolution: Resolution,
+) -> Result<Json<Value>, ApiError> {
+    let task_id = params.task_id()?;
+    let run_id = params.run_id()?;
+    let status = state
+        .queue
+        .apply(task_id, TaskCommand::Resolve { run_id, resolution })
+        .await?;
+    Ok(status_body(&status))
+}
+
+pub(crate) async fn report_completed(
+    State(state): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    resolve(&state, &params, Resolution::Completed).await
+}
+
+pub(crate) async fn report_failed(
+    State(state): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    resolve(&state, &params, Resolution::Failed).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExceptionBody {
+    reason: String,
+}
+
+pub(crate) async fn report_exception(
+    State(state): State<AppState>,
+    params: Params,
+    Body(body): Body<ExceptionBody>,
+) -> Result<Json<Value>, ApiError> {
+    let resolution = Resolution::from_worker_exception(&body.reason).ok_or_else(|| {
+        ApiError::invalid_input(
+            "reason: must be one of worker-shutdown, malformed-payload, resource-unavailable, internal-error, superseded, intermittent-task",
+        )
+    })?;
+    resolve(&state, &params, resolution).await
+}

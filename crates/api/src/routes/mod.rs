@@ -1,0 +1,24 @@
+//! Handlers, one module per resource.
+
+pub(crate) mod claims;
+pub(crate) mod groups;
+pub(crate) mod meta;
+pub(crate) mod queues;
+pub(crate) mod tasks;
+
+use axum::Json;
+use serde_json::{Value, json};
+use shoal_engine::status::TaskStatus;
+
+/// The `{status}` envelope most task calls answer with.
+pub(crate) fn status_body(status: &TaskStatus) -> Json<Value> {
+    Json(json!({ "status": status }))
+}
+
+/// Adds `continuationToken` to a listing when there is more.
+pub(crate) fn with_continuation(mut body: Value, continuation: Option<String>) -> Json<Value> {
+    if let (Some(token), Some(object)) = (continuation, body.as_object_mut()) {
+        object.insert("continuationToken".into(), Value::String(token));
+    }
+    Json(body)
+}

@@ -1,0 +1,204 @@
+//! Task resources: definitions, statuses, creation and the per-task commands.
+
+use axum::Json;
+use axum::extract::State;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use shoal_engine::TaskId;
+use shoal_engine::definition::TaskDefinitionInput;
+use shoal_engine::priority::Priority;
+use shoal_store::{StoreError, TaskCommand};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{Body, Paging, Params, parse_json};
+use crate::routes::{status_body, with_continuation};
+
+/// Most ids one tasks/statuses call may name.
+const MAX_BATCH_IDS: usize = 1000;
+
+pub(crate) async fn get_task(
+    State(state): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let task_id = params.task_id()?;
+    let record = state
+        .queue
+        .store()
+        .read(move |reads| reads.task(task_id))
+        .await?;
+    let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
+    Ok(Json(
+        serde_json::to_value(&record.task).map_err(|err| StoreError::Other(err.to_string()))?,
+    ))
+}
+
+pub(crate) async fn get_status(
+    State(state): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let task_id = params.task_id()?;
+    let record = state
+        .queue
+        .store()
+        .read(move |reads| reads.task(task_id))
+        .await?;
+    let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
+    Ok(status_body(&record.status))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct TaskIds {
+    task_ids: Vec<String>,
+}
+
+fn parse_ids(body: &TaskIds) -> Result<Vec<TaskId>, ApiError> {
+    if body.task_ids.len() > MAX_BATCH_IDS {
+        return Err(ApiError::invalid_input(format!(
+            "taskIds: must have at most {MAX_BATCH_IDS} items"
+        )));
+    }
+    body.task_ids
+        .iter()
+        .enumerate()
+        .map(|(idx, text)| {
+            TaskId::parse(text).ok_or_else(|| {
+                ApiError::invalid_input(format!("taskIds[{idx}]: `{text}` is not a slugid"))
+            })
+        })
+        .collect()
+}
+
+pub(crate) async fn get_tasks(
+    State(state): State<AppState>,
+    _paging: Paging,
+    Body(body): Body<TaskIds>,
+) -> Result<Json<Value>, ApiError> {
+    let ids = parse_ids(&body)?;
+    let tasks = state
+        .queue
+        .store()
+        .read(move |reads| {
+            let mut res = Vec::with_capacity(ids.len());
+            for task_id in ids {
+                if let Some(record) = reads.task(task_id)? {
+                    res.push(json!({ "taskId": task_id, "task": record.task }));
+                }
+            }
+            Ok(res)
+        })
+        .await?;
+    Ok(Json(json!({ "tasks": tasks })))
+}
+
+pub(crate) async fn get_statuses(
+    State(state): State<AppState>,
+    _paging: Paging,
+    Body(body): Body<TaskIds>,
+) -> Result<Json<Value>, ApiError> {
+    let ids = parse_ids(&body)?;
+    let statuses = state
+        .queue
+        .store()
+        .read(move |reads| {
+            let mut res = Vec::with_capacity(ids.len());
+            for task_id in ids {
+                if let Some(record) = reads.task(task_id)? {
+                    res.push(json!({ "taskId": task_id, "status": record.status }));
+                }
+            }
+            Ok(res)
+        })
+        .await?;
+    Ok(Json(json!({ "statuses": statuses })))
+}
+
+pub(crate) async fn create_task(
+    State(state): State<AppState>,
+    params: Params,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let task_id = params.task_id()?;
+    let input: TaskDefinitionInput = parse_json(&body)?;
+    let definition = input.validate(task_id, shoal_service::now())?;
+    let status = state.queue.create_task(task_id, definition).await?;
+    Ok(status_body(&status))
+}
+
+async fn command(
+    state: &AppState,
+    params: &Params,
+    command: TaskCommand,
+) -> Result<Json<Value>, ApiError> {
+    let task_id = params.task_id()?;
+    let status = state.queue.apply(task_id, command).await?;
+    Ok(status_body(&status))
+}
+
+pub(crate) async fn schedule_task(
+    State(state): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    command(&state, &params, TaskCommand::Schedule).await
+}
+
+pub(crate) async fn rerun_task(
+    State(state): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    command(&state, &params, TaskCommand::Rerun).await
+}
+
+pub(crate) async fn cancel_task(
+    State(state): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    command(&state, &params, TaskCommand::Cancel).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct NewPriority {
+    pub(crate) new_priority: Value,
+}
+
+pub(crate) async fn change_task_priority(
+    State(state): State<AppState>,
+    params: Params,
+    Body(body): Body<NewPriority>,
+) -> Result<Json<Value>, ApiError> {
+    let priority = parse_priority(&body.new_priority)?;
+    command(&state, &params, TaskCommand::ChangePriority(priority)).await
+}
+
+pub(crate) fn parse_priority(value: &Value) -> Result<Priority, ApiError> {
+    Priority::from_json(value).map_err(|rejection| {
+        ApiError::invalid_input(format!("new{rejection}").replacen("newpriority", "newPriority", 1))
+    })
+}
+
+pub(crate) async fn list_dependent_tasks(
+    State(state): State<AppState>,
+    params: Params,
+    paging: Paging,
+) -> Result<Json<Value>, ApiError> {
+    let task_id = params.task_id()?;
+    let page = state
+        .queue
+        .store()
+        .read(move |reads| {
+            if reads.task(task_id)?.is_none() {
+                return Ok(None);
+            }
+            reads
+                .list_dependents(task_id, paging.continuation.as_deref(), paging.limit)
+                .map(Some)
+        })
+        .await?;
+    let page = page.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
+    Ok(with_continuation(
+        json!({ "taskId": task_id, "tasks": page.items }),
+        page.continuation,
+    ))
+}

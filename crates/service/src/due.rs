@@ -1,0 +1,32 @@
+//! The loop that fires claim expiries and deadlines from the store's due-time indexes.
+
+use std::future::Future;
+
+use crate::{Queue, now};
+
+/// Due transitions fired per store step; more are fired at once in the next step.
+const DUE_BATCH: usize = 500;
+
+/// Fires due transitions every `config.due_interval` until `shutdown` resolves.
+pub async fn run_due_loop(queue: Queue, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    let mut tick = tokio::time::interval(queue.config().due_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return,
+            _ = tick.tick() => {}
+        }
+        loop {
+            match queue.fire_due(now(), DUE_BATCH).await {
+                // A full batch means more may be due: go again without waiting.
+                Ok(n_fired) if n_fired >= DUE_BATCH => continue,
+                Ok(_) => break,
+                Err(err) => {
+                    tracing::warn!(error = %err, "firing due transitions failed; retrying next tick");
+                    break;
+                }
+            }
+        }
+    }
+}

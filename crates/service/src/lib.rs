@@ -1,0 +1,212 @@
+//! Shoal's service layer: the queue's operations over the store, the long-polling claim,
+//! and the loop that fires due times.
+//!
+//! Every operation is one store step; what the step committed decides which waiting workers
+//! to wake. This is also the only place that reads the clock.
+
+mod clock;
+mod due;
+mod wakers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_engine::definition::TaskDefinition;
+use shoal_engine::event::Event;
+use shoal_engine::priority::Priority;
+use shoal_engine::status::TaskStatus;
+use shoal_engine::{TaskId, Timestamp};
+use shoal_store::{
+    Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskCommand, TaskGroup,
+};
+
+pub use clock::now;
+pub use due::run_due_loop;
+
+use crate::wakers::Wakers;
+
+/// Settings of the queue service.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    /// How long an idle claimWork waits before answering with no tasks.
+    pub claim_wait: Duration,
+    /// How often due times are checked.
+    pub due_interval: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> QueueConfig {
+        QueueConfig {
+            claim_wait: Duration::from_secs(20),
+            due_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// The queue: cheap to clone, shared by every request.
+#[derive(Clone)]
+pub struct Queue {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    wakers: Wakers,
+    config: QueueConfig,
+}
+
+impl Queue {
+    /// A queue over `store`.
+    #[must_use]
+    pub fn new(store: Store, config: QueueConfig) -> Queue {
+        Queue {
+            inner: Arc::new(Inner {
+                store,
+                wakers: Wakers::default(),
+                config,
+            }),
+        }
+    }
+
+    /// The store, for reads.
+    #[must_use]
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(&self) -> &QueueConfig {
+        &self.inner.config
+    }
+
+    /// Wakes the workers waiting on every queue where a run became pending.
+    fn committed<T>(&self, committed: Committed<T>) -> T {
+        for event in &committed.events {
+            if matches!(event.event, Event::Pending { .. }) {
+                self.inner.wakers.wake(&event.task_queue_id);
+            }
+        }
+        committed.value
+    }
+
+    /// createTask.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn create_task(
+        &self,
+        task_id: TaskId,
+        definition: TaskDefinition,
+    ) -> Result<TaskStatus, StoreError> {
+        let committed = self
+            .inner
+            .store
+            .create_task(definition, task_id, now())
+            .await?;
+        Ok(self.committed(committed))
+    }
+
+    /// Any single-task command (schedule, reclaim, resolve, cancel, rerun, priority).
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn apply(
+        &self,
+        task_id: TaskId,
+        command: TaskCommand,
+    ) -> Result<TaskStatus, StoreError> {
+        let committed = self.inner.store.apply(task_id, command, now()).await?;
+        Ok(self.committed(committed))
+    }
+
+    /// claimWork: claims what is there, or waits until matching work appears or `wait` passes.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn claim_work(
+        &self,
+        request: ClaimRequest,
+        wait: Duration,
+    ) -> Result<Vec<Claim>, StoreError> {
+        let give_up = tokio::time::Instant::now() + wait;
+        let notify = self.inner.wakers.get(&request.task_queue_id);
+        loop {
+            // Register before looking, so work that appears between the look and the wait
+            // still wakes us.
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let claims = self.committed(self.inner.store.claim_work(request.clone(), now()).await?);
+            if !claims.is_empty() {
+                return Ok(claims);
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(give_up) => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    /// claimTask (deprecated): claims one specific run.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn claim_task(
+        &self,
+        task_id: TaskId,
+        run_id: u32,
+        request: ClaimRequest,
+    ) -> Result<Claim, StoreError> {
+        let committed = self
+            .inner
+            .store
+            .claim_task(task_id, run_id, request, now())
+            .await?;
+        Ok(self.committed(committed))
+    }
+
+    /// sealTaskGroup.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn seal_task_group(&self, group: TaskId) -> Result<TaskGroup, StoreError> {
+        let committed = self.inner.store.seal_task_group(group, now()).await?;
+        Ok(self.committed(committed))
+    }
+
+    /// cancelTaskGroup.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn cancel_task_group(&self, group: TaskId) -> Result<GroupCancellation, StoreError> {
+        let committed = self.inner.store.cancel_task_group(group, now()).await?;
+        Ok(self.committed(committed))
+    }
+
+    /// changeTaskGroupPriority.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn change_task_group_priority(
+        &self,
+        group: TaskId,
+        priority: Priority,
+    ) -> Result<Vec<TaskId>, StoreError> {
+        let committed = self
+            .inner
+            .store
+            .change_task_group_priority(group, priority, now())
+            .await?;
+        Ok(self.committed(committed))
+    }
+
+    /// Fires what is due now; returns how many transitions fired.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn fire_due(&self, at: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let committed = self.inner.store.fire_due(at, limit).await?;
+        Ok(self.committed(committed))
+    }
+}

@@ -1,0 +1,220 @@
+//! Shoal's store: every operation as one atomic, durable step over the engine's rules.
+//!
+//! The store loads what a command needs, lets the engine decide, writes the result and the
+//! events it caused in one transaction, and only then answers. It is the only crate that
+//! knows SQL. [`Store`] is a closed enum over the backends so callers need no generics.
+
+pub mod pending;
+mod sqlite;
+mod types;
+
+pub use sqlite::{SqliteConfig, SqliteStore};
+pub use types::*;
+
+use shoal_engine::dimensions::Dimensions;
+use shoal_engine::priority::Priority;
+use shoal_engine::status::TaskStatus;
+use shoal_engine::task::Resolution;
+use shoal_engine::{TaskId, Timestamp};
+
+/// The storage backends.
+#[derive(Clone)]
+pub enum Store {
+    /// Embedded SQLite under a data directory.
+    Sqlite(SqliteStore),
+}
+
+/// What the store can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The rules refused the command (maps to 400/404/409).
+    #[error(transparent)]
+    Rejected(#[from] shoal_engine::Rejection),
+    /// The database cannot be reached or is shutting down (503); the command may be retried.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else (500).
+    #[error("storage failure: {0}")]
+    Other(String),
+}
+
+/// A command on one existing task.
+#[derive(Debug, Clone)]
+pub enum TaskCommand {
+    /// scheduleTask.
+    Schedule,
+    /// reclaimTask.
+    Reclaim {
+        /// The run.
+        run_id: u32,
+    },
+    /// reportCompleted / reportFailed / reportException.
+    Resolve {
+        /// The run.
+        run_id: u32,
+        /// How it ended.
+        resolution: Resolution,
+    },
+    /// cancelTask.
+    Cancel,
+    /// rerunTask.
+    Rerun,
+    /// changeTaskPriority.
+    ChangePriority(Priority),
+}
+
+/// One claimWork (or claimTask) request.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// Queue to claim from.
+    pub task_queue_id: String,
+    /// Worker group.
+    pub worker_group: String,
+    /// Worker id.
+    pub worker_id: String,
+    /// The worker's dimensions.
+    pub dimensions: Dimensions,
+    /// Most tasks to claim.
+    pub count: usize,
+}
+
+impl Store {
+    /// Defines a task (idempotent for an equal definition) and schedules it when it has no
+    /// unmet dependencies.
+    ///
+    /// # Errors
+    /// Rejected for a conflicting definition, a sealed group or unknown dependencies.
+    pub async fn create_task(
+        &self,
+        definition: shoal_engine::definition::TaskDefinition,
+        task_id: TaskId,
+        now: Timestamp,
+    ) -> Result<Committed<TaskStatus>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.create_task(definition, task_id, now).await,
+        }
+    }
+
+    /// Applies `command` to task `task_id`.
+    ///
+    /// # Errors
+    /// Rejected when the task is unknown or the rules refuse.
+    pub async fn apply(
+        &self,
+        task_id: TaskId,
+        command: TaskCommand,
+        now: Timestamp,
+    ) -> Result<Committed<TaskStatus>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.apply(task_id, command, now).await,
+        }
+    }
+
+    /// Claims up to `request.count` pending runs the worker matches, most urgent first.
+    ///
+    /// # Errors
+    /// Unavailable or Other on storage failure.
+    pub async fn claim_work(
+        &self,
+        request: ClaimRequest,
+        now: Timestamp,
+    ) -> Result<Committed<Vec<Claim>>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.claim_work(request, now).await,
+        }
+    }
+
+    /// Claims one specific pending run (the deprecated claimTask).
+    ///
+    /// # Errors
+    /// Rejected when the run is not the pending last run.
+    pub async fn claim_task(
+        &self,
+        task_id: TaskId,
+        run_id: u32,
+        request: ClaimRequest,
+        now: Timestamp,
+    ) -> Result<Committed<Claim>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.claim_task(task_id, run_id, request, now).await,
+        }
+    }
+
+    /// Fires due claim expiries and deadlines, at most `limit` of each; says how many fired.
+    ///
+    /// # Errors
+    /// Unavailable or Other on storage failure.
+    pub async fn fire_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Committed<usize>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.fire_due(now, limit).await,
+        }
+    }
+
+    /// Seals a task group: no task may join it afterwards.
+    ///
+    /// # Errors
+    /// Rejected when the group does not exist.
+    pub async fn seal_task_group(
+        &self,
+        group: TaskId,
+        now: Timestamp,
+    ) -> Result<Committed<TaskGroup>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.seal_task_group(group, now).await,
+        }
+    }
+
+    /// Cancels every unresolved task of a sealed group.
+    ///
+    /// # Errors
+    /// Rejected when the group does not exist or is not sealed.
+    pub async fn cancel_task_group(
+        &self,
+        group: TaskId,
+        now: Timestamp,
+    ) -> Result<Committed<GroupCancellation>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.cancel_task_group(group, now).await,
+        }
+    }
+
+    /// Changes the priority of every unresolved task of a group; returns their ids.
+    ///
+    /// # Errors
+    /// Rejected when the group does not exist.
+    pub async fn change_task_group_priority(
+        &self,
+        group: TaskId,
+        priority: Priority,
+        now: Timestamp,
+    ) -> Result<Committed<Vec<TaskId>>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.change_task_group_priority(group, priority, now).await,
+        }
+    }
+
+    /// Runs `query` against a consistent snapshot of committed state, off the async threads.
+    ///
+    /// # Errors
+    /// Whatever the query returns, or Unavailable when no connection can be had.
+    pub async fn read<T, F>(&self, query: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
+    {
+        match self {
+            Store::Sqlite(store) => store.read(query).await,
+        }
+    }
+
+    /// Stops the writer after it finishes what it has.
+    pub async fn close(&self) {
+        match self {
+            Store::Sqlite(store) => store.close().await,
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! The embedded SQLite backend.
+//!
+//! One writer thread owns the write connection and the pending index. It takes every queued
+//! operation at once, runs each in its own savepoint, and commits the batch with one fsync
+//! (group commit): every caller is answered only after the commit that made its change
+//! durable. Readers use a small pool of read-only connections; WAL mode lets them read
+//! committed data while the writer works.
+
+mod ops;
+mod reads;
+mod row;
+mod schema;
+mod tx;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OpenFlags};
+use shoal_engine::definition::TaskDefinition;
+use shoal_engine::dimensions::Dimensions;
+use shoal_engine::priority::Priority;
+use shoal_engine::status::TaskStatus;
+use shoal_engine::{TaskId, Timestamp};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::pending::{PendingIndex, PendingKey, PendingRun};
+use crate::sqlite::reads::ReadConn;
+use crate::sqlite::tx::{Tx, WriterState};
+use crate::{
+    Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup,
+};
+
+/// Most operations committed together.
+const MAX_BATCH: usize = 512;
+/// Operations that may wait for the writer before callers are slowed down.
+const QUEUE_DEPTH: usize = 8192;
+/// Idle read connections kept open.
+const MAX_IDLE_READERS: usize = 8;
+
+/// Settings of the SQLite backend.
+#[derive(Debug, Clone)]
+pub struct SqliteConfig {
+    /// Database file (created if missing).
+    pub path: PathBuf,
+    /// Seconds a claim holds before it must be renewed.
+    pub claim_timeout_secs: i64,
+}
+
+/// The SQLite store; cheap to clone.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    jobs: Mutex<Option<mpsc::Sender<Box<dyn Job>>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    readers: ReaderPool,
+}
+
+/// Answers a job's caller once its batch committed (`Ok`) or failed (`Err(reason)`).
+type Deliver = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// A unit of work for the writer thread.
+trait Job: Send {
+    /// Runs inside the batch's transaction; returns whether it succeeded (else its savepoint
+    /// is rolled back) and how to answer once the batch's fate is known.
+    fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (bool, Deliver);
+    /// Answers without running (the batch could not start).
+    fn fail(self: Box<Self>, reason: String);
+}
+
+struct WriteJob<T, F> {
+    op: F,
+    reply: oneshot::Sender<Result<Committed<T>, StoreError>>,
+}
+
+impl<T, F> Job for WriteJob<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send,
+{
+    fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (bool, Deliver) {
+        let WriteJob { op, reply } = *self;
+        let res = op(tx);
+        let events = std::mem::take(&mut tx.events);
+        let ok = res.is_ok();
+        let deliver = move |commit: Result<(), String>| {
+            let answer = match (res, commit) {
+                (Err(err), _) => Err(err),
+                (Ok(_), Err(reason)) => Err(StoreError::Unavailable(reason)),
+                (Ok(value), Ok(())) => Ok(Committed { value, events }),
+            };
+            // The caller may have gone away (a closed long poll); its change stands.
+            let _ = reply.send(answer);
+        };
+        (ok, Box::new(deliver))
+    }
+
+    fn fail(self: Box<Self>, reason: String) {
+        let _ = self.reply.send(Err(StoreError::Unavailable(reason)));
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating if needed) the database and starts the writer.
+    ///
+    /// # Errors
+    /// When the file cannot be opened or migrated.
+    pub fn open(config: &SqliteConfig) -> Result<SqliteStore, StoreError> {
+        if let Some(dir) = config.path.parent() {
+            std::fs::create_dir_all(dir).map_err(|err| {
+                StoreError::Unavailable(format!("creating {}: {err}", dir.display()))
+            })?;
+        }
+        let mut conn = Connection::open(&config.path)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -65536; \
+             PRAGMA temp_store = MEMORY; PRAGMA busy_timeout = 5000;",
+        )?;
+        conn.set_prepared_statement_cache_capacity(64);
+        schema::migrate(&mut conn)?;
+        let (index, max_seq) = load_pending(&conn)?;
+        tracing::info!(path = %config.path.display(), pending = index.len(), "store opened");
+        let state = WriterState::new(index, max_seq, config.claim_timeout_secs);
+        let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
+        let writer = std::thread::Builder::new()
+            .name("shoal-store-writer".into())
+            .spawn(move || writer_loop(conn, state, receiver))
+            .map_err(|err| StoreError::Other(format!("starting writer: {err}")))?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                jobs: Mutex::new(Some(sender)),
+                writer: Mutex::new(Some(writer)),
+                readers: ReaderPool {
+                    path: config.path.clone(),
+                    idle: Mutex::new(Vec::new()),
+                },
+            }),
+        })
+    }
+
+    async fn write<T, F>(&self, op: F) -> Result<Committed<T>, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let sender = self
+            .inner
+            .jobs
+            .lock()
+            .map_err(|_| closed())?
+            .clone()
+            .ok_or_else(closed)?;
+        let (reply, answer) = oneshot::channel();
+        sender
+            .send(Box::new(WriteJob { op, reply }))
+            .await
+            .map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+
+    pub(crate) async fn create_task(
+        &self,
+        definition: TaskDefinition,
+        task_id: TaskId,
+        now: Timestamp,
+    ) -> Result<Committed<TaskStatus>, StoreError> {
+        self.write(move |tx| ops::create_task(tx, &definition, task_id, now))
+            .await
+    }
+
+    pub(crate) async fn apply(
+        &self,
+        task_id: TaskId,
+        command: TaskCommand,
+        now: Timestamp,
+    ) -> Result<Committed<TaskStatus>, StoreError> {
+        self.write(move |tx| ops::apply(tx, task_id, &command, now))
+            .await
+    }
+
+    pub(crate) async fn claim_work(
+        &self,
+        request: ClaimRequest,
+        now: Timestamp,
+    ) -> Result<Committed<Vec<Claim>>, StoreError> {
+        self.write(move |tx| ops::claim_work(tx, &request, now))
+            .await
+    }
+
+    pub(crate) async fn claim_task(
+        &self,
+        task_id: TaskId,
+        run_id: u32,
+        request: ClaimRequest,
+        now: Timestamp,
+    ) -> Result<Committed<Claim>, StoreError> {
+        self.write(move |tx| ops::claim_run(tx, task_id, run_id, &request, now))
+            .await
+    }
+
+    pub(crate) async fn fire_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Committed<usize>, StoreError> {
+        self.write(move |tx| ops::fire_due(tx, now, limit)).await
+    }
+
+    pub(crate) async fn seal_task_group(
+        &self,
+        group: TaskId,
+        now: Timestamp,
+    ) -> Result<Committed<TaskGroup>, StoreError> {
+        self.write(move |tx| ops::seal_task_group(tx, group, now))
+            .await
+    }
+
+    pub(crate) async fn cancel_task_group(
+        &self,
+        group: TaskId,
+        now: Timestamp,
+    ) -> Result<Committed<GroupCancellation>, StoreError> {
+        self.write(move |tx| ops::cancel_task_group(tx, group, now))
+            .await
+    }
+
+    pub(crate) async fn change_task_group_priority(
+        &self,
+        group: TaskId,
+        priority: Priority,
+        now: Timestamp,
+    ) -> Result<Committed<Vec<TaskId>>, StoreError> {
+        self.write(move |tx| ops::change_task_group_priority(tx, group, priority, now))
+            .await
+    }
+
+    pub(crate) async fn read<T, F>(&self, query: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || inner.readers.with(|conn| query(&ReadConn(conn))))
+            .await
+            .map_err(|err| StoreError::Other(format!("read task failed: {err}")))?
+    }
+
+    /// Lets the writer finish what is queued, then stops it.
+    pub(crate) async fn close(&self) {
+        let sender = self.inner.jobs.lock().ok().and_then(|mut jobs| jobs.take());
+        drop(sender);
+        let writer = self
+            .inner
+            .writer
+            .lock()
+            .ok()
+            .and_then(|mut writer| writer.take());
+        if let Some(writer) = writer {
+            let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        }
+    }
+}
+
+fn closed() -> StoreError {
+    StoreError::Unavailable("the store is shut down".into())
+}
+
+/// Rebuilds the pending index from the rows: the index is a cache of `state = 'pending'`.
+fn load_pending(conn: &Connection) -> Result<(PendingIndex, u64), StoreError> {
+    let mut index = PendingIndex::default();
+    let mut stmt = conn.prepare(
+        "SELECT task_id, task_queue_id, dimensions, priority, pending_seq, json_array_length(runs) - 1 \
+         FROM tasks WHERE state = 'pending'",
+    )?;
+    let mut rows = stmt.query([])?;
+    let mut max_seq = 0;
+    while let Some(row) = rows.next()? {
+        let task_id: String = row.get(0)?;
+        let task_id = TaskId::parse(&task_id).ok_or_else(|| row::corrupt("bad task id"))?;
+        let dimensions: Dimensions = match row.get::<_, Option<String>>(2)? {
+            None => Dimensions::default(),
+            Some(json) => serde_json::from_str(&json).map_err(row::corrupt)?,
+        };
+        let priority: Priority =
+            serde_json::from_str(&row.get::<_, String>(3)?).map_err(row::corrupt)?;
+        let seq = row.get::<_, i64>(4)? as u64;
+        max_seq = max_seq.max(seq);
+        let key = PendingKey {
+            task_queue_id: row.get(1)?,
+            dimensions,
+            rank: priority.rank(),
+            seq,
+        };
+        index.insert(
+            key,
+            PendingRun {
+                task_id,
+                run_id: row.get(5)?,
+            },
+        );
+    }
+    index.commit();
+    Ok((index, max_seq))
+}
+
+fn writer_loop(
+    mut conn: Connection,
+    mut state: WriterState,
+    mut jobs: mpsc::Receiver<Box<dyn Job>>,
+) {
+    let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
+    while let Some(job) = jobs.blocking_recv() {
+        batch.push(job);
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        run_batch(&mut conn, &mut state, &mut batch);
+    }
+    tracing::debug!("store writer stopped");
+}
+
+fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box<dyn Job>>) {
+    if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+        tracing::error!(error = %err, "cannot begin a write transaction");
+        for job in batch.drain(..) {
+            job.fail(err.to_string());
+        }
+        return;
+    }
+    let mut deliveries = Vec::with_capacity(batch.len());
+    for job in batch.drain(..) {
+        let mark = state.index.mark();
+        if let Err(err) = conn.execute_batch("SAVEPOINT job") {
+            job.fail(err.to_string());
+            continue;
+        }
+        let mut tx = Tx {
+            conn,
+            state,
+            events: Vec::new(),
+        };
+        let (ok, deliver) = job.run(&mut tx);
+        let end = if ok {
+            "RELEASE job"
+        } else {
+            "ROLLBACK TO job; RELEASE job"
+        };
+        if !ok {
+            state.index.rollback_to(mark);
+        }
+        if let Err(err) = conn.execute_batch(end) {
+            tracing::error!(error = %err, "savepoint failed");
+        }
+        deliveries.push(deliver);
+    }
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => {
+            state.index.commit();
+            for deliver in deliveries {
+                deliver(Ok(()));
+            }
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "commit failed; the batch is rolled back");
+            let _ = conn.execute_batch("ROLLBACK");
+            state.index.rollback_to(0);
+            for deliver in deliveries {
+                deliver(Err(err.to_string()));
+            }
+        }
+    }
+}
+
+/// Read-only connections, reused.
+struct ReaderPool {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl ReaderPool {
+    fn with<T>(
+        &self,
+        query: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let conn = match idle {
+            Some(conn) => conn,
+            None => {
+                let conn = Connection::open_with_flags(
+                    &self.path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                conn.execute_batch("PRAGMA busy_timeout = 5000; PRAGMA cache_size = -16384;")?;
+                conn.set_prepared_statement_cache_capacity(32);
+                conn
+            }
+        };
+        let res = query(&conn);
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < MAX_IDLE_READERS
+        {
+            idle.push(conn);
+        }
+        res
+    }
+}

@@ -1,0 +1,91 @@
+//! Turning `tasks` rows into engine tasks and back.
+
+use rusqlite::Row;
+use serde_json::value::RawValue;
+use shoal_engine::definition::Requires;
+use shoal_engine::dimensions::Dimensions;
+use shoal_engine::status::Run;
+use shoal_engine::task::{Task, TaskMeta};
+use shoal_engine::{TaskId, Timestamp};
+
+use crate::StoreError;
+
+/// The columns `task_from_row` reads, in order; queries append their own after these.
+pub(crate) const TASK_COLUMNS: &str = "task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
+     priority, retries, retries_left, deadline, expires, requires, dimensions, runs, pending_seq";
+
+/// Number of columns in [`TASK_COLUMNS`].
+pub(crate) const N_TASK_COLUMNS: usize = 14;
+
+/// A task as stored: the engine's task plus the store's bookkeeping.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskRow {
+    pub(crate) task: Task,
+    /// Claim order while pending.
+    pub(crate) pending_seq: Option<u64>,
+}
+
+pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Other(format!("corrupt row: {what}"))
+}
+
+pub(crate) fn task_from_row(row: &Row<'_>) -> Result<TaskRow, StoreError> {
+    let text = |idx: usize| -> Result<String, StoreError> {
+        row.get::<_, String>(idx).map_err(StoreError::from)
+    };
+    let id = |idx: usize| -> Result<TaskId, StoreError> {
+        let raw = text(idx)?;
+        TaskId::parse(&raw).ok_or_else(|| corrupt(format!("bad task id {raw}")))
+    };
+    let task_id = id(0)?;
+    let priority = serde_json::from_str(&text(5)?).map_err(corrupt)?;
+    let requires = Requires::from_name(&text(10)?).ok_or_else(|| corrupt("bad requires"))?;
+    let dimensions: Dimensions = match row.get::<_, Option<String>>(11)? {
+        None => Dimensions::default(),
+        Some(json) => serde_json::from_str(&json).map_err(corrupt)?,
+    };
+    let runs: Vec<Run> = serde_json::from_str(&text(12)?).map_err(corrupt)?;
+    let meta = TaskMeta {
+        task_queue_id: text(1)?,
+        scheduler_id: text(2)?,
+        project_id: text(3)?,
+        task_group_id: id(4)?,
+        priority,
+        retries: row.get(6)?,
+        deadline: Timestamp(row.get(8)?),
+        expires: Timestamp(row.get(9)?),
+        requires,
+        dimensions,
+    };
+    let retries_left: u32 = row.get(7)?;
+    let pending_seq: Option<i64> = row.get(13)?;
+    Ok(TaskRow {
+        task: Task::from_parts(task_id, meta, retries_left, runs),
+        pending_seq: pending_seq.map(|s| s as u64),
+    })
+}
+
+/// Reads a stored JSON text column as raw JSON, passed through without re-encoding.
+pub(crate) fn raw_json(row: &Row<'_>, idx: usize) -> Result<Box<RawValue>, StoreError> {
+    let text: String = row.get(idx)?;
+    RawValue::from_string(text).map_err(corrupt)
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(err: rusqlite::Error) -> StoreError {
+        match err {
+            rusqlite::Error::SqliteFailure(code, _)
+                if matches!(
+                    code.code,
+                    rusqlite::ErrorCode::DatabaseBusy
+                        | rusqlite::ErrorCode::DatabaseLocked
+                        | rusqlite::ErrorCode::CannotOpen
+                        | rusqlite::ErrorCode::DiskFull
+                ) =>
+            {
+                StoreError::Unavailable(err.to_string())
+            }
+            other => StoreError::Other(other.to_string()),
+        }
+    }
+}

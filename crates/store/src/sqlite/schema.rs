@@ -1,0 +1,69 @@
+//! The SQLite schema and its versioned migrations (tracked in `PRAGMA user_version`).
+
+use rusqlite::Connection;
+
+/// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`. Never edit
+/// a released entry: append a new one.
+const MIGRATIONS: &[&str] = &[r"
+CREATE TABLE tasks (
+    task_id       TEXT PRIMARY KEY NOT NULL,
+    task_queue_id TEXT NOT NULL,
+    scheduler_id  TEXT NOT NULL,
+    project_id    TEXT NOT NULL,
+    task_group_id TEXT NOT NULL,
+    priority      TEXT NOT NULL,     -- JSON: a name in quotes or a number
+    retries       INTEGER NOT NULL,
+    retries_left  INTEGER NOT NULL,
+    deadline      INTEGER NOT NULL,  -- ms since the epoch, as every time here
+    expires       INTEGER NOT NULL,
+    requires      TEXT NOT NULL,
+    dimensions    TEXT,              -- JSON object, NULL when none
+    runs          TEXT NOT NULL,     -- JSON array of runs
+    state         TEXT NOT NULL,
+    taken_until   INTEGER,           -- set only while the last run is running: the claim-expiry due time
+    deadline_due  INTEGER,           -- the deadline while unresolved, else NULL: the deadline due time
+    pending_seq   INTEGER,           -- claim order within a priority while pending
+    definition    TEXT NOT NULL      -- the checked definition as served by task()
+);
+CREATE INDEX tasks_group ON tasks (task_group_id, task_id);
+CREATE INDEX tasks_taken_until ON tasks (taken_until) WHERE taken_until IS NOT NULL;
+CREATE INDEX tasks_deadline_due ON tasks (deadline_due) WHERE deadline_due IS NOT NULL;
+CREATE INDEX tasks_pending ON tasks (task_queue_id, pending_seq) WHERE state = 'pending';
+CREATE INDEX tasks_running ON tasks (task_queue_id, task_id) WHERE state = 'running';
+
+CREATE TABLE task_dependencies (
+    required_task_id  TEXT NOT NULL,
+    dependent_task_id TEXT NOT NULL,
+    requires          TEXT NOT NULL,
+    satisfied         INTEGER NOT NULL,
+    PRIMARY KEY (required_task_id, dependent_task_id)
+) WITHOUT ROWID;
+CREATE INDEX task_dependencies_unsatisfied ON task_dependencies (dependent_task_id) WHERE satisfied = 0;
+
+CREATE TABLE task_groups (
+    task_group_id TEXT PRIMARY KEY NOT NULL,
+    scheduler_id  TEXT NOT NULL,
+    expires       INTEGER NOT NULL,
+    sealed        INTEGER
+) WITHOUT ROWID;
+
+CREATE TABLE task_queues (
+    task_queue_id    TEXT PRIMARY KEY NOT NULL,
+    expires          INTEGER NOT NULL,
+    last_date_active INTEGER NOT NULL,
+    description      TEXT NOT NULL,
+    stability        TEXT NOT NULL
+) WITHOUT ROWID;
+"];
+
+/// Brings the database to the newest schema, one migration per transaction.
+pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let version: usize = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    for (idx, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.execute_batch(&format!("PRAGMA user_version = {}", idx + 1))?;
+        tx.commit()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! One write transaction's view: task rows, the pending index, and the step that ties the
+//! engine's transitions to both.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use shoal_engine::event::Effects;
+use shoal_engine::status::{RunState, TaskState};
+use shoal_engine::task::Task;
+use shoal_engine::{Rejection, TaskId, Timestamp};
+
+use crate::pending::{PendingIndex, PendingKey, PendingRun};
+use crate::sqlite::row::{TASK_COLUMNS, TaskRow, task_from_row};
+use crate::{StoreError, TaskEvent};
+
+/// How often at most a queue's last-active time is written.
+const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
+/// How long a queue is remembered after it was last active.
+const QUEUE_RETENTION_MS: i64 = 5 * 24 * 3600 * 1000;
+
+/// State the writer thread keeps between transactions.
+#[derive(Debug, Default)]
+pub(crate) struct WriterState {
+    pub(crate) index: PendingIndex,
+    pub(crate) next_seq: u64,
+    pub(crate) claim_timeout_secs: i64,
+    queue_touched: HashMap<String, i64>,
+}
+
+impl WriterState {
+    pub(crate) fn new(index: PendingIndex, next_seq: u64, claim_timeout_secs: i64) -> WriterState {
+        WriterState {
+            index,
+            next_seq,
+            claim_timeout_secs,
+            queue_touched: HashMap::new(),
+        }
+    }
+}
+
+/// A write transaction in progress.
+pub(crate) struct Tx<'a> {
+    pub(crate) conn: &'a Connection,
+    pub(crate) state: &'a mut WriterState,
+    pub(crate) events: Vec<TaskEvent>,
+}
+
+impl Tx<'_> {
+    pub(crate) fn load(&self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1"
+        ))?;
+        let mut rows = stmt.query([task_id.as_str()])?;
+        match rows.next()? {
+            Some(row) => task_from_row(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn load_existing(&self, task_id: TaskId) -> Result<TaskRow, StoreError> {
+        self.load(task_id)?
+            .ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")).into())
+    }
+
+    pub(crate) fn definition(&self, task_id: TaskId) -> Result<Option<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT definition FROM tasks WHERE task_id = ?1")?;
+        Ok(stmt
+            .query_row([task_id.as_str()], |row| row.get(0))
+            .optional()?)
+    }
+
+    /// Inserts a new task row (no runs yet).
+    pub(crate) fn insert(&mut self, task: &Task, definition: &str) -> Result<(), StoreError> {
+        let meta = &task.meta;
+        let dimensions = (!meta.dimensions.is_empty())
+            .then(|| json(&meta.dimensions))
+            .transpose()?;
+        let mut stmt = self.conn.prepare_cached(
+            "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
+             retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, \
+             deadline_due, pending_seq, definition) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, '[]', 'unscheduled', NULL, ?9, NULL, ?13)",
+        )?;
+        stmt.execute(params![
+            task.task_id.as_str(),
+            meta.task_queue_id,
+            meta.scheduler_id,
+            meta.project_id,
+            meta.task_group_id.as_str(),
+            json(&meta.priority)?,
+            meta.retries,
+            task.retries_left(),
+            meta.deadline.millis(),
+            meta.expires.millis(),
+            meta.requires.as_str(),
+            dimensions,
+            definition,
+        ])?;
+        Ok(())
+    }
+
+    /// Runs one engine transition on `row`, then keeps the pending index, the row, the due
+    /// times and the dependents in step with the result, all in this transaction.
+    pub(crate) fn step(
+        &mut self,
+        row: &mut TaskRow,
+        now: Timestamp,
+        transition: impl FnOnce(&mut Task) -> Result<Effects, Rejection>,
+    ) -> Result<(), StoreError> {
+        let old_key = pending_key(row);
+        let old_run = last_pending_run(&row.task);
+        let old_priority = row.task.meta.priority;
+        let was_resolved = row.task.state().is_resolved();
+        let effects = transition(&mut row.task)?;
+
+        let new_run = last_pending_run(&row.task);
+        let keeps_place = old_run.is_some()
+            && old_run == new_run
+            && old_priority.rank() == row.task.meta.priority.rank();
+        if !keeps_place {
+            if let Some(key) = &old_key {
+                self.state.index.remove(key);
+            }
+            row.pending_seq = None;
+            if let Some(run_id) = new_run {
+                // Keep its place in line when only the priority moved; a new run joins the back.
+                let seq = match (old_run == new_run, old_key.as_ref()) {
+                    (true, Some(key)) => key.seq,
+                    _ => {
+                        self.state.next_seq += 1;
+                        self.state.next_seq
+                    }
+                };
+                row.pending_seq = Some(seq);
+                let key = pending_key(row)
+                    .ok_or_else(|| StoreError::Other("pending key vanished".into()))?;
+                self.state.index.insert(
+                    key,
+                    PendingRun {
+                        task_id: row.task.task_id,
+                        run_id,
+                    },
+                );
+            }
+        }
+        self.save(row, old_priority != row.task.meta.priority)?;
+        let task = &row.task;
+        self.events
+            .extend(effects.0.into_iter().map(|event| TaskEvent {
+                task_id: task.task_id,
+                task_queue_id: task.meta.task_queue_id.clone(),
+                event,
+            }));
+        let state = row.task.state();
+        if !was_resolved && state.is_resolved() {
+            self.release_dependents(row.task.task_id, state, now)?;
+        }
+        Ok(())
+    }
+
+    fn save(&mut self, row: &TaskRow, priority_changed: bool) -> Result<(), StoreError> {
+        let task = &row.task;
+        let state = task.state();
+        let deadline_due = (!state.is_resolved()).then_some(task.meta.deadline.millis());
+        let mut stmt = self.conn.prepare_cached(
+            "UPDATE tasks SET retries_left = ?2, runs = ?3, state = ?4, taken_until = ?5, deadline_due = ?6, \
+             pending_seq = ?7 WHERE task_id = ?1",
+        )?;
+        stmt.execute(params![
+            task.task_id.as_str(),
+            task.retries_left(),
+            json(task.runs())?,
+            state.as_str(),
+            task.running_until().map(Timestamp::millis),
+            deadline_due,
+            row.pending_seq.map(|seq| seq as i64),
+        ])?;
+        if priority_changed {
+            let priority = json(&task.meta.priority)?;
+            let mut stmt = self.conn.prepare_cached(
+                "UPDATE tasks SET priority = ?2, definition = json_set(definition, '$.priority', json(?2)) \
+                 WHERE task_id = ?1",
+            )?;
+            stmt.execute(params![task.task_id.as_str(), priority])?;
+        }
+        Ok(())
+    }
+
+    /// Marks the dependency on `required` satisfied where its resolution allows, and
+    /// schedules each dependent whose last unmet dependency this was.
+    fn release_dependents(
+        &mut self,
+        required: TaskId,
+        state: TaskState,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let completed = state == TaskState::Completed;
+        let released: Vec<String> = {
+            let mut stmt = self.conn.prepare_cached(
+                "UPDATE task_dependencies SET satisfied = 1 \
+                 WHERE required_task_id = ?1 AND satisfied = 0 AND (?2 OR requires = 'all-resolved') \
+                 RETURNING dependent_task_id",
+            )?;
+            stmt.query_map(params![required.as_str(), completed], |row| row.get(0))?
+                .collect::<Result<_, _>>()?
+        };
+        for dependent in released {
+            let dependent = TaskId::parse(&dependent)
+                .ok_or_else(|| StoreError::Other("bad dependent id".into()))?;
+            if self.has_unmet_dependencies(dependent)? {
+                continue;
+            }
+            let Some(mut row) = self.load(dependent)? else {
+                continue;
+            };
+            match self.step(&mut row, now, |task| task.schedule(now)) {
+                // Past its deadline the dependent is left for the deadline to resolve.
+                Ok(()) | Err(StoreError::Rejected(_)) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn has_unmet_dependencies(&self, task_id: TaskId) -> Result<bool, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT 1 FROM task_dependencies WHERE dependent_task_id = ?1 AND satisfied = 0 LIMIT 1")?;
+        Ok(stmt.exists([task_id.as_str()])?)
+    }
+
+    /// Records that a queue was used, at most once per interval per queue.
+    pub(crate) fn touch_queue(
+        &mut self,
+        task_queue_id: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let fresh = self
+            .state
+            .queue_touched
+            .get(task_queue_id)
+            .is_some_and(|&at| at + QUEUE_TOUCH_INTERVAL_MS > now.millis());
+        if fresh {
+            return Ok(());
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "INSERT INTO task_queues (task_queue_id, expires, last_date_active, description, stability) \
+             VALUES (?1, ?2, ?3, '', 'experimental') \
+             ON CONFLICT (task_queue_id) DO UPDATE SET expires = excluded.expires, \
+             last_date_active = excluded.last_date_active",
+        )?;
+        stmt.execute(params![
+            task_queue_id,
+            now.millis() + QUEUE_RETENTION_MS,
+            now.millis()
+        ])?;
+        self.state
+            .queue_touched
+            .insert(task_queue_id.to_owned(), now.millis());
+        Ok(())
+    }
+}
+
+fn last_pending_run(task: &Task) -> Option<u32> {
+    task.runs()
+        .last()
+        .filter(|run| run.state == RunState::Pending)
+        .map(|run| run.run_id)
+}
+
+/// Where the row's pending run sits in the index, if it is pending.
+pub(crate) fn pending_key(row: &TaskRow) -> Option<PendingKey> {
+    last_pending_run(&row.task)?;
+    Some(PendingKey {
+        task_queue_id: row.task.meta.task_queue_id.clone(),
+        dimensions: row.task.meta.dimensions.clone(),
+        rank: row.task.meta.priority.rank(),
+        seq: row.pending_seq?,
+    })
+}
+
+pub(crate) fn json(value: &(impl serde::Serialize + ?Sized)) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|err| StoreError::Other(format!("encoding json: {err}")))
+}

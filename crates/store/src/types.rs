@@ -1,0 +1,226 @@
+//! What store operations return.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use shoal_engine::event::Event;
+use shoal_engine::status::TaskStatus;
+use shoal_engine::{TaskId, Timestamp};
+
+use crate::StoreError;
+
+/// The result of a committed step and the events it made durable.
+#[derive(Debug)]
+#[must_use = "the events of a commit must reach the bus and the waiting workers"]
+pub struct Committed<T> {
+    /// The step's answer.
+    pub value: T,
+    /// Events of every task the step changed, in order.
+    pub events: Vec<TaskEvent>,
+}
+
+/// One event of one task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskEvent {
+    /// The task.
+    pub task_id: TaskId,
+    /// Its queue (waiting workers are woken per queue).
+    pub task_queue_id: String,
+    /// What happened.
+    pub event: Event,
+}
+
+/// One claimed run, as claimWork answers it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claim {
+    /// Status after the claim.
+    pub status: TaskStatus,
+    /// The claimed run.
+    pub run_id: u32,
+    /// Worker group.
+    pub worker_group: String,
+    /// Worker id.
+    pub worker_id: String,
+    /// Until when the claim holds.
+    pub taken_until: Timestamp,
+    /// The task definition, as stored.
+    pub task: Box<RawValue>,
+}
+
+/// A task group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskGroup {
+    /// The group.
+    pub task_group_id: TaskId,
+    /// Its scheduler.
+    pub scheduler_id: String,
+    /// When it may be forgotten.
+    pub expires: Timestamp,
+    /// When it was sealed, if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<Timestamp>,
+}
+
+/// What cancelTaskGroup did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupCancellation {
+    /// The group.
+    pub task_group_id: TaskId,
+    /// Tasks in the group.
+    pub task_group_size: u64,
+    /// Tasks this call canceled.
+    pub cancelled_count: u64,
+    /// Their ids.
+    pub task_ids: Vec<TaskId>,
+}
+
+/// A task's definition (as stored JSON) and status.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskRecord {
+    /// Status.
+    pub status: TaskStatus,
+    /// Definition.
+    pub task: Box<RawValue>,
+}
+
+/// A claimed run, as listClaimedTasks shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedRun {
+    /// The task.
+    pub task_id: TaskId,
+    /// The run.
+    pub run_id: u32,
+    /// Worker group.
+    pub worker_group: String,
+    /// Worker id.
+    pub worker_id: String,
+    /// When it was claimed.
+    pub claimed: Timestamp,
+    /// The definition.
+    pub task: Box<RawValue>,
+}
+
+/// A pending run, as listPendingTasks shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingListing {
+    /// The task.
+    pub task_id: TaskId,
+    /// The run.
+    pub run_id: u32,
+    /// When it became pending.
+    pub inserted: Timestamp,
+    /// The definition.
+    pub task: Box<RawValue>,
+}
+
+/// A task queue workers have used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskQueueInfo {
+    /// `provisionerId/workerType`.
+    pub task_queue_id: String,
+    /// When it may be forgotten.
+    pub expires: Timestamp,
+    /// Last time a task was created in it or a worker claimed from it.
+    pub last_date_active: Timestamp,
+    /// Description (empty unless set).
+    pub description: String,
+    /// `experimental`, `stable` or `deprecated`.
+    pub stability: String,
+}
+
+/// One page of a listing; `continuation` is set when there is more.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    /// Items.
+    pub items: Vec<T>,
+    /// Opaque token for the next page.
+    pub continuation: Option<String>,
+}
+
+/// Pending and claimed counts of a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueCounts {
+    /// Pending runs.
+    pub pending_tasks: u64,
+    /// Running runs.
+    pub claimed_tasks: u64,
+}
+
+/// The read side: consistent snapshots of committed state; runs on a blocking thread.
+pub trait Reads {
+    /// A task's definition and status.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn task(&self, task_id: TaskId) -> Result<Option<TaskRecord>, StoreError>;
+    /// A task group.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
+    /// Members of a group, by task id.
+    ///
+    /// # Errors
+    /// Storage failure or a bad continuation token.
+    fn list_task_group(
+        &self,
+        group: TaskId,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<TaskRecord>, StoreError>;
+    /// Tasks that depend on `task_id`, by task id.
+    ///
+    /// # Errors
+    /// Storage failure or a bad continuation token.
+    fn list_dependents(
+        &self,
+        task_id: TaskId,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<TaskRecord>, StoreError>;
+    /// Pending and claimed counts of a queue.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError>;
+    /// Pending runs of a queue, oldest first.
+    ///
+    /// # Errors
+    /// Storage failure or a bad continuation token.
+    fn list_pending(
+        &self,
+        task_queue_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<PendingListing>, StoreError>;
+    /// Claimed runs of a queue.
+    ///
+    /// # Errors
+    /// Storage failure or a bad continuation token.
+    fn list_claimed(
+        &self,
+        task_queue_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ClaimedRun>, StoreError>;
+    /// Known task queues, by id.
+    ///
+    /// # Errors
+    /// Storage failure or a bad continuation token.
+    fn list_task_queues(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<TaskQueueInfo>, StoreError>;
+    /// One task queue.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn task_queue(&self, task_queue_id: &str) -> Result<Option<TaskQueueInfo>, StoreError>;
+}
