@@ -272,15 +272,18 @@ impl Task {
 
     /// Resolves an expired claim as claim-expired (and retries); `None` when the claim was
     /// extended or the run already ended, so an outdated due-time changes nothing.
+    /// Past the deadline the run ends as deadline-exceeded instead, as Taskcluster's claim
+    /// resolver leaves such runs to its deadline resolver.
     pub fn expire_claim(&mut self, now: Timestamp) -> Option<Effects> {
         let expired = self.running_until().is_some_and(|until| until <= now);
-        expired.then(|| {
-            self.end_last_run(
-                Resolution::Exception(ReasonResolved::ClaimExpired),
-                Some(ReasonCreated::Retry),
-                now,
-            )
-        })
+        if !expired {
+            return None;
+        }
+        if self.meta.deadline <= now {
+            return Some(self.end_unresolved(ReasonResolved::DeadlineExceeded, now));
+        }
+        let reason = Resolution::Exception(ReasonResolved::ClaimExpired);
+        Some(self.end_last_run(reason, Some(ReasonCreated::Retry), now))
     }
 
     /// Ends an unresolved task as deadline-exceeded; `None` when it is resolved or the

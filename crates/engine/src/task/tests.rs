@@ -353,3 +353,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn claim_expiry_past_the_deadline_is_a_deadline() {
+    check(
+        5,
+        "schedule
+         claim 0
+         at +3600s
+         expire-claims",
+        "schedule -> [Pending { run_id: 0 }] | pending retries=5 [pending/scheduled]
+         claim 0 -> [Running { run_id: 0 }] | running retries=5 [running/scheduled]
+         now +3600s
+         expire-claims -> [Exception { run_id: 0 }] | exception retries=5 [exception/scheduled/deadline-exceeded]",
+    );
+}
