@@ -168,7 +168,7 @@ async fn create_is_idempotent_and_conflicts_on_difference() {
     for (name, backend) in backends() {
         let store = &backend.store;
         let task_id = id(1);
-        create(&store, task_id, json!({}), at(0)).await;
+        create(store, task_id, json!({}), at(0)).await;
         let again = store
             .create_task(definition(task_id, json!({})), task_id, at(1))
             .await
@@ -220,12 +220,12 @@ async fn dependencies_release_in_the_resolving_step() {
     for (name, backend) in backends() {
         let store = &backend.store;
         let (build, test, report) = (id(1), id(2), id(3));
-        create(&store, build, json!({}), at(0)).await;
+        create(store, build, json!({}), at(0)).await;
         let on_build = json!({"dependencies": [build.to_string()]});
-        create(&store, test, on_build.clone(), at(0)).await;
+        create(store, test, on_build.clone(), at(0)).await;
         let resolved_only =
             json!({"dependencies": [build.to_string()], "requires": "all-resolved"});
-        create(&store, report, resolved_only, at(0)).await;
+        create(store, report, resolved_only, at(0)).await;
         assert_eq!(
             state_of(store, test).await,
             TaskState::Unscheduled,
@@ -313,7 +313,7 @@ async fn claims_go_by_priority_then_age_and_match_dimensions() {
             ),
         ];
         for (offset, (task_id, patch)) in specs.into_iter().enumerate() {
-            create(&store, task_id, patch, at(offset as i64)).await;
+            create(store, task_id, patch, at(offset as i64)).await;
         }
         let order = claim_ids(store, worker(10), at(10)).await;
         assert_eq!(
@@ -340,7 +340,7 @@ async fn priority_change_reorders_pending_work() {
     for (name, backend) in backends() {
         let store = &backend.store;
         for n in 1..=3 {
-            create(&store, id(n), json!({}), at(n.into())).await;
+            create(store, id(n), json!({}), at(n.into())).await;
         }
         apply(
             store,
@@ -372,7 +372,7 @@ async fn claim_expiry_retries_then_gives_up() {
     for (name, backend) in backends() {
         let store = &backend.store;
         let task_id = id(1);
-        create(&store, task_id, json!({"retries": 1}), at(0)).await;
+        create(store, task_id, json!({"retries": 1}), at(0)).await;
         claim_ids(store, worker(1), at(0)).await;
         assert_eq!(
             store
@@ -440,9 +440,9 @@ async fn deadline_resolves_every_unresolved_state() {
     for (name, backend) in backends() {
         let store = &backend.store;
         let (unscheduled, pending, running, done) = (id(1), id(2), id(3), id(4));
-        create(&store, running, json!({}), at(0)).await;
+        create(store, running, json!({}), at(0)).await;
         claim_ids(store, worker(1), at(0)).await;
-        create(&store, done, json!({}), at(0)).await;
+        create(store, done, json!({}), at(0)).await;
         claim_ids(store, worker(1), at(0)).await;
         apply(
             store,
@@ -454,9 +454,9 @@ async fn deadline_resolves_every_unresolved_state() {
             at(1),
         )
         .await;
-        create(&store, pending, json!({}), at(0)).await;
+        create(store, pending, json!({}), at(0)).await;
         let self_dependent = json!({"dependencies": [unscheduled.to_string()]});
-        create(&store, unscheduled, self_dependent, at(0)).await;
+        create(store, unscheduled, self_dependent, at(0)).await;
         assert_eq!(
             state_of(store, unscheduled).await,
             TaskState::Unscheduled,
@@ -495,7 +495,7 @@ async fn groups_seal_and_cancel() {
         let group = id(100);
         for n in 1..=3 {
             let patch = json!({"taskGroupId": group.to_string()});
-            create(&store, id(n), patch, at(0)).await;
+            create(store, id(n), patch, at(0)).await;
         }
         let early = store.cancel_task_group(group, at(1)).await;
         assert!(
@@ -584,7 +584,7 @@ async fn concurrent_claims_hand_out_each_run_once() {
         let store = backend.store.clone();
         let n_tasks = 300;
         for n in 0..n_tasks {
-            create(&store, id(n), json!({}), at(0)).await;
+            create(store, id(n), json!({}), at(0)).await;
         }
         let mut workers = tokio::task::JoinSet::new();
         for w in 0..12 {
