@@ -584,7 +584,7 @@ async fn concurrent_claims_hand_out_each_run_once() {
         let store = backend.store.clone();
         let n_tasks = 300;
         for n in 0..n_tasks {
-            create(store, id(n), json!({}), at(0)).await;
+            create(&store, id(n), json!({}), at(0)).await;
         }
         let mut workers = tokio::task::JoinSet::new();
         for w in 0..12 {
