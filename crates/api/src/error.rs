@@ -96,8 +96,11 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        // The endpoint layer fills in requestInfo (it knows the endpoint and its parameters).
-        let mut res = self.status.into_response();
+        // The endpoint layer replaces this body with one whose requestInfo names the
+        // endpoint; errors outside any endpoint (no route) keep this one.
+        let body =
+            serde_json::json!({"code": self.code, "message": self.message, "requestInfo": {}});
+        let mut res = (self.status, axum::Json(body)).into_response();
         res.extensions_mut().insert(self);
         res
     }

@@ -1,0 +1,181 @@
+//! Scenarios through the real HTTP API: a server on 127.0.0.1:0 over a temporary SQLite
+//! database, driven the way clients and workers drive it.
+
+mod claims;
+mod errors;
+mod tasks;
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use shoal_api::AppState;
+use shoal_service::{Queue, QueueConfig};
+use shoal_store::{SqliteConfig, SqliteStore, Store};
+
+/// A running server and a client for it.
+pub(crate) struct TestApp {
+    pub(crate) base: String,
+    client: reqwest::Client,
+    _dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Server settings a test may change.
+pub(crate) struct Settings {
+    pub(crate) claim_timeout_secs: i64,
+    pub(crate) claim_wait: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            claim_timeout_secs: 1200,
+            claim_wait: Duration::from_secs(20),
+        }
+    }
+}
+
+impl TestApp {
+    pub(crate) async fn start() -> TestApp {
+        TestApp::with(Settings::default()).await
+    }
+
+    pub(crate) async fn with(settings: Settings) -> TestApp {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SqliteConfig {
+            path: dir.path().join("shoal.db"),
+            claim_timeout_secs: settings.claim_timeout_secs,
+        };
+        let store = Store::Sqlite(SqliteStore::open(&config).unwrap());
+        let queue_config = QueueConfig {
+            claim_wait: settings.claim_wait,
+            due_interval: Duration::from_millis(50),
+        };
+        let queue = Queue::new(store, queue_config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/api/queue/v1", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (due_stop, due_stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(shoal_service::run_due_loop(queue.clone(), async {
+            let _ = due_stopped.await;
+        }));
+        let state = AppState {
+            queue,
+            started: Instant::now(),
+        };
+        tokio::spawn(shoal_api::serve(listener, state, async move {
+            let _ = stopped.await;
+            let _ = due_stop.send(());
+        }));
+        TestApp {
+            base,
+            client: reqwest::Client::new(),
+            _dir: dir,
+            stop: Some(stop),
+        }
+    }
+
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status();
+        let text = res.text().await.unwrap();
+        let value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{path} answered non-JSON: {text}"));
+        (status, value)
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub(crate) async fn put(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(reqwest::Method::PUT, path, Some(body)).await
+    }
+
+    /// Creates a task and asserts it was accepted; returns its status.
+    pub(crate) async fn create(&self, task_id: &str, patch: Value) -> Value {
+        let (status, body) = self.put(&format!("/task/{task_id}"), task_def(patch)).await;
+        assert_eq!(status, StatusCode::OK, "createTask: {body}");
+        body["status"].clone()
+    }
+
+    /// One claimWork call; returns the claims.
+    pub(crate) async fn claim(&self, queue: &str, worker_id: &str, n: u32) -> Vec<Value> {
+        let body = json!({"workerGroup": "g", "workerId": worker_id, "tasks": n});
+        let (status, res) = self
+            .post(&format!("/claim-work/{}", queue.replace('/', "%2F")), body)
+            .await;
+        assert_eq!(status, StatusCode::OK, "claimWork: {res}");
+        res["tasks"].as_array().unwrap().clone()
+    }
+
+    pub(crate) async fn report(&self, task_id: &str, run_id: u64, how: &str) -> Value {
+        let (status, body) = self
+            .post(&format!("/task/{task_id}/runs/{run_id}/{how}"), json!({}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "report {how}: {body}");
+        body["status"].clone()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A fresh slugid.
+pub(crate) fn slugid() -> String {
+    slugid::nice()
+}
+
+fn rfc3339(offset: Duration, forward: bool) -> String {
+    let now = shoal_service::now();
+    let millis = offset.as_millis() as i64;
+    shoal_engine::Timestamp(if forward {
+        now.millis() + millis
+    } else {
+        now.millis() - millis
+    })
+    .to_string()
+}
+
+/// A time `secs` from now.
+pub(crate) fn from_now(secs: u64) -> String {
+    rfc3339(Duration::from_secs(secs), true)
+}
+
+/// A valid definition in queue `prov/wt` with `patch` applied (null removes a field).
+pub(crate) fn task_def(patch: Value) -> Value {
+    let mut def = json!({
+        "taskQueueId": "prov/wt",
+        "created": rfc3339(Duration::ZERO, true),
+        "deadline": from_now(3600),
+        "payload": {"command": ["true"]},
+        "metadata": {"name": "t", "description": "d", "owner": "me@example.com", "source": "https://example.com/x"}
+    });
+    for (key, value) in patch.as_object().unwrap() {
+        if value.is_null() {
+            def.as_object_mut().unwrap().remove(key);
+        } else {
+            def[key] = value.clone();
+        }
+    }
+    def
+}

@@ -1,0 +1,299 @@
+//! Tasks, dependencies, groups and queue listings.
+
+use std::sync::Arc;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::{TestApp, from_now, slugid};
+
+#[tokio::test]
+async fn definition_and_status_round_trip() {
+    let app = TestApp::start().await;
+    let task_id = slugid();
+    let status = app
+        .create(
+            &task_id,
+            json!({"provisionerId": "prov", "workerType": "wt", "taskQueueId": null}),
+        )
+        .await;
+    assert_eq!(status["state"], "pending");
+    assert_eq!(status["retriesLeft"], 5);
+    let (_, task) = app.get(&format!("/task/{task_id}")).await;
+    assert_eq!(
+        task["taskQueueId"], "prov/wt",
+        "both forms of the queue are returned"
+    );
+    assert_eq!(task["provisionerId"], "prov");
+    assert_eq!(task["schedulerId"], "-");
+    assert_eq!(task["taskGroupId"], task_id.as_str());
+    assert_eq!(task["priority"], "lowest");
+    let (_, status) = app.get(&format!("/task/{task_id}/status")).await;
+    assert_eq!(status["status"]["taskId"], task_id.as_str());
+
+    let unknown = slugid();
+    let (_, batch) = app
+        .post("/tasks", json!({"taskIds": [task_id, unknown]}))
+        .await;
+    assert_eq!(
+        batch["tasks"].as_array().unwrap().len(),
+        1,
+        "unknown ids are left out"
+    );
+    let (_, batch) = app
+        .post("/tasks/status", json!({"taskIds": [task_id]}))
+        .await;
+    assert_eq!(batch["statuses"][0]["status"]["state"], "pending");
+}
+
+#[tokio::test]
+async fn a_chain_of_dependencies_runs_in_order() {
+    let app = TestApp::start().await;
+    let build = slugid();
+    let test = slugid();
+    let report = slugid();
+    app.create(&build, json!({})).await;
+    let status = app.create(&test, json!({"dependencies": [build]})).await;
+    assert_eq!(status["state"], "unscheduled");
+    app.create(
+        &report,
+        json!({"dependencies": [build, test], "requires": "all-resolved"}),
+    )
+    .await;
+
+    let (_, dependents) = app.get(&format!("/task/{build}/dependents")).await;
+    assert_eq!(dependents["tasks"].as_array().unwrap().len(), 2);
+
+    for expected in [&build, &test, &report] {
+        let claims = app.claim("prov/wt", "w", 5).await;
+        assert_eq!(claims.len(), 1, "one task at a time becomes pending");
+        assert_eq!(claims[0]["status"]["taskId"], expected.as_str());
+        let how = if expected == &test {
+            "failed"
+        } else {
+            "completed"
+        };
+        app.report(expected, 0, how).await;
+    }
+    let (_, status) = app.get(&format!("/task/{report}/status")).await;
+    assert_eq!(
+        status["status"]["state"], "completed",
+        "all-resolved ran after a failure"
+    );
+}
+
+#[tokio::test]
+async fn schedule_cancel_rerun_and_priority() {
+    let app = TestApp::start().await;
+    let blocker = slugid();
+    let waiting = slugid();
+    app.create(&blocker, json!({})).await;
+    app.create(&waiting, json!({"dependencies": [blocker]}))
+        .await;
+    let (_, forced) = app
+        .post(&format!("/task/{waiting}/schedule"), json!({}))
+        .await;
+    assert_eq!(
+        forced["status"]["state"], "pending",
+        "scheduleTask ignores dependencies"
+    );
+
+    let (_, changed) = app
+        .post(
+            &format!("/task/{waiting}/priority"),
+            json!({"newPriority": "very-high"}),
+        )
+        .await;
+    assert_eq!(changed["status"]["priority"], "very-high");
+    let (code, bad) = app
+        .post(
+            &format!("/task/{waiting}/priority"),
+            json!({"newPriority": "urgent"}),
+        )
+        .await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}");
+    assert!(
+        bad["message"].as_str().unwrap().contains("newPriority"),
+        "{bad}"
+    );
+
+    let (_, canceled) = app
+        .post(&format!("/task/{waiting}/cancel"), json!({}))
+        .await;
+    assert_eq!(canceled["status"]["state"], "exception");
+    assert_eq!(canceled["status"]["runs"][0]["reasonResolved"], "canceled");
+    let (_, rerun) = app.post(&format!("/task/{waiting}/rerun"), json!({})).await;
+    assert_eq!(rerun["status"]["state"], "pending");
+    assert_eq!(rerun["status"]["runs"][1]["reasonCreated"], "rerun");
+    let claims = app.claim("prov/wt", "w", 1).await;
+    assert_eq!(
+        claims[0]["status"]["taskId"],
+        waiting.as_str(),
+        "very-high before lowest"
+    );
+}
+
+#[tokio::test]
+async fn task_groups_list_seal_and_cancel() {
+    let app = TestApp::start().await;
+    let group = slugid();
+    for _ in 0..5 {
+        app.create(
+            &slugid(),
+            json!({"taskGroupId": group, "schedulerId": "sched"}),
+        )
+        .await;
+    }
+    let (_, info) = app.get(&format!("/task-group/{group}")).await;
+    assert_eq!(info["schedulerId"], "sched");
+    assert!(info.get("sealed").is_none());
+
+    let (_, first) = app.get(&format!("/task-group/{group}/list?limit=3")).await;
+    assert_eq!(first["tasks"].as_array().unwrap().len(), 3);
+    let token = first["continuationToken"].as_str().unwrap();
+    let (_, second) = app
+        .get(&format!(
+            "/task-group/{group}/list?limit=3&continuationToken={token}"
+        ))
+        .await;
+    assert_eq!(second["tasks"].as_array().unwrap().len(), 2);
+    assert!(second.get("continuationToken").is_none());
+    assert!(
+        second["tasks"][0]["task"]["payload"].is_object(),
+        "listings carry definitions"
+    );
+
+    let (code, _) = app
+        .post(&format!("/task-group/{group}/cancel"), json!({}))
+        .await;
+    assert_eq!(code, StatusCode::CONFLICT, "cancel needs a sealed group");
+    let (_, sealed) = app
+        .post(&format!("/task-group/{group}/seal"), json!({}))
+        .await;
+    assert!(sealed["sealed"].is_string());
+    let (code, _) = app
+        .put(
+            &format!("/task/{}", slugid()),
+            crate::task_def(json!({"taskGroupId": group, "schedulerId": "sched"})),
+        )
+        .await;
+    assert_eq!(code, StatusCode::CONFLICT, "a sealed group takes no tasks");
+
+    let (_, priority) = app
+        .post(
+            &format!("/task-group/{group}/priority"),
+            json!({"newPriority": "high"}),
+        )
+        .await;
+    assert_eq!(priority["taskIds"].as_array().unwrap().len(), 5);
+    let (_, canceled) = app
+        .post(&format!("/task-group/{group}/cancel"), json!({}))
+        .await;
+    assert_eq!(canceled["taskGroupSize"], 5);
+    assert_eq!(canceled["cancelledCount"], 5);
+}
+
+#[tokio::test]
+async fn queue_counts_and_listings() {
+    let app = TestApp::start().await;
+    for _ in 0..3 {
+        app.create(&slugid(), json!({"taskQueueId": "prov/q"}))
+            .await;
+    }
+    let claims = app.claim("prov/q", "w7", 1).await;
+    let (_, counts) = app.get("/task-queues/prov%2Fq/counts").await;
+    assert_eq!(
+        (
+            counts["pendingTasks"].as_u64(),
+            counts["claimedTasks"].as_u64()
+        ),
+        (Some(2), Some(1))
+    );
+    let (_, legacy) = app.get("/pending/prov/q").await;
+    assert_eq!(legacy["pendingTasks"], 2);
+    assert_eq!(legacy["workerType"], "q");
+
+    let (_, pending) = app.get("/task-queues/prov%2Fq/pending?limit=1").await;
+    assert_eq!(pending["tasks"].as_array().unwrap().len(), 1);
+    let token = pending["continuationToken"].as_str().unwrap();
+    let (_, rest) = app
+        .get(&format!(
+            "/task-queues/prov%2Fq/pending?continuationToken={token}"
+        ))
+        .await;
+    assert_eq!(rest["tasks"].as_array().unwrap().len(), 1);
+    assert_ne!(rest["tasks"][0]["taskId"], pending["tasks"][0]["taskId"]);
+
+    let (_, claimed) = app.get("/task-queues/prov/q/claimed").await;
+    assert_eq!(claimed["tasks"][0]["workerId"], "w7");
+    assert_eq!(claimed["tasks"][0]["taskId"], claims[0]["status"]["taskId"]);
+
+    let (_, queues) = app.get("/task-queues").await;
+    assert_eq!(queues["taskQueues"][0]["taskQueueId"], "prov/q");
+    let (_, queue) = app.get("/task-queues/prov%2Fq").await;
+    assert_eq!(queue["taskQueueId"], "prov/q");
+    let (code, _) = app.get("/task-queues/prov%2Fnone").await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_deadline_resolves_the_task_and_releases_all_resolved_dependents() {
+    let app = Arc::new(TestApp::start().await);
+    let doomed = slugid();
+    // A 1-second deadline; nothing claims it (its queue has no workers).
+    let deadline = from_now(1);
+    app.create(
+        &doomed,
+        json!({"taskQueueId": "prov/nobody", "deadline": deadline}),
+    )
+    .await;
+    let after = slugid();
+    app.create(
+        &after,
+        json!({"dependencies": [doomed], "requires": "all-resolved"}),
+    )
+    .await;
+    // This long poll returns once the deadline fires and releases the dependent.
+    let claims = app.claim("prov/wt", "w", 1).await;
+    assert_eq!(claims[0]["status"]["taskId"], after.as_str());
+    let (_, status) = app.get(&format!("/task/{doomed}/status")).await;
+    assert_eq!(status["status"]["state"], "exception");
+    assert_eq!(
+        status["status"]["runs"][0]["reasonResolved"],
+        "deadline-exceeded"
+    );
+    assert_eq!(
+        status["status"]["runs"][0]["reasonCreated"], "scheduled",
+        "the pending run was the one resolved"
+    );
+}
+
+#[tokio::test]
+async fn health_and_reference() {
+    let app = TestApp::start().await;
+    let (code, ping) = app.get("/ping").await;
+    assert_eq!(
+        (code, ping["alive"].as_bool()),
+        (StatusCode::OK, Some(true))
+    );
+    for path in ["/__heartbeat__", "/__lbheartbeat__", "/__version__"] {
+        let (code, _) = app.get(path).await;
+        assert_eq!(code, StatusCode::OK, "{path}");
+    }
+    let (_, reference) = app.get("/reference").await;
+    let names: Vec<&str> = reference["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    for name in [
+        "createTask",
+        "claimWork",
+        "reportCompleted",
+        "listTaskGroup",
+        "taskQueueCounts",
+    ] {
+        assert!(names.contains(&name), "{name} missing from the reference");
+    }
+}
