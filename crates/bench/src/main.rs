@@ -1,0 +1,328 @@
+//! `shoal-bench`: measures a real `shoal server` process over loopback on durable storage.
+//!
+//! - throughput: tasks/s for createTask -> claimWork -> reportCompleted with concurrent
+//!   clients and workers;
+//! - wake: latency from sending createTask to an idle long-polling worker receiving the claim;
+//! - scale: claim cost and server memory with 10^3 and 10^6 pending tasks.
+//!
+//! The server binary is the `shoal` next to this one (build both with `--bins`).
+#![expect(clippy::print_stdout, reason = "a benchmark reports on stdout")]
+
+mod server;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+
+use crate::server::Server;
+
+#[derive(Debug, Parser)]
+#[command(about = "Benchmarks of a real shoal server over loopback")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Every benchmark, with the default sizes.
+    All,
+    /// Tasks/s through create -> claim -> complete.
+    Throughput {
+        #[arg(long, default_value_t = 50_000)]
+        tasks: usize,
+        #[arg(long, default_value_t = 32)]
+        creators: usize,
+        #[arg(long, default_value_t = 32)]
+        workers: usize,
+        #[arg(long, default_value_t = 8)]
+        batch: usize,
+    },
+    /// Claim-wake latency of an idle long-polling worker.
+    Wake {
+        #[arg(long, default_value_t = 1000)]
+        samples: usize,
+    },
+    /// Claim cost and memory with many pending tasks.
+    Scale {
+        #[arg(long, value_delimiter = ',', default_value = "1000,1000000")]
+        pending: Vec<usize>,
+        #[arg(long, default_value_t = 20_000)]
+        claims: usize,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        println!(
+            "machine: {} cores, {}",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model()
+        );
+        match cli.command.unwrap_or(Command::All) {
+            Command::All => {
+                throughput(50_000, 32, 32, 8).await?;
+                wake(1000).await?;
+                scale(&[1_000, 1_000_000], 20_000).await?;
+            }
+            Command::Throughput {
+                tasks,
+                creators,
+                workers,
+                batch,
+            } => throughput(tasks, creators, workers, batch).await?,
+            Command::Wake { samples } => wake(samples).await?,
+            Command::Scale { pending, claims } => scale(&pending, claims).await?,
+        }
+        Ok(())
+    })
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown cpu".into())
+}
+
+/// A task definition for `queue`, valid for an hour.
+fn definition(queue: &str) -> Value {
+    let now = shoal_engine::Timestamp(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+    );
+    json!({
+        "taskQueueId": queue,
+        "created": now.to_string(),
+        "deadline": now.plus_secs(3600).to_string(),
+        "payload": {"command": [["true"]], "maxRunTime": 600},
+        "metadata": {"name": "bench", "description": "benchmark task", "owner": "bench@example.com", "source": "https://example.com/bench"}
+    })
+}
+
+/// Percentile of sorted samples.
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+async fn throughput(
+    n_tasks: usize,
+    n_creators: usize,
+    n_workers: usize,
+    batch: usize,
+) -> anyhow::Result<()> {
+    let server = Server::start(None, &[]).await?;
+    let client = server.client();
+    let created = Arc::new(AtomicUsize::new(0));
+    let completed = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut creators = tokio::task::JoinSet::new();
+    for _ in 0..n_creators {
+        let (client, base, created) = (client.clone(), server.base.clone(), Arc::clone(&created));
+        creators.spawn(async move {
+            while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
+                let url = format!("{base}/task/{}", slugid::nice());
+                let res = client
+                    .put(url)
+                    .json(&definition("bench/throughput"))
+                    .send()
+                    .await?;
+                anyhow::ensure!(
+                    res.status().is_success(),
+                    "createTask: {}",
+                    res.text().await?
+                );
+            }
+            Ok(())
+        });
+    }
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..n_workers {
+        let (client, base, completed) =
+            (client.clone(), server.base.clone(), Arc::clone(&completed));
+        workers.spawn(async move {
+            let body = json!({"workerGroup": "bench", "workerId": format!("w{w}"), "tasks": batch});
+            while completed.load(Ordering::Relaxed) < n_tasks {
+                let res: Value = client
+                    .post(format!("{base}/claim-work/bench%2Fthroughput"))
+                    .json(&body)
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                for claim in res["tasks"].as_array().cloned().unwrap_or_default() {
+                    let task_id = claim["status"]["taskId"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let run_id = claim["runId"].as_u64().unwrap_or(0);
+                    let res = client
+                        .post(format!("{base}/task/{task_id}/runs/{run_id}/completed"))
+                        .send()
+                        .await?;
+                    anyhow::ensure!(
+                        res.status().is_success(),
+                        "reportCompleted: {}",
+                        res.text().await?
+                    );
+                    completed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok::<(), anyhow::Error>(())
+        });
+    }
+    while let Some(res) = creators.join_next().await {
+        res??;
+    }
+    let create_secs = started.elapsed().as_secs_f64();
+    while completed.load(Ordering::Relaxed) < n_tasks {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    workers.abort_all();
+    println!(
+        "throughput: {n_tasks} tasks create->claim->complete in {elapsed:.2} s = {:.0} tasks/s end to end \
+         ({n_creators} creators, {n_workers} workers claiming {batch} at a time; creates alone finished at {:.0}/s; \
+         server RSS {} MB)",
+        n_tasks as f64 / elapsed,
+        n_tasks as f64 / create_secs,
+        server.rss_mb()
+    );
+    server.stop().await;
+    Ok(())
+}
+
+async fn wake(samples: usize) -> anyhow::Result<()> {
+    let server = Server::start(None, &[]).await?;
+    let client = server.client();
+    let mut latencies = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let (client2, base) = (client.clone(), server.base.clone());
+        let waiting = tokio::spawn(async move {
+            let body = json!({"workerGroup": "bench", "workerId": "idle", "tasks": 1});
+            let res: Value = client2
+                .post(format!("{base}/claim-work/bench%2Fwake"))
+                .json(&body)
+                .send()
+                .await?
+                .json()
+                .await?;
+            Ok::<(Instant, Value), anyhow::Error>((Instant::now(), res))
+        });
+        // Give the long poll time to reach the server and go idle.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let sent = Instant::now();
+        let url = format!("{}/task/{}", server.base, slugid::nice());
+        let res = client
+            .put(url)
+            .json(&definition("bench/wake"))
+            .send()
+            .await?;
+        anyhow::ensure!(res.status().is_success(), "createTask failed");
+        let (received, claims) = waiting.await??;
+        anyhow::ensure!(
+            claims["tasks"].as_array().is_some_and(|t| t.len() == 1),
+            "claim came back empty"
+        );
+        latencies.push(received.saturating_duration_since(sent));
+    }
+    latencies.sort();
+    println!(
+        "wake: idle long-polling worker, createTask sent -> claim received, {samples} samples: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        percentile(&latencies, 0.5).as_secs_f64() * 1e3,
+        percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+        latencies.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+    );
+    server.stop().await;
+    Ok(())
+}
+
+async fn scale(sizes: &[usize], n_claims: usize) -> anyhow::Result<()> {
+    let mut costs = Vec::new();
+    for &n_pending in sizes {
+        let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+        let preload = Instant::now();
+        server::preload(dir.path(), "bench/scale", n_pending)
+            .await
+            .context("preloading")?;
+        let preload_secs = preload.elapsed().as_secs_f64();
+        let boot = Instant::now();
+        let server = Server::start(Some(dir.path()), &[]).await?;
+        let boot_secs = boot.elapsed().as_secs_f64();
+        let rss_idle = server.rss_mb();
+        let client = server.client();
+        let n_workers = 4;
+        let per_worker = n_claims.min(n_pending) / n_workers;
+        let started = Instant::now();
+        let mut workers = tokio::task::JoinSet::new();
+        for w in 0..n_workers {
+            let (client, base) = (client.clone(), server.base.clone());
+            workers.spawn(async move {
+                let body = json!({"workerGroup": "bench", "workerId": format!("s{w}"), "tasks": 1});
+                let mut latencies = Vec::with_capacity(per_worker);
+                for _ in 0..per_worker {
+                    let sent = Instant::now();
+                    let res: Value = client
+                        .post(format!("{base}/claim-work/bench%2Fscale"))
+                        .json(&body)
+                        .send()
+                        .await?
+                        .json()
+                        .await?;
+                    latencies.push(sent.elapsed());
+                    anyhow::ensure!(
+                        res["tasks"].as_array().is_some_and(|t| t.len() == 1),
+                        "nothing to claim"
+                    );
+                }
+                Ok::<Vec<Duration>, anyhow::Error>(latencies)
+            });
+        }
+        let mut latencies = Vec::new();
+        while let Some(res) = workers.join_next().await {
+            latencies.extend(res??);
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        latencies.sort();
+        let rate = latencies.len() as f64 / elapsed;
+        println!(
+            "scale: {n_pending} pending (preloaded in {preload_secs:.1} s, server ready in {boot_secs:.2} s, RSS {rss_idle} MB idle, {} MB after): \
+             {} claims by {n_workers} workers at {rate:.0} claims/s, p50 {:.2} ms, p99 {:.2} ms",
+            server.rss_mb(),
+            latencies.len(),
+            percentile(&latencies, 0.5).as_secs_f64() * 1e3,
+            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+        );
+        costs.push((n_pending, 1.0 / rate, percentile(&latencies, 0.5)));
+        server.stop().await;
+    }
+    if let (Some(first), Some(last)) = (costs.first(), costs.last()) {
+        if first.0 != last.0 {
+            println!(
+                "scale: claim cost at {} pending is {:.2}x the cost at {} (by throughput), {:.2}x (by p50 latency)",
+                last.0,
+                last.1 / first.1,
+                first.0,
+                last.2.as_secs_f64() / first.2.as_secs_f64()
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! Starting and stopping a `shoal server` child process, and preloading its database.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use anyhow::Context;
+use shoal_engine::TaskId;
+use shoal_engine::definition::TaskDefinitionInput;
+use shoal_store::{SqliteConfig, SqliteStore, Store};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A running server process with its data directory.
+pub(crate) struct Server {
+    pub(crate) base: String,
+    child: Child,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Starts `shoal server` on a free loopback port, over `data_dir` or a fresh directory.
+    pub(crate) async fn start(
+        data_dir: Option<&Path>,
+        extra_args: &[&str],
+    ) -> anyhow::Result<Server> {
+        let (dir, path) = match data_dir {
+            Some(path) => (None, path.to_path_buf()),
+            None => {
+                let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+                let path = dir.path().to_path_buf();
+                (Some(dir), path)
+            }
+        };
+        let mut child = Command::new(server_binary()?)
+            .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&path)
+            .args(extra_args)
+            .env("SHOAL_LOG", "warn")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting shoal server")?;
+        let stdout = child.stdout.take().context("server stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = lines
+            .next_line()
+            .await?
+            .context("server exited before listening")?;
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .context("no address")?;
+        Ok(Server {
+            base: format!("http://{addr}/api/queue/v1"),
+            child,
+            _dir: dir,
+        })
+    }
+
+    /// A pooled HTTP client.
+    pub(crate) fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .unwrap_or_default()
+    }
+
+    /// The server's resident memory in MB.
+    pub(crate) fn rss_mb(&self) -> u64 {
+        let Some(pid) = self.child.id() else { return 0 };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kb: u64 = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        kb / 1024
+    }
+
+    /// Stops the server.
+    pub(crate) async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+fn server_binary() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let path = me.with_file_name("shoal");
+    anyhow::ensure!(
+        path.exists(),
+        "{} not found: build it with `cargo build --release --bins`",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// Writes `n` pending tasks in `queue` straight into a database under `dir`.
+pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result<()> {
+    let config = SqliteConfig {
+        path: dir.join("shoal.db"),
+        claim_timeout_secs: 1200,
+    };
+    let store = Store::Sqlite(SqliteStore::open(&config)?);
+    let n_loaders = 64;
+    let mut loaders = tokio::task::JoinSet::new();
+    for l in 0..n_loaders {
+        let (store, queue) = (store.clone(), queue.to_owned());
+        loaders.spawn(async move {
+            let mut idx = l;
+            while idx < n {
+                let input: TaskDefinitionInput = serde_json::from_value(crate::definition(&queue))?;
+                let task_id = TaskId::parse(&slugid::nice()).context("slugid")?;
+                let now = shoal_engine::Timestamp(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)?
+                        .as_millis() as i64,
+                );
+                let definition = input
+                    .validate(task_id, now)
+                    .map_err(|r| anyhow::anyhow!("{r}"))?;
+                let _ = store.create_task(definition, task_id, now).await?;
+                idx += n_loaders;
+            }
+            Ok::<(), anyhow::Error>(())
+        });
+    }
+    while let Some(res) = loaders.join_next().await {
+        res??;
+    }
+    store.close().await;
+    Ok(())
+}
