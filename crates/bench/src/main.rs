@@ -130,6 +130,10 @@ async fn throughput(
 ) -> anyhow::Result<()> {
     let server = Server::start(None, &[]).await?;
     let client = server.client();
+    let (server_cpu0, bench_cpu0) = (
+        server.cpu_secs(),
+        server::process_cpu_secs("/proc/self/stat"),
+    );
     let created = Arc::new(AtomicUsize::new(0));
     let completed = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
@@ -197,13 +201,17 @@ async fn throughput(
     }
     let elapsed = started.elapsed().as_secs_f64();
     workers.abort_all();
+    let server_cpu = server.cpu_secs() - server_cpu0;
+    let bench_cpu = server::process_cpu_secs("/proc/self/stat") - bench_cpu0;
     println!(
         "throughput: {n_tasks} tasks create->claim->complete in {elapsed:.2} s = {:.0} tasks/s end to end \
          ({n_creators} creators, {n_workers} workers claiming {batch} at a time; creates alone finished at {:.0}/s; \
-         server RSS {} MB)",
+         server RSS {} MB; CPU: server {:.0} us/task, load generator {:.0} us/task)",
         n_tasks as f64 / elapsed,
         n_tasks as f64 / create_secs,
-        server.rss_mb()
+        server.rss_mb(),
+        server_cpu * 1e6 / n_tasks as f64,
+        bench_cpu * 1e6 / n_tasks as f64,
     );
     server.stop().await;
     Ok(())

@@ -79,6 +79,13 @@ impl Server {
         kb / 1024
     }
 
+    /// CPU seconds (user + system) the server has used so far.
+    pub(crate) fn cpu_secs(&self) -> f64 {
+        self.child
+            .id()
+            .map_or(0.0, |pid| process_cpu_secs(&format!("/proc/{pid}/stat")))
+    }
+
     /// Stops the server.
     pub(crate) async fn stop(mut self) {
         let _ = self.child.kill().await;
@@ -131,4 +138,20 @@ pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result
     }
     store.close().await;
     Ok(())
+}
+
+/// User + system CPU seconds of a process, from its `/proc/<pid>/stat`.
+pub(crate) fn process_cpu_secs(stat_path: &str) -> f64 {
+    let stat = std::fs::read_to_string(stat_path).unwrap_or_default();
+    // Fields after the parenthesized command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |idx: usize| {
+        fields
+            .get(idx)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // The kernel reports in clock ticks, 100 per second on Linux.
+    (ticks(11) + ticks(12)) / 100.0
 }

@@ -115,7 +115,7 @@ impl SqliteStore {
         }
         let mut conn = Connection::open(&config.path)?;
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -65536; \
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -16384; \
              PRAGMA temp_store = MEMORY; PRAGMA busy_timeout = 5000;",
         )?;
         conn.set_prepared_statement_cache_capacity(64);
@@ -335,7 +335,10 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
     let mut deliveries = Vec::with_capacity(batch.len());
     for job in batch.drain(..) {
         let mark = state.index.mark();
-        if let Err(err) = conn.execute_batch("SAVEPOINT job") {
+        if let Err(err) = conn
+            .prepare_cached("SAVEPOINT job")
+            .and_then(|mut stmt| stmt.execute([]))
+        {
             job.fail(err.to_string());
             continue;
         }

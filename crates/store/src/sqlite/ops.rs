@@ -8,7 +8,7 @@ use shoal_engine::status::{TaskState, TaskStatus};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::sqlite::row::{TaskRow, raw_json};
+use crate::sqlite::row::TaskRow;
 use crate::sqlite::tx::{Tx, json};
 use crate::{
     Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, TaskEvent, TaskGroup,
@@ -35,8 +35,6 @@ pub(crate) fn create_task(
     }
     ensure_group(tx, definition)?;
     let satisfied = check_dependencies(tx, definition, task_id)?;
-    let task = Task::new(task_id, definition);
-    tx.insert(&task, &text)?;
     {
         let mut stmt = tx.conn.prepare_cached(
             "INSERT INTO task_dependencies (required_task_id, dependent_task_id, requires, satisfied) \
@@ -58,11 +56,13 @@ pub(crate) fn create_task(
         event: Event::Defined,
     });
     let mut row = TaskRow {
-        task,
+        task: Task::new(task_id, definition),
         pending_seq: None,
     };
     if satisfied.iter().all(|done| *done) {
-        tx.step(&mut row, now, |task| task.schedule(now))?;
+        tx.step_new(&mut row, now, |task| task.schedule(now), &text)?;
+    } else {
+        tx.insert(&row, &text)?;
     }
     Ok(row.task.status())
 }
@@ -221,7 +221,7 @@ pub(crate) fn claim_run(
     request: &ClaimRequest,
     now: Timestamp,
 ) -> Result<Claim, StoreError> {
-    let mut row = tx.load_existing(task_id)?;
+    let (mut row, definition) = tx.load_with_definition(task_id)?;
     let claim_timeout = tx.state.claim_timeout_secs;
     tx.step(&mut row, now, |task| {
         task.claim(
@@ -232,12 +232,6 @@ pub(crate) fn claim_run(
             claim_timeout,
         )
     })?;
-    let definition = {
-        let mut stmt = tx
-            .conn
-            .prepare_cached("SELECT definition FROM tasks WHERE task_id = ?1")?;
-        stmt.query_row([task_id.as_str()], |row| Ok(raw_json(row, 0)))??
-    };
     let taken_until = row.task.running_until().unwrap_or(now);
     Ok(Claim {
         status: row.task.status(),

@@ -10,7 +10,9 @@ use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::pending::{PendingIndex, PendingKey, PendingRun};
-use crate::sqlite::row::{TASK_COLUMNS, TaskRow, task_from_row};
+use serde_json::value::RawValue;
+
+use crate::sqlite::row::{N_TASK_COLUMNS, TASK_COLUMNS, TaskRow, raw_json, task_from_row};
 use crate::{StoreError, TaskEvent};
 
 /// How often at most a queue's last-active time is written.
@@ -57,6 +59,21 @@ impl Tx<'_> {
         }
     }
 
+    /// Loads a task together with its stored definition (for claims, which return both).
+    pub(crate) fn load_with_definition(
+        &self,
+        task_id: TaskId,
+    ) -> Result<(TaskRow, Box<RawValue>), StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ?1"
+        ))?;
+        let mut rows = stmt.query([task_id.as_str()])?;
+        match rows.next()? {
+            Some(row) => Ok((task_from_row(row)?, raw_json(row, N_TASK_COLUMNS)?)),
+            None => Err(Rejection::NotFound(format!("task {task_id} not found")).into()),
+        }
+    }
+
     pub(crate) fn load_existing(&self, task_id: TaskId) -> Result<TaskRow, StoreError> {
         self.load(task_id)?
             .ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")).into())
@@ -71,9 +88,11 @@ impl Tx<'_> {
             .optional()?)
     }
 
-    /// Inserts a new task row (no runs yet).
-    pub(crate) fn insert(&mut self, task: &Task, definition: &str) -> Result<(), StoreError> {
+    /// Inserts a new task row as it stands (the caller has already run its first transition).
+    pub(crate) fn insert(&mut self, row: &TaskRow, definition: &str) -> Result<(), StoreError> {
+        let task = &row.task;
         let meta = &task.meta;
+        let state = task.state();
         let dimensions = (!meta.dimensions.is_empty())
             .then(|| json(&meta.dimensions))
             .transpose()?;
@@ -81,7 +100,7 @@ impl Tx<'_> {
             "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
              retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, \
              deadline_due, pending_seq, definition) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, '[]', 'unscheduled', NULL, ?9, NULL, ?13)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         )?;
         stmt.execute(params![
             task.task_id.as_str(),
@@ -96,6 +115,11 @@ impl Tx<'_> {
             meta.expires.millis(),
             meta.requires.as_str(),
             dimensions,
+            json(task.runs())?,
+            state.as_str(),
+            task.running_until().map(Timestamp::millis),
+            (!state.is_resolved()).then_some(meta.deadline.millis()),
+            row.pending_seq.map(|seq| seq as i64),
             definition,
         ])?;
         Ok(())
@@ -108,6 +132,28 @@ impl Tx<'_> {
         row: &mut TaskRow,
         now: Timestamp,
         transition: impl FnOnce(&mut Task) -> Result<Effects, Rejection>,
+    ) -> Result<(), StoreError> {
+        self.step_and_persist(row, now, transition, Persist::Update)
+    }
+
+    /// [`Tx::step`] for a task not yet stored: the row is inserted in its stepped state, one
+    /// write instead of an insert and an update.
+    pub(crate) fn step_new(
+        &mut self,
+        row: &mut TaskRow,
+        now: Timestamp,
+        transition: impl FnOnce(&mut Task) -> Result<Effects, Rejection>,
+        definition: &str,
+    ) -> Result<(), StoreError> {
+        self.step_and_persist(row, now, transition, Persist::Insert { definition })
+    }
+
+    fn step_and_persist(
+        &mut self,
+        row: &mut TaskRow,
+        now: Timestamp,
+        transition: impl FnOnce(&mut Task) -> Result<Effects, Rejection>,
+        persist: Persist<'_>,
     ) -> Result<(), StoreError> {
         let old_key = pending_key(row);
         let old_run = last_pending_run(&row.task);
@@ -145,7 +191,10 @@ impl Tx<'_> {
                 );
             }
         }
-        self.save(row, old_priority != row.task.meta.priority)?;
+        match persist {
+            Persist::Update => self.save(row, old_priority != row.task.meta.priority)?,
+            Persist::Insert { definition } => self.insert(row, definition)?,
+        }
         let task = &row.task;
         self.events
             .extend(effects.0.into_iter().map(|event| TaskEvent {
@@ -261,6 +310,14 @@ impl Tx<'_> {
             .insert(task_queue_id.to_owned(), now.millis());
         Ok(())
     }
+}
+
+/// How a stepped row reaches the table.
+enum Persist<'a> {
+    /// The row exists: update its mutable columns.
+    Update,
+    /// The row is new: insert it whole.
+    Insert { definition: &'a str },
 }
 
 fn last_pending_run(task: &Task) -> Option<u32> {
