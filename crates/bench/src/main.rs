@@ -321,8 +321,10 @@ async fn scale(sizes: &[usize], n_claims: usize) -> anyhow::Result<()> {
         costs.push((n_pending, 1.0 / rate, percentile(&latencies, 0.5)));
         server.stop().await;
     }
-    if let (Some(first), Some(last)) = (costs.first(), costs.last()) {
-        if first.0 != last.0 {
+    if let (Some(first), Some(last)) = (costs.first(), costs.last())
+        && first.0 != last.0
+    {
+        {
             println!(
                 "scale: claim cost at {} pending is {:.2}x the cost at {} (by throughput), {:.2}x (by p50 latency)",
                 last.0,
