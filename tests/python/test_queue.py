@@ -1,0 +1,155 @@
+"""The official Taskcluster Python client against Shoal: what a Taskcluster user does."""
+
+import pytest
+import taskcluster
+from taskcluster import slugid
+from taskcluster.exceptions import TaskclusterRestFailure
+
+
+def claim(queue, task_queue_id, worker_id="w1", tasks=1):
+    return queue.claimWork(task_queue_id, {"workerGroup": "py", "workerId": worker_id, "tasks": tasks})["tasks"]
+
+
+def test_ping(queue):
+    assert queue.ping()["alive"] is True
+
+
+def test_create_claim_reclaim_complete(queue, make_task, task_queue_id):
+    task_id = slugid.nice()
+    status = queue.createTask(task_id, make_task())["status"]
+    assert status["state"] == "pending"
+    assert queue.task(task_id)["taskQueueId"] == task_queue_id
+
+    claims = claim(queue, task_queue_id)
+    assert len(claims) == 1
+    assert claims[0]["status"]["taskId"] == task_id
+    assert claims[0]["task"]["payload"] == {"command": ["true"]}
+
+    reclaimed = queue.reclaimTask(task_id, "0")
+    assert reclaimed["takenUntil"] >= claims[0]["takenUntil"]
+    assert queue.reportCompleted(task_id, "0")["status"]["state"] == "completed"
+    assert queue.status(task_id)["status"]["runs"][0]["reasonResolved"] == "completed"
+
+
+def test_create_is_idempotent_and_conflicts(queue, make_task):
+    task_id = slugid.nice()
+    definition = make_task()
+    queue.createTask(task_id, definition)
+    queue.createTask(task_id, definition)
+    with pytest.raises(TaskclusterRestFailure) as err:
+        queue.createTask(task_id, {**definition, "retries": 1})
+    assert err.value.status_code == 409
+
+
+def test_errors_name_the_field(queue, make_task):
+    with pytest.raises(TaskclusterRestFailure) as err:
+        queue.createTask(slugid.nice(), make_task(priority="normal"))
+    assert err.value.status_code == 400
+    assert "priority" in err.value.body["message"]
+    assert err.value.body["code"] == "InputValidationError"
+    with pytest.raises(TaskclusterRestFailure) as err:
+        queue.status(slugid.nice())
+    assert err.value.status_code == 404
+    assert err.value.body["code"] == "ResourceNotFound"
+
+
+def test_failed_and_exception_with_retry(queue, make_task, task_queue_id):
+    failing = slugid.nice()
+    queue.createTask(failing, make_task())
+    claim(queue, task_queue_id)
+    assert queue.reportFailed(failing, "0")["status"]["state"] == "failed"
+
+    flaky = slugid.nice()
+    queue.createTask(flaky, make_task(retries=1))
+    claim(queue, task_queue_id)
+    status = queue.reportException(flaky, "0", {"reason": "intermittent-task"})["status"]
+    assert status["state"] == "pending"
+    assert status["runs"][1]["reasonCreated"] == "task-retry"
+    assert status["retriesLeft"] == 0
+
+
+def test_claim_expiry_retries(queue, make_task, task_queue_id):
+    task_id = slugid.nice()
+    queue.createTask(task_id, make_task())
+    claim(queue, task_queue_id, "doomed")
+    # The server's claims last 2 s; keep long-polling until the retry run is handed out.
+    for _ in range(20):
+        claims = claim(queue, task_queue_id, "heir")
+        if claims:
+            break
+    assert claims[0]["runId"] == 1
+    assert claims[0]["status"]["runs"][0]["reasonResolved"] == "claim-expired"
+
+
+def test_dependencies(queue, make_task, task_queue_id):
+    build, test = slugid.nice(), slugid.nice()
+    queue.createTask(build, make_task())
+    assert queue.createTask(test, make_task(dependencies=[build]))["status"]["state"] == "unscheduled"
+    dependents = queue.listDependentTasks(build)["tasks"]
+    assert [t["status"]["taskId"] for t in dependents] == [test]
+    claim(queue, task_queue_id)
+    queue.reportCompleted(build, "0")
+    assert queue.status(test)["status"]["state"] == "pending"
+
+    with pytest.raises(TaskclusterRestFailure) as err:
+        queue.createTask(slugid.nice(), make_task(dependencies=[slugid.nice()]))
+    assert err.value.status_code == 400
+
+
+def test_groups(queue, make_task):
+    group = slugid.nice()
+    ids = [slugid.nice() for _ in range(3)]
+    for task_id in ids:
+        queue.createTask(task_id, make_task(taskGroupId=group, schedulerId="py-sched"))
+    page = queue.listTaskGroup(group, query={"limit": 2})
+    assert len(page["tasks"]) == 2 and "continuationToken" in page
+    rest = queue.listTaskGroup(group, query={"limit": 2, "continuationToken": page["continuationToken"]})
+    listed = {t["status"]["taskId"] for t in page["tasks"] + rest["tasks"]}
+    assert listed == set(ids)
+    assert queue.getTaskGroup(group)["schedulerId"] == "py-sched"
+
+    with pytest.raises(TaskclusterRestFailure) as err:
+        queue.cancelTaskGroup(group)
+    assert err.value.status_code == 409
+    assert "sealed" in queue.sealTaskGroup(group)
+    result = queue.cancelTaskGroup(group)
+    assert result["cancelledCount"] == 3
+    assert queue.status(ids[0])["status"]["runs"][0]["reasonResolved"] == "canceled"
+
+
+def test_cancel_rerun_schedule(queue, make_task):
+    blocker, blocked = slugid.nice(), slugid.nice()
+    queue.createTask(blocker, make_task())
+    queue.createTask(blocked, make_task(dependencies=[blocker]))
+    assert queue.scheduleTask(blocked)["status"]["state"] == "pending"
+    assert queue.cancelTask(blocked)["status"]["state"] == "exception"
+    rerun = queue.rerunTask(blocked)["status"]
+    assert rerun["state"] == "pending"
+    assert rerun["runs"][-1]["reasonCreated"] == "rerun"
+
+
+def test_priorities(queue, make_task, task_queue_id):
+    low, high, numeric = slugid.nice(), slugid.nice(), slugid.nice()
+    queue.createTask(low, make_task(priority="low"))
+    queue.createTask(numeric, make_task(priority=50))
+    queue.createTask(high, make_task(priority="very-high"))
+    queue.changeTaskPriority(low, {"newPriority": "highest"})
+    order = [c["status"]["taskId"] for c in claim(queue, task_queue_id, tasks=3)]
+    assert order == [low, numeric, high]
+
+
+def test_queue_views(queue, make_task, task_queue_id):
+    for _ in range(2):
+        queue.createTask(slugid.nice(), make_task())
+    claim(queue, task_queue_id)
+    counts = queue.taskQueueCounts(task_queue_id)
+    assert (counts["pendingTasks"], counts["claimedTasks"]) == (1, 1)
+    assert queue.pendingTasks(task_queue_id)["pendingTasks"] == 1
+    assert queue.getTaskQueue(task_queue_id)["taskQueueId"] == task_queue_id
+    assert len(queue.listPendingTasks(task_queue_id)["tasks"]) == 1
+    assert queue.listClaimedTasks(task_queue_id)["tasks"][0]["workerId"] == "w1"
+    assert any(q["taskQueueId"] == task_queue_id for q in queue.listTaskQueues()["taskQueues"])
+
+
+def test_empty_claim_returns_after_the_wait(queue, task_queue_id):
+    assert claim(queue, task_queue_id) == []
