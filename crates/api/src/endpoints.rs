@@ -54,63 +54,14 @@ macro_rules! endpoint {
 /// The queue API v1.
 pub const ENDPOINTS: &[Endpoint] = &[
     endpoint!("ping", "GET", "/ping", "", Stable, meta::ping),
-    endpoint!(
-        "lbheartbeat",
-        "GET",
-        "/__lbheartbeat__",
-        "",
-        Stable,
-        meta::lbheartbeat
-    ),
+    endpoint!("lbheartbeat", "GET", "/__lbheartbeat__", "", Stable, meta::lbheartbeat),
     endpoint!("version", "GET", "/__version__", "", Stable, meta::version),
-    endpoint!(
-        "heartbeat",
-        "GET",
-        "/__heartbeat__",
-        "",
-        Stable,
-        meta::heartbeat
-    ),
-    endpoint!(
-        "reference",
-        "GET",
-        "/reference",
-        "",
-        Experimental,
-        meta::reference
-    ),
-    endpoint!(
-        "task",
-        "GET",
-        "/task/{task_id}",
-        "queue:get-task:<taskId>",
-        Stable,
-        tasks::get_task
-    ),
-    endpoint!(
-        "tasks",
-        "POST",
-        "/tasks",
-        "queue:get-task:<taskId> for each",
-        Experimental,
-        tasks::get_tasks
-    ),
-    endpoint!(
-        "statuses",
-        "POST",
-        "/tasks/status",
-        "queue:status:<taskId> for each",
-        Experimental,
-        tasks::get_statuses
-    ),
-    endpoint!(
-        "status",
-        "GET",
-        "/task/{task_id}/status",
-        "queue:status:<taskId>",
-        Stable,
-        tasks::get_status
-    ),
+    endpoint!("heartbeat", "GET", "/__heartbeat__", "", Stable, meta::heartbeat),
+    endpoint!("reference", "GET", "/reference", "", Experimental, meta::reference),
+    endpoint!("task", "GET", "/task/{task_id}", "queue:get-task:<taskId>", Stable, tasks::get_task),
+    endpoint!("tasks", "POST", "/tasks", "queue:get-task:<taskId> for each", Experimental, tasks::get_tasks),
+    endpoint!("statuses", "POST", "/tasks/status", "queue:status:<taskId> for each", Experimental, tasks::get_statuses),
+    endpoint!("status", "GET", "/task/{task_id}/status", "queue:status:<taskId>", Stable, tasks::get_status),
     endpoint!(
         "createTask",
         "PUT",
@@ -279,14 +230,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Experimental,
         queues::list_claimed_tasks
     ),
-    endpoint!(
-        "listTaskQueues",
-        "GET",
-        "/task-queues",
-        "queue:list-task-queues",
-        Stable,
-        queues::list_task_queues
-    ),
+    endpoint!("listTaskQueues", "GET", "/task-queues", "queue:list-task-queues", Stable, queues::list_task_queues),
     endpoint!(
         "getTaskQueue",
         "GET",

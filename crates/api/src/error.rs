@@ -19,38 +19,22 @@ pub struct ApiError {
 impl ApiError {
     /// 400 InvalidRequestArguments: a URL or query parameter breaks its rule.
     pub fn bad_argument(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            code: "InvalidRequestArguments",
-            message: message.into(),
-        }
+        ApiError { status: StatusCode::BAD_REQUEST, code: "InvalidRequestArguments", message: message.into() }
     }
 
     /// 400 InputValidationError: the body breaks its schema.
     pub fn invalid_input(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            code: "InputValidationError",
-            message: message.into(),
-        }
+        ApiError { status: StatusCode::BAD_REQUEST, code: "InputValidationError", message: message.into() }
     }
 
     /// 404 ResourceNotFound.
     pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::NOT_FOUND,
-            code: "ResourceNotFound",
-            message: message.into(),
-        }
+        ApiError { status: StatusCode::NOT_FOUND, code: "ResourceNotFound", message: message.into() }
     }
 
     /// 413 InputTooLarge.
     pub fn too_large(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            code: "InputTooLarge",
-            message: message.into(),
-        }
+        ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "InputTooLarge", message: message.into() }
     }
 }
 
@@ -62,11 +46,7 @@ impl From<Rejection> for ApiError {
             Rejection::Conflict(_) => (StatusCode::CONFLICT, "RequestConflict"),
             Rejection::NotFound(_) => (StatusCode::NOT_FOUND, "ResourceNotFound"),
         };
-        ApiError {
-            status,
-            code,
-            message: rejection.to_string(),
-        }
+        ApiError { status, code, message: rejection.to_string() }
     }
 }
 
@@ -98,8 +78,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         // The endpoint layer replaces this body with one whose requestInfo names the
         // endpoint; errors outside any endpoint (no route) keep this one.
-        let body =
-            serde_json::json!({"code": self.code, "message": self.message, "requestInfo": {}});
+        let body = serde_json::json!({"code": self.code, "message": self.message, "requestInfo": {}});
         let mut res = (self.status, axum::Json(body)).into_response();
         res.extensions_mut().insert(self);
         res

@@ -23,27 +23,22 @@ impl<S: Send + Sync> FromRequestParts<S> for Params {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Params, ApiError> {
-        let axum::extract::Path(map) =
-            axum::extract::Path::<HashMap<String, String>>::from_request_parts(parts, state)
-                .await
-                .map_err(|err| ApiError::bad_argument(format!("bad path parameter: {err}")))?;
+        let axum::extract::Path(map) = axum::extract::Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(|err| ApiError::bad_argument(format!("bad path parameter: {err}")))?;
         Ok(Params(map))
     }
 }
 
 impl Params {
     fn get(&self, name: &str) -> Result<&str, ApiError> {
-        self.0
-            .get(name)
-            .map(String::as_str)
-            .ok_or_else(|| ApiError::bad_argument(format!("{name} is missing")))
+        self.0.get(name).map(String::as_str).ok_or_else(|| ApiError::bad_argument(format!("{name} is missing")))
     }
 
     /// A slugid parameter (`taskId`, `taskGroupId`).
     pub fn slugid(&self, name: &str, wire_name: &str) -> Result<TaskId, ApiError> {
         let text = self.get(name)?;
-        TaskId::parse(text)
-            .ok_or_else(|| ApiError::bad_argument(format!("{wire_name} `{text}` is not a slugid")))
+        TaskId::parse(text).ok_or_else(|| ApiError::bad_argument(format!("{wire_name} `{text}` is not a slugid")))
     }
 
     /// The `taskId` parameter.
@@ -57,9 +52,7 @@ impl Params {
         text.parse::<u32>()
             .ok()
             .filter(|n| *n <= 1000)
-            .ok_or_else(|| {
-                ApiError::bad_argument(format!("runId `{text}` must be an integer 0..=1000"))
-            })
+            .ok_or_else(|| ApiError::bad_argument(format!("runId `{text}` must be an integer 0..=1000")))
     }
 
     /// The `taskQueueId` parameter, given percent-encoded as one segment or raw as two.
@@ -91,17 +84,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Paging {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Paging, ApiError> {
-        let mut paging = Paging {
-            continuation: None,
-            limit: 1000,
-        };
-        for pair in parts
-            .uri
-            .query()
-            .unwrap_or("")
-            .split('&')
-            .filter(|p| !p.is_empty())
-        {
+        let mut paging = Paging { continuation: None, limit: 1000 };
+        for pair in parts.uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             let value = percent_decode(value);
             match key {
@@ -111,9 +95,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Paging {
                         .parse::<usize>()
                         .ok()
                         .filter(|n| (1..=1000).contains(n))
-                        .ok_or_else(|| {
-                            ApiError::bad_argument("limit must be an integer 1..=1000")
-                        })?;
+                        .ok_or_else(|| ApiError::bad_argument("limit must be an integer 1..=1000"))?;
                 }
                 _ => {}
             }
@@ -153,22 +135,16 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Body<T>, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|_| {
-            ApiError::too_large(format!(
-                "request body must be at most {MAX_BODY_BYTES} bytes"
-            ))
-        })?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|_| ApiError::too_large(format!("request body must be at most {MAX_BODY_BYTES} bytes")))?;
         parse_json(&bytes).map(Body)
     }
 }
 
 /// Parses a JSON body, naming the failing field.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        bytes
-    };
+    let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) { b"{}" } else { bytes };
     let mut deserializer = serde_json::Deserializer::from_slice(text);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();

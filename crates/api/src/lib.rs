@@ -41,9 +41,8 @@ pub fn router(state: AppState) -> Router {
             _ => axum::routing::MethodFilter::POST,
         };
         let name = endpoint.name;
-        let routed = (endpoint.handler)(filter).layer(middleware::from_fn(
-            move |req: Request, next: Next| add_request_info(name, req, next),
-        ));
+        let routed = (endpoint.handler)(filter)
+            .layer(middleware::from_fn(move |req: Request, next: Next| add_request_info(name, req, next)));
         let raw = endpoint.route.replace("{queue}", "{queue}/{queue_wt}");
         if raw != endpoint.route {
             api = api.route(&raw, routed.clone());
@@ -54,13 +53,11 @@ pub fn router(state: AppState) -> Router {
         .nest("/api/queue/v1", api)
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
-        .layer(axum::Extension(routes::meta::Reference(
-            std::sync::Arc::new(json!({
-                "apiVersion": "v1",
-                "serviceName": "queue",
-                "entries": ENDPOINTS,
-            })),
-        )))
+        .layer(axum::Extension(routes::meta::Reference(std::sync::Arc::new(json!({
+            "apiVersion": "v1",
+            "serviceName": "queue",
+            "entries": ENDPOINTS,
+        })))))
         .with_state(state)
 }
 
@@ -77,10 +74,7 @@ async fn add_request_info(name: &'static str, req: Request, next: Next) -> Respo
         "requestInfo": {"method": name, "path": path, "time": shoal_service::now()},
     });
     let mut res = (err.status, axum::Json(body)).into_response();
-    res.headers_mut().insert(
-        CONTENT_TYPE,
-        "application/json".parse().expect("static header value"),
-    );
+    res.headers_mut().insert(CONTENT_TYPE, "application/json".parse().expect("static header value"));
     res
 }
 
@@ -93,7 +87,5 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
 }

@@ -58,27 +58,18 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
-        println!(
-            "machine: {} cores, {}",
-            std::thread::available_parallelism().map_or(0, |n| n.get()),
-            cpu_model()
-        );
+        println!("machine: {} cores, {}", std::thread::available_parallelism().map_or(0, |n| n.get()), cpu_model());
         match cli.command.unwrap_or(Command::All) {
             Command::All => {
                 throughput(50_000, 32, 32, 8).await?;
                 wake(1000).await?;
                 scale(&[1_000, 1_000_000], 20_000).await?;
             }
-            Command::Throughput {
-                tasks,
-                creators,
-                workers,
-                batch,
-            } => throughput(tasks, creators, workers, batch).await?,
+            Command::Throughput { tasks, creators, workers, batch } => {
+                throughput(tasks, creators, workers, batch).await?
+            }
             Command::Wake { samples } => wake(samples).await?,
             Command::Scale { pending, claims } => scale(&pending, claims).await?,
         }
@@ -100,9 +91,7 @@ fn cpu_model() -> String {
 /// A task definition for `queue`, valid for an hour.
 fn definition(queue: &str) -> Value {
     let now = shoal_engine::Timestamp(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
     );
     json!({
         "taskQueueId": queue,
@@ -122,18 +111,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-async fn throughput(
-    n_tasks: usize,
-    n_creators: usize,
-    n_workers: usize,
-    batch: usize,
-) -> anyhow::Result<()> {
+async fn throughput(n_tasks: usize, n_creators: usize, n_workers: usize, batch: usize) -> anyhow::Result<()> {
     let server = Server::start(None, &[]).await?;
     let client = server.client();
-    let (server_cpu0, bench_cpu0) = (
-        server.cpu_secs(),
-        server::process_cpu_secs("/proc/self/stat"),
-    );
+    let (server_cpu0, bench_cpu0) = (server.cpu_secs(), server::process_cpu_secs("/proc/self/stat"));
     let created = Arc::new(AtomicUsize::new(0));
     let completed = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
@@ -143,24 +124,15 @@ async fn throughput(
         creators.spawn(async move {
             while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
                 let url = format!("{base}/task/{}", slugid::nice());
-                let res = client
-                    .put(url)
-                    .json(&definition("bench/throughput"))
-                    .send()
-                    .await?;
-                anyhow::ensure!(
-                    res.status().is_success(),
-                    "createTask: {}",
-                    res.text().await?
-                );
+                let res = client.put(url).json(&definition("bench/throughput")).send().await?;
+                anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
             }
             Ok(())
         });
     }
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..n_workers {
-        let (client, base, completed) =
-            (client.clone(), server.base.clone(), Arc::clone(&completed));
+        let (client, base, completed) = (client.clone(), server.base.clone(), Arc::clone(&completed));
         workers.spawn(async move {
             let body = json!({"workerGroup": "bench", "workerId": format!("w{w}"), "tasks": batch});
             while completed.load(Ordering::Relaxed) < n_tasks {
@@ -172,20 +144,10 @@ async fn throughput(
                     .json()
                     .await?;
                 for claim in res["tasks"].as_array().cloned().unwrap_or_default() {
-                    let task_id = claim["status"]["taskId"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned();
+                    let task_id = claim["status"]["taskId"].as_str().unwrap_or_default().to_owned();
                     let run_id = claim["runId"].as_u64().unwrap_or(0);
-                    let res = client
-                        .post(format!("{base}/task/{task_id}/runs/{run_id}/completed"))
-                        .send()
-                        .await?;
-                    anyhow::ensure!(
-                        res.status().is_success(),
-                        "reportCompleted: {}",
-                        res.text().await?
-                    );
+                    let res = client.post(format!("{base}/task/{task_id}/runs/{run_id}/completed")).send().await?;
+                    anyhow::ensure!(res.status().is_success(), "reportCompleted: {}", res.text().await?);
                     completed.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -225,30 +187,18 @@ async fn wake(samples: usize) -> anyhow::Result<()> {
         let (client2, base) = (client.clone(), server.base.clone());
         let waiting = tokio::spawn(async move {
             let body = json!({"workerGroup": "bench", "workerId": "idle", "tasks": 1});
-            let res: Value = client2
-                .post(format!("{base}/claim-work/bench%2Fwake"))
-                .json(&body)
-                .send()
-                .await?
-                .json()
-                .await?;
+            let res: Value =
+                client2.post(format!("{base}/claim-work/bench%2Fwake")).json(&body).send().await?.json().await?;
             Ok::<(Instant, Value), anyhow::Error>((Instant::now(), res))
         });
         // Give the long poll time to reach the server and go idle.
         tokio::time::sleep(Duration::from_millis(5)).await;
         let sent = Instant::now();
         let url = format!("{}/task/{}", server.base, slugid::nice());
-        let res = client
-            .put(url)
-            .json(&definition("bench/wake"))
-            .send()
-            .await?;
+        let res = client.put(url).json(&definition("bench/wake")).send().await?;
         anyhow::ensure!(res.status().is_success(), "createTask failed");
         let (received, claims) = waiting.await??;
-        anyhow::ensure!(
-            claims["tasks"].as_array().is_some_and(|t| t.len() == 1),
-            "claim came back empty"
-        );
+        anyhow::ensure!(claims["tasks"].as_array().is_some_and(|t| t.len() == 1), "claim came back empty");
         latencies.push(received.saturating_duration_since(sent));
     }
     latencies.sort();
@@ -267,9 +217,7 @@ async fn scale(sizes: &[usize], n_claims: usize) -> anyhow::Result<()> {
     for &n_pending in sizes {
         let dir = tempfile::tempdir_in(std::env::temp_dir())?;
         let preload = Instant::now();
-        server::preload(dir.path(), "bench/scale", n_pending)
-            .await
-            .context("preloading")?;
+        server::preload(dir.path(), "bench/scale", n_pending).await.context("preloading")?;
         let preload_secs = preload.elapsed().as_secs_f64();
         let boot = Instant::now();
         let server = Server::start(Some(dir.path()), &[]).await?;
@@ -295,10 +243,7 @@ async fn scale(sizes: &[usize], n_claims: usize) -> anyhow::Result<()> {
                         .json()
                         .await?;
                     latencies.push(sent.elapsed());
-                    anyhow::ensure!(
-                        res["tasks"].as_array().is_some_and(|t| t.len() == 1),
-                        "nothing to claim"
-                    );
+                    anyhow::ensure!(res["tasks"].as_array().is_some_and(|t| t.len() == 1), "nothing to claim");
                 }
                 Ok::<Vec<Duration>, anyhow::Error>(latencies)
             });

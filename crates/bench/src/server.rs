@@ -19,10 +19,7 @@ pub(crate) struct Server {
 
 impl Server {
     /// Starts `shoal server` on a free loopback port, over `data_dir` or a fresh directory.
-    pub(crate) async fn start(
-        data_dir: Option<&Path>,
-        extra_args: &[&str],
-    ) -> anyhow::Result<Server> {
+    pub(crate) async fn start(data_dir: Option<&Path>, extra_args: &[&str]) -> anyhow::Result<Server> {
         let (dir, path) = match data_dir {
             Some(path) => (None, path.to_path_buf()),
             None => {
@@ -42,28 +39,15 @@ impl Server {
             .context("starting shoal server")?;
         let stdout = child.stdout.take().context("server stdout")?;
         let mut lines = BufReader::new(stdout).lines();
-        let line = lines
-            .next_line()
-            .await?
-            .context("server exited before listening")?;
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .context("no address")?;
-        Ok(Server {
-            base: format!("http://{addr}/api/queue/v1"),
-            child,
-            _dir: dir,
-        })
+        let line = lines.next_line().await?.context("server exited before listening")?;
+        let addr =
+            line.split("http://").nth(1).and_then(|rest| rest.split_whitespace().next()).context("no address")?;
+        Ok(Server { base: format!("http://{addr}/api/queue/v1"), child, _dir: dir })
     }
 
     /// A pooled HTTP client.
     pub(crate) fn client(&self) -> reqwest::Client {
-        reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
-            .build()
-            .unwrap_or_default()
+        reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap_or_default()
     }
 
     /// The server's resident memory in MB.
@@ -81,9 +65,7 @@ impl Server {
 
     /// CPU seconds (user + system) the server has used so far.
     pub(crate) fn cpu_secs(&self) -> f64 {
-        self.child
-            .id()
-            .map_or(0.0, |pid| process_cpu_secs(&format!("/proc/{pid}/stat")))
+        self.child.id().map_or(0.0, |pid| process_cpu_secs(&format!("/proc/{pid}/stat")))
     }
 
     /// Stops the server.
@@ -95,20 +77,13 @@ impl Server {
 fn server_binary() -> anyhow::Result<PathBuf> {
     let me = std::env::current_exe()?;
     let path = me.with_file_name("shoal");
-    anyhow::ensure!(
-        path.exists(),
-        "{} not found: build it with `cargo build --release --bins`",
-        path.display()
-    );
+    anyhow::ensure!(path.exists(), "{} not found: build it with `cargo build --release --bins`", path.display());
     Ok(path)
 }
 
 /// Writes `n` pending tasks in `queue` straight into a database under `dir`.
 pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result<()> {
-    let config = SqliteConfig {
-        path: dir.join("shoal.db"),
-        claim_timeout_secs: 1200,
-    };
+    let config = SqliteConfig { path: dir.join("shoal.db"), claim_timeout_secs: 1200 };
     let store = Store::Sqlite(SqliteStore::open(&config)?);
     let n_loaders = 64;
     let mut loaders = tokio::task::JoinSet::new();
@@ -120,13 +95,9 @@ pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result
                 let input: TaskDefinitionInput = serde_json::from_value(crate::definition(&queue))?;
                 let task_id = TaskId::parse(&slugid::nice()).context("slugid")?;
                 let now = shoal_engine::Timestamp(
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)?
-                        .as_millis() as i64,
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64,
                 );
-                let definition = input
-                    .validate(task_id, now)
-                    .map_err(|r| anyhow::anyhow!("{r}"))?;
+                let definition = input.validate(task_id, now).map_err(|r| anyhow::anyhow!("{r}"))?;
                 let _ = store.create_task(definition, task_id, now).await?;
                 idx += n_loaders;
             }
@@ -146,12 +117,7 @@ pub(crate) fn process_cpu_secs(stat_path: &str) -> f64 {
     // Fields after the parenthesized command name; utime and stime are fields 14 and 15.
     let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |idx: usize| {
-        fields
-            .get(idx)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let ticks = |idx: usize| fields.get(idx).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
     // The kernel reports in clock ticks, 100 per second on Linux.
     (ticks(11) + ticks(12)) / 100.0
 }

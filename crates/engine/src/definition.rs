@@ -196,33 +196,23 @@ impl TaskDefinitionInput {
         let (provisioner_id, worker_type, task_queue_id) = self.queue()?;
         let scheduler_id = self.scheduler_id.unwrap_or_else(|| "-".to_owned());
         if !is_identifier(&scheduler_id) {
-            return Err(Rejection::invalid(
-                "schedulerId",
-                "must match ^[a-zA-Z0-9-_]{1,38}$",
-            ));
+            return Err(Rejection::invalid("schedulerId", "must match ^[a-zA-Z0-9-_]{1,38}$"));
         }
         let project_id = self.project_id.unwrap_or_else(|| "none".to_owned());
         let project_ok = (1..=500).contains(&project_id.len())
-            && project_id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b));
+            && project_id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b));
         if !project_ok {
-            return Err(Rejection::invalid(
-                "projectId",
-                "must match ^[a-zA-Z0-9._/-]*$ and be 1 to 500 characters",
-            ));
+            return Err(Rejection::invalid("projectId", "must match ^[a-zA-Z0-9._/-]*$ and be 1 to 500 characters"));
         }
         let task_group_id = match self.task_group_id {
             None => task_id,
-            Some(text) => TaskId::parse(&text)
-                .ok_or_else(|| Rejection::invalid("taskGroupId", "must be a slugid"))?,
+            Some(text) => TaskId::parse(&text).ok_or_else(|| Rejection::invalid("taskGroupId", "must be a slugid"))?,
         };
         let dependencies = parse_dependencies(&self.dependencies)?;
         let requires = match self.requires.as_deref() {
             None => Requires::default(),
-            Some(name) => Requires::from_name(name).ok_or_else(|| {
-                Rejection::invalid("requires", "must be all-completed or all-resolved")
-            })?,
+            Some(name) => Requires::from_name(name)
+                .ok_or_else(|| Rejection::invalid("requires", "must be all-completed or all-resolved"))?,
         };
         check_routes(&self.routes)?;
         let priority = match &self.priority {
@@ -233,28 +223,17 @@ impl TaskDefinitionInput {
             None => DEFAULT_RETRIES,
             Some(n @ 0..=MAX_RETRIES) => n as u32,
             Some(_) => {
-                return Err(Rejection::invalid(
-                    "retries",
-                    format!("must be an integer 0..={MAX_RETRIES}"),
-                ));
+                return Err(Rejection::invalid("retries", format!("must be an integer 0..={MAX_RETRIES}")));
             }
         };
-        let (created, deadline, expires) =
-            check_times(&self.created, &self.deadline, self.expires.as_deref(), now)?;
+        let (created, deadline, expires) = check_times(&self.created, &self.deadline, self.expires.as_deref(), now)?;
         check_scopes(&self.scopes)?;
         if !self.payload.is_object() {
             return Err(Rejection::invalid("payload", "must be a JSON object"));
         }
         let metadata = check_metadata(self.metadata)?;
-        if let Some((key, _)) = self
-            .tags
-            .iter()
-            .find(|(key, value)| key.len() > 4096 || value.len() > 4096)
-        {
-            return Err(Rejection::invalid(
-                format!("tags.{key}"),
-                "keys and values must be at most 4096 characters",
-            ));
+        if let Some((key, _)) = self.tags.iter().find(|(key, value)| key.len() > 4096 || value.len() > 4096) {
+            return Err(Rejection::invalid(format!("tags.{key}"), "keys and values must be at most 4096 characters"));
         }
         if !self.extra.is_object() {
             return Err(Rejection::invalid("extra", "must be a JSON object"));
@@ -288,25 +267,16 @@ impl TaskDefinitionInput {
         let legacy = match (&self.provisioner_id, &self.worker_type) {
             (Some(provisioner_id), Some(worker_type)) => {
                 if !is_identifier(provisioner_id) {
-                    return Err(Rejection::invalid(
-                        "provisionerId",
-                        "must match ^[a-zA-Z0-9-_]{1,38}$",
-                    ));
+                    return Err(Rejection::invalid("provisionerId", "must match ^[a-zA-Z0-9-_]{1,38}$"));
                 }
                 if !is_worker_type(worker_type) {
-                    return Err(Rejection::invalid(
-                        "workerType",
-                        "must match ^[a-z]([-a-z0-9]{0,36}[a-z0-9])?$",
-                    ));
+                    return Err(Rejection::invalid("workerType", "must match ^[a-z]([-a-z0-9]{0,36}[a-z0-9])?$"));
                 }
                 Some(format!("{provisioner_id}/{worker_type}"))
             }
             (None, None) => None,
             _ => {
-                return Err(Rejection::invalid(
-                    "provisionerId",
-                    "provisionerId and workerType must be given together",
-                ));
+                return Err(Rejection::invalid("provisionerId", "provisionerId and workerType must be given together"));
             }
         };
         let task_queue_id = match (&self.task_queue_id, legacy) {
@@ -319,10 +289,7 @@ impl TaskDefinitionInput {
             (Some(queue), _) => queue.clone(),
             (None, Some(legacy)) => legacy,
             (None, None) => {
-                return Err(Rejection::invalid(
-                    "taskQueueId",
-                    "is required (or both provisionerId and workerType)",
-                ));
+                return Err(Rejection::invalid("taskQueueId", "is required (or both provisionerId and workerType)"));
             }
         };
         let Some((provisioner_id, worker_type)) = split_task_queue_id(&task_queue_id) else {
@@ -331,32 +298,21 @@ impl TaskDefinitionInput {
                 "must match ^[a-zA-Z0-9-_]{1,38}/[a-z]([-a-z0-9]{0,36}[a-z0-9])?$",
             ));
         };
-        Ok((
-            provisioner_id.to_owned(),
-            worker_type.to_owned(),
-            task_queue_id.clone(),
-        ))
+        Ok((provisioner_id.to_owned(), worker_type.to_owned(), task_queue_id.clone()))
     }
 }
 
 fn parse_dependencies(raw: &[String]) -> Result<Vec<TaskId>, Rejection> {
     if raw.len() > MAX_DEPENDENCIES {
-        return Err(Rejection::invalid(
-            "dependencies",
-            format!("must have at most {MAX_DEPENDENCIES} items"),
-        ));
+        return Err(Rejection::invalid("dependencies", format!("must have at most {MAX_DEPENDENCIES} items")));
     }
     let mut seen = BTreeSet::new();
     let mut res = Vec::with_capacity(raw.len());
     for (idx, text) in raw.iter().enumerate() {
-        let id = TaskId::parse(text).ok_or_else(|| {
-            Rejection::invalid(format!("dependencies[{idx}]"), "must be a slugid")
-        })?;
+        let id = TaskId::parse(text)
+            .ok_or_else(|| Rejection::invalid(format!("dependencies[{idx}]"), "must be a slugid"))?;
         if !seen.insert(id) {
-            return Err(Rejection::invalid(
-                format!("dependencies[{idx}]"),
-                "items must be unique",
-            ));
+            return Err(Rejection::invalid(format!("dependencies[{idx}]"), "items must be unique"));
         }
         res.push(id);
     }
@@ -365,24 +321,15 @@ fn parse_dependencies(raw: &[String]) -> Result<Vec<TaskId>, Rejection> {
 
 fn check_routes(routes: &[String]) -> Result<(), Rejection> {
     if routes.len() > MAX_ROUTES {
-        return Err(Rejection::invalid(
-            "routes",
-            format!("must have at most {MAX_ROUTES} items"),
-        ));
+        return Err(Rejection::invalid("routes", format!("must have at most {MAX_ROUTES} items")));
     }
     let mut seen = BTreeSet::new();
     for (idx, route) in routes.iter().enumerate() {
         if !(1..=249).contains(&route.len()) {
-            return Err(Rejection::invalid(
-                format!("routes[{idx}]"),
-                "must be 1 to 249 characters",
-            ));
+            return Err(Rejection::invalid(format!("routes[{idx}]"), "must be 1 to 249 characters"));
         }
         if !seen.insert(route) {
-            return Err(Rejection::invalid(
-                format!("routes[{idx}]"),
-                "items must be unique",
-            ));
+            return Err(Rejection::invalid(format!("routes[{idx}]"), "items must be unique"));
         }
     }
     Ok(())
@@ -395,16 +342,12 @@ fn check_times(
     now: Timestamp,
 ) -> Result<(Timestamp, Timestamp, Timestamp), Rejection> {
     let parse = |field: &str, text: &str| {
-        Timestamp::parse(text)
-            .ok_or_else(|| Rejection::invalid(field, "must be an RFC 3339 date-time"))
+        Timestamp::parse(text).ok_or_else(|| Rejection::invalid(field, "must be an RFC 3339 date-time"))
     };
     let created = parse("created", created)?;
     let deadline = parse("deadline", deadline)?;
     if (created.millis() - now.millis()).abs() > MAX_CLOCK_DRIFT_MS {
-        return Err(Rejection::invalid(
-            "created",
-            "must be within 15 minutes of the server's current time",
-        ));
+        return Err(Rejection::invalid("created", "must be within 15 minutes of the server's current time"));
     }
     if created > deadline {
         return Err(Rejection::invalid("deadline", "must not be before created"));
@@ -413,10 +356,7 @@ fn check_times(
         return Err(Rejection::invalid("deadline", "must be in the future"));
     }
     if deadline > now.plus_millis(MAX_DEADLINE_MS + MAX_CLOCK_DRIFT_MS) {
-        return Err(Rejection::invalid(
-            "deadline",
-            "must be at most 5 days from now",
-        ));
+        return Err(Rejection::invalid("deadline", "must be at most 5 days from now"));
     }
     let expires = match expires {
         None => deadline.plus_millis(DEFAULT_EXPIRES_AFTER_DEADLINE_MS),
@@ -431,16 +371,10 @@ fn check_times(
 fn check_scopes(scopes: &[String]) -> Result<(), Rejection> {
     for (idx, scope) in scopes.iter().enumerate() {
         if !scope.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
-            return Err(Rejection::invalid(
-                format!("scopes[{idx}]"),
-                "must be printable ASCII",
-            ));
+            return Err(Rejection::invalid(format!("scopes[{idx}]"), "must be printable ASCII"));
         }
         if scope.ends_with("**") {
-            return Err(Rejection::invalid(
-                format!("scopes[{idx}]"),
-                "must not end with **",
-            ));
+            return Err(Rejection::invalid(format!("scopes[{idx}]"), "must not end with **"));
         }
     }
     Ok(())
@@ -455,20 +389,12 @@ fn check_metadata(metadata: MetadataInput) -> Result<Metadata, Rejection> {
     ];
     for (field, value, max) in limits {
         if value.chars().count() > max {
-            return Err(Rejection::invalid(
-                field,
-                format!("must be at most {max} characters"),
-            ));
+            return Err(Rejection::invalid(field, format!("must be at most {max} characters")));
         }
     }
-    let source_ok = ["http://", "https://", "ssh://", "git@"]
-        .iter()
-        .any(|p| metadata.source.starts_with(p));
+    let source_ok = ["http://", "https://", "ssh://", "git@"].iter().any(|p| metadata.source.starts_with(p));
     if !source_ok {
-        return Err(Rejection::invalid(
-            "metadata.source",
-            "must start with http://, https://, ssh:// or git@",
-        ));
+        return Err(Rejection::invalid("metadata.source", "must start with http://, https://, ssh:// or git@"));
     }
     Ok(Metadata {
         name: metadata.name,
@@ -494,9 +420,7 @@ mod tests {
             "payload": {},
             "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
         });
-        let serde_json::Value::Object(extra) = patch else {
-            panic!("patch must be an object")
-        };
+        let serde_json::Value::Object(extra) = patch else { panic!("patch must be an object") };
         for (key, value) in extra {
             base[key] = value;
         }
@@ -525,55 +449,31 @@ mod tests {
         assert_eq!(def.retries, 5);
         assert_eq!(def.requires, Requires::AllCompleted);
         assert_eq!(def.expires.to_string(), "2027-01-01T01:00:00.000Z");
-        assert_eq!(
-            (def.provisioner_id.as_str(), def.worker_type.as_str()),
-            ("prov", "wt")
-        );
+        assert_eq!((def.provisioner_id.as_str(), def.worker_type.as_str()), ("prov", "wt"));
     }
 
     #[test]
     fn legacy_queue_fields() {
-        let def =
-            check(json!({"taskQueueId": null, "provisionerId": "p", "workerType": "w"})).unwrap();
+        let def = check(json!({"taskQueueId": null, "provisionerId": "p", "workerType": "w"})).unwrap();
         assert_eq!(def.task_queue_id, "p/w");
-        assert_eq!(
-            field_of(json!({"provisionerId": "p", "workerType": "other"})),
-            "taskQueueId"
-        );
+        assert_eq!(field_of(json!({"provisionerId": "p", "workerType": "other"})), "taskQueueId");
         assert_eq!(field_of(json!({"taskQueueId": null})), "taskQueueId");
         assert_eq!(field_of(json!({"taskQueueId": "p/W"})), "taskQueueId");
     }
 
     #[test]
     fn each_rule_names_its_field() {
-        assert_eq!(
-            field_of(json!({"deadline": "2026-01-07T00:00:00.000Z"})),
-            "deadline"
-        );
-        assert_eq!(
-            field_of(json!({"deadline": "2025-12-31T00:00:00.000Z"})),
-            "deadline"
-        );
-        assert_eq!(
-            field_of(json!({"created": "2025-12-31T00:00:00.000Z"})),
-            "created"
-        );
-        assert_eq!(
-            field_of(json!({"expires": "2026-01-01T00:30:00.000Z"})),
-            "expires"
-        );
+        assert_eq!(field_of(json!({"deadline": "2026-01-07T00:00:00.000Z"})), "deadline");
+        assert_eq!(field_of(json!({"deadline": "2025-12-31T00:00:00.000Z"})), "deadline");
+        assert_eq!(field_of(json!({"created": "2025-12-31T00:00:00.000Z"})), "created");
+        assert_eq!(field_of(json!({"expires": "2026-01-01T00:30:00.000Z"})), "expires");
         assert_eq!(field_of(json!({"retries": 50})), "retries");
         assert_eq!(field_of(json!({"priority": "normal"})), "priority");
         assert_eq!(field_of(json!({"routes": ["a", "a"]})), "routes[1]");
         assert_eq!(field_of(json!({"scopes": ["queue:**"]})), "scopes[0]");
+        assert_eq!(field_of(json!({"dependencies": ["nope"]})), "dependencies[0]");
         assert_eq!(
-            field_of(json!({"dependencies": ["nope"]})),
-            "dependencies[0]"
-        );
-        assert_eq!(
-            field_of(
-                json!({"metadata": {"name": "n", "description": "d", "owner": "o", "source": "ftp://x"}})
-            ),
+            field_of(json!({"metadata": {"name": "n", "description": "d", "owner": "o", "source": "ftp://x"}})),
             "metadata.source"
         );
         assert_eq!(field_of(json!({"schedulerId": ""})), "schedulerId");

@@ -29,27 +29,17 @@ impl Dimensions {
     /// JSON field in errors (`dimensions` for tasks, `dimensions` of claimWork for workers).
     pub fn parse(field: &str, raw: BTreeMap<String, Vec<String>>) -> Result<Dimensions, Rejection> {
         if raw.len() > MAX_KEYS {
-            return Err(Rejection::invalid(
-                field,
-                format!("must have at most {MAX_KEYS} keys"),
-            ));
+            return Err(Rejection::invalid(field, format!("must have at most {MAX_KEYS} keys")));
         }
         let mut res = BTreeMap::new();
         for (key, mut values) in raw {
             let key_ok = key.len() <= MAX_KEY_LEN
-                && key
-                    .bytes()
-                    .next()
-                    .is_some_and(|b| b.is_ascii_alphabetic() || b"-_.".contains(&b))
-                && key
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+                && key.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b"-_.".contains(&b))
+                && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
             if !key_ok {
                 return Err(Rejection::invalid(
                     format!("{field}.{key}"),
-                    format!(
-                        "keys must match ^[a-zA-Z-_.][0-9a-zA-Z-_.]*$ and be at most {MAX_KEY_LEN} bytes"
-                    ),
+                    format!("keys must match ^[a-zA-Z-_.][0-9a-zA-Z-_.]*$ and be at most {MAX_KEY_LEN} bytes"),
                 ));
             }
             if values.is_empty() || values.len() > MAX_VALUES {
@@ -58,10 +48,7 @@ impl Dimensions {
                     format!("must list between 1 and {MAX_VALUES} values"),
                 ));
             }
-            if let Some(bad) = values
-                .iter()
-                .find(|v| v.is_empty() || v.len() > MAX_VALUE_LEN)
-            {
+            if let Some(bad) = values.iter().find(|v| v.is_empty() || v.len() > MAX_VALUE_LEN) {
                 return Err(Rejection::invalid(
                     format!("{field}.{key}"),
                     format!("value `{bad}` must be 1 to {MAX_VALUE_LEN} bytes"),
@@ -82,19 +69,14 @@ impl Dimensions {
 
     /// The keys and their values, keys in order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[String])> {
-        self.0
-            .iter()
-            .map(|(key, values)| (key.as_str(), values.as_slice()))
+        self.0.iter().map(|(key, values)| (key.as_str(), values.as_slice()))
     }
 
     /// Whether a worker having `worker` satisfies these (task) dimensions.
     #[must_use]
     pub fn matched_by(&self, worker: &Dimensions) -> bool {
         self.0.iter().all(|(key, allowed)| {
-            worker.0.get(key).is_some_and(|have| {
-                have.iter()
-                    .any(|value| allowed.binary_search(value).is_ok())
-            })
+            worker.0.get(key).is_some_and(|have| have.iter().any(|value| allowed.binary_search(value).is_ok()))
         })
     }
 
@@ -127,34 +109,16 @@ mod tests {
     use super::*;
 
     fn dims(pairs: &[(&str, &[&str])]) -> Dimensions {
-        let raw = pairs
-            .iter()
-            .map(|(k, vs)| {
-                (
-                    (*k).to_owned(),
-                    vs.iter().map(|v| (*v).to_owned()).collect(),
-                )
-            })
-            .collect();
+        let raw = pairs.iter().map(|(k, vs)| ((*k).to_owned(), vs.iter().map(|v| (*v).to_owned()).collect())).collect();
         Dimensions::parse("dimensions", raw).unwrap()
     }
 
     #[test]
     fn worker_needs_one_allowed_value_per_key() {
         let task = dims(&[("os", &["linux", "mac"]), ("gpu", &["none"])]);
-        assert!(task.matched_by(&dims(&[
-            ("os", &["linux"]),
-            ("gpu", &["none", "x"]),
-            ("cpu", &["x86"])
-        ])));
-        assert!(
-            !task.matched_by(&dims(&[("os", &["linux"])])),
-            "missing key"
-        );
-        assert!(
-            !task.matched_by(&dims(&[("os", &["win"]), ("gpu", &["none"])])),
-            "no allowed value"
-        );
+        assert!(task.matched_by(&dims(&[("os", &["linux"]), ("gpu", &["none", "x"]), ("cpu", &["x86"])])));
+        assert!(!task.matched_by(&dims(&[("os", &["linux"])])), "missing key");
+        assert!(!task.matched_by(&dims(&[("os", &["win"]), ("gpu", &["none"])])), "no allowed value");
         assert!(Dimensions::default().matched_by(&Dimensions::default()));
     }
 
@@ -171,10 +135,7 @@ mod tests {
     fn limits_name_the_field() {
         let bad_key = BTreeMap::from([("9lives".to_owned(), vec!["x".to_owned()])]);
         let err = Dimensions::parse("dimensions", bad_key).unwrap_err();
-        assert!(
-            matches!(err, Rejection::Invalid { ref field, .. } if field == "dimensions.9lives"),
-            "{err}"
-        );
+        assert!(matches!(err, Rejection::Invalid { ref field, .. } if field == "dimensions.9lives"), "{err}");
         let empty = BTreeMap::from([("os".to_owned(), vec![])]);
         assert!(Dimensions::parse("dimensions", empty).is_err());
     }

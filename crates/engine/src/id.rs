@@ -50,18 +50,14 @@ impl Serialize for TaskId {
 impl<'de> Deserialize<'de> for TaskId {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<TaskId, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        TaskId::parse(&text)
-            .ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not a slugid")))
+        TaskId::parse(&text).ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not a slugid")))
     }
 }
 
 /// Checks Taskcluster's identifier rule `^[a-zA-Z0-9-_]{1,38}$` (provisionerId, schedulerId, worker ids).
 #[must_use]
 pub fn is_identifier(text: &str) -> bool {
-    (1..=38).contains(&text.len())
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    (1..=38).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Checks Taskcluster's workerType rule `^[a-z]([-a-z0-9]{0,36}[a-z0-9])?$`.
@@ -85,8 +81,7 @@ pub fn is_worker_type(text: &str) -> bool {
 #[must_use]
 pub fn split_task_queue_id(text: &str) -> Option<(&str, &str)> {
     let (provisioner_id, worker_type) = text.split_once('/')?;
-    (is_identifier(provisioner_id) && is_worker_type(worker_type))
-        .then_some((provisioner_id, worker_type))
+    (is_identifier(provisioner_id) && is_worker_type(worker_type)).then_some((provisioner_id, worker_type))
 }
 
 #[cfg(test)]
@@ -96,14 +91,8 @@ mod tests {
     #[test]
     fn slugid_pattern() {
         assert!(TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6A").is_some());
-        assert!(
-            TaskId::parse("fN1S_sG4xTu5SNmTb0Xd6A").is_none(),
-            "9th char must be Q-T"
-        );
-        assert!(
-            TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6B").is_none(),
-            "last char must be AQgw"
-        );
+        assert!(TaskId::parse("fN1S_sG4xTu5SNmTb0Xd6A").is_none(), "9th char must be Q-T");
+        assert!(TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6B").is_none(), "last char must be AQgw");
         assert!(TaskId::parse("short").is_none());
     }
 

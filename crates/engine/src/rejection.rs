@@ -25,9 +25,6 @@ pub enum Rejection {
 impl Rejection {
     /// A field that breaks a rule.
     pub fn invalid(field: impl Into<String>, rule: impl Into<String>) -> Rejection {
-        Rejection::Invalid {
-            field: field.into(),
-            rule: rule.into(),
-        }
+        Rejection::Invalid { field: field.into(), rule: rule.into() }
     }
 }

@@ -55,10 +55,7 @@ impl TaskState {
     /// Whether no further run will start without a rerun.
     #[must_use]
     pub fn is_resolved(self) -> bool {
-        matches!(
-            self,
-            TaskState::Completed | TaskState::Failed | TaskState::Exception
-        )
+        matches!(self, TaskState::Completed | TaskState::Failed | TaskState::Exception)
     }
 }
 
@@ -126,10 +123,7 @@ impl RunState {
     /// Whether the run is over.
     #[must_use]
     pub fn is_resolved(self) -> bool {
-        matches!(
-            self,
-            RunState::Completed | RunState::Failed | RunState::Exception
-        )
+        matches!(self, RunState::Completed | RunState::Failed | RunState::Exception)
     }
 
     /// The task state this run gives its task when it is the last one.

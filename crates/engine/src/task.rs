@@ -118,23 +118,13 @@ impl Task {
     /// A freshly defined task: no runs, a full retry budget.
     #[must_use]
     pub fn new(task_id: TaskId, definition: &TaskDefinition) -> Task {
-        Task {
-            task_id,
-            meta: TaskMeta::of(definition),
-            retries_left: definition.retries,
-            runs: Vec::new(),
-        }
+        Task { task_id, meta: TaskMeta::of(definition), retries_left: definition.retries, runs: Vec::new() }
     }
 
     /// Reassembles a task the store saved; the store only hands back what transitions made.
     #[must_use]
     pub fn from_parts(task_id: TaskId, meta: TaskMeta, retries_left: u32, runs: Vec<Run>) -> Task {
-        Task {
-            task_id,
-            meta,
-            retries_left,
-            runs,
-        }
+        Task { task_id, meta, retries_left, runs }
     }
 
     /// Runs, oldest first.
@@ -152,28 +142,20 @@ impl Task {
     /// The state of the last run, or unscheduled.
     #[must_use]
     pub fn state(&self) -> TaskState {
-        self.runs
-            .last()
-            .map_or(TaskState::Unscheduled, |run| run.state.task_state())
+        self.runs.last().map_or(TaskState::Unscheduled, |run| run.state.task_state())
     }
 
     /// The last run, when it is running: the claim a due-time index must watch.
     #[must_use]
     pub fn running_until(&self) -> Option<Timestamp> {
-        self.runs
-            .last()
-            .filter(|run| run.state == RunState::Running)
-            .and_then(|run| run.taken_until)
+        self.runs.last().filter(|run| run.state == RunState::Running).and_then(|run| run.taken_until)
     }
 
     /// The status structure.
     #[must_use]
     pub fn status(&self) -> TaskStatus {
-        let (provisioner_id, worker_type) = self
-            .meta
-            .task_queue_id
-            .split_once('/')
-            .unwrap_or((self.meta.task_queue_id.as_str(), ""));
+        let (provisioner_id, worker_type) =
+            self.meta.task_queue_id.split_once('/').unwrap_or((self.meta.task_queue_id.as_str(), ""));
         TaskStatus {
             task_id: self.task_id,
             provisioner_id: provisioner_id.to_owned(),
@@ -231,12 +213,7 @@ impl Task {
     ///
     /// # Errors
     /// NotFound for an unknown run; Conflict when the run is resolved or the deadline has passed.
-    pub fn reclaim(
-        &mut self,
-        run_id: u32,
-        now: Timestamp,
-        claim_timeout_secs: i64,
-    ) -> Result<Effects, Rejection> {
+    pub fn reclaim(&mut self, run_id: u32, now: Timestamp, claim_timeout_secs: i64) -> Result<Effects, Rejection> {
         self.check_deadline(now)?;
         let run = self.last_run_in(run_id, RunState::Running, "is resolved or not running")?;
         let until = taken_until(now, claim_timeout_secs);
@@ -249,12 +226,7 @@ impl Task {
     ///
     /// # Errors
     /// NotFound for an unknown run; Conflict when the run is not running (or resolved differently).
-    pub fn resolve(
-        &mut self,
-        run_id: u32,
-        resolution: Resolution,
-        now: Timestamp,
-    ) -> Result<Effects, Rejection> {
+    pub fn resolve(&mut self, run_id: u32, resolution: Resolution, now: Timestamp) -> Result<Effects, Rejection> {
         let run = self.run(run_id)?;
         if run.state == resolution.state() && run.reason_resolved == Some(resolution.reason()) {
             return Ok(Effects::none());
@@ -262,9 +234,7 @@ impl Task {
         self.last_run_in(run_id, RunState::Running, "is not running")?;
         let retry = match resolution {
             Resolution::Exception(ReasonResolved::WorkerShutdown) => Some(ReasonCreated::Retry),
-            Resolution::Exception(ReasonResolved::IntermittentTask) => {
-                Some(ReasonCreated::TaskRetry)
-            }
+            Resolution::Exception(ReasonResolved::IntermittentTask) => Some(ReasonCreated::TaskRetry),
             _ => None,
         };
         Ok(self.end_last_run(resolution, retry, now))
@@ -314,19 +284,13 @@ impl Task {
         self.check_deadline(now)?;
         match self.state() {
             TaskState::Unscheduled => {
-                return Err(Rejection::Conflict(format!(
-                    "task {} is unscheduled and cannot be rerun",
-                    self.task_id
-                )));
+                return Err(Rejection::Conflict(format!("task {} is unscheduled and cannot be rerun", self.task_id)));
             }
             TaskState::Pending | TaskState::Running => return Ok(Effects::none()),
             TaskState::Completed | TaskState::Failed | TaskState::Exception => {}
         }
         if self.runs.len() >= MAX_RUNS {
-            return Err(Rejection::Conflict(format!(
-                "task {} already has {MAX_RUNS} runs",
-                self.task_id
-            )));
+            return Err(Rejection::Conflict(format!("task {} already has {MAX_RUNS} runs", self.task_id)));
         }
         // A rerun may not let retries push the task past the run limit.
         let room = (MAX_RUNS - self.runs.len() - 1) as u32;
@@ -338,17 +302,10 @@ impl Task {
     ///
     /// # Errors
     /// Conflict when the task is resolved or past its deadline.
-    pub fn change_priority(
-        &mut self,
-        priority: Priority,
-        now: Timestamp,
-    ) -> Result<Effects, Rejection> {
+    pub fn change_priority(&mut self, priority: Priority, now: Timestamp) -> Result<Effects, Rejection> {
         self.check_deadline(now)?;
         if self.state().is_resolved() {
-            return Err(Rejection::Conflict(format!(
-                "task {} is resolved; its priority cannot change",
-                self.task_id
-            )));
+            return Err(Rejection::Conflict(format!("task {} is resolved; its priority cannot change", self.task_id)));
         }
         let old = std::mem::replace(&mut self.meta.priority, priority);
         if old == priority {
@@ -368,28 +325,21 @@ impl Task {
     }
 
     fn run(&self, run_id: u32) -> Result<&Run, Rejection> {
-        self.runs.get(run_id as usize).ok_or_else(|| {
-            Rejection::NotFound(format!("run {run_id} of task {} not found", self.task_id))
-        })
+        self.runs
+            .get(run_id as usize)
+            .ok_or_else(|| Rejection::NotFound(format!("run {run_id} of task {} not found", self.task_id)))
     }
 
-    fn last_run_in(
-        &mut self,
-        run_id: u32,
-        state: RunState,
-        otherwise: &str,
-    ) -> Result<&mut Run, Rejection> {
+    fn last_run_in(&mut self, run_id: u32, state: RunState, otherwise: &str) -> Result<&mut Run, Rejection> {
         self.run(run_id)?;
         let n_runs = self.runs.len();
         let task_id = self.task_id;
         match self.runs.last_mut() {
             Some(run) if run.run_id == run_id && run.state == state => Ok(run),
-            _ if (run_id as usize) + 1 < n_runs => Err(Rejection::Conflict(format!(
-                "run {run_id} of task {task_id} is not the last run"
-            ))),
-            _ => Err(Rejection::Conflict(format!(
-                "run {run_id} of task {task_id} {otherwise}"
-            ))),
+            _ if (run_id as usize) + 1 < n_runs => {
+                Err(Rejection::Conflict(format!("run {run_id} of task {task_id} is not the last run")))
+            }
+            _ => Err(Rejection::Conflict(format!("run {run_id} of task {task_id} {otherwise}"))),
         }
     }
 
@@ -412,12 +362,7 @@ impl Task {
 
     /// Resolves the last (pending or running) run and, if `retry` is given and the budget,
     /// the deadline and the run limit allow, appends a pending retry run.
-    fn end_last_run(
-        &mut self,
-        resolution: Resolution,
-        retry: Option<ReasonCreated>,
-        now: Timestamp,
-    ) -> Effects {
+    fn end_last_run(&mut self, resolution: Resolution, retry: Option<ReasonCreated>, now: Timestamp) -> Effects {
         let Some(run) = self.runs.last_mut() else {
             return Effects::none();
         };
@@ -430,8 +375,7 @@ impl Task {
             Resolution::Failed => Event::Failed { run_id },
             Resolution::Exception(_) => Event::Exception { run_id },
         }];
-        let may_retry =
-            self.retries_left > 0 && now < self.meta.deadline && self.runs.len() < MAX_RUNS;
+        let may_retry = self.retries_left > 0 && now < self.meta.deadline && self.runs.len() < MAX_RUNS;
         if let (Some(reason), true) = (retry, may_retry) {
             self.retries_left -= 1;
             events.extend(self.push_pending(reason, now).0);

@@ -39,8 +39,7 @@ impl Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Ok(at) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0) * 1_000_000)
-        else {
+        let Ok(at) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0) * 1_000_000) else {
             return write!(f, "invalid-timestamp({})", self.0);
         };
         write!(
@@ -66,9 +65,8 @@ impl Serialize for Timestamp {
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        Timestamp::parse(&text).ok_or_else(|| {
-            serde::de::Error::custom(format!("`{text}` is not an RFC 3339 date-time"))
-        })
+        Timestamp::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not an RFC 3339 date-time")))
     }
 }
 

@@ -16,9 +16,7 @@ use shoal_engine::event::Event;
 use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
-use shoal_store::{
-    Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskCommand, TaskGroup,
-};
+use shoal_store::{Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskCommand, TaskGroup};
 
 pub use clock::now;
 pub use due::run_due_loop;
@@ -36,10 +34,7 @@ pub struct QueueConfig {
 
 impl Default for QueueConfig {
     fn default() -> QueueConfig {
-        QueueConfig {
-            claim_wait: Duration::from_secs(20),
-            due_interval: Duration::from_millis(250),
-        }
+        QueueConfig { claim_wait: Duration::from_secs(20), due_interval: Duration::from_millis(250) }
     }
 }
 
@@ -59,13 +54,7 @@ impl Queue {
     /// A queue over `store`.
     #[must_use]
     pub fn new(store: Store, config: QueueConfig) -> Queue {
-        Queue {
-            inner: Arc::new(Inner {
-                store,
-                wakers: Wakers::default(),
-                config,
-            }),
-        }
+        Queue { inner: Arc::new(Inner { store, wakers: Wakers::default(), config }) }
     }
 
     /// The store, for reads.
@@ -94,16 +83,8 @@ impl Queue {
     ///
     /// # Errors
     /// As the store.
-    pub async fn create_task(
-        &self,
-        task_id: TaskId,
-        definition: TaskDefinition,
-    ) -> Result<TaskStatus, StoreError> {
-        let committed = self
-            .inner
-            .store
-            .create_task(definition, task_id, now())
-            .await?;
+    pub async fn create_task(&self, task_id: TaskId, definition: TaskDefinition) -> Result<TaskStatus, StoreError> {
+        let committed = self.inner.store.create_task(definition, task_id, now()).await?;
         Ok(self.committed(committed))
     }
 
@@ -111,11 +92,7 @@ impl Queue {
     ///
     /// # Errors
     /// As the store.
-    pub async fn apply(
-        &self,
-        task_id: TaskId,
-        command: TaskCommand,
-    ) -> Result<TaskStatus, StoreError> {
+    pub async fn apply(&self, task_id: TaskId, command: TaskCommand) -> Result<TaskStatus, StoreError> {
         let committed = self.inner.store.apply(task_id, command, now()).await?;
         Ok(self.committed(committed))
     }
@@ -124,11 +101,7 @@ impl Queue {
     ///
     /// # Errors
     /// As the store.
-    pub async fn claim_work(
-        &self,
-        request: ClaimRequest,
-        wait: Duration,
-    ) -> Result<Vec<Claim>, StoreError> {
+    pub async fn claim_work(&self, request: ClaimRequest, wait: Duration) -> Result<Vec<Claim>, StoreError> {
         let give_up = tokio::time::Instant::now() + wait;
         let notify = self.inner.wakers.get(&request.task_queue_id);
         loop {
@@ -152,17 +125,8 @@ impl Queue {
     ///
     /// # Errors
     /// As the store.
-    pub async fn claim_task(
-        &self,
-        task_id: TaskId,
-        run_id: u32,
-        request: ClaimRequest,
-    ) -> Result<Claim, StoreError> {
-        let committed = self
-            .inner
-            .store
-            .claim_task(task_id, run_id, request, now())
-            .await?;
+    pub async fn claim_task(&self, task_id: TaskId, run_id: u32, request: ClaimRequest) -> Result<Claim, StoreError> {
+        let committed = self.inner.store.claim_task(task_id, run_id, request, now()).await?;
         Ok(self.committed(committed))
     }
 
@@ -193,11 +157,7 @@ impl Queue {
         group: TaskId,
         priority: Priority,
     ) -> Result<Vec<TaskId>, StoreError> {
-        let committed = self
-            .inner
-            .store
-            .change_task_group_priority(group, priority, now())
-            .await?;
+        let committed = self.inner.store.change_task_group_priority(group, priority, now()).await?;
         Ok(self.committed(committed))
     }
 

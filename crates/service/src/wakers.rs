@@ -13,10 +13,7 @@ pub(crate) struct Wakers {
 
 impl Wakers {
     pub(crate) fn get(&self, task_queue_id: &str) -> Arc<Notify> {
-        let mut by_queue = self
-            .by_queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut by_queue = self.by_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match by_queue.get(task_queue_id) {
             Some(notify) => Arc::clone(notify),
             None => {
@@ -31,10 +28,7 @@ impl Wakers {
     /// than one keeps a worker whose dimensions do not match from swallowing the signal.)
     pub(crate) fn wake(&self, task_queue_id: &str) {
         let notify = {
-            let by_queue = self
-                .by_queue
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let by_queue = self.by_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             by_queue.get(task_queue_id).cloned()
         };
         if let Some(notify) = notify {

@@ -45,16 +45,10 @@ struct ServerArgs {
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG").unwrap_or_else(|_| "info".into()))
         .init();
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     match cli.command {
         Command::Server(args) => runtime.block_on(server(args)),
     }
@@ -62,33 +56,20 @@ fn main() -> anyhow::Result<()> {
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let path = args.data_dir.join("shoal.db");
-    let store = SqliteStore::open(&SqliteConfig {
-        path: path.clone(),
-        claim_timeout_secs: args.claim_timeout,
-    })
-    .with_context(|| format!("opening the database {}", path.display()))?;
+    let store = SqliteStore::open(&SqliteConfig { path: path.clone(), claim_timeout_secs: args.claim_timeout })
+        .with_context(|| format!("opening the database {}", path.display()))?;
     let store = Store::Sqlite(store);
-    let config = QueueConfig {
-        claim_wait: Duration::from_secs(args.claim_wait),
-        ..QueueConfig::default()
-    };
+    let config = QueueConfig { claim_wait: Duration::from_secs(args.claim_wait), ..QueueConfig::default() };
     let queue = Queue::new(store.clone(), config);
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
+    let listener =
+        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
     let local = listener.local_addr().context("reading the bound address")?;
     // Printed on stdout so scripts (and tests) can learn the port when listening on :0.
     println!("shoal listening on http://{local} (rootUrl http://{local})");
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let due = tokio::spawn(shoal_service::run_due_loop(
-        queue.clone(),
-        stopped(stop_rx.clone()),
-    ));
-    let state = AppState {
-        queue,
-        started: Instant::now(),
-    };
+    let due = tokio::spawn(shoal_service::run_due_loop(queue.clone(), stopped(stop_rx.clone())));
+    let state = AppState { queue, started: Instant::now() };
     let serving = tokio::spawn(shoal_api::serve(listener, state, stopped(stop_rx)));
 
     shutdown_signal().await;

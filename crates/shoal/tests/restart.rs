@@ -13,14 +13,7 @@ use tokio::sync::Notify;
 /// Starts `shoal server` on a free port over `data_dir`; returns the process and its API base.
 async fn start(data_dir: &Path) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args([
-            "server",
-            "--listen",
-            "127.0.0.1:0",
-            "--claim-wait",
-            "0",
-            "--data-dir",
-        ])
+        .args(["server", "--listen", "127.0.0.1:0", "--claim-wait", "0", "--data-dir"])
         .arg(data_dir)
         .env("SHOAL_LOG", "warn")
         .stdout(Stdio::piped())
@@ -28,29 +21,14 @@ async fn start(data_dir: &Path) -> (Child, String) {
         .spawn()
         .expect("start shoal");
     let stdout = child.stdout.take().unwrap();
-    let line = BufReader::new(stdout)
-        .lines()
-        .next_line()
-        .await
-        .unwrap()
-        .expect("listening line");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
+    let line = BufReader::new(stdout).lines().next_line().await.unwrap().expect("listening line");
+    let addr = line.split("http://").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
     (child, format!("http://{addr}/api/queue/v1"))
 }
 
 fn definition() -> Value {
     let now = shoal_engine::Timestamp(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64,
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64,
     );
     json!({
         "taskQueueId": "crash/test",
@@ -84,12 +62,7 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
         load.spawn(async move {
             loop {
                 let task_id = slugid::nice();
-                let Ok(res) = client
-                    .put(format!("{base}/task/{task_id}"))
-                    .json(&definition())
-                    .send()
-                    .await
-                else {
+                let Ok(res) = client.put(format!("{base}/task/{task_id}")).json(&definition()).send().await else {
                     return;
                 };
                 if res.status().is_success() {
@@ -107,12 +80,7 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
         load.spawn(async move {
             let body = json!({"workerGroup": "g", "workerId": format!("w{w}"), "tasks": 4});
             loop {
-                let Ok(res) = client
-                    .post(format!("{base}/claim-work/crash%2Ftest"))
-                    .json(&body)
-                    .send()
-                    .await
-                else {
+                let Ok(res) = client.post(format!("{base}/claim-work/crash%2Ftest")).json(&body).send().await else {
                     return;
                 };
                 let Ok(claims) = res.json::<Value>().await else {
@@ -144,22 +112,12 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
     let (_server, base) = start(dir.path()).await;
     let mut still_pending = HashSet::new();
     for task_id in &created {
-        let res = client
-            .get(format!("{base}/task/{task_id}/status"))
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            res.status().is_success(),
-            "acknowledged task {task_id} was lost"
-        );
+        let res = client.get(format!("{base}/task/{task_id}/status")).send().await.unwrap();
+        assert!(res.status().is_success(), "acknowledged task {task_id} was lost");
         let status: Value = res.json().await.unwrap();
         let state = status["status"]["state"].as_str().unwrap().to_owned();
         if completed.contains(task_id) {
-            assert_eq!(
-                state, "completed",
-                "acknowledged completion of {task_id} was lost"
-            );
+            assert_eq!(state, "completed", "acknowledged completion of {task_id} was lost");
         }
         if state == "pending" {
             still_pending.insert(task_id.clone());
@@ -187,8 +145,5 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
             assert!(claimed.insert(task_id.clone()), "{task_id} claimed twice");
         }
     }
-    assert!(
-        still_pending.is_subset(&claimed),
-        "some pending tasks were not claimable after the restart"
-    );
+    assert!(still_pending.is_subset(&claimed), "some pending tasks were not claimable after the restart");
 }

@@ -114,11 +114,7 @@ impl Store {
     ///
     /// # Errors
     /// Unavailable or Other on storage failure.
-    pub async fn claim_work(
-        &self,
-        request: ClaimRequest,
-        now: Timestamp,
-    ) -> Result<Committed<Vec<Claim>>, StoreError> {
+    pub async fn claim_work(&self, request: ClaimRequest, now: Timestamp) -> Result<Committed<Vec<Claim>>, StoreError> {
         match self {
             Store::Sqlite(store) => store.claim_work(request, now).await,
         }
@@ -144,11 +140,7 @@ impl Store {
     ///
     /// # Errors
     /// Unavailable or Other on storage failure.
-    pub async fn fire_due(
-        &self,
-        now: Timestamp,
-        limit: usize,
-    ) -> Result<Committed<usize>, StoreError> {
+    pub async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
         match self {
             Store::Sqlite(store) => store.fire_due(now, limit).await,
         }
@@ -158,11 +150,7 @@ impl Store {
     ///
     /// # Errors
     /// Rejected when the group does not exist.
-    pub async fn seal_task_group(
-        &self,
-        group: TaskId,
-        now: Timestamp,
-    ) -> Result<Committed<TaskGroup>, StoreError> {
+    pub async fn seal_task_group(&self, group: TaskId, now: Timestamp) -> Result<Committed<TaskGroup>, StoreError> {
         match self {
             Store::Sqlite(store) => store.seal_task_group(group, now).await,
         }

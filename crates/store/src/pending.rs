@@ -109,10 +109,7 @@ impl PendingIndex {
             let best = matching
                 .iter()
                 .filter_map(|&group_idx| {
-                    queue.groups[group_idx]
-                        .entries
-                        .first_key_value()
-                        .map(|(order, _)| (*order, group_idx))
+                    queue.groups[group_idx].entries.first_key_value().map(|(order, _)| (*order, group_idx))
                 })
                 .min();
             let Some((order, group_idx)) = best else {
@@ -164,21 +161,12 @@ impl PendingIndex {
         let group_idx = match queue.group_of.get(&key.dimensions) {
             Some(&idx) => idx,
             None => {
-                queue.groups.push(Group {
-                    dimensions: key.dimensions.clone(),
-                    entries: BTreeMap::new(),
-                });
-                queue
-                    .group_of
-                    .insert(key.dimensions.clone(), queue.groups.len() - 1);
+                queue.groups.push(Group { dimensions: key.dimensions.clone(), entries: BTreeMap::new() });
+                queue.group_of.insert(key.dimensions.clone(), queue.groups.len() - 1);
                 queue.groups.len() - 1
             }
         };
-        if queue.groups[group_idx]
-            .entries
-            .insert((key.rank, key.seq), run)
-            .is_none()
-        {
+        if queue.groups[group_idx].entries.insert((key.rank, key.seq), run).is_none() {
             self.len += 1;
         }
     }
@@ -186,9 +174,7 @@ impl PendingIndex {
     fn remove_raw(&mut self, key: &PendingKey) -> Option<PendingRun> {
         let queue = self.queues.get_mut(&key.task_queue_id)?;
         let group_idx = *queue.group_of.get(&key.dimensions)?;
-        let run = queue.groups[group_idx]
-            .entries
-            .remove(&(key.rank, key.seq))?;
+        let run = queue.groups[group_idx].entries.remove(&(key.rank, key.seq))?;
         self.len -= 1;
         Some(run)
     }
@@ -199,8 +185,7 @@ impl QueueIndex {
         let n_groups = self.groups.len();
         if let Some((seen, cached)) = self.match_cache.get_mut(worker) {
             if *seen < n_groups {
-                let new =
-                    (*seen..n_groups).filter(|&idx| self.groups[idx].dimensions.matched_by(worker));
+                let new = (*seen..n_groups).filter(|&idx| self.groups[idx].dimensions.matched_by(worker));
                 cached.extend(new);
                 *seen = n_groups;
             }
@@ -209,11 +194,9 @@ impl QueueIndex {
         if self.match_cache.len() >= MATCH_CACHE_LIMIT {
             self.match_cache.clear();
         }
-        let matching: Vec<usize> = (0..n_groups)
-            .filter(|&idx| self.groups[idx].dimensions.matched_by(worker))
-            .collect();
-        self.match_cache
-            .insert(worker.clone(), (n_groups, matching.clone()));
+        let matching: Vec<usize> =
+            (0..n_groups).filter(|&idx| self.groups[idx].dimensions.matched_by(worker)).collect();
+        self.match_cache.insert(worker.clone(), (n_groups, matching.clone()));
         matching
     }
 }
@@ -227,9 +210,7 @@ mod tests {
     fn dims(pairs: &[(&str, &str)]) -> Dimensions {
         let mut raw: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (key, value) in pairs {
-            raw.entry((*key).to_owned())
-                .or_default()
-                .push((*value).to_owned());
+            raw.entry((*key).to_owned()).or_default().push((*value).to_owned());
         }
         Dimensions::parse("dimensions", raw).unwrap()
     }
@@ -240,12 +221,7 @@ mod tests {
     }
 
     fn key(dimensions: &Dimensions, rank: u8, seq: u64) -> PendingKey {
-        PendingKey {
-            task_queue_id: "p/w".into(),
-            dimensions: dimensions.clone(),
-            rank,
-            seq,
-        }
+        PendingKey { task_queue_id: "p/w".into(), dimensions: dimensions.clone(), rank, seq }
     }
 
     #[test]
@@ -254,45 +230,13 @@ mod tests {
         let linux = dims(&[("os", "linux")]);
         let mac = dims(&[("os", "mac")]);
         let any = Dimensions::default();
-        index.insert(
-            key(&linux, 100, 1),
-            PendingRun {
-                task_id: id(1),
-                run_id: 0,
-            },
-        );
-        index.insert(
-            key(&any, 100, 2),
-            PendingRun {
-                task_id: id(2),
-                run_id: 0,
-            },
-        );
-        index.insert(
-            key(&mac, 10, 3),
-            PendingRun {
-                task_id: id(3),
-                run_id: 0,
-            },
-        );
-        index.insert(
-            key(&linux, 50, 4),
-            PendingRun {
-                task_id: id(4),
-                run_id: 0,
-            },
-        );
+        index.insert(key(&linux, 100, 1), PendingRun { task_id: id(1), run_id: 0 });
+        index.insert(key(&any, 100, 2), PendingRun { task_id: id(2), run_id: 0 });
+        index.insert(key(&mac, 10, 3), PendingRun { task_id: id(3), run_id: 0 });
+        index.insert(key(&linux, 50, 4), PendingRun { task_id: id(4), run_id: 0 });
         let worker = dims(&[("os", "linux"), ("cpu", "x86")]);
-        let got: Vec<TaskId> = index
-            .pop_matching("p/w", &worker, 10)
-            .into_iter()
-            .map(|(_, run)| run.task_id)
-            .collect();
-        assert_eq!(
-            got,
-            vec![id(4), id(1), id(2)],
-            "the mac task is not for this worker"
-        );
+        let got: Vec<TaskId> = index.pop_matching("p/w", &worker, 10).into_iter().map(|(_, run)| run.task_id).collect();
+        assert_eq!(got, vec![id(4), id(1), id(2)], "the mac task is not for this worker");
         assert_eq!(index.len(), 1);
         assert!(index.pop_matching("other/q", &worker, 1).is_empty());
     }
@@ -301,22 +245,10 @@ mod tests {
     fn rollback_restores_exactly() {
         let mut index = PendingIndex::default();
         let any = Dimensions::default();
-        index.insert(
-            key(&any, 1, 1),
-            PendingRun {
-                task_id: id(1),
-                run_id: 0,
-            },
-        );
+        index.insert(key(&any, 1, 1), PendingRun { task_id: id(1), run_id: 0 });
         index.commit();
         let mark = index.mark();
-        index.insert(
-            key(&any, 1, 2),
-            PendingRun {
-                task_id: id(2),
-                run_id: 0,
-            },
-        );
+        index.insert(key(&any, 1, 2), PendingRun { task_id: id(2), run_id: 0 });
         let popped = index.pop_matching("p/w", &any, 5);
         assert_eq!(popped.len(), 2);
         index.rollback_to(mark);
@@ -330,25 +262,9 @@ mod tests {
         let mut index = PendingIndex::default();
         let worker = dims(&[("os", "linux")]);
         assert!(index.pop_matching("p/w", &worker, 1).is_empty());
-        index.insert(
-            key(&Dimensions::default(), 1, 1),
-            PendingRun {
-                task_id: id(1),
-                run_id: 0,
-            },
-        );
+        index.insert(key(&Dimensions::default(), 1, 1), PendingRun { task_id: id(1), run_id: 0 });
         assert_eq!(index.pop_matching("p/w", &worker, 1).len(), 1);
-        index.insert(
-            key(&dims(&[("os", "linux")]), 1, 2),
-            PendingRun {
-                task_id: id(2),
-                run_id: 0,
-            },
-        );
-        assert_eq!(
-            index.pop_matching("p/w", &worker, 1).len(),
-            1,
-            "a group added after caching is seen"
-        );
+        index.insert(key(&dims(&[("os", "linux")]), 1, 2), PendingRun { task_id: id(2), run_id: 0 });
+        assert_eq!(index.pop_matching("p/w", &worker, 1).len(), 1, "a group added after caching is seen");
     }
 }

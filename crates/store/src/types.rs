@@ -168,12 +168,8 @@ pub trait Reads {
     ///
     /// # Errors
     /// Storage failure or a bad continuation token.
-    fn list_task_group(
-        &self,
-        group: TaskId,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<TaskRecord>, StoreError>;
+    fn list_task_group(&self, group: TaskId, after: Option<&str>, limit: usize)
+    -> Result<Page<TaskRecord>, StoreError>;
     /// Tasks that depend on `task_id`, by task id.
     ///
     /// # Errors
@@ -213,11 +209,7 @@ pub trait Reads {
     ///
     /// # Errors
     /// Storage failure or a bad continuation token.
-    fn list_task_queues(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<TaskQueueInfo>, StoreError>;
+    fn list_task_queues(&self, after: Option<&str>, limit: usize) -> Result<Page<TaskQueueInfo>, StoreError>;
     /// One task queue.
     ///
     /// # Errors

@@ -23,23 +23,14 @@ struct Backend {
 }
 
 fn sqlite_in(dir: &std::path::Path) -> Store {
-    let config = SqliteConfig {
-        path: dir.join("shoal.db"),
-        claim_timeout_secs: CLAIM_TIMEOUT,
-    };
+    let config = SqliteConfig { path: dir.join("shoal.db"), claim_timeout_secs: CLAIM_TIMEOUT };
     Store::Sqlite(SqliteStore::open(&config).expect("open sqlite"))
 }
 
 /// Every backend this build can reach.
 fn backends() -> Vec<(&'static str, Backend)> {
     let dir = tempfile::tempdir().expect("tempdir");
-    vec![(
-        "sqlite",
-        Backend {
-            store: sqlite_in(dir.path()),
-            dir,
-        },
-    )]
+    vec![("sqlite", Backend { store: sqlite_in(dir.path()), dir })]
 }
 
 fn at(secs: i64) -> Timestamp {
@@ -75,17 +66,8 @@ fn worker(n: usize) -> ClaimRequest {
     }
 }
 
-async fn create(
-    store: &Store,
-    task_id: TaskId,
-    patch: serde_json::Value,
-    now: Timestamp,
-) -> TaskStatus {
-    store
-        .create_task(definition(task_id, patch), task_id, now)
-        .await
-        .unwrap()
-        .value
+async fn create(store: &Store, task_id: TaskId, patch: serde_json::Value, now: Timestamp) -> TaskStatus {
+    store.create_task(definition(task_id, patch), task_id, now).await.unwrap().value
 }
 
 async fn apply(store: &Store, task_id: TaskId, command: TaskCommand, now: Timestamp) -> TaskStatus {
@@ -93,21 +75,12 @@ async fn apply(store: &Store, task_id: TaskId, command: TaskCommand, now: Timest
 }
 
 async fn state_of(store: &Store, task_id: TaskId) -> TaskState {
-    store
-        .read(move |reads| reads.task(task_id))
-        .await
-        .unwrap()
-        .expect("task exists")
-        .status
-        .state
+    store.read(move |reads| reads.task(task_id)).await.unwrap().expect("task exists").status.state
 }
 
 async fn claim_ids(store: &Store, request: ClaimRequest, now: Timestamp) -> Vec<TaskId> {
     let claims = store.claim_work(request, now).await.unwrap().value;
-    claims
-        .into_iter()
-        .map(|claim| claim.status.task_id)
-        .collect()
+    claims.into_iter().map(|claim| claim.status.task_id).collect()
 }
 
 #[tokio::test]
@@ -115,51 +88,23 @@ async fn create_claim_complete() {
     for (name, backend) in backends() {
         let store = &backend.store;
         let task_id = id(1);
-        let created = store
-            .create_task(definition(task_id, json!({})), task_id, at(0))
-            .await
-            .unwrap();
+        let created = store.create_task(definition(task_id, json!({})), task_id, at(0)).await.unwrap();
         assert_eq!(created.value.state, TaskState::Pending, "{name}");
         let kinds: Vec<Event> = created.events.iter().map(|e| e.event).collect();
-        assert_eq!(
-            kinds,
-            vec![Event::Defined, Event::Pending { run_id: 0 }],
-            "{name}"
-        );
+        assert_eq!(kinds, vec![Event::Defined, Event::Pending { run_id: 0 }], "{name}");
 
         let claims = store.claim_work(worker(1), at(1)).await.unwrap().value;
         assert_eq!(claims.len(), 1, "{name}");
         assert_eq!(claims[0].taken_until, at(1 + CLAIM_TIMEOUT), "{name}");
         let task: serde_json::Value = serde_json::from_str(claims[0].task.get()).unwrap();
-        assert_eq!(
-            task["taskQueueId"], "prov/wt",
-            "{name}: the claim carries the definition"
-        );
-        assert!(
-            store
-                .claim_work(worker(1), at(1))
-                .await
-                .unwrap()
-                .value
-                .is_empty(),
-            "{name}: claimed once"
-        );
+        assert_eq!(task["taskQueueId"], "prov/wt", "{name}: the claim carries the definition");
+        assert!(store.claim_work(worker(1), at(1)).await.unwrap().value.is_empty(), "{name}: claimed once");
 
-        let done = TaskCommand::Resolve {
-            run_id: 0,
-            resolution: Resolution::Completed,
-        };
+        let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
         let status = store.apply(task_id, done, at(2)).await.unwrap().value;
         assert_eq!(status.state, TaskState::Completed, "{name}");
-        let counts = store
-            .read(|reads| reads.queue_counts("prov/wt"))
-            .await
-            .unwrap();
-        assert_eq!(
-            (counts.pending_tasks, counts.claimed_tasks),
-            (0, 0),
-            "{name}"
-        );
+        let counts = store.read(|reads| reads.queue_counts("prov/wt")).await.unwrap();
+        assert_eq!((counts.pending_tasks, counts.claimed_tasks), (0, 0), "{name}");
     }
 }
 
@@ -169,21 +114,10 @@ async fn create_is_idempotent_and_conflicts_on_difference() {
         let store = &backend.store;
         let task_id = id(1);
         create(store, task_id, json!({}), at(0)).await;
-        let again = store
-            .create_task(definition(task_id, json!({})), task_id, at(1))
-            .await
-            .unwrap();
-        assert!(
-            again.events.is_empty(),
-            "{name}: a repeat defines nothing new"
-        );
-        let different = store
-            .create_task(definition(task_id, json!({"retries": 1})), task_id, at(1))
-            .await;
-        assert!(
-            matches!(different, Err(StoreError::Rejected(Rejection::Conflict(_)))),
-            "{name}: {different:?}"
-        );
+        let again = store.create_task(definition(task_id, json!({})), task_id, at(1)).await.unwrap();
+        assert!(again.events.is_empty(), "{name}: a repeat defines nothing new");
+        let different = store.create_task(definition(task_id, json!({"retries": 1})), task_id, at(1)).await;
+        assert!(matches!(different, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}: {different:?}");
     }
 }
 
@@ -199,19 +133,10 @@ async fn failed_create_leaves_nothing_behind() {
             "{name}: {res:?}"
         );
         let found = store
-            .read(move |reads| {
-                Ok((
-                    reads.task(task_id)?.is_some(),
-                    reads.task_group(task_id)?.is_some(),
-                ))
-            })
+            .read(move |reads| Ok((reads.task(task_id)?.is_some(), reads.task_group(task_id)?.is_some())))
             .await
             .unwrap();
-        assert_eq!(
-            found,
-            (false, false),
-            "{name}: neither task nor group was written"
-        );
+        assert_eq!(found, (false, false), "{name}: neither task nor group was written");
     }
 }
 
@@ -223,77 +148,29 @@ async fn dependencies_release_in_the_resolving_step() {
         create(store, build, json!({}), at(0)).await;
         let on_build = json!({"dependencies": [build.to_string()]});
         create(store, test, on_build.clone(), at(0)).await;
-        let resolved_only =
-            json!({"dependencies": [build.to_string()], "requires": "all-resolved"});
+        let resolved_only = json!({"dependencies": [build.to_string()], "requires": "all-resolved"});
         create(store, report, resolved_only, at(0)).await;
-        assert_eq!(
-            state_of(store, test).await,
-            TaskState::Unscheduled,
-            "{name}"
-        );
+        assert_eq!(state_of(store, test).await, TaskState::Unscheduled, "{name}");
 
-        assert_eq!(
-            claim_ids(store, worker(5), at(1)).await,
-            vec![build],
-            "{name}"
-        );
+        assert_eq!(claim_ids(store, worker(5), at(1)).await, vec![build], "{name}");
         let failed = store
-            .apply(
-                build,
-                TaskCommand::Resolve {
-                    run_id: 0,
-                    resolution: Resolution::Failed,
-                },
-                at(2),
-            )
+            .apply(build, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Failed }, at(2))
             .await
             .unwrap();
-        let pending: Vec<TaskId> = failed
-            .events
-            .iter()
-            .filter(|e| matches!(e.event, Event::Pending { .. }))
-            .map(|e| e.task_id)
-            .collect();
-        assert_eq!(
-            pending,
-            vec![report],
-            "{name}: only the all-resolved dependent is released"
-        );
-        assert_eq!(
-            state_of(store, test).await,
-            TaskState::Unscheduled,
-            "{name}"
-        );
+        let pending: Vec<TaskId> =
+            failed.events.iter().filter(|e| matches!(e.event, Event::Pending { .. })).map(|e| e.task_id).collect();
+        assert_eq!(pending, vec![report], "{name}: only the all-resolved dependent is released");
+        assert_eq!(state_of(store, test).await, TaskState::Unscheduled, "{name}");
 
         // A rerun that completes releases the all-completed dependent.
         apply(store, build, TaskCommand::Rerun, at(3)).await;
-        let claim = store
-            .claim_task(build, 1, worker(1), at(4))
-            .await
-            .unwrap()
-            .value;
+        let claim = store.claim_task(build, 1, worker(1), at(4)).await.unwrap().value;
         let run_id = claim.run_id;
-        apply(
-            store,
-            build,
-            TaskCommand::Resolve {
-                run_id,
-                resolution: Resolution::Completed,
-            },
-            at(5),
-        )
-        .await;
+        apply(store, build, TaskCommand::Resolve { run_id, resolution: Resolution::Completed }, at(5)).await;
         assert_eq!(state_of(store, test).await, TaskState::Pending, "{name}");
 
-        let dependents = store
-            .read(move |reads| reads.list_dependents(build, None, 10))
-            .await
-            .unwrap();
-        let ids: Vec<TaskId> = dependents
-            .items
-            .iter()
-            .map(|rec| rec.status.task_id)
-            .collect();
+        let dependents = store.read(move |reads| reads.list_dependents(build, None, 10)).await.unwrap();
+        let ids: Vec<TaskId> = dependents.items.iter().map(|rec| rec.status.task_id).collect();
         assert_eq!(ids, vec![test, report], "{name}");
     }
 }
@@ -307,31 +184,17 @@ async fn claims_go_by_priority_then_age_and_match_dimensions() {
             (id(2), json!({"priority": "high"})),
             (id(3), json!({"priority": 10})),
             (id(4), json!({"priority": "high"})),
-            (
-                id(5),
-                json!({"priority": "highest", "dimensions": {"gpu": ["yes"]}}),
-            ),
+            (id(5), json!({"priority": "highest", "dimensions": {"gpu": ["yes"]}})),
         ];
         for (offset, (task_id, patch)) in specs.into_iter().enumerate() {
             create(store, task_id, patch, at(offset as i64)).await;
         }
         let order = claim_ids(store, worker(10), at(10)).await;
-        assert_eq!(
-            order,
-            vec![id(3), id(2), id(4), id(1)],
-            "{name}: the gpu task is not for a plain worker"
-        );
+        assert_eq!(order, vec![id(3), id(2), id(4), id(1)], "{name}: the gpu task is not for a plain worker");
         let mut gpu_worker = worker(1);
-        gpu_worker.dimensions = Dimensions::parse(
-            "dimensions",
-            [("gpu".to_owned(), vec!["yes".to_owned()])].into(),
-        )
-        .unwrap();
-        assert_eq!(
-            claim_ids(store, gpu_worker, at(11)).await,
-            vec![id(5)],
-            "{name}"
-        );
+        gpu_worker.dimensions =
+            Dimensions::parse("dimensions", [("gpu".to_owned(), vec!["yes".to_owned()])].into()).unwrap();
+        assert_eq!(claim_ids(store, gpu_worker, at(11)).await, vec![id(5)], "{name}");
     }
 }
 
@@ -342,28 +205,11 @@ async fn priority_change_reorders_pending_work() {
         for n in 1..=3 {
             create(store, id(n), json!({}), at(n.into())).await;
         }
-        apply(
-            store,
-            id(3),
-            TaskCommand::ChangePriority(Priority::from_json(&json!("high")).unwrap()),
-            at(4),
-        )
-        .await;
-        assert_eq!(
-            claim_ids(store, worker(3), at(5)).await,
-            vec![id(3), id(1), id(2)],
-            "{name}"
-        );
-        let task = store
-            .read(|reads| reads.task(id(3)))
-            .await
-            .unwrap()
-            .unwrap();
+        apply(store, id(3), TaskCommand::ChangePriority(Priority::from_json(&json!("high")).unwrap()), at(4)).await;
+        assert_eq!(claim_ids(store, worker(3), at(5)).await, vec![id(3), id(1), id(2)], "{name}");
+        let task = store.read(|reads| reads.task(id(3))).await.unwrap().unwrap();
         let definition: serde_json::Value = serde_json::from_str(task.task.get()).unwrap();
-        assert_eq!(
-            definition["priority"], "high",
-            "{name}: task() shows the new priority"
-        );
+        assert_eq!(definition["priority"], "high", "{name}: task() shows the new priority");
     }
 }
 
@@ -374,64 +220,19 @@ async fn claim_expiry_retries_then_gives_up() {
         let task_id = id(1);
         create(store, task_id, json!({"retries": 1}), at(0)).await;
         claim_ids(store, worker(1), at(0)).await;
-        assert_eq!(
-            store
-                .fire_due(at(CLAIM_TIMEOUT - 1), 100)
-                .await
-                .unwrap()
-                .value,
-            0,
-            "{name}: not yet due"
-        );
+        assert_eq!(store.fire_due(at(CLAIM_TIMEOUT - 1), 100).await.unwrap().value, 0, "{name}: not yet due");
         apply(store, task_id, TaskCommand::Reclaim { run_id: 0 }, at(30)).await;
-        assert_eq!(
-            store
-                .fire_due(at(CLAIM_TIMEOUT + 1), 100)
-                .await
-                .unwrap()
-                .value,
-            0,
-            "{name}: reclaimed"
-        );
+        assert_eq!(store.fire_due(at(CLAIM_TIMEOUT + 1), 100).await.unwrap().value, 0, "{name}: reclaimed");
         let fired = store.fire_due(at(30 + CLAIM_TIMEOUT), 100).await.unwrap();
         assert_eq!(fired.value, 1, "{name}");
-        let status = store
-            .read(move |reads| reads.task(task_id))
-            .await
-            .unwrap()
-            .unwrap()
-            .status;
-        assert_eq!(
-            status.runs[0].reason_resolved,
-            Some(ReasonResolved::ClaimExpired),
-            "{name}"
-        );
-        assert_eq!(
-            status.runs[1].reason_created,
-            ReasonCreated::Retry,
-            "{name}"
-        );
+        let status = store.read(move |reads| reads.task(task_id)).await.unwrap().unwrap().status;
+        assert_eq!(status.runs[0].reason_resolved, Some(ReasonResolved::ClaimExpired), "{name}");
+        assert_eq!(status.runs[1].reason_created, ReasonCreated::Retry, "{name}");
         assert_eq!(status.retries_left, 0, "{name}");
 
-        assert_eq!(
-            claim_ids(store, worker(1), at(100)).await,
-            vec![task_id],
-            "{name}: the retry is claimable"
-        );
-        assert_eq!(
-            store
-                .fire_due(at(100 + CLAIM_TIMEOUT), 100)
-                .await
-                .unwrap()
-                .value,
-            1,
-            "{name}"
-        );
-        assert_eq!(
-            state_of(store, task_id).await,
-            TaskState::Exception,
-            "{name}: no retries left"
-        );
+        assert_eq!(claim_ids(store, worker(1), at(100)).await, vec![task_id], "{name}: the retry is claimable");
+        assert_eq!(store.fire_due(at(100 + CLAIM_TIMEOUT), 100).await.unwrap().value, 1, "{name}");
+        assert_eq!(state_of(store, task_id).await, TaskState::Exception, "{name}: no retries left");
     }
 }
 
@@ -444,47 +245,22 @@ async fn deadline_resolves_every_unresolved_state() {
         claim_ids(store, worker(1), at(0)).await;
         create(store, done, json!({}), at(0)).await;
         claim_ids(store, worker(1), at(0)).await;
-        apply(
-            store,
-            done,
-            TaskCommand::Resolve {
-                run_id: 0,
-                resolution: Resolution::Completed,
-            },
-            at(1),
-        )
-        .await;
+        apply(store, done, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(1)).await;
         create(store, pending, json!({}), at(0)).await;
         let self_dependent = json!({"dependencies": [unscheduled.to_string()]});
         create(store, unscheduled, self_dependent, at(0)).await;
-        assert_eq!(
-            state_of(store, unscheduled).await,
-            TaskState::Unscheduled,
-            "{name}"
-        );
+        assert_eq!(state_of(store, unscheduled).await, TaskState::Unscheduled, "{name}");
 
         // Claim expiry of `running` is due too; the deadline comes after it.
         let fired = store.fire_due(at(3600), 100).await.unwrap();
         assert!(fired.value >= 3, "{name}: {}", fired.value);
         for task_id in [unscheduled, pending, running] {
-            let status = store
-                .read(move |reads| reads.task(task_id))
-                .await
-                .unwrap()
-                .unwrap()
-                .status;
+            let status = store.read(move |reads| reads.task(task_id)).await.unwrap().unwrap().status;
             let last = status.runs.last().unwrap();
-            assert_eq!(
-                last.reason_resolved,
-                Some(ReasonResolved::DeadlineExceeded),
-                "{name}: {task_id}"
-            );
+            assert_eq!(last.reason_resolved, Some(ReasonResolved::DeadlineExceeded), "{name}: {task_id}");
         }
         assert_eq!(state_of(store, done).await, TaskState::Completed, "{name}");
-        assert!(
-            claim_ids(store, worker(5), at(3601)).await.is_empty(),
-            "{name}"
-        );
+        assert!(claim_ids(store, worker(5), at(3601)).await.is_empty(), "{name}");
     }
 }
 
@@ -498,56 +274,25 @@ async fn groups_seal_and_cancel() {
             create(store, id(n), patch, at(0)).await;
         }
         let early = store.cancel_task_group(group, at(1)).await;
-        assert!(
-            matches!(early, Err(StoreError::Rejected(Rejection::Conflict(_)))),
-            "{name}: must be sealed first"
-        );
+        assert!(matches!(early, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}: must be sealed first");
         let other_scheduler = json!({"taskGroupId": group.to_string(), "schedulerId": "other"});
-        let res = store
-            .create_task(definition(id(4), other_scheduler), id(4), at(1))
-            .await;
-        assert!(
-            matches!(res, Err(StoreError::Rejected(Rejection::Conflict(_)))),
-            "{name}: schedulerId is fixed"
-        );
+        let res = store.create_task(definition(id(4), other_scheduler), id(4), at(1)).await;
+        assert!(matches!(res, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}: schedulerId is fixed");
 
         let sealed = store.seal_task_group(group, at(2)).await.unwrap().value;
         assert_eq!(sealed.sealed, Some(at(2)), "{name}");
-        let late = store
-            .create_task(
-                definition(id(5), json!({"taskGroupId": group.to_string()})),
-                id(5),
-                at(3),
-            )
-            .await;
-        assert!(
-            matches!(late, Err(StoreError::Rejected(Rejection::Conflict(_)))),
-            "{name}: sealed"
-        );
+        let late = store.create_task(definition(id(5), json!({"taskGroupId": group.to_string()})), id(5), at(3)).await;
+        assert!(matches!(late, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}: sealed");
 
         claim_ids(store, worker(1), at(3)).await;
         let canceled = store.cancel_task_group(group, at(4)).await.unwrap().value;
-        assert_eq!(
-            (canceled.task_group_size, canceled.cancelled_count),
-            (3, 3),
-            "{name}"
-        );
-        let page = store
-            .read(move |reads| reads.list_task_group(group, None, 2))
-            .await
-            .unwrap();
+        assert_eq!((canceled.task_group_size, canceled.cancelled_count), (3, 3), "{name}");
+        let page = store.read(move |reads| reads.list_task_group(group, None, 2)).await.unwrap();
         assert_eq!(page.items.len(), 2, "{name}");
-        let rest = store
-            .read(move |reads| reads.list_task_group(group, page.continuation.as_deref(), 2))
-            .await
-            .unwrap();
+        let rest =
+            store.read(move |reads| reads.list_task_group(group, page.continuation.as_deref(), 2)).await.unwrap();
         assert_eq!((rest.items.len(), rest.continuation), (1, None), "{name}");
-        assert!(
-            rest.items
-                .iter()
-                .all(|rec| rec.status.state == TaskState::Exception),
-            "{name}"
-        );
+        assert!(rest.items.iter().all(|rec| rec.status.state == TaskState::Exception), "{name}");
     }
 }
 
@@ -560,20 +305,9 @@ async fn restart_rebuilds_the_pending_index() {
         claim_ids(&backend.store, worker(2), at(10)).await;
         backend.store.close().await;
         let reopened = sqlite_in(backend.dir.path());
-        assert_eq!(
-            claim_ids(&reopened, worker(10), at(11)).await,
-            vec![id(3), id(4), id(5)],
-            "{name}"
-        );
-        let counts = reopened
-            .read(|reads| reads.queue_counts("prov/wt"))
-            .await
-            .unwrap();
-        assert_eq!(
-            (counts.pending_tasks, counts.claimed_tasks),
-            (0, 5),
-            "{name}"
-        );
+        assert_eq!(claim_ids(&reopened, worker(10), at(11)).await, vec![id(3), id(4), id(5)], "{name}");
+        let counts = reopened.read(|reads| reads.queue_counts("prov/wt")).await.unwrap();
+        assert_eq!((counts.pending_tasks, counts.claimed_tasks), (0, 5), "{name}");
         reopened.close().await;
     }
 }
@@ -609,10 +343,6 @@ async fn concurrent_claims_hand_out_each_run_once() {
         all.sort();
         let n_claims = all.len();
         all.dedup();
-        assert_eq!(
-            (n_claims, all.len()),
-            (n_tasks as usize, n_tasks as usize),
-            "{name}"
-        );
+        assert_eq!((n_claims, all.len()), (n_tasks as usize, n_tasks as usize), "{name}");
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::id::is_identifier;
@@ -16,7 +16,7 @@ use shoal_store::{Claim, ClaimRequest, TaskCommand};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{Body, Params};
-use crate::routes::status_body;
+use crate::routes::{StatusBody, status_body};
 
 /// Most tasks one claimWork may ask for.
 const MAX_CLAIM: u32 = 32;
@@ -38,57 +38,62 @@ fn one() -> u32 {
 
 fn check_worker(worker_group: &str, worker_id: &str) -> Result<(), ApiError> {
     if !is_identifier(worker_group) {
-        return Err(ApiError::invalid_input(
-            "workerGroup: must match ^[a-zA-Z0-9-_]{1,38}$",
-        ));
+        return Err(ApiError::invalid_input("workerGroup: must match ^[a-zA-Z0-9-_]{1,38}$"));
     }
     if !is_identifier(worker_id) {
-        return Err(ApiError::invalid_input(
-            "workerId: must match ^[a-zA-Z0-9-_]{1,38}$",
-        ));
+        return Err(ApiError::invalid_input("workerId: must match ^[a-zA-Z0-9-_]{1,38}$"));
     }
     Ok(())
 }
 
 /// Temporary credentials in Taskcluster's shape. Shoal does not check signatures yet, so
 /// these only let clients that expect them carry on; they grant nothing.
-fn credentials(
-    task_id: TaskId,
-    run_id: u32,
-    worker_group: &str,
-    worker_id: &str,
-    until: Timestamp,
-) -> Value {
-    json!({
-        "clientId": format!("task-client/{task_id}/{run_id}/on/{worker_group}/{worker_id}/until/{}", until.millis() / 1000),
-        "accessToken": "",
-        "certificate": "",
-    })
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Credentials {
+    client_id: String,
+    access_token: &'static str,
+    certificate: &'static str,
 }
 
-fn claim_body(claim: &Claim) -> Value {
-    json!({
-        "status": claim.status,
-        "runId": claim.run_id,
-        "workerGroup": claim.worker_group,
-        "workerId": claim.worker_id,
-        "takenUntil": claim.taken_until,
-        "task": claim.task,
-        "credentials": credentials(claim.status.task_id, claim.run_id, &claim.worker_group, &claim.worker_id, claim.taken_until),
-    })
+fn credentials(task_id: TaskId, run_id: u32, worker_group: &str, worker_id: &str, until: Timestamp) -> Credentials {
+    let expiry = until.millis() / 1000;
+    Credentials {
+        client_id: format!("task-client/{task_id}/{run_id}/on/{worker_group}/{worker_id}/until/{expiry}"),
+        access_token: "",
+        certificate: "",
+    }
+}
+
+/// One claim as claimWork and claimTask answer it.
+#[derive(Serialize)]
+pub(crate) struct ClaimBody {
+    #[serde(flatten)]
+    claim: Claim,
+    credentials: Credentials,
+}
+
+fn claim_body(claim: Claim) -> ClaimBody {
+    let credentials =
+        credentials(claim.status.task_id, claim.run_id, &claim.worker_group, &claim.worker_id, claim.taken_until);
+    ClaimBody { claim, credentials }
+}
+
+/// claimWork's answer.
+#[derive(Serialize)]
+pub(crate) struct ClaimWorkAnswer {
+    tasks: Vec<ClaimBody>,
 }
 
 pub(crate) async fn claim_work(
     State(state): State<AppState>,
     params: Params,
     Body(body): Body<ClaimWorkBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ClaimWorkAnswer>, ApiError> {
     let task_queue_id = params.task_queue_id()?;
     check_worker(&body.worker_group, &body.worker_id)?;
     if !(1..=MAX_CLAIM).contains(&body.tasks) {
-        return Err(ApiError::invalid_input(format!(
-            "tasks: must be an integer 1..={MAX_CLAIM}"
-        )));
+        return Err(ApiError::invalid_input(format!("tasks: must be an integer 1..={MAX_CLAIM}")));
     }
     let request = ClaimRequest {
         task_queue_id,
@@ -99,9 +104,7 @@ pub(crate) async fn claim_work(
     };
     let wait: Duration = state.queue.config().claim_wait;
     let claims = state.queue.claim_work(request, wait).await?;
-    Ok(Json(
-        json!({ "tasks": claims.iter().map(claim_body).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(ClaimWorkAnswer { tasks: claims.into_iter().map(claim_body).collect() }))
 }
 
 #[derive(Deserialize)]
@@ -115,15 +118,11 @@ pub(crate) async fn claim_task(
     State(state): State<AppState>,
     params: Params,
     Body(body): Body<ClaimTaskBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ClaimBody>, ApiError> {
     let task_id = params.task_id()?;
     let run_id = params.run_id()?;
     check_worker(&body.worker_group, &body.worker_id)?;
-    let record = state
-        .queue
-        .store()
-        .read(move |reads| reads.task(task_id))
-        .await?;
+    let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
     let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
     let request = ClaimRequest {
         task_queue_id: record.status.task_queue_id,
@@ -133,24 +132,14 @@ pub(crate) async fn claim_task(
         count: 1,
     };
     let claim = state.queue.claim_task(task_id, run_id, request).await?;
-    Ok(Json(claim_body(&claim)))
+    Ok(Json(claim_body(claim)))
 }
 
-pub(crate) async fn reclaim_task(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn reclaim_task(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let task_id = params.task_id()?;
     let run_id = params.run_id()?;
-    let status = state
-        .queue
-        .apply(task_id, TaskCommand::Reclaim { run_id })
-        .await?;
-    let run = status
-        .runs
-        .get(run_id as usize)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found("run vanished"))?;
+    let status = state.queue.apply(task_id, TaskCommand::Reclaim { run_id }).await?;
+    let run = status.runs.get(run_id as usize).cloned().ok_or_else(|| ApiError::not_found("run vanished"))?;
     let worker_group = run.worker_group.unwrap_or_default();
     let worker_id = run.worker_id.unwrap_or_default();
     let taken_until = run.taken_until.unwrap_or(Timestamp(0));
@@ -164,31 +153,21 @@ pub(crate) async fn reclaim_task(
     })))
 }
 
-async fn resolve(
-    state: &AppState,
-    params: &Params,
-    resolution: Resolution,
-) -> Result<Json<Value>, ApiError> {
+async fn resolve(state: &AppState, params: &Params, resolution: Resolution) -> Result<Json<StatusBody>, ApiError> {
     let task_id = params.task_id()?;
     let run_id = params.run_id()?;
-    let status = state
-        .queue
-        .apply(task_id, TaskCommand::Resolve { run_id, resolution })
-        .await?;
-    Ok(status_body(&status))
+    let status = state.queue.apply(task_id, TaskCommand::Resolve { run_id, resolution }).await?;
+    Ok(status_body(status))
 }
 
 pub(crate) async fn report_completed(
     State(state): State<AppState>,
     params: Params,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<StatusBody>, ApiError> {
     resolve(&state, &params, Resolution::Completed).await
 }
 
-pub(crate) async fn report_failed(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn report_failed(State(state): State<AppState>, params: Params) -> Result<Json<StatusBody>, ApiError> {
     resolve(&state, &params, Resolution::Failed).await
 }
 
@@ -202,7 +181,7 @@ pub(crate) async fn report_exception(
     State(state): State<AppState>,
     params: Params,
     Body(body): Body<ExceptionBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<StatusBody>, ApiError> {
     let resolution = Resolution::from_worker_exception(&body.reason).ok_or_else(|| {
         ApiError::invalid_input(
             "reason: must be one of worker-shutdown, malformed-payload, resource-unavailable, internal-error, superseded, intermittent-task",

@@ -28,45 +28,26 @@ pub(crate) async fn list_task_group(
             if reads.task_group(group)?.is_none() {
                 return Ok(None);
             }
-            reads
-                .list_task_group(group, paging.continuation.as_deref(), paging.limit)
-                .map(Some)
+            reads.list_task_group(group, paging.continuation.as_deref(), paging.limit).map(Some)
         })
         .await?;
     let page = page.ok_or_else(|| ApiError::not_found(format!("task group {group} not found")))?;
-    Ok(with_continuation(
-        json!({ "taskGroupId": group, "tasks": page.items }),
-        page.continuation,
-    ))
+    Ok(with_continuation(json!({ "taskGroupId": group, "tasks": page.items }), page.continuation))
 }
 
-pub(crate) async fn get_task_group(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn get_task_group(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let group = group_id(&params)?;
-    let found = state
-        .queue
-        .store()
-        .read(move |reads| reads.task_group(group))
-        .await?;
-    let found =
-        found.ok_or_else(|| ApiError::not_found(format!("task group {group} not found")))?;
+    let found = state.queue.store().read(move |reads| reads.task_group(group)).await?;
+    let found = found.ok_or_else(|| ApiError::not_found(format!("task group {group} not found")))?;
     Ok(Json(json!(found)))
 }
 
-pub(crate) async fn seal_task_group(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn seal_task_group(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let group = state.queue.seal_task_group(group_id(&params)?).await?;
     Ok(Json(json!(group)))
 }
 
-pub(crate) async fn cancel_task_group(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn cancel_task_group(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let cancellation = state.queue.cancel_task_group(group_id(&params)?).await?;
     Ok(Json(json!(cancellation)))
 }
@@ -78,11 +59,6 @@ pub(crate) async fn change_task_group_priority(
 ) -> Result<Json<Value>, ApiError> {
     let group = group_id(&params)?;
     let priority = parse_priority(&body.new_priority)?;
-    let task_ids = state
-        .queue
-        .change_task_group_priority(group, priority)
-        .await?;
-    Ok(Json(
-        json!({ "taskGroupId": group, "newPriority": priority, "taskIds": task_ids }),
-    ))
+    let task_ids = state.queue.change_task_group_priority(group, priority).await?;
+    Ok(Json(json!({ "taskGroupId": group, "newPriority": priority, "taskIds": task_ids })))
 }

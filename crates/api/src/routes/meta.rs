@@ -25,9 +25,7 @@ pub(crate) async fn version() -> Json<Value> {
 }
 
 /// The endpoint table as JSON (built once by the router): what exists, how to call it.
-pub(crate) async fn reference(
-    axum::Extension(reference): axum::Extension<Reference>,
-) -> Json<Value> {
+pub(crate) async fn reference(axum::Extension(reference): axum::Extension<Reference>) -> Json<Value> {
     Json((*reference.0).clone())
 }
 

@@ -7,12 +7,19 @@ pub(crate) mod queues;
 pub(crate) mod tasks;
 
 use axum::Json;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use shoal_engine::status::TaskStatus;
 
 /// The `{status}` envelope most task calls answer with.
-pub(crate) fn status_body(status: &TaskStatus) -> Json<Value> {
-    Json(json!({ "status": status }))
+#[derive(Serialize)]
+pub(crate) struct StatusBody {
+    status: TaskStatus,
+}
+
+/// Wraps a status in its envelope.
+pub(crate) fn status_body(status: TaskStatus) -> Json<StatusBody> {
+    Json(StatusBody { status })
 }
 
 /// Adds `continuationToken` to a listing when there is more.

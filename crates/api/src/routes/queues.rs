@@ -9,35 +9,21 @@ use crate::error::ApiError;
 use crate::extract::{Paging, Params};
 use crate::routes::with_continuation;
 
-pub(crate) async fn pending_tasks(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn pending_tasks(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let task_queue_id = params.task_queue_id()?;
     let (provisioner_id, worker_type) = task_queue_id.split_once('/').unwrap_or_default();
     let body = json!({ "provisionerId": provisioner_id, "workerType": worker_type, "taskQueueId": task_queue_id });
     let queue = task_queue_id.clone();
-    let counts = state
-        .queue
-        .store()
-        .read(move |reads| reads.queue_counts(&queue))
-        .await?;
+    let counts = state.queue.store().read(move |reads| reads.queue_counts(&queue)).await?;
     let mut body = body;
     body["pendingTasks"] = json!(counts.pending_tasks);
     Ok(Json(body))
 }
 
-pub(crate) async fn task_queue_counts(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn task_queue_counts(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let task_queue_id = params.task_queue_id()?;
     let queue = task_queue_id.clone();
-    let counts = state
-        .queue
-        .store()
-        .read(move |reads| reads.queue_counts(&queue))
-        .await?;
+    let counts = state.queue.store().read(move |reads| reads.queue_counts(&queue)).await?;
     Ok(Json(json!({
         "taskQueueId": task_queue_id,
         "pendingTasks": counts.pending_tasks,
@@ -57,10 +43,7 @@ pub(crate) async fn list_pending_tasks(
         .store()
         .read(move |reads| reads.list_pending(&queue, paging.continuation.as_deref(), paging.limit))
         .await?;
-    Ok(with_continuation(
-        json!({ "taskQueueId": task_queue_id, "tasks": page.items }),
-        page.continuation,
-    ))
+    Ok(with_continuation(json!({ "taskQueueId": task_queue_id, "tasks": page.items }), page.continuation))
 }
 
 pub(crate) async fn list_claimed_tasks(
@@ -75,39 +58,22 @@ pub(crate) async fn list_claimed_tasks(
         .store()
         .read(move |reads| reads.list_claimed(&queue, paging.continuation.as_deref(), paging.limit))
         .await?;
-    Ok(with_continuation(
-        json!({ "taskQueueId": task_queue_id, "tasks": page.items }),
-        page.continuation,
-    ))
+    Ok(with_continuation(json!({ "taskQueueId": task_queue_id, "tasks": page.items }), page.continuation))
 }
 
-pub(crate) async fn list_task_queues(
-    State(state): State<AppState>,
-    paging: Paging,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn list_task_queues(State(state): State<AppState>, paging: Paging) -> Result<Json<Value>, ApiError> {
     let page = state
         .queue
         .store()
         .read(move |reads| reads.list_task_queues(paging.continuation.as_deref(), paging.limit))
         .await?;
-    Ok(with_continuation(
-        json!({ "taskQueues": page.items }),
-        page.continuation,
-    ))
+    Ok(with_continuation(json!({ "taskQueues": page.items }), page.continuation))
 }
 
-pub(crate) async fn get_task_queue(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn get_task_queue(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let task_queue_id = params.task_queue_id()?;
     let queue = task_queue_id.clone();
-    let found = state
-        .queue
-        .store()
-        .read(move |reads| reads.task_queue(&queue))
-        .await?;
-    let found = found
-        .ok_or_else(|| ApiError::not_found(format!("task queue {task_queue_id} not found")))?;
+    let found = state.queue.store().read(move |reads| reads.task_queue(&queue)).await?;
+    let found = found.ok_or_else(|| ApiError::not_found(format!("task queue {task_queue_id} not found")))?;
     Ok(Json(json!(found)))
 }

@@ -12,39 +12,23 @@ use shoal_store::{StoreError, TaskCommand};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{Body, Paging, Params, parse_json};
-use crate::routes::{status_body, with_continuation};
+use crate::routes::{StatusBody, status_body, with_continuation};
 
 /// Most ids one tasks/statuses call may name.
 const MAX_BATCH_IDS: usize = 1000;
 
-pub(crate) async fn get_task(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn get_task(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let task_id = params.task_id()?;
-    let record = state
-        .queue
-        .store()
-        .read(move |reads| reads.task(task_id))
-        .await?;
+    let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
     let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
-    Ok(Json(
-        serde_json::to_value(&record.task).map_err(|err| StoreError::Other(err.to_string()))?,
-    ))
+    Ok(Json(serde_json::to_value(&record.task).map_err(|err| StoreError::Other(err.to_string()))?))
 }
 
-pub(crate) async fn get_status(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn get_status(State(state): State<AppState>, params: Params) -> Result<Json<StatusBody>, ApiError> {
     let task_id = params.task_id()?;
-    let record = state
-        .queue
-        .store()
-        .read(move |reads| reads.task(task_id))
-        .await?;
+    let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
     let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
-    Ok(status_body(&record.status))
+    Ok(status_body(record.status))
 }
 
 #[derive(Deserialize)]
@@ -55,17 +39,14 @@ pub(crate) struct TaskIds {
 
 fn parse_ids(body: &TaskIds) -> Result<Vec<TaskId>, ApiError> {
     if body.task_ids.len() > MAX_BATCH_IDS {
-        return Err(ApiError::invalid_input(format!(
-            "taskIds: must have at most {MAX_BATCH_IDS} items"
-        )));
+        return Err(ApiError::invalid_input(format!("taskIds: must have at most {MAX_BATCH_IDS} items")));
     }
     body.task_ids
         .iter()
         .enumerate()
         .map(|(idx, text)| {
-            TaskId::parse(text).ok_or_else(|| {
-                ApiError::invalid_input(format!("taskIds[{idx}]: `{text}` is not a slugid"))
-            })
+            TaskId::parse(text)
+                .ok_or_else(|| ApiError::invalid_input(format!("taskIds[{idx}]: `{text}` is not a slugid")))
         })
         .collect()
 }
@@ -118,42 +99,29 @@ pub(crate) async fn create_task(
     State(state): State<AppState>,
     params: Params,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<StatusBody>, ApiError> {
     let task_id = params.task_id()?;
     let input: TaskDefinitionInput = parse_json(&body)?;
     let definition = input.validate(task_id, shoal_service::now())?;
     let status = state.queue.create_task(task_id, definition).await?;
-    Ok(status_body(&status))
+    Ok(status_body(status))
 }
 
-async fn command(
-    state: &AppState,
-    params: &Params,
-    command: TaskCommand,
-) -> Result<Json<Value>, ApiError> {
+async fn command(state: &AppState, params: &Params, command: TaskCommand) -> Result<Json<StatusBody>, ApiError> {
     let task_id = params.task_id()?;
     let status = state.queue.apply(task_id, command).await?;
-    Ok(status_body(&status))
+    Ok(status_body(status))
 }
 
-pub(crate) async fn schedule_task(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn schedule_task(State(state): State<AppState>, params: Params) -> Result<Json<StatusBody>, ApiError> {
     command(&state, &params, TaskCommand::Schedule).await
 }
 
-pub(crate) async fn rerun_task(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn rerun_task(State(state): State<AppState>, params: Params) -> Result<Json<StatusBody>, ApiError> {
     command(&state, &params, TaskCommand::Rerun).await
 }
 
-pub(crate) async fn cancel_task(
-    State(state): State<AppState>,
-    params: Params,
-) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn cancel_task(State(state): State<AppState>, params: Params) -> Result<Json<StatusBody>, ApiError> {
     command(&state, &params, TaskCommand::Cancel).await
 }
 
@@ -167,7 +135,7 @@ pub(crate) async fn change_task_priority(
     State(state): State<AppState>,
     params: Params,
     Body(body): Body<NewPriority>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<StatusBody>, ApiError> {
     let priority = parse_priority(&body.new_priority)?;
     command(&state, &params, TaskCommand::ChangePriority(priority)).await
 }
@@ -191,14 +159,9 @@ pub(crate) async fn list_dependent_tasks(
             if reads.task(task_id)?.is_none() {
                 return Ok(None);
             }
-            reads
-                .list_dependents(task_id, paging.continuation.as_deref(), paging.limit)
-                .map(Some)
+            reads.list_dependents(task_id, paging.continuation.as_deref(), paging.limit).map(Some)
         })
         .await?;
     let page = page.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
-    Ok(with_continuation(
-        json!({ "taskId": task_id, "tasks": page.items }),
-        page.continuation,
-    ))
+    Ok(with_continuation(json!({ "taskId": task_id, "tasks": page.items }), page.continuation))
 }

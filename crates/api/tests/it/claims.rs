@@ -15,36 +15,22 @@ async fn claim_reclaim_complete_with_either_route_form() {
     let task_id = slugid();
     app.create(&task_id, json!({})).await;
     // Raw slash in the route, as some hand-written clients send it.
-    let (status, body) = app
-        .post(
-            "/claim-work/prov/wt",
-            json!({"workerGroup": "g", "workerId": "w1"}),
-        )
-        .await;
+    let (status, body) = app.post("/claim-work/prov/wt", json!({"workerGroup": "g", "workerId": "w1"})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let claim = &body["tasks"][0];
     assert_eq!(claim["status"]["taskId"], task_id.as_str());
     assert_eq!(claim["runId"], 0);
     assert_eq!(claim["task"]["payload"]["command"][0], "true");
     assert_eq!(claim["status"]["runs"][0]["state"], "running");
-    assert!(
-        claim["credentials"]["clientId"]
-            .as_str()
-            .unwrap()
-            .starts_with("task-client/")
-    );
+    assert!(claim["credentials"]["clientId"].as_str().unwrap().starts_with("task-client/"));
 
-    let (status, reclaim) = app
-        .post(&format!("/task/{task_id}/runs/0/reclaim"), json!({}))
-        .await;
+    let (status, reclaim) = app.post(&format!("/task/{task_id}/runs/0/reclaim"), json!({})).await;
     assert_eq!(status, StatusCode::OK, "{reclaim}");
     assert!(reclaim["takenUntil"].as_str().unwrap() >= claim["takenUntil"].as_str().unwrap());
     let status = app.report(&task_id, 0, "completed").await;
     assert_eq!(status["state"], "completed");
     assert_eq!(status["runs"][0]["reasonResolved"], "completed");
-    let (code, again) = app
-        .post(&format!("/task/{task_id}/runs/0/reclaim"), json!({}))
-        .await;
+    let (code, again) = app.post(&format!("/task/{task_id}/runs/0/reclaim"), json!({})).await;
     assert_eq!(code, StatusCode::CONFLICT, "{again}");
 }
 
@@ -52,34 +38,25 @@ async fn claim_reclaim_complete_with_either_route_form() {
 async fn an_idle_long_poll_wakes_when_work_appears() {
     let app = Arc::new(TestApp::start().await);
     let dependency = slugid();
-    app.create(&dependency, json!({"taskQueueId": "prov/other"}))
-        .await;
+    app.create(&dependency, json!({"taskQueueId": "prov/other"})).await;
     let waiting = {
         let app = Arc::clone(&app);
         tokio::spawn(async move { app.claim("prov/wt", "sleepy", 1).await })
     };
     // The task becomes pending only when its dependency completes: the release path wakes it.
     let dependent = slugid();
-    app.create(&dependent, json!({"dependencies": [dependency]}))
-        .await;
+    app.create(&dependent, json!({"dependencies": [dependency]})).await;
     let claims = app.claim("prov/other", "w", 1).await;
     assert_eq!(claims.len(), 1);
     app.report(&dependency, 0, "completed").await;
     let woken = waiting.await.unwrap();
-    assert_eq!(
-        woken.len(),
-        1,
-        "the waiting worker got the released task (not an empty answer after 20 s)"
-    );
+    assert_eq!(woken.len(), 1, "the waiting worker got the released task (not an empty answer after 20 s)");
     assert_eq!(woken[0]["status"]["taskId"], dependent.as_str());
 }
 
 #[tokio::test]
 async fn concurrent_workers_claim_every_task_exactly_once() {
-    let settings = Settings {
-        claim_wait: Duration::ZERO,
-        ..Settings::default()
-    };
+    let settings = Settings { claim_wait: Duration::ZERO, ..Settings::default() };
     let app = Arc::new(TestApp::with(settings).await);
     let n_tasks = 400;
     let mut created = HashSet::new();
@@ -117,11 +94,7 @@ async fn concurrent_workers_claim_every_task_exactly_once() {
 
 #[tokio::test]
 async fn an_expired_claim_is_retried_on_another_worker() {
-    let app = TestApp::with(Settings {
-        claim_timeout_secs: 1,
-        ..Settings::default()
-    })
-    .await;
+    let app = TestApp::with(Settings { claim_timeout_secs: 1, ..Settings::default() }).await;
     let task_id = slugid();
     app.create(&task_id, json!({"retries": 1})).await;
     let first = app.claim("prov/wt", "dies", 1).await;
@@ -134,14 +107,8 @@ async fn an_expired_claim_is_retried_on_another_worker() {
     assert_eq!(runs[0]["reasonResolved"], "claim-expired");
     assert_eq!(runs[1]["reasonCreated"], "retry");
     assert_eq!(retry[0]["status"]["retriesLeft"], 0);
-    let (code, _) = app
-        .post(&format!("/task/{task_id}/runs/0/completed"), json!({}))
-        .await;
-    assert_eq!(
-        code,
-        StatusCode::CONFLICT,
-        "the dead worker cannot resolve its old run"
-    );
+    let (code, _) = app.post(&format!("/task/{task_id}/runs/0/completed"), json!({})).await;
+    assert_eq!(code, StatusCode::CONFLICT, "the dead worker cannot resolve its old run");
 }
 
 #[tokio::test]
@@ -150,66 +117,35 @@ async fn worker_exceptions_retry_or_resolve() {
     let task_id = slugid();
     app.create(&task_id, json!({"retries": 1})).await;
     app.claim("prov/wt", "w", 1).await;
-    let (_, body) = app
-        .post(
-            &format!("/task/{task_id}/runs/0/exception"),
-            json!({"reason": "worker-shutdown"}),
-        )
-        .await;
+    let (_, body) = app.post(&format!("/task/{task_id}/runs/0/exception"), json!({"reason": "worker-shutdown"})).await;
     assert_eq!(body["status"]["state"], "pending");
     assert_eq!(body["status"]["runs"][1]["reasonCreated"], "retry");
     app.claim("prov/wt", "w", 1).await;
-    let (_, body) = app
-        .post(
-            &format!("/task/{task_id}/runs/1/exception"),
-            json!({"reason": "intermittent-task"}),
-        )
-        .await;
+    let (_, body) =
+        app.post(&format!("/task/{task_id}/runs/1/exception"), json!({"reason": "intermittent-task"})).await;
     assert_eq!(body["status"]["state"], "exception", "no retries left");
-    let (_, body) = app
-        .post(
-            &format!("/task/{task_id}/runs/1/exception"),
-            json!({"reason": "intermittent-task"}),
-        )
-        .await;
-    assert_eq!(
-        body["status"]["state"], "exception",
-        "repeating a resolution is idempotent"
-    );
+    let (_, body) =
+        app.post(&format!("/task/{task_id}/runs/1/exception"), json!({"reason": "intermittent-task"})).await;
+    assert_eq!(body["status"]["state"], "exception", "repeating a resolution is idempotent");
 }
 
 #[tokio::test]
 async fn dimensions_decide_which_worker_gets_a_task() {
-    let app = TestApp::with(Settings {
-        claim_wait: Duration::ZERO,
-        ..Settings::default()
-    })
-    .await;
+    let app = TestApp::with(Settings { claim_wait: Duration::ZERO, ..Settings::default() }).await;
     let gpu_task = slugid();
-    app.create(
-        &gpu_task,
-        json!({"dimensions": {"gpu": ["nvidia", "amd"], "os": ["linux"]}}),
-    )
-    .await;
+    app.create(&gpu_task, json!({"dimensions": {"gpu": ["nvidia", "amd"], "os": ["linux"]}})).await;
     let plain = json!({"workerGroup": "g", "workerId": "plain", "dimensions": {"os": ["linux"]}});
     let (_, body) = app.post("/claim-work/prov%2Fwt", plain).await;
     assert_eq!(body["tasks"].as_array().unwrap().len(), 0, "lacks gpu");
     let gpu = json!({"workerGroup": "g", "workerId": "gpu", "dimensions": {"os": ["linux"], "gpu": ["amd"]}});
     let (_, body) = app.post("/claim-work/prov%2Fwt", gpu).await;
     assert_eq!(body["tasks"][0]["status"]["taskId"], gpu_task.as_str());
-    assert_eq!(
-        body["tasks"][0]["task"]["dimensions"]["gpu"],
-        json!(["amd", "nvidia"])
-    );
+    assert_eq!(body["tasks"][0]["task"]["dimensions"]["gpu"], json!(["amd", "nvidia"]));
 }
 
 #[tokio::test]
 async fn priorities_of_both_scales_order_claims() {
-    let app = TestApp::with(Settings {
-        claim_wait: Duration::ZERO,
-        ..Settings::default()
-    })
-    .await;
+    let app = TestApp::with(Settings { claim_wait: Duration::ZERO, ..Settings::default() }).await;
     let lowest = slugid();
     let swarming = slugid();
     let highest = slugid();
@@ -217,14 +153,8 @@ async fn priorities_of_both_scales_order_claims() {
     app.create(&swarming, json!({"priority": 100})).await;
     app.create(&highest, json!({"priority": "highest"})).await;
     let claims = app.claim("prov/wt", "w", 3).await;
-    let order: Vec<&str> = claims
-        .iter()
-        .map(|c| c["status"]["taskId"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        order,
-        vec![highest.as_str(), swarming.as_str(), lowest.as_str()]
-    );
+    let order: Vec<&str> = claims.iter().map(|c| c["status"]["taskId"].as_str().unwrap()).collect();
+    assert_eq!(order, vec![highest.as_str(), swarming.as_str(), lowest.as_str()]);
     assert_eq!(claims[1]["status"]["priority"], 100);
 }
 
@@ -234,13 +164,9 @@ async fn deprecated_claim_task_claims_one_run() {
     let task_id = slugid();
     app.create(&task_id, json!({})).await;
     let body = json!({"workerGroup": "g", "workerId": "w"});
-    let (status, claim) = app
-        .post(&format!("/task/{task_id}/runs/0/claim"), body.clone())
-        .await;
+    let (status, claim) = app.post(&format!("/task/{task_id}/runs/0/claim"), body.clone()).await;
     assert_eq!(status, StatusCode::OK, "{claim}");
     assert_eq!(claim["status"]["state"], "running");
-    let (status, _) = app
-        .post(&format!("/task/{task_id}/runs/0/claim"), body)
-        .await;
+    let (status, _) = app.post(&format!("/task/{task_id}/runs/0/claim"), body).await;
     assert_eq!(status, StatusCode::CONFLICT);
 }

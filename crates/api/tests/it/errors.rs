@@ -9,10 +9,7 @@ use crate::{TestApp, slugid, task_def};
 async fn bad_definitions_name_the_field() {
     let app = TestApp::start().await;
     let cases = [
-        (
-            json!({"deadline": crate::from_now(6 * 24 * 3600)}),
-            "deadline",
-        ),
+        (json!({"deadline": crate::from_now(6 * 24 * 3600)}), "deadline"),
         (json!({"priority": "normal"}), "priority"),
         (json!({"retries": 50}), "retries"),
         (json!({"taskQueueId": "no-slash"}), "taskQueueId"),
@@ -25,23 +22,14 @@ async fn bad_definitions_name_the_field() {
     ];
     for (patch, field) in cases {
         let task_id = slugid();
-        let (status, body) = app
-            .put(&format!("/task/{task_id}"), task_def(patch.clone()))
-            .await;
+        let (status, body) = app.put(&format!("/task/{task_id}"), task_def(patch.clone())).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{patch}: {body}");
         assert_eq!(body["code"], "InputValidationError", "{patch}: {body}");
         let message = body["message"].as_str().unwrap();
-        assert!(
-            message.contains(field),
-            "{patch}: message `{message}` should name {field}"
-        );
+        assert!(message.contains(field), "{patch}: message `{message}` should name {field}");
         assert_eq!(body["requestInfo"]["method"], "createTask");
         let (status, _) = app.get(&format!("/task/{task_id}")).await;
-        assert_eq!(
-            status,
-            StatusCode::NOT_FOUND,
-            "{patch}: nothing was written"
-        );
+        assert_eq!(status, StatusCode::NOT_FOUND, "{patch}: nothing was written");
     }
 }
 
@@ -49,26 +37,15 @@ async fn bad_definitions_name_the_field() {
 async fn unknown_and_malformed_ids() {
     let app = TestApp::start().await;
     let (status, body) = app.get(&format!("/task/{}", slugid())).await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (StatusCode::NOT_FOUND, Some("ResourceNotFound"))
-    );
+    assert_eq!((status, body["code"].as_str()), (StatusCode::NOT_FOUND, Some("ResourceNotFound")));
     let (status, body) = app.get("/task/not-a-slugid/status").await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("InvalidRequestArguments"))
-    );
-    let (status, _) = app
-        .post(&format!("/task/{}/runs/0/completed", slugid()), json!({}))
-        .await;
+    assert_eq!((status, body["code"].as_str()), (StatusCode::BAD_REQUEST, Some("InvalidRequestArguments")));
+    let (status, _) = app.post(&format!("/task/{}/runs/0/completed", slugid()), json!({})).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = app.get(&format!("/task-group/{}", slugid())).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, body) = app.get("/no/such/endpoint").await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (StatusCode::NOT_FOUND, Some("ResourceNotFound"))
-    );
+    assert_eq!((status, body["code"].as_str()), (StatusCode::NOT_FOUND, Some("ResourceNotFound")));
 }
 
 #[tokio::test]
@@ -77,93 +54,42 @@ async fn conflicts_and_missing_dependencies() {
     let task_id = slugid();
     let definition = task_def(json!({}));
     for _ in 0..2 {
-        let (status, body) = app
-            .put(&format!("/task/{task_id}"), definition.clone())
-            .await;
+        let (status, body) = app.put(&format!("/task/{task_id}"), definition.clone()).await;
         assert_eq!(status, StatusCode::OK, "createTask is idempotent: {body}");
     }
-    let (status, body) = app
-        .put(&format!("/task/{task_id}"), task_def(json!({"retries": 0})))
-        .await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (StatusCode::CONFLICT, Some("RequestConflict"))
-    );
+    let (status, body) = app.put(&format!("/task/{task_id}"), task_def(json!({"retries": 0}))).await;
+    assert_eq!((status, body["code"].as_str()), (StatusCode::CONFLICT, Some("RequestConflict")));
 
     let missing = slugid();
-    let (status, body) = app
-        .put(
-            &format!("/task/{}", slugid()),
-            task_def(json!({"dependencies": [missing]})),
-        )
-        .await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("InputError"))
-    );
-    assert!(
-        body["message"].as_str().unwrap().contains(&missing),
-        "{body}"
-    );
+    let (status, body) = app.put(&format!("/task/{}", slugid()), task_def(json!({"dependencies": [missing]}))).await;
+    assert_eq!((status, body["code"].as_str()), (StatusCode::BAD_REQUEST, Some("InputError")));
+    assert!(body["message"].as_str().unwrap().contains(&missing), "{body}");
 }
 
 #[tokio::test]
 async fn worker_input_is_checked() {
     let app = TestApp::start().await;
     let cases = [
-        (
-            "/claim-work/prov%2Fwt",
-            json!({"workerGroup": "g", "workerId": "w", "tasks": 0}),
-            "tasks",
-        ),
-        (
-            "/claim-work/prov%2Fwt",
-            json!({"workerGroup": "g", "workerId": "w", "tasks": 33}),
-            "tasks",
-        ),
-        (
-            "/claim-work/prov%2Fwt",
-            json!({"workerGroup": "g g", "workerId": "w"}),
-            "workerGroup",
-        ),
+        ("/claim-work/prov%2Fwt", json!({"workerGroup": "g", "workerId": "w", "tasks": 0}), "tasks"),
+        ("/claim-work/prov%2Fwt", json!({"workerGroup": "g", "workerId": "w", "tasks": 33}), "tasks"),
+        ("/claim-work/prov%2Fwt", json!({"workerGroup": "g g", "workerId": "w"}), "workerGroup"),
         (
             "/claim-work/prov%2Fwt",
             json!({"workerGroup": "g", "workerId": "w", "dimensions": {"os": "linux"}}),
             "dimensions",
         ),
-        (
-            "/claim-work/prov%2FWT",
-            json!({"workerGroup": "g", "workerId": "w"}),
-            "taskQueueId",
-        ),
+        ("/claim-work/prov%2FWT", json!({"workerGroup": "g", "workerId": "w"}), "taskQueueId"),
     ];
     for (path, body, field) in cases {
         let (status, res) = app.post(path, body.clone()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {res}");
-        assert!(
-            res["message"].as_str().unwrap().contains(field),
-            "{body}: {res}"
-        );
+        assert!(res["message"].as_str().unwrap().contains(field), "{body}: {res}");
     }
     let task_id = slugid();
     app.create(&task_id, json!({})).await;
-    let (status, res) = app
-        .post(
-            &format!("/task/{task_id}/runs/0/exception"),
-            json!({"reason": "bored"}),
-        )
-        .await;
+    let (status, res) = app.post(&format!("/task/{task_id}/runs/0/exception"), json!({"reason": "bored"})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{res}");
-    assert!(
-        res["message"].as_str().unwrap().starts_with("reason"),
-        "{res}"
-    );
-    let (status, res) = app
-        .post(&format!("/task/{task_id}/runs/0/completed"), json!({}))
-        .await;
-    assert_eq!(
-        (status, res["code"].as_str()),
-        (StatusCode::CONFLICT, Some("RequestConflict")),
-        "pending, not running"
-    );
+    assert!(res["message"].as_str().unwrap().starts_with("reason"), "{res}");
+    let (status, res) = app.post(&format!("/task/{task_id}/runs/0/completed"), json!({})).await;
+    assert_eq!((status, res["code"].as_str()), (StatusCode::CONFLICT, Some("RequestConflict")), "pending, not running");
 }

@@ -29,10 +29,7 @@ pub(crate) struct Settings {
 
 impl Default for Settings {
     fn default() -> Settings {
-        Settings {
-            claim_timeout_secs: 1200,
-            claim_wait: Duration::from_secs(20),
-        }
+        Settings { claim_timeout_secs: 1200, claim_wait: Duration::from_secs(20) }
     }
 }
 
@@ -43,15 +40,10 @@ impl TestApp {
 
     pub(crate) async fn with(settings: Settings) -> TestApp {
         let dir = tempfile::tempdir().unwrap();
-        let config = SqliteConfig {
-            path: dir.path().join("shoal.db"),
-            claim_timeout_secs: settings.claim_timeout_secs,
-        };
+        let config =
+            SqliteConfig { path: dir.path().join("shoal.db"), claim_timeout_secs: settings.claim_timeout_secs };
         let store = Store::Sqlite(SqliteStore::open(&config).unwrap());
-        let queue_config = QueueConfig {
-            claim_wait: settings.claim_wait,
-            due_interval: Duration::from_millis(50),
-        };
+        let queue_config = QueueConfig { claim_wait: settings.claim_wait, due_interval: Duration::from_millis(50) };
         let queue = Queue::new(store, queue_config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}/api/queue/v1", listener.local_addr().unwrap());
@@ -60,28 +52,15 @@ impl TestApp {
         tokio::spawn(shoal_service::run_due_loop(queue.clone(), async {
             let _ = due_stopped.await;
         }));
-        let state = AppState {
-            queue,
-            started: Instant::now(),
-        };
+        let state = AppState { queue, started: Instant::now() };
         tokio::spawn(shoal_api::serve(listener, state, async move {
             let _ = stopped.await;
             let _ = due_stop.send(());
         }));
-        TestApp {
-            base,
-            client: reqwest::Client::new(),
-            _dir: dir,
-            stop: Some(stop),
-        }
+        TestApp { base, client: reqwest::Client::new(), _dir: dir, stop: Some(stop) }
     }
 
-    pub(crate) async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
+    pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         let mut req = self.client.request(method, format!("{}{path}", self.base));
         if let Some(body) = body {
             req = req.json(&body);
@@ -89,8 +68,7 @@ impl TestApp {
         let res = req.send().await.unwrap();
         let status = res.status();
         let text = res.text().await.unwrap();
-        let value = serde_json::from_str(&text)
-            .unwrap_or_else(|_| panic!("{path} answered non-JSON: {text}"));
+        let value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path} answered non-JSON: {text}"));
         (status, value)
     }
 
@@ -116,17 +94,13 @@ impl TestApp {
     /// One claimWork call; returns the claims.
     pub(crate) async fn claim(&self, queue: &str, worker_id: &str, n: u32) -> Vec<Value> {
         let body = json!({"workerGroup": "g", "workerId": worker_id, "tasks": n});
-        let (status, res) = self
-            .post(&format!("/claim-work/{}", queue.replace('/', "%2F")), body)
-            .await;
+        let (status, res) = self.post(&format!("/claim-work/{}", queue.replace('/', "%2F")), body).await;
         assert_eq!(status, StatusCode::OK, "claimWork: {res}");
         res["tasks"].as_array().unwrap().clone()
     }
 
     pub(crate) async fn report(&self, task_id: &str, run_id: u64, how: &str) -> Value {
-        let (status, body) = self
-            .post(&format!("/task/{task_id}/runs/{run_id}/{how}"), json!({}))
-            .await;
+        let (status, body) = self.post(&format!("/task/{task_id}/runs/{run_id}/{how}"), json!({})).await;
         assert_eq!(status, StatusCode::OK, "report {how}: {body}");
         body["status"].clone()
     }
@@ -148,12 +122,7 @@ pub(crate) fn slugid() -> String {
 fn rfc3339(offset: Duration, forward: bool) -> String {
     let now = shoal_service::now();
     let millis = offset.as_millis() as i64;
-    shoal_engine::Timestamp(if forward {
-        now.millis() + millis
-    } else {
-        now.millis() - millis
-    })
-    .to_string()
+    shoal_engine::Timestamp(if forward { now.millis() + millis } else { now.millis() - millis }).to_string()
 }
 
 /// A time `secs` from now.

@@ -11,19 +11,11 @@ use crate::{TestApp, from_now, slugid};
 async fn definition_and_status_round_trip() {
     let app = TestApp::start().await;
     let task_id = slugid();
-    let status = app
-        .create(
-            &task_id,
-            json!({"provisionerId": "prov", "workerType": "wt", "taskQueueId": null}),
-        )
-        .await;
+    let status = app.create(&task_id, json!({"provisionerId": "prov", "workerType": "wt", "taskQueueId": null})).await;
     assert_eq!(status["state"], "pending");
     assert_eq!(status["retriesLeft"], 5);
     let (_, task) = app.get(&format!("/task/{task_id}")).await;
-    assert_eq!(
-        task["taskQueueId"], "prov/wt",
-        "both forms of the queue are returned"
-    );
+    assert_eq!(task["taskQueueId"], "prov/wt", "both forms of the queue are returned");
     assert_eq!(task["provisionerId"], "prov");
     assert_eq!(task["schedulerId"], "-");
     assert_eq!(task["taskGroupId"], task_id.as_str());
@@ -32,17 +24,9 @@ async fn definition_and_status_round_trip() {
     assert_eq!(status["status"]["taskId"], task_id.as_str());
 
     let unknown = slugid();
-    let (_, batch) = app
-        .post("/tasks", json!({"taskIds": [task_id, unknown]}))
-        .await;
-    assert_eq!(
-        batch["tasks"].as_array().unwrap().len(),
-        1,
-        "unknown ids are left out"
-    );
-    let (_, batch) = app
-        .post("/tasks/status", json!({"taskIds": [task_id]}))
-        .await;
+    let (_, batch) = app.post("/tasks", json!({"taskIds": [task_id, unknown]})).await;
+    assert_eq!(batch["tasks"].as_array().unwrap().len(), 1, "unknown ids are left out");
+    let (_, batch) = app.post("/tasks/status", json!({"taskIds": [task_id]})).await;
     assert_eq!(batch["statuses"][0]["status"]["state"], "pending");
 }
 
@@ -55,11 +39,7 @@ async fn a_chain_of_dependencies_runs_in_order() {
     app.create(&build, json!({})).await;
     let status = app.create(&test, json!({"dependencies": [build]})).await;
     assert_eq!(status["state"], "unscheduled");
-    app.create(
-        &report,
-        json!({"dependencies": [build, test], "requires": "all-resolved"}),
-    )
-    .await;
+    app.create(&report, json!({"dependencies": [build, test], "requires": "all-resolved"})).await;
 
     let (_, dependents) = app.get(&format!("/task/{build}/dependents")).await;
     assert_eq!(dependents["tasks"].as_array().unwrap().len(), 2);
@@ -68,18 +48,11 @@ async fn a_chain_of_dependencies_runs_in_order() {
         let claims = app.claim("prov/wt", "w", 5).await;
         assert_eq!(claims.len(), 1, "one task at a time becomes pending");
         assert_eq!(claims[0]["status"]["taskId"], expected.as_str());
-        let how = if expected == &test {
-            "failed"
-        } else {
-            "completed"
-        };
+        let how = if expected == &test { "failed" } else { "completed" };
         app.report(expected, 0, how).await;
     }
     let (_, status) = app.get(&format!("/task/{report}/status")).await;
-    assert_eq!(
-        status["status"]["state"], "completed",
-        "all-resolved ran after a failure"
-    );
+    assert_eq!(status["status"]["state"], "completed", "all-resolved ran after a failure");
 }
 
 #[tokio::test]
@@ -88,49 +61,24 @@ async fn schedule_cancel_rerun_and_priority() {
     let blocker = slugid();
     let waiting = slugid();
     app.create(&blocker, json!({})).await;
-    app.create(&waiting, json!({"dependencies": [blocker]}))
-        .await;
-    let (_, forced) = app
-        .post(&format!("/task/{waiting}/schedule"), json!({}))
-        .await;
-    assert_eq!(
-        forced["status"]["state"], "pending",
-        "scheduleTask ignores dependencies"
-    );
+    app.create(&waiting, json!({"dependencies": [blocker]})).await;
+    let (_, forced) = app.post(&format!("/task/{waiting}/schedule"), json!({})).await;
+    assert_eq!(forced["status"]["state"], "pending", "scheduleTask ignores dependencies");
 
-    let (_, changed) = app
-        .post(
-            &format!("/task/{waiting}/priority"),
-            json!({"newPriority": "very-high"}),
-        )
-        .await;
+    let (_, changed) = app.post(&format!("/task/{waiting}/priority"), json!({"newPriority": "very-high"})).await;
     assert_eq!(changed["status"]["priority"], "very-high");
-    let (code, bad) = app
-        .post(
-            &format!("/task/{waiting}/priority"),
-            json!({"newPriority": "urgent"}),
-        )
-        .await;
+    let (code, bad) = app.post(&format!("/task/{waiting}/priority"), json!({"newPriority": "urgent"})).await;
     assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}");
-    assert!(
-        bad["message"].as_str().unwrap().contains("newPriority"),
-        "{bad}"
-    );
+    assert!(bad["message"].as_str().unwrap().contains("newPriority"), "{bad}");
 
-    let (_, canceled) = app
-        .post(&format!("/task/{waiting}/cancel"), json!({}))
-        .await;
+    let (_, canceled) = app.post(&format!("/task/{waiting}/cancel"), json!({})).await;
     assert_eq!(canceled["status"]["state"], "exception");
     assert_eq!(canceled["status"]["runs"][0]["reasonResolved"], "canceled");
     let (_, rerun) = app.post(&format!("/task/{waiting}/rerun"), json!({})).await;
     assert_eq!(rerun["status"]["state"], "pending");
     assert_eq!(rerun["status"]["runs"][1]["reasonCreated"], "rerun");
     let claims = app.claim("prov/wt", "w", 1).await;
-    assert_eq!(
-        claims[0]["status"]["taskId"],
-        waiting.as_str(),
-        "very-high before lowest"
-    );
+    assert_eq!(claims[0]["status"]["taskId"], waiting.as_str(), "very-high before lowest");
 }
 
 #[tokio::test]
@@ -138,11 +86,7 @@ async fn task_groups_list_seal_and_cancel() {
     let app = TestApp::start().await;
     let group = slugid();
     for _ in 0..5 {
-        app.create(
-            &slugid(),
-            json!({"taskGroupId": group, "schedulerId": "sched"}),
-        )
-        .await;
+        app.create(&slugid(), json!({"taskGroupId": group, "schedulerId": "sched"})).await;
     }
     let (_, info) = app.get(&format!("/task-group/{group}")).await;
     assert_eq!(info["schedulerId"], "sched");
@@ -151,44 +95,23 @@ async fn task_groups_list_seal_and_cancel() {
     let (_, first) = app.get(&format!("/task-group/{group}/list?limit=3")).await;
     assert_eq!(first["tasks"].as_array().unwrap().len(), 3);
     let token = first["continuationToken"].as_str().unwrap();
-    let (_, second) = app
-        .get(&format!(
-            "/task-group/{group}/list?limit=3&continuationToken={token}"
-        ))
-        .await;
+    let (_, second) = app.get(&format!("/task-group/{group}/list?limit=3&continuationToken={token}")).await;
     assert_eq!(second["tasks"].as_array().unwrap().len(), 2);
     assert!(second.get("continuationToken").is_none());
-    assert!(
-        second["tasks"][0]["task"]["payload"].is_object(),
-        "listings carry definitions"
-    );
+    assert!(second["tasks"][0]["task"]["payload"].is_object(), "listings carry definitions");
 
-    let (code, _) = app
-        .post(&format!("/task-group/{group}/cancel"), json!({}))
-        .await;
+    let (code, _) = app.post(&format!("/task-group/{group}/cancel"), json!({})).await;
     assert_eq!(code, StatusCode::CONFLICT, "cancel needs a sealed group");
-    let (_, sealed) = app
-        .post(&format!("/task-group/{group}/seal"), json!({}))
-        .await;
+    let (_, sealed) = app.post(&format!("/task-group/{group}/seal"), json!({})).await;
     assert!(sealed["sealed"].is_string());
     let (code, _) = app
-        .put(
-            &format!("/task/{}", slugid()),
-            crate::task_def(json!({"taskGroupId": group, "schedulerId": "sched"})),
-        )
+        .put(&format!("/task/{}", slugid()), crate::task_def(json!({"taskGroupId": group, "schedulerId": "sched"})))
         .await;
     assert_eq!(code, StatusCode::CONFLICT, "a sealed group takes no tasks");
 
-    let (_, priority) = app
-        .post(
-            &format!("/task-group/{group}/priority"),
-            json!({"newPriority": "high"}),
-        )
-        .await;
+    let (_, priority) = app.post(&format!("/task-group/{group}/priority"), json!({"newPriority": "high"})).await;
     assert_eq!(priority["taskIds"].as_array().unwrap().len(), 5);
-    let (_, canceled) = app
-        .post(&format!("/task-group/{group}/cancel"), json!({}))
-        .await;
+    let (_, canceled) = app.post(&format!("/task-group/{group}/cancel"), json!({})).await;
     assert_eq!(canceled["taskGroupSize"], 5);
     assert_eq!(canceled["cancelledCount"], 5);
 }
@@ -197,18 +120,11 @@ async fn task_groups_list_seal_and_cancel() {
 async fn queue_counts_and_listings() {
     let app = TestApp::start().await;
     for _ in 0..3 {
-        app.create(&slugid(), json!({"taskQueueId": "prov/q"}))
-            .await;
+        app.create(&slugid(), json!({"taskQueueId": "prov/q"})).await;
     }
     let claims = app.claim("prov/q", "w7", 1).await;
     let (_, counts) = app.get("/task-queues/prov%2Fq/counts").await;
-    assert_eq!(
-        (
-            counts["pendingTasks"].as_u64(),
-            counts["claimedTasks"].as_u64()
-        ),
-        (Some(2), Some(1))
-    );
+    assert_eq!((counts["pendingTasks"].as_u64(), counts["claimedTasks"].as_u64()), (Some(2), Some(1)));
     let (_, legacy) = app.get("/pending/prov/q").await;
     assert_eq!(legacy["pendingTasks"], 2);
     assert_eq!(legacy["workerType"], "q");
@@ -216,11 +132,7 @@ async fn queue_counts_and_listings() {
     let (_, pending) = app.get("/task-queues/prov%2Fq/pending?limit=1").await;
     assert_eq!(pending["tasks"].as_array().unwrap().len(), 1);
     let token = pending["continuationToken"].as_str().unwrap();
-    let (_, rest) = app
-        .get(&format!(
-            "/task-queues/prov%2Fq/pending?continuationToken={token}"
-        ))
-        .await;
+    let (_, rest) = app.get(&format!("/task-queues/prov%2Fq/pending?continuationToken={token}")).await;
     assert_eq!(rest["tasks"].as_array().unwrap().len(), 1);
     assert_ne!(rest["tasks"][0]["taskId"], pending["tasks"][0]["taskId"]);
 
@@ -242,58 +154,31 @@ async fn a_deadline_resolves_the_task_and_releases_all_resolved_dependents() {
     let doomed = slugid();
     // A 1-second deadline; nothing claims it (its queue has no workers).
     let deadline = from_now(1);
-    app.create(
-        &doomed,
-        json!({"taskQueueId": "prov/nobody", "deadline": deadline}),
-    )
-    .await;
+    app.create(&doomed, json!({"taskQueueId": "prov/nobody", "deadline": deadline})).await;
     let after = slugid();
-    app.create(
-        &after,
-        json!({"dependencies": [doomed], "requires": "all-resolved"}),
-    )
-    .await;
+    app.create(&after, json!({"dependencies": [doomed], "requires": "all-resolved"})).await;
     // This long poll returns once the deadline fires and releases the dependent.
     let claims = app.claim("prov/wt", "w", 1).await;
     assert_eq!(claims[0]["status"]["taskId"], after.as_str());
     let (_, status) = app.get(&format!("/task/{doomed}/status")).await;
     assert_eq!(status["status"]["state"], "exception");
-    assert_eq!(
-        status["status"]["runs"][0]["reasonResolved"],
-        "deadline-exceeded"
-    );
-    assert_eq!(
-        status["status"]["runs"][0]["reasonCreated"], "scheduled",
-        "the pending run was the one resolved"
-    );
+    assert_eq!(status["status"]["runs"][0]["reasonResolved"], "deadline-exceeded");
+    assert_eq!(status["status"]["runs"][0]["reasonCreated"], "scheduled", "the pending run was the one resolved");
 }
 
 #[tokio::test]
 async fn health_and_reference() {
     let app = TestApp::start().await;
     let (code, ping) = app.get("/ping").await;
-    assert_eq!(
-        (code, ping["alive"].as_bool()),
-        (StatusCode::OK, Some(true))
-    );
+    assert_eq!((code, ping["alive"].as_bool()), (StatusCode::OK, Some(true)));
     for path in ["/__heartbeat__", "/__lbheartbeat__", "/__version__"] {
         let (code, _) = app.get(path).await;
         assert_eq!(code, StatusCode::OK, "{path}");
     }
     let (_, reference) = app.get("/reference").await;
-    let names: Vec<&str> = reference["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
-    for name in [
-        "createTask",
-        "claimWork",
-        "reportCompleted",
-        "listTaskGroup",
-        "taskQueueCounts",
-    ] {
+    let names: Vec<&str> =
+        reference["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    for name in ["createTask", "claimWork", "reportCompleted", "listTaskGroup", "taskQueueCounts"] {
         assert!(names.contains(&name), "{name} missing from the reference");
     }
 }

@@ -25,19 +25,10 @@ fn new_task(retries: u32) -> Task {
 /// Applies one script line at `now`; time moves with `at +Ns`.
 fn apply(task: &mut Task, now: &mut Timestamp, line: &str) -> String {
     let words: Vec<&str> = line.split_whitespace().collect();
-    let run = |idx: usize| {
-        words
-            .get(idx)
-            .and_then(|w| w.parse::<u32>().ok())
-            .unwrap_or(0)
-    };
+    let run = |idx: usize| words.get(idx).and_then(|w| w.parse::<u32>().ok()).unwrap_or(0);
     let res = match words.as_slice() {
         ["at", offset] => {
-            let secs: i64 = offset
-                .trim_start_matches('+')
-                .trim_end_matches('s')
-                .parse()
-                .unwrap();
+            let secs: i64 = offset.trim_start_matches('+').trim_end_matches('s').parse().unwrap();
             *now = now.plus_secs(secs);
             return format!("now +{}s", (now.millis() - T0) / 1000);
         }
@@ -46,18 +37,12 @@ fn apply(task: &mut Task, now: &mut Timestamp, line: &str) -> String {
         ["reclaim", _] => task.reclaim(run(1), *now, 60),
         ["complete", _] => task.resolve(run(1), Resolution::Completed, *now),
         ["fail", _] => task.resolve(run(1), Resolution::Failed, *now),
-        ["exception", _, reason] => task.resolve(
-            run(1),
-            Resolution::from_worker_exception(reason).unwrap(),
-            *now,
-        ),
+        ["exception", _, reason] => task.resolve(run(1), Resolution::from_worker_exception(reason).unwrap(), *now),
         ["expire-claims"] => Ok(task.expire_claim(*now).unwrap_or_default()),
         ["exceed-deadline"] => Ok(task.exceed_deadline(*now).unwrap_or_default()),
         ["cancel"] => task.cancel(*now),
         ["rerun"] => task.rerun(*now),
-        ["priority", name] => {
-            task.change_priority(Priority::from_json(&json!(name)).unwrap(), *now)
-        }
+        ["priority", name] => task.change_priority(Priority::from_json(&json!(name)).unwrap(), *now),
         _ => panic!("unknown command {line}"),
     };
     match res {
@@ -73,43 +58,25 @@ fn render(task: &Task) -> String {
         .map(|run| {
             let state = serde_json::to_value(run.state).unwrap();
             let created = serde_json::to_value(run.reason_created).unwrap();
-            let resolved = run
-                .reason_resolved
-                .map(|r| serde_json::to_value(r).unwrap());
+            let resolved = run.reason_resolved.map(|r| serde_json::to_value(r).unwrap());
             match resolved {
-                Some(reason) => format!(
-                    "{}/{}/{}",
-                    state.as_str().unwrap(),
-                    created.as_str().unwrap(),
-                    reason.as_str().unwrap()
-                ),
+                Some(reason) => {
+                    format!("{}/{}/{}", state.as_str().unwrap(), created.as_str().unwrap(), reason.as_str().unwrap())
+                }
                 None => format!("{}/{}", state.as_str().unwrap(), created.as_str().unwrap()),
             }
         })
         .collect();
-    format!(
-        "{} retries={} [{}]",
-        task.state().as_str(),
-        task.retries_left(),
-        runs.join(", ")
-    )
+    format!("{} retries={} [{}]", task.state().as_str(), task.retries_left(), runs.join(", "))
 }
 
 #[track_caller]
 fn check(retries: u32, script: &str, expect: &str) {
     let mut task = new_task(retries);
     let mut now = Timestamp(T0);
-    let got: Vec<String> = script
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(|line| apply(&mut task, &mut now, line))
-        .collect();
-    let expect: Vec<&str> = expect
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
+    let got: Vec<String> =
+        script.lines().map(str::trim).filter(|l| !l.is_empty()).map(|line| apply(&mut task, &mut now, line)).collect();
+    let expect: Vec<&str> = expect.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     assert_eq!(got, expect, "\n--- got ---\n{}\n", got.join("\n"));
 }
 

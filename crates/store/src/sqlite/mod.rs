@@ -26,9 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::reads::ReadConn;
 use crate::sqlite::tx::{Tx, WriterState};
-use crate::{
-    Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup,
-};
+use crate::{Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup};
 
 /// Most operations committed together.
 const MAX_BATCH: usize = 512;
@@ -61,12 +59,23 @@ struct Inner {
 /// Answers a job's caller once its batch committed (`Ok`) or failed (`Err(reason)`).
 type Deliver = Box<dyn FnOnce(Result<(), String>) + Send>;
 
+/// How a job's run went, as far as its batch is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// It did its work.
+    Done,
+    /// The rules refused it; it must not have written anything.
+    Refused,
+    /// Storage failed under it; the batch cannot commit.
+    Failed,
+}
+
 /// A unit of work for the writer thread.
 trait Job: Send {
-    /// Runs inside the batch's transaction; returns whether it succeeded (else its savepoint
-    /// is rolled back) and how to answer once the batch's fate is known.
-    fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (bool, Deliver);
-    /// Answers without running (the batch could not start).
+    /// Runs inside the batch's transaction; says how it went and how to answer once the
+    /// batch's fate is known.
+    fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (Outcome, Deliver);
+    /// Answers without running (the batch could not start or already failed).
     fn fail(self: Box<Self>, reason: String);
 }
 
@@ -80,11 +89,15 @@ where
     T: Send + 'static,
     F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send,
 {
-    fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (bool, Deliver) {
+    fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (Outcome, Deliver) {
         let WriteJob { op, reply } = *self;
         let res = op(tx);
         let events = std::mem::take(&mut tx.events);
-        let ok = res.is_ok();
+        let outcome = match &res {
+            Ok(_) => Outcome::Done,
+            Err(StoreError::Rejected(_)) => Outcome::Refused,
+            Err(_) => Outcome::Failed,
+        };
         let deliver = move |commit: Result<(), String>| {
             let answer = match (res, commit) {
                 (Err(err), _) => Err(err),
@@ -94,7 +107,7 @@ where
             // The caller may have gone away (a closed long poll); its change stands.
             let _ = reply.send(answer);
         };
-        (ok, Box::new(deliver))
+        (outcome, Box::new(deliver))
     }
 
     fn fail(self: Box<Self>, reason: String) {
@@ -109,9 +122,8 @@ impl SqliteStore {
     /// When the file cannot be opened or migrated.
     pub fn open(config: &SqliteConfig) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = config.path.parent() {
-            std::fs::create_dir_all(dir).map_err(|err| {
-                StoreError::Unavailable(format!("creating {}: {err}", dir.display()))
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|err| StoreError::Unavailable(format!("creating {}: {err}", dir.display())))?;
         }
         let mut conn = Connection::open(&config.path)?;
         conn.execute_batch(
@@ -132,10 +144,7 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 jobs: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(writer)),
-                readers: ReaderPool {
-                    path: config.path.clone(),
-                    idle: Mutex::new(Vec::new()),
-                },
+                readers: ReaderPool { path: config.path.clone(), idle: Mutex::new(Vec::new()) },
             }),
         })
     }
@@ -145,18 +154,9 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     {
-        let sender = self
-            .inner
-            .jobs
-            .lock()
-            .map_err(|_| closed())?
-            .clone()
-            .ok_or_else(closed)?;
+        let sender = self.inner.jobs.lock().map_err(|_| closed())?.clone().ok_or_else(closed)?;
         let (reply, answer) = oneshot::channel();
-        sender
-            .send(Box::new(WriteJob { op, reply }))
-            .await
-            .map_err(|_| closed())?;
+        sender.send(Box::new(WriteJob { op, reply })).await.map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
     }
 
@@ -166,8 +166,7 @@ impl SqliteStore {
         task_id: TaskId,
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.write(move |tx| ops::create_task(tx, &definition, task_id, now))
-            .await
+        self.write(move |tx| ops::create_task(tx, &definition, task_id, now)).await
     }
 
     pub(crate) async fn apply(
@@ -176,8 +175,7 @@ impl SqliteStore {
         command: TaskCommand,
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.write(move |tx| ops::apply(tx, task_id, &command, now))
-            .await
+        self.write(move |tx| ops::apply(tx, task_id, &command, now)).await
     }
 
     pub(crate) async fn claim_work(
@@ -185,8 +183,7 @@ impl SqliteStore {
         request: ClaimRequest,
         now: Timestamp,
     ) -> Result<Committed<Vec<Claim>>, StoreError> {
-        self.write(move |tx| ops::claim_work(tx, &request, now))
-            .await
+        self.write(move |tx| ops::claim_work(tx, &request, now)).await
     }
 
     pub(crate) async fn claim_task(
@@ -196,15 +193,10 @@ impl SqliteStore {
         request: ClaimRequest,
         now: Timestamp,
     ) -> Result<Committed<Claim>, StoreError> {
-        self.write(move |tx| ops::claim_run(tx, task_id, run_id, &request, now))
-            .await
+        self.write(move |tx| ops::claim_run(tx, task_id, run_id, &request, now)).await
     }
 
-    pub(crate) async fn fire_due(
-        &self,
-        now: Timestamp,
-        limit: usize,
-    ) -> Result<Committed<usize>, StoreError> {
+    pub(crate) async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
         self.write(move |tx| ops::fire_due(tx, now, limit)).await
     }
 
@@ -213,8 +205,7 @@ impl SqliteStore {
         group: TaskId,
         now: Timestamp,
     ) -> Result<Committed<TaskGroup>, StoreError> {
-        self.write(move |tx| ops::seal_task_group(tx, group, now))
-            .await
+        self.write(move |tx| ops::seal_task_group(tx, group, now)).await
     }
 
     pub(crate) async fn cancel_task_group(
@@ -222,8 +213,7 @@ impl SqliteStore {
         group: TaskId,
         now: Timestamp,
     ) -> Result<Committed<GroupCancellation>, StoreError> {
-        self.write(move |tx| ops::cancel_task_group(tx, group, now))
-            .await
+        self.write(move |tx| ops::cancel_task_group(tx, group, now)).await
     }
 
     pub(crate) async fn change_task_group_priority(
@@ -232,8 +222,7 @@ impl SqliteStore {
         priority: Priority,
         now: Timestamp,
     ) -> Result<Committed<Vec<TaskId>>, StoreError> {
-        self.write(move |tx| ops::change_task_group_priority(tx, group, priority, now))
-            .await
+        self.write(move |tx| ops::change_task_group_priority(tx, group, priority, now)).await
     }
 
     pub(crate) async fn read<T, F>(&self, query: F) -> Result<T, StoreError>
@@ -251,12 +240,7 @@ impl SqliteStore {
     pub(crate) async fn close(&self) {
         let sender = self.inner.jobs.lock().ok().and_then(|mut jobs| jobs.take());
         drop(sender);
-        let writer = self
-            .inner
-            .writer
-            .lock()
-            .ok()
-            .and_then(|mut writer| writer.take());
+        let writer = self.inner.writer.lock().ok().and_then(|mut writer| writer.take());
         if let Some(writer) = writer {
             let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         }
@@ -283,33 +267,17 @@ fn load_pending(conn: &Connection) -> Result<(PendingIndex, u64), StoreError> {
             None => Dimensions::default(),
             Some(json) => serde_json::from_str(&json).map_err(row::corrupt)?,
         };
-        let priority: Priority =
-            serde_json::from_str(&row.get::<_, String>(3)?).map_err(row::corrupt)?;
+        let priority: Priority = serde_json::from_str(&row.get::<_, String>(3)?).map_err(row::corrupt)?;
         let seq = row.get::<_, i64>(4)? as u64;
         max_seq = max_seq.max(seq);
-        let key = PendingKey {
-            task_queue_id: row.get(1)?,
-            dimensions,
-            rank: priority.rank(),
-            seq,
-        };
-        index.insert(
-            key,
-            PendingRun {
-                task_id,
-                run_id: row.get(5)?,
-            },
-        );
+        let key = PendingKey { task_queue_id: row.get(1)?, dimensions, rank: priority.rank(), seq };
+        index.insert(key, PendingRun { task_id, run_id: row.get(5)? });
     }
     index.commit();
     Ok((index, max_seq))
 }
 
-fn writer_loop(
-    mut conn: Connection,
-    mut state: WriterState,
-    mut jobs: mpsc::Receiver<Box<dyn Job>>,
-) {
+fn writer_loop(mut conn: Connection, mut state: WriterState, mut jobs: mpsc::Receiver<Box<dyn Job>>) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     while let Some(job) = jobs.blocking_recv() {
         batch.push(job);
@@ -324,6 +292,12 @@ fn writer_loop(
     tracing::debug!("store writer stopped");
 }
 
+/// Runs a batch in one transaction and commits it with one fsync.
+///
+/// There is no savepoint per job (SQLite would copy every page a job touches into a
+/// sub-journal): a refused job must not have written (checked with `total_changes` and the
+/// index's undo mark), and a job whose storage failed aborts the whole batch, whose callers
+/// are all told to retry.
 fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box<dyn Job>>) {
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
         tracing::error!(error = %err, "cannot begin a write transaction");
@@ -333,49 +307,42 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
         return;
     }
     let mut deliveries = Vec::with_capacity(batch.len());
+    let mut failure: Option<String> = None;
     for job in batch.drain(..) {
-        let mark = state.index.mark();
-        if let Err(err) = conn
-            .prepare_cached("SAVEPOINT job")
-            .and_then(|mut stmt| stmt.execute([]))
-        {
-            job.fail(err.to_string());
+        if let Some(reason) = &failure {
+            job.fail(reason.clone());
             continue;
         }
-        let mut tx = Tx {
-            conn,
-            state,
-            events: Vec::new(),
-        };
-        let (ok, deliver) = job.run(&mut tx);
-        let end = if ok {
-            "RELEASE job"
-        } else {
-            "ROLLBACK TO job; RELEASE job"
-        };
-        if !ok {
-            state.index.rollback_to(mark);
-        }
-        if let Err(err) = conn.execute_batch(end) {
-            tracing::error!(error = %err, "savepoint failed");
+        let (changes, mark) = (conn.total_changes(), state.index.mark());
+        let mut tx = Tx { conn, state, events: Vec::new() };
+        let (outcome, deliver) = job.run(&mut tx);
+        match outcome {
+            Outcome::Done => {}
+            Outcome::Refused if conn.total_changes() == changes && state.index.mark() == mark => {}
+            Outcome::Refused => {
+                tracing::error!("a refused operation wrote before refusing; its batch is rolled back");
+                failure = Some("internal error: a refused operation wrote".into());
+            }
+            Outcome::Failed => failure = Some("a storage operation failed; nothing in its batch was committed".into()),
         }
         deliveries.push(deliver);
     }
-    match conn.execute_batch("COMMIT") {
-        Ok(()) => {
-            state.index.commit();
-            for deliver in deliveries {
-                deliver(Ok(()));
-            }
-        }
-        Err(err) => {
+    let commit = match failure {
+        Some(reason) => Err(reason),
+        None => conn.execute_batch("COMMIT").map_err(|err| {
             tracing::error!(error = %err, "commit failed; the batch is rolled back");
+            err.to_string()
+        }),
+    };
+    match commit {
+        Ok(()) => state.index.commit(),
+        Err(_) => {
             let _ = conn.execute_batch("ROLLBACK");
             state.index.rollback_to(0);
-            for deliver in deliveries {
-                deliver(Err(err.to_string()));
-            }
         }
+    }
+    for deliver in deliveries {
+        deliver(commit.clone());
     }
 }
 
@@ -386,10 +353,7 @@ struct ReaderPool {
 }
 
 impl ReaderPool {
-    fn with<T>(
-        &self,
-        query: impl FnOnce(&Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+    fn with<T>(&self, query: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let conn = match idle {
             Some(conn) => conn,

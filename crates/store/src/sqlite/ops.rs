@@ -10,9 +10,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::sqlite::row::TaskRow;
 use crate::sqlite::tx::{Tx, json};
-use crate::{
-    Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, TaskEvent, TaskGroup,
-};
+use crate::{Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, TaskEvent, TaskGroup};
 
 /// How long a task group outlives its latest-expiring task.
 const GROUP_EXPIRY_SLACK_MS: i64 = 3600 * 1000;
@@ -26,39 +24,28 @@ pub(crate) fn create_task(
     let text = json(definition)?;
     if let Some(existing) = tx.definition(task_id)? {
         if existing != text {
-            return Err(Rejection::Conflict(format!(
-                "task {task_id} already exists with a different definition"
-            ))
-            .into());
+            return Err(
+                Rejection::Conflict(format!("task {task_id} already exists with a different definition")).into()
+            );
         }
         return Ok(tx.load_existing(task_id)?.task.status());
     }
-    ensure_group(tx, definition)?;
+    // Every check that can refuse runs before the first write: the writer commits a batch
+    // without per-operation savepoints, so a refusal must leave nothing behind.
     let satisfied = check_dependencies(tx, definition, task_id)?;
+    ensure_group(tx, definition)?;
     {
         let mut stmt = tx.conn.prepare_cached(
             "INSERT INTO task_dependencies (required_task_id, dependent_task_id, requires, satisfied) \
              VALUES (?1, ?2, ?3, ?4)",
         )?;
         for (required, done) in definition.dependencies.iter().zip(&satisfied) {
-            stmt.execute(params![
-                required.as_str(),
-                task_id.as_str(),
-                definition.requires.as_str(),
-                done
-            ])?;
+            stmt.execute(params![required.as_str(), task_id.as_str(), definition.requires.as_str(), done])?;
         }
     }
     tx.touch_queue(&definition.task_queue_id, now)?;
-    tx.events.push(TaskEvent {
-        task_id,
-        task_queue_id: definition.task_queue_id.clone(),
-        event: Event::Defined,
-    });
-    let mut row = TaskRow {
-        task: Task::new(task_id, definition),
-        pending_seq: None,
-    };
+    tx.events.push(TaskEvent { task_id, task_queue_id: definition.task_queue_id.clone(), event: Event::Defined });
+    let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
     if satisfied.iter().all(|done| *done) {
         tx.step_new(&mut row, now, |task| task.schedule(now), &text)?;
     } else {
@@ -88,10 +75,7 @@ fn ensure_group(tx: &mut Tx<'_>, definition: &TaskDefinition) -> Result<(), Stor
                 .into());
             }
             if found.sealed.is_some() {
-                return Err(Rejection::Conflict(format!(
-                    "task group {group} is sealed; no task may be added"
-                ))
-                .into());
+                return Err(Rejection::Conflict(format!("task group {group} is sealed; no task may be added")).into());
             }
             if found.expires.millis() < expires {
                 tx.conn
@@ -104,9 +88,8 @@ fn ensure_group(tx: &mut Tx<'_>, definition: &TaskDefinition) -> Result<(), Stor
 }
 
 pub(crate) fn load_group(tx: &Tx<'_>, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
-    let mut stmt = tx.conn.prepare_cached(
-        "SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1",
-    )?;
+    let mut stmt =
+        tx.conn.prepare_cached("SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1")?;
     Ok(stmt
         .query_row([group.as_str()], |row| {
             Ok(TaskGroup {
@@ -121,26 +104,19 @@ pub(crate) fn load_group(tx: &Tx<'_>, group: TaskId) -> Result<Option<TaskGroup>
 
 /// Checks that every dependency exists and outlives this task's deadline; says for each
 /// whether it is already satisfied.
-fn check_dependencies(
-    tx: &Tx<'_>,
-    definition: &TaskDefinition,
-    task_id: TaskId,
-) -> Result<Vec<bool>, StoreError> {
+fn check_dependencies(tx: &Tx<'_>, definition: &TaskDefinition, task_id: TaskId) -> Result<Vec<bool>, StoreError> {
     let mut satisfied = Vec::with_capacity(definition.dependencies.len());
     let mut missing = Vec::new();
     let mut expiring = Vec::new();
-    let mut stmt = tx
-        .conn
-        .prepare_cached("SELECT state, expires FROM tasks WHERE task_id = ?1")?;
+    let mut stmt = tx.conn.prepare_cached("SELECT state, expires FROM tasks WHERE task_id = ?1")?;
     for &required in &definition.dependencies {
         if required == task_id {
             // Taskcluster allows a task to depend on itself: it then waits for scheduleTask.
             satisfied.push(false);
             continue;
         }
-        let found: Option<(String, i64)> = stmt
-            .query_row([required.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))
-            .optional()?;
+        let found: Option<(String, i64)> =
+            stmt.query_row([required.as_str()], |row| Ok((row.get(0)?, row.get(1)?))).optional()?;
         let Some((state, expires)) = found else {
             missing.push(required.to_string());
             continue;
@@ -191,16 +167,9 @@ pub(crate) fn apply(
     Ok(row.task.status())
 }
 
-pub(crate) fn claim_work(
-    tx: &mut Tx<'_>,
-    request: &ClaimRequest,
-    now: Timestamp,
-) -> Result<Vec<Claim>, StoreError> {
+pub(crate) fn claim_work(tx: &mut Tx<'_>, request: &ClaimRequest, now: Timestamp) -> Result<Vec<Claim>, StoreError> {
     tx.touch_queue(&request.task_queue_id, now)?;
-    let candidates =
-        tx.state
-            .index
-            .pop_matching(&request.task_queue_id, &request.dimensions, request.count);
+    let candidates = tx.state.index.pop_matching(&request.task_queue_id, &request.dimensions, request.count);
     let mut claims = Vec::with_capacity(candidates.len());
     for (_, pending) in candidates {
         match claim_run(tx, pending.task_id, pending.run_id, request, now) {
@@ -223,15 +192,7 @@ pub(crate) fn claim_run(
 ) -> Result<Claim, StoreError> {
     let (mut row, definition) = tx.load_with_definition(task_id)?;
     let claim_timeout = tx.state.claim_timeout_secs;
-    tx.step(&mut row, now, |task| {
-        task.claim(
-            run_id,
-            &request.worker_group,
-            &request.worker_id,
-            now,
-            claim_timeout,
-        )
-    })?;
+    tx.step(&mut row, now, |task| task.claim(run_id, &request.worker_group, &request.worker_id, now, claim_timeout))?;
     let taken_until = row.task.running_until().unwrap_or(now);
     Ok(Claim {
         status: row.task.status(),
@@ -245,53 +206,31 @@ pub(crate) fn claim_run(
 
 /// Fires claim expiries, then deadlines, that are due at `now`.
 pub(crate) fn fire_due(tx: &mut Tx<'_>, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
-    let expired = due_ids(
-        tx,
-        "SELECT task_id FROM tasks WHERE taken_until <= ?1 ORDER BY taken_until LIMIT ?2",
-        now,
-        limit,
-    )?;
-    let late = due_ids(
-        tx,
-        "SELECT task_id FROM tasks WHERE deadline_due <= ?1 ORDER BY deadline_due LIMIT ?2",
-        now,
-        limit,
-    )?;
+    let expired =
+        due_ids(tx, "SELECT task_id FROM tasks WHERE taken_until <= ?1 ORDER BY taken_until LIMIT ?2", now, limit)?;
+    let late =
+        due_ids(tx, "SELECT task_id FROM tasks WHERE deadline_due <= ?1 ORDER BY deadline_due LIMIT ?2", now, limit)?;
     let n_fired = expired.len() + late.len();
     for task_id in expired {
         let mut row = tx.load_existing(task_id)?;
         // An out-of-date due time (cannot happen while rows are saved by `step`) is rewritten.
-        tx.step(&mut row, now, |task| {
-            Ok(task.expire_claim(now).unwrap_or_else(Effects::none))
-        })?;
+        tx.step(&mut row, now, |task| Ok(task.expire_claim(now).unwrap_or_else(Effects::none)))?;
     }
     for task_id in late {
         let mut row = tx.load_existing(task_id)?;
-        tx.step(&mut row, now, |task| {
-            Ok(task.exceed_deadline(now).unwrap_or_else(Effects::none))
-        })?;
+        tx.step(&mut row, now, |task| Ok(task.exceed_deadline(now).unwrap_or_else(Effects::none)))?;
     }
     Ok(n_fired)
 }
 
-fn due_ids(
-    tx: &Tx<'_>,
-    sql: &str,
-    now: Timestamp,
-    limit: usize,
-) -> Result<Vec<TaskId>, StoreError> {
+fn due_ids(tx: &Tx<'_>, sql: &str, now: Timestamp, limit: usize) -> Result<Vec<TaskId>, StoreError> {
     let mut stmt = tx.conn.prepare_cached(sql)?;
-    let ids: Vec<String> = stmt
-        .query_map(params![now.millis(), limit as i64], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
+    let ids: Vec<String> =
+        stmt.query_map(params![now.millis(), limit as i64], |row| row.get(0))?.collect::<Result<_, _>>()?;
     Ok(ids.iter().filter_map(|id| TaskId::parse(id)).collect())
 }
 
-pub(crate) fn seal_task_group(
-    tx: &mut Tx<'_>,
-    group: TaskId,
-    now: Timestamp,
-) -> Result<TaskGroup, StoreError> {
+pub(crate) fn seal_task_group(tx: &mut Tx<'_>, group: TaskId, now: Timestamp) -> Result<TaskGroup, StoreError> {
     let mut found = existing_group(tx, group)?;
     if found.sealed.is_none() {
         tx.conn
@@ -303,17 +242,14 @@ pub(crate) fn seal_task_group(
 }
 
 fn existing_group(tx: &Tx<'_>, group: TaskId) -> Result<TaskGroup, StoreError> {
-    load_group(tx, group)?
-        .ok_or_else(|| Rejection::NotFound(format!("task group {group} not found")).into())
+    load_group(tx, group)?.ok_or_else(|| Rejection::NotFound(format!("task group {group} not found")).into())
 }
 
 fn unresolved_members(tx: &Tx<'_>, group: TaskId) -> Result<Vec<TaskId>, StoreError> {
     let mut stmt = tx.conn.prepare_cached(
         "SELECT task_id FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL ORDER BY task_id",
     )?;
-    let ids: Vec<String> = stmt
-        .query_map([group.as_str()], |row| row.get(0))?
-        .collect::<Result<_, _>>()?;
+    let ids: Vec<String> = stmt.query_map([group.as_str()], |row| row.get(0))?.collect::<Result<_, _>>()?;
     Ok(ids.iter().filter_map(|id| TaskId::parse(id)).collect())
 }
 
@@ -324,10 +260,7 @@ pub(crate) fn cancel_task_group(
 ) -> Result<GroupCancellation, StoreError> {
     let found = existing_group(tx, group)?;
     if found.sealed.is_none() {
-        return Err(Rejection::Conflict(format!(
-            "task group {group} must be sealed before it can be canceled"
-        ))
-        .into());
+        return Err(Rejection::Conflict(format!("task group {group} must be sealed before it can be canceled")).into());
     }
     let size: i64 = tx
         .conn

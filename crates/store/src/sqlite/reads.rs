@@ -4,20 +4,14 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::sqlite::row::{N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
-use crate::{
-    ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo,
-    TaskRecord,
-};
+use crate::{ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo, TaskRecord};
 
 /// A read-only connection seen through the [`Reads`] interface.
 pub(crate) struct ReadConn<'a>(pub(crate) &'a Connection);
 
 fn record(row: &Row<'_>) -> Result<TaskRecord, StoreError> {
     let task = task_from_row(row)?.task;
-    Ok(TaskRecord {
-        status: task.status(),
-        task: raw_json(row, N_TASK_COLUMNS)?,
-    })
+    Ok(TaskRecord { status: task.status(), task: raw_json(row, N_TASK_COLUMNS)? })
 }
 
 /// Runs a keyset-paged query: binds (key, after, limit + 1) and turns the extra row into a
@@ -43,25 +37,20 @@ fn page<T>(
         items.push(convert(row)?);
     }
     let continuation = if more { items.last().map(token) } else { None };
-    Ok(Page {
-        items,
-        continuation,
-    })
+    Ok(Page { items, continuation })
 }
 
 impl Reads for ReadConn<'_> {
     fn task(&self, task_id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
-        let mut stmt = self.0.prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ?1"
-        ))?;
+        let mut stmt =
+            self.0.prepare_cached(&format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ?1"))?;
         let mut rows = stmt.query([task_id.as_str()])?;
         rows.next()?.map(record).transpose()
     }
 
     fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
-        let mut stmt = self.0.prepare_cached(
-            "SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1",
-        )?;
+        let mut stmt =
+            self.0.prepare_cached("SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1")?;
         Ok(stmt
             .query_row([group.as_str()], |row| {
                 Ok(TaskGroup {
@@ -84,9 +73,7 @@ impl Reads for ReadConn<'_> {
             "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_group_id = ?1 AND task_id > ?2 \
              ORDER BY task_id LIMIT ?3"
         );
-        page(self.0, &sql, group.as_str(), after, limit, record, |rec| {
-            rec.status.task_id.to_string()
-        })
+        page(self.0, &sql, group.as_str(), after, limit, record, |rec| rec.status.task_id.to_string())
     }
 
     fn list_dependents(
@@ -101,32 +88,17 @@ impl Reads for ReadConn<'_> {
              WHERE d.required_task_id = ?1 AND d.dependent_task_id > ?2 ORDER BY d.dependent_task_id LIMIT ?3",
             columns.join(", ")
         );
-        page(
-            self.0,
-            &sql,
-            task_id.as_str(),
-            after,
-            limit,
-            record,
-            |rec| rec.status.task_id.to_string(),
-        )
+        page(self.0, &sql, task_id.as_str(), after, limit, record, |rec| rec.status.task_id.to_string())
     }
 
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError> {
         let count = |sql: &str| -> Result<u64, StoreError> {
-            let n: i64 = self
-                .0
-                .prepare_cached(sql)?
-                .query_row([task_queue_id], |row| row.get(0))?;
+            let n: i64 = self.0.prepare_cached(sql)?.query_row([task_queue_id], |row| row.get(0))?;
             Ok(n as u64)
         };
         Ok(QueueCounts {
-            pending_tasks: count(
-                "SELECT COUNT(*) FROM tasks WHERE task_queue_id = ?1 AND state = 'pending'",
-            )?,
-            claimed_tasks: count(
-                "SELECT COUNT(*) FROM tasks WHERE task_queue_id = ?1 AND state = 'running'",
-            )?,
+            pending_tasks: count("SELECT COUNT(*) FROM tasks WHERE task_queue_id = ?1 AND state = 'pending'")?,
+            claimed_tasks: count("SELECT COUNT(*) FROM tasks WHERE task_queue_id = ?1 AND state = 'running'")?,
         })
     }
 
@@ -189,11 +161,8 @@ impl Reads for ReadConn<'_> {
             limit,
             |row| {
                 let task = task_from_row(row)?.task;
-                let run = task
-                    .runs()
-                    .last()
-                    .cloned()
-                    .ok_or_else(|| StoreError::Other("running task without runs".into()))?;
+                let run =
+                    task.runs().last().cloned().ok_or_else(|| StoreError::Other("running task without runs".into()))?;
                 Ok(ClaimedRun {
                     task_id: task.task_id,
                     run_id: run.run_id,
@@ -207,16 +176,10 @@ impl Reads for ReadConn<'_> {
         )
     }
 
-    fn list_task_queues(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<TaskQueueInfo>, StoreError> {
+    fn list_task_queues(&self, after: Option<&str>, limit: usize) -> Result<Page<TaskQueueInfo>, StoreError> {
         let sql = "SELECT task_queue_id, expires, last_date_active, description, stability FROM task_queues \
                    WHERE ?1 = ?1 AND task_queue_id > ?2 ORDER BY task_queue_id LIMIT ?3";
-        page(self.0, sql, "", after, limit, queue_info, |queue| {
-            queue.task_queue_id.clone()
-        })
+        page(self.0, sql, "", after, limit, queue_info, |queue| queue.task_queue_id.clone())
     }
 
     fn task_queue(&self, task_queue_id: &str) -> Result<Option<TaskQueueInfo>, StoreError> {

@@ -30,9 +30,7 @@ pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
 }
 
 pub(crate) fn task_from_row(row: &Row<'_>) -> Result<TaskRow, StoreError> {
-    let text = |idx: usize| -> Result<String, StoreError> {
-        row.get::<_, String>(idx).map_err(StoreError::from)
-    };
+    let text = |idx: usize| -> Result<String, StoreError> { row.get::<_, String>(idx).map_err(StoreError::from) };
     let id = |idx: usize| -> Result<TaskId, StoreError> {
         let raw = text(idx)?;
         TaskId::parse(&raw).ok_or_else(|| corrupt(format!("bad task id {raw}")))

@@ -31,12 +31,7 @@ pub(crate) struct WriterState {
 
 impl WriterState {
     pub(crate) fn new(index: PendingIndex, next_seq: u64, claim_timeout_secs: i64) -> WriterState {
-        WriterState {
-            index,
-            next_seq,
-            claim_timeout_secs,
-            queue_touched: HashMap::new(),
-        }
+        WriterState { index, next_seq, claim_timeout_secs, queue_touched: HashMap::new() }
     }
 }
 
@@ -49,9 +44,7 @@ pub(crate) struct Tx<'a> {
 
 impl Tx<'_> {
     pub(crate) fn load(&self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1"
-        ))?;
+        let mut stmt = self.conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1"))?;
         let mut rows = stmt.query([task_id.as_str()])?;
         match rows.next()? {
             Some(row) => task_from_row(row).map(Some),
@@ -60,13 +53,9 @@ impl Tx<'_> {
     }
 
     /// Loads a task together with its stored definition (for claims, which return both).
-    pub(crate) fn load_with_definition(
-        &self,
-        task_id: TaskId,
-    ) -> Result<(TaskRow, Box<RawValue>), StoreError> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ?1"
-        ))?;
+    pub(crate) fn load_with_definition(&self, task_id: TaskId) -> Result<(TaskRow, Box<RawValue>), StoreError> {
+        let mut stmt =
+            self.conn.prepare_cached(&format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ?1"))?;
         let mut rows = stmt.query([task_id.as_str()])?;
         match rows.next()? {
             Some(row) => Ok((task_from_row(row)?, raw_json(row, N_TASK_COLUMNS)?)),
@@ -75,17 +64,12 @@ impl Tx<'_> {
     }
 
     pub(crate) fn load_existing(&self, task_id: TaskId) -> Result<TaskRow, StoreError> {
-        self.load(task_id)?
-            .ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")).into())
+        self.load(task_id)?.ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")).into())
     }
 
     pub(crate) fn definition(&self, task_id: TaskId) -> Result<Option<String>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT definition FROM tasks WHERE task_id = ?1")?;
-        Ok(stmt
-            .query_row([task_id.as_str()], |row| row.get(0))
-            .optional()?)
+        let mut stmt = self.conn.prepare_cached("SELECT definition FROM tasks WHERE task_id = ?1")?;
+        Ok(stmt.query_row([task_id.as_str()], |row| row.get(0)).optional()?)
     }
 
     /// Inserts a new task row as it stands (the caller has already run its first transition).
@@ -93,9 +77,7 @@ impl Tx<'_> {
         let task = &row.task;
         let meta = &task.meta;
         let state = task.state();
-        let dimensions = (!meta.dimensions.is_empty())
-            .then(|| json(&meta.dimensions))
-            .transpose()?;
+        let dimensions = (!meta.dimensions.is_empty()).then(|| json(&meta.dimensions)).transpose()?;
         let mut stmt = self.conn.prepare_cached(
             "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
              retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, \
@@ -162,9 +144,8 @@ impl Tx<'_> {
         let effects = transition(&mut row.task)?;
 
         let new_run = last_pending_run(&row.task);
-        let keeps_place = old_run.is_some()
-            && old_run == new_run
-            && old_priority.rank() == row.task.meta.priority.rank();
+        let keeps_place =
+            old_run.is_some() && old_run == new_run && old_priority.rank() == row.task.meta.priority.rank();
         if !keeps_place {
             if let Some(key) = &old_key {
                 self.state.index.remove(key);
@@ -180,15 +161,8 @@ impl Tx<'_> {
                     }
                 };
                 row.pending_seq = Some(seq);
-                let key = pending_key(row)
-                    .ok_or_else(|| StoreError::Other("pending key vanished".into()))?;
-                self.state.index.insert(
-                    key,
-                    PendingRun {
-                        task_id: row.task.task_id,
-                        run_id,
-                    },
-                );
+                let key = pending_key(row).ok_or_else(|| StoreError::Other("pending key vanished".into()))?;
+                self.state.index.insert(key, PendingRun { task_id: row.task.task_id, run_id });
             }
         }
         match persist {
@@ -196,12 +170,11 @@ impl Tx<'_> {
             Persist::Insert { definition } => self.insert(row, definition)?,
         }
         let task = &row.task;
-        self.events
-            .extend(effects.0.into_iter().map(|event| TaskEvent {
-                task_id: task.task_id,
-                task_queue_id: task.meta.task_queue_id.clone(),
-                event,
-            }));
+        self.events.extend(effects.0.into_iter().map(|event| TaskEvent {
+            task_id: task.task_id,
+            task_queue_id: task.meta.task_queue_id.clone(),
+            event,
+        }));
         let state = row.task.state();
         if !was_resolved && state.is_resolved() {
             self.release_dependents(row.task.task_id, state, now)?;
@@ -239,12 +212,7 @@ impl Tx<'_> {
 
     /// Marks the dependency on `required` satisfied where its resolution allows, and
     /// schedules each dependent whose last unmet dependency this was.
-    fn release_dependents(
-        &mut self,
-        required: TaskId,
-        state: TaskState,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
+    fn release_dependents(&mut self, required: TaskId, state: TaskState, now: Timestamp) -> Result<(), StoreError> {
         let completed = state == TaskState::Completed;
         let released: Vec<String> = {
             let mut stmt = self.conn.prepare_cached(
@@ -252,12 +220,10 @@ impl Tx<'_> {
                  WHERE required_task_id = ?1 AND satisfied = 0 AND (?2 OR requires = 'all-resolved') \
                  RETURNING dependent_task_id",
             )?;
-            stmt.query_map(params![required.as_str(), completed], |row| row.get(0))?
-                .collect::<Result<_, _>>()?
+            stmt.query_map(params![required.as_str(), completed], |row| row.get(0))?.collect::<Result<_, _>>()?
         };
         for dependent in released {
-            let dependent = TaskId::parse(&dependent)
-                .ok_or_else(|| StoreError::Other("bad dependent id".into()))?;
+            let dependent = TaskId::parse(&dependent).ok_or_else(|| StoreError::Other("bad dependent id".into()))?;
             if self.has_unmet_dependencies(dependent)? {
                 continue;
             }
@@ -281,16 +247,9 @@ impl Tx<'_> {
     }
 
     /// Records that a queue was used, at most once per interval per queue.
-    pub(crate) fn touch_queue(
-        &mut self,
-        task_queue_id: &str,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
-        let fresh = self
-            .state
-            .queue_touched
-            .get(task_queue_id)
-            .is_some_and(|&at| at + QUEUE_TOUCH_INTERVAL_MS > now.millis());
+    pub(crate) fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
+        let fresh =
+            self.state.queue_touched.get(task_queue_id).is_some_and(|&at| at + QUEUE_TOUCH_INTERVAL_MS > now.millis());
         if fresh {
             return Ok(());
         }
@@ -300,14 +259,8 @@ impl Tx<'_> {
              ON CONFLICT (task_queue_id) DO UPDATE SET expires = excluded.expires, \
              last_date_active = excluded.last_date_active",
         )?;
-        stmt.execute(params![
-            task_queue_id,
-            now.millis() + QUEUE_RETENTION_MS,
-            now.millis()
-        ])?;
-        self.state
-            .queue_touched
-            .insert(task_queue_id.to_owned(), now.millis());
+        stmt.execute(params![task_queue_id, now.millis() + QUEUE_RETENTION_MS, now.millis()])?;
+        self.state.queue_touched.insert(task_queue_id.to_owned(), now.millis());
         Ok(())
     }
 }
@@ -321,10 +274,7 @@ enum Persist<'a> {
 }
 
 fn last_pending_run(task: &Task) -> Option<u32> {
-    task.runs()
-        .last()
-        .filter(|run| run.state == RunState::Pending)
-        .map(|run| run.run_id)
+    task.runs().last().filter(|run| run.state == RunState::Pending).map(|run| run.run_id)
 }
 
 /// Where the row's pending run sits in the index, if it is pending.
