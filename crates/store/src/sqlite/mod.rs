@@ -6,6 +6,7 @@
 //! durable. Readers use a small pool of read-only connections; WAL mode lets them read
 //! committed data while the writer works.
 
+mod checkpoint;
 mod ops;
 mod reads;
 mod row;
@@ -13,6 +14,7 @@ mod schema;
 mod tx;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OpenFlags};
@@ -53,6 +55,7 @@ pub struct SqliteStore {
 struct Inner {
     jobs: Mutex<Option<mpsc::Sender<Box<dyn Job>>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    checkpointer: Mutex<checkpoint::Checkpointer>,
     readers: ReaderPool,
 }
 
@@ -127,23 +130,26 @@ impl SqliteStore {
         }
         let mut conn = Connection::open(&config.path)?;
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -16384; \
-             PRAGMA temp_store = MEMORY; PRAGMA busy_timeout = 5000;",
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -4096; \
+             PRAGMA temp_store = MEMORY; PRAGMA busy_timeout = 5000; PRAGMA wal_autocheckpoint = 16384;",
         )?;
         conn.set_prepared_statement_cache_capacity(64);
         schema::migrate(&mut conn)?;
         let (index, max_seq) = load_pending(&conn)?;
         tracing::info!(path = %config.path.display(), pending = index.len(), "store opened");
         let state = WriterState::new(index, max_seq, config.claim_timeout_secs);
+        let wal_frames = Arc::new(AtomicI64::new(0));
+        let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal_frames))?;
         let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
         let writer = std::thread::Builder::new()
             .name("shoal-store-writer".into())
-            .spawn(move || writer_loop(conn, state, receiver))
+            .spawn(move || writer_loop(conn, state, receiver, &wal_frames))
             .map_err(|err| StoreError::Other(format!("starting writer: {err}")))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 jobs: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(writer)),
+                checkpointer: Mutex::new(checkpointer),
                 readers: ReaderPool { path: config.path.clone(), idle: Mutex::new(Vec::new()) },
             }),
         })
@@ -244,6 +250,13 @@ impl SqliteStore {
         if let Some(writer) = writer {
             let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         }
+        let inner = Arc::clone(&self.inner);
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Ok(mut checkpointer) = inner.checkpointer.lock() {
+                checkpointer.stop();
+            }
+        })
+        .await;
     }
 }
 
@@ -277,7 +290,12 @@ fn load_pending(conn: &Connection) -> Result<(PendingIndex, u64), StoreError> {
     Ok((index, max_seq))
 }
 
-fn writer_loop(mut conn: Connection, mut state: WriterState, mut jobs: mpsc::Receiver<Box<dyn Job>>) {
+fn writer_loop(
+    mut conn: Connection,
+    mut state: WriterState,
+    mut jobs: mpsc::Receiver<Box<dyn Job>>,
+    wal_frames: &AtomicI64,
+) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     while let Some(job) = jobs.blocking_recv() {
         batch.push(job);
@@ -288,6 +306,13 @@ fn writer_loop(mut conn: Connection, mut state: WriterState, mut jobs: mpsc::Rec
             }
         }
         run_batch(&mut conn, &mut state, &mut batch);
+        if wal_frames.load(Ordering::Relaxed) > checkpoint::RESTART_FRAMES {
+            // Between batches no transaction is open, so the WAL can start over.
+            if let Err(err) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
+                tracing::warn!(error = %err, "restarting the WAL failed; will retry");
+            }
+            wal_frames.store(0, Ordering::Relaxed);
+        }
     }
     tracing::debug!("store writer stopped");
 }
