@@ -92,7 +92,7 @@ pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result
         loaders.spawn(async move {
             let mut idx = l;
             while idx < n {
-                let input: TaskDefinitionInput = serde_json::from_value(crate::definition(&queue))?;
+                let input: TaskDefinitionInput = serde_json::from_value(crate::definition_with_retries(&queue, 49))?;
                 let task_id = TaskId::parse(&slugid::nice()).context("slugid")?;
                 let now = shoal_engine::Timestamp(
                     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64,

@@ -86,6 +86,12 @@ impl PendingIndex {
         self.undo.push(Undo::Inserted(key));
     }
 
+    /// Adds a pending run that is already durable (rebuilding the index at start): no undo
+    /// record, so a rebuild of millions of runs costs only the index itself.
+    pub fn restore(&mut self, key: &PendingKey, run: PendingRun) {
+        self.insert_raw(key, run);
+    }
+
     /// Removes a pending run if present.
     pub fn remove(&mut self, key: &PendingKey) {
         if let Some(run) = self.remove_raw(key) {
@@ -157,7 +163,11 @@ impl PendingIndex {
     }
 
     fn insert_raw(&mut self, key: &PendingKey, run: PendingRun) {
-        let queue = self.queues.entry(key.task_queue_id.clone()).or_default();
+        // Look up before inserting: `entry` would allocate a copy of the name every time.
+        if !self.queues.contains_key(&key.task_queue_id) {
+            self.queues.insert(key.task_queue_id.clone(), QueueIndex::default());
+        }
+        let Some(queue) = self.queues.get_mut(&key.task_queue_id) else { return };
         let group_idx = match queue.group_of.get(&key.dimensions) {
             Some(&idx) => idx,
             None => {

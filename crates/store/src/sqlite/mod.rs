@@ -265,6 +265,8 @@ fn closed() -> StoreError {
 }
 
 /// Rebuilds the pending index from the rows: the index is a cache of `state = 'pending'`.
+/// Columns are read borrowed and the queue name and dimensions reused across rows, so the
+/// rebuild allocates little beyond the index itself.
 fn load_pending(conn: &Connection) -> Result<(PendingIndex, u64), StoreError> {
     let mut index = PendingIndex::default();
     let mut stmt = conn.prepare(
@@ -273,20 +275,34 @@ fn load_pending(conn: &Connection) -> Result<(PendingIndex, u64), StoreError> {
     )?;
     let mut rows = stmt.query([])?;
     let mut max_seq = 0;
+    let mut key = PendingKey { task_queue_id: String::new(), dimensions: Dimensions::default(), rank: 0, seq: 0 };
+    let mut last_dimensions: Option<String> = None;
+    let mut last_priority = (String::new(), 0u8);
     while let Some(row) = rows.next()? {
-        let task_id: String = row.get(0)?;
-        let task_id = TaskId::parse(&task_id).ok_or_else(|| row::corrupt("bad task id"))?;
-        let dimensions: Dimensions = match row.get::<_, Option<String>>(2)? {
-            None => Dimensions::default(),
-            Some(json) => serde_json::from_str(&json).map_err(row::corrupt)?,
-        };
-        let priority: Priority = serde_json::from_str(&row.get::<_, String>(3)?).map_err(row::corrupt)?;
-        let seq = row.get::<_, i64>(4)? as u64;
-        max_seq = max_seq.max(seq);
-        let key = PendingKey { task_queue_id: row.get(1)?, dimensions, rank: priority.rank(), seq };
-        index.insert(key, PendingRun { task_id, run_id: row.get(5)? });
+        let text = |idx: usize| row.get_ref(idx).and_then(|value| value.as_str().map_err(Into::into));
+        let task_id = TaskId::parse(text(0)?).ok_or_else(|| row::corrupt("bad task id"))?;
+        let queue = text(1)?;
+        if key.task_queue_id != queue {
+            queue.clone_into(&mut key.task_queue_id);
+        }
+        let dimensions = row.get_ref(2)?.as_str_or_null().map_err(rusqlite::Error::from)?;
+        if dimensions != last_dimensions.as_deref() {
+            key.dimensions = match dimensions {
+                None => Dimensions::default(),
+                Some(json) => serde_json::from_str(json).map_err(row::corrupt)?,
+            };
+            last_dimensions = dimensions.map(str::to_owned);
+        }
+        let priority = text(3)?;
+        if priority != last_priority.0 {
+            let parsed: Priority = serde_json::from_str(priority).map_err(row::corrupt)?;
+            last_priority = (priority.to_owned(), parsed.rank());
+        }
+        key.rank = last_priority.1;
+        key.seq = row.get::<_, i64>(4)? as u64;
+        max_seq = max_seq.max(key.seq);
+        index.restore(&key, PendingRun { task_id, run_id: row.get(5)? });
     }
-    index.commit();
     Ok((index, max_seq))
 }
 
@@ -387,7 +403,7 @@ impl ReaderPool {
                     &self.path,
                     OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
-                conn.execute_batch("PRAGMA busy_timeout = 5000; PRAGMA cache_size = -16384;")?;
+                conn.execute_batch("PRAGMA busy_timeout = 5000; PRAGMA cache_size = -4096;")?;
                 conn.set_prepared_statement_cache_capacity(32);
                 conn
             }
