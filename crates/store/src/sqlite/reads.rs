@@ -149,31 +149,29 @@ impl Reads for ReadConn<'_> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<ClaimedRun>, StoreError> {
+        let after_rowid = parse_seq(after)?.to_string();
         let sql = format!(
-            "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = ?1 AND state = 'running' \
-             AND task_id > ?2 ORDER BY task_id LIMIT ?3"
+            "SELECT {TASK_COLUMNS}, definition, rowid FROM tasks WHERE task_queue_id = ?1 AND state = 'running' \
+             AND rowid > CAST(?2 AS INTEGER) ORDER BY rowid LIMIT ?3"
         );
-        page(
-            self.0,
-            &sql,
-            task_queue_id,
-            after,
-            limit,
-            |row| {
-                let task = task_from_row(row)?.task;
-                let run =
-                    task.runs().last().cloned().ok_or_else(|| StoreError::Other("running task without runs".into()))?;
-                Ok(ClaimedRun {
-                    task_id: task.task_id,
-                    run_id: run.run_id,
-                    worker_group: run.worker_group.unwrap_or_default(),
-                    worker_id: run.worker_id.unwrap_or_default(),
-                    claimed: run.started.unwrap_or(run.scheduled),
-                    task: raw_json(row, N_TASK_COLUMNS)?,
-                })
-            },
-            |claimed| claimed.task_id.to_string(),
-        )
+        let convert = |row: &Row<'_>| {
+            let task = task_from_row(row)?.task;
+            let run =
+                task.runs().last().cloned().ok_or_else(|| StoreError::Other("running task without runs".into()))?;
+            let rowid: i64 = row.get(N_TASK_COLUMNS + 1)?;
+            let claimed = ClaimedRun {
+                task_id: task.task_id,
+                run_id: run.run_id,
+                worker_group: run.worker_group.unwrap_or_default(),
+                worker_id: run.worker_id.unwrap_or_default(),
+                claimed: run.started.unwrap_or(run.scheduled),
+                task: raw_json(row, N_TASK_COLUMNS)?,
+            };
+            Ok((rowid, claimed))
+        };
+        let page =
+            page(self.0, &sql, task_queue_id, Some(&after_rowid), limit, convert, |(rowid, _)| rowid.to_string())?;
+        Ok(Page { items: page.items.into_iter().map(|(_, item)| item).collect(), continuation: page.continuation })
     }
 
     fn list_task_queues(&self, after: Option<&str>, limit: usize) -> Result<Page<TaskQueueInfo>, StoreError> {

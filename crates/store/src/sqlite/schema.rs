@@ -29,7 +29,8 @@ CREATE INDEX tasks_group ON tasks (task_group_id, task_id);
 CREATE INDEX tasks_taken_until ON tasks (taken_until) WHERE taken_until IS NOT NULL;
 CREATE INDEX tasks_deadline_due ON tasks (deadline_due) WHERE deadline_due IS NOT NULL;
 CREATE INDEX tasks_pending ON tasks (task_queue_id, pending_seq) WHERE state = 'pending';
-CREATE INDEX tasks_running ON tasks (task_queue_id, task_id) WHERE state = 'running';
+-- Entries sort by (queue, rowid): claims append here instead of writing random pages.
+CREATE INDEX tasks_running ON tasks (task_queue_id) WHERE state = 'running';
 
 CREATE TABLE task_dependencies (
     required_task_id  TEXT NOT NULL,
