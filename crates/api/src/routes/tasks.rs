@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use shoal_engine::TaskId;
 use shoal_engine::definition::TaskDefinitionInput;
 use shoal_engine::priority::Priority;
-use shoal_store::{StoreError, TaskCommand};
+use shoal_store::{StoreError, TaskCommand, TaskRecord};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -51,25 +51,33 @@ fn parse_ids(body: &TaskIds) -> Result<Vec<TaskId>, ApiError> {
         .collect()
 }
 
-pub(crate) async fn get_tasks(
-    State(state): State<AppState>,
-    _paging: Paging,
-    Body(body): Body<TaskIds>,
-) -> Result<Json<Value>, ApiError> {
-    let ids = parse_ids(&body)?;
-    let tasks = state
+/// The known tasks among `ids` (unknown ones are left out, as Taskcluster does).
+async fn known_records(state: &AppState, body: &TaskIds) -> Result<Vec<TaskRecord>, ApiError> {
+    let ids = parse_ids(body)?;
+    let records = state
         .queue
         .store()
         .read(move |reads| {
             let mut res = Vec::with_capacity(ids.len());
             for task_id in ids {
-                if let Some(record) = reads.task(task_id)? {
-                    res.push(json!({ "taskId": task_id, "task": record.task }));
-                }
+                res.extend(reads.task(task_id)?);
             }
             Ok(res)
         })
         .await?;
+    Ok(records)
+}
+
+pub(crate) async fn get_tasks(
+    State(state): State<AppState>,
+    _paging: Paging,
+    Body(body): Body<TaskIds>,
+) -> Result<Json<Value>, ApiError> {
+    let tasks: Vec<Value> = known_records(&state, &body)
+        .await?
+        .into_iter()
+        .map(|record| json!({ "taskId": record.status.task_id, "task": record.task }))
+        .collect();
     Ok(Json(json!({ "tasks": tasks })))
 }
 
@@ -78,20 +86,11 @@ pub(crate) async fn get_statuses(
     _paging: Paging,
     Body(body): Body<TaskIds>,
 ) -> Result<Json<Value>, ApiError> {
-    let ids = parse_ids(&body)?;
-    let statuses = state
-        .queue
-        .store()
-        .read(move |reads| {
-            let mut res = Vec::with_capacity(ids.len());
-            for task_id in ids {
-                if let Some(record) = reads.task(task_id)? {
-                    res.push(json!({ "taskId": task_id, "status": record.status }));
-                }
-            }
-            Ok(res)
-        })
-        .await?;
+    let statuses: Vec<Value> = known_records(&state, &body)
+        .await?
+        .into_iter()
+        .map(|record| json!({ "taskId": record.status.task_id, "status": record.status }))
+        .collect();
     Ok(Json(json!({ "statuses": statuses })))
 }
 

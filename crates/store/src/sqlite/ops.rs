@@ -8,7 +8,7 @@ use shoal_engine::status::{TaskState, TaskStatus};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::sqlite::row::TaskRow;
+use crate::sqlite::row::{self, TaskRow};
 use crate::sqlite::tx::{Tx, json};
 use crate::{Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, TaskEvent, TaskGroup};
 
@@ -88,18 +88,7 @@ fn ensure_group(tx: &mut Tx<'_>, definition: &TaskDefinition) -> Result<(), Stor
 }
 
 pub(crate) fn load_group(tx: &Tx<'_>, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
-    let mut stmt =
-        tx.conn.prepare_cached("SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1")?;
-    Ok(stmt
-        .query_row([group.as_str()], |row| {
-            Ok(TaskGroup {
-                task_group_id: group,
-                scheduler_id: row.get(0)?,
-                expires: Timestamp(row.get(1)?),
-                sealed: row.get::<_, Option<i64>>(2)?.map(Timestamp),
-            })
-        })
-        .optional()?)
+    row::task_group(tx.conn, group)
 }
 
 /// Checks that every dependency exists and outlives this task's deadline; says for each

@@ -1,9 +1,9 @@
 //! Queries over committed state for the read-only endpoints.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, Row, params};
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::sqlite::row::{N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
+use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
 use crate::{ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo, TaskRecord};
 
 /// A read-only connection seen through the [`Reads`] interface.
@@ -49,18 +49,7 @@ impl Reads for ReadConn<'_> {
     }
 
     fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
-        let mut stmt =
-            self.0.prepare_cached("SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1")?;
-        Ok(stmt
-            .query_row([group.as_str()], |row| {
-                Ok(TaskGroup {
-                    task_group_id: group,
-                    scheduler_id: row.get(0)?,
-                    expires: Timestamp(row.get(1)?),
-                    sealed: row.get::<_, Option<i64>>(2)?.map(Timestamp),
-                })
-            })
-            .optional()?)
+        row::task_group(self.0, group)
     }
 
     fn list_task_group(

@@ -1,6 +1,6 @@
 //! Turning `tasks` rows into engine tasks and back.
 
-use rusqlite::Row;
+use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::value::RawValue;
 use shoal_engine::definition::Requires;
 use shoal_engine::dimensions::Dimensions;
@@ -8,7 +8,7 @@ use shoal_engine::status::Run;
 use shoal_engine::task::{Task, TaskMeta};
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::StoreError;
+use crate::{StoreError, TaskGroup};
 
 /// The columns `task_from_row` reads, in order; queries append their own after these.
 pub(crate) const TASK_COLUMNS: &str = "task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
@@ -86,4 +86,20 @@ impl From<rusqlite::Error> for StoreError {
             other => StoreError::Other(other.to_string()),
         }
     }
+}
+
+/// One task group, or `None`.
+pub(crate) fn task_group(conn: &Connection, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1")?;
+    Ok(stmt
+        .query_row([group.as_str()], |row| {
+            Ok(TaskGroup {
+                task_group_id: group,
+                scheduler_id: row.get(0)?,
+                expires: Timestamp(row.get(1)?),
+                sealed: row.get::<_, Option<i64>>(2)?.map(Timestamp),
+            })
+        })
+        .optional()?)
 }
