@@ -346,3 +346,16 @@ async fn concurrent_claims_hand_out_each_run_once() {
         assert_eq!((n_claims, all.len()), (n_tasks as usize, n_tasks as usize), "{name}");
     }
 }
+
+#[tokio::test]
+async fn a_failed_operation_takes_only_its_batch_down() {
+    for (name, backend) in backends() {
+        let store = &backend.store;
+        create(store, id(1), json!({}), at(0)).await;
+        // An unknown run is refused before anything is written, and the store goes on.
+        let refused =
+            store.apply(id(1), TaskCommand::Resolve { run_id: 7, resolution: Resolution::Completed }, at(1)).await;
+        assert!(matches!(refused, Err(StoreError::Rejected(Rejection::NotFound(_)))), "{name}: {refused:?}");
+        assert_eq!(claim_ids(store, worker(1), at(2)).await, vec![id(1)], "{name}: the store still works");
+    }
+}

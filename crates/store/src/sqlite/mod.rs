@@ -356,7 +356,15 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
         }
         let (changes, mark) = (conn.total_changes(), state.index.mark());
         let mut tx = Tx { conn, state, events: Vec::new() };
-        let (outcome, deliver) = job.run(&mut tx);
+        // A panic is a bug in one operation: contain it so the writer (and every later
+        // write) survives. The batch is rolled back; the panicking job's caller sees its
+        // reply dropped, which reads as "unavailable, retry".
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(&mut tx)));
+        let Ok((outcome, deliver)) = run else {
+            tracing::error!("a store operation panicked; its batch is rolled back");
+            failure = Some("internal error: a store operation panicked".into());
+            continue;
+        };
         match outcome {
             Outcome::Done => {}
             Outcome::Refused if conn.total_changes() == changes && state.index.mark() == mark => {}
@@ -380,6 +388,7 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
         Err(_) => {
             let _ = conn.execute_batch("ROLLBACK");
             state.index.rollback_to(0);
+            state.forget_queue_touches();
         }
     }
     for deliver in deliveries {
@@ -415,5 +424,48 @@ impl ReaderPool {
             idle.push(conn);
         }
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shoal_engine::{Rejection, Timestamp};
+
+    use super::*;
+
+    fn open(dir: &tempfile::TempDir) -> SqliteStore {
+        SqliteStore::open(&SqliteConfig { path: dir.path().join("shoal.db"), claim_timeout_secs: 60 }).unwrap()
+    }
+
+    fn queue_known(store: &SqliteStore, name: &'static str) -> impl Future<Output = bool> {
+        let store = store.clone();
+        async move { store.read(move |reads| Ok(reads.task_queue(name)?.is_some())).await.unwrap() }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_operation_does_not_stop_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let res = store.write(|_tx| -> Result<(), StoreError> { panic!("bug in an operation") }).await;
+        assert!(matches!(res, Err(StoreError::Unavailable(_))), "{res:?}");
+        let later = store.write(|tx| tx.touch_queue("p/after", Timestamp(1))).await;
+        assert!(later.is_ok(), "the writer survived: {later:?}");
+        assert!(queue_known(&store, "p/after").await);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_that_wrote_rolls_its_batch_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let res = store
+            .write(|tx| -> Result<(), StoreError> {
+                tx.touch_queue("p/half", Timestamp(1))?;
+                Err(Rejection::Conflict("refused after writing".into()).into())
+            })
+            .await;
+        assert!(matches!(res, Err(StoreError::Rejected(_))), "{res:?}");
+        assert!(!queue_known(&store, "p/half").await, "nothing of the refused operation was committed");
+        store.write(|tx| tx.touch_queue("p/half", Timestamp(2))).await.unwrap();
+        assert!(queue_known(&store, "p/half").await, "the rolled-back record is written again, not skipped as recent");
     }
 }

@@ -30,6 +30,11 @@ pub(crate) struct WriterState {
 }
 
 impl WriterState {
+    /// Forgets which queues were recently recorded: after a rollback some records may be gone.
+    pub(crate) fn forget_queue_touches(&mut self) {
+        self.queue_touched.clear();
+    }
+
     pub(crate) fn new(index: PendingIndex, next_seq: u64, claim_timeout_secs: i64) -> WriterState {
         WriterState { index, next_seq, claim_timeout_secs, queue_touched: HashMap::new() }
     }
