@@ -20,6 +20,10 @@ use serde_json::{Value, json};
 
 use crate::server::Server;
 
+// The same allocator as the server: the load generator should cost as little as it can.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The parts of a claimWork answer a worker needs; the rest is skipped without allocating.
 #[derive(serde::Deserialize)]
 struct ClaimAnswer {

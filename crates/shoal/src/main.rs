@@ -12,6 +12,11 @@ use shoal_service::{Queue, QueueConfig};
 use shoal_store::{SqliteConfig, SqliteStore, Store};
 use tokio::sync::watch;
 
+// The server allocates many small, short-lived buffers per request (JSON, headers);
+// mimalloc serves them with less CPU than glibc's allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Shoal: a task-execution service for CI fleets.
 #[derive(Debug, Parser)]
 #[command(version, about)]
