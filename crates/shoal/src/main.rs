@@ -31,21 +31,79 @@ enum Command {
     Server(ServerArgs),
 }
 
-/// Settings of `shoal server`; every default is local and safe.
+/// Flags of `shoal server`; each overrides the same key of the config file.
 #[derive(Debug, Clone, clap::Args)]
 struct ServerArgs {
-    /// Address to listen on.
-    #[arg(long, env = "SHOAL_LISTEN", default_value = "127.0.0.1:8080")]
+    /// TOML file with any of the keys below (flags and SHOAL_* variables win over it).
+    #[arg(long, env = "SHOAL_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "SHOAL_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Directory for the embedded database [default: shoal-data].
+    #[arg(long, env = "SHOAL_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Seconds a claim holds before the worker must reclaim [default: 1200, as Taskcluster].
+    #[arg(long, env = "SHOAL_CLAIM_TIMEOUT")]
+    claim_timeout: Option<i64>,
+    /// Seconds an idle claimWork waits for work before answering empty [default: 20, as Taskcluster].
+    #[arg(long, env = "SHOAL_CLAIM_WAIT")]
+    claim_wait: Option<u64>,
+}
+
+/// The settings of `shoal server`, as written in the config file; every default is local and safe.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+struct ServerConfig {
     listen: SocketAddr,
-    /// Directory for the embedded database.
-    #[arg(long, env = "SHOAL_DATA_DIR", default_value = "shoal-data")]
     data_dir: PathBuf,
-    /// Seconds a claim holds before the worker must reclaim (Taskcluster: 1200).
-    #[arg(long, env = "SHOAL_CLAIM_TIMEOUT", default_value_t = 1200, value_parser = clap::value_parser!(i64).range(1..=86_400))]
     claim_timeout: i64,
-    /// Seconds an idle claimWork waits for work before answering empty (Taskcluster: 20).
-    #[arg(long, env = "SHOAL_CLAIM_WAIT", default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=300))]
     claim_wait: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("shoal-data"),
+            claim_timeout: 1200,
+            claim_wait: 20,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Defaults, then the file, then environment and flags.
+    fn resolve(args: &ServerArgs) -> anyhow::Result<ServerConfig> {
+        let mut config = match &args.config {
+            None => ServerConfig::default(),
+            Some(path) => {
+                let text =
+                    std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+                toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))?
+            }
+        };
+        if let Some(listen) = args.listen {
+            config.listen = listen;
+        }
+        if let Some(data_dir) = &args.data_dir {
+            config.data_dir.clone_from(data_dir);
+        }
+        if let Some(claim_timeout) = args.claim_timeout {
+            config.claim_timeout = claim_timeout;
+        }
+        if let Some(claim_wait) = args.claim_wait {
+            config.claim_wait = claim_wait;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!((1..=86_400).contains(&self.claim_timeout), "claim-timeout must be 1..=86400 seconds");
+        anyhow::ensure!(self.claim_wait <= 300, "claim-wait must be 0..=300 seconds");
+        Ok(())
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,6 +118,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let args = ServerConfig::resolve(&args)?;
     let path = args.data_dir.join("shoal.db");
     let store = SqliteStore::open(&SqliteConfig { path: path.clone(), claim_timeout_secs: args.claim_timeout })
         .with_context(|| format!("opening the database {}", path.display()))?;
@@ -109,5 +168,46 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(config: Option<PathBuf>, listen: Option<&str>) -> ServerArgs {
+        ServerArgs {
+            config,
+            listen: listen.map(|l| l.parse().unwrap()),
+            data_dir: None,
+            claim_timeout: None,
+            claim_wait: Some(5),
+        }
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shoal.toml");
+        std::fs::write(&path, "listen = \"127.0.0.1:9000\"\ndata-dir = \"/var/lib/shoal\"\nclaim-wait = 7\n").unwrap();
+        let config = ServerConfig::resolve(&args(Some(path.clone()), None)).unwrap();
+        assert_eq!(config.listen.port(), 9000);
+        assert_eq!(config.data_dir, PathBuf::from("/var/lib/shoal"));
+        assert_eq!(config.claim_wait, 5, "the flag wins over the file");
+        assert_eq!(config.claim_timeout, 1200, "unset keys keep their defaults");
+        let config = ServerConfig::resolve(&args(Some(path), Some("127.0.0.1:1"))).unwrap();
+        assert_eq!(config.listen.port(), 1);
+    }
+
+    #[test]
+    fn bad_files_name_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shoal.toml");
+        std::fs::write(&path, "claim-timeout = 0\n").unwrap();
+        let err = ServerConfig::resolve(&args(Some(path.clone()), None)).unwrap_err();
+        assert!(format!("{err:#}").contains("claim-timeout"), "{err:#}");
+        std::fs::write(&path, "colour = \"blue\"\n").unwrap();
+        let err = ServerConfig::resolve(&args(Some(path), None)).unwrap_err();
+        assert!(format!("{err:#}").contains("colour"), "{err:#}");
     }
 }
