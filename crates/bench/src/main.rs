@@ -315,15 +315,13 @@ async fn scale(sizes: &[usize], n_claims: usize) -> anyhow::Result<()> {
     if let (Some(first), Some(last)) = (costs.first(), costs.last())
         && first.0 != last.0
     {
-        {
-            println!(
-                "scale: claim cost at {} pending is {:.2}x the cost at {} (by throughput), {:.2}x (by p50 latency)",
-                last.0,
-                last.1 / first.1,
-                first.0,
-                last.2.as_secs_f64() / first.2.as_secs_f64()
-            );
-        }
+        println!(
+            "scale: claim cost at {} pending is {:.2}x the cost at {} (by throughput), {:.2}x (by p50 latency)",
+            last.0,
+            last.1 / first.1,
+            first.0,
+            last.2.as_secs_f64() / first.2.as_secs_f64()
+        );
     }
     Ok(())
 }

@@ -217,7 +217,7 @@ impl TaskDefinitionInput {
         check_routes(&self.routes)?;
         let priority = match &self.priority {
             None => Priority::LOWEST,
-            Some(value) => Priority::from_json(value)?,
+            Some(value) => Priority::parse("priority", value)?,
         };
         let retries = match self.retries {
             None => DEFAULT_RETRIES,

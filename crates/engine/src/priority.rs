@@ -34,21 +34,22 @@ impl Priority {
     /// Taskcluster's default.
     pub const LOWEST: Priority = Priority::Named(6);
 
-    /// Parses a name or a number in 0..=255.
-    pub fn from_json(value: &serde_json::Value) -> Result<Priority, Rejection> {
+    /// Parses a name or a number in 0..=255; `field` names the JSON field in errors
+    /// (`priority` in definitions, `newPriority` in changeTaskPriority).
+    pub fn parse(field: &str, value: &serde_json::Value) -> Result<Priority, Rejection> {
         let rule = "must be one of highest, very-high, high, medium, low, very-low, lowest, or an integer 0..=255";
         match value {
             serde_json::Value::String(name) => NAMED
                 .iter()
                 .position(|(known, _)| known == name)
                 .map(|idx| Priority::Named(idx as u8))
-                .ok_or_else(|| Rejection::invalid("priority", rule)),
+                .ok_or_else(|| Rejection::invalid(field, rule)),
             serde_json::Value::Number(number) => number
                 .as_u64()
                 .and_then(|n| u8::try_from(n).ok())
                 .map(Priority::Numeric)
-                .ok_or_else(|| Rejection::invalid("priority", rule)),
-            _ => Err(Rejection::invalid("priority", rule)),
+                .ok_or_else(|| Rejection::invalid(field, rule)),
+            _ => Err(Rejection::invalid(field, rule)),
         }
     }
 
@@ -83,7 +84,7 @@ impl Serialize for Priority {
 impl<'de> Deserialize<'de> for Priority {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Priority, D::Error> {
         let value = serde_json::Value::deserialize(deserializer)?;
-        Priority::from_json(&value).map_err(serde::de::Error::custom)
+        Priority::parse("priority", &value).map_err(serde::de::Error::custom)
     }
 }
 
@@ -95,9 +96,9 @@ mod tests {
 
     #[test]
     fn names_and_numbers_share_one_scale() {
-        let highest = Priority::from_json(&json!("highest")).unwrap();
-        let lowest = Priority::from_json(&json!("lowest")).unwrap();
-        let swarming = Priority::from_json(&json!(100)).unwrap();
+        let highest = Priority::parse("priority", &json!("highest")).unwrap();
+        let lowest = Priority::parse("priority", &json!("lowest")).unwrap();
+        let swarming = Priority::parse("priority", &json!(100)).unwrap();
         assert!(highest.rank() < swarming.rank() && swarming.rank() < lowest.rank());
         assert_eq!(Priority::LOWEST, lowest);
         assert_eq!(serde_json::to_value(swarming).unwrap(), json!(100));
@@ -106,9 +107,9 @@ mod tests {
 
     #[test]
     fn rejects_normal_and_out_of_range() {
-        assert!(Priority::from_json(&json!("normal")).is_err());
-        assert!(Priority::from_json(&json!(256)).is_err());
-        assert!(Priority::from_json(&json!(-1)).is_err());
-        assert!(Priority::from_json(&json!(true)).is_err());
+        assert!(Priority::parse("priority", &json!("normal")).is_err());
+        assert!(Priority::parse("priority", &json!(256)).is_err());
+        assert!(Priority::parse("priority", &json!(-1)).is_err());
+        assert!(Priority::parse("priority", &json!(true)).is_err());
     }
 }

@@ -205,7 +205,8 @@ async fn priority_change_reorders_pending_work() {
         for n in 1..=3 {
             create(store, id(n), json!({}), at(n.into())).await;
         }
-        apply(store, id(3), TaskCommand::ChangePriority(Priority::from_json(&json!("high")).unwrap()), at(4)).await;
+        apply(store, id(3), TaskCommand::ChangePriority(Priority::parse("priority", &json!("high")).unwrap()), at(4))
+            .await;
         assert_eq!(claim_ids(store, worker(3), at(5)).await, vec![id(3), id(1), id(2)], "{name}");
         let task = store.read(|reads| reads.task(id(3))).await.unwrap().unwrap();
         let definition: serde_json::Value = serde_json::from_str(task.task.get()).unwrap();

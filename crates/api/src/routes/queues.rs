@@ -11,13 +11,15 @@ use crate::routes::with_continuation;
 
 pub(crate) async fn pending_tasks(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let task_queue_id = params.task_queue_id()?;
-    let (provisioner_id, worker_type) = task_queue_id.split_once('/').unwrap_or_default();
-    let body = json!({ "provisionerId": provisioner_id, "workerType": worker_type, "taskQueueId": task_queue_id });
     let queue = task_queue_id.clone();
     let counts = state.queue.store().read(move |reads| reads.queue_counts(&queue)).await?;
-    let mut body = body;
-    body["pendingTasks"] = json!(counts.pending_tasks);
-    Ok(Json(body))
+    let (provisioner_id, worker_type) = task_queue_id.split_once('/').unwrap_or_default();
+    Ok(Json(json!({
+        "provisionerId": provisioner_id,
+        "workerType": worker_type,
+        "taskQueueId": task_queue_id,
+        "pendingTasks": counts.pending_tasks,
+    })))
 }
 
 pub(crate) async fn task_queue_counts(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {

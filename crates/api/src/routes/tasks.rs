@@ -140,9 +140,7 @@ pub(crate) async fn change_task_priority(
 }
 
 pub(crate) fn parse_priority(value: &Value) -> Result<Priority, ApiError> {
-    Priority::from_json(value).map_err(|rejection| {
-        ApiError::invalid_input(format!("new{rejection}").replacen("newpriority", "newPriority", 1))
-    })
+    Ok(Priority::parse("newPriority", value)?)
 }
 
 pub(crate) async fn list_dependent_tasks(

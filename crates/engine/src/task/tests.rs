@@ -42,7 +42,7 @@ fn apply(task: &mut Task, now: &mut Timestamp, line: &str) -> String {
         ["exceed-deadline"] => Ok(task.exceed_deadline(*now).unwrap_or_default()),
         ["cancel"] => task.cancel(*now),
         ["rerun"] => task.rerun(*now),
-        ["priority", name] => task.change_priority(Priority::from_json(&json!(name)).unwrap(), *now),
+        ["priority", name] => task.change_priority(Priority::parse("priority", &json!(name)).unwrap(), *now),
         _ => panic!("unknown command {line}"),
     };
     match res {
