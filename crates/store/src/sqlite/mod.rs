@@ -94,6 +94,12 @@ where
 {
     fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (Outcome, Deliver) {
         let WriteJob { op, reply } = *self;
+        if reply.is_closed() {
+            // The caller went away while this waited (a long poll that timed out on the
+            // client's side, a dropped connection). Doing it anyway would, for a claim, hand
+            // a run to nobody until its claim expires; every write here is safe to retry.
+            return (Outcome::Done, Box::new(|_| {}));
+        }
         let res = op(tx);
         let events = std::mem::take(&mut tx.events);
         let outcome = match &res {
@@ -440,6 +446,33 @@ mod tests {
     fn queue_known(store: &SqliteStore, name: &'static str) -> impl Future<Output = bool> {
         let store = store.clone();
         async move { store.read(move |reads| Ok(reads.task_queue(name)?.is_some())).await.unwrap() }
+    }
+
+    #[tokio::test]
+    async fn operations_whose_caller_left_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let sender = store.inner.jobs.lock().unwrap().clone().unwrap();
+        // Hold the writer busy until the abandoned job is queued behind it.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (busy_reply, busy_answer) = oneshot::channel();
+        let busy = WriteJob {
+            op: move |_: &mut Tx<'_>| held.recv().map_err(|e| StoreError::Other(e.to_string())),
+            reply: busy_reply,
+        };
+        sender.send(Box::new(busy)).await.unwrap();
+        let (abandoned_reply, abandoned_answer) = oneshot::channel::<Result<Committed<()>, StoreError>>();
+        let abandoned =
+            WriteJob { op: |tx: &mut Tx<'_>| tx.touch_queue("p/abandoned", Timestamp(1)), reply: abandoned_reply };
+        sender.send(Box::new(abandoned)).await.unwrap();
+        drop(abandoned_answer);
+        release.send(()).unwrap();
+        let busy = busy_answer.await.unwrap().unwrap();
+        assert!(busy.events.is_empty());
+        let after = store.write(|tx| tx.touch_queue("p/after", Timestamp(1))).await.unwrap();
+        assert!(after.events.is_empty());
+        assert!(queue_known(&store, "p/after").await);
+        assert!(!queue_known(&store, "p/abandoned").await, "the abandoned operation did not run");
     }
 
     #[tokio::test]
