@@ -24,6 +24,7 @@
 //! assert_eq!(task.state().as_str(), "completed");
 //! ```
 
+pub mod artifact;
 pub mod definition;
 pub mod dimensions;
 pub mod event;

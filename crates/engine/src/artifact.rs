@@ -1,0 +1,310 @@
+//! Artifacts: what a run may attach (blobs, references, links, errors) and the rules for
+//! creating and replacing them, as Taskcluster's queue applies them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::status::{ReasonResolved, Run, RunState};
+use crate::{Rejection, Timestamp};
+
+/// How long after a run ended with an exception artifacts may still be created (so a worker
+/// can upload the logs of a run it was told to stop).
+pub const EXCEPTION_GRACE_MS: i64 = 25 * 60 * 1000;
+/// How far in the past `expires` may lie (clock drift).
+pub const EXPIRES_DRIFT_MS: i64 = 15 * 60 * 1000;
+/// Most link hops followed before a chain counts as a cycle.
+pub const MAX_LINK_HOPS: usize = 10;
+
+/// Why a worker could not produce an artifact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorReason {
+    /// The file was not there.
+    FileMissingOnWorker,
+    /// The path was not a file (or directory) the worker could use.
+    InvalidResourceOnWorker,
+    /// The file was larger than allowed.
+    TooLargeFileOnWorker,
+    /// The file could not be read.
+    FileNotReadableOnWorker,
+}
+
+/// What an artifact is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "storageType", rename_all = "camelCase", deny_unknown_fields)]
+pub enum ArtifactKind {
+    /// Bytes uploaded to the server's blob store (Taskcluster's `s3` storage type).
+    #[serde(rename = "s3", rename_all = "camelCase")]
+    Blob {
+        /// Content type served with the bytes.
+        content_type: String,
+        /// Declared size, if the worker knew it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content_length: Option<u64>,
+    },
+    /// A redirect to a URL elsewhere.
+    #[serde(rename = "reference", rename_all = "camelCase")]
+    Reference {
+        /// Content type of what the URL serves.
+        content_type: String,
+        /// Where to go.
+        url: String,
+    },
+    /// Another artifact of the same run.
+    #[serde(rename = "link")]
+    Link {
+        /// Its name.
+        artifact: String,
+    },
+    /// An artifact the worker could not produce (served as 424).
+    #[serde(rename = "error")]
+    Error {
+        /// Why.
+        reason: ErrorReason,
+        /// A message for people.
+        message: String,
+    },
+}
+
+impl ArtifactKind {
+    /// Taskcluster's name for the storage type.
+    #[must_use]
+    pub fn storage_type(&self) -> &'static str {
+        match self {
+            ArtifactKind::Blob { .. } => "s3",
+            ArtifactKind::Reference { .. } => "reference",
+            ArtifactKind::Link { .. } => "link",
+            ArtifactKind::Error { .. } => "error",
+        }
+    }
+
+    /// The content type listings show.
+    #[must_use]
+    pub fn content_type(&self) -> &str {
+        match self {
+            ArtifactKind::Blob { content_type, .. } | ArtifactKind::Reference { content_type, .. } => content_type,
+            ArtifactKind::Link { .. } => "application/octet-stream",
+            ArtifactKind::Error { .. } => "application/json",
+        }
+    }
+}
+
+/// A createArtifact body.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ArtifactRequest {
+    /// When the artifact may be deleted.
+    pub expires: Timestamp,
+    /// What it is.
+    #[serde(flatten)]
+    pub kind: ArtifactKind,
+}
+
+/// A stored artifact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// Name, e.g. `public/logs/live.log`.
+    pub name: String,
+    /// When it may be deleted.
+    pub expires: Timestamp,
+    /// What it is.
+    pub kind: ArtifactKind,
+    /// Whether its content is there (a blob not uploaded yet is not).
+    pub present: bool,
+}
+
+/// Checks an artifact name: printable ASCII, 1 to 1024 bytes.
+///
+/// # Errors
+/// Invalid naming `name`.
+pub fn check_name(name: &str) -> Result<(), Rejection> {
+    let ok = (1..=1024).contains(&name.len()) && name.bytes().all(|b| (0x20..=0x7e).contains(&b));
+    if ok { Ok(()) } else { Err(Rejection::invalid("name", "must be 1 to 1024 printable ASCII characters")) }
+}
+
+impl ArtifactRequest {
+    /// Decides whether this request may create (or repeat, or replace) an artifact on `run`
+    /// of a task expiring at `task_expires`, given what is stored under the name; returns
+    /// what to store.
+    ///
+    /// # Errors
+    /// Invalid for a bad expiry or URL; Input for a run never claimed; Conflict for a run
+    /// that no longer takes artifacts or an incompatible replacement.
+    pub fn apply(
+        self,
+        name: &str,
+        run: &Run,
+        task_expires: Timestamp,
+        existing: Option<&Artifact>,
+        now: Timestamp,
+    ) -> Result<Artifact, Rejection> {
+        check_name(name)?;
+        if self.expires < now.plus_millis(-EXPIRES_DRIFT_MS) {
+            return Err(Rejection::invalid("expires", "must not be in the past"));
+        }
+        if self.expires > task_expires {
+            return Err(Rejection::invalid("expires", format!("must not be after the task expires ({task_expires})")));
+        }
+        match &self.kind {
+            ArtifactKind::Reference { url, .. } if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                return Err(Rejection::invalid("url", "must be an http:// or https:// URL"));
+            }
+            ArtifactKind::Link { artifact } => check_name(artifact)
+                .map_err(|_| Rejection::invalid("artifact", "must be 1 to 1024 printable ASCII characters"))?,
+            _ => {}
+        }
+        check_run_takes_artifacts(run, now)?;
+        let present = !matches!(self.kind, ArtifactKind::Blob { .. });
+        let Some(existing) = existing else {
+            return Ok(Artifact { name: name.to_owned(), expires: self.expires, kind: self.kind, present });
+        };
+        let replaceable = match (&existing.kind, &self.kind) {
+            (ArtifactKind::Reference { .. }, ArtifactKind::Reference { .. } | ArtifactKind::Link { .. }) => true,
+            (old, new) => old == new,
+        };
+        if !replaceable {
+            return Err(Rejection::Conflict(format!(
+                "artifact {name} already exists as {} and cannot be changed that way",
+                existing.kind.storage_type()
+            )));
+        }
+        if self.expires < existing.expires {
+            return Err(Rejection::Conflict(format!(
+                "artifact {name} expires {}; expiry may only move later",
+                existing.expires
+            )));
+        }
+        let present = present || (existing.present && existing.kind == self.kind);
+        Ok(Artifact { name: name.to_owned(), expires: self.expires, kind: self.kind, present })
+    }
+}
+
+/// Artifacts go on claimed runs that are running, or that ended with an exception a short
+/// while ago.
+fn check_run_takes_artifacts(run: &Run, now: Timestamp) -> Result<(), Rejection> {
+    if run.worker_id.is_none() {
+        return Err(Rejection::Input(format!("run {} was never claimed; it cannot have artifacts", run.run_id)));
+    }
+    let recent_exception = run.state == RunState::Exception
+        && run.reason_resolved != Some(ReasonResolved::Superseded)
+        && run.resolved.is_some_and(|at| now < at.plus_millis(EXCEPTION_GRACE_MS));
+    if run.state == RunState::Running || recent_exception {
+        return Ok(());
+    }
+    Err(Rejection::Conflict(format!("run {} is resolved; it takes no more artifacts", run.run_id)))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::status::ReasonCreated;
+
+    const NOW: Timestamp = Timestamp(1_767_225_600_000);
+
+    fn run(state: RunState, resolved_ago_ms: Option<i64>) -> Run {
+        Run {
+            run_id: 0,
+            state,
+            reason_created: ReasonCreated::Scheduled,
+            reason_resolved: resolved_ago_ms.map(|_| ReasonResolved::WorkerShutdown),
+            worker_group: Some("g".into()),
+            worker_id: Some("w".into()),
+            taken_until: Some(NOW.plus_secs(60)),
+            scheduled: NOW,
+            started: Some(NOW),
+            resolved: resolved_ago_ms.map(|ago| NOW.plus_millis(-ago)),
+        }
+    }
+
+    fn request(body: serde_json::Value) -> ArtifactRequest {
+        serde_json::from_value(body).unwrap()
+    }
+
+    fn blob() -> ArtifactRequest {
+        request(json!({"storageType": "s3", "expires": "2026-01-02T00:00:00.000Z", "contentType": "text/plain"}))
+    }
+
+    const TASK_EXPIRES: Timestamp = Timestamp(1_767_225_600_000 + 365 * 24 * 3600 * 1000);
+
+    #[test]
+    fn parses_every_storage_type() {
+        let reference = request(
+            json!({"storageType": "reference", "expires": "2026-01-02T00:00:00Z", "contentType": "text/html", "url": "https://x"}),
+        );
+        assert_eq!(reference.kind.storage_type(), "reference");
+        let link = request(json!({"storageType": "link", "expires": "2026-01-02T00:00:00Z", "artifact": "public/a"}));
+        assert_eq!(link.kind, ArtifactKind::Link { artifact: "public/a".into() });
+        let error = request(
+            json!({"storageType": "error", "expires": "2026-01-02T00:00:00Z", "reason": "file-missing-on-worker", "message": "gone"}),
+        );
+        assert_eq!(error.kind.content_type(), "application/json");
+        let object = serde_json::from_value::<ArtifactRequest>(
+            json!({"storageType": "object", "expires": "2026-01-02T00:00:00Z", "contentType": "x"}),
+        );
+        assert!(object.is_err(), "object storage is not offered");
+    }
+
+    #[test]
+    fn runs_take_artifacts_while_running_or_just_after_an_exception() {
+        let running = run(RunState::Running, None);
+        let created = blob().apply("public/a", &running, TASK_EXPIRES, None, NOW).unwrap();
+        assert!(!created.present, "a blob is present only once uploaded");
+        let late = run(RunState::Exception, Some(10 * 60 * 1000));
+        assert!(blob().apply("public/a", &late, TASK_EXPIRES, None, NOW).is_ok());
+        let too_late = run(RunState::Exception, Some(30 * 60 * 1000));
+        assert!(matches!(blob().apply("public/a", &too_late, TASK_EXPIRES, None, NOW), Err(Rejection::Conflict(_))));
+        let done = run(RunState::Completed, Some(1));
+        assert!(matches!(blob().apply("public/a", &done, TASK_EXPIRES, None, NOW), Err(Rejection::Conflict(_))));
+        let mut unclaimed = run(RunState::Pending, None);
+        unclaimed.worker_id = None;
+        assert!(matches!(blob().apply("public/a", &unclaimed, TASK_EXPIRES, None, NOW), Err(Rejection::Input(_))));
+    }
+
+    #[test]
+    fn replacement_rules() {
+        let running = run(RunState::Running, None);
+        let reference = request(
+            json!({"storageType": "reference", "expires": "2026-01-02T00:00:00Z", "contentType": "text/plain", "url": "https://live"}),
+        );
+        let stored = reference.clone().apply("public/log", &running, TASK_EXPIRES, None, NOW).unwrap();
+        let link =
+            request(json!({"storageType": "link", "expires": "2026-01-03T00:00:00Z", "artifact": "public/full"}));
+        let replaced = link.apply("public/log", &running, TASK_EXPIRES, Some(&stored), NOW).unwrap();
+        assert_eq!(replaced.kind.storage_type(), "link", "a reference may become a link");
+        let back = reference.apply("public/log", &running, TASK_EXPIRES, Some(&replaced), NOW);
+        assert!(matches!(back, Err(Rejection::Conflict(_))), "a link stays a link");
+
+        let stored_blob = blob().apply("public/b", &running, TASK_EXPIRES, None, NOW).unwrap();
+        assert!(blob().apply("public/b", &running, TASK_EXPIRES, Some(&stored_blob), NOW).is_ok(), "repeats are fine");
+        let other_type =
+            request(json!({"storageType": "s3", "expires": "2026-01-02T00:00:00Z", "contentType": "image/png"}));
+        assert!(matches!(
+            other_type.apply("public/b", &running, TASK_EXPIRES, Some(&stored_blob), NOW),
+            Err(Rejection::Conflict(_))
+        ));
+        let shorter =
+            request(json!({"storageType": "s3", "expires": "2026-01-01T12:00:00Z", "contentType": "text/plain"}));
+        assert!(matches!(
+            shorter.apply("public/b", &running, TASK_EXPIRES, Some(&stored_blob), NOW),
+            Err(Rejection::Conflict(_))
+        ));
+    }
+
+    #[test]
+    fn expiry_and_names_are_checked() {
+        let running = run(RunState::Running, None);
+        let past = request(json!({"storageType": "s3", "expires": "2025-12-31T00:00:00Z", "contentType": "x"}));
+        assert!(
+            matches!(past.apply("a", &running, TASK_EXPIRES, None, NOW), Err(Rejection::Invalid { ref field, .. }) if field == "expires")
+        );
+        assert!(
+            matches!(blob().apply("a", &running, NOW, None, NOW), Err(Rejection::Invalid { ref field, .. }) if field == "expires")
+        );
+        assert!(check_name("public/\u{7f}").is_err());
+        assert!(check_name("").is_err());
+        let bad_url = request(
+            json!({"storageType": "reference", "expires": "2026-01-02T00:00:00Z", "contentType": "x", "url": "ftp://x"}),
+        );
+        assert!(bad_url.apply("a", &running, TASK_EXPIRES, None, NOW).is_err());
+    }
+}
