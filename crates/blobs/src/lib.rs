@@ -1,0 +1,205 @@
+//! Where artifact bytes live. [`Blobs`] is a closed enum over backends; today a local
+//! directory under the data dir. Writes are atomic: bytes go to a temporary file that is
+//! renamed into place only once complete, so a reader never sees half an artifact.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use tokio::fs::File;
+use tokio::io::AsyncWriteExt;
+
+/// The blob backends.
+#[derive(Debug, Clone)]
+pub enum Blobs {
+    /// Files under a directory.
+    Local(LocalBlobs),
+}
+
+/// Blobs as files under `root`, one directory per task and run.
+#[derive(Debug, Clone)]
+pub struct LocalBlobs {
+    root: PathBuf,
+}
+
+/// An upload in progress; dropped without [`BlobWriter::finish`] it leaves nothing behind.
+#[derive(Debug)]
+pub struct BlobWriter {
+    file: File,
+    temp: PathBuf,
+    target: PathBuf,
+    written: u64,
+    finished: bool,
+}
+
+impl Blobs {
+    /// Blobs stored under `root` (created if missing).
+    ///
+    /// # Errors
+    /// When the directory cannot be created.
+    pub fn local(root: &Path) -> io::Result<Blobs> {
+        std::fs::create_dir_all(root)?;
+        Ok(Blobs::Local(LocalBlobs { root: root.to_path_buf() }))
+    }
+
+    /// Starts writing the blob `key` (a task id, a run id and an artifact name).
+    ///
+    /// # Errors
+    /// When the file cannot be created.
+    pub async fn writer(&self, key: &BlobKey<'_>) -> io::Result<BlobWriter> {
+        match self {
+            Blobs::Local(local) => {
+                let target = local.path(key);
+                let dir = target.parent().unwrap_or(&local.root).to_path_buf();
+                tokio::fs::create_dir_all(&dir).await?;
+                let unique = format!(".upload-{}-{}", std::process::id(), next_upload());
+                let temp = dir.join(unique);
+                let file = File::create(&temp).await?;
+                Ok(BlobWriter { file, temp, target, written: 0, finished: false })
+            }
+        }
+    }
+
+    /// Opens the blob `key` for reading, with its size; `None` when it does not exist.
+    ///
+    /// # Errors
+    /// When the file exists but cannot be read.
+    pub async fn open(&self, key: &BlobKey<'_>) -> io::Result<Option<(File, u64)>> {
+        match self {
+            Blobs::Local(local) => match File::open(local.path(key)).await {
+                Ok(file) => {
+                    let size = file.metadata().await?.len();
+                    Ok(Some((file, size)))
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(err) => Err(err),
+            },
+        }
+    }
+
+    /// Deletes the blob `key` if it exists.
+    ///
+    /// # Errors
+    /// When it exists but cannot be removed.
+    pub async fn delete(&self, key: &BlobKey<'_>) -> io::Result<()> {
+        match self {
+            Blobs::Local(local) => match tokio::fs::remove_file(local.path(key)).await {
+                Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+/// Names one blob: the artifact `name` of run `run_id` of task `task_id`.
+#[derive(Debug, Clone, Copy)]
+pub struct BlobKey<'a> {
+    /// The task (a slugid).
+    pub task_id: &'a str,
+    /// The run.
+    pub run_id: u32,
+    /// The artifact name (any printable ASCII, slashes included).
+    pub name: &'a str,
+}
+
+impl LocalBlobs {
+    fn path(&self, key: &BlobKey<'_>) -> PathBuf {
+        self.root.join(key.task_id).join(key.run_id.to_string()).join(file_name(key.name))
+    }
+}
+
+/// One file name per artifact name: everything but `[A-Za-z0-9_.-]` is percent-escaped, so
+/// slashes cannot leave the run's directory and no two names collide.
+fn file_name(name: &str) -> String {
+    let mut res = String::with_capacity(name.len() + 1);
+    // A leading marker keeps names like `.` and `..` ordinary files.
+    res.push('a');
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || b"_.-".contains(&byte) {
+            res.push(byte as char);
+        } else {
+            res.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    res
+}
+
+fn next_upload() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl BlobWriter {
+    /// Appends bytes.
+    ///
+    /// # Errors
+    /// When the write fails.
+    pub async fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.write_all(bytes).await?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Makes the blob durable and visible under its key; returns its size.
+    ///
+    /// # Errors
+    /// When flushing or renaming fails.
+    pub async fn finish(mut self) -> io::Result<u64> {
+        self.file.sync_all().await?;
+        tokio::fs::rename(&self.temp, &self.target).await?;
+        self.finished = true;
+        Ok(self.written)
+    }
+}
+
+impl Drop for BlobWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn writes_appear_only_when_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::local(dir.path()).unwrap();
+        let key = BlobKey { task_id: "t", run_id: 0, name: "public/../logs/a b.txt" };
+        let mut writer = blobs.writer(&key).await.unwrap();
+        writer.write(b"hello ").await.unwrap();
+        writer.write(b"world").await.unwrap();
+        assert!(blobs.open(&key).await.unwrap().is_none(), "not visible before finish");
+        assert_eq!(writer.finish().await.unwrap(), 11);
+        let (mut file, size) = blobs.open(&key).await.unwrap().unwrap();
+        let mut text = String::new();
+        file.read_to_string(&mut text).await.unwrap();
+        assert_eq!((text.as_str(), size), ("hello world", 11));
+        let run_dir = dir.path().join("t").join("0");
+        assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), 1, "the name stayed inside its run's directory");
+        blobs.delete(&key).await.unwrap();
+        assert!(blobs.open(&key).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_upload_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::local(dir.path()).unwrap();
+        let key = BlobKey { task_id: "t", run_id: 1, name: "x" };
+        let mut writer = blobs.writer(&key).await.unwrap();
+        writer.write(b"partial").await.unwrap();
+        drop(writer);
+        assert_eq!(std::fs::read_dir(dir.path().join("t").join("1")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn file_names_are_distinct_and_flat() {
+        assert_eq!(file_name("public/a.txt"), "apublic%2Fa.txt");
+        assert_ne!(file_name("a/b"), file_name("a%2Fb"));
+        assert_eq!(file_name(".."), "a..");
+    }
+}
