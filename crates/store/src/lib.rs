@@ -185,6 +185,44 @@ impl Store {
         }
     }
 
+    /// createArtifact: records an artifact of a run (or repeats or replaces it as the rules allow).
+    ///
+    /// # Errors
+    /// Rejected when the task or run is unknown or the rules refuse.
+    pub async fn create_artifact(
+        &self,
+        key: ArtifactKey,
+        request: shoal_engine::artifact::ArtifactRequest,
+        now: Timestamp,
+    ) -> Result<Committed<shoal_engine::artifact::Artifact>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.create_artifact(key, request, now).await,
+        }
+    }
+
+    /// Records that a blob artifact's bytes are complete.
+    ///
+    /// # Errors
+    /// Rejected when there is no such blob artifact.
+    pub async fn artifact_uploaded(
+        &self,
+        key: ArtifactKey,
+    ) -> Result<Committed<shoal_engine::artifact::Artifact>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.artifact_uploaded(key).await,
+        }
+    }
+
+    /// Deletes the records of expired artifacts (after their bytes are gone).
+    ///
+    /// # Errors
+    /// Storage failure.
+    pub async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.forget_artifacts(keys).await,
+        }
+    }
+
     /// Runs `query` against a consistent snapshot of committed state, off the async threads.
     ///
     /// # Errors

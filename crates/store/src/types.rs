@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
+use shoal_engine::artifact::Artifact;
 use shoal_engine::event::Event;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
@@ -152,8 +153,40 @@ pub struct QueueCounts {
     pub claimed_tasks: u64,
 }
 
+/// Names one artifact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactKey {
+    /// The task.
+    pub task_id: TaskId,
+    /// The run.
+    pub run_id: u32,
+    /// The artifact's name.
+    pub name: String,
+}
+
 /// The read side: consistent snapshots of committed state; runs on a blocking thread.
 pub trait Reads {
+    /// One artifact of a run.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn artifact(&self, task_id: TaskId, run_id: u32, name: &str) -> Result<Option<Artifact>, StoreError>;
+    /// A run's artifacts by name.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn list_artifacts(
+        &self,
+        task_id: TaskId,
+        run_id: u32,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Artifact>, StoreError>;
+    /// Artifacts expired at `now`, oldest first.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn expired_artifacts(&self, now: Timestamp, limit: usize) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError>;
     /// A task's definition and status.
     ///
     /// # Errors

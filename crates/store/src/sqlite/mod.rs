@@ -6,6 +6,7 @@
 //! durable. Readers use a small pool of read-only connections; WAL mode lets them read
 //! committed data while the writer works.
 
+mod artifacts;
 mod checkpoint;
 mod ops;
 mod reads;
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OpenFlags};
+use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::priority::Priority;
@@ -28,7 +30,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::reads::ReadConn;
 use crate::sqlite::tx::{Tx, WriterState};
-use crate::{Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup};
+use crate::{
+    ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup,
+};
 
 /// Most operations committed together.
 const MAX_BATCH: usize = 512;
@@ -235,6 +239,23 @@ impl SqliteStore {
         now: Timestamp,
     ) -> Result<Committed<Vec<TaskId>>, StoreError> {
         self.write(move |tx| ops::change_task_group_priority(tx, group, priority, now)).await
+    }
+
+    pub(crate) async fn create_artifact(
+        &self,
+        key: ArtifactKey,
+        request: ArtifactRequest,
+        now: Timestamp,
+    ) -> Result<Committed<Artifact>, StoreError> {
+        self.write(move |tx| artifacts::create(tx, &key, request, now)).await
+    }
+
+    pub(crate) async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Committed<Artifact>, StoreError> {
+        self.write(move |tx| artifacts::uploaded(tx, &key)).await
+    }
+
+    pub(crate) async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
+        self.write(move |tx| artifacts::forget(tx, &keys)).await
     }
 
     pub(crate) async fn read<T, F>(&self, query: F) -> Result<T, StoreError>

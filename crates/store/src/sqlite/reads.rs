@@ -1,10 +1,14 @@
 //! Queries over committed state for the read-only endpoints.
 
 use rusqlite::{Connection, Row, params};
+use shoal_engine::artifact::Artifact;
 use shoal_engine::{TaskId, Timestamp};
 
+use crate::sqlite::artifacts;
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
-use crate::{ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo, TaskRecord};
+use crate::{
+    ArtifactKey, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo, TaskRecord,
+};
 
 /// A read-only connection seen through the [`Reads`] interface.
 pub(crate) struct ReadConn<'a>(pub(crate) &'a Connection);
@@ -167,6 +171,24 @@ impl Reads for ReadConn<'_> {
         let sql = "SELECT task_queue_id, expires, last_date_active, description, stability FROM task_queues \
                    WHERE ?1 = ?1 AND task_queue_id > ?2 ORDER BY task_queue_id LIMIT ?3";
         page(self.0, sql, "", after, limit, queue_info, |queue| queue.task_queue_id.clone())
+    }
+
+    fn artifact(&self, task_id: TaskId, run_id: u32, name: &str) -> Result<Option<Artifact>, StoreError> {
+        artifacts::artifact(self.0, task_id, run_id, name)
+    }
+
+    fn list_artifacts(
+        &self,
+        task_id: TaskId,
+        run_id: u32,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Artifact>, StoreError> {
+        artifacts::list(self.0, task_id, run_id, after, limit)
+    }
+
+    fn expired_artifacts(&self, now: Timestamp, limit: usize) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError> {
+        artifacts::expired(self.0, now, limit)
     }
 
     fn task_queue(&self, task_queue_id: &str) -> Result<Option<TaskQueueInfo>, StoreError> {

@@ -4,7 +4,8 @@ use rusqlite::Connection;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`. Never edit
 /// a released entry: append a new one.
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE tasks (
     task_id       TEXT PRIMARY KEY NOT NULL,
     task_queue_id TEXT NOT NULL,
@@ -55,7 +56,20 @@ CREATE TABLE task_queues (
     description      TEXT NOT NULL,
     stability        TEXT NOT NULL
 ) WITHOUT ROWID;
-"];
+",
+    r"
+CREATE TABLE artifacts (
+    task_id  TEXT NOT NULL,
+    run_id   INTEGER NOT NULL,
+    name     TEXT NOT NULL,
+    kind     TEXT NOT NULL,     -- JSON: storageType and its fields
+    present  INTEGER NOT NULL,  -- 0 while a blob has not been uploaded
+    expires  INTEGER NOT NULL,
+    PRIMARY KEY (task_id, run_id, name)
+) WITHOUT ROWID;
+CREATE INDEX artifacts_expires ON artifacts (expires);
+",
+];
 
 /// Brings the database to the newest schema, one migration per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
