@@ -153,3 +153,41 @@ def test_queue_views(queue, make_task, task_queue_id):
 
 def test_empty_claim_returns_after_the_wait(queue, task_queue_id):
     assert claim(queue, task_queue_id) == []
+
+
+def test_artifacts(queue, make_task, task_queue_id):
+    import datetime
+
+    import requests
+    from taskcluster.download import downloadArtifactToBuf
+
+    task_id = slugid.nice()
+    queue.createTask(task_id, make_task())
+    claim(queue, task_queue_id)
+    expires = taskcluster.stringDate(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    created = queue.createArtifact(
+        task_id, "0", "public/report.txt", {"storageType": "s3", "expires": expires, "contentType": "text/plain"}
+    )
+    payload = b"all tests passed\n" * 1000
+    upload = requests.put(created["putUrl"], data=payload, headers={"content-type": "text/plain"})
+    assert upload.status_code == 200
+
+    # The client does not follow the redirect; it returns the JSON body describing it.
+    assert queue.getArtifact(task_id, "0", "public/report.txt")["storageType"] == "s3"
+    names = [a["name"] for a in queue.listLatestArtifacts(task_id)["artifacts"]]
+    assert names == ["public/report.txt"]
+    data, content_type = downloadArtifactToBuf(
+        taskId=task_id, runId=0, name="public/report.txt", queueService=queue
+    )
+    assert bytes(data) == payload
+    assert content_type == "text/plain"
+
+    queue.createArtifact(
+        task_id,
+        "0",
+        "public/missing",
+        {"storageType": "error", "expires": expires, "reason": "file-missing-on-worker", "message": "gone"},
+    )
+    with pytest.raises(TaskclusterRestFailure) as err:
+        queue.getArtifact(task_id, "0", "public/missing")
+    assert err.value.status_code == 424

@@ -5,7 +5,7 @@ use axum::routing::{MethodFilter, MethodRouter, on};
 use serde::Serialize;
 
 use crate::AppState;
-use crate::routes::{claims, groups, meta, queues, tasks};
+use crate::routes::{artifacts, claims, groups, meta, queues, tasks};
 
 /// How settled an endpoint's shape is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -157,6 +157,86 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "queue:resolve-task:<taskId>/<runId>",
         Stable,
         claims::report_exception
+    ),
+    endpoint!(
+        "createArtifact",
+        "POST",
+        "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
+        "queue:create-artifact:<taskId>/<runId>",
+        Stable,
+        artifacts::create_artifact
+    ),
+    endpoint!(
+        "finishArtifact",
+        "PUT",
+        "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
+        "queue:create-artifact:<taskId>/<runId>",
+        Stable,
+        artifacts::finish_artifact
+    ),
+    endpoint!(
+        "getArtifact",
+        "GET",
+        "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
+        "queue:get-artifact:<name>",
+        Stable,
+        artifacts::get_artifact
+    ),
+    endpoint!(
+        "getLatestArtifact",
+        "GET",
+        "/task/{task_id}/artifacts/{*name}",
+        "queue:get-artifact:<name>",
+        Stable,
+        artifacts::get_latest_artifact
+    ),
+    endpoint!(
+        "listArtifacts",
+        "GET",
+        "/task/{task_id}/runs/{run_id}/artifacts",
+        "queue:list-artifacts:<taskId>:<runId>",
+        Stable,
+        artifacts::list_artifacts
+    ),
+    endpoint!(
+        "listLatestArtifacts",
+        "GET",
+        "/task/{task_id}/artifacts",
+        "queue:list-artifacts:<taskId>",
+        Stable,
+        artifacts::list_latest_artifacts
+    ),
+    endpoint!(
+        "artifactInfo",
+        "GET",
+        "/task/{task_id}/runs/{run_id}/artifact-info/{*name}",
+        "queue:list-artifacts:<taskId>:<runId>",
+        Stable,
+        artifacts::artifact_info
+    ),
+    endpoint!(
+        "latestArtifactInfo",
+        "GET",
+        "/task/{task_id}/artifact-info/{*name}",
+        "queue:list-artifacts:<taskId>",
+        Stable,
+        artifacts::latest_artifact_info
+    ),
+    endpoint!(
+        "artifact",
+        "GET",
+        "/task/{task_id}/runs/{run_id}/artifact-content/{*name}",
+        "queue:get-artifact:<name>",
+        Stable,
+        artifacts::artifact_content
+    ),
+    endpoint!(
+        "latestArtifact",
+        "GET",
+        "/task/{task_id}/artifact-content/{*name}",
+        "queue:get-artifact:<name>",
+        Stable,
+        artifacts::latest_artifact_content
     ),
     endpoint!(
         "listTaskGroup",

@@ -29,6 +29,8 @@ pub struct AppState {
     pub queue: Queue,
     /// When the server started (for ping's uptime).
     pub started: Instant,
+    /// The server's public root URL (no trailing slash), for URLs it hands out.
+    pub root_url: String,
 }
 
 /// The whole HTTP application.
@@ -49,8 +51,13 @@ pub fn router(state: AppState) -> Router {
         }
         api = api.route(endpoint.route, routed);
     }
+    let blob_routes = axum::routing::get(routes::blobs::get_blob)
+        .put(routes::blobs::put_blob)
+        // Artifact uploads stream to disk; they are not held to the JSON body limit.
+        .layer(DefaultBodyLimit::disable());
     Router::new()
         .nest("/api/queue/v1", api)
+        .route("/blobs/v1/{task_id}/{run_id}/{*name}", blob_routes)
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .layer(axum::Extension(routes::meta::Reference(std::sync::Arc::new(json!({

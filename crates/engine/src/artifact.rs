@@ -177,6 +177,29 @@ impl ArtifactRequest {
     }
 }
 
+/// Follows links from `name` to the artifact that holds content (a blob, reference or
+/// error), looking each name up with `lookup`.
+///
+/// # Errors
+/// NotFound when a name in the chain does not exist; Invalid when the chain is a cycle or
+/// longer than [`MAX_LINK_HOPS`].
+pub fn follow_links<E>(
+    name: &str,
+    mut lookup: impl FnMut(&str) -> Result<Option<Artifact>, E>,
+) -> Result<Result<Artifact, Rejection>, E> {
+    let mut current = name.to_owned();
+    for _ in 0..=MAX_LINK_HOPS {
+        let Some(artifact) = lookup(&current)? else {
+            return Ok(Err(Rejection::NotFound(format!("artifact {current} not found"))));
+        };
+        match &artifact.kind {
+            ArtifactKind::Link { artifact: target } => current.clone_from(target),
+            _ => return Ok(Ok(artifact)),
+        }
+    }
+    Ok(Err(Rejection::invalid("name", format!("links from {name} form a cycle or a chain over {MAX_LINK_HOPS} hops"))))
+}
+
 /// Artifacts go on claimed runs that are running, or that ended with an exception a short
 /// while ago.
 fn check_run_takes_artifacts(run: &Run, now: Timestamp) -> Result<(), Rejection> {
@@ -288,6 +311,26 @@ mod tests {
             shorter.apply("public/b", &running, TASK_EXPIRES, Some(&stored_blob), NOW),
             Err(Rejection::Conflict(_))
         ));
+    }
+
+    #[test]
+    fn links_are_followed_and_cycles_refused() {
+        let stored = |name: &str, kind: ArtifactKind| Artifact { name: name.into(), expires: NOW, kind, present: true };
+        let lookup = |name: &str| -> Result<Option<Artifact>, ()> {
+            Ok(match name {
+                "a" => Some(stored("a", ArtifactKind::Link { artifact: "b".into() })),
+                "b" => {
+                    Some(stored("b", ArtifactKind::Blob { content_type: "text/plain".into(), content_length: None }))
+                }
+                "loop1" => Some(stored("loop1", ArtifactKind::Link { artifact: "loop2".into() })),
+                "loop2" => Some(stored("loop2", ArtifactKind::Link { artifact: "loop1".into() })),
+                "dangling" => Some(stored("dangling", ArtifactKind::Link { artifact: "nowhere".into() })),
+                _ => None,
+            })
+        };
+        assert_eq!(follow_links("a", lookup).unwrap().unwrap().name, "b");
+        assert!(matches!(follow_links("loop1", lookup).unwrap(), Err(Rejection::Invalid { .. })));
+        assert!(matches!(follow_links("dangling", lookup).unwrap(), Err(Rejection::NotFound(_))));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The loop that fires claim expiries and deadlines from the store's due-time indexes.
+//! The loop that fires claim expiries and deadlines from the store's due-time indexes, and
+//! removes expired artifacts.
 
 use std::future::Future;
 
@@ -16,6 +17,9 @@ pub async fn run_due_loop(queue: Queue, shutdown: impl Future<Output = ()>) {
         tokio::select! {
             () = &mut shutdown => return,
             _ = tick.tick() => {}
+        }
+        if let Err(err) = queue.expire_artifacts(now(), DUE_BATCH).await {
+            tracing::warn!(error = %err, "expiring artifacts failed; retrying next tick");
         }
         loop {
             match queue.fire_due(now(), DUE_BATCH).await {

@@ -11,12 +11,16 @@ mod wakers;
 use std::sync::Arc;
 use std::time::Duration;
 
+use shoal_blobs::{BlobKey, Blobs};
+use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::event::Event;
 use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
-use shoal_store::{Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskCommand, TaskGroup};
+use shoal_store::{
+    ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskCommand, TaskGroup,
+};
 
 pub use clock::now;
 pub use due::run_due_loop;
@@ -46,15 +50,22 @@ pub struct Queue {
 
 struct Inner {
     store: Store,
+    blobs: Blobs,
     wakers: Wakers,
     config: QueueConfig,
 }
 
 impl Queue {
-    /// A queue over `store`.
+    /// A queue over `store`, keeping artifact bytes in `blobs`.
     #[must_use]
-    pub fn new(store: Store, config: QueueConfig) -> Queue {
-        Queue { inner: Arc::new(Inner { store, wakers: Wakers::default(), config }) }
+    pub fn new(store: Store, blobs: Blobs, config: QueueConfig) -> Queue {
+        Queue { inner: Arc::new(Inner { store, blobs, wakers: Wakers::default(), config }) }
+    }
+
+    /// Where artifact bytes live.
+    #[must_use]
+    pub fn blobs(&self) -> &Blobs {
+        &self.inner.blobs
     }
 
     /// The store, for reads.
@@ -158,6 +169,45 @@ impl Queue {
         priority: Priority,
     ) -> Result<Vec<TaskId>, StoreError> {
         let committed = self.inner.store.change_task_group_priority(group, priority, now()).await?;
+        Ok(self.committed(committed))
+    }
+
+    /// createArtifact.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn create_artifact(&self, key: ArtifactKey, request: ArtifactRequest) -> Result<Artifact, StoreError> {
+        let committed = self.inner.store.create_artifact(key, request, now()).await?;
+        Ok(self.committed(committed))
+    }
+
+    /// Records that the bytes of a blob artifact are complete (after they were written).
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Artifact, StoreError> {
+        let committed = self.inner.store.artifact_uploaded(key).await?;
+        Ok(self.committed(committed))
+    }
+
+    /// Deletes expired artifacts, bytes first, then records (so a crash in between leaves a
+    /// record to retry, never orphaned bytes); returns how many were removed.
+    ///
+    /// # Errors
+    /// As the store, or Unavailable when bytes cannot be deleted.
+    pub async fn expire_artifacts(&self, at: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let expired = self.inner.store.read(move |reads| reads.expired_artifacts(at, limit)).await?;
+        let mut keys = Vec::with_capacity(expired.len());
+        for (key, _) in expired {
+            let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
+            self.inner
+                .blobs
+                .delete(&blob)
+                .await
+                .map_err(|err| StoreError::Unavailable(format!("deleting an expired artifact: {err}")))?;
+            keys.push(key);
+        }
+        let committed = self.inner.store.forget_artifacts(keys).await?;
         Ok(self.committed(committed))
     }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use shoal_api::AppState;
+use shoal_blobs::Blobs;
 use shoal_service::{Queue, QueueConfig};
 use shoal_store::{SqliteConfig, SqliteStore, Store};
 use tokio::sync::watch;
@@ -49,6 +50,9 @@ struct ServerArgs {
     /// Seconds an idle claimWork waits for work before answering empty [default: 20, as Taskcluster].
     #[arg(long, env = "SHOAL_CLAIM_WAIT")]
     claim_wait: Option<u64>,
+    /// The URL clients reach this server at, used in the URLs it hands out [default: http://<listen>].
+    #[arg(long, env = "SHOAL_ROOT_URL")]
+    root_url: Option<String>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -59,6 +63,7 @@ struct ServerConfig {
     data_dir: PathBuf,
     claim_timeout: i64,
     claim_wait: u64,
+    root_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -68,6 +73,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("shoal-data"),
             claim_timeout: 1200,
             claim_wait: 20,
+            root_url: None,
         }
     }
 }
@@ -95,6 +101,9 @@ impl ServerConfig {
         if let Some(claim_wait) = args.claim_wait {
             config.claim_wait = claim_wait;
         }
+        if let Some(root_url) = &args.root_url {
+            config.root_url = Some(root_url.clone());
+        }
         config.validate()?;
         Ok(config)
     }
@@ -102,6 +111,12 @@ impl ServerConfig {
     fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!((1..=86_400).contains(&self.claim_timeout), "claim-timeout must be 1..=86400 seconds");
         anyhow::ensure!(self.claim_wait <= 300, "claim-wait must be 0..=300 seconds");
+        if let Some(root_url) = &self.root_url {
+            anyhow::ensure!(
+                root_url.starts_with("http://") || root_url.starts_with("https://"),
+                "root-url must be an http:// or https:// URL"
+            );
+        }
         Ok(())
     }
 }
@@ -124,16 +139,20 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         .with_context(|| format!("opening the database {}", path.display()))?;
     let store = Store::Sqlite(store);
     let config = QueueConfig { claim_wait: Duration::from_secs(args.claim_wait), ..QueueConfig::default() };
-    let queue = Queue::new(store.clone(), config);
+    let blobs_dir = args.data_dir.join("blobs");
+    let blobs = Blobs::local(&blobs_dir).with_context(|| format!("opening blob storage {}", blobs_dir.display()))?;
+    let queue = Queue::new(store.clone(), blobs, config);
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
     let local = listener.local_addr().context("reading the bound address")?;
+    let root_url = args.root_url.clone().unwrap_or_else(|| format!("http://{local}"));
+    let root_url = root_url.trim_end_matches('/').to_owned();
     // Printed on stdout so scripts (and tests) can learn the port when listening on :0.
-    println!("shoal listening on http://{local} (rootUrl http://{local})");
+    println!("shoal listening on http://{local} (rootUrl {root_url})");
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let due = tokio::spawn(shoal_service::run_due_loop(queue.clone(), stopped(stop_rx.clone())));
-    let state = AppState { queue, started: Instant::now() };
+    let state = AppState { queue, started: Instant::now(), root_url };
     let serving = tokio::spawn(shoal_api::serve(listener, state, stopped(stop_rx)));
 
     shutdown_signal().await;
@@ -182,6 +201,7 @@ mod tests {
             data_dir: None,
             claim_timeout: None,
             claim_wait: Some(5),
+            root_url: None,
         }
     }
 

@@ -1,5 +1,7 @@
 //! Handlers, one module per resource.
 
+pub(crate) mod artifacts;
+pub(crate) mod blobs;
 pub(crate) mod claims;
 pub(crate) mod groups;
 pub(crate) mod meta;

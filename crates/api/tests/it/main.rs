@@ -1,6 +1,7 @@
 //! Scenarios through the real HTTP API: a server on 127.0.0.1:0 over a temporary SQLite
 //! database, driven the way clients and workers drive it.
 
+mod artifacts;
 mod claims;
 mod errors;
 mod tasks;
@@ -16,6 +17,7 @@ use shoal_store::{SqliteConfig, SqliteStore, Store};
 /// A running server and a client for it.
 pub(crate) struct TestApp {
     pub(crate) base: String,
+    pub(crate) queue: Queue,
     client: reqwest::Client,
     _dir: tempfile::TempDir,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -44,20 +46,24 @@ impl TestApp {
             SqliteConfig { path: dir.path().join("shoal.db"), claim_timeout_secs: settings.claim_timeout_secs };
         let store = Store::Sqlite(SqliteStore::open(&config).unwrap());
         let queue_config = QueueConfig { claim_wait: settings.claim_wait, due_interval: Duration::from_millis(50) };
-        let queue = Queue::new(store, queue_config);
+        let blobs = shoal_blobs::Blobs::local(&dir.path().join("blobs")).unwrap();
+        let queue = Queue::new(store, blobs, queue_config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}/api/queue/v1", listener.local_addr().unwrap());
+        let root_url = format!("http://{}", listener.local_addr().unwrap());
+        let base = format!("{root_url}/api/queue/v1");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (due_stop, due_stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(shoal_service::run_due_loop(queue.clone(), async {
             let _ = due_stopped.await;
         }));
-        let state = AppState { queue, started: Instant::now() };
+        let state = AppState { queue: queue.clone(), started: Instant::now(), root_url };
         tokio::spawn(shoal_api::serve(listener, state, async move {
             let _ = stopped.await;
             let _ = due_stop.send(());
         }));
-        TestApp { base, client: reqwest::Client::new(), _dir: dir, stop: Some(stop) }
+        // Redirects are checked, not followed, as the official clients do.
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        TestApp { base, queue, client, _dir: dir, stop: Some(stop) }
     }
 
     pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
@@ -70,6 +76,15 @@ impl TestApp {
         let text = res.text().await.unwrap();
         let value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path} answered non-JSON: {text}"));
         (status, value)
+    }
+
+    /// The raw response to a request on an absolute URL (redirect targets, blob uploads).
+    pub(crate) async fn raw(&self, method: reqwest::Method, url: &str, body: Option<Vec<u8>>) -> reqwest::Response {
+        let mut req = self.client.request(method, url);
+        if let Some(body) = body {
+            req = req.body(body);
+        }
+        req.send().await.unwrap()
     }
 
     pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {

@@ -1,0 +1,227 @@
+//! Artifacts: creating them, and serving them by run or from the latest run, as redirects,
+//! content descriptions, listings and infos.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use shoal_engine::TaskId;
+use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, check_name, follow_links};
+use shoal_store::{ArtifactKey, StoreError};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{Paging, Params, parse_json};
+use crate::routes::with_continuation;
+
+/// How long the upload URL of a blob artifact is said to be valid (Taskcluster: 45 minutes).
+const PUT_URL_VALID_MS: i64 = 45 * 60 * 1000;
+
+fn artifact_name(params: &Params) -> Result<String, ApiError> {
+    let name = params.0.get("name").cloned().unwrap_or_default();
+    check_name(&name)?;
+    Ok(name)
+}
+
+/// The URL of a blob's bytes on this server.
+pub(crate) fn blob_url(root_url: &str, task_id: TaskId, run_id: u32, name: &str) -> String {
+    let mut url = format!("{root_url}/blobs/v1/{task_id}/{run_id}/");
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            url.push(byte as char);
+        } else {
+            url.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    url
+}
+
+pub(crate) async fn create_artifact(
+    State(state): State<AppState>,
+    params: Params,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let key = ArtifactKey { task_id: params.task_id()?, run_id: params.run_id()?, name: artifact_name(&params)? };
+    let request: ArtifactRequest = parse_json(&body)?;
+    let (task_id, run_id, name) = (key.task_id, key.run_id, key.name.clone());
+    let artifact = state.queue.create_artifact(key, request).await?;
+    let answer = match &artifact.kind {
+        ArtifactKind::Blob { content_type, .. } => json!({
+            "storageType": "s3",
+            "contentType": content_type,
+            "expires": shoal_service::now().plus_millis(PUT_URL_VALID_MS),
+            "putUrl": blob_url(&state.root_url, task_id, run_id, &name),
+        }),
+        other => json!({ "storageType": other.storage_type() }),
+    };
+    Ok(Json(answer))
+}
+
+/// finishArtifact: for a blob, confirms its bytes are complete.
+pub(crate) async fn finish_artifact(State(state): State<AppState>, params: Params) -> Result<StatusCode, ApiError> {
+    let (task_id, run_id, name) = (params.task_id()?, params.run_id()?, artifact_name(&params)?);
+    let found = state.queue.store().read(move |reads| reads.artifact(task_id, run_id, &name)).await?;
+    match found {
+        None => Err(ApiError::not_found("artifact not found")),
+        Some(artifact) if artifact.present => Ok(StatusCode::NO_CONTENT),
+        Some(artifact) => Err(shoal_engine::Rejection::Conflict(format!(
+            "artifact {} has not been uploaded; PUT its bytes to the putUrl first",
+            artifact.name
+        ))
+        .into()),
+    }
+}
+
+/// The run of the task that "latest" calls mean: its last one.
+async fn latest_run(state: &AppState, task_id: TaskId) -> Result<u32, ApiError> {
+    let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
+    let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
+    record
+        .status
+        .runs
+        .last()
+        .map(|run| run.run_id)
+        .ok_or_else(|| ApiError::not_found(format!("task {task_id} has no runs")))
+}
+
+/// Finds the artifact and follows its links within the run.
+async fn resolve(state: &AppState, task_id: TaskId, run_id: u32, name: String) -> Result<Artifact, ApiError> {
+    let found = state
+        .queue
+        .store()
+        .read(move |reads| follow_links(&name, |current| reads.artifact(task_id, run_id, current)))
+        .await?;
+    Ok(found?)
+}
+
+async fn run_of(state: &AppState, params: &Params, latest: bool) -> Result<(TaskId, u32), ApiError> {
+    let task_id = params.task_id()?;
+    let run_id = if latest { latest_run(state, task_id).await? } else { params.run_id()? };
+    Ok((task_id, run_id))
+}
+
+fn storage_header(res: &mut Response, artifact: &Artifact) {
+    res.headers_mut()
+        .insert("x-taskcluster-artifact-storage-type", HeaderValue::from_static(artifact.kind.storage_type()));
+}
+
+/// 303 to the content (a blob on this server, or a reference's URL), 424 for an error artifact.
+async fn redirect(state: AppState, params: Params, latest: bool) -> Result<Response, ApiError> {
+    let (task_id, run_id) = run_of(&state, &params, latest).await?;
+    let artifact = resolve(&state, task_id, run_id, artifact_name(&params)?).await?;
+    let mut res = match &artifact.kind {
+        ArtifactKind::Error { reason, message } => {
+            (StatusCode::FAILED_DEPENDENCY, Json(json!({ "reason": reason, "message": message }))).into_response()
+        }
+        kind => {
+            let url = match kind {
+                ArtifactKind::Reference { url, .. } => url.clone(),
+                _ => blob_url(&state.root_url, task_id, run_id, &artifact.name),
+            };
+            let location =
+                HeaderValue::from_str(&url).map_err(|_| StoreError::Other("unusable artifact URL".into()))?;
+            let body = Json(json!({ "storageType": kind.storage_type(), "url": url }));
+            let mut res = (StatusCode::SEE_OTHER, body).into_response();
+            res.headers_mut().insert(header::LOCATION, location);
+            res
+        }
+    };
+    storage_header(&mut res, &artifact);
+    Ok(res)
+}
+
+pub(crate) async fn get_artifact(State(state): State<AppState>, params: Params) -> Result<Response, ApiError> {
+    redirect(state, params, false).await
+}
+
+pub(crate) async fn get_latest_artifact(State(state): State<AppState>, params: Params) -> Result<Response, ApiError> {
+    redirect(state, params, true).await
+}
+
+/// How to fetch the content, as JSON (the official clients' download helpers use this).
+async fn content(state: AppState, params: Params, latest: bool) -> Result<Json<Value>, ApiError> {
+    let (task_id, run_id) = run_of(&state, &params, latest).await?;
+    let artifact = resolve(&state, task_id, run_id, artifact_name(&params)?).await?;
+    Ok(Json(match &artifact.kind {
+        ArtifactKind::Error { reason, message } => {
+            json!({ "storageType": "error", "reason": reason, "message": message })
+        }
+        ArtifactKind::Reference { url, .. } => json!({ "storageType": "reference", "url": url }),
+        _ => json!({ "storageType": "s3", "url": blob_url(&state.root_url, task_id, run_id, &artifact.name) }),
+    }))
+}
+
+pub(crate) async fn artifact_content(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
+    content(state, params, false).await
+}
+
+pub(crate) async fn latest_artifact_content(
+    State(state): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    content(state, params, true).await
+}
+
+fn info_body(artifact: &Artifact) -> Value {
+    json!({
+        "storageType": artifact.kind.storage_type(),
+        "name": artifact.name,
+        "expires": artifact.expires,
+        "contentType": artifact.kind.content_type(),
+    })
+}
+
+async fn info(state: AppState, params: Params, latest: bool) -> Result<Json<Value>, ApiError> {
+    let (task_id, run_id) = run_of(&state, &params, latest).await?;
+    let name = artifact_name(&params)?;
+    let found = state.queue.store().read(move |reads| reads.artifact(task_id, run_id, &name)).await?;
+    let artifact = found.ok_or_else(|| ApiError::not_found("artifact not found"))?;
+    Ok(Json(info_body(&artifact)))
+}
+
+pub(crate) async fn artifact_info(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
+    info(state, params, false).await
+}
+
+pub(crate) async fn latest_artifact_info(
+    State(state): State<AppState>,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    info(state, params, true).await
+}
+
+async fn list(state: AppState, params: Params, paging: Paging, latest: bool) -> Result<Json<Value>, ApiError> {
+    let (task_id, run_id) = run_of(&state, &params, latest).await?;
+    let page = state
+        .queue
+        .store()
+        .read(move |reads| {
+            let Some(record) = reads.task(task_id)? else { return Ok(None) };
+            if record.status.runs.len() <= run_id as usize {
+                return Ok(None);
+            }
+            reads.list_artifacts(task_id, run_id, paging.continuation.as_deref(), paging.limit).map(Some)
+        })
+        .await?;
+    let page = page.ok_or_else(|| ApiError::not_found(format!("run {run_id} of task {task_id} not found")))?;
+    let artifacts: Vec<Value> = page.items.iter().map(info_body).collect();
+    Ok(with_continuation(json!({ "artifacts": artifacts }), page.continuation))
+}
+
+pub(crate) async fn list_artifacts(
+    State(state): State<AppState>,
+    params: Params,
+    paging: Paging,
+) -> Result<Json<Value>, ApiError> {
+    list(state, params, paging, false).await
+}
+
+pub(crate) async fn list_latest_artifacts(
+    State(state): State<AppState>,
+    params: Params,
+    paging: Paging,
+) -> Result<Json<Value>, ApiError> {
+    list(state, params, paging, true).await
+}

@@ -1,0 +1,145 @@
+//! Artifacts: uploads through the server's own blob endpoint, references, links, errors.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::{TestApp, from_now, slugid};
+
+/// A task with run 0 claimed; returns its id.
+async fn running_task(app: &TestApp) -> String {
+    let task_id = slugid();
+    app.create(&task_id, json!({"taskQueueId": format!("art/{}", "q")})).await;
+    let claims = app.claim("art/q", "w", 1).await;
+    assert_eq!(claims[0]["status"]["taskId"], task_id.as_str());
+    task_id
+}
+
+fn blob_request(content_type: &str) -> Value {
+    json!({"storageType": "s3", "expires": from_now(3600), "contentType": content_type})
+}
+
+#[tokio::test]
+async fn a_blob_uploads_and_downloads_byte_exact() {
+    let app = TestApp::start().await;
+    let task_id = running_task(&app).await;
+    let name = "public/build/output file.bin";
+    let path = format!("/task/{task_id}/runs/0/artifacts/{}", name.replace(' ', "%20"));
+    let (status, created) = app.post(&path, blob_request("application/octet-stream")).await;
+    assert_eq!(status, StatusCode::OK, "{created}");
+    assert_eq!(created["storageType"], "s3");
+    let put_url = created["putUrl"].as_str().unwrap().to_owned();
+
+    let (code, body) = app.call(Method::PUT, &path, Some(json!({}))).await;
+    assert_eq!(code, StatusCode::CONFLICT, "finishArtifact before the upload: {body}");
+    assert_eq!(app.raw(Method::GET, &put_url, None).await.status(), StatusCode::NOT_FOUND);
+
+    let bytes: Vec<u8> = (0..300_000u32).map(|n| (n.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let res = app.raw(Method::PUT, &put_url, Some(bytes.clone())).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = app.raw(Method::PUT, &format!("{}{path}", app.base), Some(b"{}".to_vec())).await;
+    assert_eq!(res.status(), StatusCode::NO_CONTENT, "finishArtifact after the upload");
+
+    let res = app.raw(Method::GET, &format!("{}{path}", app.base), None).await;
+    assert_eq!(res.status(), StatusCode::SEE_OTHER);
+    assert_eq!(res.headers()["x-taskcluster-artifact-storage-type"], "s3");
+    let location = res.headers()["location"].to_str().unwrap().to_owned();
+    let redirect: Value = res.json().await.unwrap();
+    assert_eq!(redirect["url"], location.as_str(), "the body tells clients that do not follow redirects");
+
+    let download = app.raw(Method::GET, &location, None).await;
+    assert_eq!(download.status(), StatusCode::OK);
+    assert_eq!(download.headers()["content-type"], "application/octet-stream");
+    assert_eq!(download.bytes().await.unwrap().to_vec(), bytes, "byte-exact");
+
+    let (_, content) = app.get(&format!("/task/{task_id}/artifact-content/{}", name.replace(' ', "%20"))).await;
+    assert_eq!(content, json!({"storageType": "s3", "url": location}));
+    let (_, info) = app.get(&format!("/task/{task_id}/runs/0/artifact-info/{}", name.replace(' ', "%20"))).await;
+    assert_eq!((info["name"].as_str(), info["contentType"].as_str()), (Some(name), Some("application/octet-stream")));
+    let latest = app
+        .raw(Method::GET, &format!("{}/task/{task_id}/artifacts/{}", app.base, name.replace(' ', "%20")), None)
+        .await;
+    assert_eq!(latest.status(), StatusCode::SEE_OTHER, "latest run");
+}
+
+#[tokio::test]
+async fn references_links_and_errors() {
+    let app = TestApp::start().await;
+    let task_id = running_task(&app).await;
+    let base = format!("/task/{task_id}/runs/0/artifacts");
+    let reference = json!({"storageType": "reference", "expires": from_now(3600), "contentType": "text/plain", "url": "https://example.com/live"});
+    assert_eq!(app.post(&format!("{base}/public/logs/live.log"), reference).await.0, StatusCode::OK);
+    let link = json!({"storageType": "link", "expires": from_now(3600), "artifact": "public/logs/live.log"});
+    assert_eq!(app.post(&format!("{base}/public/latest.log"), link).await.0, StatusCode::OK);
+    let error = json!({"storageType": "error", "expires": from_now(3600), "reason": "file-missing-on-worker", "message": "no dist/"});
+    assert_eq!(app.post(&format!("{base}/public/dist"), error).await.0, StatusCode::OK);
+
+    let res = app.raw(Method::GET, &format!("{}{base}/public/latest.log", app.base), None).await;
+    assert_eq!(res.status(), StatusCode::SEE_OTHER, "a link is followed to its reference");
+    assert_eq!(res.headers()["location"], "https://example.com/live");
+    let (code, body) = app.get(&format!("{base}/public/dist")).await;
+    assert_eq!(code, StatusCode::FAILED_DEPENDENCY);
+    assert_eq!(body["reason"], "file-missing-on-worker");
+    let (_, content) = app.get(&format!("/task/{task_id}/runs/0/artifact-content/public/dist")).await;
+    assert_eq!(content["storageType"], "error");
+
+    // A reference may be replaced by a link, as workers do when a run ends.
+    let full = json!({"storageType": "link", "expires": from_now(3600), "artifact": "public/dist"});
+    assert_eq!(app.post(&format!("{base}/public/logs/live.log"), full).await.0, StatusCode::OK);
+    let back = json!({"storageType": "reference", "expires": from_now(3600), "contentType": "text/plain", "url": "https://example.com/x"});
+    assert_eq!(app.post(&format!("{base}/public/logs/live.log"), back).await.0, StatusCode::CONFLICT);
+
+    let (_, listed) = app.get(&format!("/task/{task_id}/artifacts?limit=2")).await;
+    let names: Vec<&str> =
+        listed["artifacts"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["public/dist", "public/latest.log"]);
+    let token = listed["continuationToken"].as_str().unwrap();
+    let (_, rest) = app.get(&format!("{base}?continuationToken={}", token.replace('/', "%2F"))).await;
+    assert_eq!(rest["artifacts"][0]["name"], "public/logs/live.log");
+    assert_eq!(rest["artifacts"][0]["storageType"], "link");
+}
+
+#[tokio::test]
+async fn artifact_rules_through_http() {
+    let app = TestApp::start().await;
+    let pending = slugid();
+    app.create(&pending, json!({"taskQueueId": "art/none"})).await;
+    let (code, body) =
+        app.post(&format!("/task/{pending}/runs/0/artifacts/public/a"), blob_request("text/plain")).await;
+    assert_eq!((code, body["code"].as_str()), (StatusCode::BAD_REQUEST, Some("InputError")), "never claimed: {body}");
+
+    let task_id = running_task(&app).await;
+    let path = format!("/task/{task_id}/runs/0/artifacts/public/a");
+    let (code, body) = app.post(&path, json!({"storageType": "s3", "expires": from_now(3600)})).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "missing contentType: {body}");
+    let (code, body) =
+        app.post(&path, json!({"storageType": "object", "expires": from_now(3600), "contentType": "x"})).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
+    let (code, body) =
+        app.post(&path, json!({"storageType": "s3", "expires": "2020-01-01T00:00:00.000Z", "contentType": "x"})).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().starts_with("expires"), "{body}");
+    let (code, _) = app.get(&format!("/task/{task_id}/runs/0/artifacts/public/none")).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let (code, _) = app.get(&format!("/task/{task_id}/runs/5/artifacts")).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+
+    app.report(&task_id, 0, "completed").await;
+    let (code, body) = app.post(&path, blob_request("text/plain")).await;
+    assert_eq!(code, StatusCode::CONFLICT, "a completed run takes no more artifacts: {body}");
+}
+
+#[tokio::test]
+async fn expired_artifacts_and_their_bytes_are_removed() {
+    let app = TestApp::start().await;
+    let task_id = running_task(&app).await;
+    let path = format!("/task/{task_id}/runs/0/artifacts/public/old.txt");
+    let (_, created) = app.post(&path, blob_request("text/plain")).await;
+    let put_url = created["putUrl"].as_str().unwrap().to_owned();
+    assert_eq!(app.raw(Method::PUT, &put_url, Some(b"old".to_vec())).await.status(), StatusCode::OK);
+
+    let removed = app.queue.expire_artifacts(shoal_service::now().plus_secs(2 * 3600), 100).await.unwrap();
+    assert_eq!(removed, 1);
+    assert_eq!(app.get(&path).await.0, StatusCode::NOT_FOUND, "the record is gone");
+    let blob = shoal_blobs::BlobKey { task_id: &task_id, run_id: 0, name: "public/old.txt" };
+    assert!(app.queue.blobs().open(&blob).await.unwrap().is_none(), "and so are the bytes");
+}
