@@ -104,6 +104,36 @@ impl<S: Send + Sync> FromRequestParts<S> for Paging {
     }
 }
 
+/// `?offset=&follow=` of live-log calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogQuery {
+    /// Byte offset into the log.
+    pub offset: u64,
+    /// Keep the response open and stream new bytes until the run ends.
+    pub follow: bool,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for LogQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<LogQuery, ApiError> {
+        let mut query = LogQuery::default();
+        for pair in parts.uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "offset" => {
+                    query.offset = value
+                        .parse()
+                        .map_err(|_| ApiError::bad_argument("offset must be a byte offset (an integer >= 0)"))?;
+                }
+                "follow" => query.follow = matches!(value, "" | "1" | "true"),
+                _ => {}
+            }
+        }
+        Ok(query)
+    }
+}
+
 fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut res = Vec::with_capacity(bytes.len());

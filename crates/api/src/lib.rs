@@ -58,6 +58,12 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .nest("/api/queue/v1", api)
         .route("/blobs/v1/{task_id}/{run_id}/{*name}", blob_routes)
+        .route(
+            "/logs/v1/{task_id}/{run_id}",
+            axum::routing::get(routes::logs::read_log)
+                .post(routes::logs::append_log)
+                .layer(DefaultBodyLimit::max(routes::logs::MAX_CHUNK_BYTES)),
+        )
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .layer(axum::Extension(routes::meta::Reference(std::sync::Arc::new(json!({

@@ -90,6 +90,62 @@ impl Blobs {
     }
 }
 
+/// What an append to a live log did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    /// The log now has this many bytes (a repeated chunk adds nothing and is not an error).
+    Size(u64),
+    /// The chunk starts past the end: the log has only this many bytes.
+    Gap(u64),
+}
+
+impl Blobs {
+    /// Appends `bytes`, which belong at `offset`, to the live log of a run, durably.
+    /// Re-sent bytes (a retry after a lost answer) are skipped, so appends are idempotent.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub async fn append_log(&self, task_id: &str, run_id: u32, offset: u64, bytes: &[u8]) -> io::Result<Appended> {
+        match self {
+            Blobs::Local(local) => {
+                let path = local.log_path(task_id, run_id);
+                if let Some(dir) = path.parent() {
+                    tokio::fs::create_dir_all(dir).await?;
+                }
+                let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&path).await?;
+                let size = file.metadata().await?.len();
+                if offset > size {
+                    return Ok(Appended::Gap(size));
+                }
+                let skip = usize::try_from(size - offset).unwrap_or(usize::MAX).min(bytes.len());
+                let fresh = &bytes[skip..];
+                if !fresh.is_empty() {
+                    file.write_all(fresh).await?;
+                    file.sync_data().await?;
+                }
+                Ok(Appended::Size(size + fresh.len() as u64))
+            }
+        }
+    }
+
+    /// Opens the live log of a run for reading, with its size; `None` before the first chunk.
+    ///
+    /// # Errors
+    /// When it exists but cannot be read.
+    pub async fn open_log(&self, task_id: &str, run_id: u32) -> io::Result<Option<(File, u64)>> {
+        match self {
+            Blobs::Local(local) => match File::open(local.log_path(task_id, run_id)).await {
+                Ok(file) => {
+                    let size = file.metadata().await?.len();
+                    Ok(Some((file, size)))
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(err) => Err(err),
+            },
+        }
+    }
+}
+
 /// Names one blob: the artifact `name` of run `run_id` of task `task_id`.
 #[derive(Debug, Clone, Copy)]
 pub struct BlobKey<'a> {
@@ -104,6 +160,11 @@ pub struct BlobKey<'a> {
 impl LocalBlobs {
     fn path(&self, key: &BlobKey<'_>) -> PathBuf {
         self.root.join(key.task_id).join(key.run_id.to_string()).join(file_name(key.name))
+    }
+
+    /// Live logs live beside artifacts: artifact file names all start with `a`.
+    fn log_path(&self, task_id: &str, run_id: u32) -> PathBuf {
+        self.root.join(task_id).join(run_id.to_string()).join("live.log")
     }
 }
 
@@ -194,6 +255,21 @@ mod tests {
         writer.write(b"partial").await.unwrap();
         drop(writer);
         assert_eq!(std::fs::read_dir(dir.path().join("t").join("1")).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn log_appends_are_idempotent_and_refuse_gaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::local(dir.path()).unwrap();
+        assert!(blobs.open_log("t", 0).await.unwrap().is_none());
+        assert_eq!(blobs.append_log("t", 0, 0, b"hello ").await.unwrap(), Appended::Size(6));
+        assert_eq!(blobs.append_log("t", 0, 0, b"hello ").await.unwrap(), Appended::Size(6), "a resend adds nothing");
+        assert_eq!(blobs.append_log("t", 0, 3, b"lo world").await.unwrap(), Appended::Size(11), "overlap is skipped");
+        assert_eq!(blobs.append_log("t", 0, 20, b"later").await.unwrap(), Appended::Gap(11));
+        let (mut file, size) = blobs.open_log("t", 0).await.unwrap().unwrap();
+        let mut text = String::new();
+        file.read_to_string(&mut text).await.unwrap();
+        assert_eq!((text.as_str(), size), ("hello world", 11));
     }
 
     #[test]

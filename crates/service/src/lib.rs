@@ -6,6 +6,7 @@
 
 mod clock;
 mod due;
+mod live;
 mod wakers;
 
 use std::sync::Arc;
@@ -16,15 +17,20 @@ use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::event::Event;
 use shoal_engine::priority::Priority;
+use shoal_engine::status::RunState;
 use shoal_engine::status::TaskStatus;
-use shoal_engine::{TaskId, Timestamp};
+use shoal_engine::{Rejection, TaskId, Timestamp};
 use shoal_store::{
     ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskCommand, TaskGroup,
 };
+use tokio::sync::watch;
 
 pub use clock::now;
 pub use due::run_due_loop;
+pub use live::LogProgress;
+pub use shoal_blobs::Appended;
 
+use crate::live::LiveLogs;
 use crate::wakers::Wakers;
 
 /// Settings of the queue service.
@@ -52,6 +58,7 @@ struct Inner {
     store: Store,
     blobs: Blobs,
     wakers: Wakers,
+    live: LiveLogs,
     config: QueueConfig,
 }
 
@@ -59,7 +66,7 @@ impl Queue {
     /// A queue over `store`, keeping artifact bytes in `blobs`.
     #[must_use]
     pub fn new(store: Store, blobs: Blobs, config: QueueConfig) -> Queue {
-        Queue { inner: Arc::new(Inner { store, blobs, wakers: Wakers::default(), config }) }
+        Queue { inner: Arc::new(Inner { store, blobs, wakers: Wakers::default(), live: LiveLogs::default(), config }) }
     }
 
     /// Where artifact bytes live.
@@ -80,14 +87,88 @@ impl Queue {
         &self.inner.config
     }
 
-    /// Wakes the workers waiting on every queue where a run became pending.
+    /// Wakes the workers waiting on every queue where a run became pending, and ends the
+    /// live logs of runs that ended.
     fn committed<T>(&self, committed: Committed<T>) -> T {
         for event in &committed.events {
-            if matches!(event.event, Event::Pending { .. }) {
-                self.inner.wakers.wake(&event.task_queue_id);
+            match event.event {
+                Event::Pending { .. } => self.inner.wakers.wake(&event.task_queue_id),
+                Event::Completed { run_id } | Event::Failed { run_id } | Event::Exception { run_id } => {
+                    self.inner.live.finish(event.task_id, run_id);
+                }
+                _ => {}
             }
         }
         committed.value
+    }
+
+    /// Appends a chunk of a running run's output at `offset`.
+    ///
+    /// # Errors
+    /// NotFound for an unknown task or run; Conflict when the run is not running;
+    /// Unavailable when the bytes cannot be stored.
+    pub async fn append_log(
+        &self,
+        task_id: TaskId,
+        run_id: u32,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<Appended, StoreError> {
+        let record = self.inner.store.read(move |reads| reads.task(task_id)).await?;
+        let record = record.ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")))?;
+        let run = record
+            .status
+            .runs
+            .get(run_id as usize)
+            .ok_or_else(|| Rejection::NotFound(format!("run {run_id} of task {task_id} not found")))?;
+        if run.state != RunState::Running {
+            return Err(Rejection::Conflict(format!(
+                "run {run_id} of task {task_id} is not running; its log is closed"
+            ))
+            .into());
+        }
+        let (log, _) = self.inner.live.entry(task_id, run_id);
+        // One append at a time per run: the size check and the write must not interleave.
+        let _guard = log.append.lock().await;
+        let appended = self
+            .inner
+            .blobs
+            .append_log(task_id.as_str(), run_id, offset, bytes)
+            .await
+            .map_err(|err| StoreError::Unavailable(format!("writing a live log: {err}")))?;
+        if let Appended::Size(size) = appended {
+            log.progress.send_modify(|progress| progress.size = progress.size.max(size));
+        }
+        Ok(appended)
+    }
+
+    /// Watches a run's live log: its size now and whenever it grows, and when it ends.
+    ///
+    /// # Errors
+    /// NotFound for an unknown task or run.
+    pub async fn watch_log(&self, task_id: TaskId, run_id: u32) -> Result<watch::Receiver<LogProgress>, StoreError> {
+        // Register first, then look: an end that comes after the look then reaches the entry.
+        let (log, fresh) = self.inner.live.entry(task_id, run_id);
+        let receiver = log.progress.subscribe();
+        if fresh {
+            let size = match self.inner.blobs.open_log(task_id.as_str(), run_id).await {
+                Ok(Some((_, size))) => size,
+                Ok(None) => 0,
+                Err(err) => return Err(StoreError::Unavailable(format!("reading a live log: {err}"))),
+            };
+            log.progress.send_modify(|progress| progress.size = progress.size.max(size));
+        }
+        let record = self.inner.store.read(move |reads| reads.task(task_id)).await?;
+        let record = record.ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")))?;
+        let run = record
+            .status
+            .runs
+            .get(run_id as usize)
+            .ok_or_else(|| Rejection::NotFound(format!("run {run_id} of task {task_id} not found")))?;
+        if run.state.is_resolved() {
+            self.inner.live.finish(task_id, run_id);
+        }
+        Ok(receiver)
     }
 
     /// createTask.

@@ -4,6 +4,7 @@
 mod artifacts;
 mod claims;
 mod errors;
+mod logs;
 mod tasks;
 
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use shoal_store::{SqliteConfig, SqliteStore, Store};
 /// A running server and a client for it.
 pub(crate) struct TestApp {
     pub(crate) base: String,
+    pub(crate) root: String,
     pub(crate) queue: Queue,
     client: reqwest::Client,
     _dir: tempfile::TempDir,
@@ -63,7 +65,8 @@ impl TestApp {
         }));
         // Redirects are checked, not followed, as the official clients do.
         let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        TestApp { base, queue, client, _dir: dir, stop: Some(stop) }
+        let root = base.trim_end_matches("/api/queue/v1").to_owned();
+        TestApp { base, root, queue, client, _dir: dir, stop: Some(stop) }
     }
 
     pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {

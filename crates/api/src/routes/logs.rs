@@ -1,0 +1,132 @@
+//! Live logs over HTTP: workers append chunks by offset; readers fetch from an offset or
+//! follow the log as it grows until the run ends.
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use shoal_engine::{Rejection, TaskId};
+use shoal_service::{Appended, LogProgress, Queue};
+use tokio::fs::File;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::watch;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{LogQuery, Params};
+
+/// Largest chunk a worker may send at once.
+pub(crate) const MAX_CHUNK_BYTES: usize = 4 * 1024 * 1024;
+/// Most bytes sent to a follower per read.
+const READ_BYTES: usize = 256 * 1024;
+
+/// Appends a chunk; answers the log's new size. A chunk past the end is refused with the
+/// size to resend from.
+pub(crate) async fn append_log(
+    State(state): State<AppState>,
+    params: Params,
+    query: LogQuery,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let (task_id, run_id) = (params.task_id()?, params.run_id()?);
+    match state.queue.append_log(task_id, run_id, query.offset, &body).await? {
+        Appended::Size(size) => Ok(Json(json!({ "size": size }))),
+        Appended::Gap(size) => Err(Rejection::Conflict(format!(
+            "offset {} is past the end of the log ({size} bytes); send from offset {size}",
+            query.offset
+        ))
+        .into()),
+    }
+}
+
+/// The log from `offset`: what there is now, or (with `follow`) everything until the run ends.
+pub(crate) async fn read_log(
+    State(state): State<AppState>,
+    params: Params,
+    query: LogQuery,
+) -> Result<Response, ApiError> {
+    let (task_id, run_id) = (params.task_id()?, params.run_id()?);
+    let mut progress = state.queue.watch_log(task_id, run_id).await?;
+    if !query.follow {
+        // Not following: what is there now, and done.
+        let size = progress.borrow_and_update().size;
+        progress = watch::Sender::new(LogProgress { size, done: true }).subscribe();
+    }
+    let follower = Follower { queue: state.queue.clone(), task_id, run_id, offset: query.offset, progress, file: None };
+    let stream = futures_util::stream::unfold(follower, |mut follower| async move {
+        match follower.next_chunk().await {
+            Ok(Some(bytes)) => Some((Ok::<Bytes, std::io::Error>(bytes), follower)),
+            Ok(None) => None,
+            Err(err) => Some((Err(err), follower)),
+        }
+    });
+    let mut res = (StatusCode::OK, Body::from_stream(stream)).into_response();
+    let headers = res.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(res)
+}
+
+/// A reader working through a log as it grows.
+struct Follower {
+    queue: Queue,
+    task_id: TaskId,
+    run_id: u32,
+    offset: u64,
+    progress: watch::Receiver<LogProgress>,
+    file: Option<File>,
+}
+
+impl Follower {
+    /// The next bytes, waiting for them if need be; `None` once the run ended and all is read.
+    async fn next_chunk(&mut self) -> std::io::Result<Option<Bytes>> {
+        loop {
+            let progress = *self.progress.borrow_and_update();
+            // Once the run ended, the file (not the last announcement) says where the end is.
+            let end = if progress.done { self.file_size().await? } else { progress.size };
+            if self.offset < end {
+                return self.read(end).await.map(Some);
+            }
+            if progress.done {
+                return Ok(None);
+            }
+            if self.progress.changed().await.is_err() {
+                // The entry went away: the run ended. Drain what the file holds.
+                self.progress = watch::Sender::new(LogProgress { size: progress.size, done: true }).subscribe();
+            }
+        }
+    }
+
+    async fn file_size(&mut self) -> std::io::Result<u64> {
+        match self.open().await? {
+            Some(file) => Ok(file.metadata().await?.len()),
+            None => Ok(0),
+        }
+    }
+
+    async fn open(&mut self) -> std::io::Result<Option<&mut File>> {
+        if self.file.is_none() {
+            self.file = self.queue.blobs().open_log(self.task_id.as_str(), self.run_id).await?.map(|(file, _)| file);
+        }
+        Ok(self.file.as_mut())
+    }
+
+    async fn read(&mut self, end: u64) -> std::io::Result<Bytes> {
+        let offset = self.offset;
+        let want = usize::try_from(end - offset).unwrap_or(READ_BYTES).min(READ_BYTES);
+        let Some(file) = self.open().await? else { return Ok(Bytes::new()) };
+        file.seek(std::io::SeekFrom::Start(offset)).await?;
+        let mut buf = vec![0; want];
+        let n_read = file.read(&mut buf).await?;
+        buf.truncate(n_read);
+        self.offset += n_read as u64;
+        if n_read == 0 {
+            // The file is shorter than announced (cannot happen while appends are durable
+            // before they are announced); stop rather than spin.
+            self.offset = end;
+        }
+        Ok(Bytes::from(buf))
+    }
+}

@@ -1,0 +1,74 @@
+//! Live logs: appends by offset, reads by offset, and following a growing log to its end.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::{TestApp, slugid};
+
+async fn running_task(app: &TestApp) -> String {
+    let task_id = slugid();
+    app.create(&task_id, json!({"taskQueueId": "logs/q"})).await;
+    assert_eq!(app.claim("logs/q", "w", 1).await.len(), 1);
+    task_id
+}
+
+async fn append(app: &TestApp, task_id: &str, offset: u64, bytes: &[u8]) -> (StatusCode, Value) {
+    let url = format!("{}/logs/v1/{task_id}/0?offset={offset}", app.root);
+    let res = app.raw(Method::POST, &url, Some(bytes.to_vec())).await;
+    let status = res.status();
+    (status, res.json().await.unwrap())
+}
+
+async fn read(app: &TestApp, task_id: &str, offset: u64) -> String {
+    let url = format!("{}/logs/v1/{task_id}/0?offset={offset}", app.root);
+    app.raw(Method::GET, &url, None).await.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn appends_are_idempotent_and_reads_start_anywhere() {
+    let app = TestApp::start().await;
+    let task_id = running_task(&app).await;
+    assert_eq!(append(&app, &task_id, 0, b"line one\n").await, (StatusCode::OK, json!({"size": 9})));
+    assert_eq!(append(&app, &task_id, 0, b"line one\n").await.1, json!({"size": 9}), "a resend adds nothing");
+    assert_eq!(append(&app, &task_id, 9, b"line two\n").await.1, json!({"size": 18}));
+    let (code, body) = append(&app, &task_id, 40, b"far ahead").await;
+    assert_eq!(code, StatusCode::CONFLICT);
+    assert!(body["message"].as_str().unwrap().contains("send from offset 18"), "{body}");
+
+    assert_eq!(read(&app, &task_id, 0).await, "line one\nline two\n");
+    assert_eq!(read(&app, &task_id, 9).await, "line two\n");
+    assert_eq!(read(&app, &task_id, 18).await, "");
+
+    app.report(&task_id, 0, "completed").await;
+    let (code, _) = append(&app, &task_id, 18, b"too late\n").await;
+    assert_eq!(code, StatusCode::CONFLICT, "a resolved run's log is closed");
+    assert_eq!(read(&app, &task_id, 0).await, "line one\nline two\n", "the log stays readable after the run");
+}
+
+#[tokio::test]
+async fn a_follower_sees_output_while_the_run_goes_on_and_ends_with_it() {
+    let app = TestApp::start().await;
+    let task_id = running_task(&app).await;
+    append(&app, &task_id, 0, b"starting\n").await;
+    let url = format!("{}/logs/v1/{task_id}/0?follow=1", app.root);
+    let mut res = app.raw(Method::GET, &url, None).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.chunk().await.unwrap().unwrap(), "starting\n", "what was there");
+
+    // Bytes appended while the follower waits reach it before the run ends.
+    append(&app, &task_id, 9, b"compiling\n").await;
+    assert_eq!(res.chunk().await.unwrap().unwrap(), "compiling\n", "live");
+
+    append(&app, &task_id, 19, b"done\n").await;
+    app.report(&task_id, 0, "completed").await;
+    let mut rest = Vec::new();
+    while let Some(chunk) = res.chunk().await.unwrap() {
+        rest.extend_from_slice(&chunk);
+    }
+    assert_eq!(rest, b"done\n", "the response ends when the run ends, with nothing lost");
+
+    let (code, _) = app.get("/task/nonexistentQxCxxxxxxxxxxA/status").await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    let unknown = format!("{}/logs/v1/{}/0", app.root, slugid());
+    assert_eq!(app.raw(Method::GET, &unknown, None).await.status(), StatusCode::NOT_FOUND);
+}
