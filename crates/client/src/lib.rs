@@ -1,0 +1,277 @@
+//! A typed client of Shoal's HTTP API. The worker and the CLI reach the server only through
+//! it, as a remote worker on another machine would. Calls are retried with capped
+//! exponential backoff on transport errors and 5xx answers, as Taskcluster's clients do.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use shoal_engine::Timestamp;
+use shoal_engine::status::TaskStatus;
+
+/// Attempts per call before giving up on transport errors and 5xx answers.
+const ATTEMPTS: u32 = 5;
+/// First backoff; doubles each retry.
+const BACKOFF: Duration = Duration::from_millis(100);
+/// Longest backoff.
+const MAX_BACKOFF: Duration = Duration::from_secs(3);
+/// Longest any single request may take (a claimWork long poll is 20 s).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error.
+    #[error("{status}: {code}: {message}")]
+    Status {
+        /// HTTP status.
+        status: StatusCode,
+        /// Taskcluster's error code.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The server could not be reached (after retries).
+    #[error("cannot reach the server: {0}")]
+    Transport(String),
+    /// The answer was not what the API promises.
+    #[error("unexpected answer: {0}")]
+    Decode(String),
+}
+
+impl ClientError {
+    /// The HTTP status, when the server answered.
+    #[must_use]
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// One claimed run, as claimWork hands it out.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claim {
+    /// The task's status after the claim.
+    pub status: TaskStatus,
+    /// The run to work on.
+    pub run_id: u32,
+    /// Until when the claim holds without a reclaim.
+    pub taken_until: Timestamp,
+    /// The task definition (the payload is in `task["payload"]`).
+    pub task: Value,
+}
+
+/// A client of one Shoal server.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    root_url: String,
+}
+
+impl Client {
+    /// A client of the server at `root_url` (e.g. `http://127.0.0.1:8080`).
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built.
+    pub fn new(root_url: &str) -> Result<Client, ClientError> {
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|err| ClientError::Transport(err.to_string()))?;
+        Ok(Client { http, root_url: root_url.trim_end_matches('/').to_owned() })
+    }
+
+    /// The server's root URL.
+    #[must_use]
+    pub fn root_url(&self) -> &str {
+        &self.root_url
+    }
+
+    fn queue(&self, path: &str) -> String {
+        format!("{}/api/queue/v1{path}", self.root_url)
+    }
+
+    /// Sends a request (retrying transport errors and 5xx) and returns the answer's body.
+    async fn send(&self, method: Method, url: &str, body: Option<Body<'_>>) -> Result<(StatusCode, Vec<u8>), ClientError> {
+        let mut backoff = BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let mut request = self.http.request(method.clone(), url);
+            match &body {
+                Some(Body::Json(value)) => request = request.json(value),
+                Some(Body::Bytes(bytes)) => request = request.body(bytes.to_vec()),
+                None => {}
+            }
+            let failure = match request.send().await {
+                Ok(res) => {
+                    let status = res.status();
+                    match res.bytes().await {
+                        Ok(bytes) if !status.is_server_error() => return Ok((status, bytes.to_vec())),
+                        Ok(bytes) => ClientError::Status {
+                            status,
+                            code: "ServerError".into(),
+                            message: String::from_utf8_lossy(&bytes).into_owned(),
+                        },
+                        Err(err) => ClientError::Transport(err.to_string()),
+                    }
+                }
+                Err(err) => ClientError::Transport(err.to_string()),
+            };
+            if attempt >= ATTEMPTS {
+                return Err(failure);
+            }
+            tracing::debug!(url, attempt, "retrying after a failed call");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            attempt += 1;
+        }
+    }
+
+    /// A call whose success answer is JSON of type `T`.
+    async fn call<T: DeserializeOwned>(&self, method: Method, url: &str, body: Option<Body<'_>>) -> Result<T, ClientError> {
+        let (status, bytes) = self.send(method, url, body).await?;
+        if !status.is_success() {
+            return Err(error_of(status, &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|err| ClientError::Decode(format!("{url}: {err}")))
+    }
+
+    /// claimWork: waits (up to the server's long-poll time) for up to `count` runs.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn claim_work(
+        &self,
+        task_queue_id: &str,
+        worker_group: &str,
+        worker_id: &str,
+        count: u32,
+        dimensions: &Value,
+    ) -> Result<Vec<Claim>, ClientError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            tasks: Vec<Claim>,
+        }
+        let url = self.queue(&format!("/claim-work/{}", task_queue_id.replace('/', "%2F")));
+        let body = json!({"workerGroup": worker_group, "workerId": worker_id, "tasks": count, "dimensions": dimensions});
+        let answer: Answer = self.call(Method::POST, &url, Some(Body::Json(&body))).await?;
+        Ok(answer.tasks)
+    }
+
+    /// reclaimTask: extends the claim; a 409 means the run is over (canceled, expired).
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn reclaim(&self, task_id: &str, run_id: u32) -> Result<Timestamp, ClientError> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Answer {
+            taken_until: Timestamp,
+        }
+        let url = self.queue(&format!("/task/{task_id}/runs/{run_id}/reclaim"));
+        let answer: Answer = self.call(Method::POST, &url, None).await?;
+        Ok(answer.taken_until)
+    }
+
+    /// reportCompleted, reportFailed or reportException.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn report(&self, task_id: &str, run_id: u32, outcome: &Outcome) -> Result<TaskStatus, ClientError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            status: TaskStatus,
+        }
+        let (path, body) = match outcome {
+            Outcome::Completed => ("completed", None),
+            Outcome::Failed => ("failed", None),
+            Outcome::Exception(reason) => ("exception", Some(json!({ "reason": reason }))),
+        };
+        let url = self.queue(&format!("/task/{task_id}/runs/{run_id}/{path}"));
+        let answer: Answer = self.call(Method::POST, &url, body.as_ref().map(Body::Json)).await?;
+        Ok(answer.status)
+    }
+
+    /// createArtifact; answers the server's JSON (for a blob, with its `putUrl`).
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn create_artifact(&self, task_id: &str, run_id: u32, name: &str, body: &Value) -> Result<Value, ClientError> {
+        let url = self.queue(&format!("/task/{task_id}/runs/{run_id}/artifacts/{}", encode_path(name)));
+        self.call(Method::POST, &url, Some(Body::Json(body))).await
+    }
+
+    /// Uploads a blob artifact's bytes to the `putUrl` createArtifact gave.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn upload(&self, put_url: &str, bytes: &[u8]) -> Result<(), ClientError> {
+        let (status, answer) = self.send(Method::PUT, put_url, Some(Body::Bytes(bytes))).await?;
+        if status.is_success() { Ok(()) } else { Err(error_of(status, &answer)) }
+    }
+
+    /// Appends live-log bytes at `offset`; answers the log's size. A 409 carries the offset
+    /// to resend from in its message.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn append_log(&self, task_id: &str, run_id: u32, offset: u64, bytes: &[u8]) -> Result<u64, ClientError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            size: u64,
+        }
+        let url = format!("{}/logs/v1/{task_id}/{run_id}?offset={offset}", self.root_url);
+        let answer: Answer = self.call(Method::POST, &url, Some(Body::Bytes(bytes))).await?;
+        Ok(answer.size)
+    }
+
+    /// The URL a follower reads a run's live log from.
+    #[must_use]
+    pub fn live_log_url(&self, task_id: &str, run_id: u32) -> String {
+        format!("{}/logs/v1/{task_id}/{run_id}?follow=1", self.root_url)
+    }
+}
+
+/// How a run ended, as the worker reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// reportCompleted.
+    Completed,
+    /// reportFailed.
+    Failed,
+    /// reportException with this reason (e.g. `malformed-payload`, `intermittent-task`).
+    Exception(String),
+}
+
+enum Body<'a> {
+    Json(&'a Value),
+    Bytes(&'a [u8]),
+}
+
+fn error_of(status: StatusCode, bytes: &[u8]) -> ClientError {
+    let body: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+    ClientError::Status {
+        status,
+        code: body["code"].as_str().unwrap_or("Unknown").to_owned(),
+        message: body["message"].as_str().map_or_else(|| String::from_utf8_lossy(bytes).into_owned(), str::to_owned),
+    }
+}
+
+/// Percent-encodes a path (artifact names), keeping `/`.
+fn encode_path(name: &str) -> String {
+    let mut res = String::with_capacity(name.len());
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            res.push(byte as char);
+        } else {
+            res.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    res
+}
