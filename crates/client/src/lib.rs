@@ -42,6 +42,13 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether the server refused because of the current state (409): for a worker, the run
+    /// is over (canceled, expired, or resolved).
+    #[must_use]
+    pub fn is_conflict(&self) -> bool {
+        self.status() == Some(StatusCode::CONFLICT)
+    }
+
     /// The HTTP status, when the server answered.
     #[must_use]
     pub fn status(&self) -> Option<StatusCode> {
@@ -98,7 +105,12 @@ impl Client {
     }
 
     /// Sends a request (retrying transport errors and 5xx) and returns the answer's body.
-    async fn send(&self, method: Method, url: &str, body: Option<Body<'_>>) -> Result<(StatusCode, Vec<u8>), ClientError> {
+    async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<Body<'_>>,
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
         let mut backoff = BACKOFF;
         let mut attempt = 1;
         loop {
@@ -134,7 +146,12 @@ impl Client {
     }
 
     /// A call whose success answer is JSON of type `T`.
-    async fn call<T: DeserializeOwned>(&self, method: Method, url: &str, body: Option<Body<'_>>) -> Result<T, ClientError> {
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<Body<'_>>,
+    ) -> Result<T, ClientError> {
         let (status, bytes) = self.send(method, url, body).await?;
         if !status.is_success() {
             return Err(error_of(status, &bytes));
@@ -159,7 +176,8 @@ impl Client {
             tasks: Vec<Claim>,
         }
         let url = self.queue(&format!("/claim-work/{}", task_queue_id.replace('/', "%2F")));
-        let body = json!({"workerGroup": worker_group, "workerId": worker_id, "tasks": count, "dimensions": dimensions});
+        let body =
+            json!({"workerGroup": worker_group, "workerId": worker_id, "tasks": count, "dimensions": dimensions});
         let answer: Answer = self.call(Method::POST, &url, Some(Body::Json(&body))).await?;
         Ok(answer.tasks)
     }
@@ -202,7 +220,13 @@ impl Client {
     ///
     /// # Errors
     /// As the server answers.
-    pub async fn create_artifact(&self, task_id: &str, run_id: u32, name: &str, body: &Value) -> Result<Value, ClientError> {
+    pub async fn create_artifact(
+        &self,
+        task_id: &str,
+        run_id: u32,
+        name: &str,
+        body: &Value,
+    ) -> Result<Value, ClientError> {
         let url = self.queue(&format!("/task/{task_id}/runs/{run_id}/artifacts/{}", encode_path(name)));
         self.call(Method::POST, &url, Some(Body::Json(body))).await
     }

@@ -30,6 +30,42 @@ struct Cli {
 enum Command {
     /// Serve the Taskcluster Queue API v1 at <rootUrl>/api/queue/v1/.
     Server(ServerArgs),
+    /// Claim tasks from one queue and run their commands.
+    Worker(WorkerArgs),
+}
+
+/// Flags of `shoal worker`.
+#[derive(Debug, Clone, clap::Args)]
+struct WorkerArgs {
+    /// The server's root URL.
+    #[arg(long, env = "SHOAL_ROOT_URL", default_value = "http://127.0.0.1:8080")]
+    root_url: String,
+    /// The task queue to claim from, `provisionerId/workerType`.
+    #[arg(long)]
+    queue: String,
+    /// A dimension this worker has, `key=value` (repeat for more keys or values).
+    #[arg(long = "dimension", value_parser = parse_dimension)]
+    dimensions: Vec<(String, String)>,
+    /// Most tasks run at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=32))]
+    capacity: u32,
+    /// Worker group.
+    #[arg(long, default_value = "local")]
+    worker_group: String,
+    /// Worker id [default: worker-<process id>].
+    #[arg(long)]
+    worker_id: Option<String>,
+    /// Where task directories are made [default: <temp dir>/shoal-work].
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Seconds between SIGTERM and SIGKILL when a task is stopped.
+    #[arg(long, default_value_t = 10)]
+    grace: u64,
+}
+
+fn parse_dimension(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text.split_once('=').ok_or("a dimension is key=value")?;
+    Ok((key.to_owned(), value.to_owned()))
 }
 
 /// Flags of `shoal server`; each overrides the same key of the config file.
@@ -129,6 +165,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     match cli.command {
         Command::Server(args) => runtime.block_on(server(args)),
+        Command::Worker(args) => runtime.block_on(worker(args)),
     }
 }
 
@@ -162,6 +199,30 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     due.await.context("due loop")?;
     store.close().await;
     tracing::info!("stopped");
+    Ok(())
+}
+
+async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    let client = shoal_client::Client::new(&args.root_url).context("building the HTTP client")?;
+    let mut dimensions = serde_json::Map::new();
+    for (key, value) in args.dimensions {
+        let values = dimensions.entry(key).or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        if let serde_json::Value::Array(values) = values {
+            values.push(serde_json::Value::String(value));
+        }
+    }
+    let config = shoal_worker::WorkerConfig {
+        task_queue_id: args.queue,
+        worker_group: args.worker_group,
+        worker_id: args.worker_id.unwrap_or_else(|| format!("worker-{}", std::process::id())),
+        dimensions: serde_json::Value::Object(dimensions),
+        capacity: args.capacity,
+        work_dir: args.work_dir.unwrap_or_else(|| std::env::temp_dir().join("shoal-work")),
+        grace: Duration::from_secs(args.grace),
+    };
+    tracing::info!(queue = %config.task_queue_id, worker.id = %config.worker_id, capacity = config.capacity, "worker started");
+    shoal_worker::run(client, config, shutdown_signal()).await;
+    tracing::info!("worker stopped");
     Ok(())
 }
 

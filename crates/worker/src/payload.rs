@@ -1,0 +1,193 @@
+//! The payload a task gives this worker, parsed into what to run; anything it cannot
+//! understand is an error naming the field (the run then ends as `malformed-payload`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Longest `maxRunTime` accepted (Taskcluster's deadline cap is 5 days).
+const MAX_RUN_TIME_SECS: u64 = 5 * 24 * 3600;
+
+/// What to run and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payload {
+    /// Commands, run in order until one fails.
+    pub commands: Vec<CommandSpec>,
+    /// Extra environment variables.
+    pub env: BTreeMap<String, String>,
+    /// The whole run may take at most this long.
+    pub max_run_time: Duration,
+    /// Ends the run when there is no output for this long.
+    pub io_timeout: Option<Duration>,
+    /// Exit codes that mean "retry me" (intermittent-task).
+    pub retry_exit_codes: Vec<i32>,
+    /// Files and directories to upload after the commands.
+    pub artifacts: Vec<ArtifactSpec>,
+}
+
+/// One command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandSpec {
+    /// A program and its arguments.
+    Argv(Vec<String>),
+    /// A line for `sh -c`.
+    Shell(String),
+}
+
+/// Something to upload after the commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactSpec {
+    /// A directory (every file under it) or a single file.
+    pub directory: bool,
+    /// Path relative to the task's directory.
+    pub path: String,
+    /// Artifact name (for a directory, the prefix of its files' names).
+    pub name: String,
+    /// Content type to declare (files only; guessed from the extension otherwise).
+    pub content_type: Option<String>,
+}
+
+/// Parses a payload; the error says which field is wrong and how.
+///
+/// # Errors
+/// A message naming the field and the rule.
+pub fn parse(payload: &Value) -> Result<Payload, String> {
+    let object = payload.as_object().ok_or("payload must be a JSON object")?;
+    let commands = match object.get("command") {
+        Some(Value::Array(items)) if !items.is_empty() => parse_commands(items)?,
+        _ => return Err("payload.command must be a non-empty list of commands (argv lists or shell strings)".into()),
+    };
+    let env = match object.get("env") {
+        None => BTreeMap::new(),
+        Some(Value::Object(vars)) => vars
+            .iter()
+            .map(|(key, value)| match value {
+                Value::String(text) => Ok((key.clone(), text.clone())),
+                _ => Err(format!("payload.env.{key} must be a string")),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("payload.env must be an object of strings".into()),
+    };
+    let max_run_time = match object.get("maxRunTime") {
+        Some(value) => seconds(value, "payload.maxRunTime", 1)?,
+        None => return Err("payload.maxRunTime is required (seconds)".into()),
+    };
+    let io_timeout = object.get("ioTimeout").map(|value| seconds(value, "payload.ioTimeout", 1)).transpose()?;
+    let retry_exit_codes = match object.get("onExitStatus").and_then(|on| on.get("retry")) {
+        None => Vec::new(),
+        Some(Value::Array(codes)) => codes
+            .iter()
+            .map(|code| {
+                code.as_i64()
+                    .and_then(|code| i32::try_from(code).ok())
+                    .ok_or("payload.onExitStatus.retry must list integer exit codes".to_owned())
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("payload.onExitStatus.retry must be a list of exit codes".into()),
+    };
+    let artifacts = match object.get("artifacts") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => {
+            items.iter().enumerate().map(|(idx, item)| parse_artifact(idx, item)).collect::<Result<_, _>>()?
+        }
+        Some(_) => return Err("payload.artifacts must be a list".into()),
+    };
+    Ok(Payload { commands, env, max_run_time, io_timeout, retry_exit_codes, artifacts })
+}
+
+fn parse_commands(items: &[Value]) -> Result<Vec<CommandSpec>, String> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(idx, item)| match item {
+            Value::String(line) => Ok(CommandSpec::Shell(line.clone())),
+            Value::Array(argv) if !argv.is_empty() => argv
+                .iter()
+                .map(|arg| arg.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .map(CommandSpec::Argv)
+                .ok_or_else(|| format!("payload.command[{idx}] must list strings")),
+            _ => Err(format!("payload.command[{idx}] must be a shell string or a non-empty argv list")),
+        })
+        .collect()
+}
+
+fn seconds(value: &Value, field: &str, min: u64) -> Result<Duration, String> {
+    value
+        .as_u64()
+        .filter(|secs| (min..=MAX_RUN_TIME_SECS).contains(secs))
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{field} must be an integer number of seconds, {min}..={MAX_RUN_TIME_SECS}"))
+}
+
+fn parse_artifact(idx: usize, item: &Value) -> Result<ArtifactSpec, String> {
+    let field = |name: &str| item.get(name).and_then(Value::as_str);
+    let directory = match field("type") {
+        Some("file") => false,
+        Some("directory") => true,
+        _ => return Err(format!("payload.artifacts[{idx}].type must be file or directory")),
+    };
+    let path = field("path").ok_or_else(|| format!("payload.artifacts[{idx}].path is required"))?;
+    if path.starts_with('/') || path.split('/').any(|part| part == "..") {
+        return Err(format!("payload.artifacts[{idx}].path must be relative and stay inside the task directory"));
+    }
+    let name = field("name").unwrap_or(path);
+    Ok(ArtifactSpec {
+        directory,
+        path: path.to_owned(),
+        name: name.to_owned(),
+        content_type: field("contentType").map(str::to_owned),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn parses_argv_lists_and_shell_strings() {
+        let payload = parse(&json!({
+            "command": [["echo", "hi"], "make test"],
+            "env": {"CI": "1"},
+            "maxRunTime": 60,
+            "ioTimeout": 10,
+            "onExitStatus": {"retry": [75]},
+            "artifacts": [{"type": "file", "path": "out/report.txt", "name": "public/report.txt"}]
+        }))
+        .unwrap();
+        assert_eq!(
+            payload.commands,
+            vec![CommandSpec::Argv(vec!["echo".into(), "hi".into()]), CommandSpec::Shell("make test".into())]
+        );
+        assert_eq!(payload.max_run_time, Duration::from_secs(60));
+        assert_eq!(payload.io_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(payload.retry_exit_codes, vec![75]);
+        assert_eq!(payload.artifacts[0].name, "public/report.txt");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (json!({"maxRunTime": 5}), "payload.command"),
+            (json!({"command": [[]], "maxRunTime": 5}), "payload.command[0]"),
+            (json!({"command": ["true"]}), "payload.maxRunTime"),
+            (json!({"command": ["true"], "maxRunTime": 0}), "payload.maxRunTime"),
+            (json!({"command": ["true"], "maxRunTime": 5, "env": {"A": 1}}), "payload.env.A"),
+            (
+                json!({"command": ["true"], "maxRunTime": 5, "artifacts": [{"type": "file", "path": "../x"}]}),
+                "payload.artifacts[0].path",
+            ),
+            (
+                json!({"command": ["true"], "maxRunTime": 5, "onExitStatus": {"retry": ["x"]}}),
+                "payload.onExitStatus.retry",
+            ),
+        ];
+        for (payload, field) in cases {
+            let err = parse(&payload).unwrap_err();
+            assert!(err.starts_with(field), "{payload}: {err}");
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Running one command of a task: its own process group, output to the live log, and the
+//! limits (run time, silence, cancellation) that stop it.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+use crate::logsink::LogSink;
+use crate::payload::CommandSpec;
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// It exited with this code (a signal counts as 128 + its number).
+    Code(i32),
+    /// The run's time was up.
+    TimedOut,
+    /// It printed nothing for the io timeout.
+    Silent,
+    /// The run was stopped (canceled, or the worker is shutting down).
+    Stopped,
+}
+
+/// What a command runs with.
+pub(crate) struct Limits<'a> {
+    pub(crate) deadline: Instant,
+    pub(crate) io_timeout: Option<Duration>,
+    pub(crate) stop: &'a CancellationToken,
+    pub(crate) grace: Duration,
+}
+
+/// Runs `spec` in `dir` with `env`, streaming its output to `log`, within `limits`.
+pub(crate) async fn run(
+    spec: &CommandSpec,
+    dir: &Path,
+    env: &[(String, String)],
+    log: &LogSink,
+    limits: &Limits<'_>,
+) -> std::io::Result<Exit> {
+    let mut command = match spec {
+        CommandSpec::Argv(argv) => {
+            let mut command = Command::new(&argv[0]);
+            command.args(&argv[1..]);
+            command
+        }
+        CommandSpec::Shell(line) => {
+            let mut command = Command::new("sh");
+            command.arg("-c").arg(line);
+            command
+        }
+    };
+    command
+        .current_dir(dir)
+        .envs(env.iter().map(|(key, value)| (key.as_str(), value.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so stopping it stops everything it started.
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = command.spawn()?;
+    let started = Instant::now();
+    let last_output = Arc::new(AtomicI64::new(0));
+    let mut pumps = tokio::task::JoinSet::new();
+    if let Some(stdout) = child.stdout.take() {
+        pumps.spawn(pump(stdout, log.clone(), Arc::clone(&last_output), started));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        pumps.spawn(pump(stderr, log.clone(), Arc::clone(&last_output), started));
+    }
+    let exit = loop {
+        let silence_ends = limits.io_timeout.map(|timeout| {
+            let last = Duration::from_millis(last_output.load(Ordering::Relaxed).max(0) as u64);
+            started + last + timeout
+        });
+        let wake_at = silence_ends.map_or(limits.deadline, |at| at.min(limits.deadline));
+        tokio::select! {
+            status = child.wait() => break Exit::Code(code_of(status?)),
+            () = limits.stop.cancelled() => break Exit::Stopped,
+            () = tokio::time::sleep_until(wake_at.into()) => {
+                if Instant::now() >= limits.deadline {
+                    break Exit::TimedOut;
+                }
+                if silence_ends.is_some_and(|at| Instant::now() >= at) {
+                    // Output may have come meanwhile: only a real silence counts.
+                    let last = Duration::from_millis(last_output.load(Ordering::Relaxed).max(0) as u64);
+                    if limits.io_timeout.is_some_and(|timeout| started.elapsed() >= last + timeout) {
+                        break Exit::Silent;
+                    }
+                }
+            }
+        }
+    };
+    if !matches!(exit, Exit::Code(_)) {
+        stop(&mut child, limits.grace).await;
+    }
+    // Let the pumps deliver what the process wrote before it ended.
+    while pumps.join_next().await.is_some() {}
+    Ok(exit)
+}
+
+/// SIGTERM to the whole group, then SIGKILL after the grace period.
+async fn stop(child: &mut Child, grace: Duration) {
+    let Some(pid) = child.id() else { return };
+    let group = Pid::from_raw(pid as i32);
+    let _ = killpg(group, Signal::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = killpg(group, Signal::SIGKILL);
+        let _ = child.wait().await;
+    } else {
+        // The leader left; anything else it started in the group goes too.
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+}
+
+async fn pump(mut from: impl AsyncRead + Unpin, log: LogSink, last_output: Arc<AtomicI64>, started: Instant) {
+    let mut buf = vec![0; 64 * 1024];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n_read) => {
+                last_output.store(started.elapsed().as_millis() as i64, Ordering::Relaxed);
+                log.write(buf[..n_read].to_vec()).await;
+            }
+        }
+    }
+}
+
+fn code_of(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}

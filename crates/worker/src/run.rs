@@ -1,0 +1,185 @@
+//! One claimed run, from claim to report: live log, commands under their limits, reclaims,
+//! artifacts, and the report that matches how it ended.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use shoal_client::{Claim, Client, Outcome};
+use tokio_util::sync::CancellationToken;
+
+use crate::WorkerConfig;
+use crate::artifacts::{self, Target};
+use crate::logsink::LogSink;
+use crate::payload::{self, Payload};
+use crate::process::{self, Exit, Limits};
+
+/// What ended the commands.
+enum Ending {
+    /// Every command exited 0.
+    Success,
+    /// A command failed, ran too long or fell silent.
+    Failure(String),
+    /// A command asked to be retried with one of the payload's retry exit codes.
+    Retry(i32),
+    /// The server refused a reclaim: the run is over (canceled or expired); report nothing.
+    Revoked,
+    /// The worker is shutting down: hand the run back.
+    Shutdown,
+}
+
+/// Works on one claim until it is reported (or revoked).
+pub(crate) async fn run_claim(client: Client, config: WorkerConfig, claim: Claim, shutdown: CancellationToken) {
+    let task_id = claim.status.task_id.to_string();
+    let run_id = claim.run_id;
+    let expires = claim.task["expires"].as_str().unwrap_or_default().to_owned();
+    let (log, flusher) = LogSink::start(client.clone(), task_id.clone(), run_id);
+    let live_log = json!({
+        "storageType": "reference",
+        "expires": expires,
+        "contentType": "text/plain; charset=utf-8",
+        "url": client.live_log_url(&task_id, run_id),
+    });
+    if let Err(err) = client.create_artifact(&task_id, run_id, "public/logs/live.log", &live_log).await {
+        tracing::warn!(task.id = %task_id, run.id = run_id, error = %err, "creating the live.log artifact failed");
+    }
+    log.line(&format!("task {task_id} run {run_id} on {}/{}", config.worker_group, config.worker_id)).await;
+
+    let payload = match payload::parse(&claim.task["payload"]) {
+        Ok(payload) => payload,
+        Err(message) => {
+            log.line(&format!("malformed payload: {message}")).await;
+            drop(log);
+            flusher.finish().await;
+            report(&client, &task_id, run_id, &Outcome::Exception("malformed-payload".into())).await;
+            return;
+        }
+    };
+
+    // Stops the commands when the worker shuts down or the server revokes the run.
+    let stop = shutdown.child_token();
+    let revoked = CancellationToken::new();
+    let reclaimer = tokio::spawn(keep_claim(
+        client.clone(),
+        task_id.clone(),
+        run_id,
+        claim.taken_until,
+        stop.clone(),
+        revoked.clone(),
+    ));
+
+    let dir = config.work_dir.join(format!("{task_id}-{run_id}"));
+    let ending = match tokio::fs::create_dir_all(&dir).await {
+        Ok(()) => run_commands(&payload, &dir, &task_id, run_id, &log, &stop, config.grace).await,
+        Err(err) => Ending::Failure(format!("cannot create the task directory {}: {err}", dir.display())),
+    };
+    let ending = match ending {
+        Ending::Shutdown if revoked.is_cancelled() => Ending::Revoked,
+        other => other,
+    };
+    reclaimer.abort();
+
+    if matches!(ending, Ending::Success | Ending::Failure(_) | Ending::Retry(_)) {
+        let target = Target { client: &client, task_id: &task_id, run_id, expires: &expires };
+        artifacts::upload_all(&target, &payload.artifacts, &dir, &log).await;
+    }
+    let outcome = match &ending {
+        Ending::Success => Some(Outcome::Completed),
+        Ending::Failure(reason) => {
+            log.line(reason).await;
+            Some(Outcome::Failed)
+        }
+        Ending::Retry(code) => {
+            log.line(&format!("exit code {code} asks for a retry (onExitStatus.retry)")).await;
+            Some(Outcome::Exception("intermittent-task".into()))
+        }
+        Ending::Shutdown => {
+            log.line("the worker is shutting down; the run is handed back").await;
+            Some(Outcome::Exception("worker-shutdown".into()))
+        }
+        Ending::Revoked => None,
+    };
+    drop(log);
+    flusher.finish().await;
+    if let Some(outcome) = outcome {
+        report(&client, &task_id, run_id, &outcome).await;
+    }
+    if let Err(err) = tokio::fs::remove_dir_all(&dir).await {
+        tracing::debug!(dir = %dir.display(), error = %err, "removing the task directory failed");
+    }
+}
+
+async fn run_commands(
+    payload: &Payload,
+    dir: &Path,
+    task_id: &str,
+    run_id: u32,
+    log: &LogSink,
+    stop: &CancellationToken,
+    grace: Duration,
+) -> Ending {
+    let mut env: Vec<(String, String)> = payload.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    env.push(("TASK_ID".into(), task_id.to_owned()));
+    env.push(("RUN_ID".into(), run_id.to_string()));
+    let limits =
+        Limits { deadline: Instant::now() + payload.max_run_time, io_timeout: payload.io_timeout, stop, grace };
+    for (idx, spec) in payload.commands.iter().enumerate() {
+        let exit = match process::run(spec, dir, &env, log, &limits).await {
+            Ok(exit) => exit,
+            Err(err) => return Ending::Failure(format!("command {idx} could not start: {err}")),
+        };
+        match exit {
+            Exit::Code(0) => {}
+            Exit::Code(code) if payload.retry_exit_codes.contains(&code) => return Ending::Retry(code),
+            Exit::Code(code) => return Ending::Failure(format!("command {idx} exited with code {code}")),
+            Exit::TimedOut => {
+                return Ending::Failure(format!(
+                    "maxRunTime of {} s exceeded; the task was stopped",
+                    payload.max_run_time.as_secs()
+                ));
+            }
+            Exit::Silent => {
+                let secs = payload.io_timeout.map_or(0, |timeout| timeout.as_secs());
+                return Ending::Failure(format!("no output for {secs} s (ioTimeout); the task was stopped"));
+            }
+            Exit::Stopped => return Ending::Shutdown,
+        }
+    }
+    Ending::Success
+}
+
+/// Reclaims at a third of the remaining claim; a refusal means the run is over, so the
+/// commands are stopped and nothing more is reported.
+async fn keep_claim(
+    client: Client,
+    task_id: String,
+    run_id: u32,
+    mut taken_until: shoal_engine::Timestamp,
+    stop: CancellationToken,
+    revoked: CancellationToken,
+) {
+    loop {
+        let now = shoal_engine::Timestamp(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+        );
+        let remaining = (taken_until.millis() - now.millis()).max(0) as u64;
+        tokio::time::sleep(Duration::from_millis((remaining / 3).max(200))).await;
+        match client.reclaim(&task_id, run_id).await {
+            Ok(until) => taken_until = until,
+            Err(err) if err.is_conflict() => {
+                tracing::info!(task.id = %task_id, run.id = run_id, "the run was canceled or expired; stopping it");
+                revoked.cancel();
+                stop.cancel();
+                return;
+            }
+            Err(err) => tracing::warn!(task.id = %task_id, run.id = run_id, error = %err, "reclaim failed; will retry"),
+        }
+    }
+}
+
+async fn report(client: &Client, task_id: &str, run_id: u32, outcome: &Outcome) {
+    match client.report(task_id, run_id, outcome).await {
+        Ok(status) => tracing::info!(task.id = %task_id, run.id = run_id, state = status.state.as_str(), "reported"),
+        Err(err) => tracing::warn!(task.id = %task_id, run.id = run_id, error = %err, "reporting failed"),
+    }
+}
