@@ -1,0 +1,250 @@
+//! The worker end to end: a real `shoal server` and real `shoal worker` processes running
+//! real shell commands.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+struct Server {
+    _child: Child,
+    root: String,
+    api: String,
+}
+
+async fn server(data_dir: &Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["server", "--listen", "127.0.0.1:0", "--claim-timeout", "3", "--data-dir"])
+        .arg(data_dir)
+        .env("SHOAL_LOG", "warn")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = BufReader::new(stdout).lines().next_line().await.unwrap().unwrap();
+    let root = line.split("rootUrl ").nth(1).unwrap().trim_end_matches(')').to_owned();
+    let api = format!("{root}/api/queue/v1");
+    Server { _child: child, root, api }
+}
+
+fn worker(root: &str, queue: &str, id: &str, work_dir: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["worker", "--root-url", root, "--queue", queue, "--worker-id", id, "--grace", "2", "--work-dir"])
+        .arg(work_dir)
+        .env("SHOAL_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+fn definition(queue: &str, payload: Value) -> Value {
+    let now = shoal_engine::Timestamp(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64,
+    );
+    json!({
+        "taskQueueId": queue,
+        "created": now.to_string(),
+        "deadline": now.plus_secs(600).to_string(),
+        "retries": 2,
+        "payload": payload,
+        "metadata": {"name": "e2e", "description": "d", "owner": "o", "source": "https://x"}
+    })
+}
+
+async fn create(server: &Server, queue: &str, payload: Value) -> String {
+    let task_id = slugid::nice();
+    let res = reqwest::Client::new()
+        .put(format!("{}/task/{task_id}", server.api))
+        .json(&definition(queue, payload))
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "{}", res.text().await.unwrap());
+    task_id
+}
+
+async fn status(server: &Server, task_id: &str) -> Value {
+    let res = reqwest::get(format!("{}/task/{task_id}/status", server.api)).await.unwrap();
+    res.json::<Value>().await.unwrap()["status"].clone()
+}
+
+/// Waits (bounded) until the task is resolved with `runs` runs; the worker reports over
+/// HTTP, so the status is the event to wait for.
+async fn resolved(server: &Server, task_id: &str, runs: usize) -> Value {
+    for _ in 0..600 {
+        let status = status(server, task_id).await;
+        let n_runs = status["runs"].as_array().map_or(0, Vec::len);
+        if n_runs == runs && ["completed", "failed", "exception"].contains(&status["state"].as_str().unwrap_or("")) {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("task {task_id} did not resolve: {}", status(server, task_id).await);
+}
+
+async fn log_of(server: &Server, task_id: &str, run_id: u32) -> String {
+    reqwest::get(format!("{}/logs/v1/{task_id}/{run_id}", server.root)).await.unwrap().text().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_follow_exit_codes_and_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let _worker = worker(&server.root, "e2e/outcomes", "w1", &dir.path().join("work"));
+
+    let ok =
+        create(&server, "e2e/outcomes", json!({"command": [["sh", "-c", "echo all good"]], "maxRunTime": 30})).await;
+    let failing =
+        create(&server, "e2e/outcomes", json!({"command": ["echo about to fail; exit 3"], "maxRunTime": 30})).await;
+    let slow = create(&server, "e2e/outcomes", json!({"command": ["echo sleeping; sleep 30"], "maxRunTime": 1})).await;
+    let flaky = create(
+        &server,
+        "e2e/outcomes",
+        json!({
+            "command": ["if [ \"$RUN_ID\" = 0 ]; then exit 75; fi; echo second time lucky"],
+            "maxRunTime": 30,
+            "onExitStatus": {"retry": [75]}
+        }),
+    )
+    .await;
+    let malformed = create(&server, "e2e/outcomes", json!({"command": "not a list", "maxRunTime": 30})).await;
+
+    let status = resolved(&server, &ok, 1).await;
+    assert_eq!(status["state"], "completed");
+    assert!(log_of(&server, &ok, 0).await.contains("all good\n"));
+
+    let status = resolved(&server, &failing, 1).await;
+    assert_eq!(status["state"], "failed");
+    assert!(log_of(&server, &failing, 0).await.contains("command 0 exited with code 3"));
+
+    let status = resolved(&server, &slow, 1).await;
+    assert_eq!(status["state"], "failed");
+    assert!(log_of(&server, &slow, 0).await.contains("maxRunTime of 1 s exceeded"), "the log says why");
+
+    let status = resolved(&server, &flaky, 2).await;
+    assert_eq!(status["runs"][0]["reasonResolved"], "intermittent-task");
+    assert_eq!(status["runs"][1]["reasonCreated"], "task-retry");
+    assert_eq!(status["state"], "completed");
+
+    let status = resolved(&server, &malformed, 1).await;
+    assert_eq!(status["runs"][0]["reasonResolved"], "malformed-payload");
+    assert!(log_of(&server, &malformed, 0).await.contains("payload.command"), "the log names the field");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifacts_and_the_live_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let _worker = worker(&server.root, "e2e/art", "w1", &dir.path().join("work"));
+    let gate = dir.path().join("gate");
+    let task_id = create(&server, "e2e/art", json!({
+        "command": [
+            "echo started",
+            "while [ ! -f \"$GATE\" ]; do sleep 0.05; done",
+            "mkdir -p dist/sub && head -c 100000 /dev/urandom > dist/sub/blob.bin && cp dist/sub/blob.bin copy.bin && echo finished"
+        ],
+        "env": {"GATE": gate.to_string_lossy()},
+        "maxRunTime": 60,
+        "artifacts": [
+            {"type": "directory", "path": "dist", "name": "public/dist"},
+            {"type": "file", "path": "copy.bin", "name": "public/copy.bin"},
+            {"type": "file", "path": "never-made.txt", "name": "public/never.txt"}
+        ]
+    }))
+    .await;
+
+    // The live.log artifact points at a log that can be followed while the task runs.
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let live = loop {
+        let res =
+            client.get(format!("{}/task/{task_id}/artifacts/public/logs/live.log", server.api)).send().await.unwrap();
+        if res.status() == reqwest::StatusCode::SEE_OTHER {
+            break res.headers()["location"].to_str().unwrap().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut follow = reqwest::get(&live).await.unwrap();
+    let mut seen = String::new();
+    while !seen.contains("started\n") {
+        let chunk = follow.chunk().await.unwrap().expect("the log ended before the task");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    std::fs::write(&gate, b"go").unwrap();
+    while let Some(chunk) = follow.chunk().await.unwrap() {
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("finished\n"), "the followed log runs to the end: {seen}");
+
+    let status = resolved(&server, &task_id, 1).await;
+    assert_eq!(status["state"], "completed");
+    let get = |name: &str| {
+        let url = format!("{}/task/{task_id}/artifacts/{name}", server.api);
+        let client = client.clone();
+        async move {
+            let res = client.get(url).send().await.unwrap();
+            (res.status(), res.headers().get("location").map(|l| l.to_str().unwrap().to_owned()))
+        }
+    };
+    let (_, blob) = get("public/dist/sub/blob.bin").await;
+    let (_, copy) = get("public/copy.bin").await;
+    let blob = reqwest::get(blob.unwrap()).await.unwrap().bytes().await.unwrap();
+    let copy = reqwest::get(copy.unwrap()).await.unwrap().bytes().await.unwrap();
+    assert_eq!(blob.len(), 100_000);
+    assert_eq!(blob, copy, "byte-exact");
+    let (code, _) = get("public/never.txt").await;
+    assert_eq!(code, reqwest::StatusCode::FAILED_DEPENDENCY, "a missing file becomes an error artifact");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_process_and_a_dead_worker_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let pid_file = dir.path().join("pid");
+    let mut doomed = worker(&server.root, "e2e/cancel", "doomed", &dir.path().join("work1"));
+    let long = create(
+        &server,
+        "e2e/cancel",
+        json!({
+            "command": ["echo $$ > \"$PID_FILE\"; exec sleep 300"],
+            "env": {"PID_FILE": pid_file.to_string_lossy()},
+            "maxRunTime": 600
+        }),
+    )
+    .await;
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse::<i32>().ok()) {
+            break pid;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let res = reqwest::Client::new().post(format!("{}/task/{long}/cancel", server.api)).send().await.unwrap();
+    assert!(res.status().is_success());
+    // The worker learns of the cancel at its next reclaim (claims last 3 s here) and stops
+    // the process group: SIGTERM, then SIGKILL after the 2 s grace.
+    let alive = |pid: i32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    for _ in 0..200 {
+        if !alive(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!alive(pid), "the canceled task's process is gone");
+    assert_eq!(status(&server, &long).await["runs"][0]["reasonResolved"], "canceled", "nothing else was reported");
+
+    // kill -9 the worker in the middle of a task: the claim expires and another worker retries it.
+    let orphan = create(&server, "e2e/cancel", json!({"command": ["sleep 2; echo survived"], "maxRunTime": 60})).await;
+    while status(&server, &orphan).await["state"] != "running" {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    doomed.start_kill().unwrap();
+    doomed.wait().await.unwrap();
+    let _heir = worker(&server.root, "e2e/cancel", "heir", &dir.path().join("work2"));
+    let status = resolved(&server, &orphan, 2).await;
+    assert_eq!(status["runs"][0]["reasonResolved"], "claim-expired");
+    assert_eq!(status["runs"][1]["workerId"], "heir");
+    assert_eq!(status["state"], "completed");
+}
