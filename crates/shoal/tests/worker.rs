@@ -112,6 +112,12 @@ async fn outcomes_follow_exit_codes_and_limits() {
     )
     .await;
     let malformed = create(&server, "e2e/outcomes", json!({"command": "not a list", "maxRunTime": 30})).await;
+    let silent = create(
+        &server,
+        "e2e/outcomes",
+        json!({"command": ["echo one line; sleep 30"], "maxRunTime": 60, "ioTimeout": 1}),
+    )
+    .await;
 
     let status = resolved(&server, &ok, 1).await;
     assert_eq!(status["state"], "completed");
@@ -133,6 +139,29 @@ async fn outcomes_follow_exit_codes_and_limits() {
     let status = resolved(&server, &malformed, 1).await;
     assert_eq!(status["runs"][0]["reasonResolved"], "malformed-payload");
     assert!(log_of(&server, &malformed, 0).await.contains("payload.command"), "the log names the field");
+
+    let status = resolved(&server, &silent, 1).await;
+    assert_eq!(status["state"], "failed");
+    assert!(log_of(&server, &silent, 0).await.contains("no output for 1 s"), "the log says why");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_running_tasks_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let mut leaving = worker(&server.root, "e2e/term", "leaving", &dir.path().join("work1"));
+    let task_id = create(&server, "e2e/term", json!({"command": ["sleep 300"], "maxRunTime": 600})).await;
+    while status(&server, &task_id).await["state"] != "running" {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(leaving.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let exit = leaving.wait().await.unwrap();
+    assert!(exit.success(), "the worker shuts down cleanly: {exit:?}");
+    let status = status(&server, &task_id).await;
+    assert_eq!(status["runs"][0]["reasonResolved"], "worker-shutdown", "{status}");
+    assert_eq!(status["runs"][1]["reasonCreated"], "retry", "handed back for another worker");
+    assert_eq!(status["state"], "pending");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
