@@ -70,6 +70,13 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         samples: usize,
     },
+    /// Trivial tasks (`true`) through one `shoal worker` process.
+    Worker {
+        #[arg(long, default_value_t = 5000)]
+        tasks: usize,
+        #[arg(long, default_value_t = 32)]
+        capacity: u32,
+    },
     /// Live-log throughput: a writer appending chunks as a worker does, one reader following.
     LiveLog {
         #[arg(long, default_value_t = 256)]
@@ -96,6 +103,7 @@ fn main() -> anyhow::Result<()> {
                 throughput(50_000, 32, 32, 8).await?;
                 wake(1000).await?;
                 live_log(256, 1024).await?;
+                worker(5000, 32).await?;
                 scale(&[1_000, 1_000_000], 20_000).await?;
             }
             Command::Throughput { tasks, creators, workers, batch } => {
@@ -103,6 +111,7 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Wake { samples } => wake(samples).await?,
             Command::LiveLog { megabytes, chunk_kb } => live_log(megabytes, chunk_kb).await?,
+            Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
             Command::Scale { pending, claims } => scale(&pending, claims).await?,
         }
         Ok(())
@@ -256,6 +265,56 @@ async fn wake(samples: usize) -> anyhow::Result<()> {
         percentile(&latencies, 0.99).as_secs_f64() * 1e3,
         latencies.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
     );
+    server.stop().await;
+    Ok(())
+}
+
+async fn worker(n_tasks: usize, capacity: u32) -> anyhow::Result<()> {
+    let server = Server::start(None, &[]).await?;
+    let client = server.client();
+    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
+    let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let worker = server::start_worker(&root, "bench/trivial", capacity, work_dir.path())?;
+    let body = bytes_of(&json!({
+        "taskQueueId": "bench/trivial",
+        "created": definition("x")["created"],
+        "deadline": definition("x")["deadline"],
+        "payload": {"command": [["true"]], "maxRunTime": 60},
+        "metadata": {"name": "trivial", "description": "", "owner": "bench@example.com", "source": "https://example.com"}
+    }))?;
+    let started = Instant::now();
+    let created = Arc::new(AtomicUsize::new(0));
+    let mut creators = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (client, base, created, body) = (client.clone(), server.base.clone(), Arc::clone(&created), body.clone());
+        creators.spawn(async move {
+            while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
+                let url = format!("{base}/task/{}", slugid::nice());
+                let res = client.put(url).header("content-type", "application/json").body(body.clone()).send().await?;
+                anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
+                res.bytes().await?;
+            }
+            Ok(())
+        });
+    }
+    while let Some(res) = creators.join_next().await {
+        res??;
+    }
+    // Done when nothing is pending or claimed any more.
+    loop {
+        let counts: Value =
+            client.get(format!("{}/task-queues/bench%2Ftrivial/counts", server.base)).send().await?.json().await?;
+        if counts["pendingTasks"] == 0 && counts["claimedTasks"] == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "worker: {n_tasks} trivial tasks (`true`) through one worker process (capacity {capacity}) in {elapsed:.2} s = {:.0} tasks/s",
+        n_tasks as f64 / elapsed
+    );
+    drop(worker);
     server.stop().await;
     Ok(())
 }

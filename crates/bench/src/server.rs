@@ -74,6 +74,17 @@ impl Server {
     }
 }
 
+/// Starts `shoal worker` on `queue`; it stops when the returned child is dropped.
+pub(crate) fn start_worker(root_url: &str, queue: &str, capacity: u32, work_dir: &Path) -> anyhow::Result<Child> {
+    Command::new(server_binary()?)
+        .args(["worker", "--root-url", root_url, "--queue", queue, "--capacity", &capacity.to_string(), "--work-dir"])
+        .arg(work_dir)
+        .env("SHOAL_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting shoal worker")
+}
+
 fn server_binary() -> anyhow::Result<PathBuf> {
     let me = std::env::current_exe()?;
     let path = me.with_file_name("shoal");

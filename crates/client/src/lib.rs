@@ -254,12 +254,6 @@ impl Client {
         let answer: Answer = self.call(Method::POST, &url, Some(Body::Bytes(bytes))).await?;
         Ok(answer.size)
     }
-
-    /// The URL a follower reads a run's live log from.
-    #[must_use]
-    pub fn live_log_url(&self, task_id: &str, run_id: u32) -> String {
-        format!("{}/logs/v1/{task_id}/{run_id}?follow=1", self.root_url)
-    }
 }
 
 /// How a run ended, as the worker reports it.

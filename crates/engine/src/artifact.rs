@@ -13,6 +13,8 @@ pub const EXCEPTION_GRACE_MS: i64 = 25 * 60 * 1000;
 pub const EXPIRES_DRIFT_MS: i64 = 15 * 60 * 1000;
 /// Most link hops followed before a chain counts as a cycle.
 pub const MAX_LINK_HOPS: usize = 10;
+/// Where Taskcluster's tools look for a run's log.
+pub const LIVE_LOG_NAME: &str = "public/logs/live.log";
 
 /// Why a worker could not produce an artifact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +57,10 @@ pub enum ArtifactKind {
         /// Its name.
         artifact: String,
     },
+    /// The run's live log on this server; served as a `reference` to it. Every claimed run
+    /// gets one under [`LIVE_LOG_NAME`]; clients cannot create this kind.
+    #[serde(rename = "live-log")]
+    LiveLog,
     /// An artifact the worker could not produce (served as 424).
     #[serde(rename = "error")]
     Error {
@@ -71,7 +77,7 @@ impl ArtifactKind {
     pub fn storage_type(&self) -> &'static str {
         match self {
             ArtifactKind::Blob { .. } => "s3",
-            ArtifactKind::Reference { .. } => "reference",
+            ArtifactKind::Reference { .. } | ArtifactKind::LiveLog => "reference",
             ArtifactKind::Link { .. } => "link",
             ArtifactKind::Error { .. } => "error",
         }
@@ -83,6 +89,7 @@ impl ArtifactKind {
         match self {
             ArtifactKind::Blob { content_type, .. } | ArtifactKind::Reference { content_type, .. } => content_type,
             ArtifactKind::Link { .. } => "application/octet-stream",
+            ArtifactKind::LiveLog => "text/plain; charset=utf-8",
             ArtifactKind::Error { .. } => "application/json",
         }
     }
@@ -118,6 +125,12 @@ pub struct Artifact {
 pub fn check_name(name: &str) -> Result<(), Rejection> {
     let ok = (1..=1024).contains(&name.len()) && name.bytes().all(|b| (0x20..=0x7e).contains(&b));
     if ok { Ok(()) } else { Err(Rejection::invalid("name", "must be 1 to 1024 printable ASCII characters")) }
+}
+
+/// The live-log artifact a claimed run gets, kept as long as its task.
+#[must_use]
+pub fn live_log(task_expires: Timestamp) -> Artifact {
+    Artifact { name: LIVE_LOG_NAME.to_owned(), expires: task_expires, kind: ArtifactKind::LiveLog, present: true }
 }
 
 impl ArtifactRequest {
@@ -157,7 +170,10 @@ impl ArtifactRequest {
             return Ok(Artifact { name: name.to_owned(), expires: self.expires, kind: self.kind, present });
         };
         let replaceable = match (&existing.kind, &self.kind) {
-            (ArtifactKind::Reference { .. }, ArtifactKind::Reference { .. } | ArtifactKind::Link { .. }) => true,
+            (
+                ArtifactKind::Reference { .. } | ArtifactKind::LiveLog,
+                ArtifactKind::Reference { .. } | ArtifactKind::Link { .. },
+            ) => true,
             (old, new) => old == new,
         };
         if !replaceable {
@@ -166,7 +182,8 @@ impl ArtifactRequest {
                 existing.kind.storage_type()
             )));
         }
-        if self.expires < existing.expires {
+        // The server chose the live log's expiry, not the worker, so replacing it may shorten it.
+        if self.expires < existing.expires && existing.kind != ArtifactKind::LiveLog {
             return Err(Rejection::Conflict(format!(
                 "artifact {name} expires {}; expiry may only move later",
                 existing.expires
@@ -331,6 +348,18 @@ mod tests {
         assert_eq!(follow_links("a", lookup).unwrap().unwrap().name, "b");
         assert!(matches!(follow_links("loop1", lookup).unwrap(), Err(Rejection::Invalid { .. })));
         assert!(matches!(follow_links("dangling", lookup).unwrap(), Err(Rejection::NotFound(_))));
+    }
+
+    #[test]
+    fn the_live_log_is_the_servers_and_may_become_a_link() {
+        let running = run(RunState::Running, None);
+        let live = live_log(TASK_EXPIRES);
+        assert_eq!(live.kind.storage_type(), "reference");
+        let forged = request(json!({"storageType": "live-log", "expires": "2026-01-02T00:00:00Z"}));
+        assert!(matches!(forged.apply("public/x", &running, TASK_EXPIRES, None, NOW), Err(Rejection::Invalid { .. })));
+        let link =
+            request(json!({"storageType": "link", "expires": "2026-01-02T00:00:00Z", "artifact": "public/full.log"}));
+        assert!(link.apply(LIVE_LOG_NAME, &running, TASK_EXPIRES, Some(&live), NOW).is_ok());
     }
 
     #[test]

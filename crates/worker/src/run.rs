@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use shoal_client::{Claim, Client, Outcome};
 use tokio_util::sync::CancellationToken;
 
@@ -34,15 +33,6 @@ pub(crate) async fn run_claim(client: Client, config: WorkerConfig, claim: Claim
     let run_id = claim.run_id;
     let expires = claim.task["expires"].as_str().unwrap_or_default().to_owned();
     let (log, flusher) = LogSink::start(client.clone(), task_id.clone(), run_id);
-    let live_log = json!({
-        "storageType": "reference",
-        "expires": expires,
-        "contentType": "text/plain; charset=utf-8",
-        "url": client.live_log_url(&task_id, run_id),
-    });
-    if let Err(err) = client.create_artifact(&task_id, run_id, "public/logs/live.log", &live_log).await {
-        tracing::warn!(task.id = %task_id, run.id = run_id, error = %err, "creating the live.log artifact failed");
-    }
     log.line(&format!("task {task_id} run {run_id} on {}/{}", config.worker_group, config.worker_id)).await;
 
     let payload = match payload::parse(&claim.task["payload"]) {

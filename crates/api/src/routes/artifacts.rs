@@ -38,6 +38,15 @@ pub(crate) fn blob_url(root_url: &str, task_id: TaskId, run_id: u32, name: &str)
     url
 }
 
+/// Where an artifact's content is: a blob or live log on this server, or a reference's URL.
+fn content_url(state: &AppState, task_id: TaskId, run_id: u32, artifact: &Artifact) -> String {
+    match &artifact.kind {
+        ArtifactKind::Reference { url, .. } => url.clone(),
+        ArtifactKind::LiveLog => format!("{}/logs/v1/{task_id}/{run_id}?follow=1", state.root_url),
+        _ => blob_url(&state.root_url, task_id, run_id, &artifact.name),
+    }
+}
+
 pub(crate) async fn create_artifact(
     State(state): State<AppState>,
     params: Params,
@@ -116,10 +125,7 @@ async fn redirect(state: AppState, params: Params, latest: bool) -> Result<Respo
             (StatusCode::FAILED_DEPENDENCY, Json(json!({ "reason": reason, "message": message }))).into_response()
         }
         kind => {
-            let url = match kind {
-                ArtifactKind::Reference { url, .. } => url.clone(),
-                _ => blob_url(&state.root_url, task_id, run_id, &artifact.name),
-            };
+            let url = content_url(&state, task_id, run_id, &artifact);
             let location =
                 HeaderValue::from_str(&url).map_err(|_| StoreError::Other("unusable artifact URL".into()))?;
             let body = Json(json!({ "storageType": kind.storage_type(), "url": url }));

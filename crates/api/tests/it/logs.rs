@@ -46,6 +46,19 @@ async fn appends_are_idempotent_and_reads_start_anywhere() {
 }
 
 #[tokio::test]
+async fn every_claimed_run_has_a_live_log_artifact() {
+    let app = TestApp::start().await;
+    let task_id = running_task(&app).await;
+    let res = app.raw(Method::GET, &format!("{}/task/{task_id}/artifacts/public/logs/live.log", app.base), None).await;
+    assert_eq!(res.status(), StatusCode::SEE_OTHER);
+    assert_eq!(res.headers()["x-taskcluster-artifact-storage-type"], "reference");
+    let location = res.headers()["location"].to_str().unwrap().to_owned();
+    assert_eq!(location, format!("{}/logs/v1/{task_id}/0?follow=1", app.root));
+    let (_, info) = app.get(&format!("/task/{task_id}/runs/0/artifact-info/public/logs/live.log")).await;
+    assert_eq!(info["storageType"], "reference");
+}
+
+#[tokio::test]
 async fn a_follower_sees_output_while_the_run_goes_on_and_ends_with_it() {
     let app = TestApp::start().await;
     let task_id = running_task(&app).await;

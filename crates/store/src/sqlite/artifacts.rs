@@ -130,7 +130,7 @@ pub(crate) fn forget(tx: &mut Tx<'_>, keys: &[ArtifactKey]) -> Result<usize, Sto
     Ok(n_deleted)
 }
 
-fn put(tx: &mut Tx<'_>, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
+pub(crate) fn put(tx: &mut Tx<'_>, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
     let mut stmt = tx.conn.prepare_cached(
         "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
          ON CONFLICT (task_id, run_id, name) DO UPDATE SET kind = excluded.kind, present = excluded.present, \
