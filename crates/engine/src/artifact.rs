@@ -162,6 +162,9 @@ impl ArtifactRequest {
             }
             ArtifactKind::Link { artifact } => check_name(artifact)
                 .map_err(|_| Rejection::invalid("artifact", "must be 1 to 1024 printable ASCII characters"))?,
+            ArtifactKind::LiveLog => {
+                return Err(Rejection::invalid("storageType", "must be s3, reference, link or error"));
+            }
             _ => {}
         }
         check_run_takes_artifacts(run, now)?;
