@@ -37,7 +37,7 @@ impl Blobs {
     /// # Errors
     /// When the directory cannot be created.
     pub fn local(root: &Path) -> io::Result<Blobs> {
-        std::fs::create_dir_all(root)?;
+        std::fs::create_dir_all(root.join(LIVE_DIR))?;
         Ok(Blobs::Local(LocalBlobs { root: root.to_path_buf() }))
     }
 
@@ -109,9 +109,6 @@ impl Blobs {
         match self {
             Blobs::Local(local) => {
                 let path = local.log_path(task_id, run_id);
-                if let Some(dir) = path.parent() {
-                    tokio::fs::create_dir_all(dir).await?;
-                }
                 let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&path).await?;
                 let size = file.metadata().await?.len();
                 if offset > size {
@@ -146,6 +143,9 @@ impl Blobs {
     }
 }
 
+/// The directory of live logs, under the root (task ids never contain a `.`).
+const LIVE_DIR: &str = ".live";
+
 /// Names one blob: the artifact `name` of run `run_id` of task `task_id`.
 #[derive(Debug, Clone, Copy)]
 pub struct BlobKey<'a> {
@@ -162,9 +162,10 @@ impl LocalBlobs {
         self.root.join(key.task_id).join(key.run_id.to_string()).join(file_name(key.name))
     }
 
-    /// Live logs live beside artifacts: artifact file names all start with `a`.
+    /// Live logs are files in one directory, one per run: making directories per run costs
+    /// inodes that ext4 allocates slowly when many were recently deleted.
     fn log_path(&self, task_id: &str, run_id: u32) -> PathBuf {
-        self.root.join(task_id).join(run_id.to_string()).join("live.log")
+        self.root.join(LIVE_DIR).join(format!("{task_id}-{run_id}.log"))
     }
 }
 

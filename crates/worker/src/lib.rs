@@ -44,13 +44,20 @@ pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Out
     tokio::pin!(shutdown);
     let stopping = CancellationToken::new();
     let mut running = tokio::task::JoinSet::new();
+    // Each running task has a slot (and the slot's directory); finished tasks give theirs back.
+    let mut free_slots: Vec<usize> = (0..config.capacity as usize).rev().collect();
     loop {
-        while running.try_join_next().is_some() {}
-        let free = config.capacity.saturating_sub(running.len() as u32);
+        while let Some(done) = running.try_join_next() {
+            free_slots.extend(done.ok());
+        }
+        let free = free_slots.len() as u32;
         if free == 0 {
             tokio::select! {
                 () = &mut shutdown => break,
-                _ = running.join_next() => continue,
+                done = running.join_next() => {
+                    free_slots.extend(done.and_then(Result::ok));
+                    continue;
+                }
             }
         }
         let claims = tokio::select! {
@@ -61,7 +68,16 @@ pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Out
             Ok(claims) => {
                 for claim in claims {
                     tracing::info!(task.id = %claim.status.task_id, run.id = claim.run_id, "claimed");
-                    running.spawn(run::run_claim(client.clone(), config.clone(), claim, stopping.clone()));
+                    // claimWork hands out at most `free` runs, one per free slot.
+                    let Some(slot) = free_slots.pop() else {
+                        tracing::error!(task.id = %claim.status.task_id, "more runs claimed than free slots; the run will expire");
+                        continue;
+                    };
+                    let (client, config, stopping) = (client.clone(), config.clone(), stopping.clone());
+                    running.spawn(async move {
+                        run::run_claim(client, config, claim, slot, stopping).await;
+                        slot
+                    });
                 }
             }
             Err(err) => {

@@ -25,9 +25,11 @@ pub(crate) struct LogFlusher {
 }
 
 impl LogSink {
-    pub(crate) fn start(client: Client, task_id: String, run_id: u32) -> (LogSink, LogFlusher) {
+    /// Starts sending; `header` goes out with the first output, so a run that prints nothing
+    /// leaves no log behind.
+    pub(crate) fn start(client: Client, task_id: String, run_id: u32, header: String) -> (LogSink, LogFlusher) {
         let (chunks, received) = mpsc::channel(64);
-        let handle = tokio::spawn(send_loop(client, task_id, run_id, received));
+        let handle = tokio::spawn(send_loop(client, task_id, run_id, header, received));
         (LogSink { chunks }, LogFlusher { handle })
     }
 
@@ -49,7 +51,14 @@ impl LogFlusher {
     }
 }
 
-async fn send_loop(client: Client, task_id: String, run_id: u32, mut received: mpsc::Receiver<Vec<u8>>) {
+async fn send_loop(
+    client: Client,
+    task_id: String,
+    run_id: u32,
+    header: String,
+    mut received: mpsc::Receiver<Vec<u8>>,
+) {
+    let mut header = Some(format!("[shoal-worker] {header}\n").into_bytes());
     let mut buffer = Vec::new();
     let mut offset = 0u64;
     let mut tick = tokio::time::interval(FLUSH_EVERY);
@@ -58,6 +67,9 @@ async fn send_loop(client: Client, task_id: String, run_id: u32, mut received: m
         tokio::select! {
             chunk = received.recv(), if open => match chunk {
                 Some(chunk) => {
+                    if let Some(header) = header.take() {
+                        buffer.extend_from_slice(&header);
+                    }
                     buffer.extend_from_slice(&chunk);
                     if buffer.len() < FLUSH_BYTES {
                         continue;

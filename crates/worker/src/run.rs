@@ -28,12 +28,18 @@ enum Ending {
 }
 
 /// Works on one claim until it is reported (or revoked).
-pub(crate) async fn run_claim(client: Client, config: WorkerConfig, claim: Claim, shutdown: CancellationToken) {
+pub(crate) async fn run_claim(
+    client: Client,
+    config: WorkerConfig,
+    claim: Claim,
+    slot: usize,
+    shutdown: CancellationToken,
+) {
     let task_id = claim.status.task_id.to_string();
     let run_id = claim.run_id;
     let expires = claim.task["expires"].as_str().unwrap_or_default().to_owned();
-    let (log, flusher) = LogSink::start(client.clone(), task_id.clone(), run_id);
-    log.line(&format!("task {task_id} run {run_id} on {}/{}", config.worker_group, config.worker_id)).await;
+    let header = format!("task {task_id} run {run_id} on {}/{}", config.worker_group, config.worker_id);
+    let (log, flusher) = LogSink::start(client.clone(), task_id.clone(), run_id, header);
 
     let payload = match payload::parse(&claim.task["payload"]) {
         Ok(payload) => payload,
@@ -58,7 +64,8 @@ pub(crate) async fn run_claim(client: Client, config: WorkerConfig, claim: Claim
         revoked.clone(),
     ));
 
-    let dir = config.work_dir.join(format!("{task_id}-{run_id}"));
+    // One directory per slot, emptied after each run: cheaper than a new one per run.
+    let dir = config.work_dir.join(format!("slot-{slot}"));
     let ending = match tokio::fs::create_dir_all(&dir).await {
         Ok(()) => run_commands(&payload, &dir, &task_id, run_id, &log, &stop, config.grace).await,
         Err(err) => Ending::Failure(format!("cannot create the task directory {}: {err}", dir.display())),
@@ -94,8 +101,21 @@ pub(crate) async fn run_claim(client: Client, config: WorkerConfig, claim: Claim
     if let Some(outcome) = outcome {
         report(&client, &task_id, run_id, &outcome).await;
     }
-    if let Err(err) = tokio::fs::remove_dir_all(&dir).await {
-        tracing::debug!(dir = %dir.display(), error = %err, "removing the task directory failed");
+    empty(&dir).await;
+}
+
+/// Removes everything in `dir`, keeping `dir`.
+async fn empty(dir: &Path) {
+    let Ok(mut entries) = tokio::fs::read_dir(dir).await else { return };
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let path = entry.path();
+        let removed = match entry.file_type().await {
+            Ok(kind) if kind.is_dir() => tokio::fs::remove_dir_all(&path).await,
+            _ => tokio::fs::remove_file(&path).await,
+        };
+        if let Err(err) = removed {
+            tracing::warn!(path = %path.display(), error = %err, "cleaning the task directory failed");
+        }
     }
 }
 
