@@ -240,6 +240,111 @@ impl Client {
         if status.is_success() { Ok(()) } else { Err(error_of(status, &answer)) }
     }
 
+    /// createTask.
+    ///
+    /// # Errors
+    /// As the server answers (400 names the bad field).
+    pub async fn create_task(&self, task_id: &str, definition: &Value) -> Result<TaskStatus, ClientError> {
+        let answer: StatusAnswer =
+            self.call(Method::PUT, &self.queue(&format!("/task/{task_id}")), Some(Body::Json(definition))).await?;
+        Ok(answer.status)
+    }
+
+    /// A task's status.
+    ///
+    /// # Errors
+    /// As the server answers (404 for an unknown task).
+    pub async fn task_status(&self, task_id: &str) -> Result<TaskStatus, ClientError> {
+        let answer: StatusAnswer =
+            self.call(Method::GET, &self.queue(&format!("/task/{task_id}/status")), None).await?;
+        Ok(answer.status)
+    }
+
+    /// A task's definition.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn task(&self, task_id: &str) -> Result<Value, ClientError> {
+        self.call(Method::GET, &self.queue(&format!("/task/{task_id}")), None).await
+    }
+
+    /// cancelTask.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn cancel_task(&self, task_id: &str) -> Result<TaskStatus, ClientError> {
+        let answer: StatusAnswer =
+            self.call(Method::POST, &self.queue(&format!("/task/{task_id}/cancel")), None).await?;
+        Ok(answer.status)
+    }
+
+    /// Every member of a task group (all pages), each with its definition and status.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn task_group(&self, group: &str) -> Result<Vec<GroupMember>, ClientError> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Page {
+            tasks: Vec<GroupMember>,
+            continuation_token: Option<String>,
+        }
+        let mut members = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut url = self.queue(&format!("/task-group/{group}/list"));
+            if let Some(token) = &token {
+                url.push_str(&format!("?continuationToken={}", encode_path(token)));
+            }
+            let page: Page = self.call(Method::GET, &url, None).await?;
+            members.extend(page.tasks);
+            match page.continuation_token {
+                Some(next) => token = Some(next),
+                None => return Ok(members),
+            }
+        }
+    }
+
+    /// An artifact's bytes (links and references followed; an error artifact is an error).
+    ///
+    /// # Errors
+    /// As the server answers (424 for an error artifact).
+    pub async fn artifact_bytes(&self, task_id: &str, run_id: Option<u32>, name: &str) -> Result<Vec<u8>, ClientError> {
+        let path = match run_id {
+            Some(run_id) => format!("/task/{task_id}/runs/{run_id}/artifact-content/{}", encode_path(name)),
+            None => format!("/task/{task_id}/artifact-content/{}", encode_path(name)),
+        };
+        let content: Value = self.call(Method::GET, &self.queue(&path), None).await?;
+        if content["storageType"] == "error" {
+            return Err(ClientError::Status {
+                status: StatusCode::FAILED_DEPENDENCY,
+                code: content["reason"].as_str().unwrap_or("error").to_owned(),
+                message: content["message"].as_str().unwrap_or("").to_owned(),
+            });
+        }
+        let url = content["url"].as_str().ok_or_else(|| ClientError::Decode("artifact content without url".into()))?;
+        let (status, bytes) = self.send(Method::GET, url, None).await?;
+        if status.is_success() { Ok(bytes) } else { Err(error_of(status, &bytes)) }
+    }
+
+    /// A run's live log from `offset`; with `follow`, the response streams until the run ends.
+    ///
+    /// # Errors
+    /// When the server cannot be reached or refuses.
+    pub async fn log(&self, task_id: &str, run_id: u32, follow: bool) -> Result<reqwest::Response, ClientError> {
+        let follow = if follow { "&follow=1" } else { "" };
+        let url = format!("{}/logs/v1/{task_id}/{run_id}?offset=0{follow}", self.root_url);
+        // A following read lasts as long as the run: no request timeout.
+        let res =
+            reqwest::Client::new().get(url).send().await.map_err(|err| ClientError::Transport(err.to_string()))?;
+        if res.status().is_success() {
+            return Ok(res);
+        }
+        let status = res.status();
+        let bytes = res.bytes().await.map_err(|err| ClientError::Transport(err.to_string()))?;
+        Err(error_of(status, &bytes))
+    }
+
     /// Appends live-log bytes at `offset`; answers the log's size. A 409 carries the offset
     /// to resend from in its message.
     ///
@@ -254,6 +359,20 @@ impl Client {
         let answer: Answer = self.call(Method::POST, &url, Some(Body::Bytes(bytes))).await?;
         Ok(answer.size)
     }
+}
+
+/// A task of a group, as listTaskGroup gives it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GroupMember {
+    /// Status.
+    pub status: TaskStatus,
+    /// Definition.
+    pub task: Value,
+}
+
+#[derive(Deserialize)]
+struct StatusAnswer {
+    status: TaskStatus,
 }
 
 /// How a run ended, as the worker reports it.

@@ -13,6 +13,9 @@ use shoal_service::{Queue, QueueConfig};
 use shoal_store::{SqliteConfig, SqliteStore, Store};
 use tokio::sync::watch;
 
+mod cli;
+mod dev;
+
 // The server allocates many small, short-lived buffers per request (JSON, headers);
 // mimalloc serves them with less CPU than glibc's allocator.
 #[global_allocator]
@@ -32,6 +35,60 @@ enum Command {
     Server(ServerArgs),
     /// Claim tasks from one queue and run their commands.
     Worker(WorkerArgs),
+    /// A server on embedded storage plus local workers, in one process; --example runs the
+    /// example CI graph.
+    Dev(dev::DevArgs),
+    /// Create, inspect, follow and cancel tasks.
+    Task {
+        #[command(flatten)]
+        address: cli::ServerAddress,
+        #[command(subcommand)]
+        command: cli::TaskCommand,
+    },
+    /// Artifacts of tasks.
+    Artifact {
+        #[command(flatten)]
+        address: cli::ServerAddress,
+        #[command(subcommand)]
+        command: ArtifactCommand,
+    },
+    /// Task groups.
+    Group {
+        #[command(flatten)]
+        address: cli::ServerAddress,
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ArtifactCommand {
+    /// Download an artifact (links and references followed) to a file or stdout.
+    Get {
+        /// The task.
+        task_id: String,
+        /// The artifact's name, e.g. public/logs/live.log.
+        name: String,
+        /// The run [default: the latest].
+        #[arg(long)]
+        run: Option<u32>,
+        /// Write here instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupCommand {
+    /// Show progress until every task of the group is resolved, then a summary; exits 1
+    /// unless every task completed.
+    Wait {
+        /// The task group.
+        task_group_id: String,
+        /// Print the summary as JSON (no progress bar).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Flags of `shoal worker`.
@@ -158,48 +215,98 @@ impl ServerConfig {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG").unwrap_or_else(|_| "info".into()))
-        .init();
     let cli = Cli::parse();
+    // Services log their work; interactive commands only what went wrong, so their output
+    // (and dev's progress bar) stays readable.
+    let default_filter = match cli.command {
+        Command::Server(_) | Command::Worker(_) => "info",
+        _ => "warn",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG").unwrap_or_else(|_| default_filter.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     match cli.command {
         Command::Server(args) => runtime.block_on(server(args)),
         Command::Worker(args) => runtime.block_on(worker(args)),
+        Command::Dev(args) => {
+            if !runtime.block_on(dev::dev(args))? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Task { address, command } => runtime.block_on(cli::task(&address, command)),
+        Command::Artifact { address, command: ArtifactCommand::Get { task_id, name, run, output } } => {
+            runtime.block_on(cli::artifact_get(&address, &task_id, &name, run, output.as_deref()))
+        }
+        Command::Group { address, command: GroupCommand::Wait { task_group_id, json } } => {
+            let all_completed =
+                runtime.block_on(async { cli::group_wait(&address.client()?, &task_group_id, json).await })?;
+            if !all_completed {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
-    let args = ServerConfig::resolve(&args)?;
-    let path = args.data_dir.join("shoal.db");
-    let store = SqliteStore::open(&SqliteConfig { path: path.clone(), claim_timeout_secs: args.claim_timeout })
-        .with_context(|| format!("opening the database {}", path.display()))?;
-    let store = Store::Sqlite(store);
-    let config = QueueConfig { claim_wait: Duration::from_secs(args.claim_wait), ..QueueConfig::default() };
-    let blobs_dir = args.data_dir.join("blobs");
-    let blobs = Blobs::local(&blobs_dir).with_context(|| format!("opening blob storage {}", blobs_dir.display()))?;
-    let queue = Queue::new(store.clone(), blobs, config);
-    let listener =
-        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
-    let local = listener.local_addr().context("reading the bound address")?;
-    let root_url = args.root_url.clone().unwrap_or_else(|| format!("http://{local}"));
-    let root_url = root_url.trim_end_matches('/').to_owned();
+    let config = ServerConfig::resolve(&args)?;
+    let running = RunningServer::start(&config).await?;
     // Printed on stdout so scripts (and tests) can learn the port when listening on :0.
-    println!("shoal listening on http://{local} (rootUrl {root_url})");
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let due = tokio::spawn(shoal_service::run_due_loop(queue.clone(), stopped(stop_rx.clone())));
-    let state = AppState { queue, started: Instant::now(), root_url };
-    let serving = tokio::spawn(shoal_api::serve(listener, state, stopped(stop_rx)));
-
+    println!("shoal listening on http://{} (rootUrl {})", running.local, running.root_url);
     shutdown_signal().await;
-    tracing::info!("shutting down: no new requests; finishing open ones");
-    let _ = stop_tx.send(true);
-    serving.await.context("server task")?.context("serving")?;
-    due.await.context("due loop")?;
-    store.close().await;
-    tracing::info!("stopped");
-    Ok(())
+    running.stop().await
+}
+
+/// A server started in this process: the API, the due loop and the store behind them.
+struct RunningServer {
+    local: SocketAddr,
+    root_url: String,
+    stop: watch::Sender<bool>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    due: tokio::task::JoinHandle<()>,
+    store: Store,
+}
+
+impl RunningServer {
+    async fn start(config: &ServerConfig) -> anyhow::Result<RunningServer> {
+        let path = config.data_dir.join("shoal.db");
+        let store = SqliteStore::open(&SqliteConfig { path: path.clone(), claim_timeout_secs: config.claim_timeout })
+            .with_context(|| format!("opening the database {}", path.display()))?;
+        let store = Store::Sqlite(store);
+        let queue_config = QueueConfig { claim_wait: Duration::from_secs(config.claim_wait), ..QueueConfig::default() };
+        let blobs_dir = config.data_dir.join("blobs");
+        let blobs =
+            Blobs::local(&blobs_dir).with_context(|| format!("opening blob storage {}", blobs_dir.display()))?;
+        let queue = Queue::new(store.clone(), blobs, queue_config);
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?;
+        let local = listener.local_addr().context("reading the bound address")?;
+        let root_url = config.root_url.clone().unwrap_or_else(|| format!("http://{local}"));
+        let root_url = root_url.trim_end_matches('/').to_owned();
+        let (stop, stop_rx) = watch::channel(false);
+        let due = tokio::spawn(shoal_service::run_due_loop(queue.clone(), stopped(stop_rx.clone())));
+        let state = AppState { queue, started: Instant::now(), root_url: root_url.clone() };
+        let serving = tokio::spawn(shoal_api::serve(listener, state, stopped(stop_rx)));
+        Ok(RunningServer { local, root_url, stop, serving, due, store })
+    }
+
+    /// Stops in stages: no new requests, open ones finish, the due loop stops, the store
+    /// commits what is queued.
+    async fn stop(self) -> anyhow::Result<()> {
+        tracing::info!("shutting down: no new requests; finishing open ones");
+        let _ = self.stop.send(true);
+        self.serving.await.context("server task")?.context("serving")?;
+        self.due.await.context("due loop")?;
+        self.store.close().await;
+        tracing::info!("stopped");
+        Ok(())
+    }
 }
 
 async fn worker(args: WorkerArgs) -> anyhow::Result<()> {

@@ -89,6 +89,7 @@ pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Out
             }
         }
     }
+    while running.try_join_next().is_some() {}
     tracing::info!(running = running.len(), "shutting down: stopping running tasks and handing them back");
     stopping.cancel();
     while running.join_next().await.is_some() {}

@@ -1,0 +1,228 @@
+//! The client verbs: `shoal task …`, `shoal artifact get`, `shoal group wait`. They speak
+//! to a server over HTTP only, like any other client.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use shoal_client::{Client, GroupMember};
+use shoal_engine::Timestamp;
+use shoal_engine::status::TaskState;
+
+/// Where the server is.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ServerAddress {
+    /// The server's root URL.
+    #[arg(long, env = "SHOAL_ROOT_URL", default_value = "http://127.0.0.1:8080", global = true)]
+    root_url: String,
+}
+
+impl ServerAddress {
+    pub(crate) fn client(&self) -> anyhow::Result<Client> {
+        Client::new(&self.root_url).context("building the HTTP client")
+    }
+}
+
+/// `shoal task …`.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum TaskCommand {
+    /// Create a task from a JSON or YAML definition (created and deadline default to now and
+    /// now + 1 hour).
+    Create {
+        /// The definition file.
+        file: PathBuf,
+        /// Use this task id instead of a new one.
+        #[arg(long)]
+        task_id: Option<String>,
+        /// Print the status as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a task's status.
+    Status {
+        /// The task.
+        task_id: String,
+        /// Print the status as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a task's log (the latest run unless --run is given).
+    Log {
+        /// The task.
+        task_id: String,
+        /// The run.
+        #[arg(long)]
+        run: Option<u32>,
+        /// Keep printing until the run ends.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Cancel a task.
+    Cancel {
+        /// The task.
+        task_id: String,
+        /// Print the status as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) async fn task(address: &ServerAddress, command: TaskCommand) -> anyhow::Result<()> {
+    let client = address.client()?;
+    match command {
+        TaskCommand::Create { file, task_id, json } => {
+            let definition = read_definition(&file)?;
+            let task_id = task_id.unwrap_or_else(slugid::nice);
+            let status = client.create_task(&task_id, &definition).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&json!({ "taskId": task_id, "status": status }))?);
+            } else {
+                println!("{task_id}\t{}", status.state.as_str());
+            }
+        }
+        TaskCommand::Status { task_id, json } => {
+            let status = client.task_status(&task_id).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                println!(
+                    "{task_id}\t{}\t{} run(s)\t{}",
+                    status.state.as_str(),
+                    status.runs.len(),
+                    status.task_queue_id
+                );
+                for run in &status.runs {
+                    let reason = run.reason_resolved.map(|r| serde_json::to_value(r).unwrap_or_default());
+                    let worker = run.worker_id.as_deref().unwrap_or("-");
+                    let reason = reason.as_ref().and_then(Value::as_str).unwrap_or("-");
+                    println!("  run {}\t{:?}\t{reason}\t{worker}", run.run_id, run.state);
+                }
+            }
+        }
+        TaskCommand::Log { task_id, run, follow } => {
+            let run_id = match run {
+                Some(run_id) => run_id,
+                None => client
+                    .task_status(&task_id)
+                    .await?
+                    .runs
+                    .last()
+                    .map(|run| run.run_id)
+                    .context("the task has no runs yet")?,
+            };
+            let mut res = client.log(&task_id, run_id, follow).await?;
+            let mut stdout = std::io::stdout().lock();
+            while let Some(chunk) = res.chunk().await.context("reading the log")? {
+                stdout.write_all(&chunk)?;
+                stdout.flush()?;
+            }
+        }
+        TaskCommand::Cancel { task_id, json } => {
+            let status = client.cancel_task(&task_id).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                println!("{task_id}\t{}", status.state.as_str());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `shoal artifact get`: writes an artifact's bytes to a file or stdout.
+pub(crate) async fn artifact_get(
+    address: &ServerAddress,
+    task_id: &str,
+    name: &str,
+    run: Option<u32>,
+    output: Option<&Path>,
+) -> anyhow::Result<()> {
+    let bytes = address.client()?.artifact_bytes(task_id, run, name).await?;
+    match output {
+        Some(path) => std::fs::write(path, &bytes).with_context(|| format!("writing {}", path.display()))?,
+        None => std::io::stdout().lock().write_all(&bytes)?,
+    }
+    Ok(())
+}
+
+/// Reads a definition (JSON, or YAML) and fills in `created` and `deadline` when missing.
+fn read_definition(file: &Path) -> anyhow::Result<Value> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let mut definition: Value = match serde_json::from_str(&text) {
+        Ok(value) => value,
+        Err(_) => {
+            serde_saphyr::from_str(&text).with_context(|| format!("{} is neither JSON nor YAML", file.display()))?
+        }
+    };
+    let object = definition.as_object_mut().with_context(|| format!("{} must hold an object", file.display()))?;
+    let now = now();
+    object.entry("created").or_insert_with(|| json!(now));
+    object.entry("deadline").or_insert_with(|| json!(now.plus_secs(3600)));
+    Ok(definition)
+}
+
+pub(crate) fn now() -> Timestamp {
+    Timestamp(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64))
+}
+
+/// `shoal group wait`: a progress bar until every task of the group is resolved, then a
+/// summary table; true when every task completed.
+pub(crate) async fn group_wait(client: &Client, group: &str, json: bool) -> anyhow::Result<bool> {
+    let bar = indicatif::ProgressBar::new(0);
+    if json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} resolved  {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let members = loop {
+        let members = client.task_group(group).await?;
+        let count = |state: TaskState| members.iter().filter(|m| m.status.state == state).count();
+        let resolved = members.iter().filter(|m| m.status.state.is_resolved()).count();
+        bar.set_length(members.len() as u64);
+        bar.set_position(resolved as u64);
+        bar.set_message(format!(
+            "{} running, {} pending, {} waiting, {} failed, {} exception",
+            count(TaskState::Running),
+            count(TaskState::Pending),
+            count(TaskState::Unscheduled),
+            count(TaskState::Failed),
+            count(TaskState::Exception)
+        ));
+        if !members.is_empty() && resolved == members.len() {
+            break members;
+        }
+        // No event stream yet (issue 4): poll the group.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    bar.finish_and_clear();
+    let all_completed = members.iter().all(|m| m.status.state == TaskState::Completed);
+    if json {
+        let summary: Vec<Value> = members.iter().map(|m| json!({"taskId": m.status.task_id, "name": name_of(m), "state": m.status.state, "runs": m.status.runs.len()})).collect();
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print_table(&members);
+    }
+    Ok(all_completed)
+}
+
+fn name_of(member: &GroupMember) -> &str {
+    member.task["metadata"]["name"].as_str().unwrap_or("")
+}
+
+fn print_table(members: &[GroupMember]) {
+    let width = members.iter().map(|m| name_of(m).len()).max().unwrap_or(4).max(4);
+    println!("{:<22}  {:<width$}  {:<11}  RUNS", "TASK", "NAME", "STATE");
+    for member in members {
+        let state = member.status.state.as_str();
+        println!(
+            "{:<22}  {:<width$}  {state:<11}  {}",
+            member.status.task_id,
+            name_of(member),
+            member.status.runs.len()
+        );
+    }
+}

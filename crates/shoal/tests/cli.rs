@@ -1,0 +1,92 @@
+//! The client verbs and `shoal dev`, run as a person would run them.
+
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+fn shoal() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    command.env("SHOAL_LOG", "warn").kill_on_drop(true);
+    command
+}
+
+async fn server(data_dir: &std::path::Path) -> (Child, String) {
+    let mut child = shoal()
+        .args(["server", "--listen", "127.0.0.1:0", "--claim-wait", "1", "--data-dir"])
+        .arg(data_dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = BufReader::new(child.stdout.take().unwrap()).lines().next_line().await.unwrap().unwrap();
+    (child, line.split("rootUrl ").nth(1).unwrap().trim_end_matches(')').to_owned())
+}
+
+/// Runs a verb; returns (exit code, stdout).
+async fn verb(root: &str, args: &[&str]) -> (i32, String) {
+    let out = shoal().args(args).env("SHOAL_ROOT_URL", root).output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.is_empty() || out.status.code() != Some(0), "{args:?} wrote to stderr: {stderr}");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_verbs_from_create_to_artifacts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, root) = server(&dir.path().join("data")).await;
+    let group = slugid::nice();
+    let file = dir.path().join("task.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "taskQueueId: cli/q\ntaskGroupId: {group}\npayload:\n  maxRunTime: 30\n  command:\n    - echo made by the cli > out.txt; cat out.txt\n  artifacts:\n    - {{type: file, path: out.txt, name: public/out.txt}}\nmetadata: {{name: from-yaml, description: d, owner: o, source: 'https://x'}}\n"
+        ),
+    )
+    .unwrap();
+    let (code, out) = verb(&root, &["task", "create", file.to_str().unwrap(), "--json"]).await;
+    assert_eq!(code, 0, "{out}");
+    let created: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let task_id = created["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(created["status"]["state"], "pending");
+
+    let _worker = shoal()
+        .args(["worker", "--queue", "cli/q", "--root-url", &root, "--work-dir"])
+        .arg(dir.path().join("work"))
+        .spawn()
+        .unwrap();
+    let (code, table) = verb(&root, &["group", "wait", &group]).await;
+    assert_eq!(code, 0, "every task completed: {table}");
+    assert!(table.contains("from-yaml") && table.contains("completed"), "{table}");
+
+    let (_, status) = verb(&root, &["task", "status", &task_id]).await;
+    assert!(status.starts_with(&format!("{task_id}\tcompleted")), "{status}");
+    let (_, log) = verb(&root, &["task", "log", &task_id]).await;
+    assert!(log.contains("made by the cli"), "{log}");
+    let (_, artifact) = verb(&root, &["artifact", "get", &task_id, "public/out.txt"]).await;
+    assert_eq!(artifact, "made by the cli\n");
+
+    // A task nobody runs, canceled.
+    let idle = dir.path().join("idle.json");
+    std::fs::write(&idle, r#"{"taskQueueId": "cli/nobody", "payload": {}, "metadata": {"name": "idle", "description": "", "owner": "o", "source": "https://x"}}"#).unwrap();
+    let (_, out) = verb(&root, &["task", "create", idle.to_str().unwrap()]).await;
+    let idle_id = out.split('\t').next().unwrap().to_owned();
+    let (_, out) = verb(&root, &["task", "cancel", &idle_id]).await;
+    assert_eq!(out.trim(), format!("{idle_id}\texception"));
+
+    let (code, _) = verb(&root, &["task", "status", &slugid::nice()]).await;
+    assert_ne!(code, 0, "an unknown task is an error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_runs_the_example_graph_to_completion() {
+    let out = shoal().args(["dev", "--example", "--once", "--listen", "127.0.0.1:0"]).output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for name in ["build", "test-unit", "test-integration", "test-lint", "report"] {
+        assert!(
+            stdout.lines().any(|line| line.contains(name) && line.contains("completed")),
+            "{name} completed:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("where to look"), "{stdout}");
+}
