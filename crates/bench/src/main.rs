@@ -77,6 +77,11 @@ enum Command {
         #[arg(long, default_value_t = 32)]
         capacity: u32,
     },
+    /// Live-log throughput end to end: a chatty task on a real worker, one reader following.
+    Chatty {
+        #[arg(long, default_value_t = 256)]
+        megabytes: usize,
+    },
     /// Live-log throughput: a writer appending chunks as a worker does, one reader following.
     LiveLog {
         #[arg(long, default_value_t = 256)]
@@ -104,6 +109,7 @@ fn main() -> anyhow::Result<()> {
                 wake(1000).await?;
                 live_log(256, 1024).await?;
                 worker(5000, 32).await?;
+                chatty(256).await?;
                 scale(&[1_000, 1_000_000], 20_000).await?;
             }
             Command::Throughput { tasks, creators, workers, batch } => {
@@ -112,6 +118,7 @@ fn main() -> anyhow::Result<()> {
             Command::Wake { samples } => wake(samples).await?,
             Command::LiveLog { megabytes, chunk_kb } => live_log(megabytes, chunk_kb).await?,
             Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
+            Command::Chatty { megabytes } => chatty(megabytes).await?,
             Command::Scale { pending, claims } => scale(&pending, claims).await?,
         }
         Ok(())
@@ -313,6 +320,46 @@ async fn worker(n_tasks: usize, capacity: u32) -> anyhow::Result<()> {
     println!(
         "worker: {n_tasks} trivial tasks (`true`) through one worker process (capacity {capacity}) in {elapsed:.2} s = {:.0} tasks/s",
         n_tasks as f64 / elapsed
+    );
+    drop(worker);
+    server.stop().await;
+    Ok(())
+}
+
+async fn chatty(megabytes: usize) -> anyhow::Result<()> {
+    let server = Server::start(None, &[]).await?;
+    let client = server.client();
+    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
+    let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let worker = server::start_worker(&root, "bench/chatty", 1, work_dir.path())?;
+    let bytes = megabytes * 1024 * 1024;
+    let mut task = definition("bench/chatty");
+    task["payload"] = json!({
+        "command": [format!("yes 'compiling src/some/module.rs ... ok (a typical line of build output)' | head -c {bytes}")],
+        "maxRunTime": 600
+    });
+    let task_id = slugid::nice();
+    let res = client.put(format!("{}/task/{task_id}", server.base)).json(&task).send().await?;
+    anyhow::ensure!(res.status().is_success(), "createTask failed");
+    // Follow from the moment the run exists.
+    let started = Instant::now();
+    let mut res = loop {
+        let res = client.get(format!("{root}/logs/v1/{task_id}/0?follow=1")).send().await?;
+        if res.status().is_success() {
+            break res;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let mut n_read = 0usize;
+    while let Some(chunk) = res.chunk().await? {
+        n_read += chunk.len();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    anyhow::ensure!(n_read >= bytes, "the follower read {n_read} of {bytes} bytes");
+    let mib = n_read as f64 / (1024.0 * 1024.0);
+    println!(
+        "chatty task: {mib:.0} MiB of output through one worker to a following reader in {elapsed:.2} s = {:.0} MiB/s",
+        mib / elapsed
     );
     drop(worker);
     server.stop().await;
