@@ -231,13 +231,38 @@ impl Client {
         self.call(Method::POST, &url, Some(Body::Json(body))).await
     }
 
-    /// Uploads a blob artifact's bytes to the `putUrl` createArtifact gave.
+    /// Uploads a file as a blob artifact's bytes to `put_url`, streaming it (never held in
+    /// memory whole); retried like every call, reopening the file each time.
     ///
     /// # Errors
-    /// As the server answers.
-    pub async fn upload(&self, put_url: &str, bytes: &[u8]) -> Result<(), ClientError> {
-        let (status, answer) = self.send(Method::PUT, put_url, Some(Body::Bytes(bytes))).await?;
-        if status.is_success() { Ok(()) } else { Err(error_of(status, &answer)) }
+    /// When the file cannot be read or the server refuses.
+    pub async fn upload_file(&self, put_url: &str, path: &std::path::Path) -> Result<(), ClientError> {
+        let mut backoff = BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let file = tokio::fs::File::open(path)
+                .await
+                .map_err(|err| ClientError::Transport(format!("opening {}: {err}", path.display())))?;
+            let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(file));
+            let failure = match self.http.put(put_url).body(body).send().await {
+                Ok(res) if res.status().is_success() => return Ok(()),
+                Ok(res) if !res.status().is_server_error() => {
+                    let status = res.status();
+                    let bytes = res.bytes().await.unwrap_or_default();
+                    return Err(error_of(status, &bytes));
+                }
+                Ok(res) => {
+                    ClientError::Status { status: res.status(), code: "ServerError".into(), message: String::new() }
+                }
+                Err(err) => ClientError::Transport(err.to_string()),
+            };
+            if attempt >= ATTEMPTS {
+                return Err(failure);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            attempt += 1;
+        }
     }
 
     /// createTask.

@@ -90,3 +90,19 @@ async fn dev_runs_the_example_graph_to_completion() {
     }
     assert!(stdout.contains("where to look"), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_dev_cleanly() {
+    let mut dev =
+        shoal().args(["dev", "--listen", "127.0.0.1:0", "--workers", "1"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(dev.stdout.take().unwrap()).lines();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        if line.contains("Ctrl-C stops everything") {
+            break;
+        }
+    }
+    let pid = nix::unistd::Pid::from_raw(dev.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = dev.wait().await.unwrap();
+    assert!(status.success(), "shoal dev exits cleanly on Ctrl-C: {status:?}");
+}

@@ -58,17 +58,17 @@ async fn missing(target: &Target<'_>, spec: &ArtifactSpec, log: &LogSink) {
 }
 
 async fn upload(target: &Target<'_>, file: &Path, name: &str, content_type: Option<&str>) -> anyhow::Result<()> {
-    let bytes = tokio::fs::read(file).await?;
+    let size = tokio::fs::metadata(file).await?.len();
     let content_type = content_type.unwrap_or_else(|| guess_content_type(name));
     let body = json!({
         "storageType": "s3",
         "expires": target.expires,
         "contentType": content_type,
-        "contentLength": bytes.len(),
+        "contentLength": size,
     });
     let created = target.client.create_artifact(target.task_id, target.run_id, name, &body).await?;
     let put_url = created["putUrl"].as_str().ok_or_else(|| anyhow::anyhow!("createArtifact gave no putUrl"))?;
-    target.client.upload(put_url, &bytes).await?;
+    target.client.upload_file(put_url, file).await?;
     Ok(())
 }
 
