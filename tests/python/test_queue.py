@@ -175,7 +175,7 @@ def test_artifacts(queue, make_task, task_queue_id):
     # The client does not follow the redirect; it returns the JSON body describing it.
     assert queue.getArtifact(task_id, "0", "public/report.txt")["storageType"] == "s3"
     names = [a["name"] for a in queue.listLatestArtifacts(task_id)["artifacts"]]
-    assert names == ["public/report.txt"]
+    assert names == ["public/logs/live.log", "public/report.txt"], "every claimed run has its live log"
     data, content_type = downloadArtifactToBuf(
         taskId=task_id, runId=0, name="public/report.txt", queueService=queue
     )
