@@ -156,6 +156,31 @@ fn definition_with_retries(queue: &str, retries: u32) -> Value {
     })
 }
 
+/// Starts `n_creators` clients creating `n_tasks` tasks with `body` between them.
+fn spawn_creators(
+    client: &reqwest::Client,
+    base: &str,
+    body: Vec<u8>,
+    n_tasks: usize,
+    n_creators: usize,
+) -> tokio::task::JoinSet<anyhow::Result<()>> {
+    let created = Arc::new(AtomicUsize::new(0));
+    let mut creators = tokio::task::JoinSet::new();
+    for _ in 0..n_creators {
+        let (client, base, created, body) = (client.clone(), base.to_owned(), Arc::clone(&created), body.clone());
+        creators.spawn(async move {
+            while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
+                let url = format!("{base}/task/{}", slugid::nice());
+                let res = client.put(url).header("content-type", "application/json").body(body.clone()).send().await?;
+                anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
+                res.bytes().await?;
+            }
+            Ok(())
+        });
+    }
+    creators
+}
+
 /// A JSON value as request bytes, serialized once (copying a few hundred bytes per request
 /// is cheaper than serializing again).
 fn bytes_of(value: &Value) -> anyhow::Result<Vec<u8>> {
@@ -175,24 +200,10 @@ async fn throughput(n_tasks: usize, n_creators: usize, n_workers: usize, batch: 
     let server = Server::start(None, &[]).await?;
     let client = server.client();
     let (server_cpu0, bench_cpu0) = (server.cpu_secs(), server::process_cpu_secs("/proc/self/stat"));
-    let created = Arc::new(AtomicUsize::new(0));
     let completed = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
-    let mut creators = tokio::task::JoinSet::new();
-    for _ in 0..n_creators {
-        let (client, base, created) = (client.clone(), server.base.clone(), Arc::clone(&created));
-        creators.spawn(async move {
-            // One body per creator: the definition's times stay valid for the whole run.
-            let body = bytes_of(&definition("bench/throughput"))?;
-            while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
-                let url = format!("{base}/task/{}", slugid::nice());
-                let res = client.put(url).header("content-type", "application/json").body(body.clone()).send().await?;
-                anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
-                res.bytes().await?;
-            }
-            Ok(())
-        });
-    }
+    let body = bytes_of(&definition("bench/throughput"))?;
+    let mut creators = spawn_creators(&client, &server.base, body, n_tasks, n_creators);
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..n_workers {
         let (client, base, completed) = (client.clone(), server.base.clone(), Arc::clone(&completed));
@@ -290,20 +301,7 @@ async fn worker(n_tasks: usize, capacity: u32) -> anyhow::Result<()> {
         "metadata": {"name": "trivial", "description": "", "owner": "bench@example.com", "source": "https://example.com"}
     }))?;
     let started = Instant::now();
-    let created = Arc::new(AtomicUsize::new(0));
-    let mut creators = tokio::task::JoinSet::new();
-    for _ in 0..8 {
-        let (client, base, created, body) = (client.clone(), server.base.clone(), Arc::clone(&created), body.clone());
-        creators.spawn(async move {
-            while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
-                let url = format!("{base}/task/{}", slugid::nice());
-                let res = client.put(url).header("content-type", "application/json").body(body.clone()).send().await?;
-                anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
-                res.bytes().await?;
-            }
-            Ok(())
-        });
-    }
+    let mut creators = spawn_creators(&client, &server.base, body, n_tasks, 8);
     while let Some(res) = creators.join_next().await {
         res??;
     }

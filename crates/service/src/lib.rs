@@ -102,6 +102,18 @@ impl Queue {
         committed.value
     }
 
+    /// The state of one run, as committed.
+    async fn run_state(&self, task_id: TaskId, run_id: u32) -> Result<RunState, StoreError> {
+        let record = self.inner.store.read(move |reads| reads.task(task_id)).await?;
+        let record = record.ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")))?;
+        let run = record
+            .status
+            .runs
+            .get(run_id as usize)
+            .ok_or_else(|| Rejection::NotFound(format!("run {run_id} of task {task_id} not found")))?;
+        Ok(run.state)
+    }
+
     /// Appends a chunk of a running run's output at `offset`.
     ///
     /// # Errors
@@ -114,14 +126,7 @@ impl Queue {
         offset: u64,
         bytes: &[u8],
     ) -> Result<Appended, StoreError> {
-        let record = self.inner.store.read(move |reads| reads.task(task_id)).await?;
-        let record = record.ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")))?;
-        let run = record
-            .status
-            .runs
-            .get(run_id as usize)
-            .ok_or_else(|| Rejection::NotFound(format!("run {run_id} of task {task_id} not found")))?;
-        if run.state != RunState::Running {
+        if self.run_state(task_id, run_id).await? != RunState::Running {
             return Err(Rejection::Conflict(format!(
                 "run {run_id} of task {task_id} is not running; its log is closed"
             ))
@@ -158,14 +163,7 @@ impl Queue {
             };
             log.progress.send_modify(|progress| progress.size = progress.size.max(size));
         }
-        let record = self.inner.store.read(move |reads| reads.task(task_id)).await?;
-        let record = record.ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")))?;
-        let run = record
-            .status
-            .runs
-            .get(run_id as usize)
-            .ok_or_else(|| Rejection::NotFound(format!("run {run_id} of task {task_id} not found")))?;
-        if run.state.is_resolved() {
+        if self.run_state(task_id, run_id).await?.is_resolved() {
             self.inner.live.finish(task_id, run_id);
         }
         Ok(receiver)
