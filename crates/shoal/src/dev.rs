@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use shoal_client::Client;
 use tokio::sync::watch;
 
-use crate::{RunningServer, ServerConfig, cli, shutdown_signal, stopped};
+use crate::{RunningServer, ServerConfig, ShutdownSignal, cli, stopped};
 
 /// The example graph, built into the binary so `shoal dev --example` works from anywhere.
 const EXAMPLE: &str = include_str!("../../../examples/ci-graph.yaml");
@@ -39,6 +39,7 @@ pub(crate) struct DevArgs {
 }
 
 pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
+    let shutdown = ShutdownSignal::install()?;
     let temp = tempfile::tempdir().context("making a data directory")?;
     let data_dir = args.data_dir.clone().unwrap_or_else(|| temp.path().to_path_buf());
     let config = ServerConfig { listen: args.listen, data_dir, claim_timeout: 120, ..ServerConfig::default() };
@@ -81,7 +82,7 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
     }
     if !args.once {
         println!("\nCtrl-C stops everything.");
-        shutdown_signal().await;
+        shutdown.received().await;
     }
     let _ = stop_workers.send(true);
     while workers.join_next().await.is_some() {}

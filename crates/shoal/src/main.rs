@@ -254,11 +254,12 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let shutdown = ShutdownSignal::install()?;
     let config = ServerConfig::resolve(&args)?;
     let running = RunningServer::start(&config).await?;
     // Printed on stdout so scripts (and tests) can learn the port when listening on :0.
     println!("shoal listening on http://{} (rootUrl {})", running.local, running.root_url);
-    shutdown_signal().await;
+    shutdown.received().await;
     running.stop().await
 }
 
@@ -310,6 +311,7 @@ impl RunningServer {
 }
 
 async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    let shutdown = ShutdownSignal::install()?;
     let client = shoal_client::Client::new(&args.root_url).context("building the HTTP client")?;
     let mut dimensions = serde_json::Map::new();
     for (key, value) in args.dimensions {
@@ -328,7 +330,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         grace: Duration::from_secs(args.grace),
     };
     tracing::info!(queue = %config.task_queue_id, worker.id = %config.worker_id, capacity = config.capacity, "worker started");
-    shoal_worker::run(client, config, shutdown_signal()).await;
+    shoal_worker::run(client, config, shutdown.received()).await;
     tracing::info!("worker stopped");
     Ok(())
 }
@@ -337,24 +339,28 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopped| *stopped).await;
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+/// SIGINT or SIGTERM, listened for from the moment this is made: a signal that arrives
+/// before anyone awaits it is kept, not lost (or ignored, for processes started in the
+/// background).
+struct ShutdownSignal {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    fn install() -> anyhow::Result<ShutdownSignal> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(ShutdownSignal {
+            interrupt: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+        })
+    }
+
+    async fn received(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
     }
 }
 
