@@ -127,10 +127,12 @@ pub fn check_name(name: &str) -> Result<(), Rejection> {
     if ok { Ok(()) } else { Err(Rejection::invalid("name", "must be 1 to 1024 printable ASCII characters")) }
 }
 
-/// The live-log artifact a claimed run gets, kept as long as its task.
+/// The live-log artifact every claimed run has (unless a stored artifact replaced it); it is
+/// derived, never stored, and lasts as long as its task.
 #[must_use]
-pub fn live_log(task_expires: Timestamp) -> Artifact {
-    Artifact { name: LIVE_LOG_NAME.to_owned(), expires: task_expires, kind: ArtifactKind::LiveLog, present: true }
+pub fn implicit_live_log(run: &Run, task_expires: Timestamp) -> Option<Artifact> {
+    run.worker_id.as_ref()?;
+    Some(Artifact { name: LIVE_LOG_NAME.to_owned(), expires: task_expires, kind: ArtifactKind::LiveLog, present: true })
 }
 
 impl ArtifactRequest {
@@ -356,7 +358,10 @@ mod tests {
     #[test]
     fn the_live_log_is_the_servers_and_may_become_a_link() {
         let running = run(RunState::Running, None);
-        let live = live_log(TASK_EXPIRES);
+        let live = implicit_live_log(&running, TASK_EXPIRES).unwrap();
+        let mut unclaimed = running.clone();
+        unclaimed.worker_id = None;
+        assert!(implicit_live_log(&unclaimed, TASK_EXPIRES).is_none(), "only claimed runs have one");
         assert_eq!(live.kind.storage_type(), "reference");
         let forged = request(json!({"storageType": "live-log", "expires": "2026-01-02T00:00:00Z"}));
         assert!(matches!(forged.apply("public/x", &running, TASK_EXPIRES, None, NOW), Err(Rejection::Invalid { .. })));

@@ -1,14 +1,14 @@
 //! Artifact records: creating, marking uploaded, reading and expiring them.
 
 use rusqlite::{Connection, Row, params};
-use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest};
+use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, LIVE_LOG_NAME, implicit_live_log};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::sqlite::row::corrupt;
+use crate::sqlite::row::{TASK_COLUMNS, corrupt, task_from_row};
 use crate::sqlite::tx::{Tx, json};
 use crate::{ArtifactKey, Page, StoreError};
 
-/// One artifact of one run, or `None`.
+/// One artifact of one run, or `None`; the run's implicit live log counts.
 pub(crate) fn artifact(
     conn: &Connection,
     task_id: TaskId,
@@ -19,7 +19,22 @@ pub(crate) fn artifact(
         "SELECT name, kind, present, expires FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name = ?3",
     )?;
     let mut rows = stmt.query(params![task_id.as_str(), run_id, name])?;
-    rows.next()?.map(from_row).transpose()
+    if let Some(row) = rows.next()? {
+        return from_row(row).map(Some);
+    }
+    if name != LIVE_LOG_NAME {
+        return Ok(None);
+    }
+    implicit(conn, task_id, run_id)
+}
+
+/// The run's live log, derived from the run (claimed runs have one).
+fn implicit(conn: &Connection, task_id: TaskId, run_id: u32) -> Result<Option<Artifact>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1"))?;
+    let mut rows = stmt.query([task_id.as_str()])?;
+    let Some(row) = rows.next()? else { return Ok(None) };
+    let task = task_from_row(row)?.task;
+    Ok(task.runs().get(run_id as usize).and_then(|run| implicit_live_log(run, task.meta.expires)))
 }
 
 /// A run's artifacts by name, paged.
@@ -38,6 +53,15 @@ pub(crate) fn list(
     let mut items = Vec::new();
     while let Some(row) = rows.next()? {
         items.push(from_row(row)?);
+    }
+    // The implicit live log takes its place in name order unless a stored one replaced it.
+    let in_range = after.is_none_or(|after| LIVE_LOG_NAME > after);
+    if in_range
+        && !items.iter().any(|artifact| artifact.name == LIVE_LOG_NAME)
+        && let Some(live) = implicit(conn, task_id, run_id)?
+    {
+        let at = items.partition_point(|artifact| artifact.name.as_str() < LIVE_LOG_NAME);
+        items.insert(at, live);
     }
     let continuation = (items.len() > limit).then(|| {
         items.truncate(limit);
@@ -130,7 +154,7 @@ pub(crate) fn forget(tx: &mut Tx<'_>, keys: &[ArtifactKey]) -> Result<usize, Sto
     Ok(n_deleted)
 }
 
-pub(crate) fn put(tx: &mut Tx<'_>, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
+fn put(tx: &mut Tx<'_>, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
     let mut stmt = tx.conn.prepare_cached(
         "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
          ON CONFLICT (task_id, run_id, name) DO UPDATE SET kind = excluded.kind, present = excluded.present, \

@@ -1,7 +1,6 @@
 //! The write operations, each run by the writer thread inside one transaction.
 
 use rusqlite::{OptionalExtension, params};
-use shoal_engine::artifact::{LIVE_LOG_NAME, live_log};
 use shoal_engine::definition::{Requires, TaskDefinition};
 use shoal_engine::event::{Effects, Event};
 use shoal_engine::priority::Priority;
@@ -9,10 +8,9 @@ use shoal_engine::status::{TaskState, TaskStatus};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::sqlite::artifacts;
 use crate::sqlite::row::{self, TaskRow};
 use crate::sqlite::tx::{Tx, json};
-use crate::{ArtifactKey, Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, TaskEvent, TaskGroup};
+use crate::{Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, TaskEvent, TaskGroup};
 
 /// How long a task group outlives its latest-expiring task.
 const GROUP_EXPIRY_SLACK_MS: i64 = 3600 * 1000;
@@ -184,9 +182,6 @@ pub(crate) fn claim_run(
     let (mut row, definition) = tx.load_with_definition(task_id)?;
     let claim_timeout = tx.state.claim_timeout_secs;
     tx.step(&mut row, now, |task| task.claim(run_id, &request.worker_group, &request.worker_id, now, claim_timeout))?;
-    // Every claimed run gets its live log artifact in the claim's own transaction.
-    let key = ArtifactKey { task_id, run_id, name: LIVE_LOG_NAME.to_owned() };
-    artifacts::put(tx, &key, &live_log(row.task.meta.expires))?;
     let taken_until = row.task.running_until().unwrap_or(now);
     Ok(Claim {
         status: row.task.status(),
