@@ -158,8 +158,12 @@ async fn run_commands(
     Ending::Success
 }
 
-/// Reclaims at a third of the remaining claim; a refusal means the run is over, so the
-/// commands are stopped and nothing more is reported.
+/// Longest time between reclaims: a cancel reaches the worker as a refused reclaim, so this
+/// bounds how long a canceled task keeps running (until events can tell the worker at once).
+const MAX_RECLAIM_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Reclaims at a third of the remaining claim (at least every 15 s); a refusal means the run
+/// is over, so the commands are stopped and nothing more is reported.
 async fn keep_claim(
     client: Client,
     task_id: String,
@@ -173,7 +177,8 @@ async fn keep_claim(
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
         );
         let remaining = (taken_until.millis() - now.millis()).max(0) as u64;
-        tokio::time::sleep(Duration::from_millis((remaining / 3).max(200))).await;
+        let wait = Duration::from_millis((remaining / 3).max(200)).min(MAX_RECLAIM_INTERVAL);
+        tokio::time::sleep(wait).await;
         match client.reclaim(&task_id, run_id).await {
             Ok(until) => taken_until = until,
             Err(err) if err.is_conflict() => {
