@@ -34,6 +34,7 @@ pub mod rejection;
 pub mod status;
 pub mod task;
 pub mod timestamp;
+pub mod topic;
 
 pub use id::TaskId;
 pub use rejection::Rejection;
