@@ -223,8 +223,11 @@ pub fn follow_links<E>(
 }
 
 /// Artifacts go on claimed runs that are running, or that ended with an exception a short
-/// while ago.
-fn check_run_takes_artifacts(run: &Run, now: Timestamp) -> Result<(), Rejection> {
+/// while ago; their bytes may be uploaded only then too.
+///
+/// # Errors
+/// Input for a run never claimed; Conflict for a run that no longer takes artifacts.
+pub fn check_run_takes_artifacts(run: &Run, now: Timestamp) -> Result<(), Rejection> {
     if run.worker_id.is_none() {
         return Err(Rejection::Input(format!("run {} was never claimed; it cannot have artifacts", run.run_id)));
     }

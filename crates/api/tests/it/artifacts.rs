@@ -123,9 +123,14 @@ async fn artifact_rules_through_http() {
     let (code, _) = app.get(&format!("/task/{task_id}/runs/5/artifacts")).await;
     assert_eq!(code, StatusCode::NOT_FOUND);
 
+    let (_, created) =
+        app.post(&format!("/task/{task_id}/runs/0/artifacts/public/late.bin"), blob_request("text/plain")).await;
+    let put_url = created["putUrl"].as_str().unwrap().to_owned();
     app.report(&task_id, 0, "completed").await;
     let (code, body) = app.post(&path, blob_request("text/plain")).await;
     assert_eq!(code, StatusCode::CONFLICT, "a completed run takes no more artifacts: {body}");
+    let late = app.raw(Method::PUT, &put_url, Some(b"too late".to_vec())).await;
+    assert_eq!(late.status(), StatusCode::CONFLICT, "nor bytes for them");
 }
 
 #[tokio::test]
