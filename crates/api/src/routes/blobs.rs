@@ -43,6 +43,14 @@ pub(crate) async fn put_blob(
 ) -> Result<StatusCode, ApiError> {
     let key = key_of(&params)?;
     blob_record(&state, &key).await?;
+    // Bytes, like records, may only change while the run takes artifacts.
+    let task_id = key.task_id;
+    let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
+    let run = record
+        .as_ref()
+        .and_then(|record| record.status.runs.get(key.run_id as usize))
+        .ok_or_else(|| ApiError::not_found(format!("run {} of task {} not found", key.run_id, key.task_id)))?;
+    shoal_engine::artifact::check_run_takes_artifacts(run, shoal_service::now())?;
     let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
     let mut writer = state.queue.blobs().writer(&blob).await.map_err(io_error)?;
     let mut body = body;
