@@ -2,7 +2,9 @@
 
 use axum::Json;
 use axum::extract::State;
+use serde::Serialize;
 use serde_json::{Value, json};
+use shoal_store::{Page, Reads, StoreError};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -33,19 +35,29 @@ pub(crate) async fn task_queue_counts(State(state): State<AppState>, params: Par
     })))
 }
 
-pub(crate) async fn list_pending_tasks(
-    State(state): State<AppState>,
-    params: Params,
+/// One of a queue's run listings (`list` picks which), in Taskcluster's envelope.
+async fn queue_listing<T: Serialize + Send + 'static>(
+    state: &AppState,
+    params: &Params,
     paging: Paging,
+    list: fn(&dyn Reads, &str, Option<&str>, usize) -> Result<Page<T>, StoreError>,
 ) -> Result<Json<Value>, ApiError> {
     let task_queue_id = params.task_queue_id()?;
     let queue = task_queue_id.clone();
     let page = state
         .queue
         .store()
-        .read(move |reads| reads.list_pending(&queue, paging.continuation.as_deref(), paging.limit))
+        .read(move |reads| list(reads, &queue, paging.continuation.as_deref(), paging.limit))
         .await?;
     Ok(with_continuation(json!({ "taskQueueId": task_queue_id, "tasks": page.items }), page.continuation))
+}
+
+pub(crate) async fn list_pending_tasks(
+    State(state): State<AppState>,
+    params: Params,
+    paging: Paging,
+) -> Result<Json<Value>, ApiError> {
+    queue_listing(&state, &params, paging, |reads, queue, after, limit| reads.list_pending(queue, after, limit)).await
 }
 
 pub(crate) async fn list_claimed_tasks(
@@ -53,14 +65,7 @@ pub(crate) async fn list_claimed_tasks(
     params: Params,
     paging: Paging,
 ) -> Result<Json<Value>, ApiError> {
-    let task_queue_id = params.task_queue_id()?;
-    let queue = task_queue_id.clone();
-    let page = state
-        .queue
-        .store()
-        .read(move |reads| reads.list_claimed(&queue, paging.continuation.as_deref(), paging.limit))
-        .await?;
-    Ok(with_continuation(json!({ "taskQueueId": task_queue_id, "tasks": page.items }), page.continuation))
+    queue_listing(&state, &params, paging, |reads, queue, after, limit| reads.list_claimed(queue, after, limit)).await
 }
 
 pub(crate) async fn list_task_queues(State(state): State<AppState>, paging: Paging) -> Result<Json<Value>, ApiError> {
