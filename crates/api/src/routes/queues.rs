@@ -35,12 +35,15 @@ pub(crate) async fn task_queue_counts(State(state): State<AppState>, params: Par
     })))
 }
 
+/// A read listing the runs of a queue: (reads, queue, after, limit) -> page.
+type QueueListing<T> = fn(&dyn Reads, &str, Option<&str>, usize) -> Result<Page<T>, StoreError>;
+
 /// One of a queue's run listings (`list` picks which), in Taskcluster's envelope.
 async fn queue_listing<T: Serialize + Send + 'static>(
     state: &AppState,
     params: &Params,
     paging: Paging,
-    list: fn(&dyn Reads, &str, Option<&str>, usize) -> Result<Page<T>, StoreError>,
+    list: QueueListing<T>,
 ) -> Result<Json<Value>, ApiError> {
     let task_queue_id = params.task_queue_id()?;
     let queue = task_queue_id.clone();
