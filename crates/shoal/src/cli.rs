@@ -214,9 +214,11 @@ fn name_of(member: &GroupMember) -> &str {
 }
 
 fn print_table(members: &[GroupMember]) {
+    let mut members: Vec<&GroupMember> = members.iter().collect();
+    members.sort_by(|a, b| (name_of(a), a.status.task_id).cmp(&(name_of(b), b.status.task_id)));
     let width = members.iter().map(|m| name_of(m).len()).max().unwrap_or(4).max(4);
     println!("{:<22}  {:<width$}  {:<11}  RUNS", "TASK", "NAME", "STATE");
-    for member in members {
+    for member in &members {
         let state = member.status.state.as_str();
         println!(
             "{:<22}  {:<width$}  {state:<11}  {}",
