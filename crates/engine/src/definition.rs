@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::dimensions::Dimensions;
 use crate::id::{is_identifier, is_worker_type, split_task_queue_id};
 use crate::priority::Priority;
+use crate::status::TaskState;
 use crate::{Rejection, TaskId, Timestamp};
 
 /// How far `created` may be from the server's clock.
@@ -52,6 +53,16 @@ impl Requires {
             "all-completed" => Some(Requires::AllCompleted),
             "all-resolved" => Some(Requires::AllResolved),
             _ => None,
+        }
+    }
+
+    /// Whether a dependency in `state` counts as met. A dependency that failed never meets
+    /// `all-completed`: its dependent waits for scheduleTask or its deadline, as in Taskcluster.
+    #[must_use]
+    pub fn satisfied_by(self, state: TaskState) -> bool {
+        match self {
+            Requires::AllCompleted => state == TaskState::Completed,
+            Requires::AllResolved => state.is_resolved(),
         }
     }
 }
@@ -450,6 +461,18 @@ mod tests {
         assert_eq!(def.requires, Requires::AllCompleted);
         assert_eq!(def.expires.to_string(), "2027-01-01T01:00:00.000Z");
         assert_eq!((def.provisioner_id.as_str(), def.worker_type.as_str()), ("prov", "wt"));
+    }
+
+    #[test]
+    fn requires_decides_which_resolutions_satisfy() {
+        for state in [TaskState::Unscheduled, TaskState::Pending, TaskState::Running] {
+            assert!(!Requires::AllCompleted.satisfied_by(state) && !Requires::AllResolved.satisfied_by(state));
+        }
+        assert!(Requires::AllCompleted.satisfied_by(TaskState::Completed));
+        assert!(!Requires::AllCompleted.satisfied_by(TaskState::Failed));
+        assert!(!Requires::AllCompleted.satisfied_by(TaskState::Exception));
+        assert!(Requires::AllResolved.satisfied_by(TaskState::Failed));
+        assert!(Requires::AllResolved.satisfied_by(TaskState::Exception));
     }
 
     #[test]

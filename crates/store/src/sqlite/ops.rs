@@ -1,7 +1,7 @@
 //! The write operations, each run by the writer thread inside one transaction.
 
 use rusqlite::{OptionalExtension, params};
-use shoal_engine::definition::{Requires, TaskDefinition};
+use shoal_engine::definition::TaskDefinition;
 use shoal_engine::event::{Effects, Event};
 use shoal_engine::priority::Priority;
 use shoal_engine::status::{TaskState, TaskStatus};
@@ -114,11 +114,7 @@ fn check_dependencies(tx: &Tx<'_>, definition: &TaskDefinition, task_id: TaskId)
             expiring.push(required.to_string());
         }
         let state = TaskState::from_name(&state).unwrap_or(TaskState::Unscheduled);
-        let done = match definition.requires {
-            Requires::AllCompleted => state == TaskState::Completed,
-            Requires::AllResolved => state.is_resolved(),
-        };
-        satisfied.push(done);
+        satisfied.push(definition.requires.satisfied_by(state));
     }
     if !missing.is_empty() {
         return Err(Rejection::Input(format!(

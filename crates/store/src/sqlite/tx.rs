@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
+use shoal_engine::definition::Requires;
 use shoal_engine::event::Effects;
 use shoal_engine::status::{RunState, TaskState};
 use shoal_engine::task::Task;
@@ -215,18 +216,27 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Marks the dependency on `required` satisfied where its resolution allows, and
-    /// schedules each dependent whose last unmet dependency this was.
+    /// Marks the dependency on `required` satisfied for each dependent whose `requires` this
+    /// resolution meets, and schedules each dependent whose last unmet dependency this was.
     fn release_dependents(&mut self, required: TaskId, state: TaskState, now: Timestamp) -> Result<(), StoreError> {
-        let completed = state == TaskState::Completed;
-        let released: Vec<String> = {
+        let waiting: Vec<(String, String)> = {
             let mut stmt = self.conn.prepare_cached(
-                "UPDATE task_dependencies SET satisfied = 1 \
-                 WHERE required_task_id = ?1 AND satisfied = 0 AND (?2 OR requires = 'all-resolved') \
-                 RETURNING dependent_task_id",
+                "SELECT dependent_task_id, requires FROM task_dependencies WHERE required_task_id = ?1 AND satisfied = 0",
             )?;
-            stmt.query_map(params![required.as_str(), completed], |row| row.get(0))?.collect::<Result<_, _>>()?
+            stmt.query_map([required.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?
         };
+        let mut released = Vec::with_capacity(waiting.len());
+        for (dependent, requires) in waiting {
+            let requires = Requires::from_name(&requires).ok_or_else(|| StoreError::Other("bad requires".into()))?;
+            if !requires.satisfied_by(state) {
+                continue;
+            }
+            let mut stmt = self.conn.prepare_cached(
+                "UPDATE task_dependencies SET satisfied = 1 WHERE required_task_id = ?1 AND dependent_task_id = ?2",
+            )?;
+            stmt.execute(params![required.as_str(), dependent])?;
+            released.push(dependent);
+        }
         for dependent in released {
             let dependent = TaskId::parse(&dependent).ok_or_else(|| StoreError::Other("bad dependent id".into()))?;
             if self.has_unmet_dependencies(dependent)? {
