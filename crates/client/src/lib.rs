@@ -94,12 +94,6 @@ impl Client {
         Ok(Client { http, root_url: root_url.trim_end_matches('/').to_owned() })
     }
 
-    /// The server's root URL.
-    #[must_use]
-    pub fn root_url(&self) -> &str {
-        &self.root_url
-    }
-
     fn queue(&self, path: &str) -> String {
         format!("{}/api/queue/v1{path}", self.root_url)
     }
@@ -283,14 +277,6 @@ impl Client {
         let answer: StatusAnswer =
             self.call(Method::GET, &self.queue(&format!("/task/{task_id}/status")), None).await?;
         Ok(answer.status)
-    }
-
-    /// A task's definition.
-    ///
-    /// # Errors
-    /// As the server answers.
-    pub async fn task(&self, task_id: &str) -> Result<Value, ClientError> {
-        self.call(Method::GET, &self.queue(&format!("/task/{task_id}")), None).await
     }
 
     /// cancelTask.
