@@ -141,11 +141,16 @@ fn definition(queue: &str) -> Value {
     definition_with_retries(queue, 5)
 }
 
+/// The current time.
+fn now() -> shoal_engine::Timestamp {
+    shoal_engine::Timestamp(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+    )
+}
+
 /// A task definition for `queue` allowing `retries` automatic retries.
 fn definition_with_retries(queue: &str, retries: u32) -> Value {
-    let now = shoal_engine::Timestamp(
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
-    );
+    let now = now();
     json!({
         "taskQueueId": queue,
         "created": now.to_string(),

@@ -105,9 +105,7 @@ pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result
             while idx < n {
                 let input: TaskDefinitionInput = serde_json::from_value(crate::definition_with_retries(&queue, 49))?;
                 let task_id = TaskId::parse(&slugid::nice()).context("slugid")?;
-                let now = shoal_engine::Timestamp(
-                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64,
-                );
+                let now = crate::now();
                 let definition = input.validate(task_id, now).map_err(|r| anyhow::anyhow!("{r}"))?;
                 let _ = store.create_task(definition, task_id, now).await?;
                 idx += n_loaders;

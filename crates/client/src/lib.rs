@@ -372,6 +372,13 @@ impl Client {
     }
 }
 
+/// The current time, for clients (the worker's reclaim timing, the CLI's default dates).
+#[must_use]
+pub fn now() -> Timestamp {
+    let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    Timestamp(i64::try_from(millis).unwrap_or(i64::MAX))
+}
+
 /// A task of a group, as listTaskGroup gives it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct GroupMember {

@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{Value, json};
 use shoal_client::{Client, GroupMember};
-use shoal_engine::Timestamp;
 use shoal_engine::status::TaskState;
 
 /// Where the server is.
@@ -157,14 +156,10 @@ fn read_definition(file: &Path) -> anyhow::Result<Value> {
         }
     };
     let object = definition.as_object_mut().with_context(|| format!("{} must hold an object", file.display()))?;
-    let now = now();
+    let now = shoal_client::now();
     object.entry("created").or_insert_with(|| json!(now));
     object.entry("deadline").or_insert_with(|| json!(now.plus_secs(3600)));
     Ok(definition)
-}
-
-pub(crate) fn now() -> Timestamp {
-    Timestamp(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64))
 }
 
 /// `shoal group wait`: a progress bar until every task of the group is resolved, then a

@@ -97,7 +97,7 @@ async fn submit(client: &Client, graph_yaml: &str) -> anyhow::Result<(String, BT
     let tasks = graph["tasks"].as_object().context("the graph needs a `tasks` map")?;
     let ids: BTreeMap<String, String> = tasks.keys().map(|label| (label.clone(), slugid::nice())).collect();
     let group = slugid::nice();
-    let now = cli::now();
+    let now = shoal_client::now();
     let mut created: BTreeMap<&str, bool> = BTreeMap::new();
     while created.len() < tasks.len() {
         let before = created.len();

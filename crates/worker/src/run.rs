@@ -173,9 +173,7 @@ async fn keep_claim(
     revoked: CancellationToken,
 ) {
     loop {
-        let now = shoal_engine::Timestamp(
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
-        );
+        let now = shoal_client::now();
         let remaining = (taken_until.millis() - now.millis()).max(0) as u64;
         let wait = Duration::from_millis((remaining / 3).max(200)).min(MAX_RECLAIM_INTERVAL);
         tokio::time::sleep(wait).await;
