@@ -215,8 +215,14 @@ impl Queue {
     ///
     /// # Errors
     /// As the store.
-    pub async fn claim_task(&self, task_id: TaskId, run_id: u32, request: ClaimRequest) -> Result<Claim, StoreError> {
-        let committed = self.inner.store.claim_task(task_id, run_id, request, now()).await?;
+    pub async fn claim_task(
+        &self,
+        task_id: TaskId,
+        run_id: u32,
+        worker_group: String,
+        worker_id: String,
+    ) -> Result<Claim, StoreError> {
+        let committed = self.inner.store.claim_task(task_id, run_id, worker_group, worker_id, now()).await?;
         Ok(self.committed(committed))
     }
 

@@ -128,11 +128,12 @@ impl Store {
         &self,
         task_id: TaskId,
         run_id: u32,
-        request: ClaimRequest,
+        worker_group: String,
+        worker_id: String,
         now: Timestamp,
     ) -> Result<Committed<Claim>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.claim_task(task_id, run_id, request, now).await,
+            Store::Sqlite(store) => store.claim_task(task_id, run_id, worker_group, worker_id, now).await,
         }
     }
 

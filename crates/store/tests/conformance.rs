@@ -164,7 +164,7 @@ async fn dependencies_release_in_the_resolving_step() {
 
         // A rerun that completes releases the all-completed dependent.
         apply(store, build, TaskCommand::Rerun, at(3)).await;
-        let claim = store.claim_task(build, 1, worker(1), at(4)).await.unwrap().value;
+        let claim = store.claim_task(build, 1, "g".into(), "w1".into(), at(4)).await.unwrap().value;
         let run_id = claim.run_id;
         apply(store, build, TaskCommand::Resolve { run_id, resolution: Resolution::Completed }, at(5)).await;
         assert_eq!(state_of(store, test).await, TaskState::Pending, "{name}");

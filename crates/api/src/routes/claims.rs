@@ -122,16 +122,7 @@ pub(crate) async fn claim_task(
     let task_id = params.task_id()?;
     let run_id = params.run_id()?;
     check_worker(&body.worker_group, &body.worker_id)?;
-    let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
-    let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
-    let request = ClaimRequest {
-        task_queue_id: record.status.task_queue_id,
-        worker_group: body.worker_group,
-        worker_id: body.worker_id,
-        dimensions: Dimensions::default(),
-        count: 1,
-    };
-    let claim = state.queue.claim_task(task_id, run_id, request).await?;
+    let claim = state.queue.claim_task(task_id, run_id, body.worker_group, body.worker_id).await?;
     Ok(Json(claim_body(claim)))
 }
 

@@ -206,10 +206,11 @@ impl SqliteStore {
         &self,
         task_id: TaskId,
         run_id: u32,
-        request: ClaimRequest,
+        worker_group: String,
+        worker_id: String,
         now: Timestamp,
     ) -> Result<Committed<Claim>, StoreError> {
-        self.write(move |tx| ops::claim_run(tx, task_id, run_id, &request, now)).await
+        self.write(move |tx| ops::claim_run(tx, task_id, run_id, &worker_group, &worker_id, now)).await
     }
 
     pub(crate) async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {

@@ -157,7 +157,7 @@ pub(crate) fn claim_work(tx: &mut Tx<'_>, request: &ClaimRequest, now: Timestamp
     let candidates = tx.state.index.pop_matching(&request.task_queue_id, &request.dimensions, request.count);
     let mut claims = Vec::with_capacity(candidates.len());
     for (_, pending) in candidates {
-        match claim_run(tx, pending.task_id, pending.run_id, request, now) {
+        match claim_run(tx, pending.task_id, pending.run_id, &request.worker_group, &request.worker_id, now) {
             Ok(claim) => claims.push(claim),
             // A run that stopped being claimable (deadline passed) is simply skipped; the
             // deadline will resolve it.
@@ -172,18 +172,19 @@ pub(crate) fn claim_run(
     tx: &mut Tx<'_>,
     task_id: TaskId,
     run_id: u32,
-    request: &ClaimRequest,
+    worker_group: &str,
+    worker_id: &str,
     now: Timestamp,
 ) -> Result<Claim, StoreError> {
     let (mut row, definition) = tx.load_with_definition(task_id)?;
     let claim_timeout = tx.state.claim_timeout_secs;
-    tx.step(&mut row, now, |task| task.claim(run_id, &request.worker_group, &request.worker_id, now, claim_timeout))?;
+    tx.step(&mut row, now, |task| task.claim(run_id, worker_group, worker_id, now, claim_timeout))?;
     let taken_until = row.task.running_until().unwrap_or(now);
     Ok(Claim {
         status: row.task.status(),
         run_id,
-        worker_group: request.worker_group.clone(),
-        worker_id: request.worker_id.clone(),
+        worker_group: worker_group.to_owned(),
+        worker_id: worker_id.to_owned(),
         taken_until,
         task: definition,
     })
