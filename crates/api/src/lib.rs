@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::header::CONTENT_TYPE;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -87,9 +86,7 @@ async fn add_request_info(name: &'static str, req: Request, next: Next) -> Respo
         "message": err.message,
         "requestInfo": {"method": name, "path": uri.path(), "time": shoal_service::now()},
     });
-    let mut res = (err.status, axum::Json(body)).into_response();
-    res.headers_mut().insert(CONTENT_TYPE, "application/json".parse().expect("static header value"));
-    res
+    (err.status, axum::Json(body)).into_response()
 }
 
 /// Serves `router(state)` on `listener` until `shutdown` resolves, then finishes open requests.

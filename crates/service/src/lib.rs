@@ -7,6 +7,7 @@
 mod clock;
 mod due;
 mod live;
+mod upload;
 mod wakers;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub use clock::now;
 pub use due::run_due_loop;
 pub use live::LogProgress;
 pub use shoal_blobs::Appended;
+pub use upload::Upload;
 
 use crate::live::LiveLogs;
 use crate::wakers::Wakers;

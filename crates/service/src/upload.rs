@@ -1,0 +1,84 @@
+//! Artifact bytes: uploads allowed by the rules, and downloads of what was uploaded.
+
+use shoal_blobs::{BlobKey, BlobWriter};
+use shoal_engine::Rejection;
+use shoal_engine::artifact::{Artifact, ArtifactKind, check_run_takes_artifacts};
+use shoal_store::{ArtifactKey, StoreError};
+use tokio::fs::File;
+
+use crate::{Queue, now};
+
+/// An upload the rules allowed: write the bytes, then [`Queue::finish_upload`].
+#[derive(Debug)]
+pub struct Upload {
+    key: ArtifactKey,
+    writer: BlobWriter,
+}
+
+impl Upload {
+    /// Appends bytes.
+    ///
+    /// # Errors
+    /// Unavailable when the bytes cannot be stored.
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.writer.write(bytes).await.map_err(blob_error)
+    }
+}
+
+impl Queue {
+    /// Starts an upload of a blob artifact's bytes: the artifact must be an upload and, like
+    /// its record, may change only while its run takes artifacts.
+    ///
+    /// # Errors
+    /// NotFound for an unknown artifact or run; Conflict for another kind of artifact or a run
+    /// that takes no more artifacts.
+    pub async fn begin_upload(&self, key: ArtifactKey) -> Result<Upload, StoreError> {
+        self.blob_record(&key).await?;
+        let task_id = key.task_id;
+        let record = self.store().read(move |reads| reads.task(task_id)).await?;
+        let run = record
+            .as_ref()
+            .and_then(|record| record.status.runs.get(key.run_id as usize))
+            .ok_or_else(|| Rejection::NotFound(format!("run {} of task {} not found", key.run_id, key.task_id)))?;
+        check_run_takes_artifacts(run, now())?;
+        let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
+        let writer = self.blobs().writer(&blob).await.map_err(blob_error)?;
+        Ok(Upload { key, writer })
+    }
+
+    /// Makes the uploaded bytes durable and visible, and records the artifact as present.
+    ///
+    /// # Errors
+    /// As the blob store and the store.
+    pub async fn finish_upload(&self, upload: Upload) -> Result<Artifact, StoreError> {
+        upload.writer.finish().await.map_err(blob_error)?;
+        self.artifact_uploaded(upload.key).await
+    }
+
+    /// A blob artifact's record and bytes (with their size).
+    ///
+    /// # Errors
+    /// NotFound when the artifact does not exist or has not been uploaded.
+    pub async fn open_blob(&self, key: &ArtifactKey) -> Result<(Artifact, File, u64), StoreError> {
+        let artifact = self.blob_record(key).await?;
+        let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
+        match self.blobs().open(&blob).await.map_err(blob_error)? {
+            Some((file, size)) if artifact.present => Ok((artifact, file, size)),
+            _ => Err(Rejection::NotFound(format!("artifact {} has not been uploaded", key.name)).into()),
+        }
+    }
+
+    async fn blob_record(&self, key: &ArtifactKey) -> Result<Artifact, StoreError> {
+        let (task_id, run_id, name) = (key.task_id, key.run_id, key.name.clone());
+        let found = self.store().read(move |reads| reads.artifact(task_id, run_id, &name)).await?;
+        match found {
+            Some(artifact) if matches!(artifact.kind, ArtifactKind::Blob { .. }) => Ok(artifact),
+            Some(_) => Err(Rejection::Conflict(format!("artifact {} is not an upload", key.name)).into()),
+            None => Err(Rejection::NotFound(format!("artifact {} not found; create it first", key.name)).into()),
+        }
+    }
+}
+
+fn blob_error(err: std::io::Error) -> StoreError {
+    StoreError::Unavailable(format!("blob storage: {err}"))
+}
