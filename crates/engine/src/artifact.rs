@@ -222,6 +222,17 @@ pub fn follow_links<E>(
     Ok(Err(Rejection::invalid("name", format!("links from {name} form a cycle or a chain over {MAX_LINK_HOPS} hops"))))
 }
 
+/// Output may be appended to a run's live log only while the run is running.
+///
+/// # Errors
+/// Conflict once the run is over (or before it started).
+pub fn check_run_takes_output(run: &Run) -> Result<(), Rejection> {
+    if run.state == RunState::Running {
+        return Ok(());
+    }
+    Err(Rejection::Conflict(format!("run {} is not running; its log is closed", run.run_id)))
+}
+
 /// Artifacts go on claimed runs that are running, or that ended with an exception a short
 /// while ago; their bytes may be uploaded only then too.
 ///

@@ -14,11 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shoal_blobs::{BlobKey, Blobs};
+use shoal_engine::artifact::check_run_takes_output;
 use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::event::Event;
 use shoal_engine::priority::Priority;
-use shoal_engine::status::RunState;
+use shoal_engine::status::Run;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 use shoal_store::{
@@ -104,8 +105,8 @@ impl Queue {
         committed.value
     }
 
-    /// The state of one run, as committed.
-    async fn run_state(&self, task_id: TaskId, run_id: u32) -> Result<RunState, StoreError> {
+    /// One run, as committed.
+    async fn run(&self, task_id: TaskId, run_id: u32) -> Result<Run, StoreError> {
         let record = self.inner.store.read(move |reads| reads.task(task_id)).await?;
         let record = record.ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")))?;
         let run = record
@@ -113,7 +114,7 @@ impl Queue {
             .runs
             .get(run_id as usize)
             .ok_or_else(|| Rejection::NotFound(format!("run {run_id} of task {task_id} not found")))?;
-        Ok(run.state)
+        Ok(run.clone())
     }
 
     /// Appends a chunk of a running run's output at `offset`.
@@ -128,12 +129,7 @@ impl Queue {
         offset: u64,
         bytes: &[u8],
     ) -> Result<Appended, StoreError> {
-        if self.run_state(task_id, run_id).await? != RunState::Running {
-            return Err(Rejection::Conflict(format!(
-                "run {run_id} of task {task_id} is not running; its log is closed"
-            ))
-            .into());
-        }
+        check_run_takes_output(&self.run(task_id, run_id).await?)?;
         let (log, _) = self.inner.live.entry(task_id, run_id);
         // One append at a time per run: the size check and the write must not interleave.
         let _guard = log.append.lock().await;
@@ -165,7 +161,7 @@ impl Queue {
             };
             log.progress.send_modify(|progress| progress.size = progress.size.max(size));
         }
-        if self.run_state(task_id, run_id).await?.is_resolved() {
+        if self.run(task_id, run_id).await?.state.is_resolved() {
             self.inner.live.finish(task_id, run_id);
         }
         Ok(receiver)
