@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use shoal_engine::TaskId;
 use shoal_engine::id::split_task_queue_id;
@@ -80,27 +81,36 @@ pub struct Paging {
     pub limit: usize,
 }
 
+/// Query parameters as they arrive; unknown ones are ignored, as Taskcluster does.
+#[derive(Deserialize)]
+struct RawQuery {
+    #[serde(rename = "continuationToken")]
+    continuation_token: Option<String>,
+    limit: Option<String>,
+    offset: Option<String>,
+    follow: Option<String>,
+}
+
+async fn raw_query(parts: &mut Parts) -> Result<RawQuery, ApiError> {
+    let Query(raw) = Query::<RawQuery>::try_from_uri(&parts.uri)
+        .map_err(|err| ApiError::bad_argument(format!("bad query string: {err}")))?;
+    Ok(raw)
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for Paging {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Paging, ApiError> {
-        let mut paging = Paging { continuation: None, limit: 1000 };
-        for pair in parts.uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = percent_decode(value);
-            match key {
-                "continuationToken" => paging.continuation = Some(value).filter(|v| !v.is_empty()),
-                "limit" => {
-                    paging.limit = value
-                        .parse::<usize>()
-                        .ok()
-                        .filter(|n| (1..=1000).contains(n))
-                        .ok_or_else(|| ApiError::bad_argument("limit must be an integer 1..=1000"))?;
-                }
-                _ => {}
-            }
-        }
-        Ok(paging)
+        let raw = raw_query(parts).await?;
+        let limit = match raw.limit {
+            None => 1000,
+            Some(text) => text
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=1000).contains(n))
+                .ok_or_else(|| ApiError::bad_argument("limit must be an integer 1..=1000"))?,
+        };
+        Ok(Paging { continuation: raw.continuation_token.filter(|token| !token.is_empty()), limit })
     }
 }
 
@@ -117,44 +127,16 @@ impl<S: Send + Sync> FromRequestParts<S> for LogQuery {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<LogQuery, ApiError> {
-        let mut query = LogQuery::default();
-        for pair in parts.uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match key {
-                "offset" => {
-                    query.offset = value
-                        .parse()
-                        .map_err(|_| ApiError::bad_argument("offset must be a byte offset (an integer >= 0)"))?;
-                }
-                "follow" => query.follow = matches!(value, "" | "1" | "true"),
-                _ => {}
+        let raw = raw_query(parts).await?;
+        let offset = match raw.offset {
+            None => 0,
+            Some(text) => {
+                text.parse().map_err(|_| ApiError::bad_argument("offset must be a byte offset (an integer >= 0)"))?
             }
-        }
-        Ok(query)
+        };
+        let follow = raw.follow.is_some_and(|value| matches!(value.as_str(), "" | "1" | "true"));
+        Ok(LogQuery { offset, follow })
     }
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut res = Vec::with_capacity(bytes.len());
-    let mut idx = 0;
-    while idx < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match bytes[idx] {
-            b'%' if idx + 2 < bytes.len() => match (hex(bytes[idx + 1]), hex(bytes[idx + 2])) {
-                (Some(hi), Some(lo)) => {
-                    res.push((hi * 16 + lo) as u8);
-                    idx += 3;
-                    continue;
-                }
-                _ => res.push(b'%'),
-            },
-            b'+' => res.push(b' '),
-            other => res.push(other),
-        }
-        idx += 1;
-    }
-    String::from_utf8_lossy(&res).into_owned()
 }
 
 /// A JSON body of type `T`; a body that does not fit names the field and the problem.
@@ -191,10 +173,24 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 mod tests {
     use super::*;
 
+    #[derive(Debug, Deserialize)]
+    #[expect(dead_code, reason = "only deserialized, to check error paths")]
+    struct Outer {
+        inner: Inner,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[expect(dead_code, reason = "only deserialized, to check error paths")]
+    struct Inner {
+        count: u32,
+    }
+
     #[test]
-    fn decodes_percent_escapes() {
-        assert_eq!(percent_decode("a%2Fb"), "a/b");
-        assert_eq!(percent_decode("a%2"), "a%2");
-        assert_eq!(percent_decode("%41%42"), "AB");
+    fn json_errors_name_the_field_path() {
+        let err = parse_json::<Outer>(br#"{"inner": {"count": "three"}}"#).unwrap_err();
+        assert!(err.message.starts_with("inner.count: "), "{}", err.message);
+        let err = parse_json::<Outer>(b"not json").unwrap_err();
+        assert!(err.message.starts_with("body: "), "{}", err.message);
+        assert!(parse_json::<Outer>(b"  ").is_err(), "an empty body is an empty object, missing `inner`");
     }
 }
