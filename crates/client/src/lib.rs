@@ -420,13 +420,8 @@ fn error_of(status: StatusCode, bytes: &[u8]) -> ClientError {
 
 /// Percent-encodes a path (artifact names), keeping `/`.
 fn encode_path(name: &str) -> String {
-    let mut res = String::with_capacity(name.len());
-    for byte in name.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
-            res.push(byte as char);
-        } else {
-            res.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    res
+    // Everything but unreserved characters and `/` is escaped.
+    const PATH: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~').remove(b'/');
+    percent_encoding::utf8_percent_encode(name, PATH).to_string()
 }

@@ -27,15 +27,10 @@ fn artifact_name(params: &Params) -> Result<String, ApiError> {
 
 /// The URL of a blob's bytes on this server.
 pub(crate) fn blob_url(root_url: &str, task_id: TaskId, run_id: u32, name: &str) -> String {
-    let mut url = format!("{root_url}/blobs/v1/{task_id}/{run_id}/");
-    for byte in name.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
-            url.push(byte as char);
-        } else {
-            url.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    url
+    // Everything but unreserved characters and `/` is escaped.
+    const PATH: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~').remove(b'/');
+    format!("{root_url}/blobs/v1/{task_id}/{run_id}/{}", percent_encoding::utf8_percent_encode(name, PATH))
 }
 
 /// Where an artifact's content is: a blob or live log on this server, or a reference's URL.
