@@ -41,6 +41,21 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The run the event is about, if any.
+    #[must_use]
+    pub fn run_id(&self) -> Option<u32> {
+        match *self {
+            Event::Pending { run_id }
+            | Event::Running { run_id }
+            | Event::Completed { run_id }
+            | Event::Failed { run_id }
+            | Event::Exception { run_id } => Some(run_id),
+            Event::Defined | Event::PriorityChanged { .. } => None,
+        }
+    }
+}
+
 /// The events of one step; dropping them would lose messages.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[must_use = "effects must be persisted, then published"]

@@ -3,6 +3,8 @@
 //! Each transition checks its preconditions, changes the task, and returns the events it
 //! caused; a refused transition changes nothing.
 
+use std::collections::BTreeMap;
+
 use crate::definition::{Requires, TaskDefinition};
 use crate::dimensions::Dimensions;
 use crate::event::{Effects, Event};
@@ -36,6 +38,10 @@ pub struct TaskMeta {
     pub requires: Requires,
     /// Required worker dimensions.
     pub dimensions: Dimensions,
+    /// Routes its messages are also published under (`route.<r>`).
+    pub routes: Vec<String>,
+    /// Tags its messages carry.
+    pub tags: BTreeMap<String, String>,
 }
 
 impl TaskMeta {
@@ -53,6 +59,8 @@ impl TaskMeta {
             expires: definition.expires,
             requires: definition.requires,
             dimensions: definition.dimensions.clone(),
+            routes: definition.routes.clone(),
+            tags: definition.tags.clone(),
         }
     }
 }

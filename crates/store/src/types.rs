@@ -9,6 +9,8 @@ use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
 
+pub use shoal_engine::group::TaskGroup;
+
 /// The result of a committed step and the events it made durable.
 #[derive(Debug)]
 #[must_use = "the events of a commit must reach the bus and the waiting workers"]
@@ -46,21 +48,6 @@ pub struct Claim {
     pub taken_until: Timestamp,
     /// The task definition, as stored.
     pub task: Box<RawValue>,
-}
-
-/// A task group.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TaskGroup {
-    /// The group.
-    pub task_group_id: TaskId,
-    /// Its scheduler.
-    pub scheduler_id: String,
-    /// When it may be forgotten.
-    pub expires: Timestamp,
-    /// When it was sealed, if it was.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sealed: Option<Timestamp>,
 }
 
 /// What cancelTaskGroup did.
