@@ -201,7 +201,12 @@ pub fn task_messages(task: &Task, events: &[Event]) -> Vec<Message> {
                     task.runs().last(),
                 ),
             };
-            Message { exchange, routing_key: task_key(task, key_run).routing_key(), cc: cc.clone(), body: encode(&body) }
+            Message {
+                exchange,
+                routing_key: task_key(task, key_run).routing_key(),
+                cc: cc.clone(),
+                body: encode(&body),
+            }
         })
         .collect()
 }

@@ -4,6 +4,7 @@
 //! events it caused in one transaction, and only then answers. It is the only crate that
 //! knows SQL. [`Store`] is a closed enum over the backends so callers need no generics.
 
+pub mod outbox;
 pub mod pending;
 mod sqlite;
 mod types;
@@ -221,6 +222,24 @@ impl Store {
     pub async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
         match self {
             Store::Sqlite(store) => store.forget_artifacts(keys).await,
+        }
+    }
+
+    /// The committed messages awaiting publication.
+    #[must_use]
+    pub fn outbox(&self) -> std::sync::Arc<outbox::OutboxFeed> {
+        match self {
+            Store::Sqlite(store) => store.outbox(),
+        }
+    }
+
+    /// Deletes published messages from the outbox now rather than with the next write.
+    ///
+    /// # Errors
+    /// Unavailable or Other on storage failure.
+    pub async fn trim_outbox(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(store) => store.trim_outbox().await,
         }
     }
 

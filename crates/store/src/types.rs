@@ -235,4 +235,9 @@ pub trait Reads {
     /// # Errors
     /// Storage failure.
     fn task_queue(&self, task_queue_id: &str) -> Result<Option<TaskQueueInfo>, StoreError>;
+    /// Outbox messages from sequence `from` on, in order.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn outbox(&self, from: u64, limit: usize) -> Result<Vec<crate::outbox::OutboxEntry>, StoreError>;
 }

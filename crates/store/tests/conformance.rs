@@ -11,6 +11,7 @@ use shoal_engine::priority::Priority;
 use shoal_engine::status::{ReasonCreated, ReasonResolved, TaskState, TaskStatus};
 use shoal_engine::task::Resolution;
 use shoal_engine::{Rejection, TaskId, Timestamp};
+use shoal_store::outbox::{Next, OutboxEntry};
 use shoal_store::{ClaimRequest, SqliteConfig, SqliteStore, Store, StoreError, TaskCommand};
 
 const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
@@ -417,5 +418,108 @@ async fn artifacts_are_recorded_uploaded_listed_and_expired() {
         assert_eq!(store.forget_artifacts(keys).await.unwrap().value, 1, "{name}");
         let gone = store.read(move |reads| reads.artifact(task_id, 0, "public/a")).await.unwrap();
         assert!(gone.is_none(), "{name}");
+    }
+}
+
+/// Everything committed and not yet published, in publishing order, the way the publisher
+/// takes it: from memory when it can, from the table otherwise.
+async fn unpublished(store: &Store) -> Vec<OutboxEntry> {
+    let feed = store.outbox();
+    let mut next = feed.first();
+    let mut taken = Vec::new();
+    loop {
+        let entries = match feed.take(next, 100) {
+            Next::Buffered(entries) => entries,
+            Next::Stored => store.read(move |reads| reads.outbox(next, 100)).await.unwrap(),
+            Next::Idle => return taken,
+        };
+        next = entries.last().map_or(next, |entry| entry.seq + 1);
+        taken.extend(entries);
+    }
+}
+
+fn exchanges(entries: &[OutboxEntry]) -> Vec<&'static str> {
+    entries.iter().map(|entry| entry.message.exchange.short_name()).collect()
+}
+
+#[tokio::test]
+async fn every_transition_leaves_its_messages_in_the_outbox_in_order() {
+    for (name, backend) in backends() {
+        let store = &backend.store;
+        let task_id = id(1);
+        let patch = json!({"routes": ["index.a.b"], "tags": {"kind": "build"}, "schedulerId": "sched"});
+        create(store, task_id, patch, at(0)).await;
+        let refused = store.apply(task_id, TaskCommand::Reclaim { run_id: 0 }, at(1)).await;
+        assert!(matches!(refused, Err(StoreError::Rejected(_))), "{name}");
+        claim_ids(store, worker(1), at(1)).await;
+        apply(store, task_id, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(2)).await;
+
+        let entries = unpublished(store).await;
+        assert_eq!(
+            exchanges(&entries),
+            vec!["task-defined", "task-pending", "task-running", "task-completed", "task-group-resolved"],
+            "{name}: the refused reclaim wrote nothing"
+        );
+        assert!(entries.windows(2).all(|pair| pair[1].seq == pair[0].seq + 1), "{name}: gapless sequence");
+        let running = &entries[2].message;
+        assert_eq!(running.routing_key, format!("primary.{task_id}.0.g.w1.prov.wt.sched.{task_id}._"), "{name}");
+        assert_eq!(running.cc, vec!["route.index.a.b"], "{name}");
+        let body: serde_json::Value = serde_json::from_str(&running.body).unwrap();
+        assert_eq!((body["workerId"].as_str(), body["task"]["tags"]["kind"].as_str()), (Some("w1"), Some("build")));
+        assert!(entries[4].message.cc.is_empty(), "{name}: group messages have no routes");
+
+        let first = entries[0].seq;
+        let stored = store.read(move |reads| reads.outbox(first, 100)).await.unwrap();
+        assert_eq!(stored, entries, "{name}: the table holds exactly what the feed handed over");
+    }
+}
+
+#[tokio::test]
+async fn unpublished_messages_survive_a_restart_and_published_ones_are_deleted() {
+    for (name, backend) in backends() {
+        for n in 1..=3 {
+            create(&backend.store, id(n), json!({}), at(0)).await;
+        }
+        let before = unpublished(&backend.store).await;
+        assert_eq!(before.len(), 6, "{name}: defined and pending for each task");
+        backend.store.close().await;
+
+        let reopened = sqlite_in(backend.dir.path());
+        let after = unpublished(&reopened).await;
+        assert_eq!(after, before, "{name}: nothing committed is lost by a restart");
+        let feed = reopened.outbox();
+        feed.published(after[3].seq);
+        reopened.trim_outbox().await.unwrap();
+        reopened.close().await;
+
+        let again = sqlite_in(backend.dir.path());
+        let left = unpublished(&again).await;
+        assert_eq!(left, after[4..].to_vec(), "{name}: published messages were deleted, the rest kept");
+        again.close().await;
+    }
+}
+
+#[tokio::test]
+async fn a_group_is_resolved_each_time_its_last_task_resolves() {
+    for (name, backend) in backends() {
+        let store = &backend.store;
+        let group = id(100);
+        let in_group = || json!({"taskGroupId": group.to_string()});
+        create(store, id(1), in_group(), at(0)).await;
+        create(store, id(2), in_group(), at(0)).await;
+        apply(store, id(1), TaskCommand::Cancel, at(1)).await;
+        let resolved = |entries: &[OutboxEntry]| {
+            entries.iter().filter(|entry| entry.message.exchange.short_name() == "task-group-resolved").count()
+        };
+        assert_eq!(resolved(&unpublished(store).await), 0, "{name}: one task is still unresolved");
+        apply(store, id(2), TaskCommand::Cancel, at(2)).await;
+        assert_eq!(resolved(&unpublished(store).await), 1, "{name}");
+        create(store, id(3), in_group(), at(3)).await;
+        claim_ids(store, worker(1), at(4)).await;
+        apply(store, id(3), TaskCommand::Resolve { run_id: 0, resolution: Resolution::Failed }, at(5)).await;
+        let entries = unpublished(store).await;
+        assert_eq!(resolved(&entries), 2, "{name}: resolved again after a task was added");
+        let last = entries.last().unwrap();
+        assert_eq!(last.message.routing_key, format!("primary.{group}.-._"), "{name}");
     }
 }

@@ -2,6 +2,7 @@
 
 use rusqlite::{Connection, Row, params};
 use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, LIVE_LOG_NAME, implicit_live_log};
+use shoal_engine::message;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::sqlite::row::{TASK_COLUMNS, corrupt, task_from_row};
@@ -114,6 +115,10 @@ pub(crate) fn create(
     let stored = request.apply(&key.name, run, row.task.meta.expires, existing.as_ref(), now)?;
     if existing.as_ref() != Some(&stored) {
         put(tx, key, &stored)?;
+        // Listeners hear of an artifact when its content can be fetched: blobs once uploaded.
+        if stored.present {
+            tx.publish(message::artifact_created(&row.task, key.run_id, &stored))?;
+        }
     }
     Ok(stored)
 }
@@ -124,6 +129,8 @@ pub(crate) fn uploaded(tx: &mut Tx<'_>, key: &ArtifactKey) -> Result<Artifact, S
     if !stored.present {
         stored.present = true;
         put(tx, key, &stored)?;
+        let row = tx.load_existing(key.task_id)?;
+        tx.publish(message::artifact_created(&row.task, key.run_id, &stored))?;
     }
     Ok(stored)
 }

@@ -27,6 +27,7 @@ use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::outbox::OutboxFeed;
 use crate::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::reads::ReadConn;
 use crate::sqlite::tx::{Tx, WriterState};
@@ -61,6 +62,7 @@ struct Inner {
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     checkpointer: Mutex<checkpoint::Checkpointer>,
     readers: ReaderPool,
+    feed: Arc<OutboxFeed>,
 }
 
 /// Answers a job's caller once its batch committed (`Ok`) or failed (`Err(reason)`).
@@ -146,8 +148,17 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(64);
         schema::migrate(&mut conn)?;
         let (index, max_seq) = load_pending(&conn)?;
-        tracing::info!(path = %config.path.display(), pending = index.len(), "store opened");
-        let state = WriterState::new(index, max_seq, config.claim_timeout_secs);
+        let (first, last): (Option<i64>, Option<i64>) =
+            conn.query_row("SELECT MIN(seq), MAX(seq) FROM outbox", [], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        let last = last.unwrap_or(0) as u64;
+        let feed = Arc::new(OutboxFeed::new(first.map_or(last + 1, |first| first as u64), last));
+        tracing::info!(
+            path = %config.path.display(),
+            pending = index.len(),
+            unpublished = first.map_or(0, |first| last + 1 - first as u64),
+            "store opened"
+        );
+        let state = WriterState::new(index, max_seq, config.claim_timeout_secs, last, Arc::clone(&feed));
         let wal_frames = Arc::new(AtomicI64::new(0));
         let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal_frames))?;
         let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
@@ -161,6 +172,7 @@ impl SqliteStore {
                 writer: Mutex::new(Some(writer)),
                 checkpointer: Mutex::new(checkpointer),
                 readers: ReaderPool { path: config.path.clone(), idle: Mutex::new(Vec::new()) },
+                feed,
             }),
         })
     }
@@ -257,6 +269,15 @@ impl SqliteStore {
 
     pub(crate) async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
         self.write(move |tx| artifacts::forget(tx, &keys)).await
+    }
+
+    pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {
+        Arc::clone(&self.inner.feed)
+    }
+
+    /// Deletes what was published even when no other write comes to carry the delete.
+    pub(crate) async fn trim_outbox(&self) -> Result<(), StoreError> {
+        self.write(|_tx| Ok(())).await.map(|_| ())
     }
 
     pub(crate) async fn read<T, F>(&self, query: F) -> Result<T, StoreError>
@@ -377,24 +398,36 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
     }
     let mut deliveries = Vec::with_capacity(batch.len());
     let mut failure: Option<String> = None;
+    let outbox_seq = state.outbox_seq;
+    let mut messages = Vec::new();
+    // Published messages are deleted in the batch that comes after; a crash before that
+    // commit publishes them again (at least once).
+    let published = state.feed.published_upto();
+    if published > state.outbox_trimmed
+        && let Err(err) = conn.execute("DELETE FROM outbox WHERE seq <= ?1", [published as i64])
+    {
+        tracing::error!(error = %err, "trimming the outbox failed");
+        failure = Some(err.to_string());
+    }
     for job in batch.drain(..) {
         if let Some(reason) = &failure {
             job.fail(reason.clone());
             continue;
         }
         let (changes, mark) = (conn.total_changes(), state.index.mark());
-        let mut tx = Tx { conn, state, events: Vec::new() };
+        let mut tx = Tx { conn, state, events: Vec::new(), messages: Vec::new() };
         // A panic is a bug in one operation: contain it so the writer (and every later
         // write) survives. The batch is rolled back; the panicking job's caller sees its
         // reply dropped, which reads as "unavailable, retry".
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(&mut tx)));
+        let written = std::mem::take(&mut tx.messages);
         let Ok((outcome, deliver)) = run else {
             tracing::error!("a store operation panicked; its batch is rolled back");
             failure = Some("internal error: a store operation panicked".into());
             continue;
         };
         match outcome {
-            Outcome::Done => {}
+            Outcome::Done => messages.extend(written),
             Outcome::Refused if conn.total_changes() == changes && state.index.mark() == mark => {}
             Outcome::Refused => {
                 tracing::error!("a refused operation wrote before refusing; its batch is rolled back");
@@ -412,11 +445,16 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
         }),
     };
     match commit {
-        Ok(()) => state.index.commit(),
+        Ok(()) => {
+            state.index.commit();
+            state.outbox_trimmed = state.outbox_trimmed.max(published);
+            state.feed.committed(messages);
+        }
         Err(_) => {
             let _ = conn.execute_batch("ROLLBACK");
             state.index.rollback_to(0);
             state.forget_queue_touches();
+            state.outbox_seq = outbox_seq;
         }
     }
     for deliver in deliveries {

@@ -3,6 +3,7 @@
 use rusqlite::{OptionalExtension, params};
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::event::{Effects, Event};
+use shoal_engine::message;
 use shoal_engine::priority::Priority;
 use shoal_engine::status::{TaskState, TaskStatus};
 use shoal_engine::task::Task;
@@ -46,6 +47,9 @@ pub(crate) fn create_task(
     tx.touch_queue(&definition.task_queue_id, now)?;
     tx.events.push(TaskEvent { task_id, task_queue_id: definition.task_queue_id.clone(), event: Event::Defined });
     let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
+    for message in message::task_messages(&row.task, &[Event::Defined]) {
+        tx.publish(message)?;
+    }
     if satisfied.iter().all(|done| *done) {
         tx.step_new(&mut row, now, |task| task.schedule(now), &text)?;
     } else {
@@ -223,6 +227,7 @@ pub(crate) fn seal_task_group(tx: &mut Tx<'_>, group: TaskId, now: Timestamp) ->
             .prepare_cached("UPDATE task_groups SET sealed = ?2 WHERE task_group_id = ?1")?
             .execute(params![group.as_str(), now.millis()])?;
         found.sealed = Some(now);
+        tx.publish(message::group_sealed(&found))?;
     }
     Ok(found)
 }
@@ -276,7 +281,7 @@ pub(crate) fn change_task_group_priority(
     priority: Priority,
     now: Timestamp,
 ) -> Result<Vec<TaskId>, StoreError> {
-    existing_group(tx, group)?;
+    let found = existing_group(tx, group)?;
     let mut changed = Vec::new();
     for task_id in unresolved_members(tx, group)? {
         let mut row = tx.load_existing(task_id)?;
@@ -287,5 +292,6 @@ pub(crate) fn change_task_group_priority(
             Err(err) => return Err(err),
         }
     }
+    tx.publish(message::group_priority_changed(&found, priority, changed.len() as u64))?;
     Ok(changed)
 }

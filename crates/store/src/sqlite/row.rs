@@ -12,10 +12,10 @@ use crate::{StoreError, TaskGroup};
 
 /// The columns `task_from_row` reads, in order; queries append their own after these.
 pub(crate) const TASK_COLUMNS: &str = "task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
-     priority, retries, retries_left, deadline, expires, requires, dimensions, runs, pending_seq";
+     priority, retries, retries_left, deadline, expires, requires, dimensions, runs, pending_seq, routes, tags";
 
 /// Number of columns in [`TASK_COLUMNS`].
-pub(crate) const N_TASK_COLUMNS: usize = 14;
+pub(crate) const N_TASK_COLUMNS: usize = 16;
 
 /// A task as stored: the engine's task plus the store's bookkeeping.
 #[derive(Debug, Clone)]
@@ -54,6 +54,8 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<TaskRow, StoreError> {
         expires: Timestamp(row.get(9)?),
         requires,
         dimensions,
+        routes: optional_json(row, 14)?,
+        tags: optional_json(row, 15)?,
     };
     let retries_left: u32 = row.get(7)?;
     let pending_seq: Option<i64> = row.get(13)?;
@@ -61,6 +63,14 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<TaskRow, StoreError> {
         task: Task::from_parts(task_id, meta, retries_left, runs),
         pending_seq: pending_seq.map(|s| s as u64),
     })
+}
+
+/// Reads a JSON column that is NULL for the empty value.
+fn optional_json<T: serde::de::DeserializeOwned + Default>(row: &Row<'_>, idx: usize) -> Result<T, StoreError> {
+    match row.get_ref(idx)?.as_str_or_null().map_err(rusqlite::Error::from)? {
+        None => Ok(T::default()),
+        Some(json) => serde_json::from_str(json).map_err(corrupt),
+    }
 }
 
 /// Reads a stored JSON text column as raw JSON, passed through without re-encoding.

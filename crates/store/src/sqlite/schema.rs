@@ -69,6 +69,24 @@ CREATE TABLE artifacts (
 ) WITHOUT ROWID;
 CREATE INDEX artifacts_expires ON artifacts (expires);
 ",
+    r"
+-- What messages carry: the task's routes (CC) and tags; NULL when empty.
+ALTER TABLE tasks ADD COLUMN routes TEXT;
+ALTER TABLE tasks ADD COLUMN tags TEXT;
+UPDATE tasks SET
+    routes = CASE WHEN json_array_length(definition, '$.routes') > 0 THEN json_extract(definition, '$.routes') END,
+    tags = CASE WHEN json_extract(definition, '$.tags') NOT IN ('{}', '') THEN json_extract(definition, '$.tags') END;
+-- Whether a group still has an unresolved task (task-group-resolved).
+CREATE INDEX tasks_group_unresolved ON tasks (task_group_id) WHERE deadline_due IS NOT NULL;
+-- Messages committed with their transition, deleted once published.
+CREATE TABLE outbox (
+    seq         INTEGER PRIMARY KEY,
+    exchange    TEXT NOT NULL,   -- short name, e.g. task-pending
+    routing_key TEXT NOT NULL,
+    cc          TEXT,            -- JSON array of extra routing keys, NULL when none
+    body        TEXT NOT NULL
+);
+",
 ];
 
 /// Brings the database to the newest schema, one migration per transaction.

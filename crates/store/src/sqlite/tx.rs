@@ -2,18 +2,20 @@
 //! engine's transitions to both.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::value::RawValue;
 use shoal_engine::definition::Requires;
 use shoal_engine::event::Effects;
+use shoal_engine::message::{self, Message};
 use shoal_engine::status::{RunState, TaskState};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
+use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::pending::{PendingIndex, PendingKey, PendingRun};
-use serde_json::value::RawValue;
-
-use crate::sqlite::row::{N_TASK_COLUMNS, TASK_COLUMNS, TaskRow, raw_json, task_from_row};
+use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, TaskRow, raw_json, task_from_row};
 use crate::{StoreError, TaskEvent};
 
 /// How often at most a queue's last-active time is written.
@@ -22,12 +24,17 @@ const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
 const QUEUE_RETENTION_MS: i64 = 5 * 24 * 3600 * 1000;
 
 /// State the writer thread keeps between transactions.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct WriterState {
     pub(crate) index: PendingIndex,
     pub(crate) next_seq: u64,
     pub(crate) claim_timeout_secs: i64,
     queue_touched: HashMap<String, i64>,
+    /// Sequence of the last message written to the outbox.
+    pub(crate) outbox_seq: u64,
+    /// Messages up to here have been deleted from the outbox (after publication).
+    pub(crate) outbox_trimmed: u64,
+    pub(crate) feed: Arc<OutboxFeed>,
 }
 
 impl WriterState {
@@ -36,8 +43,23 @@ impl WriterState {
         self.queue_touched.clear();
     }
 
-    pub(crate) fn new(index: PendingIndex, next_seq: u64, claim_timeout_secs: i64) -> WriterState {
-        WriterState { index, next_seq, claim_timeout_secs, queue_touched: HashMap::new() }
+    pub(crate) fn new(
+        index: PendingIndex,
+        next_seq: u64,
+        claim_timeout_secs: i64,
+        outbox_seq: u64,
+        feed: Arc<OutboxFeed>,
+    ) -> WriterState {
+        let outbox_trimmed = feed.published_upto();
+        WriterState {
+            index,
+            next_seq,
+            claim_timeout_secs,
+            queue_touched: HashMap::new(),
+            outbox_seq,
+            outbox_trimmed,
+            feed,
+        }
     }
 }
 
@@ -46,9 +68,24 @@ pub(crate) struct Tx<'a> {
     pub(crate) conn: &'a Connection,
     pub(crate) state: &'a mut WriterState,
     pub(crate) events: Vec<TaskEvent>,
+    /// Messages this operation wrote to the outbox.
+    pub(crate) messages: Vec<OutboxEntry>,
 }
 
 impl Tx<'_> {
+    /// Writes `message` to the outbox, to be published once this transaction commits.
+    pub(crate) fn publish(&mut self, message: Message) -> Result<(), StoreError> {
+        let seq = self.state.outbox_seq + 1;
+        let cc = (!message.cc.is_empty()).then(|| json(&message.cc)).transpose()?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("INSERT INTO outbox (seq, exchange, routing_key, cc, body) VALUES (?1, ?2, ?3, ?4, ?5)")?;
+        stmt.execute(params![seq as i64, message.exchange.short_name(), message.routing_key, cc, message.body])?;
+        self.state.outbox_seq = seq;
+        self.messages.push(OutboxEntry { seq, message });
+        Ok(())
+    }
+
     pub(crate) fn load(&self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1"))?;
         let mut rows = stmt.query([task_id.as_str()])?;
@@ -87,8 +124,8 @@ impl Tx<'_> {
         let mut stmt = self.conn.prepare_cached(
             "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
              retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, \
-             deadline_due, pending_seq, definition) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+             deadline_due, pending_seq, definition, routes, tags) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
         )?;
         stmt.execute(params![
             task.task_id.as_str(),
@@ -109,6 +146,8 @@ impl Tx<'_> {
             (!state.is_resolved()).then_some(meta.deadline.millis()),
             row.pending_seq.map(|seq| seq as i64),
             definition,
+            (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?,
+            (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?,
         ])?;
         Ok(())
     }
@@ -175,6 +214,9 @@ impl Tx<'_> {
             Persist::Update => self.save(row, old_priority != row.task.meta.priority)?,
             Persist::Insert { definition } => self.insert(row, definition)?,
         }
+        for message in message::task_messages(&row.task, &effects.0) {
+            self.publish(message)?;
+        }
         let task = &row.task;
         self.events.extend(effects.0.into_iter().map(|event| TaskEvent {
             task_id: task.task_id,
@@ -184,6 +226,21 @@ impl Tx<'_> {
         let state = row.task.state();
         if !was_resolved && state.is_resolved() {
             self.release_dependents(row.task.task_id, state, now)?;
+            self.check_group_resolved(row.task.meta.task_group_id)?;
+        }
+        Ok(())
+    }
+
+    /// Publishes task-group-resolved when the group has no unresolved task left.
+    fn check_group_resolved(&mut self, group: TaskId) -> Result<(), StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT 1 FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL LIMIT 1")?;
+        if stmt.exists([group.as_str()])? {
+            return Ok(());
+        }
+        if let Some(found) = row::task_group(self.conn, group)? {
+            self.publish(message::group_resolved(&found))?;
         }
         Ok(())
     }

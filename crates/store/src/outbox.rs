@@ -1,0 +1,168 @@
+//! The transactional outbox's hand-off to the publisher.
+//!
+//! Messages are written to the outbox table in the transaction of their transition. After the
+//! commit the writer also hands them to this feed, so the publisher normally never reads them
+//! back; the table is for what the feed cannot hold (a long broker outage) and for what a crash
+//! left unpublished. The publisher reports how far it got and the writer deletes up to there.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use shoal_engine::message::Message;
+use tokio::sync::Notify;
+
+/// Most committed messages kept in memory for the publisher; beyond, it reads the table.
+const MAX_BUFFERED: usize = 65_536;
+
+/// One stored message and its place in the publishing order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    /// Position in the outbox: messages are published in this order.
+    pub seq: u64,
+    /// The message.
+    pub message: Message,
+}
+
+/// What the publisher should do next.
+#[derive(Debug)]
+pub enum Next {
+    /// Publish these (in order, starting at the sequence asked for).
+    Buffered(Vec<OutboxEntry>),
+    /// Committed messages from the sequence asked for are only in the table: read them.
+    Stored,
+    /// Everything committed has been taken; wait for [`OutboxFeed::changed`].
+    Idle,
+}
+
+/// The committed messages awaiting publication, shared by the writer and the publisher.
+#[derive(Debug)]
+pub struct OutboxFeed {
+    state: Mutex<FeedState>,
+    changed: Notify,
+    first: u64,
+    published: AtomicU64,
+}
+
+#[derive(Debug)]
+struct FeedState {
+    buffered: VecDeque<OutboxEntry>,
+    /// Highest sequence committed so far.
+    committed: u64,
+}
+
+impl OutboxFeed {
+    /// A feed over a table holding sequences `first..=committed` (empty when `first > committed`).
+    pub(crate) fn new(first: u64, committed: u64) -> OutboxFeed {
+        OutboxFeed {
+            state: Mutex::new(FeedState { buffered: VecDeque::new(), committed }),
+            changed: Notify::new(),
+            first,
+            published: AtomicU64::new(first.saturating_sub(1)),
+        }
+    }
+
+    /// The first sequence not yet published when the store opened.
+    #[must_use]
+    pub fn first(&self) -> u64 {
+        self.first
+    }
+
+    /// Called by the writer after a commit, with that commit's messages in sequence order.
+    pub(crate) fn committed(&self, entries: Vec<OutboxEntry>) {
+        let Some(last) = entries.last().map(|entry| entry.seq) else { return };
+        if let Ok(mut state) = self.state.lock() {
+            state.committed = last;
+            let room = MAX_BUFFERED.saturating_sub(state.buffered.len());
+            // When full, newer messages are dropped from memory (never from the table):
+            // the publisher sees the gap and reads them back.
+            state.buffered.extend(entries.into_iter().take(room));
+        }
+        self.changed.notify_one();
+    }
+
+    /// Takes up to `max` committed messages starting at sequence `next`.
+    pub fn take(&self, next: u64, max: usize) -> Next {
+        let Ok(mut state) = self.state.lock() else { return Next::Stored };
+        while state.buffered.front().is_some_and(|entry| entry.seq < next) {
+            state.buffered.pop_front();
+        }
+        match state.buffered.front() {
+            Some(entry) if entry.seq == next => {
+                let n = max.min(state.buffered.len());
+                Next::Buffered(state.buffered.drain(..n).collect())
+            }
+            _ if state.committed >= next => Next::Stored,
+            _ => Next::Idle,
+        }
+    }
+
+    /// Waits until something was committed since the last call.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// Records that every message up to `seq` has been published; the writer deletes them.
+    pub fn published(&self, seq: u64) {
+        self.published.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    /// Highest sequence published.
+    pub(crate) fn published_upto(&self) -> u64 {
+        self.published.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shoal_engine::message::Exchange;
+
+    use super::*;
+
+    fn entry(seq: u64) -> OutboxEntry {
+        let message = Message {
+            exchange: Exchange::TaskPending,
+            routing_key: seq.to_string(),
+            cc: Vec::new(),
+            body: "{}".into(),
+        };
+        OutboxEntry { seq, message }
+    }
+
+    fn seqs(next: Next) -> Vec<u64> {
+        match next {
+            Next::Buffered(entries) => entries.iter().map(|entry| entry.seq).collect(),
+            other => panic!("expected buffered entries, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_was_stored_before_the_feed_is_read_back() {
+        let feed = OutboxFeed::new(3, 5);
+        assert!(matches!(feed.take(3, 10), Next::Stored));
+        feed.committed(vec![entry(6), entry(7)]);
+        assert!(matches!(feed.take(3, 10), Next::Stored), "6 and 7 are buffered but 3..=5 come first");
+        assert_eq!(seqs(feed.take(6, 10)), vec![6, 7]);
+        assert!(matches!(feed.take(8, 10), Next::Idle));
+    }
+
+    #[test]
+    fn a_full_feed_falls_back_to_the_table() {
+        let feed = OutboxFeed::new(1, 0);
+        feed.committed((1..=MAX_BUFFERED as u64 + 10).map(entry).collect());
+        let n = MAX_BUFFERED as u64;
+        assert_eq!(seqs(feed.take(1, MAX_BUFFERED)).len(), MAX_BUFFERED);
+        assert!(matches!(feed.take(n + 1, 10), Next::Stored), "the dropped ones are read back");
+        feed.committed(vec![entry(n + 11)]);
+        assert!(matches!(feed.take(n + 1, 10), Next::Stored));
+        assert_eq!(seqs(feed.take(n + 11, 10)), vec![n + 11]);
+    }
+
+    #[test]
+    fn published_only_moves_forward() {
+        let feed = OutboxFeed::new(1, 0);
+        feed.published(9);
+        feed.published(4);
+        assert_eq!(feed.published_upto(), 9);
+    }
+}
