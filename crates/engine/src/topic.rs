@@ -2,7 +2,8 @@
 //! them against AMQP-style binding patterns (`*` is exactly one word, `#` zero or more).
 //! Everything that matches topics (the embedded event stream, tests, tools) uses [`matches`].
 
-use crate::TaskId;
+use crate::message::{Exchange, Message};
+use crate::{Rejection, TaskId};
 
 /// The prefix of every queue exchange.
 pub const EXCHANGE_PREFIX: &str = "exchange/taskcluster-queue/v1/";
@@ -93,6 +94,46 @@ pub fn route_keys(routes: &[String]) -> Vec<String> {
     routes.iter().map(|route| format!("route.{route}")).collect()
 }
 
+/// One subscription binding: messages of `exchange` whose routing key (or one of its CC
+/// keys) matches `pattern`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The exchange.
+    pub exchange: Exchange,
+    /// An AMQP topic pattern.
+    pub pattern: String,
+}
+
+impl Binding {
+    /// Parses an exchange name (full or short) and a routing-key pattern.
+    ///
+    /// # Errors
+    /// Invalid naming `exchange` or `routingKeyPattern` and the rule broken.
+    pub fn parse(exchange: &str, pattern: &str) -> Result<Binding, Rejection> {
+        let exchange = Exchange::parse(exchange).ok_or_else(|| {
+            Rejection::invalid(
+                "exchange",
+                &format!("must be one of the queue's exchanges ({EXCHANGE_PREFIX}task-pending, ...), not {exchange:?}"),
+            )
+        })?;
+        if pattern.is_empty() || pattern.len() > MAX_ROUTING_KEY_BYTES || pattern.split('.').any(str::is_empty) {
+            return Err(Rejection::invalid(
+                "routingKeyPattern",
+                "must be 1 to 255 bytes of non-empty words separated by '.' (`*` one word, `#` any number)",
+            ));
+        }
+        Ok(Binding { exchange, pattern: pattern.to_owned() })
+    }
+
+    /// Whether `message` is delivered through this binding.
+    #[must_use]
+    pub fn matches(&self, message: &Message) -> bool {
+        self.exchange == message.exchange
+            && (matches(&self.pattern, &message.routing_key)
+                || message.cc.iter().any(|key| matches(&self.pattern, key)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +198,25 @@ mod tests {
             let expected = reference(&pattern, &key);
             proptest::prop_assert_eq!(matches(&pattern.join("."), &key.join(".")), expected);
         }
+    }
+
+    #[test]
+    fn bindings_match_primary_and_cc_keys_of_their_exchange() {
+        let message = Message {
+            exchange: Exchange::TaskCompleted,
+            routing_key: "primary.t.0.g.w.proj.linux.s.grp._".into(),
+            cc: vec!["route.index.project.build".into()],
+            body: "{}".into(),
+        };
+        let binding = |exchange: &str, pattern: &str| Binding::parse(exchange, pattern).unwrap();
+        assert!(binding("task-completed", "primary.*.*.*.*.proj.linux.#").matches(&message));
+        assert!(binding("exchange/taskcluster-queue/v1/task-completed", "route.index.#").matches(&message));
+        assert!(!binding("task-failed", "#").matches(&message), "another exchange");
+        assert!(!binding("task-completed", "route.other.#").matches(&message));
+        let bad = Binding::parse("task-done", "#").unwrap_err();
+        assert!(bad.to_string().contains("exchange"), "{bad}");
+        let bad = Binding::parse("task-completed", "a..b").unwrap_err();
+        assert!(bad.to_string().contains("routingKeyPattern"), "{bad}");
     }
 
     #[test]

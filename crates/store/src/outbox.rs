@@ -6,14 +6,16 @@
 //! left unpublished. The publisher reports how far it got and the writer deletes up to there.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use shoal_engine::message::Message;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, broadcast};
 
 /// Most committed messages kept in memory for the publisher; beyond, it reads the table.
 const MAX_BUFFERED: usize = 65_536;
+/// Messages a live subscriber may fall behind by before it is told it missed some.
+const TAP_CAPACITY: usize = 16_384;
 
 /// One stored message and its place in the publishing order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +30,7 @@ pub struct OutboxEntry {
 #[derive(Debug)]
 pub enum Next {
     /// Publish these (in order, starting at the sequence asked for).
-    Buffered(Vec<OutboxEntry>),
+    Buffered(Vec<Arc<OutboxEntry>>),
     /// Committed messages from the sequence asked for are only in the table: read them.
     Stored,
     /// Everything committed has been taken; wait for [`OutboxFeed::changed`].
@@ -41,12 +43,15 @@ pub struct OutboxFeed {
     state: Mutex<FeedState>,
     changed: Notify,
     first: u64,
+    /// Highest sequence stored when the store opened: those were never on the tap.
+    stored_at_open: u64,
     published: AtomicU64,
+    tap: broadcast::Sender<Arc<OutboxEntry>>,
 }
 
 #[derive(Debug)]
 struct FeedState {
-    buffered: VecDeque<OutboxEntry>,
+    buffered: VecDeque<Arc<OutboxEntry>>,
     /// Highest sequence committed so far.
     committed: u64,
 }
@@ -58,7 +63,9 @@ impl OutboxFeed {
             state: Mutex::new(FeedState { buffered: VecDeque::new(), committed }),
             changed: Notify::new(),
             first,
+            stored_at_open: committed,
             published: AtomicU64::new(first.saturating_sub(1)),
+            tap: broadcast::channel(TAP_CAPACITY).0,
         }
     }
 
@@ -74,9 +81,16 @@ impl OutboxFeed {
         if let Ok(mut state) = self.state.lock() {
             state.committed = last;
             let room = MAX_BUFFERED.saturating_sub(state.buffered.len());
-            // When full, newer messages are dropped from memory (never from the table):
-            // the publisher sees the gap and reads them back.
-            state.buffered.extend(entries.into_iter().take(room));
+            for (n, entry) in entries.into_iter().enumerate() {
+                let entry = Arc::new(entry);
+                // Nobody listening is fine: the tap is for whoever is connected now.
+                let _ = self.tap.send(Arc::clone(&entry));
+                // When full, newer messages are dropped from memory (never from the table):
+                // the publisher sees the gap and reads them back.
+                if n < room {
+                    state.buffered.push_back(entry);
+                }
+            }
         }
         self.changed.notify_one();
     }
@@ -94,6 +108,20 @@ impl OutboxFeed {
             }
             _ if state.committed >= next => Next::Stored,
             _ => Next::Idle,
+        }
+    }
+
+    /// Every message as it commits, in commit order (the in-process exchange listens here).
+    #[must_use]
+    pub fn tap(&self) -> broadcast::Receiver<Arc<OutboxEntry>> {
+        self.tap.subscribe()
+    }
+
+    /// Puts messages read back from the table on the tap, if they were stored before this
+    /// process started (later ones were on the tap when they committed).
+    pub fn replay(&self, entries: &[Arc<OutboxEntry>]) {
+        for entry in entries.iter().filter(|entry| entry.seq <= self.stored_at_open) {
+            let _ = self.tap.send(Arc::clone(entry));
         }
     }
 

@@ -429,7 +429,7 @@ async fn unpublished(store: &Store) -> Vec<OutboxEntry> {
     let mut taken = Vec::new();
     loop {
         let entries = match feed.take(next, 100) {
-            Next::Buffered(entries) => entries,
+            Next::Buffered(entries) => entries.iter().map(|entry| (**entry).clone()).collect(),
             Next::Stored => store.read(move |reads| reads.outbox(next, 100)).await.unwrap(),
             Next::Idle => return taken,
         };
