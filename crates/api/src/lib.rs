@@ -57,6 +57,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .nest("/api/queue/v1", api)
         .route("/blobs/v1/{task_id}/{run_id}/{*name}", blob_routes)
+        .route("/api/events/v1/connect", axum::routing::get(routes::events::connect))
+        .route("/api/events/v1/connect/", axum::routing::get(routes::events::connect))
         .route(
             "/logs/v1/{task_id}/{run_id}",
             axum::routing::get(routes::logs::read_log)

@@ -16,7 +16,7 @@ pub enum Bus {
     /// No broker: messages reach only the server's own subscribers.
     Local,
     /// An AMQP 0-9-1 broker (RabbitMQ).
-    Amqp(AmqpBus),
+    Amqp(Box<AmqpBus>),
 }
 
 /// What publishing can fail with; the publisher retries the same messages.

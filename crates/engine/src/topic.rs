@@ -113,7 +113,7 @@ impl Binding {
         let exchange = Exchange::parse(exchange).ok_or_else(|| {
             Rejection::invalid(
                 "exchange",
-                &format!("must be one of the queue's exchanges ({EXCHANGE_PREFIX}task-pending, ...), not {exchange:?}"),
+                format!("must be one of the queue's exchanges ({EXCHANGE_PREFIX}task-pending, ...), not {exchange:?}"),
             )
         })?;
         if pattern.is_empty() || pattern.len() > MAX_ROUTING_KEY_BYTES || pattern.split('.').any(str::is_empty) {

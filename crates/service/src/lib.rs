@@ -7,6 +7,7 @@
 mod clock;
 mod due;
 mod live;
+mod publish;
 mod upload;
 mod wakers;
 
@@ -30,6 +31,7 @@ use tokio::sync::watch;
 pub use clock::now;
 pub use due::run_due_loop;
 pub use live::LogProgress;
+pub use publish::{Delivery, Subscription, run_publisher};
 pub use shoal_blobs::Appended;
 pub use upload::Upload;
 
@@ -58,6 +60,8 @@ pub struct Queue {
 }
 
 struct Inner {
+    /// Set when the server stops: open subscriptions end.
+    closing: watch::Sender<bool>,
     store: Store,
     blobs: Blobs,
     wakers: Wakers,
@@ -69,7 +73,9 @@ impl Queue {
     /// A queue over `store`, keeping artifact bytes in `blobs`.
     #[must_use]
     pub fn new(store: Store, blobs: Blobs, config: QueueConfig) -> Queue {
-        Queue { inner: Arc::new(Inner { store, blobs, wakers: Wakers::default(), live: LiveLogs::default(), config }) }
+        let closing = watch::channel(false).0;
+        let inner = Inner { closing, store, blobs, wakers: Wakers::default(), live: LiveLogs::default(), config };
+        Queue { inner: Arc::new(inner) }
     }
 
     /// Where artifact bytes live.
@@ -88,6 +94,17 @@ impl Queue {
     #[must_use]
     pub fn config(&self) -> &QueueConfig {
         &self.inner.config
+    }
+
+    /// Subscribes to every message committed from now on that one of `bindings` matches.
+    #[must_use]
+    pub fn subscribe(&self, bindings: Vec<shoal_engine::topic::Binding>) -> Subscription {
+        Subscription::new(&self.inner.store, bindings, self.inner.closing.subscribe())
+    }
+
+    /// Ends every open subscription (the server is stopping).
+    pub fn close_subscriptions(&self) {
+        self.inner.closing.send_replace(true);
     }
 
     /// Wakes the workers waiting on every queue where a run became pending, and ends the

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use shoal_api::AppState;
 use shoal_blobs::Blobs;
+use shoal_bus::{AmqpBus, Bus};
 use shoal_service::{Queue, QueueConfig};
 use shoal_store::{SqliteConfig, SqliteStore, Store};
 use tokio::sync::watch;
@@ -146,6 +147,9 @@ struct ServerArgs {
     /// The URL clients reach this server at, used in the URLs it hands out [default: http://<listen>].
     #[arg(long, env = "SHOAL_ROOT_URL")]
     root_url: Option<String>,
+    /// Also publish every event to this AMQP 0-9-1 broker (RabbitMQ), e.g. amqp://user:pass@host:5672/%2f [default: none].
+    #[arg(long, env = "SHOAL_AMQP_URL")]
+    amqp_url: Option<String>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -157,6 +161,7 @@ struct ServerConfig {
     claim_timeout: i64,
     claim_wait: u64,
     root_url: Option<String>,
+    amqp_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -167,6 +172,7 @@ impl Default for ServerConfig {
             claim_timeout: 1200,
             claim_wait: 20,
             root_url: None,
+            amqp_url: None,
         }
     }
 }
@@ -197,6 +203,9 @@ impl ServerConfig {
         if let Some(root_url) = &args.root_url {
             config.root_url = Some(root_url.clone());
         }
+        if let Some(amqp_url) = &args.amqp_url {
+            config.amqp_url = Some(amqp_url.clone());
+        }
         config.validate()?;
         Ok(config)
     }
@@ -210,7 +219,17 @@ impl ServerConfig {
                 "root-url must be an http:// or https:// URL"
             );
         }
+        if let Some(amqp_url) = &self.amqp_url {
+            AmqpBus::new(amqp_url).map_err(|err| anyhow::anyhow!("amqp-url: {err}"))?;
+        }
         Ok(())
+    }
+
+    fn bus(&self) -> anyhow::Result<Bus> {
+        Ok(match &self.amqp_url {
+            None => Bus::Local,
+            Some(url) => Bus::Amqp(Box::new(AmqpBus::new(url).map_err(|err| anyhow::anyhow!("amqp-url: {err}"))?)),
+        })
     }
 }
 
@@ -270,6 +289,8 @@ struct RunningServer {
     stop: watch::Sender<bool>,
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
     due: tokio::task::JoinHandle<()>,
+    publisher: tokio::task::JoinHandle<()>,
+    queue: Queue,
     store: Store,
 }
 
@@ -292,9 +313,11 @@ impl RunningServer {
         let root_url = root_url.trim_end_matches('/').to_owned();
         let (stop, stop_rx) = watch::channel(false);
         let due = tokio::spawn(shoal_service::run_due_loop(queue.clone(), stopped(stop_rx.clone())));
-        let state = AppState { queue, started: Instant::now(), root_url: root_url.clone() };
+        let publisher =
+            tokio::spawn(shoal_service::run_publisher(store.clone(), config.bus()?, stopped(stop_rx.clone())));
+        let state = AppState { queue: queue.clone(), started: Instant::now(), root_url: root_url.clone() };
         let serving = tokio::spawn(shoal_api::serve(listener, state, stopped(stop_rx)));
-        Ok(RunningServer { local, root_url, stop, serving, due, store })
+        Ok(RunningServer { local, root_url, stop, serving, due, publisher, queue, store })
     }
 
     /// Stops in stages: no new requests, open ones finish, the due loop stops, the store
@@ -302,8 +325,12 @@ impl RunningServer {
     async fn stop(self) -> anyhow::Result<()> {
         tracing::info!("shutting down: no new requests; finishing open ones");
         let _ = self.stop.send(true);
+        // Event streams never end by themselves.
+        self.queue.close_subscriptions();
         self.serving.await.context("server task")?.context("serving")?;
         self.due.await.context("due loop")?;
+        // Unpublished messages stay in the outbox for the next start.
+        self.publisher.await.context("publisher")?;
         self.store.close().await;
         tracing::info!("stopped");
         Ok(())
@@ -376,6 +403,7 @@ mod tests {
             claim_timeout: None,
             claim_wait: Some(5),
             root_url: None,
+            amqp_url: None,
         }
     }
 

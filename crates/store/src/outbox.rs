@@ -6,8 +6,8 @@
 //! left unpublished. The publisher reports how far it got and the writer deletes up to there.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use shoal_engine::message::Message;
 use tokio::sync::{Notify, broadcast};

@@ -4,6 +4,7 @@
 mod artifacts;
 mod claims;
 mod errors;
+mod events;
 mod logs;
 mod tasks;
 
@@ -55,13 +56,20 @@ impl TestApp {
         let base = format!("{root_url}/api/queue/v1");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (due_stop, due_stopped) = tokio::sync::oneshot::channel::<()>();
+        let (publisher_stop, publisher_stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(shoal_service::run_due_loop(queue.clone(), async {
             let _ = due_stopped.await;
         }));
+        tokio::spawn(shoal_service::run_publisher(queue.store().clone(), shoal_bus::Bus::Local, async {
+            let _ = publisher_stopped.await;
+        }));
         let state = AppState { queue: queue.clone(), started: Instant::now(), root_url };
+        let closing = queue.clone();
         tokio::spawn(shoal_api::serve(listener, state, async move {
             let _ = stopped.await;
+            closing.close_subscriptions();
             let _ = due_stop.send(());
+            let _ = publisher_stop.send(());
         }));
         // Redirects are checked, not followed, as the official clients do.
         let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();

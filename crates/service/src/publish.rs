@@ -1,0 +1,129 @@
+//! The publisher: drains the outbox into the bus in commit order, at least once, and the
+//! subscriptions of the server's own event stream.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shoal_bus::Bus;
+use shoal_engine::message::Message;
+use shoal_engine::topic::Binding;
+use shoal_store::Store;
+use shoal_store::outbox::{Next, OutboxEntry};
+use tokio::sync::{broadcast, watch};
+
+/// Messages published per bus call.
+const PUBLISH_BATCH: usize = 2048;
+/// How long the publisher waits for more work before deleting what it published.
+const TRIM_AFTER_IDLE: Duration = Duration::from_millis(200);
+/// Longest wait between attempts while the broker is unreachable.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Publishes every committed message to `bus` until `shutdown` resolves; what is left is
+/// published after the next start.
+pub async fn run_publisher(store: Store, bus: Bus, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    tracing::info!(bus = %bus.describe(), "publishing events");
+    let feed = store.outbox();
+    let mut next = feed.first();
+    let mut untrimmed = false;
+    loop {
+        let entries = match feed.take(next, PUBLISH_BATCH) {
+            Next::Buffered(entries) => entries,
+            Next::Stored => {
+                let from = next;
+                match store.read(move |reads| reads.outbox(from, PUBLISH_BATCH)).await {
+                    Ok(entries) => {
+                        let entries: Vec<_> = entries.into_iter().map(Arc::new).collect();
+                        feed.replay(&entries);
+                        entries
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "reading the outbox failed; retrying");
+                        tokio::select! {
+                            () = &mut shutdown => return,
+                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        }
+                    }
+                }
+            }
+            Next::Idle => {
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    () = feed.changed() => {}
+                    // Deletes normally ride on the next write; when none comes, make one.
+                    () = tokio::time::sleep(TRIM_AFTER_IDLE), if untrimmed => {
+                        untrimmed = store.trim_outbox().await.is_err();
+                    }
+                }
+                continue;
+            }
+        };
+        let Some(last) = entries.last().map(|entry| entry.seq) else { continue };
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = publish_until_taken(&bus, &entries) => {}
+        }
+        feed.published(last);
+        untrimmed = true;
+        next = last + 1;
+    }
+}
+
+/// Publishes `entries`, retrying with backoff for as long as the bus refuses them.
+async fn publish_until_taken(bus: &Bus, entries: &[Arc<OutboxEntry>]) {
+    let messages: Vec<&Message> = entries.iter().map(|entry| &entry.message).collect();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match bus.publish(&messages).await {
+            Ok(()) => return,
+            Err(err) => {
+                tracing::warn!(error = %err, retry_in_ms = backoff.as_millis() as u64, "publishing failed; the outbox keeps the messages");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// A live subscription to the server's own exchange.
+pub struct Subscription {
+    bindings: Vec<Binding>,
+    tap: broadcast::Receiver<Arc<OutboxEntry>>,
+    closing: watch::Receiver<bool>,
+}
+
+/// What a subscription yields next.
+#[derive(Debug)]
+pub enum Delivery {
+    /// A matching message, with its place in the outbox.
+    Message(Arc<OutboxEntry>),
+    /// The subscriber fell behind and missed this many messages; it should resync.
+    Missed(u64),
+    /// The server is shutting down.
+    Closed,
+}
+
+impl Subscription {
+    pub(crate) fn new(store: &Store, bindings: Vec<Binding>, closing: watch::Receiver<bool>) -> Subscription {
+        Subscription { bindings, tap: store.outbox().tap(), closing }
+    }
+
+    /// Waits for the next message any binding matches.
+    pub async fn next(&mut self) -> Delivery {
+        loop {
+            let received = tokio::select! {
+                received = self.tap.recv() => received,
+                _ = self.closing.wait_for(|closing| *closing) => return Delivery::Closed,
+            };
+            match received {
+                Ok(entry) if self.bindings.iter().any(|binding| binding.matches(&entry.message)) => {
+                    return Delivery::Message(entry);
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(n_missed)) => return Delivery::Missed(n_missed),
+                Err(broadcast::error::RecvError::Closed) => return Delivery::Closed,
+            }
+        }
+    }
+}
