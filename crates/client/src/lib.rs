@@ -2,6 +2,8 @@
 //! it, as a remote worker on another machine would. Calls are retried with capped
 //! exponential backoff on transport errors and 5xx answers, as Taskcluster's clients do.
 
+mod events;
+
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
@@ -10,6 +12,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use shoal_engine::Timestamp;
 use shoal_engine::status::TaskStatus;
+
+pub use events::{EventStream, StreamEvent};
 
 /// Attempts per call before giving up on transport errors and 5xx answers.
 const ATTEMPTS: u32 = 5;

@@ -223,3 +223,43 @@ fn print_table(members: &[GroupMember]) {
         );
     }
 }
+
+/// `shoal listen`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ListenArgs {
+    /// Exchange to bind, full (exchange/taskcluster-queue/v1/task-completed) or short (task-completed); repeatable.
+    #[arg(long, required = true)]
+    exchange: Vec<String>,
+    /// Routing-key pattern for the exchange in the same position (`*` one word, `#` any) [default: #].
+    #[arg(long)]
+    pattern: Vec<String>,
+    /// Exit after this many messages.
+    #[arg(long)]
+    count: Option<u64>,
+}
+
+pub(crate) async fn listen(address: &ServerAddress, args: ListenArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.pattern.len() <= args.exchange.len(),
+        "each --pattern belongs to the --exchange before it; there are more patterns than exchanges"
+    );
+    let bindings: Vec<(String, String)> = args
+        .exchange
+        .iter()
+        .enumerate()
+        .map(|(n, exchange)| (exchange.clone(), args.pattern.get(n).cloned().unwrap_or_else(|| "#".into())))
+        .collect();
+    let mut stream = address.client()?.listen(&bindings).await?;
+    eprintln!("listening (Ctrl-C to stop)");
+    let mut stdout = std::io::stdout().lock();
+    let mut n_printed = 0;
+    while args.count.is_none_or(|count| n_printed < count) {
+        let Some(message) = stream.next_message().await? else {
+            anyhow::bail!("the server closed the stream");
+        };
+        writeln!(stdout, "{message}")?;
+        stdout.flush()?;
+        n_printed += 1;
+    }
+    Ok(())
+}

@@ -60,6 +60,13 @@ enum Command {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// Print events as they happen, one JSON object per line ({exchange, routingKey, routes, payload}).
+    Listen {
+        #[command(flatten)]
+        address: cli::ServerAddress,
+        #[command(flatten)]
+        args: cli::ListenArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -258,6 +265,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Task { address, command } => runtime.block_on(cli::task(&address, command)),
+        Command::Listen { address, args } => runtime.block_on(cli::listen(&address, args)),
         Command::Artifact { address, command: ArtifactCommand::Get { task_id, name, run, output } } => {
             runtime.block_on(cli::artifact_get(&address, &task_id, &name, run, output.as_deref()))
         }

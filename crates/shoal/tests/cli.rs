@@ -106,3 +106,52 @@ async fn ctrl_c_stops_dev_cleanly() {
     let status = dev.wait().await.unwrap();
     assert!(status.success(), "shoal dev exits cleanly on Ctrl-C: {status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_prints_the_messages_its_bindings_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, root) = server(&dir.path().join("data")).await;
+    let mut listener = shoal()
+        .args(["listen", "--exchange", "task-defined", "--pattern", "route.index.#", "--exchange"])
+        .args(["exchange/taskcluster-queue/v1/task-completed", "--count", "2"])
+        .env("SHOAL_ROOT_URL", &root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(listener.stderr.take().unwrap()).lines();
+    let ready = stderr.next_line().await.unwrap().unwrap();
+    assert!(ready.starts_with("listening"), "{ready}");
+
+    let file = dir.path().join("task.yaml");
+    std::fs::write(
+        &file,
+        "taskQueueId: cli/listen\nroutes: [index.cli.build]\npayload: {maxRunTime: 30, command: [\"true\"]}\nmetadata: {name: listened, description: d, owner: o, source: 'https://x'}\n",
+    )
+    .unwrap();
+    let (code, out) = verb(&root, &["task", "create", file.to_str().unwrap(), "--json"]).await;
+    assert_eq!(code, 0, "{out}");
+    let task_id = serde_json::from_str::<serde_json::Value>(&out).unwrap()["taskId"].as_str().unwrap().to_owned();
+    let _worker = shoal()
+        .args(["worker", "--queue", "cli/listen", "--root-url", &root, "--work-dir"])
+        .arg(dir.path().join("work"))
+        .spawn()
+        .unwrap();
+
+    // A listener that hears nothing would hang the suite; fail loudly instead.
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), listener.wait_with_output())
+        .await
+        .expect("listen printed two messages within 60 s")
+        .unwrap();
+    assert!(out.status.success(), "exits after --count messages");
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let exchanges: Vec<&str> = lines.iter().map(|line| line["exchange"].as_str().unwrap()).collect();
+    assert_eq!(
+        exchanges,
+        ["exchange/taskcluster-queue/v1/task-defined", "exchange/taskcluster-queue/v1/task-completed"],
+        "only the bound exchanges, in order"
+    );
+    assert!(lines.iter().all(|line| line["payload"]["status"]["taskId"] == task_id.as_str()));
+    assert_eq!(lines[0]["routes"], serde_json::json!(["index.cli.build"]));
+}

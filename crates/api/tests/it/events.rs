@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -12,77 +11,22 @@ use crate::{TestApp, slugid};
 
 const Q: &str = "exchange/taskcluster-queue/v1/";
 
-/// A connected event-stream client that has seen `ready`.
-struct Listener {
-    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>,
-    buffer: String,
-}
-
-/// One server-sent event.
-#[derive(Debug)]
-struct Sse {
-    event: String,
-    id: Option<String>,
-    data: String,
-}
+/// A connected event-stream client that has seen `ready` (the CLI's own client).
+struct Listener(shoal_client::EventStream);
 
 impl Listener {
     async fn connect(app: &TestApp, bindings: &[(&str, &str)]) -> Listener {
-        let bindings: Vec<Value> = bindings
-            .iter()
-            .map(|(exchange, pattern)| json!({"exchange": format!("{Q}{exchange}"), "routingKeyPattern": pattern}))
-            .collect();
-        let res = connect(app, &json!({ "bindings": bindings }).to_string()).await;
-        assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(res.headers()["content-type"], "text/event-stream");
-        let mut listener = Listener { body: Box::pin(res.bytes_stream()), buffer: String::new() };
-        let ready = listener.next_event().await;
-        assert_eq!(ready.event, "ready", "{ready:?}");
-        listener
+        let client = shoal_client::Client::new(&app.root).unwrap();
+        let bindings: Vec<(String, String)> =
+            bindings.iter().map(|(exchange, pattern)| (format!("{Q}{exchange}"), (*pattern).to_owned())).collect();
+        Listener(client.listen(&bindings).await.expect("subscribed"))
     }
 
-    async fn next_event(&mut self) -> Sse {
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                let mut sse = Sse { event: "message".into(), id: None, data: String::new() };
-                for line in block.lines() {
-                    if let Some(value) = line.strip_prefix("event:") {
-                        sse.event = value.trim().to_owned();
-                    } else if let Some(value) = line.strip_prefix("id:") {
-                        sse.id = Some(value.trim().to_owned());
-                    } else if let Some(value) = line.strip_prefix("data:") {
-                        sse.data.push_str(value.trim_start());
-                    }
-                }
-                if sse.data.is_empty() && sse.id.is_none() && !block.contains("event:") {
-                    continue; // a comment
-                }
-                return sse;
-            }
-            // A listener that hears nothing would hang the suite; fail loudly instead.
-            let chunk = tokio::time::timeout(Duration::from_secs(30), self.body.next())
-                .await
-                .expect("no event within 30 s")
-                .expect("the stream ended")
-                .expect("reading the stream");
-            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-        }
-    }
-
-    /// The next `message` event, as `{exchange, routingKey, routes, payload}`.
+    /// The next message, as `{exchange, routingKey, routes, payload}`.
     async fn next_message(&mut self) -> Value {
-        loop {
-            let sse = self.next_event().await;
-            match sse.event.as_str() {
-                "message" => {
-                    assert!(sse.id.is_some(), "messages carry their sequence as id");
-                    return serde_json::from_str(&sse.data).unwrap();
-                }
-                "ping" => {}
-                other => panic!("unexpected event {other}: {}", sse.data),
-            }
-        }
+        // A listener that hears nothing would hang the suite; fail loudly instead.
+        let next = tokio::time::timeout(Duration::from_secs(30), self.0.next_message()).await;
+        next.expect("no message within 30 s").expect("reading the stream").expect("the stream ended")
     }
 }
 
