@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of Shoal on a fresh machine: formatting, lints, the Rust suites (engine,
-# store conformance, HTTP scenarios, kill -9 restart) and the official Taskcluster Python
-# client against a real server. Installs what it needs; needs no running services.
+# store conformance, HTTP scenarios, kill -9 restart, events through a private RabbitMQ) and
+# the official Taskcluster Python client against a real server. Installs what it needs
+# (RabbitMQ from Debian's packages; the tests start and stop their own broker on 127.0.0.1);
+# needs no running services.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +13,15 @@ venv="${SHOAL_TEST_VENV:-$HOME/.cache/shoal-test-venv}"
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+    echo "== installing rabbitmq-server (Debian package; not started as a service)"
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    # policy-rc.d keeps the package from starting a system-wide broker.
+    DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $sudo apt-get install -y -qq --no-install-recommends rabbitmq-server > /dev/null
+fi
 
 echo "== rust tests"
 cargo test --workspace --locked
