@@ -3,11 +3,14 @@
 //! - throughput: tasks/s for createTask -> claimWork -> reportCompleted with concurrent
 //!   clients and workers;
 //! - wake: latency from sending createTask to an idle long-polling worker receiving the claim;
-//! - scale: claim cost and server memory with 10^3 and 10^6 pending tasks.
+//! - scale: claim cost and server memory with 10^3 and 10^6 pending tasks;
+//! - events: messages/s from the outbox to RabbitMQ with publisher confirms, and what
+//!   publishing to a broker costs the throughput benchmark.
 //!
 //! The server binary is the `shoal` next to this one (build both with `--bins`).
 #![expect(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 
+mod events;
 mod server;
 
 use std::sync::Arc;
@@ -64,6 +67,15 @@ enum Command {
         workers: usize,
         #[arg(long, default_value_t = 8)]
         batch: usize,
+        /// Also publish every event to this AMQP broker.
+        #[arg(long)]
+        amqp_url: Option<String>,
+    },
+    /// Outbox -> RabbitMQ messages/s with confirms, and the throughput benchmark with and
+    /// without a broker (starts a private RabbitMQ; needs rabbitmq-server installed).
+    Events {
+        #[arg(long, default_value_t = 50_000)]
+        tasks: usize,
     },
     /// Claim-wake latency of an idle long-polling worker.
     Wake {
@@ -105,16 +117,17 @@ fn main() -> anyhow::Result<()> {
         println!("machine: {} cores, {}", std::thread::available_parallelism().map_or(0, |n| n.get()), cpu_model());
         match cli.command.unwrap_or(Command::All) {
             Command::All => {
-                throughput(50_000, 32, 32, 8).await?;
+                throughput(50_000, 32, 32, 8, None).await?;
                 wake(1000).await?;
                 live_log(256, 1024).await?;
                 worker(5000, 32).await?;
                 chatty(256).await?;
                 scale(&[1_000, 1_000_000], 20_000).await?;
             }
-            Command::Throughput { tasks, creators, workers, batch } => {
-                throughput(tasks, creators, workers, batch).await?
+            Command::Throughput { tasks, creators, workers, batch, amqp_url } => {
+                throughput(tasks, creators, workers, batch, amqp_url.as_deref()).await?;
             }
+            Command::Events { tasks } => events::events(tasks).await?,
             Command::Wake { samples } => wake(samples).await?,
             Command::LiveLog { megabytes, chunk_kb } => live_log(megabytes, chunk_kb).await?,
             Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
@@ -201,8 +214,15 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-async fn throughput(n_tasks: usize, n_creators: usize, n_workers: usize, batch: usize) -> anyhow::Result<()> {
-    let server = Server::start(None, &[]).await?;
+async fn throughput(
+    n_tasks: usize,
+    n_creators: usize,
+    n_workers: usize,
+    batch: usize,
+    amqp_url: Option<&str>,
+) -> anyhow::Result<f64> {
+    let args: Vec<&str> = amqp_url.map(|url| vec!["--amqp-url", url]).unwrap_or_default();
+    let server = Server::start(None, &args).await?;
     let client = server.client();
     let (server_cpu0, bench_cpu0) = (server.cpu_secs(), server::process_cpu_secs("/proc/self/stat"));
     let completed = Arc::new(AtomicUsize::new(0));
@@ -246,9 +266,10 @@ async fn throughput(n_tasks: usize, n_creators: usize, n_workers: usize, batch: 
     let server_cpu = server.cpu_secs() - server_cpu0;
     let bench_cpu = server::process_cpu_secs("/proc/self/stat") - bench_cpu0;
     println!(
-        "throughput: {n_tasks} tasks create->claim->complete in {elapsed:.2} s = {:.0} tasks/s end to end \
+        "throughput{}: {n_tasks} tasks create->claim->complete in {elapsed:.2} s = {:.0} tasks/s end to end \
          ({n_creators} creators, {n_workers} workers claiming {batch} at a time; creates alone finished at {:.0}/s; \
          server RSS {} MB; CPU: server {:.0} us/task, load generator {:.0} us/task)",
+        if amqp_url.is_some() { " (events to RabbitMQ)" } else { "" },
         n_tasks as f64 / elapsed,
         n_tasks as f64 / create_secs,
         server.rss_mb(),
@@ -256,7 +277,7 @@ async fn throughput(n_tasks: usize, n_creators: usize, n_workers: usize, batch: 
         bench_cpu * 1e6 / n_tasks as f64,
     );
     server.stop().await;
-    Ok(())
+    Ok(n_tasks as f64 / elapsed)
 }
 
 async fn wake(samples: usize) -> anyhow::Result<()> {

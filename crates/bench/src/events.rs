@@ -1,0 +1,114 @@
+//! Events benchmarks against a private RabbitMQ (started with `scripts/rabbitmq`).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
+
+use crate::server::Server;
+use crate::{bytes_of, definition, spawn_creators, throughput};
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/rabbitmq");
+
+/// A private broker, stopped when dropped.
+struct Broker {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Broker {
+    fn start() -> anyhow::Result<Broker> {
+        let dir = tempfile::tempdir()?;
+        let out = std::process::Command::new(SCRIPT).arg("start").arg(dir.path()).output()?;
+        anyhow::ensure!(out.status.success(), "starting RabbitMQ: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(Broker { url: String::from_utf8(out.stdout)?.trim().to_owned(), dir })
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(SCRIPT).arg("stop").arg(self.dir.path()).output();
+    }
+}
+
+/// Messages/s from a full outbox to RabbitMQ, then the throughput benchmark without and with
+/// the broker.
+pub(crate) async fn events(n_tasks: usize) -> anyhow::Result<()> {
+    let broker = Broker::start()?;
+    drain_rate(&broker.url, n_tasks).await?;
+    let mut without = Vec::new();
+    let mut with = Vec::new();
+    for _ in 0..3 {
+        without.push(throughput(n_tasks, 32, 32, 8, None).await?);
+        with.push(throughput(n_tasks, 32, 32, 8, Some(&broker.url)).await?);
+    }
+    let median = |runs: &mut Vec<f64>| {
+        runs.sort_by(f64::total_cmp);
+        runs[runs.len() / 2]
+    };
+    let (without, with) = (median(&mut without), median(&mut with));
+    println!(
+        "events: throughput with every event also published to RabbitMQ (confirms) {with:.0} tasks/s vs \
+         {without:.0} without a broker = {:.2}x (medians of 3)",
+        with / without
+    );
+    Ok(())
+}
+
+/// Fills the outbox while the broker is unreachable, then times a restarted server draining
+/// it into a queue bound to every message.
+async fn drain_rate(url: &str, n_tasks: usize) -> anyhow::Result<()> {
+    let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+    let channel = connection.create_channel().await?;
+    let queue = "bench-drain";
+    channel
+        .queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, FieldTable::default())
+        .await?;
+    for exchange in ["task-defined", "task-pending"] {
+        let exchange = format!("exchange/taskcluster-queue/v1/{exchange}");
+        let options = ExchangeDeclareOptions { durable: true, ..Default::default() };
+        channel.exchange_declare(exchange.as_str().into(), ExchangeKind::Topic, options, FieldTable::default()).await?;
+        channel
+            .queue_bind(
+                queue.into(),
+                exchange.as_str().into(),
+                "#".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+    }
+
+    let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    // Nothing listens on port 1: every message waits in the outbox.
+    let unreachable = Server::start(Some(dir.path()), &["--amqp-url", "amqp://guest:guest@127.0.0.1:1/%2f"]).await?;
+    let body = bytes_of(&definition("bench/events"))?;
+    let mut creators = spawn_creators(&unreachable.client(), &unreachable.base, body, n_tasks, 32);
+    while let Some(res) = creators.join_next().await {
+        res??;
+    }
+    unreachable.stop().await;
+    let n_messages = 2 * n_tasks as u32;
+
+    let started = Instant::now();
+    let server = Server::start(Some(dir.path()), &["--amqp-url", url]).await?;
+    loop {
+        let passive = QueueDeclareOptions { passive: true, ..Default::default() };
+        let state = channel.queue_declare(queue.into(), passive, FieldTable::default()).await?;
+        if state.message_count() >= n_messages {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "events: {n_messages} messages from the outbox to RabbitMQ (persistent, publisher confirms, durable queue) \
+         in {secs:.2} s = {:.0} messages/s (including the server's start)",
+        f64::from(n_messages) / secs
+    );
+    server.stop().await;
+    channel.queue_delete(queue.into(), QueueDeleteOptions::default()).await.context("deleting the queue")?;
+    Ok(())
+}
