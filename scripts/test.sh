@@ -19,7 +19,7 @@ if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
     sudo=""
     if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
     $sudo apt-get update -qq
-    # policy-rc.d keeps the package from starting a system-wide broker.
+    # If the package starts a system-wide broker, it is left alone: the tests use their own ports.
     DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $sudo apt-get install -y -qq --no-install-recommends rabbitmq-server > /dev/null
 fi
 
