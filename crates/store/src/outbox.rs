@@ -6,7 +6,7 @@
 //! left unpublished. The publisher reports how far it got and the writer deletes up to there.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use shoal_engine::message::Message;
@@ -46,6 +46,7 @@ pub struct OutboxFeed {
     /// Highest sequence stored when the store opened: those were never on the tap.
     stored_at_open: u64,
     published: AtomicU64,
+    trim_requested: AtomicBool,
     tap: broadcast::Sender<Arc<OutboxEntry>>,
 }
 
@@ -65,6 +66,7 @@ impl OutboxFeed {
             first,
             stored_at_open: committed,
             published: AtomicU64::new(first.saturating_sub(1)),
+            trim_requested: AtomicBool::new(false),
             tap: broadcast::channel(TAP_CAPACITY).0,
         }
     }
@@ -133,6 +135,16 @@ impl OutboxFeed {
     /// Records that every message up to `seq` has been published; the writer deletes them.
     pub fn published(&self, seq: u64) {
         self.published.fetch_max(seq, Ordering::Relaxed);
+    }
+
+    /// Asks the writer to delete everything published with its next batch, however little.
+    pub(crate) fn request_trim(&self) {
+        self.trim_requested.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a trim was asked for since the last call.
+    pub(crate) fn take_trim_request(&self) -> bool {
+        self.trim_requested.swap(false, Ordering::Relaxed)
     }
 
     /// Highest sequence published.

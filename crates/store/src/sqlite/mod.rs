@@ -39,6 +39,8 @@ use crate::{
 const MAX_BATCH: usize = 512;
 /// Operations that may wait for the writer before callers are slowed down.
 const QUEUE_DEPTH: usize = 8192;
+/// Published outbox rows are deleted once this many have gathered (or when the writer is idle).
+const OUTBOX_TRIM_ROWS: u64 = 8192;
 /// Idle read connections kept open.
 const MAX_IDLE_READERS: usize = 8;
 
@@ -277,6 +279,7 @@ impl SqliteStore {
 
     /// Deletes what was published even when no other write comes to carry the delete.
     pub(crate) async fn trim_outbox(&self) -> Result<(), StoreError> {
+        self.inner.feed.request_trim();
         self.write(|_tx| Ok(())).await.map(|_| ())
     }
 
@@ -402,10 +405,12 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
     let mut messages = Vec::new();
     // Published messages are deleted in the batch that comes after; a crash before that
     // commit publishes them again (at least once).
+    // Deleting in large ranges frees whole pages; deleting a few rows per batch rewrites the
+    // pages just appended. The publisher's idle trim (an empty batch) deletes the rest.
     let published = state.feed.published_upto();
-    if published > state.outbox_trimmed
-        && let Err(err) = conn.execute("DELETE FROM outbox WHERE seq <= ?1", [published as i64])
-    {
+    let trim = published >= state.outbox_trimmed + OUTBOX_TRIM_ROWS
+        || (published > state.outbox_trimmed && state.feed.take_trim_request());
+    if trim && let Err(err) = conn.execute("DELETE FROM outbox WHERE seq <= ?1", [published as i64]) {
         tracing::error!(error = %err, "trimming the outbox failed");
         failure = Some(err.to_string());
     }
@@ -447,7 +452,9 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
     match commit {
         Ok(()) => {
             state.index.commit();
-            state.outbox_trimmed = state.outbox_trimmed.max(published);
+            if trim {
+                state.outbox_trimmed = published;
+            }
             state.feed.committed(messages);
         }
         Err(_) => {
