@@ -11,7 +11,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::sqlite::row::{self, TaskRow};
 use crate::sqlite::tx::{Tx, json};
-use crate::{Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, TaskEvent, TaskGroup};
+use crate::{Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, TaskGroup};
 
 /// How long a task group outlives its latest-expiring task.
 const GROUP_EXPIRY_SLACK_MS: i64 = 3600 * 1000;
@@ -45,11 +45,8 @@ pub(crate) fn create_task(
         }
     }
     tx.touch_queue(&definition.task_queue_id, now)?;
-    tx.events.push(TaskEvent { task_id, task_queue_id: definition.task_queue_id.clone(), event: Event::Defined });
     let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
-    for message in message::task_messages(&row.task, &[Event::Defined]) {
-        tx.publish(message)?;
-    }
+    tx.record(&row.task, vec![Event::Defined])?;
     if satisfied.iter().all(|done| *done) {
         tx.step_new(&mut row, now, |task| task.schedule(now), &text)?;
     } else {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::value::RawValue;
 use shoal_engine::definition::Requires;
-use shoal_engine::event::Effects;
+use shoal_engine::event::{Effects, Event};
 use shoal_engine::message::{self, Message};
 use shoal_engine::status::{RunState, TaskState};
 use shoal_engine::task::Task;
@@ -214,20 +214,26 @@ impl Tx<'_> {
             Persist::Update => self.save(row, old_priority != row.task.meta.priority)?,
             Persist::Insert { definition } => self.insert(row, definition)?,
         }
-        for message in message::task_messages(&row.task, &effects.0) {
-            self.publish(message)?;
-        }
-        let task = &row.task;
-        self.events.extend(effects.0.into_iter().map(|event| TaskEvent {
-            task_id: task.task_id,
-            task_queue_id: task.meta.task_queue_id.clone(),
-            event,
-        }));
+        self.record(&row.task, effects.0)?;
         let state = row.task.state();
         if !was_resolved && state.is_resolved() {
             self.release_dependents(row.task.task_id, state, now)?;
             self.check_group_resolved(row.task.meta.task_group_id)?;
         }
+        Ok(())
+    }
+
+    /// Records what happened to `task`: its events (for the waiting workers) and their
+    /// messages (into the outbox), from the task as the events left it.
+    pub(crate) fn record(&mut self, task: &Task, events: Vec<Event>) -> Result<(), StoreError> {
+        for message in message::task_messages(task, &events) {
+            self.publish(message)?;
+        }
+        self.events.extend(events.into_iter().map(|event| TaskEvent {
+            task_id: task.task_id,
+            task_queue_id: task.meta.task_queue_id.clone(),
+            event,
+        }));
         Ok(())
     }
 
