@@ -59,28 +59,28 @@ impl Exchange {
         Exchange::TaskGroupPriorityChanged,
     ];
 
-    /// The short name, e.g. `task-pending`.
+    /// The full name, e.g. `exchange/taskcluster-queue/v1/task-pending`.
     #[must_use]
-    pub fn short_name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
-            Exchange::TaskDefined => "task-defined",
-            Exchange::TaskPending => "task-pending",
-            Exchange::TaskRunning => "task-running",
-            Exchange::ArtifactCreated => "artifact-created",
-            Exchange::TaskCompleted => "task-completed",
-            Exchange::TaskFailed => "task-failed",
-            Exchange::TaskException => "task-exception",
-            Exchange::TaskGroupResolved => "task-group-resolved",
-            Exchange::TaskGroupSealed => "task-group-sealed",
-            Exchange::TaskPriorityChanged => "task-priority-changed",
-            Exchange::TaskGroupPriorityChanged => "task-group-priority-changed",
+            Exchange::TaskDefined => "exchange/taskcluster-queue/v1/task-defined",
+            Exchange::TaskPending => "exchange/taskcluster-queue/v1/task-pending",
+            Exchange::TaskRunning => "exchange/taskcluster-queue/v1/task-running",
+            Exchange::ArtifactCreated => "exchange/taskcluster-queue/v1/artifact-created",
+            Exchange::TaskCompleted => "exchange/taskcluster-queue/v1/task-completed",
+            Exchange::TaskFailed => "exchange/taskcluster-queue/v1/task-failed",
+            Exchange::TaskException => "exchange/taskcluster-queue/v1/task-exception",
+            Exchange::TaskGroupResolved => "exchange/taskcluster-queue/v1/task-group-resolved",
+            Exchange::TaskGroupSealed => "exchange/taskcluster-queue/v1/task-group-sealed",
+            Exchange::TaskPriorityChanged => "exchange/taskcluster-queue/v1/task-priority-changed",
+            Exchange::TaskGroupPriorityChanged => "exchange/taskcluster-queue/v1/task-group-priority-changed",
         }
     }
 
-    /// The full name, e.g. `exchange/taskcluster-queue/v1/task-pending`.
+    /// The short name, e.g. `task-pending`.
     #[must_use]
-    pub fn name(self) -> String {
-        format!("{EXCHANGE_PREFIX}{}", self.short_name())
+    pub fn short_name(self) -> &'static str {
+        &self.name()[EXCHANGE_PREFIX.len()..]
     }
 
     /// Reads a full or short exchange name.
@@ -454,7 +454,8 @@ mod tests {
     #[test]
     fn exchanges_parse_by_full_or_short_name() {
         for exchange in Exchange::ALL {
-            assert_eq!(Exchange::parse(&exchange.name()), Some(exchange));
+            assert!(exchange.name().starts_with(EXCHANGE_PREFIX));
+            assert_eq!(Exchange::parse(exchange.name()), Some(exchange));
             assert_eq!(Exchange::parse(exchange.short_name()), Some(exchange));
         }
         assert_eq!(Exchange::parse("exchange/taskcluster-queue/v1/nope"), None);

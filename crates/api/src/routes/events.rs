@@ -46,7 +46,7 @@ struct BindingInput {
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct MessageEvent<'a> {
-    exchange: String,
+    exchange: &'static str,
     routing_key: &'a str,
     redelivered: bool,
     routes: Vec<&'a str>,
