@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use shoal_engine::topic::Binding;
@@ -60,7 +60,10 @@ pub(crate) async fn connect(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let bindings = parse_bindings(query.0.bindings.as_deref())?;
     let subscription = state.queue.subscribe(bindings);
-    let stream = futures_util::stream::unfold(Some((subscription, true)), next_event);
+    // The subscription exists before the client hears `ready`: anything it does after that
+    // is seen.
+    let ready = futures_util::stream::once(async { Ok(Event::default().event("ready").data("{}")) });
+    let stream = ready.chain(futures_util::stream::unfold(Some(subscription), next_event));
     let ping = Event::default().event("ping").data("{}");
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(20)).event(ping)))
 }
@@ -87,20 +90,14 @@ fn parse_bindings(raw: Option<&str>) -> Result<Vec<Binding>, ApiError> {
         .collect()
 }
 
-async fn next_event(
-    state: Option<(Subscription, bool)>,
-) -> Option<(Result<Event, Infallible>, Option<(Subscription, bool)>)> {
-    let (mut subscription, first) = state?;
-    if first {
-        // The subscription exists before the client hears `ready`: anything it does after
-        // that is seen.
-        return Some((Ok(Event::default().event("ready").data("{}")), Some((subscription, false))));
-    }
+/// The next event of an open stream; `None` (the state) once the stream must end.
+async fn next_event(subscription: Option<Subscription>) -> Option<(Result<Event, Infallible>, Option<Subscription>)> {
+    let mut subscription = subscription?;
     match subscription.next().await {
         Delivery::Message(entry) => {
             let message = &entry.message;
             let Ok(payload) = serde_json::from_str::<&RawValue>(&message.body) else {
-                return Some((Ok(Event::default().comment("unreadable message skipped")), Some((subscription, false))));
+                return Some((Ok(Event::default().comment("unreadable message skipped")), Some(subscription)));
             };
             let event = MessageEvent {
                 exchange: message.exchange.name(),
@@ -111,7 +108,7 @@ async fn next_event(
             };
             let data = serde_json::to_string(&event).unwrap_or_default();
             let event = Event::default().event("message").id(entry.seq.to_string()).data(data);
-            Some((Ok(event), Some((subscription, false))))
+            Some((Ok(event), Some(subscription)))
         }
         Delivery::Missed(n_missed) => {
             let data = serde_json::json!({
