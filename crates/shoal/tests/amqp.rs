@@ -2,9 +2,10 @@
 //! (`scripts/rabbitmq`), consumers bound with Taskcluster's patterns, and a crash of the
 //! server while the broker is down.
 
+mod support;
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -14,8 +15,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties, Consumer, ExchangeKind};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const Q: &str = "exchange/taskcluster-queue/v1/";
 
@@ -59,17 +59,8 @@ impl Drop for Broker {
 }
 
 async fn server(data_dir: &Path, amqp_url: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(["server", "--listen", "127.0.0.1:0", "--claim-wait", "0", "--amqp-url", amqp_url, "--data-dir"])
-        .arg(data_dir)
-        .env("SHOAL_LOG", "warn")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start shoal");
-    let line = BufReader::new(child.stdout.take().unwrap()).lines().next_line().await.unwrap().unwrap();
-    let addr = line.split("http://").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
-    (child, format!("http://{addr}/api/queue/v1"))
+    let (child, root) = support::start_server(data_dir, &["--claim-wait", "0", "--amqp-url", amqp_url]).await;
+    (child, format!("{root}/api/queue/v1"))
 }
 
 /// A consumer on queue `name` bound as `bindings` (exchange short name, pattern).

@@ -1,5 +1,7 @@
 //! The client verbs and `shoal dev`, run as a person would run them.
 
+mod support;
+
 use std::process::Stdio;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -12,14 +14,7 @@ fn shoal() -> Command {
 }
 
 async fn server(data_dir: &std::path::Path) -> (Child, String) {
-    let mut child = shoal()
-        .args(["server", "--listen", "127.0.0.1:0", "--claim-wait", "1", "--data-dir"])
-        .arg(data_dir)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let line = BufReader::new(child.stdout.take().unwrap()).lines().next_line().await.unwrap().unwrap();
-    (child, line.split("rootUrl ").nth(1).unwrap().trim_end_matches(')').to_owned())
+    support::start_server(data_dir, &["--claim-wait", "1"]).await
 }
 
 /// Runs a verb; returns (exit code, stdout).

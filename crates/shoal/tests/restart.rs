@@ -1,29 +1,19 @@
 //! Crash safety of the real binary: `kill -9` under load loses nothing that was acknowledged.
 
+mod support;
+
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::Notify;
 
 /// Starts `shoal server` on a free port over `data_dir`; returns the process and its API base.
 async fn start(data_dir: &Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(["server", "--listen", "127.0.0.1:0", "--claim-wait", "0", "--data-dir"])
-        .arg(data_dir)
-        .env("SHOAL_LOG", "warn")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start shoal");
-    let stdout = child.stdout.take().unwrap();
-    let line = BufReader::new(stdout).lines().next_line().await.unwrap().expect("listening line");
-    let addr = line.split("http://").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
-    (child, format!("http://{addr}/api/queue/v1"))
+    let (child, root) = support::start_server(data_dir, &["--claim-wait", "0"]).await;
+    (child, format!("{root}/api/queue/v1"))
 }
 
 fn definition() -> Value {

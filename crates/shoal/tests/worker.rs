@@ -1,12 +1,12 @@
 //! The worker end to end: a real `shoal server` and real `shoal worker` processes running
 //! real shell commands.
 
+mod support;
+
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 struct Server {
@@ -16,17 +16,7 @@ struct Server {
 }
 
 async fn server(data_dir: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(["server", "--listen", "127.0.0.1:0", "--claim-timeout", "3", "--data-dir"])
-        .arg(data_dir)
-        .env("SHOAL_LOG", "warn")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let line = BufReader::new(stdout).lines().next_line().await.unwrap().unwrap();
-    let root = line.split("rootUrl ").nth(1).unwrap().trim_end_matches(')').to_owned();
+    let (child, root) = support::start_server(data_dir, &["--claim-timeout", "3"]).await;
     let api = format!("{root}/api/queue/v1");
     Server { _child: child, root, api }
 }
