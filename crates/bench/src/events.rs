@@ -3,9 +3,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions};
-use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use futures_util::future::try_join_all;
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
 
 use crate::server::Server;
 use crate::{bytes_of, definition, spawn_creators, throughput};
@@ -35,9 +39,13 @@ impl Drop for Broker {
 
 /// Messages/s from a full outbox to RabbitMQ, then the throughput benchmark without and with
 /// the broker.
-pub(crate) async fn events(n_tasks: usize) -> anyhow::Result<()> {
+pub(crate) async fn events(n_tasks: usize, drain_only: bool) -> anyhow::Result<()> {
     let broker = Broker::start()?;
+    raw_rate(&broker.url, 2 * n_tasks).await?;
     drain_rate(&broker.url, n_tasks).await?;
+    if drain_only {
+        return Ok(());
+    }
     let mut without = Vec::new();
     let mut with = Vec::new();
     for _ in 0..3 {
@@ -57,6 +65,58 @@ pub(crate) async fn events(n_tasks: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The reference: lapin alone publishing persistent messages of the same size with confirms
+/// into a durable queue, every publish issued before any confirm is awaited.
+/// Shaped like a task-pending routing key (words and length), for the topic exchange's matching.
+const ROUTING_KEY: &str = "primary.fN1GQ1qHR6yV1ZBkEr9ZwA.0._._.bench.events.-.YkL6ZrCrQyOuxhuwzbNTnw._";
+async fn raw_rate(url: &str, n_messages: usize) -> anyhow::Result<()> {
+    let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+    let channel = connection.create_channel().await?;
+    channel.confirm_select(ConfirmSelectOptions::default()).await?;
+    let (exchange, queue) = ("bench-raw", "bench-raw");
+    let options = ExchangeDeclareOptions { durable: true, ..Default::default() };
+    channel.exchange_declare(exchange.into(), ExchangeKind::Topic, options, FieldTable::default()).await?;
+    channel
+        .queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, queue_arguments())
+        .await?;
+    channel
+        .queue_bind(queue.into(), exchange.into(), "#".into(), QueueBindOptions::default(), FieldTable::default())
+        .await?;
+    // The size of a task-pending body.
+    let body = vec![b'x'; 800];
+    let properties = BasicProperties::default().with_delivery_mode(2);
+    let started = Instant::now();
+    for chunk in (0..n_messages).collect::<Vec<_>>().chunks(2048) {
+        let publishes = chunk.iter().map(|_| {
+            channel.basic_publish(
+                exchange.into(),
+                ROUTING_KEY.into(),
+                BasicPublishOptions::default(),
+                &body,
+                properties.clone(),
+            )
+        });
+        for confirm in try_join_all(publishes).await? {
+            anyhow::ensure!(confirm.await?.is_ack(), "negative confirm");
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "events: reference, lapin alone: {n_messages} persistent messages with confirms in batches of 2048 in \
+         {secs:.2} s = {:.0} messages/s",
+        n_messages as f64 / secs
+    );
+    channel.queue_delete(queue.into(), QueueDeleteOptions::default()).await?;
+    Ok(())
+}
+
+/// A classic queue in RabbitMQ's second storage format (3.10+), which a consumer chooses.
+fn queue_arguments() -> FieldTable {
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-queue-version".into(), AMQPValue::LongInt(2));
+    arguments
+}
+
 /// Fills the outbox while the broker is unreachable, then times a restarted server draining
 /// it into a queue bound to every message.
 async fn drain_rate(url: &str, n_tasks: usize) -> anyhow::Result<()> {
@@ -64,7 +124,7 @@ async fn drain_rate(url: &str, n_tasks: usize) -> anyhow::Result<()> {
     let channel = connection.create_channel().await?;
     let queue = "bench-drain";
     channel
-        .queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, FieldTable::default())
+        .queue_declare(queue.into(), QueueDeclareOptions { durable: true, ..Default::default() }, queue_arguments())
         .await?;
     for exchange in ["task-defined", "task-pending"] {
         let exchange = format!("exchange/taskcluster-queue/v1/{exchange}");

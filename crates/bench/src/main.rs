@@ -76,6 +76,9 @@ enum Command {
     Events {
         #[arg(long, default_value_t = 50_000)]
         tasks: usize,
+        /// Only the drain rate (and raw lapin's rate for reference), not the throughput runs.
+        #[arg(long)]
+        drain_only: bool,
     },
     /// Claim-wake latency of an idle long-polling worker.
     Wake {
@@ -127,7 +130,7 @@ fn main() -> anyhow::Result<()> {
             Command::Throughput { tasks, creators, workers, batch, amqp_url } => {
                 throughput(tasks, creators, workers, batch, amqp_url.as_deref()).await?;
             }
-            Command::Events { tasks } => events::events(tasks).await?,
+            Command::Events { tasks, drain_only } => events::events(tasks, drain_only).await?,
             Command::Wake { samples } => wake(samples).await?,
             Command::LiveLog { megabytes, chunk_kb } => live_log(megabytes, chunk_kb).await?,
             Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
