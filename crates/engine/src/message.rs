@@ -6,12 +6,13 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use crate::artifact::Artifact;
 use crate::event::Event;
 use crate::group::TaskGroup;
 use crate::priority::Priority;
-use crate::status::{Run, TaskStatus};
+use crate::status::Run;
 use crate::task::Task;
 use crate::topic::{self, EXCHANGE_PREFIX, TaskKey};
 use crate::{TaskId, Timestamp};
@@ -109,7 +110,7 @@ pub struct Message {
 #[serde(rename_all = "camelCase")]
 struct TaskBody<'a> {
     version: u8,
-    status: &'a TaskStatus,
+    status: &'a RawValue,
     #[serde(skip_serializing_if = "Option::is_none")]
     run_id: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -144,7 +145,7 @@ struct ArtifactBody<'a> {
 }
 
 impl<'a> TaskBody<'a> {
-    fn new(status: &'a TaskStatus) -> TaskBody<'a> {
+    fn new(status: &'a RawValue) -> TaskBody<'a> {
         TaskBody {
             version: 1,
             status,
@@ -175,7 +176,8 @@ pub fn task_messages(task: &Task, events: &[Event]) -> Vec<Message> {
     if events.is_empty() {
         return Vec::new();
     }
-    let status = task.status();
+    // A transition's messages share its status: serialized once, not once per message.
+    let status = status_json(task);
     let cc = topic::route_keys(&task.meta.routes);
     events
         .iter()
@@ -218,7 +220,7 @@ fn tags_of(task: &Task) -> PulseTask<'_> {
 /// artifact-created for `artifact` of run `run_id` of `task`.
 #[must_use]
 pub fn artifact_created(task: &Task, run_id: u32, artifact: &Artifact) -> Message {
-    let status = task.status();
+    let status = status_json(task);
     let run = task.runs().get(run_id as usize);
     let body = TaskBody {
         artifact: Some(ArtifactBody {
@@ -309,6 +311,11 @@ fn task_key<'a>(task: &'a Task, run: Option<&'a Run>) -> TaskKey<'a> {
         scheduler_id: &task.meta.scheduler_id,
         task_group_id: task.meta.task_group_id,
     }
+}
+
+fn status_json(task: &Task) -> Box<RawValue> {
+    // As in `encode`: a status always serializes.
+    serde_json::value::to_raw_value(&task.status()).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 
 fn encode(body: &impl Serialize) -> String {

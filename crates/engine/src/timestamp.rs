@@ -39,21 +39,47 @@ impl Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Ok(at) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0) * 1_000_000) else {
+        // Every status and message carries several timestamps, so this is written by hand
+        // over a stack buffer rather than through a date library's general formatter.
+        let (days, millis_of_day) = (self.0.div_euclid(MILLIS_PER_DAY), self.0.rem_euclid(MILLIS_PER_DAY));
+        let (year, month, day) = civil_from_days(days);
+        if !(0..=9999).contains(&year) {
             return write!(f, "invalid-timestamp({})", self.0);
+        }
+        let mut text = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut value: i64| {
+            for index in (at..at + width).rev() {
+                text[index] = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
         };
-        write!(
-            f,
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-            at.year(),
-            u8::from(at.month()),
-            at.day(),
-            at.hour(),
-            at.minute(),
-            at.second(),
-            at.millisecond()
-        )
+        put(0, 4, year);
+        put(5, 2, month);
+        put(8, 2, day);
+        put(11, 2, millis_of_day / 3_600_000);
+        put(14, 2, millis_of_day / 60_000 % 60);
+        put(17, 2, millis_of_day / 1000 % 60);
+        put(20, 3, millis_of_day % 1000);
+        // Only ASCII digits and separators were written.
+        f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
     }
+}
+
+const MILLIS_PER_DAY: i64 = 86_400_000;
+
+/// The proleptic Gregorian (year, month, day) of a day counted from 1970-01-01
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 { shifted_month + 3 } else { shifted_month - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 impl Serialize for Timestamp {
@@ -81,5 +107,25 @@ mod tests {
         let offset = Timestamp::parse("2026-11-21T12:20:30.456789+02:00").unwrap();
         assert_eq!(offset, at);
         assert_eq!(Timestamp::parse("2026-11-21"), None);
+    }
+
+    #[test]
+    fn out_of_range_instants_are_marked_not_misprinted() {
+        assert_eq!(Timestamp(i64::MAX).to_string(), format!("invalid-timestamp({})", i64::MAX));
+        assert_eq!(Timestamp(-1).to_string(), "1969-12-31T23:59:59.999Z");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn formats_as_the_time_crate_does(millis in -62_167_219_200_000_i64..253_402_300_800_000) {
+            let at = OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000).unwrap();
+            let expected = format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                at.year(), u8::from(at.month()), at.day(), at.hour(), at.minute(), at.second(), at.millisecond()
+            );
+            let text = Timestamp(millis).to_string();
+            proptest::prop_assert_eq!(&text, &expected);
+            proptest::prop_assert_eq!(Timestamp::parse(&text), Some(Timestamp(millis)));
+        }
     }
 }

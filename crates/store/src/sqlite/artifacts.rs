@@ -117,7 +117,7 @@ pub(crate) fn create(
         put(tx, key, &stored)?;
         // Listeners hear of an artifact when its content can be fetched: blobs once uploaded.
         if stored.present {
-            tx.publish(message::artifact_created(&row.task, key.run_id, &stored))?;
+            tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
         }
     }
     Ok(stored)
@@ -130,7 +130,7 @@ pub(crate) fn uploaded(tx: &mut Tx<'_>, key: &ArtifactKey) -> Result<Artifact, S
         stored.present = true;
         put(tx, key, &stored)?;
         let row = tx.load_existing(key.task_id)?;
-        tx.publish(message::artifact_created(&row.task, key.run_id, &stored))?;
+        tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
     }
     Ok(stored)
 }

@@ -9,6 +9,7 @@
 mod artifacts;
 mod checkpoint;
 mod ops;
+mod outbox;
 mod reads;
 mod row;
 mod schema;
@@ -150,17 +151,15 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(64);
         schema::migrate(&mut conn)?;
         let (index, max_seq) = load_pending(&conn)?;
-        let (first, last): (Option<i64>, Option<i64>) =
-            conn.query_row("SELECT MIN(seq), MAX(seq) FROM outbox", [], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        let last = last.unwrap_or(0) as u64;
-        let feed = Arc::new(OutboxFeed::new(first.map_or(last + 1, |first| first as u64), last));
+        let bounds = outbox::bounds(&conn)?;
+        let feed = Arc::new(OutboxFeed::new(bounds.first, bounds.last));
         tracing::info!(
             path = %config.path.display(),
             pending = index.len(),
-            unpublished = first.map_or(0, |first| last + 1 - first as u64),
+            unpublished = bounds.unpublished(),
             "store opened"
         );
-        let state = WriterState::new(index, max_seq, config.claim_timeout_secs, last, Arc::clone(&feed));
+        let state = WriterState::new(index, max_seq, config.claim_timeout_secs, bounds.last, Arc::clone(&feed));
         let wal_frames = Arc::new(AtomicI64::new(0));
         let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal_frames))?;
         let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
@@ -410,7 +409,7 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
     let published = state.feed.published_upto();
     let trim = published >= state.outbox_trimmed + OUTBOX_TRIM_ROWS
         || (published > state.outbox_trimmed && state.feed.take_trim_request());
-    if trim && let Err(err) = conn.execute("DELETE FROM outbox WHERE seq <= ?1", [published as i64]) {
+    if trim && let Err(err) = outbox::trim(conn, published) {
         tracing::error!(error = %err, "trimming the outbox failed");
         failure = Some(err.to_string());
     }
@@ -433,7 +432,8 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
         };
         match outcome {
             Outcome::Done => messages.extend(written),
-            Outcome::Refused if conn.total_changes() == changes && state.index.mark() == mark => {}
+            Outcome::Refused if conn.total_changes() == changes && state.index.mark() == mark && written.is_empty() => {
+            }
             Outcome::Refused => {
                 tracing::error!("a refused operation wrote before refusing; its batch is rolled back");
                 failure = Some("internal error: a refused operation wrote".into());
@@ -441,6 +441,12 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
             Outcome::Failed => failure = Some("a storage operation failed; nothing in its batch was committed".into()),
         }
         deliveries.push(deliver);
+    }
+    if failure.is_none()
+        && let Err(err) = outbox::insert(conn, &messages)
+    {
+        tracing::error!(error = %err, "writing the outbox failed");
+        failure = Some(err.to_string());
     }
     let commit = match failure {
         Some(reason) => Err(reason),

@@ -224,7 +224,7 @@ pub(crate) fn seal_task_group(tx: &mut Tx<'_>, group: TaskId, now: Timestamp) ->
             .prepare_cached("UPDATE task_groups SET sealed = ?2 WHERE task_group_id = ?1")?
             .execute(params![group.as_str(), now.millis()])?;
         found.sealed = Some(now);
-        tx.publish(message::group_sealed(&found))?;
+        tx.publish(message::group_sealed(&found));
     }
     Ok(found)
 }
@@ -289,6 +289,6 @@ pub(crate) fn change_task_group_priority(
             Err(err) => return Err(err),
         }
     }
-    tx.publish(message::group_priority_changed(&found, priority, changed.len() as u64))?;
+    tx.publish(message::group_priority_changed(&found, priority, changed.len() as u64));
     Ok(changed)
 }

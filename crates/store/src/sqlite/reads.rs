@@ -2,7 +2,6 @@
 
 use rusqlite::{Connection, Row, params};
 use shoal_engine::artifact::Artifact;
-use shoal_engine::message::{Exchange, Message};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::outbox::OutboxEntry;
@@ -203,20 +202,7 @@ impl Reads for ReadConn<'_> {
     }
 
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
-        let mut stmt = self.0.prepare_cached(
-            "SELECT seq, exchange, routing_key, cc, body FROM outbox WHERE seq >= ?1 ORDER BY seq LIMIT ?2",
-        )?;
-        let mut rows = stmt.query(params![from as i64, limit as i64])?;
-        let mut entries = Vec::new();
-        while let Some(row) = rows.next()? {
-            let exchange: String = row.get(1)?;
-            let exchange = Exchange::parse(&exchange).ok_or_else(|| row::corrupt(format!("exchange {exchange}")))?;
-            let cc: Option<String> = row.get(3)?;
-            let cc = cc.map(|cc| serde_json::from_str(&cc)).transpose().map_err(row::corrupt)?.unwrap_or_default();
-            let message = Message { exchange, routing_key: row.get(2)?, cc, body: row.get(4)? };
-            entries.push(OutboxEntry { seq: row.get::<_, i64>(0)? as u64, message });
-        }
-        Ok(entries)
+        super::outbox::read(self.0, from, limit)
     }
 }
 

@@ -102,14 +102,15 @@ impl From<rusqlite::Error> for StoreError {
 pub(crate) fn task_group(conn: &Connection, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
     let mut stmt =
         conn.prepare_cached("SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1")?;
-    Ok(stmt
-        .query_row([group.as_str()], |row| {
-            Ok(TaskGroup {
-                task_group_id: group,
-                scheduler_id: row.get(0)?,
-                expires: Timestamp(row.get(1)?),
-                sealed: row.get::<_, Option<i64>>(2)?.map(Timestamp),
-            })
-        })
-        .optional()?)
+    Ok(stmt.query_row([group.as_str()], |row| task_group_from_row(group, row)).optional()?)
+}
+
+/// A task group from the columns `scheduler_id, expires, sealed`.
+pub(crate) fn task_group_from_row(group: TaskId, row: &Row<'_>) -> rusqlite::Result<TaskGroup> {
+    Ok(TaskGroup {
+        task_group_id: group,
+        scheduler_id: row.get(0)?,
+        expires: Timestamp(row.get(1)?),
+        sealed: row.get::<_, Option<i64>>(2)?.map(Timestamp),
+    })
 }

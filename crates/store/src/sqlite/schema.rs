@@ -4,7 +4,7 @@ use rusqlite::Connection;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`. Never edit
 /// a released entry: append a new one.
-const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     r"
 CREATE TABLE tasks (
     task_id       TEXT PRIMARY KEY NOT NULL,
@@ -86,6 +86,23 @@ CREATE TABLE outbox (
     cc          TEXT,            -- JSON array of extra routing keys, NULL when none
     body        TEXT NOT NULL
 );
+",
+    // 4: the outbox holds one row per committed write batch (see sqlite/outbox.rs), and
+    // remembers how far publication went, so sequence numbers never restart.
+    r"
+CREATE TABLE outbox_batches (
+    first_seq INTEGER PRIMARY KEY,
+    last_seq  INTEGER NOT NULL,
+    messages  TEXT NOT NULL   -- JSON array of {e: exchange, k: routing key, c: [CC keys], b: body}
+);
+INSERT INTO outbox_batches (first_seq, last_seq, messages)
+    SELECT MIN(seq), MAX(seq),
+           json_group_array(json_object('e', exchange, 'k', routing_key, 'c', json(coalesce(cc, '[]')), 'b', json(body))
+                            ORDER BY seq)
+    FROM outbox HAVING count(*) > 0;
+CREATE TABLE outbox_state (published INTEGER NOT NULL);
+INSERT INTO outbox_state (published) SELECT coalesce(MIN(seq) - 1, 0) FROM outbox;
+DROP TABLE outbox;
 ",
 ];
 

@@ -73,17 +73,12 @@ pub(crate) struct Tx<'a> {
 }
 
 impl Tx<'_> {
-    /// Writes `message` to the outbox, to be published once this transaction commits.
-    pub(crate) fn publish(&mut self, message: Message) -> Result<(), StoreError> {
+    /// Adds `message` to the outbox, to be written with this transaction's batch and
+    /// published once it commits.
+    pub(crate) fn publish(&mut self, message: Message) {
         let seq = self.state.outbox_seq + 1;
-        let cc = (!message.cc.is_empty()).then(|| json(&message.cc)).transpose()?;
-        let mut stmt = self
-            .conn
-            .prepare_cached("INSERT INTO outbox (seq, exchange, routing_key, cc, body) VALUES (?1, ?2, ?3, ?4, ?5)")?;
-        stmt.execute(params![seq as i64, message.exchange.short_name(), message.routing_key, cc, message.body])?;
         self.state.outbox_seq = seq;
         self.messages.push(OutboxEntry { seq, message });
-        Ok(())
     }
 
     pub(crate) fn load(&self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
@@ -227,7 +222,7 @@ impl Tx<'_> {
     /// messages (into the outbox), from the task as the events left it.
     pub(crate) fn record(&mut self, task: &Task, events: Vec<Event>) -> Result<(), StoreError> {
         for message in message::task_messages(task, &events) {
-            self.publish(message)?;
+            self.publish(message);
         }
         self.events.extend(events.into_iter().map(|event| TaskEvent {
             task_id: task.task_id,
@@ -239,14 +234,14 @@ impl Tx<'_> {
 
     /// Publishes task-group-resolved when the group has no unresolved task left.
     fn check_group_resolved(&mut self, group: TaskId) -> Result<(), StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT 1 FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL LIMIT 1")?;
-        if stmt.exists([group.as_str()])? {
-            return Ok(());
-        }
-        if let Some(found) = row::task_group(self.conn, group)? {
-            self.publish(message::group_resolved(&found))?;
+        // One statement: this runs on every resolution.
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1 \
+             AND NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL)",
+        )?;
+        let resolved = stmt.query_row([group.as_str()], |row| row::task_group_from_row(group, row)).optional()?;
+        if let Some(found) = resolved {
+            self.publish(message::group_resolved(&found));
         }
         Ok(())
     }
