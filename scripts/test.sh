@@ -2,7 +2,8 @@
 # Runs every test of Shoal on a fresh machine: formatting, lints, the Rust suites (engine,
 # store conformance, HTTP scenarios, kill -9 restart, events through a private RabbitMQ) and
 # the official Taskcluster Python client against a real server. Installs what it needs
-# (RabbitMQ from Debian's packages; the tests start and stop their own broker on 127.0.0.1);
+# (RabbitMQ and PostgreSQL from Debian's packages; the tests start and stop their own broker
+# and database clusters on 127.0.0.1);
 # needs no running services.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,14 @@ if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
     $sudo apt-get update -qq
     # If the package starts a system-wide broker, it is left alone: the tests use their own ports.
     DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $sudo apt-get install -y -qq --no-install-recommends rabbitmq-server > /dev/null
+fi
+
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl > /dev/null 2>&1; then
+    echo "== installing postgresql (Debian package; not started as a service)"
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $sudo apt-get install -y -qq --no-install-recommends postgresql > /dev/null
 fi
 
 echo "== rust tests"

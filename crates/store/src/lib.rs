@@ -6,9 +6,11 @@
 
 pub mod outbox;
 pub mod pending;
+mod postgres;
 mod sqlite;
 mod types;
 
+pub use postgres::{PG_SCHEMA_VERSION, PgConfig, PgPool, migrate as migrate_postgres};
 pub use sqlite::{SqliteConfig, SqliteStore};
 pub use types::*;
 

@@ -1,0 +1,121 @@
+//! The PostgreSQL schema and its versioned migrations.
+//!
+//! Several servers may start at once against one database: migrations run in one
+//! transaction holding a transaction-scoped advisory lock, so exactly one server applies
+//! them and the others wait, then find nothing left to do.
+
+use postgres::GenericClient;
+
+use crate::StoreError;
+
+/// Key of the advisory lock that serializes migrations (any constant unlikely to collide).
+const MIGRATION_LOCK: i64 = 0x5_4841_4c00;
+
+/// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`. Never edit
+/// a released entry: append a new one. Times are milliseconds since the epoch, as in SQLite.
+pub(crate) const MIGRATIONS: &[&str] = &[r"
+CREATE TABLE tasks (
+    task_id       TEXT PRIMARY KEY,
+    task_queue_id TEXT NOT NULL,
+    scheduler_id  TEXT NOT NULL,
+    project_id    TEXT NOT NULL,
+    task_group_id TEXT NOT NULL,
+    priority      TEXT NOT NULL,     -- JSON: a name in quotes or a number
+    priority_rank SMALLINT NOT NULL, -- claim order across priorities, highest first
+    retries       INTEGER NOT NULL,
+    retries_left  INTEGER NOT NULL,
+    deadline      BIGINT NOT NULL,
+    expires       BIGINT NOT NULL,
+    requires      TEXT NOT NULL,
+    dimensions    JSONB,             -- NULL when none
+    routes        TEXT,              -- JSON array, NULL when none
+    tags          TEXT,              -- JSON object, NULL when none
+    runs          TEXT NOT NULL,     -- JSON array of runs
+    state         TEXT NOT NULL,
+    taken_until   BIGINT,            -- set only while the last run is running: the claim-expiry due time
+    deadline_due  BIGINT,            -- the deadline while unresolved, else NULL: the deadline due time
+    pending_seq   BIGINT,            -- claim order within a priority while pending
+    definition    TEXT NOT NULL      -- the checked definition as served by task()
+);
+CREATE INDEX tasks_group ON tasks (task_group_id, task_id);
+CREATE INDEX tasks_group_unresolved ON tasks (task_group_id) WHERE deadline_due IS NOT NULL;
+CREATE INDEX tasks_taken_until ON tasks (taken_until) WHERE taken_until IS NOT NULL;
+CREATE INDEX tasks_deadline_due ON tasks (deadline_due) WHERE deadline_due IS NOT NULL;
+CREATE INDEX tasks_pending ON tasks (task_queue_id, priority_rank DESC, pending_seq) WHERE state = 'pending';
+CREATE INDEX tasks_running ON tasks (task_queue_id) WHERE state = 'running';
+CREATE SEQUENCE tasks_pending_seq;
+
+CREATE TABLE task_dependencies (
+    required_task_id  TEXT NOT NULL,
+    dependent_task_id TEXT NOT NULL,
+    requires          TEXT NOT NULL,
+    satisfied         BOOLEAN NOT NULL,
+    PRIMARY KEY (required_task_id, dependent_task_id)
+);
+CREATE INDEX task_dependencies_unsatisfied ON task_dependencies (dependent_task_id) WHERE NOT satisfied;
+
+CREATE TABLE task_groups (
+    task_group_id TEXT PRIMARY KEY,
+    scheduler_id  TEXT NOT NULL,
+    expires       BIGINT NOT NULL,
+    sealed        BIGINT
+);
+
+CREATE TABLE task_queues (
+    task_queue_id    TEXT PRIMARY KEY,
+    expires          BIGINT NOT NULL,
+    last_date_active BIGINT NOT NULL,
+    description      TEXT NOT NULL,
+    stability        TEXT NOT NULL
+);
+
+CREATE TABLE artifacts (
+    task_id  TEXT NOT NULL,
+    run_id   INTEGER NOT NULL,
+    name     TEXT NOT NULL,
+    kind     TEXT NOT NULL,     -- JSON: storageType and its fields
+    present  BOOLEAN NOT NULL,  -- false while a blob has not been uploaded
+    expires  BIGINT NOT NULL,
+    PRIMARY KEY (task_id, run_id, name)
+);
+CREATE INDEX artifacts_expires ON artifacts (expires);
+
+-- One row per committed transaction's messages (see sqlite/outbox.rs for the format).
+CREATE TABLE outbox_batches (
+    first_seq BIGINT PRIMARY KEY,
+    last_seq  BIGINT NOT NULL,
+    messages  TEXT NOT NULL
+);
+CREATE TABLE outbox_state (published BIGINT NOT NULL);
+INSERT INTO outbox_state (published) VALUES (0);
+"];
+
+/// Brings the database to the newest schema; safe to run from several servers at once.
+///
+/// # Errors
+/// When the database is unreachable, a migration fails (nothing of it is applied), or the
+/// database was migrated by a newer Shoal.
+pub(crate) fn migrate(client: &mut impl GenericClient) -> Result<usize, StoreError> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS shoal_schema (version INTEGER NOT NULL)")?;
+    let version: Option<i32> = tx.query_opt("SELECT version FROM shoal_schema", &[])?.map(|row| row.get(0));
+    let version = version.unwrap_or(0) as usize;
+    if version > MIGRATIONS.len() {
+        return Err(StoreError::Other(format!(
+            "the database's schema is version {version}, newer than this Shoal knows ({}); upgrade Shoal",
+            MIGRATIONS.len()
+        )));
+    }
+    for sql in &MIGRATIONS[version..] {
+        tx.batch_execute(sql)?;
+    }
+    let newest = MIGRATIONS.len() as i32;
+    if version == 0 {
+        tx.execute("INSERT INTO shoal_schema (version) VALUES ($1)", &[&newest])?;
+    } else {
+        tx.execute("UPDATE shoal_schema SET version = $1", &[&newest])?;
+    }
+    tx.commit()?;
+    Ok(MIGRATIONS.len() - version)
+}

@@ -1,0 +1,3 @@
+//! Helpers shared by the store's integration tests.
+
+pub(crate) mod postgres;

@@ -1,0 +1,57 @@
+//! A private PostgreSQL cluster for this test binary (started on first use with
+//! `scripts/postgres`, stopped when the process exits) and a fresh database per caller.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/postgres");
+
+struct Cluster {
+    dir: PathBuf,
+    url: String,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+static NEXT_DATABASE: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn stop_cluster() {
+    if let Some(cluster) = CLUSTER.get() {
+        let _ = std::process::Command::new(SCRIPT).arg("stop").arg(&cluster.dir).output();
+        let _ = std::fs::remove_dir_all(&cluster.dir);
+    }
+}
+
+fn cluster() -> &'static Cluster {
+    CLUSTER.get_or_init(|| {
+        let dir = tempfile::Builder::new().prefix("shoal-pg-").tempdir().expect("tempdir").keep();
+        let out = std::process::Command::new(SCRIPT).arg("start").arg(&dir).output().expect("run scripts/postgres");
+        assert!(out.status.success(), "starting PostgreSQL: {}", String::from_utf8_lossy(&out.stderr));
+        // SAFETY: registers a plain function to run at exit; nothing else is required of it.
+        unsafe { libc::atexit(stop_cluster) };
+        Cluster { dir, url: String::from_utf8(out.stdout).expect("utf-8").trim().to_owned() }
+    })
+}
+
+/// The URL of a new, empty database on the shared cluster.
+pub(crate) fn fresh_database() -> String {
+    let cluster = cluster();
+    let name = format!("t{}_{}", std::process::id(), NEXT_DATABASE.fetch_add(1, Ordering::Relaxed));
+    let mut admin = postgres::Client::connect(&cluster.url, postgres::NoTls).expect("connect to the cluster");
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
+    let (base, _) = cluster.url.rsplit_once('/').expect("url with a database");
+    format!("{base}/{name}")
+}
+
+/// Directory of the shared cluster, for pausing and resuming it.
+#[allow(dead_code)]
+pub(crate) fn cluster_dir() -> &'static std::path::Path {
+    &cluster().dir
+}
+
+/// Runs `scripts/postgres <command>` on the shared cluster (`pause`, `resume`).
+#[allow(dead_code)]
+pub(crate) fn control(command: &str) {
+    let out = std::process::Command::new(SCRIPT).arg(command).arg(cluster_dir()).output().expect("scripts/postgres");
+    assert!(out.status.success(), "postgres {command}: {}", String::from_utf8_lossy(&out.stderr));
+}
