@@ -60,6 +60,12 @@ enum Command {
         #[command(subcommand)]
         command: GroupCommand,
     },
+    /// Apply pending schema migrations to a PostgreSQL database (servers also do so at start).
+    Migrate {
+        /// postgres://user[:password]@host[:port]/database
+        #[arg(long, env = "SHOAL_DATABASE_URL")]
+        database: String,
+    },
     /// Print events as they happen, one JSON object per line ({exchange, routingKey, routes, payload}).
     Listen {
         #[command(flatten)]
@@ -254,8 +260,15 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    if let Command::Migrate { database } = &cli.command {
+        // The PostgreSQL client blocks on its own runtime: run it outside ours.
+        let applied = shoal_store::migrate_postgres(database).context("migrating the database")?;
+        println!("applied {applied} migration(s); the schema is at version {}", shoal_store::PG_SCHEMA_VERSION);
+        return Ok(());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     match cli.command {
+        Command::Migrate { .. } => Ok(()),
         Command::Server(args) => runtime.block_on(server(args)),
         Command::Worker(args) => runtime.block_on(worker(args)),
         Command::Dev(args) => {
