@@ -10,7 +10,7 @@ mod postgres;
 mod sqlite;
 mod types;
 
-pub use postgres::{PG_SCHEMA_VERSION, PgConfig, PgPool, migrate as migrate_postgres};
+pub use postgres::{PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, migrate as migrate_postgres};
 pub use sqlite::{SqliteConfig, SqliteStore};
 pub use types::*;
 
@@ -25,6 +25,8 @@ use shoal_engine::{TaskId, Timestamp};
 pub enum Store {
     /// Embedded SQLite under a data directory.
     Sqlite(SqliteStore),
+    /// PostgreSQL, shared by any number of servers.
+    Postgres(PgStore),
 }
 
 /// What the store can fail with.
@@ -95,6 +97,7 @@ impl Store {
     ) -> Result<Committed<TaskStatus>, StoreError> {
         match self {
             Store::Sqlite(store) => store.create_task(definition, task_id, now).await,
+            Store::Postgres(store) => store.create_task(definition, task_id, now).await,
         }
     }
 
@@ -110,6 +113,7 @@ impl Store {
     ) -> Result<Committed<TaskStatus>, StoreError> {
         match self {
             Store::Sqlite(store) => store.apply(task_id, command, now).await,
+            Store::Postgres(store) => store.apply(task_id, command, now).await,
         }
     }
 
@@ -120,6 +124,7 @@ impl Store {
     pub async fn claim_work(&self, request: ClaimRequest, now: Timestamp) -> Result<Committed<Vec<Claim>>, StoreError> {
         match self {
             Store::Sqlite(store) => store.claim_work(request, now).await,
+            Store::Postgres(store) => store.claim_work(request, now).await,
         }
     }
 
@@ -137,6 +142,7 @@ impl Store {
     ) -> Result<Committed<Claim>, StoreError> {
         match self {
             Store::Sqlite(store) => store.claim_task(task_id, run_id, worker_group, worker_id, now).await,
+            Store::Postgres(store) => store.claim_task(task_id, run_id, worker_group, worker_id, now).await,
         }
     }
 
@@ -147,6 +153,7 @@ impl Store {
     pub async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
         match self {
             Store::Sqlite(store) => store.fire_due(now, limit).await,
+            Store::Postgres(store) => store.fire_due(now, limit).await,
         }
     }
 
@@ -157,6 +164,7 @@ impl Store {
     pub async fn seal_task_group(&self, group: TaskId, now: Timestamp) -> Result<Committed<TaskGroup>, StoreError> {
         match self {
             Store::Sqlite(store) => store.seal_task_group(group, now).await,
+            Store::Postgres(store) => store.seal_task_group(group, now).await,
         }
     }
 
@@ -171,6 +179,7 @@ impl Store {
     ) -> Result<Committed<GroupCancellation>, StoreError> {
         match self {
             Store::Sqlite(store) => store.cancel_task_group(group, now).await,
+            Store::Postgres(store) => store.cancel_task_group(group, now).await,
         }
     }
 
@@ -186,6 +195,7 @@ impl Store {
     ) -> Result<Committed<Vec<TaskId>>, StoreError> {
         match self {
             Store::Sqlite(store) => store.change_task_group_priority(group, priority, now).await,
+            Store::Postgres(store) => store.change_task_group_priority(group, priority, now).await,
         }
     }
 
@@ -201,6 +211,7 @@ impl Store {
     ) -> Result<Committed<shoal_engine::artifact::Artifact>, StoreError> {
         match self {
             Store::Sqlite(store) => store.create_artifact(key, request, now).await,
+            Store::Postgres(store) => store.create_artifact(key, request, now).await,
         }
     }
 
@@ -214,6 +225,7 @@ impl Store {
     ) -> Result<Committed<shoal_engine::artifact::Artifact>, StoreError> {
         match self {
             Store::Sqlite(store) => store.artifact_uploaded(key).await,
+            Store::Postgres(store) => store.artifact_uploaded(key).await,
         }
     }
 
@@ -224,6 +236,7 @@ impl Store {
     pub async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
         match self {
             Store::Sqlite(store) => store.forget_artifacts(keys).await,
+            Store::Postgres(store) => store.forget_artifacts(keys).await,
         }
     }
 
@@ -232,6 +245,7 @@ impl Store {
     pub fn outbox(&self) -> std::sync::Arc<outbox::OutboxFeed> {
         match self {
             Store::Sqlite(store) => store.outbox(),
+            Store::Postgres(store) => store.outbox(),
         }
     }
 
@@ -242,6 +256,7 @@ impl Store {
     pub async fn trim_outbox(&self) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(store) => store.trim_outbox().await,
+            Store::Postgres(store) => store.trim_outbox().await,
         }
     }
 
@@ -256,6 +271,7 @@ impl Store {
     {
         match self {
             Store::Sqlite(store) => store.read(query).await,
+            Store::Postgres(store) => store.read(query).await,
         }
     }
 
@@ -263,6 +279,7 @@ impl Store {
     pub async fn close(&self) {
         match self {
             Store::Sqlite(store) => store.close().await,
+            Store::Postgres(store) => store.close().await,
         }
     }
 }

@@ -3,6 +3,8 @@
 //! Time is an argument of every store call, so claim expiry and deadlines are tested by
 //! passing a later `now`, never by sleeping.
 
+mod support;
+
 use serde_json::json;
 use shoal_engine::definition::{TaskDefinition, TaskDefinitionInput};
 use shoal_engine::dimensions::Dimensions;
@@ -12,7 +14,7 @@ use shoal_engine::status::{ReasonCreated, ReasonResolved, TaskState, TaskStatus}
 use shoal_engine::task::Resolution;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 use shoal_store::outbox::{Next, OutboxEntry};
-use shoal_store::{ClaimRequest, SqliteConfig, SqliteStore, Store, StoreError, TaskCommand};
+use shoal_store::{ClaimRequest, PgConfig, PgStore, SqliteConfig, SqliteStore, Store, StoreError, TaskCommand};
 
 const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 const CLAIM_TIMEOUT: i64 = 60;
@@ -21,6 +23,18 @@ const CLAIM_TIMEOUT: i64 = 60;
 struct Backend {
     store: Store,
     dir: tempfile::TempDir,
+    /// The PostgreSQL database, for the PostgreSQL backend.
+    url: Option<String>,
+}
+
+impl Backend {
+    /// The same storage opened again, as after a restart.
+    fn reopen(&self) -> Store {
+        match &self.url {
+            None => sqlite_in(self.dir.path()),
+            Some(url) => postgres_at(url),
+        }
+    }
 }
 
 fn sqlite_in(dir: &std::path::Path) -> Store {
@@ -28,10 +42,21 @@ fn sqlite_in(dir: &std::path::Path) -> Store {
     Store::Sqlite(SqliteStore::open(&config).expect("open sqlite"))
 }
 
-/// Every backend this build can reach.
+fn postgres_at(url: &str) -> Store {
+    let mut config = PgConfig::new(url);
+    config.claim_timeout_secs = CLAIM_TIMEOUT;
+    // The blocking client must not start inside the test's runtime.
+    let store = std::thread::spawn(move || PgStore::open(&config)).join().expect("no panic").expect("open postgres");
+    Store::Postgres(store)
+}
+
+/// Every backend: embedded SQLite and PostgreSQL (a private cluster for this test binary).
 fn backends() -> Vec<(&'static str, Backend)> {
     let dir = tempfile::tempdir().expect("tempdir");
-    vec![("sqlite", Backend { store: sqlite_in(dir.path()), dir })]
+    let sqlite = Backend { store: sqlite_in(dir.path()), dir, url: None };
+    let url = support::postgres::fresh_database();
+    let postgres = Backend { store: postgres_at(&url), dir: tempfile::tempdir().expect("tempdir"), url: Some(url) };
+    vec![("sqlite", sqlite), ("postgres", postgres)]
 }
 
 fn at(secs: i64) -> Timestamp {
@@ -306,7 +331,7 @@ async fn restart_rebuilds_the_pending_index() {
         }
         claim_ids(&backend.store, worker(2), at(10)).await;
         backend.store.close().await;
-        let reopened = sqlite_in(backend.dir.path());
+        let reopened = backend.reopen();
         assert_eq!(claim_ids(&reopened, worker(10), at(11)).await, vec![id(3), id(4), id(5)], "{name}");
         let counts = reopened.read(|reads| reads.queue_counts("prov/wt")).await.unwrap();
         assert_eq!((counts.pending_tasks, counts.claimed_tasks), (0, 5), "{name}");
@@ -484,7 +509,7 @@ async fn unpublished_messages_survive_a_restart_and_published_ones_are_deleted()
         assert_eq!(before.len(), 6, "{name}: defined and pending for each task");
         backend.store.close().await;
 
-        let reopened = sqlite_in(backend.dir.path());
+        let reopened = backend.reopen();
         let after = unpublished(&reopened).await;
         assert_eq!(after, before, "{name}: nothing committed is lost by a restart");
         let feed = reopened.outbox();
@@ -492,7 +517,7 @@ async fn unpublished_messages_survive_a_restart_and_published_ones_are_deleted()
         reopened.trim_outbox().await.unwrap();
         reopened.close().await;
 
-        let again = sqlite_in(backend.dir.path());
+        let again = backend.reopen();
         let left = unpublished(&again).await;
         assert_eq!(left, after[4..].to_vec(), "{name}: published messages were deleted, the rest kept");
         again.close().await;

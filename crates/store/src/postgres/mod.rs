@@ -1,17 +1,39 @@
 //! The PostgreSQL backend: many stateless servers on one database.
 //!
-//! Work in progress (issue 5): the schema, its migrations and the connection pool are here;
-//! the operations are not yet, so [`crate::Store`] has no PostgreSQL variant and the server
-//! does not accept a PostgreSQL URL. See ARCHITECTURE.md for the plan.
+//! Each operation is one transaction on a pooled connection, run off the async threads.
+//! Rows an operation changes are locked as it reads them; claims and due transitions skip
+//! rows another server holds, so concurrent servers never hand one run out twice.
 
+mod artifacts;
+mod ops;
+mod reads;
+mod row;
 mod schema;
+mod tx;
 
+use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
+use shoal_engine::artifact::{Artifact, ArtifactRequest};
+use shoal_engine::definition::TaskDefinition;
+use shoal_engine::priority::Priority;
+use shoal_engine::status::TaskStatus;
+use shoal_engine::{TaskId, Timestamp};
 
-use crate::StoreError;
+use crate::outbox::{OutboxEntry, OutboxFeed};
+use crate::sqlite::outbox::encode;
+use crate::{
+    ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup,
+};
+use tx::PgTx;
+
+/// Key of the advisory lock that puts the outbox rows of concurrent commits in one order.
+const OUTBOX_LOCK: i64 = 0x5_4841_4c01;
+/// Attempts of an operation that lost a deadlock or serialization race.
+const MAX_ATTEMPTS: usize = 5;
 
 /// The schema version this build migrates databases to.
 pub const PG_SCHEMA_VERSION: usize = schema::MIGRATIONS.len();
@@ -25,13 +47,20 @@ pub struct PgConfig {
     pub max_connections: u32,
     /// How long a request waits for a connection before failing as unavailable.
     pub connect_timeout: Duration,
+    /// Seconds a claim holds before it must be renewed.
+    pub claim_timeout_secs: i64,
 }
 
 impl PgConfig {
     /// Settings for `url` with the defaults.
     #[must_use]
     pub fn new(url: &str) -> PgConfig {
-        PgConfig { url: url.to_owned(), max_connections: 32, connect_timeout: Duration::from_secs(5) }
+        PgConfig {
+            url: url.to_owned(),
+            max_connections: 32,
+            connect_timeout: Duration::from_secs(5),
+            claim_timeout_secs: 1200,
+        }
     }
 
     fn client_config(&self) -> Result<postgres::Config, StoreError> {
@@ -47,10 +76,22 @@ impl PgConfig {
 
 type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
 
+/// Holds the pool so that it is dropped off the async threads: each blocking client owns a
+/// small runtime, which must not be shut down from inside another runtime.
+struct PoolHolder(Option<Pool>);
+
+impl Drop for PoolHolder {
+    fn drop(&mut self) {
+        if let Some(pool) = self.0.take() {
+            let _ = std::thread::spawn(move || drop(pool)).join();
+        }
+    }
+}
+
 /// A pool of connections to one PostgreSQL database whose schema is current.
 #[derive(Clone)]
 pub struct PgPool {
-    pool: Pool,
+    pool: Arc<PoolHolder>,
 }
 
 impl PgPool {
@@ -64,11 +105,12 @@ impl PgPool {
             .min_idle(Some(0))
             .connection_timeout(config.connect_timeout)
             .build_unchecked(config.manager()?);
-        let mut client = pool.get().map_err(unavailable)?;
+        let pool = PgPool { pool: Arc::new(PoolHolder(Some(pool))) };
+        let mut client = pool.get()?;
         let applied = schema::migrate(&mut *client)?;
         tracing::info!(applied, version = schema::MIGRATIONS.len(), "database schema is current");
         drop(client);
-        Ok(PgPool { pool })
+        Ok(pool)
     }
 
     /// The schema version the database is at.
@@ -81,9 +123,253 @@ impl PgPool {
     }
 
     /// A connection from the pool.
-    fn get(&self) -> Result<r2d2::PooledConnection<PostgresConnectionManager<NoTls>>, StoreError> {
-        self.pool.get().map_err(unavailable)
+    pub(crate) fn get(&self) -> Result<r2d2::PooledConnection<PostgresConnectionManager<NoTls>>, StoreError> {
+        self.pool.0.as_ref().ok_or_else(|| unavailable("closed"))?.get().map_err(unavailable)
     }
+}
+
+/// The PostgreSQL store.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<PgInner>,
+}
+
+struct PgInner {
+    pool: PgPool,
+    claim_timeout_secs: i64,
+    feed: Arc<OutboxFeed>,
+}
+
+impl PgStore {
+    /// Connects, migrates, and picks up the outbox where the database has it.
+    ///
+    /// # Errors
+    /// As [`PgPool::open`].
+    pub fn open(config: &PgConfig) -> Result<PgStore, StoreError> {
+        let pool = PgPool::open(config)?;
+        let mut client = pool.get()?;
+        let row = client.query_one(
+            "SELECT (SELECT min(first_seq) FROM outbox_batches), (SELECT max(last_seq) FROM outbox_batches), \
+             (SELECT published FROM outbox_state)",
+            &[],
+        )?;
+        let (first, last, published): (Option<i64>, Option<i64>, i64) = (row.get(0), row.get(1), row.get(2));
+        let last = last.map_or(published, |last| last.max(published)) as u64;
+        let first = first.map_or(last + 1, |first| first.max(published + 1) as u64);
+        drop(client);
+        let feed = Arc::new(OutboxFeed::new(first, last));
+        Ok(PgStore { inner: Arc::new(PgInner { pool, claim_timeout_secs: config.claim_timeout_secs, feed }) })
+    }
+
+    /// Runs `op` in one transaction, retrying it when it lost a deadlock to another server.
+    async fn write<T, F>(&self, op: F) -> Result<Committed<T>, StoreError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut PgTx<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let mut client = inner.pool.get()?;
+            let mut attempt = 1;
+            loop {
+                match run_transaction(&mut client, &inner, &op) {
+                    Err(TxError::Retry(err)) if attempt < MAX_ATTEMPTS => {
+                        tracing::debug!(error = %err, attempt, "transaction lost a race; retrying");
+                        attempt += 1;
+                    }
+                    Err(TxError::Retry(err) | TxError::Store(err)) => return Err(err),
+                    Ok(committed) => return Ok(committed),
+                }
+            }
+        })
+        .await
+        .map_err(|err| StoreError::Other(format!("write task failed: {err}")))?
+    }
+
+    pub(crate) async fn create_task(
+        &self,
+        definition: TaskDefinition,
+        task_id: TaskId,
+        now: Timestamp,
+    ) -> Result<Committed<TaskStatus>, StoreError> {
+        self.write(move |tx| ops::create_task(tx, &definition, task_id, now)).await
+    }
+
+    pub(crate) async fn apply(
+        &self,
+        task_id: TaskId,
+        command: TaskCommand,
+        now: Timestamp,
+    ) -> Result<Committed<TaskStatus>, StoreError> {
+        self.write(move |tx| ops::apply(tx, task_id, &command, now)).await
+    }
+
+    pub(crate) async fn claim_work(
+        &self,
+        request: ClaimRequest,
+        now: Timestamp,
+    ) -> Result<Committed<Vec<Claim>>, StoreError> {
+        self.write(move |tx| ops::claim_work(tx, &request, now)).await
+    }
+
+    pub(crate) async fn claim_task(
+        &self,
+        task_id: TaskId,
+        run_id: u32,
+        worker_group: String,
+        worker_id: String,
+        now: Timestamp,
+    ) -> Result<Committed<Claim>, StoreError> {
+        self.write(move |tx| ops::claim_run(tx, task_id, run_id, &worker_group, &worker_id, now)).await
+    }
+
+    pub(crate) async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
+        self.write(move |tx| ops::fire_due(tx, now, limit)).await
+    }
+
+    pub(crate) async fn seal_task_group(
+        &self,
+        group: TaskId,
+        now: Timestamp,
+    ) -> Result<Committed<TaskGroup>, StoreError> {
+        self.write(move |tx| ops::seal_task_group(tx, group, now)).await
+    }
+
+    pub(crate) async fn cancel_task_group(
+        &self,
+        group: TaskId,
+        now: Timestamp,
+    ) -> Result<Committed<GroupCancellation>, StoreError> {
+        self.write(move |tx| ops::cancel_task_group(tx, group, now)).await
+    }
+
+    pub(crate) async fn change_task_group_priority(
+        &self,
+        group: TaskId,
+        priority: Priority,
+        now: Timestamp,
+    ) -> Result<Committed<Vec<TaskId>>, StoreError> {
+        self.write(move |tx| ops::change_task_group_priority(tx, group, priority, now)).await
+    }
+
+    pub(crate) async fn create_artifact(
+        &self,
+        key: ArtifactKey,
+        request: ArtifactRequest,
+        now: Timestamp,
+    ) -> Result<Committed<Artifact>, StoreError> {
+        self.write(move |tx| artifacts::create(tx, &key, request.clone(), now)).await
+    }
+
+    pub(crate) async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Committed<Artifact>, StoreError> {
+        self.write(move |tx| artifacts::uploaded(tx, &key)).await
+    }
+
+    pub(crate) async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
+        self.write(move |tx| artifacts::forget(tx, &keys)).await
+    }
+
+    pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {
+        Arc::clone(&self.inner.feed)
+    }
+
+    /// Deletes fully published outbox rows and records how far publication went.
+    pub(crate) async fn trim_outbox(&self) -> Result<(), StoreError> {
+        let published = self.inner.feed.published_upto() as i64;
+        self.write(move |tx| {
+            tx.tx.execute("DELETE FROM outbox_batches WHERE last_seq <= $1", &[&published])?;
+            tx.tx.execute("UPDATE outbox_state SET published = greatest(published, $1)", &[&published])?;
+            Ok(())
+        })
+        .await
+        .map(|_| ())
+    }
+
+    pub(crate) async fn read<T, F>(&self, query: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let mut client = inner.pool.get()?;
+            let reads = reads::PgReads(RefCell::new(&mut client));
+            query(&reads)
+        })
+        .await
+        .map_err(|err| StoreError::Other(format!("read task failed: {err}")))?
+    }
+
+    /// Nothing to drain: every answered write has committed.
+    pub(crate) async fn close(&self) {}
+}
+
+enum TxError {
+    /// Lost a deadlock or serialization race: the whole operation may run again.
+    Retry(StoreError),
+    Store(StoreError),
+}
+
+fn run_transaction<T>(
+    client: &mut postgres::Client,
+    inner: &PgInner,
+    op: &impl Fn(&mut PgTx<'_>) -> Result<T, StoreError>,
+) -> Result<Committed<T>, TxError> {
+    let classify = |err: postgres::Error| {
+        let retry = err.code().is_some_and(|code| {
+            *code == postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+                || *code == postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
+        });
+        if retry { TxError::Retry(err.into()) } else { TxError::Store(err.into()) }
+    };
+    let transaction = client.transaction().map_err(classify)?;
+    let mut tx = PgTx {
+        tx: transaction,
+        claim_timeout_secs: inner.claim_timeout_secs,
+        events: Vec::new(),
+        messages: Vec::new(),
+    };
+    let value = match op(&mut tx) {
+        Ok(value) => value,
+        // A refusal rolls the transaction back (dropping it does): nothing is half-written.
+        Err(StoreError::Other(text)) if is_retryable_text(&text) => {
+            return Err(TxError::Retry(StoreError::Other(text)));
+        }
+        Err(err) => return Err(TxError::Store(err)),
+    };
+    let PgTx { tx: mut transaction, events, messages, .. } = tx;
+    let entries = if messages.is_empty() {
+        Vec::new()
+    } else {
+        // The lock is held until the commit, so outbox rows take sequence numbers in commit
+        // order across every server and the sequence has no gaps.
+        transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&OUTBOX_LOCK]).map_err(classify)?;
+        let row = transaction
+            .query_one(
+                "SELECT greatest((SELECT max(last_seq) FROM outbox_batches), (SELECT published FROM outbox_state))",
+                &[],
+            )
+            .map_err(classify)?;
+        let last: Option<i64> = row.get(0);
+        let first = last.unwrap_or(0) as u64 + 1;
+        let entries: Vec<OutboxEntry> =
+            messages.into_iter().zip(first..).map(|(message, seq)| OutboxEntry { seq, message }).collect();
+        let last = first + entries.len() as u64 - 1;
+        transaction
+            .execute(
+                "INSERT INTO outbox_batches (first_seq, last_seq, messages) VALUES ($1, $2, $3)",
+                &[&(first as i64), &(last as i64), &encode(&entries)],
+            )
+            .map_err(classify)?;
+        entries
+    };
+    transaction.commit().map_err(classify)?;
+    inner.feed.committed(entries);
+    Ok(Committed { value, events })
+}
+
+fn is_retryable_text(text: &str) -> bool {
+    text.contains("deadlock detected") || text.contains("could not serialize access")
 }
 
 /// Applies pending migrations to the database at `url` (`shoal migrate`); returns how many.
@@ -109,7 +395,12 @@ impl From<postgres::Error> for StoreError {
             })
             || (err.code().is_none()
                 && std::error::Error::source(&err).is_some_and(|source| source.is::<std::io::Error>()));
-        if transient { StoreError::Unavailable(err.to_string()) } else { StoreError::Other(err.to_string()) }
+        // postgres::Error's own text is only "db error"; the server's message says what failed.
+        let text = match err.as_db_error() {
+            Some(db) => format!("{}: {}", db.code().code(), db.message()),
+            None => err.to_string(),
+        };
+        if transient { StoreError::Unavailable(text) } else { StoreError::Other(text) }
     }
 }
 

@@ -13,15 +13,15 @@ const MIGRATION_LOCK: i64 = 0x5_4841_4c00;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`. Never edit
 /// a released entry: append a new one. Times are milliseconds since the epoch, as in SQLite.
-pub(crate) const MIGRATIONS: &[&str] = &[r"
+pub(crate) const MIGRATIONS: &[&str] = &[r#"
 CREATE TABLE tasks (
-    task_id       TEXT PRIMARY KEY,
-    task_queue_id TEXT NOT NULL,
+    task_id       TEXT COLLATE "C" PRIMARY KEY,
+    task_queue_id TEXT COLLATE "C" NOT NULL,
     scheduler_id  TEXT NOT NULL,
     project_id    TEXT NOT NULL,
-    task_group_id TEXT NOT NULL,
+    task_group_id TEXT COLLATE "C" NOT NULL,
     priority      TEXT NOT NULL,     -- JSON: a name in quotes or a number
-    priority_rank SMALLINT NOT NULL, -- claim order across priorities, highest first
+    priority_rank SMALLINT NOT NULL, -- claim order across priorities, ascending (engine rank)
     retries       INTEGER NOT NULL,
     retries_left  INTEGER NOT NULL,
     deadline      BIGINT NOT NULL,
@@ -41,13 +41,13 @@ CREATE INDEX tasks_group ON tasks (task_group_id, task_id);
 CREATE INDEX tasks_group_unresolved ON tasks (task_group_id) WHERE deadline_due IS NOT NULL;
 CREATE INDEX tasks_taken_until ON tasks (taken_until) WHERE taken_until IS NOT NULL;
 CREATE INDEX tasks_deadline_due ON tasks (deadline_due) WHERE deadline_due IS NOT NULL;
-CREATE INDEX tasks_pending ON tasks (task_queue_id, priority_rank DESC, pending_seq) WHERE state = 'pending';
+CREATE INDEX tasks_pending ON tasks (task_queue_id, priority_rank, pending_seq) WHERE state = 'pending';
 CREATE INDEX tasks_running ON tasks (task_queue_id) WHERE state = 'running';
 CREATE SEQUENCE tasks_pending_seq;
 
 CREATE TABLE task_dependencies (
-    required_task_id  TEXT NOT NULL,
-    dependent_task_id TEXT NOT NULL,
+    required_task_id  TEXT COLLATE "C" NOT NULL,
+    dependent_task_id TEXT COLLATE "C" NOT NULL,
     requires          TEXT NOT NULL,
     satisfied         BOOLEAN NOT NULL,
     PRIMARY KEY (required_task_id, dependent_task_id)
@@ -55,14 +55,14 @@ CREATE TABLE task_dependencies (
 CREATE INDEX task_dependencies_unsatisfied ON task_dependencies (dependent_task_id) WHERE NOT satisfied;
 
 CREATE TABLE task_groups (
-    task_group_id TEXT PRIMARY KEY,
+    task_group_id TEXT COLLATE "C" PRIMARY KEY,
     scheduler_id  TEXT NOT NULL,
     expires       BIGINT NOT NULL,
     sealed        BIGINT
 );
 
 CREATE TABLE task_queues (
-    task_queue_id    TEXT PRIMARY KEY,
+    task_queue_id    TEXT COLLATE "C" PRIMARY KEY,
     expires          BIGINT NOT NULL,
     last_date_active BIGINT NOT NULL,
     description      TEXT NOT NULL,
@@ -70,9 +70,9 @@ CREATE TABLE task_queues (
 );
 
 CREATE TABLE artifacts (
-    task_id  TEXT NOT NULL,
+    task_id  TEXT COLLATE "C" NOT NULL,
     run_id   INTEGER NOT NULL,
-    name     TEXT NOT NULL,
+    name     TEXT COLLATE "C" NOT NULL,
     kind     TEXT NOT NULL,     -- JSON: storageType and its fields
     present  BOOLEAN NOT NULL,  -- false while a blob has not been uploaded
     expires  BIGINT NOT NULL,
@@ -88,7 +88,7 @@ CREATE TABLE outbox_batches (
 );
 CREATE TABLE outbox_state (published BIGINT NOT NULL);
 INSERT INTO outbox_state (published) VALUES (0);
-"];
+"#];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.
 ///

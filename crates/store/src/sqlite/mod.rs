@@ -9,11 +9,11 @@
 mod artifacts;
 mod checkpoint;
 mod ops;
-mod outbox;
+pub(crate) mod outbox;
 mod reads;
-mod row;
+pub(crate) mod row;
 mod schema;
-mod tx;
+pub(crate) mod tx;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -71,17 +71,24 @@ pub(crate) fn read(conn: &Connection, from: u64, limit: usize) -> Result<Vec<Out
     {
         let (first_seq, last_seq): (i64, i64) = (row.get(0)?, row.get(1)?);
         let text = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
-        let decoded = decode(first_seq as u64, text)?;
-        if decoded.last().map(|entry| entry.seq as i64) != Some(last_seq) {
-            return Err(row::corrupt(format!("outbox row {first_seq} does not end at {last_seq}")));
-        }
+        let decoded = decode_row(first_seq as u64, last_seq as u64, text)?;
         let wanted = limit - entries.len();
         entries.extend(decoded.into_iter().filter(|entry| entry.seq >= from).take(wanted));
     }
     Ok(entries)
 }
 
-fn encode(entries: &[OutboxEntry]) -> String {
+/// Decodes one stored row, checking it holds `first_seq..=last_seq`.
+pub(crate) fn decode_row(first_seq: u64, last_seq: u64, text: &str) -> Result<Vec<OutboxEntry>, StoreError> {
+    let decoded = decode(first_seq, text)?;
+    if decoded.last().map(|entry| entry.seq) != Some(last_seq) {
+        return Err(row::corrupt(format!("outbox row {first_seq} does not end at {last_seq}")));
+    }
+    Ok(decoded)
+}
+
+/// Encodes the messages of one batch as one row's JSON text.
+pub(crate) fn encode(entries: &[OutboxEntry]) -> String {
     let size: usize = entries.iter().map(|entry| entry.message.body.len() + entry.message.routing_key.len() + 48).sum();
     let mut out = String::with_capacity(size + 2);
     out.push('[');

@@ -19,9 +19,9 @@ use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, TaskRow, raw_json, 
 use crate::{StoreError, TaskEvent};
 
 /// How often at most a queue's last-active time is written.
-const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
+pub(crate) const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
 /// How long a queue is remembered after it was last active.
-const QUEUE_RETENTION_MS: i64 = 5 * 24 * 3600 * 1000;
+pub(crate) const QUEUE_RETENTION_MS: i64 = 5 * 24 * 3600 * 1000;
 
 /// State the writer thread keeps between transactions.
 #[derive(Debug)]

@@ -37,8 +37,14 @@ fn cluster() -> &'static Cluster {
 pub(crate) fn fresh_database() -> String {
     let cluster = cluster();
     let name = format!("t{}_{}", std::process::id(), NEXT_DATABASE.fetch_add(1, Ordering::Relaxed));
-    let mut admin = postgres::Client::connect(&cluster.url, postgres::NoTls).expect("connect to the cluster");
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).expect("create database");
+    let (url, create) = (cluster.url.clone(), format!("CREATE DATABASE {name}"));
+    // On a thread of its own: the blocking client must not run inside a test's runtime.
+    std::thread::spawn(move || {
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connect to the cluster");
+        admin.batch_execute(&create).expect("create database");
+    })
+    .join()
+    .expect("no panic");
     let (base, _) = cluster.url.rsplit_once('/').expect("url with a database");
     format!("{base}/{name}")
 }

@@ -1,0 +1,179 @@
+//! Artifact records on PostgreSQL: creating, marking uploaded, reading and expiring them.
+
+use postgres::{GenericClient, Row};
+use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, LIVE_LOG_NAME, implicit_live_log};
+use shoal_engine::message;
+use shoal_engine::{Rejection, TaskId, Timestamp};
+
+use crate::postgres::row::{TASK_COLUMNS, task_from_row};
+use crate::postgres::tx::PgTx;
+use crate::sqlite::row::corrupt;
+use crate::sqlite::tx::json;
+use crate::{ArtifactKey, Page, StoreError};
+
+/// One artifact of one run, or `None`; the run's implicit live log counts.
+pub(crate) fn artifact(
+    client: &mut impl GenericClient,
+    task_id: TaskId,
+    run_id: u32,
+    name: &str,
+) -> Result<Option<Artifact>, StoreError> {
+    let row = client.query_opt(
+        "SELECT name, kind, present, expires FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
+        &[&task_id.as_str(), &(run_id as i32), &name],
+    )?;
+    if let Some(row) = row {
+        return from_row(&row).map(Some);
+    }
+    if name != LIVE_LOG_NAME {
+        return Ok(None);
+    }
+    implicit(client, task_id, run_id)
+}
+
+/// The run's live log, derived from the run (claimed runs have one).
+fn implicit(client: &mut impl GenericClient, task_id: TaskId, run_id: u32) -> Result<Option<Artifact>, StoreError> {
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1");
+    let Some(row) = client.query_opt(&sql, &[&task_id.as_str()])? else { return Ok(None) };
+    let task = task_from_row(&row)?.task;
+    Ok(task.runs().get(run_id as usize).and_then(|run| implicit_live_log(run, task.meta.expires)))
+}
+
+/// A run's artifacts by name, paged.
+pub(crate) fn list(
+    client: &mut impl GenericClient,
+    task_id: TaskId,
+    run_id: u32,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Page<Artifact>, StoreError> {
+    let rows = client.query(
+        "SELECT name, kind, present, expires FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name > $3 \
+         ORDER BY name LIMIT $4",
+        &[&task_id.as_str(), &(run_id as i32), &after.unwrap_or(""), &((limit + 1) as i64)],
+    )?;
+    let mut items = rows.iter().map(from_row).collect::<Result<Vec<_>, _>>()?;
+    // The implicit live log takes its place in name order unless a stored one replaced it.
+    let in_range = after.is_none_or(|after| LIVE_LOG_NAME > after);
+    if in_range
+        && !items.iter().any(|artifact| artifact.name == LIVE_LOG_NAME)
+        && let Some(live) = implicit(client, task_id, run_id)?
+    {
+        let at = items.partition_point(|artifact| artifact.name.as_str() < LIVE_LOG_NAME);
+        items.insert(at, live);
+    }
+    let continuation = (items.len() > limit).then(|| {
+        items.truncate(limit);
+        items.last().map(|artifact| artifact.name.clone()).unwrap_or_default()
+    });
+    Ok(Page { items, continuation })
+}
+
+/// Artifacts that expired before `now`, at most `limit`.
+pub(crate) fn expired(
+    client: &mut impl GenericClient,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError> {
+    let rows = client.query(
+        "SELECT name, kind, present, expires, task_id, run_id FROM artifacts WHERE expires <= $1 \
+         ORDER BY expires LIMIT $2",
+        &[&now.millis(), &(limit as i64)],
+    )?;
+    let mut res = Vec::with_capacity(rows.len());
+    for row in rows {
+        let artifact = from_row(&row)?;
+        let task_id = TaskId::parse(row.get(4)).ok_or_else(|| corrupt("bad task id"))?;
+        let key = ArtifactKey { task_id, run_id: row.get::<_, i32>(5) as u32, name: artifact.name.clone() };
+        res.push((key, artifact));
+    }
+    Ok(res)
+}
+
+fn from_row(row: &Row) -> Result<Artifact, StoreError> {
+    let kind: ArtifactKind = serde_json::from_str(row.try_get(1)?).map_err(corrupt)?;
+    Ok(Artifact { name: row.try_get(0)?, kind, present: row.try_get(2)?, expires: Timestamp(row.try_get(3)?) })
+}
+
+/// createArtifact: the engine decides against the run and what is stored; then it is stored.
+pub(crate) fn create(
+    tx: &mut PgTx<'_>,
+    key: &ArtifactKey,
+    request: ArtifactRequest,
+    now: Timestamp,
+) -> Result<Artifact, StoreError> {
+    let row = tx.load_existing(key.task_id)?;
+    let run = row
+        .task
+        .runs()
+        .get(key.run_id as usize)
+        .ok_or_else(|| Rejection::NotFound(format!("run {} of task {} not found", key.run_id, key.task_id)))?;
+    let existing = artifact(&mut tx.tx, key.task_id, key.run_id, &key.name)?;
+    let stored = request.apply(&key.name, run, row.task.meta.expires, existing.as_ref(), now)?;
+    if existing.as_ref() != Some(&stored) {
+        put(tx, key, &stored)?;
+        // Listeners hear of an artifact when its content can be fetched: blobs once uploaded.
+        if stored.present {
+            tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
+        }
+    }
+    Ok(stored)
+}
+
+/// Records that a blob artifact's bytes are complete.
+pub(crate) fn uploaded(tx: &mut PgTx<'_>, key: &ArtifactKey) -> Result<Artifact, StoreError> {
+    let row = tx.load_existing(key.task_id)?;
+    let mut stored = existing_blob(&mut tx.tx, key)?;
+    if !stored.present {
+        stored.present = true;
+        put(tx, key, &stored)?;
+        tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
+    }
+    Ok(stored)
+}
+
+/// The blob artifact under `key`, which must exist.
+fn existing_blob(client: &mut impl GenericClient, key: &ArtifactKey) -> Result<Artifact, StoreError> {
+    let stored = artifact(client, key.task_id, key.run_id, &key.name)?.ok_or_else(|| {
+        Rejection::NotFound(format!("artifact {} of run {} of task {} not found", key.name, key.run_id, key.task_id))
+    })?;
+    if !matches!(stored.kind, ArtifactKind::Blob { .. }) {
+        return Err(Rejection::Conflict(format!(
+            "artifact {} is a {}, not an upload",
+            key.name,
+            stored.kind.storage_type()
+        ))
+        .into());
+    }
+    Ok(stored)
+}
+
+/// Forgets expired artifacts (their blobs are already gone).
+pub(crate) fn forget(tx: &mut PgTx<'_>, keys: &[ArtifactKey]) -> Result<usize, StoreError> {
+    let statement = tx.tx.prepare("DELETE FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3")?;
+    let mut n_deleted = 0;
+    for key in keys {
+        n_deleted += tx.tx.execute(&statement, &[&key.task_id.as_str(), &(key.run_id as i32), &key.name])?;
+    }
+    Ok(n_deleted as usize)
+}
+
+fn put(tx: &mut PgTx<'_>, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
+    let statement = tx.tx.prepare(
+        "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (task_id, run_id, name) DO UPDATE SET kind = excluded.kind, present = excluded.present, \
+         expires = excluded.expires",
+    )?;
+    tx.tx.execute(
+        &statement,
+        &[
+            &key.task_id.as_str(),
+            &(key.run_id as i32),
+            &key.name,
+            &json(&artifact.kind)?,
+            &artifact.present,
+            &artifact.expires.millis(),
+        ],
+    )?;
+    Ok(())
+}
