@@ -74,8 +74,13 @@ impl Queue {
     #[must_use]
     pub fn new(store: Store, blobs: Blobs, config: QueueConfig) -> Queue {
         let closing = watch::channel(false).0;
+        let elsewhere = store.pending_elsewhere();
         let inner = Inner { closing, store, blobs, wakers: Wakers::default(), live: LiveLogs::default(), config };
-        Queue { inner: Arc::new(inner) }
+        let queue = Queue { inner: Arc::new(inner) };
+        if let Some(elsewhere) = elsewhere {
+            tokio::spawn(wake_on_remote_work(Arc::downgrade(&queue.inner), elsewhere));
+        }
+        queue
     }
 
     /// Where artifact bytes live.
@@ -318,5 +323,20 @@ impl Queue {
     pub async fn fire_due(&self, at: Timestamp, limit: usize) -> Result<usize, StoreError> {
         let committed = self.inner.store.fire_due(at, limit).await?;
         Ok(self.committed(committed))
+    }
+}
+
+/// Wakes the workers waiting here for queues other servers gave work; ends with the queue.
+async fn wake_on_remote_work(queue: std::sync::Weak<Inner>, mut elsewhere: tokio::sync::broadcast::Receiver<String>) {
+    loop {
+        let received = elsewhere.recv().await;
+        let Some(inner) = queue.upgrade() else { return };
+        match received {
+            Ok(task_queue_id) if task_queue_id == shoal_store::WAKE_ALL => inner.wakers.wake_all(),
+            Ok(task_queue_id) => inner.wakers.wake(&task_queue_id),
+            // Missed some: everyone looks again.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => inner.wakers.wake_all(),
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
     }
 }

@@ -24,6 +24,14 @@ impl Wakers {
         }
     }
 
+    /// Wakes every waiting worker of every queue.
+    pub(crate) fn wake_all(&self) {
+        let by_queue = self.by_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for notify in by_queue.values() {
+            notify.notify_waiters();
+        }
+    }
+
     /// Wakes every worker waiting on the queue; each then tries to claim. (Waking all rather
     /// than one keeps a worker whose dimensions do not match from swallowing the signal.)
     pub(crate) fn wake(&self, task_queue_id: &str) {

@@ -11,7 +11,7 @@ use shoal_api::AppState;
 use shoal_blobs::Blobs;
 use shoal_bus::{AmqpBus, Bus};
 use shoal_service::{Queue, QueueConfig};
-use shoal_store::{SqliteConfig, SqliteStore, Store};
+use shoal_store::{PgConfig, PgStore, SqliteConfig, SqliteStore, Store};
 use tokio::sync::watch;
 
 mod cli;
@@ -163,6 +163,10 @@ struct ServerArgs {
     /// Also publish every event to this AMQP 0-9-1 broker (RabbitMQ), e.g. amqp://user:pass@host:5672/%2f [default: none].
     #[arg(long, env = "SHOAL_AMQP_URL")]
     amqp_url: Option<String>,
+    /// Keep state in this PostgreSQL database, shared with other servers, e.g.
+    /// postgres://shoal@db:5432/shoal [default: embedded SQLite under --data-dir].
+    #[arg(long, env = "SHOAL_DATABASE_URL")]
+    database: Option<String>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -175,6 +179,7 @@ struct ServerConfig {
     claim_wait: u64,
     root_url: Option<String>,
     amqp_url: Option<String>,
+    database: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -186,11 +191,35 @@ impl Default for ServerConfig {
             claim_wait: 20,
             root_url: None,
             amqp_url: None,
+            database: None,
         }
     }
 }
 
 impl ServerConfig {
+    /// The embedded SQLite database under the data directory, or the PostgreSQL one named.
+    async fn open_store(&self) -> anyhow::Result<Store> {
+        let Some(url) = &self.database else {
+            let path = self.data_dir.join("shoal.db");
+            let store = SqliteStore::open(&SqliteConfig { path: path.clone(), claim_timeout_secs: self.claim_timeout })
+                .with_context(|| format!("opening the database {}", path.display()))?;
+            return Ok(Store::Sqlite(store));
+        };
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            anyhow::bail!(
+                "database: must be a postgres:// URL (leave it out for the embedded SQLite database under data-dir)"
+            );
+        }
+        let mut pg = PgConfig::new(url);
+        pg.claim_timeout_secs = self.claim_timeout;
+        // The PostgreSQL client blocks: connect and migrate off the async threads.
+        let store = tokio::task::spawn_blocking(move || PgStore::open(&pg))
+            .await
+            .context("opening the database")?
+            .context("opening the PostgreSQL database")?;
+        Ok(Store::Postgres(store))
+    }
+
     /// Defaults, then the file, then environment and flags.
     fn resolve(args: &ServerArgs) -> anyhow::Result<ServerConfig> {
         let mut config = match &args.config {
@@ -218,6 +247,9 @@ impl ServerConfig {
         }
         if let Some(amqp_url) = &args.amqp_url {
             config.amqp_url = Some(amqp_url.clone());
+        }
+        if let Some(database) = &args.database {
+            config.database = Some(database.clone());
         }
         config.validate()?;
         Ok(config)
@@ -317,10 +349,7 @@ struct RunningServer {
 
 impl RunningServer {
     async fn start(config: &ServerConfig) -> anyhow::Result<RunningServer> {
-        let path = config.data_dir.join("shoal.db");
-        let store = SqliteStore::open(&SqliteConfig { path: path.clone(), claim_timeout_secs: config.claim_timeout })
-            .with_context(|| format!("opening the database {}", path.display()))?;
-        let store = Store::Sqlite(store);
+        let store = config.open_store().await?;
         let queue_config = QueueConfig { claim_wait: Duration::from_secs(config.claim_wait), ..QueueConfig::default() };
         let blobs_dir = config.data_dir.join("blobs");
         let blobs =
@@ -425,6 +454,7 @@ mod tests {
             claim_wait: Some(5),
             root_url: None,
             amqp_url: None,
+            database: None,
         }
     }
 

@@ -10,7 +10,7 @@ mod postgres;
 mod sqlite;
 mod types;
 
-pub use postgres::{PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, migrate as migrate_postgres};
+pub use postgres::{PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, WAKE_ALL, migrate as migrate_postgres};
 pub use sqlite::{SqliteConfig, SqliteStore};
 pub use types::*;
 
@@ -237,6 +237,16 @@ impl Store {
         match self {
             Store::Sqlite(store) => store.forget_artifacts(keys).await,
             Store::Postgres(store) => store.forget_artifacts(keys).await,
+        }
+    }
+
+    /// Queues that gained pending work through another server's commit (or [`WAKE_ALL`]);
+    /// `None` when no other server can write (embedded SQLite).
+    #[must_use]
+    pub fn pending_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        match self {
+            Store::Sqlite(_) => None,
+            Store::Postgres(store) => Some(store.pending_anywhere()),
         }
     }
 

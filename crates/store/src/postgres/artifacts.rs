@@ -150,7 +150,7 @@ fn existing_blob(client: &mut impl GenericClient, key: &ArtifactKey) -> Result<A
 
 /// Forgets expired artifacts (their blobs are already gone).
 pub(crate) fn forget(tx: &mut PgTx<'_>, keys: &[ArtifactKey]) -> Result<usize, StoreError> {
-    let statement = tx.tx.prepare("DELETE FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3")?;
+    let statement = tx.prepare("DELETE FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3")?;
     let mut n_deleted = 0;
     for key in keys {
         n_deleted += tx.tx.execute(&statement, &[&key.task_id.as_str(), &(key.run_id as i32), &key.name])?;
@@ -159,7 +159,7 @@ pub(crate) fn forget(tx: &mut PgTx<'_>, keys: &[ArtifactKey]) -> Result<usize, S
 }
 
 fn put(tx: &mut PgTx<'_>, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
-    let statement = tx.tx.prepare(
+    let statement = tx.prepare(
         "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires) VALUES ($1, $2, $3, $4, $5, $6) \
          ON CONFLICT (task_id, run_id, name) DO UPDATE SET kind = excluded.kind, present = excluded.present, \
          expires = excluded.expires",

@@ -5,6 +5,7 @@
 //! rows another server holds, so concurrent servers never hand one run out twice.
 
 mod artifacts;
+mod listen;
 mod ops;
 mod reads;
 mod row;
@@ -12,10 +13,11 @@ mod schema;
 mod tx;
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres::NoTls;
+use postgres::{NoTls, Statement};
 use r2d2_postgres::PostgresConnectionManager;
 use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::definition::TaskDefinition;
@@ -29,6 +31,12 @@ use crate::{
     ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup,
 };
 use tx::PgTx;
+
+/// The NOTIFY channel on which commits name the queues that gained pending work.
+const WAKE_CHANNEL: &str = "shoal_pending";
+/// Sent to the wake-up subscribers when notifications may have been missed (after a
+/// reconnect): every waiting worker should look again.
+pub const WAKE_ALL: &str = "*";
 
 /// Key of the advisory lock that puts the outbox rows of concurrent commits in one order.
 const OUTBOX_LOCK: i64 = 0x5_4841_4c01;
@@ -69,12 +77,38 @@ impl PgConfig {
         })
     }
 
-    fn manager(&self) -> Result<PostgresConnectionManager<NoTls>, StoreError> {
-        Ok(PostgresConnectionManager::new(self.client_config()?, NoTls))
+    fn manager(&self) -> Result<Manager, StoreError> {
+        Ok(Manager(PostgresConnectionManager::new(self.client_config()?, NoTls)))
     }
 }
 
-type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+type Pool = r2d2::Pool<Manager>;
+
+/// A pooled connection and the statements prepared on it.
+pub(crate) struct PgConn {
+    pub(crate) client: postgres::Client,
+    pub(crate) statements: HashMap<String, Statement>,
+}
+
+/// Makes [`PgConn`]s: PostgreSQL connections that keep their prepared statements.
+pub(crate) struct Manager(PostgresConnectionManager<NoTls>);
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = PgConn;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<PgConn, postgres::Error> {
+        Ok(PgConn { client: self.0.connect()?, statements: HashMap::new() })
+    }
+
+    fn is_valid(&self, conn: &mut PgConn) -> Result<(), postgres::Error> {
+        self.0.is_valid(&mut conn.client)
+    }
+
+    fn has_broken(&self, conn: &mut PgConn) -> bool {
+        self.0.has_broken(&mut conn.client)
+    }
+}
 
 /// Holds the pool so that it is dropped off the async threads: each blocking client owns a
 /// small runtime, which must not be shut down from inside another runtime.
@@ -104,10 +138,13 @@ impl PgPool {
             .max_size(config.max_connections)
             .min_idle(Some(0))
             .connection_timeout(config.connect_timeout)
+            // No test query per checkout (a round trip per request): a connection found
+            // broken fails its request with 503 and is then discarded.
+            .test_on_check_out(false)
             .build_unchecked(config.manager()?);
         let pool = PgPool { pool: Arc::new(PoolHolder(Some(pool))) };
         let mut client = pool.get()?;
-        let applied = schema::migrate(&mut *client)?;
+        let applied = schema::migrate(&mut client.client)?;
         tracing::info!(applied, version = schema::MIGRATIONS.len(), "database schema is current");
         drop(client);
         Ok(pool)
@@ -118,12 +155,12 @@ impl PgPool {
     /// # Errors
     /// Unavailable when the database cannot be reached.
     pub fn schema_version(&self) -> Result<usize, StoreError> {
-        let row = self.get()?.query_one("SELECT version FROM shoal_schema", &[])?;
+        let row = self.get()?.client.query_one("SELECT version FROM shoal_schema", &[])?;
         Ok(row.get::<_, i32>(0) as usize)
     }
 
     /// A connection from the pool.
-    pub(crate) fn get(&self) -> Result<r2d2::PooledConnection<PostgresConnectionManager<NoTls>>, StoreError> {
+    pub(crate) fn get(&self) -> Result<r2d2::PooledConnection<Manager>, StoreError> {
         self.pool.0.as_ref().ok_or_else(|| unavailable("closed"))?.get().map_err(unavailable)
     }
 }
@@ -138,6 +175,14 @@ struct PgInner {
     pool: PgPool,
     claim_timeout_secs: i64,
     feed: Arc<OutboxFeed>,
+    wake: tokio::sync::broadcast::Sender<String>,
+    listening: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for PgInner {
+    fn drop(&mut self) {
+        self.listening.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl PgStore {
@@ -148,7 +193,7 @@ impl PgStore {
     pub fn open(config: &PgConfig) -> Result<PgStore, StoreError> {
         let pool = PgPool::open(config)?;
         let mut client = pool.get()?;
-        let row = client.query_one(
+        let row = client.client.query_one(
             "SELECT (SELECT min(first_seq) FROM outbox_batches), (SELECT max(last_seq) FROM outbox_batches), \
              (SELECT published FROM outbox_state)",
             &[],
@@ -158,7 +203,17 @@ impl PgStore {
         let first = first.map_or(last + 1, |first| first.max(published + 1) as u64);
         drop(client);
         let feed = Arc::new(OutboxFeed::new(first, last));
-        Ok(PgStore { inner: Arc::new(PgInner { pool, claim_timeout_secs: config.claim_timeout_secs, feed }) })
+        let wake = tokio::sync::broadcast::channel(1024).0;
+        let listening = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        listen::start(config.client_config()?, wake.clone(), Arc::clone(&listening))?;
+        let inner = PgInner { pool, claim_timeout_secs: config.claim_timeout_secs, feed, wake, listening };
+        Ok(PgStore { inner: Arc::new(inner) })
+    }
+
+    /// Queues that gained pending work on any server (or [`WAKE_ALL`]), as their commits land.
+    #[must_use]
+    pub fn pending_anywhere(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.inner.wake.subscribe()
     }
 
     /// Runs `op` in one transaction, retrying it when it lost a deadlock to another server.
@@ -293,7 +348,7 @@ impl PgStore {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
             let mut client = inner.pool.get()?;
-            let reads = reads::PgReads(RefCell::new(&mut client));
+            let reads = reads::PgReads(RefCell::new(&mut client.client));
             query(&reads)
         })
         .await
@@ -311,7 +366,7 @@ enum TxError {
 }
 
 fn run_transaction<T>(
-    client: &mut postgres::Client,
+    conn: &mut PgConn,
     inner: &PgInner,
     op: &impl Fn(&mut PgTx<'_>) -> Result<T, StoreError>,
 ) -> Result<Committed<T>, TxError> {
@@ -322,9 +377,11 @@ fn run_transaction<T>(
         });
         if retry { TxError::Retry(err.into()) } else { TxError::Store(err.into()) }
     };
+    let PgConn { client, statements } = conn;
     let transaction = client.transaction().map_err(classify)?;
     let mut tx = PgTx {
         tx: transaction,
+        statements,
         claim_timeout_secs: inner.claim_timeout_secs,
         events: Vec::new(),
         messages: Vec::new(),
@@ -338,6 +395,19 @@ fn run_transaction<T>(
         Err(err) => return Err(TxError::Store(err)),
     };
     let PgTx { tx: mut transaction, events, messages, .. } = tx;
+    let mut woken: Vec<&str> = events
+        .iter()
+        .filter(|event| matches!(event.event, shoal_engine::event::Event::Pending { .. }))
+        .map(|event| event.task_queue_id.as_str())
+        .collect();
+    woken.sort_unstable();
+    woken.dedup();
+    if !woken.is_empty() {
+        // Delivered to every server's listener when (and only if) this commits.
+        transaction
+            .execute("SELECT pg_notify($1, queue) FROM unnest($2::text[]) AS queue", &[&WAKE_CHANNEL, &woken])
+            .map_err(classify)?;
+    }
     let entries = if messages.is_empty() {
         Vec::new()
     } else {

@@ -35,7 +35,7 @@ pub(crate) fn create_task(
     }
     let satisfied = check_dependencies(tx, definition, task_id)?;
     ensure_group(tx, definition)?;
-    let statement = tx.tx.prepare(
+    let statement = tx.prepare(
         "INSERT INTO task_dependencies (required_task_id, dependent_task_id, requires, satisfied) \
          VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
     )?;
@@ -58,7 +58,7 @@ fn ensure_group(tx: &mut PgTx<'_>, definition: &TaskDefinition) -> Result<(), St
     let expires = definition.expires.millis() + GROUP_EXPIRY_SLACK_MS;
     // Create it if missing (two servers may race to), then lock it: a group sealed by another
     // server's committed transaction is seen here.
-    let statement = tx.tx.prepare(
+    let statement = tx.prepare(
         "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed) VALUES ($1, $2, $3, NULL) \
          ON CONFLICT DO NOTHING",
     )?;
@@ -75,7 +75,7 @@ fn ensure_group(tx: &mut PgTx<'_>, definition: &TaskDefinition) -> Result<(), St
         return Err(Rejection::Conflict(format!("task group {group} is sealed; no task may be added")).into());
     }
     if found.expires.millis() < expires {
-        let statement = tx.tx.prepare("UPDATE task_groups SET expires = $2 WHERE task_group_id = $1")?;
+        let statement = tx.prepare("UPDATE task_groups SET expires = $2 WHERE task_group_id = $1")?;
         tx.tx.execute(&statement, &[&group.as_str(), &expires])?;
     }
     Ok(())
@@ -93,7 +93,7 @@ fn check_dependencies(
     let mut expiring = Vec::new();
     // FOR SHARE: a dependency resolving on another server now either committed before
     // (its state is read here) or waits for this task's row and releases it after.
-    let statement = tx.tx.prepare("SELECT state, expires FROM tasks WHERE task_id = $1 FOR SHARE")?;
+    let statement = tx.prepare("SELECT state, expires FROM tasks WHERE task_id = $1 FOR SHARE")?;
     for &required in &definition.dependencies {
         if required == task_id {
             // Taskcluster allows a task to depend on itself: it then waits for scheduleTask.
@@ -155,7 +155,7 @@ pub(crate) fn claim_work(tx: &mut PgTx<'_>, request: &ClaimRequest, now: Timesta
     if request.count == 0 {
         return Ok(claims);
     }
-    let statement = tx.tx.prepare(
+    let statement = tx.prepare(
         "SELECT task_id FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
          ORDER BY priority_rank, pending_seq LIMIT $2 FOR UPDATE SKIP LOCKED",
     )?;
@@ -232,7 +232,7 @@ pub(crate) fn fire_due(tx: &mut PgTx<'_>, now: Timestamp, limit: usize) -> Resul
 }
 
 fn due_ids(tx: &mut PgTx<'_>, sql: &str, now: Timestamp, limit: usize) -> Result<Vec<TaskId>, StoreError> {
-    let statement = tx.tx.prepare(sql)?;
+    let statement = tx.prepare(sql)?;
     let rows = tx.tx.query(&statement, &[&now.millis(), &(limit as i64)])?;
     Ok(rows.iter().filter_map(|row| TaskId::parse(row.get(0))).collect())
 }
@@ -240,7 +240,7 @@ fn due_ids(tx: &mut PgTx<'_>, sql: &str, now: Timestamp, limit: usize) -> Result
 pub(crate) fn seal_task_group(tx: &mut PgTx<'_>, group: TaskId, now: Timestamp) -> Result<TaskGroup, StoreError> {
     let mut found = existing_group(tx, group)?;
     if found.sealed.is_none() {
-        let statement = tx.tx.prepare("UPDATE task_groups SET sealed = $2 WHERE task_group_id = $1")?;
+        let statement = tx.prepare("UPDATE task_groups SET sealed = $2 WHERE task_group_id = $1")?;
         tx.tx.execute(&statement, &[&group.as_str(), &now.millis()])?;
         found.sealed = Some(now);
         tx.publish(message::group_sealed(&found));
@@ -269,7 +269,7 @@ pub(crate) fn cancel_task_group(
     if found.sealed.is_none() {
         return Err(Rejection::Conflict(format!("task group {group} must be sealed before it can be canceled")).into());
     }
-    let statement = tx.tx.prepare("SELECT COUNT(*) FROM tasks WHERE task_group_id = $1")?;
+    let statement = tx.prepare("SELECT COUNT(*) FROM tasks WHERE task_group_id = $1")?;
     let size: i64 = tx.tx.query_one(&statement, &[&group.as_str()])?.get(0);
     let mut task_ids = Vec::new();
     for task_id in unresolved_members(tx, group)? {

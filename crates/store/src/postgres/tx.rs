@@ -4,7 +4,9 @@
 //! is going to change is locked when read (`FOR UPDATE`), and a task group's row is locked
 //! before deciding it has been resolved.
 
-use postgres::Transaction;
+use std::collections::HashMap;
+
+use postgres::{Statement, Transaction};
 use serde_json::value::RawValue;
 use shoal_engine::definition::Requires;
 use shoal_engine::event::{Effects, Event};
@@ -21,6 +23,8 @@ use crate::{StoreError, TaskEvent, TaskGroup};
 /// A write transaction in progress.
 pub(crate) struct PgTx<'a> {
     pub(crate) tx: Transaction<'a>,
+    /// The connection's prepared statements, by SQL text (they outlive transactions).
+    pub(crate) statements: &'a mut HashMap<String, Statement>,
     pub(crate) claim_timeout_secs: i64,
     pub(crate) events: Vec<TaskEvent>,
     /// Messages of this transaction, numbered from 1 until the commit gives them their place.
@@ -28,6 +32,16 @@ pub(crate) struct PgTx<'a> {
 }
 
 impl PgTx<'_> {
+    /// The statement for `sql`, prepared once per connection: a round trip saved per query.
+    pub(crate) fn prepare(&mut self, sql: &str) -> Result<Statement, StoreError> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.tx.prepare(sql)?;
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
     /// Adds `message` to the outbox, written with this transaction.
     pub(crate) fn publish(&mut self, message: Message) {
         self.messages.push(message);
@@ -36,7 +50,7 @@ impl PgTx<'_> {
     /// Loads a task and locks its row until the commit.
     pub(crate) fn load(&mut self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
         let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1 FOR UPDATE");
-        let statement = self.tx.prepare(&sql)?;
+        let statement = self.prepare(&sql)?;
         self.tx.query_opt(&statement, &[&task_id.as_str()])?.map(|row| task_from_row(&row)).transpose()
     }
 
@@ -47,7 +61,7 @@ impl PgTx<'_> {
     /// Loads and locks a task together with its stored definition (claims return both).
     pub(crate) fn load_with_definition(&mut self, task_id: TaskId) -> Result<(TaskRow, Box<RawValue>), StoreError> {
         let sql = format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = $1 FOR UPDATE");
-        let statement = self.tx.prepare(&sql)?;
+        let statement = self.prepare(&sql)?;
         match self.tx.query_opt(&statement, &[&task_id.as_str()])? {
             Some(row) => Ok((task_from_row(&row)?, raw_json(&row, N_TASK_COLUMNS)?)),
             None => Err(Rejection::NotFound(format!("task {task_id} not found")).into()),
@@ -55,14 +69,14 @@ impl PgTx<'_> {
     }
 
     pub(crate) fn definition(&mut self, task_id: TaskId) -> Result<Option<String>, StoreError> {
-        let statement = self.tx.prepare("SELECT definition FROM tasks WHERE task_id = $1")?;
+        let statement = self.prepare("SELECT definition FROM tasks WHERE task_id = $1")?;
         Ok(self.tx.query_opt(&statement, &[&task_id.as_str()])?.map(|row| row.get(0)))
     }
 
     /// Loads a task group and locks its row until the commit.
     pub(crate) fn load_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
         let sql = format!("SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = $1 FOR UPDATE");
-        let statement = self.tx.prepare(&sql)?;
+        let statement = self.prepare(&sql)?;
         self.tx.query_opt(&statement, &[&group.as_str()])?.map(|row| task_group_from_row(&row)).transpose()
     }
 
@@ -74,7 +88,7 @@ impl PgTx<'_> {
         let dimensions = (!meta.dimensions.is_empty()).then(|| json(&meta.dimensions)).transpose()?;
         let routes = (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?;
         let tags = (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?;
-        let statement = self.tx.prepare(
+        let statement = self.prepare(
             "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
              priority_rank, retries, retries_left, deadline, expires, requires, dimensions, runs, state, \
              taken_until, deadline_due, pending_seq, definition, routes, tags) \
@@ -189,7 +203,7 @@ impl PgTx<'_> {
         // new snapshot per statement) and no resolution is missed.
         let Some(found) = self.load_group(group)? else { return Ok(()) };
         let statement =
-            self.tx.prepare("SELECT 1 FROM tasks WHERE task_group_id = $1 AND deadline_due IS NOT NULL LIMIT 1")?;
+            self.prepare("SELECT 1 FROM tasks WHERE task_group_id = $1 AND deadline_due IS NOT NULL LIMIT 1")?;
         if self.tx.query_opt(&statement, &[&group.as_str()])?.is_none() {
             self.publish(message::group_resolved(&found));
         }
@@ -200,7 +214,7 @@ impl PgTx<'_> {
         let task = &row.task;
         let state = task.state();
         let deadline_due = (!state.is_resolved()).then_some(task.meta.deadline.millis());
-        let statement = self.tx.prepare(
+        let statement = self.prepare(
             "UPDATE tasks SET retries_left = $2, runs = $3, state = $4, taken_until = $5, deadline_due = $6, \
              pending_seq = CASE $7 WHEN 'keep' THEN pending_seq WHEN 'back' THEN nextval('tasks_pending_seq') END, \
              priority = $8::text, priority_rank = $9, \
@@ -230,7 +244,7 @@ impl PgTx<'_> {
     /// Marks the dependency on `required` satisfied for each dependent whose `requires` this
     /// resolution meets, and schedules each dependent whose last unmet dependency this was.
     fn release_dependents(&mut self, required: TaskId, state: TaskState, now: Timestamp) -> Result<(), StoreError> {
-        let statement = self.tx.prepare(
+        let statement = self.prepare(
             "SELECT dependent_task_id, requires FROM task_dependencies \
              WHERE required_task_id = $1 AND NOT satisfied ORDER BY dependent_task_id",
         )?;
@@ -248,7 +262,7 @@ impl PgTx<'_> {
             // Lock the dependent before counting what it still waits for: two of its
             // dependencies resolving at once on two servers then see each other's release.
             let Some(mut row) = self.load(dependent)? else { continue };
-            let statement = self.tx.prepare(
+            let statement = self.prepare(
                 "UPDATE task_dependencies SET satisfied = TRUE WHERE required_task_id = $1 AND dependent_task_id = $2",
             )?;
             self.tx.execute(&statement, &[&required.as_str(), &dependent.as_str()])?;
@@ -275,12 +289,12 @@ impl PgTx<'_> {
     pub(crate) fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
         // Read first: an upsert locks the queue's row even when it changes nothing, and every
         // claim on the queue would then wait for the others' commits.
-        let statement = self.tx.prepare("SELECT last_date_active FROM task_queues WHERE task_queue_id = $1")?;
+        let statement = self.prepare("SELECT last_date_active FROM task_queues WHERE task_queue_id = $1")?;
         let last: Option<i64> = self.tx.query_opt(&statement, &[&task_queue_id])?.map(|row| row.get(0));
         if last.is_some_and(|last| last + QUEUE_TOUCH_INTERVAL_MS > now.millis()) {
             return Ok(());
         }
-        let statement = self.tx.prepare(
+        let statement = self.prepare(
             "INSERT INTO task_queues (task_queue_id, expires, last_date_active, description, stability) \
              VALUES ($1, $2, $3, '', 'experimental') \
              ON CONFLICT (task_queue_id) DO UPDATE SET expires = excluded.expires, \

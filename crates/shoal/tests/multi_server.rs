@@ -1,0 +1,128 @@
+//! Several `shoal server` processes on one PostgreSQL database, used the way a fleet uses
+//! them: clients and workers spread over the servers.
+
+#[path = "../../store/tests/support/postgres.rs"]
+mod pg;
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+use shoal_client::{Client, Outcome};
+use tokio::sync::Mutex;
+
+const N_SERVERS: usize = 3;
+const N_TASKS: usize = 10_000;
+/// Tasks form chains of this length: each depends on the one before it.
+const CHAIN: usize = 10;
+const N_WORKERS: usize = 12;
+
+fn definition(dependencies: &[String]) -> Value {
+    let now = shoal_client::now();
+    json!({
+        "taskQueueId": "fleet/linux",
+        "created": now.to_string(),
+        "deadline": now.plus_secs(3600).to_string(),
+        "dependencies": dependencies,
+        "payload": {},
+        "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_servers_on_one_database_run_every_task_exactly_once() {
+    let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
+    let dirs: Vec<_> = (0..N_SERVERS).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut servers = Vec::new();
+    for dir in &dirs {
+        // Idle workers are woken by work committed on any server; the short long-poll only
+        // lets them notice the end of the test sooner.
+        servers.push(support::start_server(dir.path(), &["--database", &url, "--claim-wait", "2"]).await);
+    }
+    let clients: Vec<Client> = servers.iter().map(|(_, root)| Client::new(root).unwrap()).collect();
+
+    // Creators: each chain is created in order (a dependency must exist first), chains
+    // spread over the servers.
+    let ids: Vec<String> = (0..N_TASKS).map(|_| slugid::nice()).collect();
+    let ids = Arc::new(ids);
+    let mut creators = tokio::task::JoinSet::new();
+    for creator in 0..16 {
+        let (ids, clients) = (Arc::clone(&ids), clients.clone());
+        creators.spawn(async move {
+            for chain in (creator..N_TASKS / CHAIN).step_by(16) {
+                for link in 0..CHAIN {
+                    let index = chain * CHAIN + link;
+                    let dependencies = if link == 0 { vec![] } else { vec![ids[index - 1].clone()] };
+                    let client = &clients[index % N_SERVERS];
+                    client.create_task(&ids[index], &definition(&dependencies)).await.expect("createTask");
+                }
+            }
+        });
+    }
+
+    // Workers: claim and complete, recording every (task, run) handed out.
+    let claims: Arc<Mutex<HashMap<(String, u32), usize>>> = Arc::default();
+    let completed = Arc::new(AtomicUsize::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for worker in 0..N_WORKERS {
+        let client = clients[worker % N_SERVERS].clone();
+        let (claims, completed) = (Arc::clone(&claims), Arc::clone(&completed));
+        workers.spawn(async move {
+            let worker_id = format!("w{worker}");
+            while completed.load(Ordering::SeqCst) < N_TASKS {
+                let claimed =
+                    client.claim_work("fleet/linux", "g", &worker_id, 8, &json!({})).await.expect("claimWork");
+                for claim in claimed {
+                    let task_id = claim.status.task_id.to_string();
+                    *claims.lock().await.entry((task_id.clone(), claim.run_id)).or_default() += 1;
+                    client.report(&task_id, claim.run_id, &Outcome::Completed).await.expect("reportCompleted");
+                    completed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    while let Some(res) = creators.join_next().await {
+        res.unwrap();
+    }
+    while let Some(res) = workers.join_next().await {
+        res.unwrap();
+    }
+
+    let claims = claims.lock().await;
+    assert_eq!(claims.len(), N_TASKS, "every task was claimed");
+    assert!(claims.values().all(|&n| n == 1), "no run was handed out twice");
+    assert!(claims.keys().all(|(_, run_id)| *run_id == 0), "no task needed a second run");
+    assert_eq!(completed.load(Ordering::SeqCst), N_TASKS, "every task completed exactly once");
+    // Every dependent was released, on whichever server its dependency resolved.
+    for (index, task_id) in ids.iter().enumerate().step_by(97) {
+        let status = clients[index % N_SERVERS].task_status(task_id).await.unwrap();
+        assert_eq!(status.state.as_str(), "completed", "{task_id}");
+        assert_eq!(status.runs.len(), 1, "{task_id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_created_on_one_server_wakes_a_worker_waiting_on_another() {
+    let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // A long-poll far longer than the test: without a cross-server wake-up the waiting
+    // worker would get an empty answer after it.
+    let args = ["--database", url.as_str(), "--claim-wait", "120"];
+    let (_a, root_a) = support::start_server(dir_a.path(), &args).await;
+    let (_b, root_b) = support::start_server(dir_b.path(), &args).await;
+    let (a, b) = (Client::new(&root_a).unwrap(), Client::new(&root_b).unwrap());
+    for round in 0..3 {
+        let waiting = tokio::spawn({
+            let b = b.clone();
+            async move { b.claim_work("fleet/linux", "g", "w", 1, &json!({})).await }
+        });
+        let task_id = slugid::nice();
+        a.create_task(&task_id, &definition(&[])).await.unwrap();
+        let claimed = waiting.await.unwrap().unwrap();
+        assert_eq!(claimed.len(), 1, "round {round}: the worker on B got the task created on A");
+        assert_eq!(claimed[0].status.task_id.to_string(), task_id);
+        b.report(&task_id, 0, &Outcome::Completed).await.unwrap();
+    }
+}
