@@ -232,7 +232,14 @@ impl PgStore {
                         tracing::debug!(error = %err, attempt, "transaction lost a race; retrying");
                         attempt += 1;
                     }
-                    Err(TxError::Retry(err) | TxError::Store(err)) => return Err(err),
+                    // The pooled connection died while idle (the database restarted): nothing
+                    // was sent, so take a fresh one. The dead one is discarded on return.
+                    Err(TxError::Stale(err)) if attempt < MAX_ATTEMPTS => {
+                        tracing::debug!(error = %err, "pooled connection was closed; reconnecting");
+                        attempt += 1;
+                        client = inner.pool.get()?;
+                    }
+                    Err(TxError::Retry(err) | TxError::Stale(err) | TxError::Store(err)) => return Err(err),
                     Ok(committed) => return Ok(committed),
                 }
             }
@@ -362,6 +369,8 @@ impl PgStore {
 enum TxError {
     /// Lost a deadlock or serialization race: the whole operation may run again.
     Retry(StoreError),
+    /// The connection was found closed before the transaction began.
+    Stale(StoreError),
     Store(StoreError),
 }
 
@@ -378,7 +387,9 @@ fn run_transaction<T>(
         if retry { TxError::Retry(err.into()) } else { TxError::Store(err.into()) }
     };
     let PgConn { client, statements } = conn;
-    let transaction = client.transaction().map_err(classify)?;
+    let transaction = client
+        .transaction()
+        .map_err(|err| if client_lost(&err) { TxError::Stale(err.into()) } else { classify(err) })?;
     let mut tx = PgTx {
         tx: transaction,
         statements,
@@ -436,6 +447,11 @@ fn run_transaction<T>(
     transaction.commit().map_err(classify)?;
     inner.feed.committed(entries);
     Ok(Committed { value, events })
+}
+
+/// Whether `err` says the connection is gone (the server closed it or the socket failed).
+fn client_lost(err: &postgres::Error) -> bool {
+    err.is_closed() || err.as_db_error().is_none_or(|db| db.code().code().starts_with("57P"))
 }
 
 fn is_retryable_text(text: &str) -> bool {
