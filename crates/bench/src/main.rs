@@ -70,6 +70,9 @@ enum Command {
         /// Also publish every event to this AMQP broker.
         #[arg(long)]
         amqp_url: Option<String>,
+        /// Run the server on this PostgreSQL database instead of embedded SQLite.
+        #[arg(long)]
+        database: Option<String>,
     },
     /// Outbox -> RabbitMQ messages/s with confirms, and the throughput benchmark with and
     /// without a broker (starts a private RabbitMQ; needs rabbitmq-server installed).
@@ -127,8 +130,15 @@ fn main() -> anyhow::Result<()> {
                 chatty(256).await?;
                 scale(&[1_000, 1_000_000], 20_000).await?;
             }
-            Command::Throughput { tasks, creators, workers, batch, amqp_url } => {
-                throughput(tasks, creators, workers, batch, amqp_url.as_deref()).await?;
+            Command::Throughput { tasks, creators, workers, batch, amqp_url, database } => {
+                let mut args = Vec::new();
+                if let Some(url) = &amqp_url {
+                    args.extend(["--amqp-url", url.as_str()]);
+                }
+                if let Some(url) = &database {
+                    args.extend(["--database", url.as_str()]);
+                }
+                throughput_with(tasks, creators, workers, batch, &args).await?;
             }
             Command::Events { tasks, drain_only } => events::events(tasks, drain_only).await?,
             Command::Wake { samples } => wake(samples).await?,
@@ -225,7 +235,18 @@ async fn throughput(
     amqp_url: Option<&str>,
 ) -> anyhow::Result<f64> {
     let args: Vec<&str> = amqp_url.map(|url| vec!["--amqp-url", url]).unwrap_or_default();
-    let server = Server::start(None, &args).await?;
+    throughput_with(n_tasks, n_creators, n_workers, batch, &args).await
+}
+
+/// Tasks/s through create -> claim -> complete against a server started with `args`.
+async fn throughput_with(
+    n_tasks: usize,
+    n_creators: usize,
+    n_workers: usize,
+    batch: usize,
+    args: &[&str],
+) -> anyhow::Result<f64> {
+    let server = Server::start(None, args).await?;
     let client = server.client();
     let (server_cpu0, bench_cpu0) = (server.cpu_secs(), server::process_cpu_secs("/proc/self/stat"));
     let completed = Arc::new(AtomicUsize::new(0));
@@ -272,7 +293,12 @@ async fn throughput(
         "throughput{}: {n_tasks} tasks create->claim->complete in {elapsed:.2} s = {:.0} tasks/s end to end \
          ({n_creators} creators, {n_workers} workers claiming {batch} at a time; creates alone finished at {:.0}/s; \
          server RSS {} MB; CPU: server {:.0} us/task, load generator {:.0} us/task)",
-        if amqp_url.is_some() { " (events to RabbitMQ)" } else { "" },
+        match (args.contains(&"--amqp-url"), args.contains(&"--database")) {
+            (false, false) => "",
+            (true, false) => " (events to RabbitMQ)",
+            (false, true) => " (PostgreSQL)",
+            (true, true) => " (PostgreSQL, events to RabbitMQ)",
+        },
         n_tasks as f64 / elapsed,
         n_tasks as f64 / create_secs,
         server.rss_mb(),
