@@ -64,16 +64,7 @@ fn ensure_group(tx: &mut PgTx<'_>, definition: &TaskDefinition) -> Result<(), St
     )?;
     tx.tx.execute(&statement, &[&group.as_str(), &definition.scheduler_id, &expires])?;
     let found = existing_group(tx, group)?;
-    if found.scheduler_id != definition.scheduler_id {
-        return Err(Rejection::Conflict(format!(
-            "task group {group} belongs to schedulerId {}, not {}",
-            found.scheduler_id, definition.scheduler_id
-        ))
-        .into());
-    }
-    if found.sealed.is_some() {
-        return Err(Rejection::Conflict(format!("task group {group} is sealed; no task may be added")).into());
-    }
+    found.admit(&definition.scheduler_id)?;
     if found.expires.millis() < expires {
         let statement = tx.prepare("UPDATE task_groups SET expires = $2 WHERE task_group_id = $1")?;
         tx.tx.execute(&statement, &[&group.as_str(), &expires])?;
@@ -111,19 +102,8 @@ fn check_dependencies(
         let state = TaskState::from_name(state).unwrap_or(TaskState::Unscheduled);
         satisfied.push(definition.requires.satisfied_by(state));
     }
-    if !missing.is_empty() {
-        return Err(Rejection::Input(format!(
-            "dependencies: every dependency must be an existing task; missingTaskDependencies: {}",
-            missing.join(", ")
-        ))
-        .into());
-    }
-    if !expiring.is_empty() {
-        return Err(Rejection::Input(format!(
-            "dependencies: every dependency must expire after this task's deadline; expiringTaskDependencies: {}",
-            expiring.join(", ")
-        ))
-        .into());
+    if let Some(rejection) = shoal_engine::group::dependency_rejection(&missing, &expiring) {
+        return Err(rejection.into());
     }
     Ok(satisfied)
 }

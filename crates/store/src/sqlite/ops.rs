@@ -68,16 +68,7 @@ fn ensure_group(tx: &mut Tx<'_>, definition: &TaskDefinition) -> Result<(), Stor
                 .execute(params![group.as_str(), definition.scheduler_id, expires])?;
         }
         Some(found) => {
-            if found.scheduler_id != definition.scheduler_id {
-                return Err(Rejection::Conflict(format!(
-                    "task group {group} belongs to schedulerId {}, not {}",
-                    found.scheduler_id, definition.scheduler_id
-                ))
-                .into());
-            }
-            if found.sealed.is_some() {
-                return Err(Rejection::Conflict(format!("task group {group} is sealed; no task may be added")).into());
-            }
+            found.admit(&definition.scheduler_id)?;
             if found.expires.millis() < expires {
                 tx.conn
                     .prepare_cached("UPDATE task_groups SET expires = ?2 WHERE task_group_id = ?1")?
@@ -117,19 +108,8 @@ fn check_dependencies(tx: &Tx<'_>, definition: &TaskDefinition, task_id: TaskId)
         let state = TaskState::from_name(&state).unwrap_or(TaskState::Unscheduled);
         satisfied.push(definition.requires.satisfied_by(state));
     }
-    if !missing.is_empty() {
-        return Err(Rejection::Input(format!(
-            "dependencies: every dependency must be an existing task; missingTaskDependencies: {}",
-            missing.join(", ")
-        ))
-        .into());
-    }
-    if !expiring.is_empty() {
-        return Err(Rejection::Input(format!(
-            "dependencies: every dependency must expire after this task's deadline; expiringTaskDependencies: {}",
-            expiring.join(", ")
-        ))
-        .into());
+    if let Some(rejection) = shoal_engine::group::dependency_rejection(&missing, &expiring) {
+        return Err(rejection.into());
     }
     Ok(satisfied)
 }
