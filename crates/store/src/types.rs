@@ -130,6 +130,31 @@ pub struct Page<T> {
     pub continuation: Option<String>,
 }
 
+/// A page of a run's artifacts from up to `limit + 1` stored ones in name order, with the
+/// run's implicit live log (looked up only when needed) in its place unless a stored one
+/// replaced it.
+pub(crate) fn artifact_page(
+    mut items: Vec<shoal_engine::artifact::Artifact>,
+    after: Option<&str>,
+    limit: usize,
+    implicit: impl FnOnce() -> Result<Option<shoal_engine::artifact::Artifact>, crate::StoreError>,
+) -> Result<Page<shoal_engine::artifact::Artifact>, crate::StoreError> {
+    use shoal_engine::artifact::LIVE_LOG_NAME;
+    let in_range = after.is_none_or(|after| LIVE_LOG_NAME > after);
+    if in_range
+        && !items.iter().any(|artifact| artifact.name == LIVE_LOG_NAME)
+        && let Some(live) = implicit()?
+    {
+        let at = items.partition_point(|artifact| artifact.name.as_str() < LIVE_LOG_NAME);
+        items.insert(at, live);
+    }
+    let continuation = (items.len() > limit).then(|| {
+        items.truncate(limit);
+        items.last().map(|artifact| artifact.name.clone()).unwrap_or_default()
+    });
+    Ok(Page { items, continuation })
+}
+
 /// Pending and claimed counts of a queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

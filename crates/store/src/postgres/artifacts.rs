@@ -52,21 +52,8 @@ pub(crate) fn list(
          ORDER BY name LIMIT $4",
         &[&task_id.as_str(), &(run_id as i32), &after.unwrap_or(""), &((limit + 1) as i64)],
     )?;
-    let mut items = rows.iter().map(from_row).collect::<Result<Vec<_>, _>>()?;
-    // The implicit live log takes its place in name order unless a stored one replaced it.
-    let in_range = after.is_none_or(|after| LIVE_LOG_NAME > after);
-    if in_range
-        && !items.iter().any(|artifact| artifact.name == LIVE_LOG_NAME)
-        && let Some(live) = implicit(client, task_id, run_id)?
-    {
-        let at = items.partition_point(|artifact| artifact.name.as_str() < LIVE_LOG_NAME);
-        items.insert(at, live);
-    }
-    let continuation = (items.len() > limit).then(|| {
-        items.truncate(limit);
-        items.last().map(|artifact| artifact.name.clone()).unwrap_or_default()
-    });
-    Ok(Page { items, continuation })
+    let items = rows.iter().map(from_row).collect::<Result<Vec<_>, _>>()?;
+    crate::types::artifact_page(items, after, limit, || implicit(client, task_id, run_id))
 }
 
 /// Artifacts that expired before `now`, at most `limit`.

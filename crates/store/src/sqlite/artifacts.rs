@@ -55,20 +55,7 @@ pub(crate) fn list(
     while let Some(row) = rows.next()? {
         items.push(from_row(row)?);
     }
-    // The implicit live log takes its place in name order unless a stored one replaced it.
-    let in_range = after.is_none_or(|after| LIVE_LOG_NAME > after);
-    if in_range
-        && !items.iter().any(|artifact| artifact.name == LIVE_LOG_NAME)
-        && let Some(live) = implicit(conn, task_id, run_id)?
-    {
-        let at = items.partition_point(|artifact| artifact.name.as_str() < LIVE_LOG_NAME);
-        items.insert(at, live);
-    }
-    let continuation = (items.len() > limit).then(|| {
-        items.truncate(limit);
-        items.last().map(|artifact| artifact.name.clone()).unwrap_or_default()
-    });
-    Ok(Page { items, continuation })
+    crate::types::artifact_page(items, after, limit, || implicit(conn, task_id, run_id))
 }
 
 /// Artifacts that expired before `now`, at most `limit`.
