@@ -26,7 +26,7 @@ use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::outbox::{OutboxEntry, OutboxFeed};
-use crate::sqlite::outbox::encode;
+use crate::sqlite::outbox::{Bounds, encode};
 use crate::{
     ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup,
 };
@@ -198,11 +198,9 @@ impl PgStore {
              (SELECT published FROM outbox_state)",
             &[],
         )?;
-        let (first, last, published): (Option<i64>, Option<i64>, i64) = (row.get(0), row.get(1), row.get(2));
-        let last = last.map_or(published, |last| last.max(published)) as u64;
-        let first = first.map_or(last + 1, |first| first.max(published + 1) as u64);
+        let bounds = Bounds::new(row.get(0), row.get(1), row.get(2));
         drop(client);
-        let feed = Arc::new(OutboxFeed::new(first, last));
+        let feed = Arc::new(OutboxFeed::new(bounds.first, bounds.last));
         let wake = tokio::sync::broadcast::channel(1024).0;
         let listening = Arc::new(std::sync::atomic::AtomicBool::new(true));
         listen::start(config.client_config()?, wake.clone(), Arc::clone(&listening))?;
@@ -454,8 +452,10 @@ fn client_lost(err: &postgres::Error) -> bool {
     err.is_closed() || err.as_db_error().is_none_or(|db| db.code().code().starts_with("57P"))
 }
 
+/// Whether a converted error (whose text starts with its SQLSTATE) is a lost deadlock or
+/// serialization race.
 fn is_retryable_text(text: &str) -> bool {
-    text.contains("deadlock detected") || text.contains("could not serialize access")
+    text.starts_with("40P01:") || text.starts_with("40001:")
 }
 
 /// Applies pending migrations to the database at `url` (`shoal migrate`); returns how many.

@@ -10,7 +10,8 @@ use shoal_engine::{TaskId, Timestamp};
 use crate::outbox::OutboxEntry;
 use crate::postgres::artifacts;
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
-use crate::sqlite::outbox::decode_row;
+use crate::sqlite::outbox::append_row;
+use crate::sqlite::reads::parse_seq;
 use crate::{
     ArtifactKey, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo, TaskRecord,
 };
@@ -21,17 +22,6 @@ pub(crate) struct PgReads<'a>(pub(crate) RefCell<&'a mut Client>);
 fn record(row: &Row) -> Result<TaskRecord, StoreError> {
     let task = task_from_row(row)?.task;
     Ok(TaskRecord { status: task.status(), task: raw_json(row, N_TASK_COLUMNS)? })
-}
-
-fn invalid_token() -> StoreError {
-    StoreError::Rejected(shoal_engine::Rejection::invalid("continuationToken", "is not a token this listing issued"))
-}
-
-fn parse_seq(after: Option<&str>) -> Result<i64, StoreError> {
-    match after {
-        None | Some("") => Ok(0),
-        Some(text) => text.parse().map_err(|_| invalid_token()),
-    }
 }
 
 impl PgReads<'_> {
@@ -116,7 +106,7 @@ impl Reads for PgReads<'_> {
             "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
              AND pending_seq > $2 ORDER BY pending_seq LIMIT $3"
         );
-        let rows = self.query(&sql, &[&task_queue_id, &parse_seq(after)?, &((limit + 1) as i64)])?;
+        let rows = self.query(&sql, &[&task_queue_id, &(parse_seq(after)? as i64), &((limit + 1) as i64)])?;
         let convert = |row: &Row| {
             let task_row = task_from_row(row)?;
             let run = task_row.task.runs().last().cloned();
@@ -203,13 +193,12 @@ impl Reads for PgReads<'_> {
             &[&(from as i64)],
         )?;
         let mut entries = Vec::new();
-        for row in rows {
+        for row in &rows {
             if entries.len() >= limit {
                 break;
             }
-            let decoded = decode_row(row.get::<_, i64>(0) as u64, row.get::<_, i64>(1) as u64, row.get(2))?;
-            let wanted = limit - entries.len();
-            entries.extend(decoded.into_iter().filter(|entry| entry.seq >= from).take(wanted));
+            let stored = (row.try_get::<_, i64>(0)? as u64, row.try_get::<_, i64>(1)? as u64, row.try_get(2)?);
+            append_row(&mut entries, stored, from, limit)?;
         }
         Ok(entries)
     }

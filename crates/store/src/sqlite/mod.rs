@@ -10,7 +10,7 @@ mod artifacts;
 mod checkpoint;
 mod ops;
 pub(crate) mod outbox;
-mod reads;
+pub(crate) mod reads;
 pub(crate) mod row;
 mod schema;
 pub(crate) mod tx;

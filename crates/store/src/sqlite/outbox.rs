@@ -23,6 +23,14 @@ pub(crate) struct Bounds {
 }
 
 impl Bounds {
+    /// From the stored rows' lowest first and highest last sequence (none when empty) and
+    /// the recorded publication mark: rows can outlive their publication by a batch.
+    pub(crate) fn new(min_first: Option<i64>, max_last: Option<i64>, published: i64) -> Bounds {
+        let last = max_last.map_or(published, |last| last.max(published)) as u64;
+        let first = min_first.map_or(last + 1, |first| first.max(published + 1) as u64);
+        Bounds { first, last }
+    }
+
     pub(crate) fn unpublished(&self) -> u64 {
         (self.last + 1).saturating_sub(self.first)
     }
@@ -36,9 +44,7 @@ pub(crate) fn bounds(conn: &Connection) -> Result<Bounds, StoreError> {
             Ok((row.get(0)?, row.get(1)?))
         })?;
     let published: i64 = conn.query_row("SELECT published FROM outbox_state", [], |row| row.get(0))?;
-    let last = last.map_or(published, |last| last.max(published)) as u64;
-    let first = first.map_or(last + 1, |first| (first.max(published + 1)) as u64);
-    Ok(Bounds { first, last })
+    Ok(Bounds::new(first, last, published))
 }
 
 /// Stores the messages of one write batch (consecutive sequence numbers) in one row.
@@ -71,15 +77,27 @@ pub(crate) fn read(conn: &Connection, from: u64, limit: usize) -> Result<Vec<Out
     {
         let (first_seq, last_seq): (i64, i64) = (row.get(0)?, row.get(1)?);
         let text = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
-        let decoded = decode_row(first_seq as u64, last_seq as u64, text)?;
-        let wanted = limit - entries.len();
-        entries.extend(decoded.into_iter().filter(|entry| entry.seq >= from).take(wanted));
+        append_row(&mut entries, (first_seq as u64, last_seq as u64, text), from, limit)?;
     }
     Ok(entries)
 }
 
+/// Appends the messages of one stored row (`first_seq, last_seq, text`) from sequence
+/// `from` on, until `entries` holds `limit`.
+pub(crate) fn append_row(
+    entries: &mut Vec<OutboxEntry>,
+    (first_seq, last_seq, text): (u64, u64, &str),
+    from: u64,
+    limit: usize,
+) -> Result<(), StoreError> {
+    let decoded = decode_row(first_seq, last_seq, text)?;
+    let wanted = limit.saturating_sub(entries.len());
+    entries.extend(decoded.into_iter().filter(|entry| entry.seq >= from).take(wanted));
+    Ok(())
+}
+
 /// Decodes one stored row, checking it holds `first_seq..=last_seq`.
-pub(crate) fn decode_row(first_seq: u64, last_seq: u64, text: &str) -> Result<Vec<OutboxEntry>, StoreError> {
+fn decode_row(first_seq: u64, last_seq: u64, text: &str) -> Result<Vec<OutboxEntry>, StoreError> {
     let decoded = decode(first_seq, text)?;
     if decoded.last().map(|entry| entry.seq) != Some(last_seq) {
         return Err(row::corrupt(format!("outbox row {first_seq} does not end at {last_seq}")));

@@ -216,7 +216,8 @@ fn queue_info(row: &Row<'_>) -> Result<TaskQueueInfo, StoreError> {
     })
 }
 
-fn parse_seq(after: Option<&str>) -> Result<u64, StoreError> {
+/// A listing's continuation token as the sequence it stopped at (0 for the first page).
+pub(crate) fn parse_seq(after: Option<&str>) -> Result<u64, StoreError> {
     match after {
         None | Some("") => Ok(0),
         Some(text) => text.parse().map_err(|_| {
