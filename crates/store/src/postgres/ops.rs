@@ -146,12 +146,12 @@ pub(crate) fn claim_work(tx: &mut PgTx<'_>, request: &ClaimRequest, now: Timesta
             break;
         }
         let task_id = TaskId::parse(candidate.get(0)).ok_or_else(|| StoreError::Other("bad task id".into()))?;
-        let (row, _) = tx.load_with_definition(task_id)?;
+        let (row, definition) = tx.load_with_definition(task_id)?;
         if !row.task.meta.dimensions.matched_by(&request.dimensions) {
             continue;
         }
         let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { continue };
-        match claim_run(tx, task_id, run_id, &request.worker_group, &request.worker_id, now) {
+        match claim_loaded(tx, row, definition, run_id, &request.worker_group, &request.worker_id, now) {
             Ok(claim) => claims.push(claim),
             // A run that stopped being claimable (deadline passed) is skipped; the deadline
             // will resolve it.
@@ -170,7 +170,20 @@ pub(crate) fn claim_run(
     worker_id: &str,
     now: Timestamp,
 ) -> Result<Claim, StoreError> {
-    let (mut row, definition) = tx.load_with_definition(task_id)?;
+    let (row, definition) = tx.load_with_definition(task_id)?;
+    claim_loaded(tx, row, definition, run_id, worker_group, worker_id, now)
+}
+
+/// Claims run `run_id` of a task already loaded (and locked) with its definition.
+fn claim_loaded(
+    tx: &mut PgTx<'_>,
+    mut row: TaskRow,
+    definition: Box<serde_json::value::RawValue>,
+    run_id: u32,
+    worker_group: &str,
+    worker_id: &str,
+    now: Timestamp,
+) -> Result<Claim, StoreError> {
     let claim_timeout = tx.claim_timeout_secs;
     tx.step(&mut row, now, |task| task.claim(run_id, worker_group, worker_id, now, claim_timeout))?;
     let taken_until = row.task.running_until().unwrap_or(now);
