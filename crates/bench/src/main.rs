@@ -283,6 +283,10 @@ async fn throughput_with(
     }
     let create_secs = started.elapsed().as_secs_f64();
     while completed.load(Ordering::Relaxed) < n_tasks {
+        // A worker that failed would leave its claimed tasks unfinished: report why.
+        if let Some(res) = workers.try_join_next() {
+            res??;
+        }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();

@@ -16,6 +16,8 @@ use tokio::sync::{broadcast, watch};
 const PUBLISH_BATCH: usize = 2048;
 /// How long the publisher waits for more work before deleting what it published.
 const TRIM_AFTER_IDLE: Duration = Duration::from_millis(200);
+/// How often the publisher deletes what it published while it is busy.
+const TRIM_EVERY: Duration = Duration::from_secs(1);
 /// Longest wait between attempts while the broker is unreachable.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -25,48 +27,74 @@ pub async fn run_publisher(store: Store, bus: Bus, shutdown: impl Future<Output 
     tokio::pin!(shutdown);
     tracing::info!(bus = %bus.describe(), "publishing events");
     let feed = store.outbox();
-    let mut next = feed.first();
-    let mut untrimmed = false;
-    loop {
-        let entries = match feed.take(next, PUBLISH_BATCH) {
-            Next::Buffered(entries) => entries,
-            Next::Stored => {
-                let from = next;
-                match store.read(move |reads| reads.outbox(from, PUBLISH_BATCH)).await {
-                    Ok(entries) => {
-                        let entries: Vec<_> = entries.into_iter().map(Arc::new).collect();
-                        feed.replay(&entries);
-                        entries
-                    }
+    'turn: loop {
+        // With several servers on one database one publishes; the others wait their turn,
+        // dropping from memory what the publishing server takes care of.
+        let mut next = loop {
+            tokio::select! {
+                () = &mut shutdown => return,
+                turn = store.publishing_turn() => match turn {
+                    Ok(next) => break next,
                     Err(err) => {
-                        tracing::warn!(error = %err, "reading the outbox failed; retrying");
-                        tokio::select! {
-                            () = &mut shutdown => return,
-                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        tracing::warn!(error = %err, "cannot take the publishing turn; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                },
+                () = feed.changed() => feed.forget_buffered(),
+            }
+        };
+        let mut untrimmed = false;
+        let mut trimmed_at = tokio::time::Instant::now();
+        loop {
+            if !store.is_publishing() {
+                tracing::warn!("another server publishes the outbox now");
+                continue 'turn;
+            }
+            let entries = match feed.take(next, PUBLISH_BATCH) {
+                Next::Buffered(entries) => entries,
+                Next::Stored => {
+                    let from = next;
+                    match store.read(move |reads| reads.outbox(from, PUBLISH_BATCH)).await {
+                        Ok(entries) => {
+                            let entries: Vec<_> = entries.into_iter().map(Arc::new).collect();
+                            feed.replay(&entries);
+                            entries
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, "reading the outbox failed; retrying");
+                            tokio::select! {
+                                () = &mut shutdown => return,
+                                () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                            }
                         }
                     }
                 }
-            }
-            Next::Idle => {
-                tokio::select! {
-                    () = &mut shutdown => return,
-                    () = feed.changed() => {}
-                    // Deletes normally ride on the next write; when none comes, make one.
-                    () = tokio::time::sleep(TRIM_AFTER_IDLE), if untrimmed => {
-                        untrimmed = store.trim_outbox().await.is_err();
+                Next::Idle => {
+                    tokio::select! {
+                        () = &mut shutdown => return,
+                        () = feed.changed() => {}
+                        // Deletes normally ride on the next write; when none comes, make one.
+                        () = tokio::time::sleep(TRIM_AFTER_IDLE), if untrimmed => {
+                            untrimmed = store.trim_outbox().await.is_err();
+                        }
                     }
+                    continue;
                 }
-                continue;
+            };
+            let Some(last) = entries.last().map(|entry| entry.seq) else { continue };
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = publish_until_taken(&bus, &entries) => {}
             }
-        };
-        let Some(last) = entries.last().map(|entry| entry.seq) else { continue };
-        tokio::select! {
-            () = &mut shutdown => return,
-            () = publish_until_taken(&bus, &entries) => {}
+            feed.published(last);
+            untrimmed = true;
+            next = last + 1;
+            // Under steady load the publisher is never idle: delete what it published now and then.
+            if trimmed_at.elapsed() >= TRIM_EVERY {
+                trimmed_at = tokio::time::Instant::now();
+                untrimmed = store.trim_outbox().await.is_err();
+            }
         }
-        feed.published(last);
-        untrimmed = true;
-        next = last + 1;
     }
 }
 

@@ -270,6 +270,39 @@ impl Store {
         }
     }
 
+    /// Waits until every message committed before the call is in [`Store::outbox`]'s feed
+    /// (with several servers on one database, messages reach the feed shortly after commit).
+    ///
+    /// # Errors
+    /// Unavailable or Other on storage failure.
+    pub async fn settle_outbox(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(_) => Ok(()),
+            Store::Postgres(store) => store.settle_outbox().await,
+        }
+    }
+
+    /// Waits until this server is the one that publishes the outbox (with several servers on
+    /// one database, one at a time does); returns the first sequence not yet published.
+    ///
+    /// # Errors
+    /// Unavailable when the database cannot be reached.
+    pub async fn publishing_turn(&self) -> Result<u64, StoreError> {
+        match self {
+            Store::Sqlite(store) => Ok(store.outbox().first()),
+            Store::Postgres(store) => store.publishing_turn().await,
+        }
+    }
+
+    /// Whether this server still is the one that publishes.
+    #[must_use]
+    pub fn is_publishing(&self) -> bool {
+        match self {
+            Store::Sqlite(_) => true,
+            Store::Postgres(store) => store.is_publishing(),
+        }
+    }
+
     /// Runs `query` against a consistent snapshot of committed state, off the async threads.
     ///
     /// # Errors

@@ -113,6 +113,13 @@ impl OutboxFeed {
         }
     }
 
+    /// Drops what is held in memory for the publisher (another server publishes it).
+    pub fn forget_buffered(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.buffered.clear();
+        }
+    }
+
     /// Every message as it commits, in commit order (the in-process exchange listens here).
     #[must_use]
     pub fn tap(&self) -> broadcast::Receiver<Arc<OutboxEntry>> {

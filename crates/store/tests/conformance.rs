@@ -449,6 +449,7 @@ async fn artifacts_are_recorded_uploaded_listed_and_expired() {
 /// Everything committed and not yet published, in publishing order, the way the publisher
 /// takes it: from memory when it can, from the table otherwise.
 async fn unpublished(store: &Store) -> Vec<OutboxEntry> {
+    store.settle_outbox().await.unwrap();
     let feed = store.outbox();
     let mut next = feed.first();
     let mut taken = Vec::new();

@@ -1,5 +1,8 @@
-//! Cross-server wake-up: a dedicated connection LISTENs for the queues other servers' commits
-//! gave pending work, so a worker long-polling here is woken within milliseconds.
+//! What a server hears from the others, on one dedicated connection: the queues their commits
+//! gave pending work (so a worker long-polling here is woken within milliseconds), and new
+//! positioned outbox rows (tailed into this server's feed, so its event stream carries every
+//! server's messages). The same connection holds the publishing lock when this server is the
+//! one publishing to the bus: it is released by the database when the connection dies.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,35 +10,47 @@ use std::time::Duration;
 
 use postgres::NoTls;
 use postgres::fallible_iterator::FallibleIterator;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
+use super::outbox::{OUTBOX_CHANNEL, PUBLISH_LOCK, Tail};
 use super::{WAKE_ALL, WAKE_CHANNEL};
 use crate::StoreError;
 
-/// How often the listener checks whether the store is gone.
-const POLL: Duration = Duration::from_millis(500);
+/// How often the listener checks whether the store is gone or wants to publish.
+const POLL: Duration = Duration::from_millis(200);
 /// Longest wait between reconnection attempts while the database is away.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Starts the listener thread; it ends once `listening` turns false.
-pub(crate) fn start(
-    config: postgres::Config,
-    wake: broadcast::Sender<String>,
-    listening: Arc<AtomicBool>,
-) -> Result<(), StoreError> {
+/// The listener's shared state.
+pub(crate) struct Listener {
+    pub(crate) config: postgres::Config,
+    /// This server's name in wake-up notifications (its own are already handled locally).
+    pub(crate) server: String,
+    pub(crate) wake: broadcast::Sender<String>,
+    pub(crate) tail: Arc<Tail>,
+    /// Set when this server's publisher wants to publish.
+    pub(crate) wants_to_publish: Arc<AtomicBool>,
+    /// Whether this server holds the publishing lock.
+    pub(crate) publishing: watch::Sender<bool>,
+    /// Turns false when the store is dropped; the thread then ends.
+    pub(crate) listening: Arc<AtomicBool>,
+}
+
+/// Starts the listener thread.
+pub(crate) fn start(listener: Listener) -> Result<(), StoreError> {
     std::thread::Builder::new()
         .name("shoal-pg-listen".into())
-        .spawn(move || run(&config, &wake, &listening))
+        .spawn(move || run(&listener))
         .map(|_| ())
         .map_err(|err| StoreError::Other(format!("starting the listener: {err}")))
 }
 
-fn run(config: &postgres::Config, wake: &broadcast::Sender<String>, listening: &AtomicBool) {
+fn run(listener: &Listener) {
     let mut backoff = Duration::from_millis(100);
     let mut first = true;
-    while listening.load(Ordering::Relaxed) {
-        let mut client = match config.connect(NoTls).and_then(|mut client| {
-            client.batch_execute(&format!("LISTEN {WAKE_CHANNEL}"))?;
+    while listener.listening.load(Ordering::Relaxed) {
+        let mut client = match listener.config.connect(NoTls).and_then(|mut client| {
+            client.batch_execute(&format!("LISTEN {WAKE_CHANNEL}; LISTEN {OUTBOX_CHANNEL}"))?;
             Ok(client)
         }) {
             Ok(client) => client,
@@ -49,26 +64,69 @@ fn run(config: &postgres::Config, wake: &broadcast::Sender<String>, listening: &
         backoff = Duration::from_millis(100);
         if !first {
             // Whatever was notified while we were away is lost: have everyone look again.
-            let _ = wake.send(WAKE_ALL.to_owned());
+            let _ = listener.wake.send(WAKE_ALL.to_owned());
         }
         first = false;
-        while listening.load(Ordering::Relaxed) {
-            let next = client.notifications().timeout_iter(POLL).next();
-            match next {
-                Ok(Some(notification)) => {
-                    // Nobody waiting is fine.
-                    let _ = wake.send(notification.payload().to_owned());
-                }
-                Ok(None) => {
-                    if client.is_closed() {
-                        break;
-                    }
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "the listening connection failed; reconnecting");
-                    break;
-                }
+        if let Err(err) = serve(listener, &mut client) {
+            tracing::warn!(error = %err, "the listening connection failed; reconnecting");
+        }
+        listener.publishing.send_replace(false);
+    }
+}
+
+/// Serves one connection until it fails or the store is dropped.
+fn serve(listener: &Listener, client: &mut postgres::Client) -> Result<(), StoreError> {
+    listener.tail.catch_up(client)?;
+    while listener.listening.load(Ordering::Relaxed) {
+        if listener.wants_to_publish.load(Ordering::Relaxed) && !*listener.publishing.borrow() {
+            let won: bool = client.query_one("SELECT pg_try_advisory_lock($1)", &[&PUBLISH_LOCK])?.get(0);
+            if won {
+                tracing::info!("this server publishes the outbox");
+                listener.publishing.send_replace(true);
             }
         }
+        let mut notifications = Vec::new();
+        let first = client.notifications().timeout_iter(POLL).next()?;
+        if let Some(notification) = first {
+            notifications.push(notification);
+            // Whatever else has arrived is served with it (one tail for many steps).
+            notifications.extend(client.notifications().iter().collect::<Vec<_>>()?);
+        } else if client.is_closed() {
+            return Err(StoreError::Unavailable("listening connection closed".into()));
+        }
+        let mut tail = false;
+        for notification in &notifications {
+            if notification.channel() == OUTBOX_CHANNEL {
+                tail = true;
+            } else if let Some(queue) = remote_queue(notification.payload(), &listener.server) {
+                // Nobody waiting is fine.
+                let _ = listener.wake.send(queue.to_owned());
+            }
+        }
+        if tail {
+            listener.tail.catch_up(client)?;
+        }
+    }
+    Ok(())
+}
+
+/// The queue a wake-up names, unless this server sent it (its workers were woken locally).
+fn remote_queue<'a>(payload: &'a str, server: &str) -> Option<&'a str> {
+    match payload.split_once(' ') {
+        Some((sender, _)) if sender == server => None,
+        Some((_, queue)) => Some(queue),
+        None => Some(payload),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_wake_ups_are_ignored() {
+        assert_eq!(remote_queue("a1 prov/wt", "a1"), None);
+        assert_eq!(remote_queue("b2 prov/wt", "a1"), Some("prov/wt"));
+        assert_eq!(remote_queue("prov/wt", "a1"), Some("prov/wt"));
     }
 }

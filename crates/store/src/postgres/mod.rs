@@ -7,6 +7,7 @@
 mod artifacts;
 mod listen;
 mod ops;
+mod outbox;
 mod reads;
 mod row;
 mod schema;
@@ -25,8 +26,8 @@ use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::outbox::{OutboxEntry, OutboxFeed};
-use crate::sqlite::outbox::{Bounds, encode};
+use crate::outbox::OutboxFeed;
+use crate::sqlite::outbox::Bounds;
 use crate::{
     ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup,
 };
@@ -38,8 +39,8 @@ const WAKE_CHANNEL: &str = "shoal_pending";
 /// reconnect): every waiting worker should look again.
 pub const WAKE_ALL: &str = "*";
 
-/// Key of the advisory lock that puts the outbox rows of concurrent commits in one order.
-const OUTBOX_LOCK: i64 = 0x5_4841_4c01;
+/// How long settling waits for a transaction that drew an outbox id to end.
+const SETTLE_PATIENCE: Duration = Duration::from_secs(10);
 /// Attempts of an operation that lost a deadlock or serialization race.
 const MAX_ATTEMPTS: usize = 5;
 
@@ -174,8 +175,14 @@ pub struct PgStore {
 struct PgInner {
     pool: PgPool,
     claim_timeout_secs: i64,
+    queues_touched: std::sync::Mutex<HashMap<String, i64>>,
     feed: Arc<OutboxFeed>,
+    tail: Arc<outbox::Tail>,
+    /// Work for the thread that runs after commits (sequencing, waking other servers).
+    after_commit: std::sync::mpsc::Sender<outbox::AfterCommit>,
     wake: tokio::sync::broadcast::Sender<String>,
+    wants_to_publish: Arc<std::sync::atomic::AtomicBool>,
+    publishing: tokio::sync::watch::Receiver<bool>,
     listening: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -201,10 +208,38 @@ impl PgStore {
         let bounds = Bounds::new(row.get(0), row.get(1), row.get(2));
         drop(client);
         let feed = Arc::new(OutboxFeed::new(bounds.first, bounds.last));
+        let tail = Arc::new(outbox::Tail::new(Arc::clone(&feed), bounds.last));
         let wake = tokio::sync::broadcast::channel(1024).0;
         let listening = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        listen::start(config.client_config()?, wake.clone(), Arc::clone(&listening))?;
-        let inner = PgInner { pool, claim_timeout_secs: config.claim_timeout_secs, feed, wake, listening };
+        let wants_to_publish = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (publishing_tx, publishing) = tokio::sync::watch::channel(false);
+        // Names this server in wake-ups, so it can ignore its own: unique enough across
+        // processes and machines (a clash only costs a missed remote wake-up).
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let server = format!("{:x}.{:x}", std::process::id(), nanos.as_nanos());
+        listen::start(listen::Listener {
+            config: config.client_config()?,
+            server: server.clone(),
+            wake: wake.clone(),
+            tail: Arc::clone(&tail),
+            wants_to_publish: Arc::clone(&wants_to_publish),
+            publishing: publishing_tx,
+            listening: Arc::clone(&listening),
+        })?;
+        let (after_commit, requests) = std::sync::mpsc::channel();
+        outbox::start_sequencer(pool.clone(), server, requests)?;
+        let inner = PgInner {
+            pool,
+            claim_timeout_secs: config.claim_timeout_secs,
+            queues_touched: std::sync::Mutex::default(),
+            feed,
+            tail,
+            after_commit,
+            wake,
+            wants_to_publish,
+            publishing,
+            listening,
+        };
         Ok(PgStore { inner: Arc::new(inner) })
     }
 
@@ -360,8 +395,55 @@ impl PgStore {
         .map_err(|err| StoreError::Other(format!("read task failed: {err}")))?
     }
 
-    /// Nothing to drain: every answered write has committed.
-    pub(crate) async fn close(&self) {}
+    /// Waits until every message committed before the call (by any server) is in this
+    /// server's feed: positioned, and tailed.
+    pub(crate) async fn settle_outbox(&self) -> Result<(), StoreError> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let mut conn = inner.pool.get()?;
+            outbox::sequence_all(&mut conn.client, SETTLE_PATIENCE)?;
+            inner.tail.catch_up(&mut conn.client)
+        })
+        .await
+        .map_err(|err| StoreError::Other(format!("settle task failed: {err}")))?
+    }
+
+    /// Waits until this server is the one publishing (one server at a time does); returns
+    /// the first sequence not yet published.
+    pub(crate) async fn publishing_turn(&self) -> Result<u64, StoreError> {
+        self.inner.wants_to_publish.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut publishing = self.inner.publishing.clone();
+        publishing
+            .wait_for(|publishing| *publishing)
+            .await
+            .map_err(|_| StoreError::Unavailable("the listener stopped".into()))?;
+        let published: i64 =
+            self.read_with(|client| Ok(client.query_one("SELECT published FROM outbox_state", &[])?.get(0))).await?;
+        Ok(published as u64 + 1)
+    }
+
+    /// Whether this server still holds the publishing lock.
+    pub(crate) fn is_publishing(&self) -> bool {
+        *self.inner.publishing.borrow()
+    }
+
+    async fn read_with<T, F>(&self, query: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut postgres::Client) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || query(&mut inner.pool.get()?.client))
+            .await
+            .map_err(|err| StoreError::Other(format!("read task failed: {err}")))?
+    }
+
+    /// Positions what this server staged, so its messages are ready for whoever publishes.
+    pub(crate) async fn close(&self) {
+        if let Err(err) = self.settle_outbox().await {
+            tracing::warn!(error = %err, "outbox not sequenced at close; another server (or the next start) will");
+        }
+    }
 }
 
 enum TxError {
@@ -392,6 +474,7 @@ fn run_transaction<T>(
         tx: transaction,
         statements,
         claim_timeout_secs: inner.claim_timeout_secs,
+        queues_touched: &inner.queues_touched,
         events: Vec::new(),
         messages: Vec::new(),
     };
@@ -404,46 +487,21 @@ fn run_transaction<T>(
         Err(err) => return Err(TxError::Store(err)),
     };
     let PgTx { tx: mut transaction, events, messages, .. } = tx;
-    let mut woken: Vec<&str> = events
+    let staged = !messages.is_empty();
+    if staged {
+        outbox::stage(&mut transaction, &messages).map_err(classify)?;
+    }
+    transaction.commit().map_err(classify)?;
+    let mut woken: Vec<String> = events
         .iter()
         .filter(|event| matches!(event.event, shoal_engine::event::Event::Pending { .. }))
-        .map(|event| event.task_queue_id.as_str())
+        .map(|event| event.task_queue_id.clone())
         .collect();
-    woken.sort_unstable();
     woken.dedup();
-    if !woken.is_empty() {
-        // Delivered to every server's listener when (and only if) this commits.
-        transaction
-            .execute("SELECT pg_notify($1, queue) FROM unnest($2::text[]) AS queue", &[&WAKE_CHANNEL, &woken])
-            .map_err(classify)?;
+    if staged || !woken.is_empty() {
+        // The thread is gone only when the store is: nobody is left to tell.
+        let _ = inner.after_commit.send(outbox::AfterCommit { woken, staged });
     }
-    let entries = if messages.is_empty() {
-        Vec::new()
-    } else {
-        // The lock is held until the commit, so outbox rows take sequence numbers in commit
-        // order across every server and the sequence has no gaps.
-        transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&OUTBOX_LOCK]).map_err(classify)?;
-        let row = transaction
-            .query_one(
-                "SELECT greatest((SELECT max(last_seq) FROM outbox_batches), (SELECT published FROM outbox_state))",
-                &[],
-            )
-            .map_err(classify)?;
-        let last: Option<i64> = row.get(0);
-        let first = last.unwrap_or(0) as u64 + 1;
-        let entries: Vec<OutboxEntry> =
-            messages.into_iter().zip(first..).map(|(message, seq)| OutboxEntry { seq, message }).collect();
-        let last = first + entries.len() as u64 - 1;
-        transaction
-            .execute(
-                "INSERT INTO outbox_batches (first_seq, last_seq, messages) VALUES ($1, $2, $3)",
-                &[&(first as i64), &(last as i64), &encode(&entries)],
-            )
-            .map_err(classify)?;
-        entries
-    };
-    transaction.commit().map_err(classify)?;
-    inner.feed.committed(entries);
     Ok(Committed { value, events })
 }
 

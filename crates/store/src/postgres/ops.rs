@@ -8,6 +8,7 @@ use shoal_engine::status::{TaskState, TaskStatus};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
+use crate::postgres::row::{GROUP_COLUMNS, task_group_from_row};
 use crate::postgres::tx::PgTx;
 use crate::sqlite::row::TaskRow;
 use crate::sqlite::tx::json;
@@ -56,19 +57,17 @@ pub(crate) fn create_task(
 fn ensure_group(tx: &mut PgTx<'_>, definition: &TaskDefinition) -> Result<(), StoreError> {
     let group = definition.task_group_id;
     let expires = definition.expires.millis() + GROUP_EXPIRY_SLACK_MS;
-    // Create it if missing (two servers may race to), then lock it: a group sealed by another
-    // server's committed transaction is seen here.
-    let statement = tx.prepare(
-        "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed) VALUES ($1, $2, $3, NULL) \
-         ON CONFLICT DO NOTHING",
-    )?;
-    tx.tx.execute(&statement, &[&group.as_str(), &definition.scheduler_id, &expires])?;
-    let found = existing_group(tx, group)?;
-    found.admit(&definition.scheduler_id)?;
-    if found.expires.millis() < expires {
-        let statement = tx.prepare("UPDATE task_groups SET expires = $2 WHERE task_group_id = $1")?;
-        tx.tx.execute(&statement, &[&group.as_str(), &expires])?;
-    }
+    // Create it or extend it, locking its row either way (two servers may race to create
+    // it; a group sealed by another server's committed transaction is seen here). A refusal
+    // rolls the extension back.
+    let sql = format!(
+        "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) VALUES ($1, $2, $3, NULL) \
+         ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
+         RETURNING {GROUP_COLUMNS}"
+    );
+    let statement = tx.prepare(&sql)?;
+    let row = tx.tx.query_one(&statement, &[&group.as_str(), &definition.scheduler_id, &expires])?;
+    task_group_from_row(&row)?.admit(&definition.scheduler_id)?;
     Ok(())
 }
 

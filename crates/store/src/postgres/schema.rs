@@ -13,7 +13,8 @@ const MIGRATION_LOCK: i64 = 0x5_4841_4c00;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`. Never edit
 /// a released entry: append a new one. Times are milliseconds since the epoch, as in SQLite.
-pub(crate) const MIGRATIONS: &[&str] = &[r#"
+pub(crate) const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE tasks (
     task_id       TEXT COLLATE "C" PRIMARY KEY,
     task_queue_id TEXT COLLATE "C" NOT NULL,
@@ -88,7 +89,23 @@ CREATE TABLE outbox_batches (
 );
 CREATE TABLE outbox_state (published BIGINT NOT NULL);
 INSERT INTO outbox_state (published) VALUES (0);
-"#];
+"#,
+    r#"
+-- Writers stage their messages here, numbered by a sequence at the end of the transaction
+-- (no lock held through the commit); one sequencing step at a time moves them, in number
+-- order, to outbox_batches with gapless positions (see outbox.rs).
+CREATE SEQUENCE outbox_ids;
+CREATE TABLE outbox_pending (
+    id       BIGINT PRIMARY KEY,
+    count    INTEGER NOT NULL,
+    messages TEXT NOT NULL
+);
+ALTER TABLE outbox_state
+    ADD COLUMN sequenced_id BIGINT NOT NULL DEFAULT 0, -- highest staged id moved so far
+    ADD COLUMN gap_id       BIGINT,                    -- a missing id the sequencer waits on
+    ADD COLUMN gap_xmax     BIGINT;                    -- the snapshot xmax when it was first seen missing
+"#,
+];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.
 ///

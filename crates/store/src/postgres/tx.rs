@@ -26,6 +26,8 @@ pub(crate) struct PgTx<'a> {
     /// The connection's prepared statements, by SQL text (they outlive transactions).
     pub(crate) statements: &'a mut HashMap<String, Statement>,
     pub(crate) claim_timeout_secs: i64,
+    /// When this server last recorded each queue as active (saves a read per operation).
+    pub(crate) queues_touched: &'a std::sync::Mutex<HashMap<String, i64>>,
     pub(crate) events: Vec<TaskEvent>,
     /// Messages of this transaction, numbered from 1 until the commit gives them their place.
     pub(crate) messages: Vec<Message>,
@@ -162,8 +164,12 @@ impl PgTx<'_> {
         let old_priority = row.task.meta.priority;
         let was_resolved = row.task.state().is_resolved();
         let effects = transition(&mut row.task)?;
-        match new {
-            Some(definition) => self.insert(row, definition)?,
+        let has_dependents = match new {
+            // Nothing can depend on a task before it exists.
+            Some(definition) => {
+                self.insert(row, definition)?;
+                false
+            }
             None => {
                 let new_run = last_pending_run(&row.task);
                 // A run keeps its place in line when only its priority moved; a new run joins the back.
@@ -172,13 +178,15 @@ impl PgTx<'_> {
                     Some(_) if old_run == new_run => Place::Keep,
                     Some(_) => Place::Back,
                 };
-                self.save(row, place, old_priority != row.task.meta.priority)?;
+                self.save(row, place, old_priority != row.task.meta.priority)?
             }
-        }
+        };
         self.record(&row.task, effects.0);
         let state = row.task.state();
         if !was_resolved && state.is_resolved() {
-            self.release_dependents(row.task.task_id, state, now)?;
+            if has_dependents {
+                self.release_dependents(row.task.task_id, state, now)?;
+            }
             self.check_group_resolved(row.task.meta.task_group_id)?;
         }
         Ok(())
@@ -210,7 +218,8 @@ impl PgTx<'_> {
         Ok(())
     }
 
-    fn save(&mut self, row: &mut TaskRow, place: Place, priority_changed: bool) -> Result<(), StoreError> {
+    /// Writes the row; says whether tasks wait on it (an unsatisfied dependency names it).
+    fn save(&mut self, row: &mut TaskRow, place: Place, priority_changed: bool) -> Result<bool, StoreError> {
         let task = &row.task;
         let state = task.state();
         let deadline_due = (!state.is_resolved()).then_some(task.meta.deadline.millis());
@@ -220,7 +229,8 @@ impl PgTx<'_> {
              priority = $8::text, priority_rank = $9, \
              definition = CASE WHEN $10 THEN jsonb_set(definition::jsonb, '{priority}', $8::text::jsonb)::text \
              ELSE definition END \
-             WHERE task_id = $1 RETURNING pending_seq",
+             WHERE task_id = $1 RETURNING pending_seq, \
+             EXISTS (SELECT 1 FROM task_dependencies WHERE required_task_id = $1 AND NOT satisfied)",
         )?;
         let updated = self.tx.query_one(
             &statement,
@@ -238,7 +248,9 @@ impl PgTx<'_> {
             ],
         )?;
         row.pending_seq = updated.get::<_, Option<i64>>(0).map(|seq| seq as u64);
-        Ok(())
+        // The row has been locked since it was loaded, so this statement's snapshot has every
+        // dependency recorded on it (a creator records one holding a share lock on it).
+        Ok(updated.get(1))
     }
 
     /// Marks the dependency on `required` satisfied for each dependent whose `requires` this
@@ -285,22 +297,31 @@ impl PgTx<'_> {
         Ok(self.tx.query_opt(&statement, &[&task_id.as_str()])?.is_some())
     }
 
-    /// Records that a queue was used, at most once per interval per queue.
+    /// Records that a queue was used, at most once per interval per queue and server.
     pub(crate) fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
+        {
+            let touched = self.queues_touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if touched.get(task_queue_id).is_some_and(|&at| at + QUEUE_TOUCH_INTERVAL_MS > now.millis()) {
+                return Ok(());
+            }
+        }
         // Read first: an upsert locks the queue's row even when it changes nothing, and every
         // claim on the queue would then wait for the others' commits.
         let statement = self.prepare("SELECT last_date_active FROM task_queues WHERE task_queue_id = $1")?;
         let last: Option<i64> = self.tx.query_opt(&statement, &[&task_queue_id])?.map(|row| row.get(0));
-        if last.is_some_and(|last| last + QUEUE_TOUCH_INTERVAL_MS > now.millis()) {
-            return Ok(());
+        if last.is_none_or(|last| last + QUEUE_TOUCH_INTERVAL_MS <= now.millis()) {
+            let statement = self.prepare(
+                "INSERT INTO task_queues (task_queue_id, expires, last_date_active, description, stability) \
+                 VALUES ($1, $2, $3, '', 'experimental') \
+                 ON CONFLICT (task_queue_id) DO UPDATE SET expires = excluded.expires, \
+                 last_date_active = excluded.last_date_active",
+            )?;
+            self.tx.execute(&statement, &[&task_queue_id, &(now.millis() + QUEUE_RETENTION_MS), &now.millis()])?;
         }
-        let statement = self.prepare(
-            "INSERT INTO task_queues (task_queue_id, expires, last_date_active, description, stability) \
-             VALUES ($1, $2, $3, '', 'experimental') \
-             ON CONFLICT (task_queue_id) DO UPDATE SET expires = excluded.expires, \
-             last_date_active = excluded.last_date_active",
-        )?;
-        self.tx.execute(&statement, &[&task_queue_id, &(now.millis() + QUEUE_RETENTION_MS), &now.millis()])?;
+        // Remembered before the commit: if it rolls back, the queue's activity lags by at
+        // most one interval (it is reported at that granularity anyway).
+        let mut touched = self.queues_touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        touched.insert(task_queue_id.to_owned(), last.unwrap_or(now.millis()).max(now.millis()));
         Ok(())
     }
 }

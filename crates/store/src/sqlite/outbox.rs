@@ -52,7 +52,7 @@ pub(crate) fn insert(conn: &Connection, entries: &[OutboxEntry]) -> Result<(), S
     let (Some(first), Some(last)) = (entries.first(), entries.last()) else { return Ok(()) };
     let mut stmt =
         conn.prepare_cached("INSERT INTO outbox_batches (first_seq, last_seq, messages) VALUES (?1, ?2, ?3)")?;
-    stmt.execute(params![first.seq as i64, last.seq as i64, encode(entries)])?;
+    stmt.execute(params![first.seq as i64, last.seq as i64, encode(entries.iter().map(|entry| &entry.message))])?;
     Ok(())
 }
 
@@ -106,12 +106,11 @@ fn decode_row(first_seq: u64, last_seq: u64, text: &str) -> Result<Vec<OutboxEnt
 }
 
 /// Encodes the messages of one batch as one row's JSON text.
-pub(crate) fn encode(entries: &[OutboxEntry]) -> String {
-    let size: usize = entries.iter().map(|entry| entry.message.body.len() + entry.message.routing_key.len() + 48).sum();
+pub(crate) fn encode<'a>(messages: impl Iterator<Item = &'a Message> + Clone) -> String {
+    let size: usize = messages.clone().map(|message| message.body.len() + message.routing_key.len() + 48).sum();
     let mut out = String::with_capacity(size + 2);
     out.push('[');
-    for (index, entry) in entries.iter().enumerate() {
-        let message = &entry.message;
+    for (index, message) in messages.enumerate() {
         if index > 0 {
             out.push(',');
         }
@@ -192,7 +191,7 @@ mod tests {
             entry(7, Exchange::TaskDefined, &[], r#"{"version":1,"status":{"state":"pending"}}"#),
             entry(8, Exchange::TaskPending, &["route.a.\"q\"", "route.b"], r#"{"text":"a \"quoted\" word\n"}"#),
         ];
-        let text = encode(&entries);
+        let text = encode(entries.iter().map(|entry| &entry.message));
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(value[1]["b"]["text"], "a \"quoted\" word\n", "bodies are JSON values, not strings");
         assert_eq!(value[1]["c"][0], "route.a.\"q\"");

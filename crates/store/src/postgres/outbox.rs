@@ -1,0 +1,247 @@
+//! The outbox on a database many servers write at once.
+//!
+//! Giving each commit its place in the outbox while it commits takes a lock held through the
+//! commit, which serializes every write of every server (no group commit: one fsync after
+//! another). Instead a transaction *stages* its messages under an id drawn from a sequence as
+//! its last statement, and a *sequencing step* (one at a time across all servers) moves staged
+//! rows in id order to `outbox_batches`, where they get gapless positions, then notifies every
+//! server, each of which *tails* the new rows into its feed (its event stream and publisher).
+//!
+//! Why id order keeps each task's messages in order: a transaction draws its id after it has
+//! locked every row it changes, and holds the locks until it commits, so the next transaction
+//! changing the same task draws its id after that commit.
+//!
+//! Ids are drawn in one order and committed in another, so the step may find a hole: an id
+//! drawn by a transaction still running (its row will appear) or by one that rolled back (it
+//! never will). The step stops at a hole and notes the snapshot's `xmax`; once every
+//! transaction that had started by then has ended (the snapshot `xmin` has passed it), a hole
+//! still there is permanent and skipped. A transaction has an id of its own (xid) before it
+//! stages: messages come only from transitions, which have written their rows first.
+
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use postgres::GenericClient;
+use shoal_engine::message::Message;
+
+use super::{PgPool, WAKE_CHANNEL};
+use crate::StoreError;
+use crate::outbox::{OutboxEntry, OutboxFeed};
+use crate::sqlite::outbox::{append_row, encode};
+
+/// The NOTIFY channel on which a sequencing step announces new positioned rows.
+pub(crate) const OUTBOX_CHANNEL: &str = "shoal_outbox";
+/// Serializes sequencing steps across servers (held by the step's transaction only).
+const SEQUENCE_LOCK: i64 = 0x5_4841_4c01;
+/// Held for its session by the one server that publishes to the bus.
+pub(crate) const PUBLISH_LOCK: i64 = 0x5_4841_4c02;
+/// Staged rows one step moves at most.
+const STEP_ROWS: i64 = 1024;
+/// How soon a step runs again while it waits on a hole.
+const HOLE_RETRY: Duration = Duration::from_millis(2);
+/// How often a step runs with nothing asking for it: picks up rows a server staged just
+/// before it died, before it could run its own step.
+const IDLE_STEP: Duration = Duration::from_secs(2);
+/// Positioned rows read per query when tailing.
+const TAIL_ROWS: i64 = 256;
+
+/// Stages a transaction's messages; the last statement before its commit.
+pub(crate) fn stage(tx: &mut impl GenericClient, messages: &[Message]) -> Result<(), postgres::Error> {
+    tx.execute(
+        "INSERT INTO outbox_pending (id, count, messages) VALUES (nextval('outbox_ids'), $1, $2)",
+        &[&(messages.len() as i32), &encode(messages.iter())],
+    )?;
+    Ok(())
+}
+
+/// What one sequencing step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Step {
+    /// Staged rows it positioned.
+    pub(crate) moved: usize,
+    /// Whether it stopped at a hole that may still fill.
+    pub(crate) held: bool,
+}
+
+/// Positions staged rows, in id order, up to the first hole that may still fill.
+pub(crate) fn sequence(client: &mut postgres::Client) -> Result<Step, StoreError> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SEQUENCE_LOCK])?;
+    // Read committed: statements after the lock see the previous step's commit.
+    let state = tx.query_one(
+        "SELECT sequenced_id, gap_id, gap_xmax, \
+         greatest(published, (SELECT max(last_seq) FROM outbox_batches)) FROM outbox_state",
+        &[],
+    )?;
+    let (sequenced, gap_id, gap_xmax, last_seq): (i64, Option<i64>, Option<i64>, i64) =
+        (state.get(0), state.get(1), state.get(2), state.get(3));
+    // The snapshot columns come from the same snapshot as the rows.
+    let rows = tx.query(
+        "SELECT id, count, messages, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, \
+         pg_snapshot_xmax(pg_current_snapshot())::text::bigint FROM outbox_pending ORDER BY id LIMIT $1",
+        &[&STEP_ROWS],
+    )?;
+    let mut expected = sequenced + 1;
+    let mut next_seq = last_seq + 1;
+    let mut hole: Option<(i64, i64)> = None;
+    let mut moved = Vec::new();
+    for row in &rows {
+        let (id, count, xmin, xmax): (i64, i32, i64, i64) = (row.get(0), row.get(1), row.get(3), row.get(4));
+        if id > expected {
+            // Every transaction that could have drawn `expected` has ended: it rolled back.
+            let permanent = gap_id == Some(expected) && gap_xmax.is_some_and(|seen| xmin >= seen);
+            if !permanent {
+                let seen = if gap_id == Some(expected) { gap_xmax.unwrap_or(xmax) } else { xmax };
+                hole = Some((expected, seen));
+                break;
+            }
+            tracing::debug!(skipped = id - expected, from = expected, "outbox ids never committed");
+        }
+        let text: &str = row.get(2);
+        let first = next_seq;
+        next_seq += i64::from(count);
+        tx.execute(
+            "INSERT INTO outbox_batches (first_seq, last_seq, messages) VALUES ($1, $2, $3)",
+            &[&first, &(next_seq - 1), &text],
+        )?;
+        moved.push(id);
+        expected = expected.max(id + 1);
+    }
+    let held = hole.is_some();
+    if !moved.is_empty() || hole.map(|(id, _)| id) != gap_id {
+        tx.execute("DELETE FROM outbox_pending WHERE id = ANY($1)", &[&moved])?;
+        tx.execute(
+            "UPDATE outbox_state SET sequenced_id = $1, gap_id = $2, gap_xmax = $3",
+            &[&(expected - 1), &hole.map(|(id, _)| id), &hole.map(|(_, xmax)| xmax)],
+        )?;
+    }
+    if !moved.is_empty() {
+        tx.execute("SELECT pg_notify($1, $2)", &[&OUTBOX_CHANNEL, &(next_seq - 1).to_string()])?;
+    }
+    tx.commit()?;
+    Ok(Step { moved: moved.len(), held })
+}
+
+/// Runs steps until nothing staged before the call is left, or `deadline` passes.
+pub(crate) fn sequence_all(client: &mut postgres::Client, patience: Duration) -> Result<(), StoreError> {
+    let give_up = std::time::Instant::now() + patience;
+    loop {
+        let step = sequence(client)?;
+        if step.held {
+            if std::time::Instant::now() > give_up {
+                return Err(StoreError::Unavailable("outbox: a transaction holding a message id has not ended".into()));
+            }
+            std::thread::sleep(HOLE_RETRY);
+        } else if step.moved < STEP_ROWS as usize {
+            return Ok(());
+        }
+    }
+}
+
+/// How far this server has handed positioned rows to its feed; shared by whoever tails.
+pub(crate) struct Tail {
+    feed: std::sync::Arc<OutboxFeed>,
+    tailed: Mutex<u64>,
+}
+
+impl Tail {
+    /// A tail whose feed already holds everything up to `tailed`.
+    pub(crate) fn new(feed: std::sync::Arc<OutboxFeed>, tailed: u64) -> Tail {
+        Tail { feed, tailed: Mutex::new(tailed) }
+    }
+
+    /// Hands every positioned row not yet handed over to the feed, in order.
+    pub(crate) fn catch_up(&self, client: &mut impl GenericClient) -> Result<(), StoreError> {
+        let mut tailed = self.tailed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            let rows = client.query(
+                "SELECT first_seq, last_seq, messages FROM outbox_batches WHERE last_seq > $1 \
+                 ORDER BY first_seq LIMIT $2",
+                &[&(*tailed as i64), &TAIL_ROWS],
+            )?;
+            let mut entries: Vec<OutboxEntry> = Vec::new();
+            for row in &rows {
+                let stored = (row.try_get::<_, i64>(0)? as u64, row.try_get::<_, i64>(1)? as u64, row.try_get(2)?);
+                append_row(&mut entries, stored, *tailed + 1, usize::MAX)?;
+            }
+            if let Some(last) = entries.last() {
+                *tailed = last.seq;
+                self.feed.committed(entries);
+            }
+            if rows.len() < TAIL_ROWS as usize {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// What the sequencer thread is asked to do after a commit.
+pub(crate) struct AfterCommit {
+    /// Queues that gained pending work: other servers' waiting workers are woken.
+    pub(crate) woken: Vec<String>,
+    /// Whether the commit staged messages.
+    pub(crate) staged: bool,
+}
+
+/// Starts the thread that, after commits, wakes other servers' workers and runs sequencing
+/// steps. Requests arriving while it works are served together. Ends when `requests` closes.
+pub(crate) fn start_sequencer(
+    pool: PgPool,
+    server: String,
+    requests: mpsc::Receiver<AfterCommit>,
+) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name("shoal-pg-outbox".into())
+        .spawn(move || run_sequencer(&pool, &server, &requests))
+        .map(|_| ())
+        .map_err(|err| StoreError::Other(format!("starting the outbox sequencer: {err}")))
+}
+
+fn run_sequencer(pool: &PgPool, server: &str, requests: &mpsc::Receiver<AfterCommit>) {
+    // Rows staged while no server ran steps (all were down) are picked up at start.
+    let mut due = true;
+    let mut held = false;
+    loop {
+        let mut again = false;
+        let wait = if held { HOLE_RETRY } else { IDLE_STEP };
+        let mut woken: Vec<String> = Vec::new();
+        match requests.recv_timeout(if due { Duration::ZERO } else { wait }) {
+            Ok(request) => {
+                due |= request.staged;
+                woken.extend(request.woken);
+                for request in requests.try_iter() {
+                    due |= request.staged;
+                    woken.extend(request.woken);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => due = true,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        let result = pool.get().and_then(|mut conn| {
+            if !woken.is_empty() {
+                woken.sort_unstable();
+                woken.dedup();
+                // Outside any transaction: a notifying transaction holds a database-wide
+                // lock through its commit, so writes that notified would commit one by one.
+                conn.client.execute(
+                    "SELECT pg_notify($1, $2 || ' ' || queue) FROM unnest($3::text[]) AS queue",
+                    &[&WAKE_CHANNEL, &server, &woken],
+                )?;
+            }
+            if due {
+                let step = sequence(&mut conn.client)?;
+                held = step.held;
+                again = step.moved >= STEP_ROWS as usize;
+            }
+            Ok(())
+        });
+        match result {
+            Ok(()) => due = again,
+            Err(err) => {
+                tracing::warn!(error = %err, "outbox sequencing failed; retrying");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+}
