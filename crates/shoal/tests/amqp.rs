@@ -1,7 +1,9 @@
 //! Events through a real RabbitMQ: a private broker under a temporary directory
 //! (`scripts/rabbitmq`), consumers bound with Taskcluster's patterns, and a crash of the
-//! server while the broker is down.
+//! server while the broker is down; two servers on one PostgreSQL database publishing once.
 
+#[path = "../../store/tests/support/postgres.rs"]
+mod pg;
 mod support;
 
 use std::collections::{HashMap, HashSet};
@@ -261,4 +263,75 @@ async fn rabbitmq_gets_every_message_with_routes_and_survives_a_crash_while_it_i
         *seen.entry((message.exchange.clone(), task_id.to_owned())).or_default() += 1;
     }
     assert_eq!(expected.len(), 70);
+}
+
+/// The next message of an event stream (a stream that hears nothing fails the test).
+async fn next_streamed(stream: &mut shoal_client::EventStream) -> Value {
+    let next = tokio::time::timeout(Duration::from_secs(60), stream.next_message()).await;
+    next.expect("a message within 60 s").expect("reading the stream").expect("the stream ended")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_on_one_database_publish_each_message_once_and_stream_each_others_messages() {
+    let broker = Broker::start();
+    let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
+    let http = reqwest::Client::new();
+    let (_connection, mut listener) = consumer(&broker.url, "fleet", &[("task-completed", "#")]).await;
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut servers = Vec::new();
+    for dir in &dirs {
+        let args = ["--claim-wait", "0", "--amqp-url", &broker.url, "--database", &url];
+        servers.push(support::start_server(dir.path(), &args).await);
+    }
+    let roots: Vec<String> = servers.iter().map(|(_, root)| root.clone()).collect();
+    let bases: Vec<String> = roots.iter().map(|root| format!("{root}/api/queue/v1")).collect();
+    let mut streams = Vec::new();
+    for root in &roots {
+        let client = shoal_client::Client::new(root).unwrap();
+        let bindings = [(format!("{Q}task-completed"), "#".to_owned())];
+        streams.push(client.listen(&bindings).await.expect("subscribed"));
+    }
+
+    // Created on one server, claimed and completed through the other.
+    let mut created = HashSet::new();
+    for n in 0..20 {
+        let task_id = slugid::nice();
+        let url = format!("{}/task/{task_id}", bases[n % 2]);
+        call(&http, reqwest::Method::PUT, url, definition("fleet/q", &[])).await;
+        created.insert(task_id);
+    }
+    let mut done: HashSet<String> = complete(&http, &bases[1], "fleet/q", 10).await.into_iter().collect();
+    done.extend(complete(&http, &bases[0], "fleet/q", 10).await);
+    assert_eq!(done, created);
+    // A last task, completed after the others: once its message arrives, every earlier one
+    // has been published (one publisher, in order), and any second publisher's copies too.
+    let last = slugid::nice();
+    call(&http, reqwest::Method::PUT, format!("{}/task/{last}", bases[0]), definition("fleet/last", &[])).await;
+    complete(&http, &bases[1], "fleet/last", 1).await;
+
+    let mut published = Vec::new();
+    loop {
+        let message = receive(&mut listener).await;
+        let task_id = message.body["status"]["taskId"].as_str().unwrap().to_owned();
+        if task_id == last {
+            break;
+        }
+        published.push(task_id);
+    }
+    let distinct: HashSet<String> = published.iter().cloned().collect();
+    assert_eq!(distinct, created, "every completion reached the broker");
+    assert_eq!(published.len(), created.len(), "and only once: one server publishes");
+
+    // Each server's own stream carries the messages committed through either server.
+    for (n, stream) in streams.iter_mut().enumerate() {
+        let mut streamed = HashSet::new();
+        while streamed.len() < created.len() + 1 {
+            let message = next_streamed(stream).await;
+            streamed.insert(message["payload"]["status"]["taskId"].as_str().unwrap().to_owned());
+        }
+        assert!(streamed.is_superset(&created) && streamed.contains(&last), "server {n}'s stream");
+    }
+    for (mut child, _) in servers {
+        child.kill().await.unwrap();
+    }
 }
