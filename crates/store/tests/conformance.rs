@@ -225,6 +225,34 @@ async fn claims_go_by_priority_then_age_and_match_dimensions() {
 }
 
 #[tokio::test]
+async fn matching_work_behind_many_tasks_for_other_workers_is_claimed() {
+    let dims = |pairs: &[(&str, &[&str])]| {
+        let raw = pairs.iter().map(|(k, vs)| ((*k).to_owned(), vs.iter().map(|v| (*v).to_owned()).collect()));
+        Dimensions::parse("dimensions", raw.collect()).unwrap()
+    };
+    for (name, backend) in backends() {
+        let store = &backend.store;
+        // Ahead in line: tasks this worker cannot run (a key it lacks, a value it lacks).
+        for n in 1..=40 {
+            let patch = if n % 2 == 0 {
+                json!({"dimensions": {"gpu": ["yes"]}})
+            } else {
+                json!({"dimensions": {"os": ["mac"]}})
+            };
+            create(store, id(n), patch, at(0)).await;
+        }
+        create(store, id(41), json!({"dimensions": {"os": ["linux", "mac"]}}), at(1)).await;
+        create(store, id(42), json!({}), at(2)).await;
+        let mut linux = worker(2);
+        linux.dimensions = dims(&[("os", &["linux"]), ("cpu", &["x86"])]);
+        assert_eq!(claim_ids(store, linux, at(3)).await, vec![id(41), id(42)], "{name}");
+        let mut mac_gpu = worker(40);
+        mac_gpu.dimensions = dims(&[("os", &["mac"]), ("gpu", &["yes", "no"])]);
+        assert_eq!(claim_ids(store, mac_gpu, at(4)).await.len(), 40, "{name}: every key matched by one value");
+    }
+}
+
+#[tokio::test]
 async fn priority_change_reorders_pending_work() {
     for (name, backend) in backends() {
         let store = &backend.store;

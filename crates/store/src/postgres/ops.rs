@@ -8,7 +8,7 @@ use shoal_engine::status::{TaskState, TaskStatus};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::postgres::row::{GROUP_COLUMNS, task_group_from_row};
+use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
 use crate::postgres::tx::PgTx;
 use crate::sqlite::row::TaskRow;
 use crate::sqlite::tx::json;
@@ -16,8 +16,6 @@ use crate::{Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, Tas
 
 /// How long a task group outlives its latest-expiring task (as in SQLite).
 const GROUP_EXPIRY_SLACK_MS: i64 = 3600 * 1000;
-/// Pending rows looked at per wanted claim, for the ones whose dimensions do not match.
-const CANDIDATES_PER_CLAIM: usize = 4;
 
 pub(crate) fn create_task(
     tx: &mut PgTx<'_>,
@@ -126,29 +124,30 @@ pub(crate) fn apply(
     Ok(row.task.status())
 }
 
-/// Claims pending runs in line order (priority, then arrival); rows another server is
-/// claiming right now are skipped rather than waited for.
+/// Claims pending runs in line order (priority, then arrival) whose dimensions the worker
+/// matches; rows another server is claiming right now are skipped rather than waited for.
 pub(crate) fn claim_work(tx: &mut PgTx<'_>, request: &ClaimRequest, now: Timestamp) -> Result<Vec<Claim>, StoreError> {
     tx.touch_queue(&request.task_queue_id, now)?;
     let mut claims = Vec::with_capacity(request.count);
     if request.count == 0 {
         return Ok(claims);
     }
-    let statement = tx.prepare(
-        "SELECT task_id FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
-         ORDER BY priority_rank, pending_seq LIMIT $2 FOR UPDATE SKIP LOCKED",
-    )?;
-    let limit = (request.count * CANDIDATES_PER_CLAIM) as i64;
-    let candidates = tx.tx.query(&statement, &[&request.task_queue_id, &limit])?;
-    for candidate in candidates {
-        if claims.len() == request.count {
-            break;
-        }
-        let task_id = TaskId::parse(candidate.get(0)).ok_or_else(|| StoreError::Other("bad task id".into()))?;
-        let (row, definition) = tx.load_with_definition(task_id)?;
-        if !row.task.meta.dimensions.matched_by(&request.dimensions) {
-            continue;
-        }
+    // The dimension rule of `Dimensions::matched_by`, in SQL, so that matching work behind
+    // any number of tasks this worker cannot run is found: every key the task names must be
+    // among the worker's with at least one value the task accepts.
+    let sql = format!(
+        "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
+         AND (dimensions IS NULL OR NOT EXISTS ( \
+             SELECT 1 FROM jsonb_each(dimensions) AS wanted(key, accepted) WHERE NOT EXISTS ( \
+                 SELECT 1 FROM jsonb_array_elements_text($3::text::jsonb -> wanted.key) AS have(value) \
+                 WHERE wanted.accepted ? have.value))) \
+         ORDER BY priority_rank, pending_seq LIMIT $2 FOR UPDATE SKIP LOCKED"
+    );
+    let statement = tx.prepare(&sql)?;
+    let worker = json(&request.dimensions)?;
+    let rows = tx.tx.query(&statement, &[&request.task_queue_id, &(request.count as i64), &worker])?;
+    for found in rows {
+        let (row, definition) = (task_from_row(&found)?, raw_json(&found, N_TASK_COLUMNS)?);
         let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { continue };
         match claim_loaded(tx, row, definition, run_id, &request.worker_group, &request.worker_id, now) {
             Ok(claim) => claims.push(claim),
