@@ -48,4 +48,24 @@ async fn requests_get_503_while_the_database_is_away_and_work_again_after() {
     client.create_task(&after, &definition()).await.expect("writes work again");
     let err = client.task_status(&during).await.expect_err("nothing of the refused create was kept");
     assert_eq!(err.status().map(|status| status.as_u16()), Some(404), "{err}");
+
+    // A restart nobody notices while it happens: the pooled connections die idle, and the
+    // next plain reads (no client retry) are served on fresh ones rather than failing.
+    let reads = |http: reqwest::Client| {
+        let url = format!("{root}/api/queue/v1/task/{after}/status");
+        futures_util::future::join_all((0..16).map(move |_| {
+            let (http, url) = (http.clone(), url.clone());
+            async move { http.get(url).send().await.unwrap().status().as_u16() }
+        }))
+    };
+    // Many at once, so that the pool holds many connections when the database goes.
+    assert!(reads(http.clone()).await.iter().all(|&status| status == 200));
+    tokio::task::spawn_blocking(|| {
+        pg::control("pause");
+        pg::control("resume");
+    })
+    .await
+    .unwrap();
+    let statuses = reads(http.clone()).await;
+    assert!(statuses.iter().all(|&status| status == 200), "reads after an unnoticed restart: {statuses:?}");
 }

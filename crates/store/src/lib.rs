@@ -310,7 +310,7 @@ impl Store {
     pub async fn read<T, F>(&self, query: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
+        F: Fn(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
     {
         match self {
             Store::Sqlite(store) => store.read(query).await,

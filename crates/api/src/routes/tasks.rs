@@ -59,7 +59,7 @@ async fn known_records(state: &AppState, body: &TaskIds) -> Result<Vec<TaskRecor
         .store()
         .read(move |reads| {
             let mut res = Vec::with_capacity(ids.len());
-            for task_id in ids {
+            for &task_id in &ids {
                 res.extend(reads.task(task_id)?);
             }
             Ok(res)

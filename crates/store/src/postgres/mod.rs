@@ -383,13 +383,23 @@ impl PgStore {
     pub(crate) async fn read<T, F>(&self, query: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
+        F: Fn(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
-            let mut client = inner.pool.get()?;
-            let reads = reads::PgReads(RefCell::new(&mut client.client));
-            query(&reads)
+            let mut attempt = 1;
+            loop {
+                let mut client = inner.pool.get()?;
+                let result = query(&reads::PgReads(RefCell::new(&mut client.client)));
+                // A pooled connection that died while idle (the database restarted) fails
+                // its first use: the read is repeated on a fresh one; the dead one is dropped.
+                match result {
+                    Err(StoreError::Unavailable(_)) if client.client.is_closed() && attempt < MAX_ATTEMPTS => {
+                        attempt += 1;
+                    }
+                    result => return result,
+                }
+            }
         })
         .await
         .map_err(|err| StoreError::Other(format!("read task failed: {err}")))?

@@ -285,7 +285,7 @@ impl SqliteStore {
     pub(crate) async fn read<T, F>(&self, query: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
+        F: Fn(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || inner.readers.with(|conn| query(&ReadConn(conn))))
