@@ -73,6 +73,9 @@ enum Command {
         /// Run the server on this PostgreSQL database instead of embedded SQLite.
         #[arg(long)]
         database: Option<String>,
+        /// Servers on the database (more than one only with --database).
+        #[arg(long, default_value_t = 1)]
+        servers: usize,
     },
     /// Outbox -> RabbitMQ messages/s with confirms, and the throughput benchmark with and
     /// without a broker (starts a private RabbitMQ; needs rabbitmq-server installed).
@@ -87,6 +90,12 @@ enum Command {
     Wake {
         #[arg(long, default_value_t = 1000)]
         samples: usize,
+        /// On this PostgreSQL database.
+        #[arg(long)]
+        database: Option<String>,
+        /// 2: the worker waits on a second server (only with --database).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+        servers: u8,
     },
     /// Trivial tasks (`true`) through one `shoal worker` process.
     Worker {
@@ -124,13 +133,14 @@ fn main() -> anyhow::Result<()> {
         match cli.command.unwrap_or(Command::All) {
             Command::All => {
                 throughput(50_000, 32, 32, 8, None).await?;
-                wake(1000).await?;
+                wake(1000, None, 1).await?;
                 live_log(256, 1024).await?;
                 worker(5000, 32).await?;
                 chatty(256).await?;
                 scale(&[1_000, 1_000_000], 20_000).await?;
             }
-            Command::Throughput { tasks, creators, workers, batch, amqp_url, database } => {
+            Command::Throughput { tasks, creators, workers, batch, amqp_url, database, servers } => {
+                anyhow::ensure!(servers == 1 || database.is_some(), "servers: more than one needs --database");
                 let mut args = Vec::new();
                 if let Some(url) = &amqp_url {
                     args.extend(["--amqp-url", url.as_str()]);
@@ -138,10 +148,13 @@ fn main() -> anyhow::Result<()> {
                 if let Some(url) = &database {
                     args.extend(["--database", url.as_str()]);
                 }
-                throughput_with(tasks, creators, workers, batch, &args).await?;
+                throughput_with(tasks, creators, workers, batch, &args, servers).await?;
             }
             Command::Events { tasks, drain_only } => events::events(tasks, drain_only).await?,
-            Command::Wake { samples } => wake(samples).await?,
+            Command::Wake { samples, database, servers } => {
+                anyhow::ensure!(servers == 1 || database.is_some(), "servers: 2 needs --database");
+                wake(samples, database.as_deref(), usize::from(servers)).await?;
+            }
             Command::LiveLog { megabytes, chunk_kb } => live_log(megabytes, chunk_kb).await?,
             Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
             Command::Chatty { megabytes } => chatty(megabytes).await?,
@@ -187,18 +200,20 @@ fn definition_with_retries(queue: &str, retries: u32) -> Value {
     })
 }
 
-/// Starts `n_creators` clients creating `n_tasks` tasks with `body` between them.
+/// Starts `n_creators` clients creating `n_tasks` tasks with `body` between them, spread
+/// over the servers at `bases`.
 fn spawn_creators(
     client: &reqwest::Client,
-    base: &str,
+    bases: &[String],
     body: Vec<u8>,
     n_tasks: usize,
     n_creators: usize,
 ) -> tokio::task::JoinSet<anyhow::Result<()>> {
     let created = Arc::new(AtomicUsize::new(0));
     let mut creators = tokio::task::JoinSet::new();
-    for _ in 0..n_creators {
-        let (client, base, created, body) = (client.clone(), base.to_owned(), Arc::clone(&created), body.clone());
+    for n in 0..n_creators {
+        let base = bases[n % bases.len()].clone();
+        let (client, created, body) = (client.clone(), Arc::clone(&created), body.clone());
         creators.spawn(async move {
             while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
                 let url = format!("{base}/task/{}", slugid::nice());
@@ -235,27 +250,34 @@ async fn throughput(
     amqp_url: Option<&str>,
 ) -> anyhow::Result<f64> {
     let args: Vec<&str> = amqp_url.map(|url| vec!["--amqp-url", url]).unwrap_or_default();
-    throughput_with(n_tasks, n_creators, n_workers, batch, &args).await
+    throughput_with(n_tasks, n_creators, n_workers, batch, &args, 1).await
 }
 
-/// Tasks/s through create -> claim -> complete against a server started with `args`.
+/// Tasks/s through create -> claim -> complete against `n_servers` servers started with
+/// `args` (several only on one PostgreSQL database), creators and workers spread over them.
 async fn throughput_with(
     n_tasks: usize,
     n_creators: usize,
     n_workers: usize,
     batch: usize,
     args: &[&str],
+    n_servers: usize,
 ) -> anyhow::Result<f64> {
-    let server = Server::start(None, args).await?;
-    let client = server.client();
-    let (server_cpu0, bench_cpu0) = (server.cpu_secs(), server::process_cpu_secs("/proc/self/stat"));
+    let mut servers = Vec::new();
+    for _ in 0..n_servers.max(1) {
+        servers.push(Server::start(None, args).await?);
+    }
+    let bases: Vec<String> = servers.iter().map(|server| server.base.clone()).collect();
+    let client = servers[0].client();
+    let servers_cpu = |servers: &[Server]| servers.iter().map(Server::cpu_secs).sum::<f64>();
+    let (server_cpu0, bench_cpu0) = (servers_cpu(&servers), server::process_cpu_secs("/proc/self/stat"));
     let completed = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let body = bytes_of(&definition("bench/throughput"))?;
-    let mut creators = spawn_creators(&client, &server.base, body, n_tasks, n_creators);
+    let mut creators = spawn_creators(&client, &bases, body, n_tasks, n_creators);
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..n_workers {
-        let (client, base, completed) = (client.clone(), server.base.clone(), Arc::clone(&completed));
+        let (client, base, completed) = (client.clone(), bases[w % bases.len()].clone(), Arc::clone(&completed));
         workers.spawn(async move {
             let body = bytes_of(&json!({"workerGroup": "bench", "workerId": format!("w{w}"), "tasks": batch}))?;
             let claim_url = format!("{base}/claim-work/bench%2Fthroughput");
@@ -291,34 +313,46 @@ async fn throughput_with(
     }
     let elapsed = started.elapsed().as_secs_f64();
     workers.abort_all();
-    let server_cpu = server.cpu_secs() - server_cpu0;
+    let server_cpu = servers_cpu(&servers) - server_cpu0;
     let bench_cpu = server::process_cpu_secs("/proc/self/stat") - bench_cpu0;
+    let rss: Vec<String> = servers.iter().map(|server| server.rss_mb().to_string()).collect();
     println!(
-        "throughput{}: {n_tasks} tasks create->claim->complete in {elapsed:.2} s = {:.0} tasks/s end to end \
+        "throughput{}{}: {n_tasks} tasks create->claim->complete in {elapsed:.2} s = {:.0} tasks/s end to end \
          ({n_creators} creators, {n_workers} workers claiming {batch} at a time; creates alone finished at {:.0}/s; \
-         server RSS {} MB; CPU: server {:.0} us/task, load generator {:.0} us/task)",
+         server RSS {} MB; CPU: server{} {:.0} us/task, load generator {:.0} us/task)",
         match (args.contains(&"--amqp-url"), args.contains(&"--database")) {
             (false, false) => "",
             (true, false) => " (events to RabbitMQ)",
             (false, true) => " (PostgreSQL)",
             (true, true) => " (PostgreSQL, events to RabbitMQ)",
         },
+        if servers.len() > 1 { format!(", {} servers", servers.len()) } else { String::new() },
         n_tasks as f64 / elapsed,
         n_tasks as f64 / create_secs,
-        server.rss_mb(),
+        rss.join(" + "),
+        if servers.len() > 1 { "s" } else { "" },
         server_cpu * 1e6 / n_tasks as f64,
         bench_cpu * 1e6 / n_tasks as f64,
     );
-    server.stop().await;
+    for server in servers {
+        server.stop().await;
+    }
     Ok(n_tasks as f64 / elapsed)
 }
 
-async fn wake(samples: usize) -> anyhow::Result<()> {
-    let server = Server::start(None, &[]).await?;
+async fn wake(samples: usize, database: Option<&str>, servers: usize) -> anyhow::Result<()> {
+    // With two servers on PostgreSQL the worker waits on one and the task is created on the other.
+    let args: Vec<&str> = database.map(|url| vec!["--database", url]).unwrap_or_default();
+    let server = Server::start(None, &args).await?;
+    let waiting_on = match servers {
+        2 => Some(Server::start(None, &args).await?),
+        _ => None,
+    };
+    let wait_base = waiting_on.as_ref().unwrap_or(&server).base.clone();
     let client = server.client();
     let mut latencies = Vec::with_capacity(samples);
     for _ in 0..samples {
-        let (client2, base) = (client.clone(), server.base.clone());
+        let (client2, base) = (client.clone(), wait_base.clone());
         let waiting = tokio::spawn(async move {
             let body = json!({"workerGroup": "bench", "workerId": "idle", "tasks": 1});
             let res: Value =
@@ -337,12 +371,20 @@ async fn wake(samples: usize) -> anyhow::Result<()> {
     }
     latencies.sort();
     println!(
-        "wake: idle long-polling worker, createTask sent -> claim received, {samples} samples: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        "wake{}: idle long-polling worker, createTask sent -> claim received, {samples} samples: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        match (database, &waiting_on) {
+            (None, _) => "",
+            (Some(_), None) => " (PostgreSQL, one server)",
+            (Some(_), Some(_)) => " (PostgreSQL, worker on another server than the create)",
+        },
         percentile(&latencies, 0.5).as_secs_f64() * 1e3,
         percentile(&latencies, 0.99).as_secs_f64() * 1e3,
         latencies.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
     );
     server.stop().await;
+    if let Some(other) = waiting_on {
+        other.stop().await;
+    }
     Ok(())
 }
 
@@ -360,7 +402,7 @@ async fn worker(n_tasks: usize, capacity: u32) -> anyhow::Result<()> {
         "metadata": {"name": "trivial", "description": "", "owner": "bench@example.com", "source": "https://example.com"}
     }))?;
     let started = Instant::now();
-    let mut creators = spawn_creators(&client, &server.base, body, n_tasks, 8);
+    let mut creators = spawn_creators(&client, std::slice::from_ref(&server.base), body, n_tasks, 8);
     while let Some(res) = creators.join_next().await {
         res??;
     }
