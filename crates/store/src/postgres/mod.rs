@@ -6,6 +6,7 @@
 
 mod artifacts;
 mod listen;
+mod notify;
 mod ops;
 mod outbox;
 mod reads;
@@ -178,8 +179,10 @@ struct PgInner {
     queues_touched: std::sync::Mutex<HashMap<String, i64>>,
     feed: Arc<OutboxFeed>,
     tail: Arc<outbox::Tail>,
-    /// Work for the thread that runs after commits (sequencing, waking other servers).
-    after_commit: std::sync::mpsc::Sender<outbox::AfterCommit>,
+    /// Asks for a sequencing step (a commit staged messages).
+    staged: std::sync::mpsc::Sender<()>,
+    /// Queues that gained pending work, for other servers' waiting workers.
+    woken: std::sync::mpsc::Sender<Vec<String>>,
     wake: tokio::sync::broadcast::Sender<String>,
     wants_to_publish: Arc<std::sync::atomic::AtomicBool>,
     publishing: tokio::sync::watch::Receiver<bool>,
@@ -226,15 +229,18 @@ impl PgStore {
             publishing: publishing_tx,
             listening: Arc::clone(&listening),
         })?;
-        let (after_commit, requests) = std::sync::mpsc::channel();
-        outbox::start_sequencer(pool.clone(), server, requests)?;
+        let (staged, steps) = std::sync::mpsc::channel();
+        outbox::start_sequencer(pool.clone(), steps)?;
+        let (woken, wake_ups) = std::sync::mpsc::channel();
+        notify::start(pool.clone(), server, wake_ups)?;
         let inner = PgInner {
             pool,
             claim_timeout_secs: config.claim_timeout_secs,
             queues_touched: std::sync::Mutex::default(),
             feed,
             tail,
-            after_commit,
+            staged,
+            woken,
             wake,
             wants_to_publish,
             publishing,
@@ -508,9 +514,12 @@ fn run_transaction<T>(
         .map(|event| event.task_queue_id.clone())
         .collect();
     woken.dedup();
-    if staged || !woken.is_empty() {
-        // The thread is gone only when the store is: nobody is left to tell.
-        let _ = inner.after_commit.send(outbox::AfterCommit { woken, staged });
+    // The threads are gone only when the store is: nobody is left to tell.
+    if !woken.is_empty() {
+        let _ = inner.woken.send(woken);
+    }
+    if staged {
+        let _ = inner.staged.send(());
     }
     Ok(Committed { value, events })
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use postgres::GenericClient;
 use shoal_engine::message::Message;
 
-use super::{PgPool, WAKE_CHANNEL};
+use super::PgPool;
 use crate::StoreError;
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::sqlite::outbox::{append_row, encode};
@@ -176,70 +176,36 @@ impl Tail {
     }
 }
 
-/// What the sequencer thread is asked to do after a commit.
-pub(crate) struct AfterCommit {
-    /// Queues that gained pending work: other servers' waiting workers are woken.
-    pub(crate) woken: Vec<String>,
-    /// Whether the commit staged messages.
-    pub(crate) staged: bool,
-}
-
-/// Starts the thread that, after commits, wakes other servers' workers and runs sequencing
-/// steps. Requests arriving while it works are served together. Ends when `requests` closes.
-pub(crate) fn start_sequencer(
-    pool: PgPool,
-    server: String,
-    requests: mpsc::Receiver<AfterCommit>,
-) -> Result<(), StoreError> {
+/// Starts the thread that runs sequencing steps after commits that staged messages (one
+/// step serves every commit that arrived while the previous one ran). Ends when `staged`
+/// closes.
+pub(crate) fn start_sequencer(pool: PgPool, staged: mpsc::Receiver<()>) -> Result<(), StoreError> {
     std::thread::Builder::new()
         .name("shoal-pg-outbox".into())
-        .spawn(move || run_sequencer(&pool, &server, &requests))
+        .spawn(move || run_sequencer(&pool, &staged))
         .map(|_| ())
         .map_err(|err| StoreError::Other(format!("starting the outbox sequencer: {err}")))
 }
 
-fn run_sequencer(pool: &PgPool, server: &str, requests: &mpsc::Receiver<AfterCommit>) {
+fn run_sequencer(pool: &PgPool, staged: &mpsc::Receiver<()>) {
     // Rows staged while no server ran steps (all were down) are picked up at start.
     let mut due = true;
     let mut held = false;
     loop {
-        let mut again = false;
         let wait = if held { HOLE_RETRY } else { IDLE_STEP };
-        let mut woken: Vec<String> = Vec::new();
-        match requests.recv_timeout(if due { Duration::ZERO } else { wait }) {
-            Ok(request) => {
-                due |= request.staged;
-                woken.extend(request.woken);
-                for request in requests.try_iter() {
-                    due |= request.staged;
-                    woken.extend(request.woken);
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => due = true,
+        match staged.recv_timeout(if due { Duration::ZERO } else { wait }) {
+            Ok(()) => staged.try_iter().for_each(drop),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
-        let result = pool.get().and_then(|mut conn| {
-            if !woken.is_empty() {
-                woken.sort_unstable();
-                woken.dedup();
-                // Outside any transaction: a notifying transaction holds a database-wide
-                // lock through its commit, so writes that notified would commit one by one.
-                conn.client.execute(
-                    "SELECT pg_notify($1, $2 || ' ' || queue) FROM unnest($3::text[]) AS queue",
-                    &[&WAKE_CHANNEL, &server, &woken],
-                )?;
-            }
-            if due {
-                let step = sequence(&mut conn.client)?;
+        match pool.get().and_then(|mut conn| sequence(&mut conn.client)) {
+            Ok(step) => {
                 held = step.held;
-                again = step.moved >= STEP_ROWS as usize;
+                due = step.moved >= STEP_ROWS as usize;
             }
-            Ok(())
-        });
-        match result {
-            Ok(()) => due = again,
             Err(err) => {
                 tracing::warn!(error = %err, "outbox sequencing failed; retrying");
+                due = true;
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
