@@ -78,16 +78,16 @@ pub(crate) fn sequence(client: &mut postgres::Client) -> Result<Step, StoreError
         (state.get(0), state.get(1), state.get(2), state.get(3));
     // The snapshot columns come from the same snapshot as the rows.
     let rows = tx.query(
-        "SELECT id, count, messages, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, \
+        "SELECT id, count, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, \
          pg_snapshot_xmax(pg_current_snapshot())::text::bigint FROM outbox_pending ORDER BY id LIMIT $1",
         &[&STEP_ROWS],
     )?;
     let mut expected = sequenced + 1;
-    let mut next_seq = last_seq + 1;
+    let mut n_messages: i64 = 0;
     let mut hole: Option<(i64, i64)> = None;
-    let mut moved = Vec::new();
+    let mut moved: Vec<i64> = Vec::new();
     for row in &rows {
-        let (id, count, xmin, xmax): (i64, i32, i64, i64) = (row.get(0), row.get(1), row.get(3), row.get(4));
+        let (id, count, xmin, xmax): (i64, i32, i64, i64) = (row.get(0), row.get(1), row.get(2), row.get(3));
         if id > expected {
             // Every transaction that could have drawn `expected` has ended: it rolled back.
             let permanent = gap_id == Some(expected) && gap_xmax.is_some_and(|seen| xmin >= seen);
@@ -98,26 +98,29 @@ pub(crate) fn sequence(client: &mut postgres::Client) -> Result<Step, StoreError
             }
             tracing::debug!(skipped = id - expected, from = expected, "outbox ids never committed");
         }
-        let text: &str = row.get(2);
-        let first = next_seq;
-        next_seq += i64::from(count);
-        tx.execute(
-            "INSERT INTO outbox_batches (first_seq, last_seq, messages) VALUES ($1, $2, $3)",
-            &[&first, &(next_seq - 1), &text],
-        )?;
+        n_messages += i64::from(count);
         moved.push(id);
         expected = expected.max(id + 1);
     }
     let held = hole.is_some();
+    if !moved.is_empty() {
+        // One statement whatever the number of rows: positions follow id order.
+        tx.execute(
+            "WITH moved AS (DELETE FROM outbox_pending WHERE id = ANY($2) RETURNING id, count, messages) \
+             INSERT INTO outbox_batches (first_seq, last_seq, messages) \
+             SELECT $1 + sum(count) OVER w - count, $1 + sum(count) OVER w - 1, messages FROM moved \
+             WINDOW w AS (ORDER BY id)",
+            &[&(last_seq + 1), &moved],
+        )?;
+    }
     if !moved.is_empty() || hole.map(|(id, _)| id) != gap_id {
-        tx.execute("DELETE FROM outbox_pending WHERE id = ANY($1)", &[&moved])?;
         tx.execute(
             "UPDATE outbox_state SET sequenced_id = $1, gap_id = $2, gap_xmax = $3",
             &[&(expected - 1), &hole.map(|(id, _)| id), &hole.map(|(_, xmax)| xmax)],
         )?;
     }
     if !moved.is_empty() {
-        tx.execute("SELECT pg_notify($1, $2)", &[&OUTBOX_CHANNEL, &(next_seq - 1).to_string()])?;
+        tx.execute("SELECT pg_notify($1, $2)", &[&OUTBOX_CHANNEL, &(last_seq + n_messages).to_string()])?;
     }
     tx.commit()?;
     Ok(Step { moved: moved.len(), held })
