@@ -28,6 +28,7 @@ pub mod artifact;
 pub mod definition;
 pub mod dimensions;
 pub mod event;
+pub mod graph;
 pub mod group;
 pub mod id;
 pub mod message;
