@@ -344,7 +344,8 @@ fn substitute(value: &mut Value, ids: &HashMap<String, TaskId>, path: &str) -> R
 }
 
 /// The state of a graph (seed 000's status structure).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum GraphState {
     /// Some task is not yet completed and none has failed for good.
     Running,

@@ -10,14 +10,15 @@ use serde_json::value::RawValue;
 
 use crate::artifact::Artifact;
 use crate::event::Event;
+use crate::graph::GraphState;
 use crate::group::TaskGroup;
 use crate::priority::Priority;
 use crate::status::Run;
 use crate::task::Task;
-use crate::topic::{self, EXCHANGE_PREFIX, TaskKey};
+use crate::topic::{self, EXCHANGE_PREFIX, SCHEDULER_EXCHANGE_PREFIX, TaskKey};
 use crate::{TaskId, Timestamp};
 
-/// The queue's topic exchanges.
+/// The topic exchanges: the queue's, and the task-graph scheduler's (`task-graph-*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Exchange {
     /// A task was defined.
@@ -42,11 +43,17 @@ pub enum Exchange {
     TaskPriorityChanged,
     /// A group's priority changed.
     TaskGroupPriorityChanged,
+    /// A task graph was submitted (or gained tasks after finishing) and is running.
+    TaskGraphRunning,
+    /// A task graph's task failed with no reruns left.
+    TaskGraphBlocked,
+    /// Every task of a task graph completed.
+    TaskGraphFinished,
 }
 
 impl Exchange {
     /// Every exchange, in documentation order.
-    pub const ALL: [Exchange; 11] = [
+    pub const ALL: [Exchange; 14] = [
         Exchange::TaskDefined,
         Exchange::TaskPending,
         Exchange::TaskRunning,
@@ -58,6 +65,9 @@ impl Exchange {
         Exchange::TaskGroupSealed,
         Exchange::TaskPriorityChanged,
         Exchange::TaskGroupPriorityChanged,
+        Exchange::TaskGraphRunning,
+        Exchange::TaskGraphBlocked,
+        Exchange::TaskGraphFinished,
     ];
 
     /// The full name, e.g. `exchange/taskcluster-queue/v1/task-pending`.
@@ -75,20 +85,23 @@ impl Exchange {
             Exchange::TaskGroupSealed => "exchange/taskcluster-queue/v1/task-group-sealed",
             Exchange::TaskPriorityChanged => "exchange/taskcluster-queue/v1/task-priority-changed",
             Exchange::TaskGroupPriorityChanged => "exchange/taskcluster-queue/v1/task-group-priority-changed",
+            Exchange::TaskGraphRunning => "exchange/taskcluster-scheduler/v1/task-graph-running",
+            Exchange::TaskGraphBlocked => "exchange/taskcluster-scheduler/v1/task-graph-blocked",
+            Exchange::TaskGraphFinished => "exchange/taskcluster-scheduler/v1/task-graph-finished",
         }
     }
 
-    /// The short name, e.g. `task-pending`.
+    /// The short name, e.g. `task-pending` (unique across both services).
     #[must_use]
     pub fn short_name(self) -> &'static str {
-        &self.name()[EXCHANGE_PREFIX.len()..]
+        let name = self.name();
+        name.strip_prefix(EXCHANGE_PREFIX).or_else(|| name.strip_prefix(SCHEDULER_EXCHANGE_PREFIX)).unwrap_or(name)
     }
 
     /// Reads a full or short exchange name.
     #[must_use]
     pub fn parse(name: &str) -> Option<Exchange> {
-        let short = name.strip_prefix(EXCHANGE_PREFIX).unwrap_or(name);
-        Exchange::ALL.into_iter().find(|exchange| exchange.short_name() == short)
+        Exchange::ALL.into_iter().find(|exchange| exchange.name() == name || exchange.short_name() == name)
     }
 }
 
@@ -301,6 +314,45 @@ pub fn group_priority_changed(group: &TaskGroup, priority: Priority, tasks_affec
     group_message(Exchange::TaskGroupPriorityChanged, group, &body)
 }
 
+/// The body of the task-graph messages: seed 000's task-graph status structure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GraphStatus {
+    /// The scheduler that took the graph.
+    pub scheduler_id: String,
+    /// The graph.
+    pub task_graph_id: TaskId,
+    /// Where the graph stands.
+    pub state: GraphState,
+    /// The graph's routing.
+    pub routing: String,
+}
+
+/// A task-graph message: on the exchange of the graph's new state, with the routing key
+/// `primary._._._._._._.<schedulerId>.<taskGraphId>.<routing>`, whose words 2 to 7 stand
+/// where the queue's keys have the task and run, so one pattern can match both services'
+/// messages about a graph (its tasks' task group is the graph's id).
+#[must_use]
+pub fn graph_message(status: &GraphStatus) -> Message {
+    let exchange = match status.state {
+        GraphState::Running => Exchange::TaskGraphRunning,
+        GraphState::Blocked => Exchange::TaskGraphBlocked,
+        GraphState::Finished => Exchange::TaskGraphFinished,
+    };
+    #[derive(Serialize)]
+    struct Body<'a> {
+        version: u8,
+        status: &'a GraphStatus,
+    }
+    Message {
+        exchange,
+        routing_key: format!("primary._._._._._._.{}.{}.{}", status.scheduler_id, status.task_graph_id, status.routing),
+        cc: Vec::new(),
+        // Serializing plain strings and ids cannot fail.
+        body: serde_json::to_string(&Body { version: 1, status }).unwrap_or_default(),
+    }
+}
+
 fn task_key<'a>(task: &'a Task, run: Option<&'a Run>) -> TaskKey<'a> {
     TaskKey {
         task_id: task.task_id,
@@ -461,10 +513,38 @@ mod tests {
     #[test]
     fn exchanges_parse_by_full_or_short_name() {
         for exchange in Exchange::ALL {
-            assert!(exchange.name().starts_with(EXCHANGE_PREFIX));
+            let prefix = if exchange.short_name().starts_with("task-graph-") {
+                SCHEDULER_EXCHANGE_PREFIX
+            } else {
+                EXCHANGE_PREFIX
+            };
+            assert_eq!(exchange.name(), format!("{prefix}{}", exchange.short_name()));
             assert_eq!(Exchange::parse(exchange.name()), Some(exchange));
             assert_eq!(Exchange::parse(exchange.short_name()), Some(exchange));
         }
         assert_eq!(Exchange::parse("exchange/taskcluster-queue/v1/nope"), None);
+        assert_eq!(Exchange::parse("exchange/taskcluster-queue/v1/task-graph-blocked"), None, "wrong service");
+    }
+
+    #[test]
+    fn graph_messages_go_by_state_with_the_scheduler_routing_key() {
+        let mut status = GraphStatus {
+            scheduler_id: "task-graph-scheduler".into(),
+            task_graph_id: TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6A").unwrap(),
+            state: GraphState::Running,
+            routing: "try.linux".into(),
+        };
+        let running = graph_message(&status);
+        assert_eq!(running.exchange, Exchange::TaskGraphRunning);
+        assert_eq!(running.routing_key, "primary._._._._._._.task-graph-scheduler.fN1S_sG4TTu5SNmTb0Xd6A.try.linux");
+        assert_eq!(
+            body(&running),
+            json!({"version": 1, "status": {"schedulerId": "task-graph-scheduler",
+                "taskGraphId": "fN1S_sG4TTu5SNmTb0Xd6A", "state": "running", "routing": "try.linux"}})
+        );
+        status.state = GraphState::Blocked;
+        assert_eq!(graph_message(&status).exchange, Exchange::TaskGraphBlocked);
+        status.state = GraphState::Finished;
+        assert_eq!(graph_message(&status).exchange, Exchange::TaskGraphFinished);
     }
 }

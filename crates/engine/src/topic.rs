@@ -7,6 +7,8 @@ use crate::{Rejection, TaskId};
 
 /// The prefix of every queue exchange.
 pub const EXCHANGE_PREFIX: &str = "exchange/taskcluster-queue/v1/";
+/// The prefix of every task-graph scheduler exchange.
+pub const SCHEDULER_EXCHANGE_PREFIX: &str = "exchange/taskcluster-scheduler/v1/";
 /// Longest routing key, in bytes.
 pub const MAX_ROUTING_KEY_BYTES: usize = 255;
 /// The word standing for a value the message does not have (e.g. the worker of a pending run).
@@ -113,7 +115,10 @@ impl Binding {
         let exchange = Exchange::parse(exchange).ok_or_else(|| {
             Rejection::invalid(
                 "exchange",
-                format!("must be one of the queue's exchanges ({EXCHANGE_PREFIX}task-pending, ...), not {exchange:?}"),
+                format!(
+                    "must be one of the queue's or the scheduler's exchanges ({EXCHANGE_PREFIX}task-pending, \
+                     {SCHEDULER_EXCHANGE_PREFIX}task-graph-finished, ...), not {exchange:?}"
+                ),
             )
         })?;
         if pattern.is_empty() || pattern.len() > MAX_ROUTING_KEY_BYTES || pattern.split('.').any(str::is_empty) {
