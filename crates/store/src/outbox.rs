@@ -1,9 +1,11 @@
 //! The transactional outbox's hand-off to the publisher.
 //!
 //! Messages are written to the outbox table in the transaction of their transition. After the
-//! commit the writer also hands them to this feed, so the publisher normally never reads them
-//! back; the table is for what the feed cannot hold (a long broker outage) and for what a crash
-//! left unpublished. The publisher reports how far it got and the writer deletes up to there.
+//! commit they are also handed to this feed (by SQLite's writer; on PostgreSQL by the tail of
+//! positioned rows, which carries every server's messages), so the publisher normally never
+//! reads them back; the table is for what the feed cannot hold (a long broker outage) and for
+//! what a crash left unpublished. The publisher reports how far it got and the store deletes
+//! up to there.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,7 +79,7 @@ impl OutboxFeed {
         self.first
     }
 
-    /// Called by the writer after a commit, with that commit's messages in sequence order.
+    /// Called after a commit (or, on PostgreSQL, once positioned), with messages in sequence order.
     pub(crate) fn committed(&self, entries: Vec<OutboxEntry>) {
         let Some(last) = entries.last().map(|entry| entry.seq) else { return };
         if let Ok(mut state) = self.state.lock() {

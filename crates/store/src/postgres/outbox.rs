@@ -126,7 +126,8 @@ pub(crate) fn sequence(client: &mut postgres::Client) -> Result<Step, StoreError
     Ok(Step { moved: moved.len(), held })
 }
 
-/// Runs steps until nothing staged before the call is left, or `deadline` passes.
+/// Runs steps until nothing staged before the call is left; Unavailable when a hole stays
+/// open longer than `patience`.
 pub(crate) fn sequence_all(client: &mut postgres::Client, patience: Duration) -> Result<(), StoreError> {
     let give_up = std::time::Instant::now() + patience;
     loop {

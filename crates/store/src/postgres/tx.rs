@@ -309,7 +309,12 @@ impl PgTx<'_> {
         // claim on the queue would then wait for the others' commits.
         let statement = self.prepare("SELECT last_date_active FROM task_queues WHERE task_queue_id = $1")?;
         let last: Option<i64> = self.tx.query_opt(&statement, &[&task_queue_id])?.map(|row| row.get(0));
-        if last.is_none_or(|last| last + QUEUE_TOUCH_INTERVAL_MS <= now.millis()) {
+        // What the row says once this transaction commits: another server's recent touch, or ours.
+        let recorded = match last {
+            Some(last) if last + QUEUE_TOUCH_INTERVAL_MS > now.millis() => last,
+            _ => now.millis(),
+        };
+        if recorded == now.millis() {
             let statement = self.prepare(
                 "INSERT INTO task_queues (task_queue_id, expires, last_date_active, description, stability) \
                  VALUES ($1, $2, $3, '', 'experimental') \
@@ -321,7 +326,7 @@ impl PgTx<'_> {
         // Remembered before the commit: if it rolls back, the queue's activity lags by at
         // most one interval (it is reported at that granularity anyway).
         let mut touched = self.queues_touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        touched.insert(task_queue_id.to_owned(), last.unwrap_or(now.millis()).max(now.millis()));
+        touched.insert(task_queue_id.to_owned(), recorded);
         Ok(())
     }
 }
