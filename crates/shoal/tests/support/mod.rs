@@ -13,7 +13,8 @@ pub(crate) async fn start_server(data_dir: &Path, extra_args: &[&str]) -> (Child
         .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .args(extra_args)
-        .env("SHOAL_LOG", "warn")
+        // SHOAL_TEST_LOG raises the servers' log level when a test needs looking into.
+        .env("SHOAL_LOG", std::env::var("SHOAL_TEST_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()

@@ -90,6 +90,8 @@ type Pool = r2d2::Pool<Manager>;
 pub(crate) struct PgConn {
     pub(crate) client: postgres::Client,
     pub(crate) statements: HashMap<String, Statement>,
+    /// Set when a request on it failed for want of the database: the pool drops it.
+    pub(crate) broken: bool,
 }
 
 /// Makes [`PgConn`]s: PostgreSQL connections that keep their prepared statements.
@@ -100,7 +102,7 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<PgConn, postgres::Error> {
-        Ok(PgConn { client: self.0.connect()?, statements: HashMap::new() })
+        Ok(PgConn { client: self.0.connect()?, statements: HashMap::new(), broken: false })
     }
 
     fn is_valid(&self, conn: &mut PgConn) -> Result<(), postgres::Error> {
@@ -108,7 +110,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
-        self.0.has_broken(&mut conn.client)
+        conn.broken || self.0.has_broken(&mut conn.client)
     }
 }
 
@@ -159,6 +161,11 @@ impl PgPool {
     pub fn schema_version(&self) -> Result<usize, StoreError> {
         let row = self.get()?.client.query_one("SELECT version FROM shoal_schema", &[])?;
         Ok(row.get::<_, i32>(0) as usize)
+    }
+
+    /// How many connections the pool may hold: how many dead ones a restart can leave in it.
+    fn max_size(&self) -> usize {
+        self.pool.0.as_ref().map_or(0, |pool| pool.max_size() as usize)
     }
 
     /// A connection from the pool.
@@ -264,7 +271,7 @@ impl PgStore {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
             let mut client = inner.pool.get()?;
-            let mut attempt = 1;
+            let (mut attempt, mut stale) = (1, 0);
             loop {
                 match run_transaction(&mut client, &inner, &op) {
                     Err(TxError::Retry(err)) if attempt < MAX_ATTEMPTS => {
@@ -272,13 +279,21 @@ impl PgStore {
                         attempt += 1;
                     }
                     // The pooled connection died while idle (the database restarted): nothing
-                    // was sent, so take a fresh one. The dead one is discarded on return.
-                    Err(TxError::Stale(err)) if attempt < MAX_ATTEMPTS => {
+                    // was sent, so take another. Every pooled connection may have died with
+                    // the database; each one found dead is dropped, so a fresh one comes
+                    // within the pool's size.
+                    Err(TxError::Stale(err)) if stale < inner.pool.max_size() => {
                         tracing::debug!(error = %err, "pooled connection was closed; reconnecting");
-                        attempt += 1;
+                        stale += 1;
+                        client.broken = true;
                         client = inner.pool.get()?;
                     }
-                    Err(TxError::Retry(err) | TxError::Stale(err) | TxError::Store(err)) => return Err(err),
+                    Err(TxError::Retry(err) | TxError::Stale(err) | TxError::Store(err)) => {
+                        if matches!(err, StoreError::Unavailable(_)) {
+                            client.broken = true;
+                        }
+                        return Err(err);
+                    }
                     Ok(committed) => return Ok(committed),
                 }
             }
@@ -399,8 +414,14 @@ impl PgStore {
                 let result = query(&reads::PgReads(RefCell::new(&mut client.client)));
                 // A pooled connection that died while idle (the database restarted) fails
                 // its first use: the read is repeated on a fresh one; the dead one is dropped.
+                // The error, not `is_closed`, decides: the client may learn that its socket
+                // closed only after the request failed on it. A read is safe to repeat, and
+                // every pooled connection may be dead: each is dropped, so a fresh one comes
+                // within the pool's size (while the database is away, `get` itself fails).
                 match result {
-                    Err(StoreError::Unavailable(_)) if client.client.is_closed() && attempt < MAX_ATTEMPTS => {
+                    Err(StoreError::Unavailable(err)) if attempt <= inner.pool.max_size() => {
+                        tracing::debug!(error = %err, "read failed for want of the database; retrying on a fresh connection");
+                        client.broken = true;
                         attempt += 1;
                     }
                     result => return result,
@@ -482,7 +503,7 @@ fn run_transaction<T>(
         });
         if retry { TxError::Retry(err.into()) } else { TxError::Store(err.into()) }
     };
-    let PgConn { client, statements } = conn;
+    let PgConn { client, statements, .. } = conn;
     let transaction = client
         .transaction()
         .map_err(|err| if client_lost(&err) { TxError::Stale(err.into()) } else { classify(err) })?;
