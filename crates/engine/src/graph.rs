@@ -10,6 +10,8 @@ use serde::de::{MapAccess, Visitor};
 use serde_json::Value;
 
 use crate::definition::{TaskDefinition, TaskDefinitionInput};
+use crate::status::{ReasonResolved, TaskState};
+use crate::task::{MAX_RUNS, Task};
 use crate::{Rejection, TaskId, Timestamp};
 
 /// Longest `routing` (seed 000: "limit 10 chars").
@@ -32,6 +34,30 @@ pub struct GraphInput {
     pub routing: String,
     /// The tasks, by label.
     pub tasks: Labelled,
+    /// What the graph is, for people (optional; `/info` shows it).
+    #[serde(default)]
+    pub metadata: Option<GraphMetadata>,
+    /// Free-form string tags (optional; `/info` shows them).
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// A graph's description, as Taskcluster's scheduler took it.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct GraphMetadata {
+    /// Short name.
+    #[serde(default)]
+    pub name: String,
+    /// What it does.
+    #[serde(default)]
+    pub description: String,
+    /// Who is responsible for it.
+    #[serde(default)]
+    pub owner: String,
+    /// Where it came from.
+    #[serde(default)]
+    pub source: String,
 }
 
 /// Tasks added to a running graph: `POST /task-graph/<taskGraphId>/extend`.
@@ -343,6 +369,109 @@ fn substitute(value: &mut Value, ids: &HashMap<String, TaskId>, path: &str) -> R
     Ok(())
 }
 
+/// Checks that every dependency of the planned tasks exists and outlives the task's deadline
+/// (the queue's rule), before anything is written: `stored` gives a stored task's expiry.
+///
+/// # Errors
+/// Invalid naming `tasks.<label>.task.dependencies` (or `.requires`) and the offending ids.
+pub fn check_dependencies(
+    planned: &[PlannedTask],
+    mut stored: impl FnMut(TaskId) -> Option<Timestamp>,
+) -> Result<(), Rejection> {
+    let new: HashMap<TaskId, Timestamp> = planned.iter().map(|task| (task.task_id, task.definition.expires)).collect();
+    for task in planned {
+        let (mut missing, mut expiring) = (Vec::new(), Vec::new());
+        for &required in &task.definition.dependencies {
+            match new.get(&required).copied().or_else(|| stored(required)) {
+                None => missing.push(required.to_string()),
+                Some(expires) if expires < task.definition.deadline => expiring.push(required.to_string()),
+                Some(_) => {}
+            }
+        }
+        if let Some(rejection) = crate::group::dependency_rejection(&missing, &expiring) {
+            return Err(Rejection::invalid(format!("tasks.{}.task.dependencies", task.label), rejection.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// How many of a graph's tasks are not completed and how many failed for good: the graph's
+/// state follows from these two counts, kept as its tasks resolve and rerun.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tally {
+    /// Tasks not (or no longer) completed.
+    pub open: u32,
+    /// Tasks that failed with no reruns left and were not run again since.
+    pub failed: u32,
+}
+
+impl Tally {
+    /// The graph's state: blocked by any failure for good, finished when nothing is open.
+    #[must_use]
+    pub fn state(self) -> GraphState {
+        if self.failed > 0 {
+            GraphState::Blocked
+        } else if self.open == 0 {
+            GraphState::Finished
+        } else {
+            GraphState::Running
+        }
+    }
+}
+
+/// What the scheduler does when one of a graph's tasks resolves or is run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reaction {
+    /// Nothing beyond the counts.
+    Count,
+    /// Run the task again (a queue rerun); one rerun is used.
+    Rerun,
+}
+
+/// One of a graph's tasks changed between resolved and not: updates `node` (reruns left,
+/// failed for good) and `tally`, and says whether to rerun the task. `was` is the task's
+/// state before the transition, `task` the task after it.
+#[must_use]
+pub fn react(task: &Task, was: TaskState, node: &mut NodeProgress, tally: &mut Tally, now: Timestamp) -> Reaction {
+    let state = task.state();
+    if was == TaskState::Completed && state != TaskState::Completed {
+        tally.open += 1;
+    }
+    if node.failed && !state.is_resolved() {
+        node.failed = false;
+        tally.failed = tally.failed.saturating_sub(1);
+    }
+    match state {
+        TaskState::Completed if was != TaskState::Completed => tally.open = tally.open.saturating_sub(1),
+        TaskState::Failed | TaskState::Exception if !was.is_resolved() => {
+            if node.reruns_left > 0 && may_rerun(task, now) {
+                node.reruns_left -= 1;
+                return Reaction::Rerun;
+            }
+            node.failed = true;
+            tally.failed += 1;
+        }
+        _ => {}
+    }
+    Reaction::Count
+}
+
+/// Whether the queue would run `task` again now, and the scheduler should: a cancellation is
+/// the user's word, not a failure.
+fn may_rerun(task: &Task, now: Timestamp) -> bool {
+    let canceled = task.runs().last().is_some_and(|run| run.reason_resolved == Some(ReasonResolved::Canceled));
+    !canceled && now < task.meta.deadline && task.runs().len() < MAX_RUNS
+}
+
+/// A graph task's rerun budget and whether it failed for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeProgress {
+    /// Reruns not used yet.
+    pub reruns_left: u32,
+    /// Failed with no reruns left (and not run again since).
+    pub failed: bool,
+}
+
 /// The state of a graph (seed 000's status structure).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -364,52 +493,6 @@ impl GraphState {
             GraphState::Blocked => "blocked",
             GraphState::Finished => "finished",
         }
-    }
-}
-
-/// Where one of a graph's tasks stands, as the scheduler sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeOutcome {
-    /// Not yet resolved (or being run again).
-    Open,
-    /// Completed.
-    Completed,
-    /// Failed (or ended in an exception) with no reruns left.
-    Failed,
-}
-
-/// The graph's state from its tasks' outcomes: blocked by any failure, finished when all
-/// completed (a finished graph that gains tasks is running again).
-pub fn graph_state(outcomes: impl IntoIterator<Item = NodeOutcome>) -> GraphState {
-    let mut all_completed = true;
-    for outcome in outcomes {
-        match outcome {
-            NodeOutcome::Failed => return GraphState::Blocked,
-            NodeOutcome::Open => all_completed = false,
-            NodeOutcome::Completed => {}
-        }
-    }
-    if all_completed { GraphState::Finished } else { GraphState::Running }
-}
-
-/// What the scheduler does when a graph's task resolved unsuccessfully.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterFailure {
-    /// Ask the queue for a rerun; the task has this many reruns left afterwards.
-    Rerun {
-        /// Reruns left after this one.
-        reruns_left: u32,
-    },
-    /// No reruns left: the task has failed for good and the graph is blocked.
-    Fail,
-}
-
-/// The rule for a task that failed or ended in an exception with `reruns_left`.
-#[must_use]
-pub fn after_failure(reruns_left: u32) -> AfterFailure {
-    match reruns_left.checked_sub(1) {
-        Some(reruns_left) => AfterFailure::Rerun { reruns_left },
-        None => AfterFailure::Fail,
     }
 }
 
@@ -563,12 +646,72 @@ mod tests {
     }
 
     #[test]
-    fn reruns_then_block_and_graph_states() {
-        assert_eq!(after_failure(2), AfterFailure::Rerun { reruns_left: 1 });
-        assert_eq!(after_failure(0), AfterFailure::Fail);
-        use NodeOutcome::{Completed, Failed, Open};
-        assert_eq!(graph_state([Completed, Completed]), GraphState::Finished);
-        assert_eq!(graph_state([Completed, Open]), GraphState::Running);
-        assert_eq!(graph_state([Open, Failed, Completed]), GraphState::Blocked);
+    fn a_failure_is_rerun_while_reruns_last_then_blocks_until_run_again() {
+        let planned = plan_of(json!({"flaky": {"reruns": 1, "task": task(json!({}))}})).unwrap();
+        let now = context().now;
+        let mut task = Task::new(planned[0].task_id, &planned[0].definition);
+        let mut node = NodeProgress { reruns_left: 1, failed: false };
+        let mut tally = Tally { open: 1, failed: 0 };
+        let fail = |task: &mut Task, node: &mut NodeProgress, tally: &mut Tally| {
+            let run_id = task.runs().last().unwrap().run_id;
+            let _ = task.claim(run_id, "g", "w", now, 60).unwrap();
+            let was = task.state();
+            let _ = task.resolve(run_id, crate::task::Resolution::Failed, now).unwrap();
+            react(task, was, node, tally, now)
+        };
+        let _ = task.schedule(now).unwrap();
+        assert_eq!(fail(&mut task, &mut node, &mut tally), Reaction::Rerun);
+        assert_eq!((node.reruns_left, tally.state()), (0, GraphState::Running));
+        let _ = task.rerun(now).unwrap();
+        assert_eq!(fail(&mut task, &mut node, &mut tally), Reaction::Count);
+        assert!(node.failed);
+        assert_eq!(tally, Tally { open: 1, failed: 1 });
+        assert_eq!(tally.state(), GraphState::Blocked);
+        // Someone runs it again by hand, and it completes: the graph is running, then finished.
+        let _ = task.rerun(now).unwrap();
+        assert_eq!(react(&task, TaskState::Failed, &mut node, &mut tally, now), Reaction::Count);
+        assert_eq!(tally.state(), GraphState::Running);
+        let run_id = task.runs().last().unwrap().run_id;
+        let _ = task.claim(run_id, "g", "w", now, 60).unwrap();
+        let _ = task.resolve(run_id, crate::task::Resolution::Completed, now).unwrap();
+        assert_eq!(react(&task, TaskState::Running, &mut node, &mut tally, now), Reaction::Count);
+        assert_eq!(tally.state(), GraphState::Finished);
+        // A completed task run again reopens the graph.
+        let _ = task.rerun(now).unwrap();
+        assert_eq!(react(&task, TaskState::Completed, &mut node, &mut tally, now), Reaction::Count);
+        assert_eq!(tally, Tally { open: 1, failed: 0 });
+    }
+
+    #[test]
+    fn a_canceled_task_is_not_rerun() {
+        let planned = plan_of(json!({"t": {"reruns": 3, "task": task(json!({}))}})).unwrap();
+        let now = context().now;
+        let mut task = Task::new(planned[0].task_id, &planned[0].definition);
+        let _ = task.schedule(now).unwrap();
+        let _ = task.cancel(now).unwrap();
+        let mut node = NodeProgress { reruns_left: 3, failed: false };
+        let mut tally = Tally { open: 1, failed: 0 };
+        assert_eq!(react(&task, TaskState::Pending, &mut node, &mut tally, now), Reaction::Count);
+        assert_eq!((node.reruns_left, tally.state()), (3, GraphState::Blocked));
+    }
+
+    #[test]
+    fn dependencies_must_exist_and_outlive_the_deadline() {
+        let planned = plan_of(json!({
+            "a": {"task": task(json!({"deadline": "2026-01-01T00:30:00.000Z", "expires": "2026-01-01T00:40:00.000Z"}))},
+            "b": {"requires": ["a"], "task": task(json!({}))},
+        }));
+        // `a` expires before `b`'s deadline: refused, naming b.
+        let planned = planned.unwrap();
+        let (field, rule) = field_of(check_dependencies(&planned, |_| None).map(|()| Vec::new()));
+        assert_eq!(field, "tasks.b.task.dependencies");
+        assert!(rule.contains("expiringTaskDependencies"), "{rule}");
+        let outside = TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6Q").unwrap();
+        let planned = plan_of(json!({"c": {"task": task(json!({"dependencies": [outside.to_string()]}))}})).unwrap();
+        let (field, rule) = field_of(check_dependencies(&planned, |_| None).map(|()| Vec::new()));
+        assert_eq!(field, "tasks.c.task.dependencies");
+        assert!(rule.contains("missingTaskDependencies"), "{rule}");
+        let far = Timestamp::parse("2027-01-01T00:00:00.000Z").unwrap();
+        assert!(check_dependencies(&planned, |id| (id == outside).then_some(far)).is_ok());
     }
 }
