@@ -5,7 +5,7 @@ use axum::routing::{MethodFilter, MethodRouter, on};
 use serde::Serialize;
 
 use crate::AppState;
-use crate::routes::{artifacts, claims, groups, meta, queues, tasks};
+use crate::routes::{artifacts, claims, graphs, groups, meta, queues, tasks};
 
 /// How settled an endpoint's shape is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -19,14 +19,14 @@ pub enum Stability {
     Deprecated,
 }
 
-/// One endpoint of the queue API.
+/// One endpoint of an API (the queue's, the scheduler's).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Endpoint {
     /// Taskcluster's name, e.g. `claimWork`.
     pub name: &'static str,
     /// HTTP method.
     pub method: &'static str,
-    /// Route under `/api/queue/v1`, in axum syntax; `{queue}` stands for a taskQueueId, which
+    /// Route under the API's base (`/api/queue/v1`, `/api/scheduler/v1`), in axum syntax; `{queue}` stands for a taskQueueId, which
     /// also matches raw as `{queue}/{queue_wt}`.
     pub route: &'static str,
     /// Scope expression the caller will need (not enforced yet).
@@ -319,4 +319,30 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Stable,
         queues::get_task_queue
     ),
+];
+
+/// The task-graph scheduler API v1 (seed 000), under `/api/scheduler/v1`.
+pub const SCHEDULER_ENDPOINTS: &[Endpoint] = &[
+    endpoint!("ping", "GET", "/ping", "", Stable, meta::ping),
+    endpoint!("reference", "GET", "/reference", "", Experimental, meta::reference),
+    endpoint!(
+        "createTaskGraph",
+        "PUT",
+        "/task-graph/{graph}",
+        "scheduler:create-task-graph",
+        Experimental,
+        graphs::create_task_graph
+    ),
+    endpoint!(
+        "extendTaskGraph",
+        "POST",
+        "/task-graph/{graph}/extend",
+        "scheduler:extend-task-graph:<taskGraphId>",
+        Experimental,
+        graphs::extend_task_graph
+    ),
+    endpoint!("status", "GET", "/task-graph/{graph}/status", "", Experimental, graphs::status),
+    endpoint!("info", "GET", "/task-graph/{graph}/info", "", Experimental, graphs::info),
+    endpoint!("inspect", "GET", "/task-graph/{graph}/inspect", "", Experimental, graphs::inspect),
+    endpoint!("inspectTask", "GET", "/task-graph/{graph}/inspect/{task_id}", "", Experimental, graphs::inspect_task),
 ];

@@ -18,7 +18,7 @@ use serde_json::json;
 use shoal_service::Queue;
 use tokio::net::TcpListener;
 
-use crate::endpoints::ENDPOINTS;
+use crate::endpoints::{ENDPOINTS, Endpoint, SCHEDULER_ENDPOINTS};
 use crate::error::ApiError;
 
 /// What every handler can reach.
@@ -34,8 +34,36 @@ pub struct AppState {
 
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {
+    let api = api_router(ENDPOINTS, "queue");
+    let scheduler = api_router(SCHEDULER_ENDPOINTS, "scheduler")
+        // A graph carries up to 20,000 task definitions at once.
+        .layer(DefaultBodyLimit::max(routes::graphs::MAX_GRAPH_BYTES));
+    let blob_routes = axum::routing::get(routes::blobs::get_blob)
+        .put(routes::blobs::put_blob)
+        // Artifact uploads stream to disk; they are not held to the JSON body limit.
+        .layer(DefaultBodyLimit::disable());
+    Router::new()
+        .nest("/api/queue/v1", api)
+        .nest("/api/scheduler/v1", scheduler)
+        .route("/blobs/v1/{task_id}/{run_id}/{*name}", blob_routes)
+        .route("/api/events/v1/connect", axum::routing::get(routes::events::connect))
+        .route("/api/events/v1/connect/", axum::routing::get(routes::events::connect))
+        .route(
+            "/logs/v1/{task_id}/{run_id}",
+            axum::routing::get(routes::logs::read_log)
+                .post(routes::logs::append_log)
+                .layer(DefaultBodyLimit::max(routes::logs::MAX_CHUNK_BYTES)),
+        )
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// One API's routes from its endpoint table, each reporting its endpoint's name in errors,
+/// with its reference document.
+fn api_router(endpoints: &'static [Endpoint], service_name: &str) -> Router<AppState> {
     let mut api: Router<AppState> = Router::new();
-    for endpoint in ENDPOINTS {
+    for endpoint in endpoints {
         let filter = match endpoint.method {
             "GET" => axum::routing::MethodFilter::GET,
             "PUT" => axum::routing::MethodFilter::PUT,
@@ -50,29 +78,11 @@ pub fn router(state: AppState) -> Router {
         }
         api = api.route(endpoint.route, routed);
     }
-    let blob_routes = axum::routing::get(routes::blobs::get_blob)
-        .put(routes::blobs::put_blob)
-        // Artifact uploads stream to disk; they are not held to the JSON body limit.
-        .layer(DefaultBodyLimit::disable());
-    Router::new()
-        .nest("/api/queue/v1", api)
-        .route("/blobs/v1/{task_id}/{run_id}/{*name}", blob_routes)
-        .route("/api/events/v1/connect", axum::routing::get(routes::events::connect))
-        .route("/api/events/v1/connect/", axum::routing::get(routes::events::connect))
-        .route(
-            "/logs/v1/{task_id}/{run_id}",
-            axum::routing::get(routes::logs::read_log)
-                .post(routes::logs::append_log)
-                .layer(DefaultBodyLimit::max(routes::logs::MAX_CHUNK_BYTES)),
-        )
-        .fallback(|| async { ApiError::not_found("no such endpoint") })
-        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
-        .layer(axum::Extension(routes::meta::Reference(std::sync::Arc::new(json!({
-            "apiVersion": "v1",
-            "serviceName": "queue",
-            "entries": ENDPOINTS,
-        })))))
-        .with_state(state)
+    api.layer(axum::Extension(routes::meta::Reference(std::sync::Arc::new(json!({
+        "apiVersion": "v1",
+        "serviceName": service_name,
+        "entries": endpoints,
+    })))))
 }
 
 /// Renders an [`ApiError`] left by a handler as Taskcluster's error body with `requestInfo`.

@@ -94,7 +94,11 @@ fn server_binary() -> anyhow::Result<PathBuf> {
 
 /// Writes `n` pending tasks in `queue` straight into a database under `dir`.
 pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result<()> {
-    let config = SqliteConfig { path: dir.join("shoal.db"), claim_timeout_secs: 1200 };
+    let config = SqliteConfig {
+        path: dir.join("shoal.db"),
+        claim_timeout_secs: 1200,
+        graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+    };
     let store = Store::Sqlite(SqliteStore::open(&config)?);
     let n_loaders = 64;
     let mut loaders = tokio::task::JoinSet::new();

@@ -14,6 +14,8 @@ use crate::status::{ReasonResolved, TaskState};
 use crate::task::{MAX_RUNS, Task};
 use crate::{Rejection, TaskId, Timestamp};
 
+/// The scheduler id graph tasks carry unless configured otherwise (Taskcluster's).
+pub const DEFAULT_SCHEDULER_ID: &str = "task-graph-scheduler";
 /// Longest `routing` (seed 000: "limit 10 chars").
 pub const MAX_ROUTING_LEN: usize = 10;
 /// Most tasks one submission (or extension) may hold.
@@ -27,7 +29,7 @@ const SUBS_KEY: &str = "$subs";
 const SUBS_PREFIX: &str = "taskId:";
 
 /// A graph as submitted: `PUT /task-graph/<taskGraphId>`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GraphInput {
     /// Routing words appended to every message about the graph and its tasks.
@@ -61,7 +63,7 @@ pub struct GraphMetadata {
 }
 
 /// Tasks added to a running graph: `POST /task-graph/<taskGraphId>/extend`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExtensionInput {
     /// The new tasks, by label; they may require labels already in the graph.
@@ -69,7 +71,7 @@ pub struct ExtensionInput {
 }
 
 /// One labelled task as submitted.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeInput {
     /// Labels that must complete before this task is scheduled.
@@ -83,7 +85,7 @@ pub struct NodeInput {
 }
 
 /// Tasks by label in submission order; a label given twice is refused while parsing.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Labelled(pub Vec<(String, NodeInput)>);
 
 impl<'de> Deserialize<'de> for Labelled {

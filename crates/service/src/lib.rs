@@ -19,6 +19,8 @@ use shoal_engine::artifact::check_run_takes_output;
 use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::event::Event;
+use shoal_engine::graph::ExtensionInput;
+use shoal_engine::message::GraphStatus;
 use shoal_engine::priority::Priority;
 use shoal_engine::status::Run;
 use shoal_engine::status::TaskStatus;
@@ -195,6 +197,24 @@ impl Queue {
     /// As the store.
     pub async fn create_task(&self, task_id: TaskId, definition: TaskDefinition) -> Result<TaskStatus, StoreError> {
         let committed = self.inner.store.create_task(definition, task_id, now()).await?;
+        Ok(self.committed(committed))
+    }
+
+    /// Creates a task graph (seed 000) and its tasks in one step.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn create_graph(&self, request: shoal_store::GraphRequest) -> Result<GraphStatus, StoreError> {
+        let committed = self.inner.store.create_graph(request, now()).await?;
+        Ok(self.committed(committed))
+    }
+
+    /// Adds tasks to a task graph in one step.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn extend_graph(&self, task_graph_id: TaskId, input: ExtensionInput) -> Result<GraphStatus, StoreError> {
+        let committed = self.inner.store.extend_graph(task_graph_id, input, now()).await?;
         Ok(self.committed(committed))
     }
 

@@ -167,6 +167,9 @@ struct ServerArgs {
     /// postgres://shoal@db:5432/shoal [default: embedded SQLite under --data-dir].
     #[arg(long, env = "SHOAL_DATABASE_URL")]
     database: Option<String>,
+    /// The schedulerId of task-graph tasks (`/api/scheduler/v1/`) [default: task-graph-scheduler].
+    #[arg(long, env = "SHOAL_SCHEDULER_ID")]
+    scheduler_id: Option<String>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -180,6 +183,7 @@ struct ServerConfig {
     root_url: Option<String>,
     amqp_url: Option<String>,
     database: Option<String>,
+    scheduler_id: String,
 }
 
 impl Default for ServerConfig {
@@ -192,6 +196,7 @@ impl Default for ServerConfig {
             root_url: None,
             amqp_url: None,
             database: None,
+            scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
         }
     }
 }
@@ -201,8 +206,12 @@ impl ServerConfig {
     async fn open_store(&self) -> anyhow::Result<Store> {
         let Some(url) = &self.database else {
             let path = self.data_dir.join("shoal.db");
-            let store = SqliteStore::open(&SqliteConfig { path: path.clone(), claim_timeout_secs: self.claim_timeout })
-                .with_context(|| format!("opening the database {}", path.display()))?;
+            let store = SqliteStore::open(&SqliteConfig {
+                path: path.clone(),
+                claim_timeout_secs: self.claim_timeout,
+                graph_scheduler_id: self.scheduler_id.clone(),
+            })
+            .with_context(|| format!("opening the database {}", path.display()))?;
             return Ok(Store::Sqlite(store));
         };
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
@@ -212,6 +221,7 @@ impl ServerConfig {
         }
         let mut pg = PgConfig::new(url);
         pg.claim_timeout_secs = self.claim_timeout;
+        pg.graph_scheduler_id.clone_from(&self.scheduler_id);
         // The PostgreSQL client blocks: connect and migrate off the async threads.
         let store = tokio::task::spawn_blocking(move || PgStore::open(&pg))
             .await
@@ -251,6 +261,9 @@ impl ServerConfig {
         if let Some(database) = &args.database {
             config.database = Some(database.clone());
         }
+        if let Some(scheduler_id) = &args.scheduler_id {
+            config.scheduler_id.clone_from(scheduler_id);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -258,6 +271,10 @@ impl ServerConfig {
     fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!((1..=86_400).contains(&self.claim_timeout), "claim-timeout must be 1..=86400 seconds");
         anyhow::ensure!(self.claim_wait <= 300, "claim-wait must be 0..=300 seconds");
+        anyhow::ensure!(
+            shoal_engine::id::is_identifier(&self.scheduler_id),
+            "scheduler-id must be 1 to 38 characters of [a-zA-Z0-9-_]"
+        );
         if let Some(root_url) = &self.root_url {
             anyhow::ensure!(
                 root_url.starts_with("http://") || root_url.starts_with("https://"),
@@ -455,6 +472,7 @@ mod tests {
             root_url: None,
             amqp_url: None,
             database: None,
+            scheduler_id: None,
         }
     }
 

@@ -4,17 +4,20 @@
 //! events it caused in one transaction, and only then answers. It is the only crate that
 //! knows SQL. [`Store`] is a closed enum over the backends so callers need no generics.
 
+mod graph;
 pub mod outbox;
 pub mod pending;
 mod postgres;
 mod sqlite;
 mod types;
 
+pub use graph::{GraphNode, GraphRecord, GraphRequest};
 pub use postgres::{PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, WAKE_ALL, migrate as migrate_postgres};
 pub use sqlite::{SqliteConfig, SqliteStore};
 pub use types::*;
 
 use shoal_engine::dimensions::Dimensions;
+use shoal_engine::message::GraphStatus;
 use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::task::Resolution;
@@ -84,6 +87,37 @@ pub struct ClaimRequest {
 }
 
 impl Store {
+    /// Creates a task graph and its tasks (idempotent for the very same submission).
+    ///
+    /// # Errors
+    /// Rejected for a bad graph (naming the field), an existing graph or task group.
+    pub async fn create_graph(
+        &self,
+        request: GraphRequest,
+        now: Timestamp,
+    ) -> Result<Committed<GraphStatus>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.create_graph(request, now).await,
+            Store::Postgres(store) => store.create_graph(request, now).await,
+        }
+    }
+
+    /// Adds tasks to a task graph.
+    ///
+    /// # Errors
+    /// Rejected for an unknown graph, a sealed group, or bad tasks (naming the field).
+    pub async fn extend_graph(
+        &self,
+        task_graph_id: TaskId,
+        input: shoal_engine::graph::ExtensionInput,
+        now: Timestamp,
+    ) -> Result<Committed<GraphStatus>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.extend_graph(task_graph_id, input, now).await,
+            Store::Postgres(store) => store.extend_graph(task_graph_id, input, now).await,
+        }
+    }
+
     /// Defines a task (idempotent for an equal definition) and schedules it when it has no
     /// unmet dependencies.
     ///

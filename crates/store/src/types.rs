@@ -204,6 +204,16 @@ pub trait Reads {
     /// # Errors
     /// Storage failure.
     fn task(&self, task_id: TaskId) -> Result<Option<TaskRecord>, StoreError>;
+    /// A task graph's status, description and counts.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<crate::GraphRecord>, StoreError>;
+    /// Every task of a graph, by label.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<crate::GraphNode>, StoreError>;
     /// A task group.
     ///
     /// # Errors

@@ -38,7 +38,11 @@ impl Backend {
 }
 
 fn sqlite_in(dir: &std::path::Path) -> Store {
-    let config = SqliteConfig { path: dir.join("shoal.db"), claim_timeout_secs: CLAIM_TIMEOUT };
+    let config = SqliteConfig {
+        path: dir.join("shoal.db"),
+        claim_timeout_secs: CLAIM_TIMEOUT,
+        graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+    };
     Store::Sqlite(SqliteStore::open(&config).expect("open sqlite"))
 }
 

@@ -4,6 +4,7 @@ pub(crate) mod artifacts;
 pub(crate) mod blobs;
 pub(crate) mod claims;
 pub(crate) mod events;
+pub(crate) mod graphs;
 pub(crate) mod groups;
 pub(crate) mod logs;
 pub(crate) mod meta;

@@ -5,6 +5,7 @@ mod artifacts;
 mod claims;
 mod errors;
 mod events;
+mod graphs;
 mod logs;
 mod tasks;
 
@@ -45,8 +46,11 @@ impl TestApp {
 
     pub(crate) async fn with(settings: Settings) -> TestApp {
         let dir = tempfile::tempdir().unwrap();
-        let config =
-            SqliteConfig { path: dir.path().join("shoal.db"), claim_timeout_secs: settings.claim_timeout_secs };
+        let config = SqliteConfig {
+            path: dir.path().join("shoal.db"),
+            claim_timeout_secs: settings.claim_timeout_secs,
+            graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+        };
         let store = Store::Sqlite(SqliteStore::open(&config).unwrap());
         let queue_config = QueueConfig { claim_wait: settings.claim_wait, due_interval: Duration::from_millis(50) };
         let blobs = shoal_blobs::Blobs::local(&dir.path().join("blobs")).unwrap();

@@ -5,6 +5,7 @@
 //! rows another server holds, so concurrent servers never hand one run out twice.
 
 mod artifacts;
+mod graph;
 mod listen;
 mod notify;
 mod ops;
@@ -59,6 +60,8 @@ pub struct PgConfig {
     pub connect_timeout: Duration,
     /// Seconds a claim holds before it must be renewed.
     pub claim_timeout_secs: i64,
+    /// The task-graph scheduler's id, set on every graph task.
+    pub graph_scheduler_id: String,
 }
 
 impl PgConfig {
@@ -70,6 +73,7 @@ impl PgConfig {
             max_connections: 32,
             connect_timeout: Duration::from_secs(5),
             claim_timeout_secs: 1200,
+            graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
         }
     }
 
@@ -183,6 +187,7 @@ pub struct PgStore {
 struct PgInner {
     pool: PgPool,
     claim_timeout_secs: i64,
+    graph_scheduler_id: String,
     queues_touched: std::sync::Mutex<HashMap<String, i64>>,
     feed: Arc<OutboxFeed>,
     tail: Arc<outbox::Tail>,
@@ -243,6 +248,7 @@ impl PgStore {
         let inner = PgInner {
             pool,
             claim_timeout_secs: config.claim_timeout_secs,
+            graph_scheduler_id: config.graph_scheduler_id.clone(),
             queues_touched: std::sync::Mutex::default(),
             feed,
             tail,
@@ -309,6 +315,23 @@ impl PgStore {
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
         self.write(move |tx| ops::create_task(tx, &definition, task_id, now)).await
+    }
+
+    pub(crate) async fn create_graph(
+        &self,
+        request: crate::graph::GraphRequest,
+        now: Timestamp,
+    ) -> Result<Committed<shoal_engine::message::GraphStatus>, StoreError> {
+        self.write(move |tx| crate::graph::create(tx, &request, now)).await
+    }
+
+    pub(crate) async fn extend_graph(
+        &self,
+        task_graph_id: TaskId,
+        input: shoal_engine::graph::ExtensionInput,
+        now: Timestamp,
+    ) -> Result<Committed<shoal_engine::message::GraphStatus>, StoreError> {
+        self.write(move |tx| crate::graph::extend(tx, task_graph_id, &input, now)).await
     }
 
     pub(crate) async fn apply(
@@ -511,6 +534,7 @@ fn run_transaction<T>(
         tx: transaction,
         statements,
         claim_timeout_secs: inner.claim_timeout_secs,
+        graph_scheduler_id: &inner.graph_scheduler_id,
         queues_touched: &inner.queues_touched,
         events: Vec::new(),
         messages: Vec::new(),

@@ -8,8 +8,8 @@ use shoal_engine::artifact::Artifact;
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::outbox::OutboxEntry;
-use crate::postgres::artifacts;
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
+use crate::postgres::{artifacts, graph};
 use crate::sqlite::outbox::append_row;
 use crate::sqlite::reads::parse_seq;
 use crate::{
@@ -46,6 +46,14 @@ impl PgReads<'_> {
 }
 
 impl Reads for PgReads<'_> {
+    fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<crate::GraphRecord>, StoreError> {
+        Ok(graph::graph(&mut self.0.borrow_mut(), task_graph_id)?.map(crate::graph::StoredGraph::into_record))
+    }
+
+    fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<crate::GraphNode>, StoreError> {
+        graph::nodes(&mut self.0.borrow_mut(), task_graph_id)
+    }
+
     fn task(&self, task_id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
         let sql = format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = $1");
         self.query(&sql, &[&task_id.as_str()])?.first().map(record).transpose()

@@ -105,6 +105,31 @@ ALTER TABLE outbox_state
     ADD COLUMN gap_id       BIGINT,                    -- a missing id the sequencer waits on
     ADD COLUMN gap_xmax     BIGINT;                    -- the snapshot xmax when it was first seen missing
 "#,
+    // 3: the task-graph scheduler (seed 000): a graph's counts of open and failed-for-good
+    // tasks (its state follows from them), and each labelled task's rerun budget.
+    r#"
+CREATE TABLE task_graphs (
+    task_graph_id TEXT COLLATE "C" PRIMARY KEY,
+    scheduler_id  TEXT NOT NULL,
+    routing       TEXT NOT NULL,
+    open          INTEGER NOT NULL,  -- tasks not completed
+    failed        INTEGER NOT NULL,  -- tasks failed with no reruns left
+    metadata      TEXT NOT NULL,     -- JSON object
+    tags          TEXT NOT NULL,     -- JSON object
+    created       BIGINT NOT NULL
+);
+CREATE TABLE graph_tasks (
+    task_id       TEXT COLLATE "C" PRIMARY KEY,
+    task_graph_id TEXT COLLATE "C" NOT NULL,
+    label         TEXT NOT NULL,
+    requires      TEXT NOT NULL,     -- JSON array of labels
+    reruns        INTEGER NOT NULL,
+    reruns_left   INTEGER NOT NULL,
+    failed        BOOLEAN NOT NULL,  -- failed with no reruns left, until run again
+    submitted     TEXT NOT NULL,     -- the node as submitted (JSON), to recognize a repeat
+    UNIQUE (task_graph_id, label)
+);
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

@@ -10,11 +10,13 @@ use postgres::{Statement, Transaction};
 use serde_json::value::RawValue;
 use shoal_engine::definition::Requires;
 use shoal_engine::event::{Effects, Event};
+use shoal_engine::graph::Reaction;
 use shoal_engine::message::{self, Message};
 use shoal_engine::status::{RunState, TaskState};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
+use crate::graph;
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
 use crate::sqlite::row::TaskRow;
 use crate::sqlite::tx::{QUEUE_RETENTION_MS, QUEUE_TOUCH_INTERVAL_MS, json};
@@ -26,6 +28,8 @@ pub(crate) struct PgTx<'a> {
     /// The connection's prepared statements, by SQL text (they outlive transactions).
     pub(crate) statements: &'a mut HashMap<String, Statement>,
     pub(crate) claim_timeout_secs: i64,
+    /// The scheduler id of task-graph tasks: only their resolutions are shown to the scheduler.
+    pub(crate) graph_scheduler_id: &'a str,
     /// When this server last recorded each queue as active (saves a read per operation).
     pub(crate) queues_touched: &'a std::sync::Mutex<HashMap<String, i64>>,
     pub(crate) events: Vec<TaskEvent>,
@@ -162,7 +166,8 @@ impl PgTx<'_> {
     ) -> Result<(), StoreError> {
         let old_run = last_pending_run(&row.task);
         let old_priority = row.task.meta.priority;
-        let was_resolved = row.task.state().is_resolved();
+        let was = row.task.state();
+        let was_resolved = was.is_resolved();
         let effects = transition(&mut row.task)?;
         let has_dependents = match new {
             // Nothing can depend on a task before it exists.
@@ -183,6 +188,14 @@ impl PgTx<'_> {
         };
         self.record(&row.task, effects.0);
         let state = row.task.state();
+        if was_resolved != state.is_resolved()
+            && row.task.meta.scheduler_id == self.graph_scheduler_id
+            && graph::react(self, &row.task, was, now)? == Reaction::Rerun
+        {
+            // The graph runs it again at once: to its dependents and its group it never
+            // resolved.
+            return self.rerun_for_graph(row, now);
+        }
         if !was_resolved && state.is_resolved() {
             if has_dependents {
                 self.release_dependents(row.task.task_id, state, now)?;
@@ -190,6 +203,11 @@ impl PgTx<'_> {
             self.check_group_resolved(row.task.meta.task_group_id)?;
         }
         Ok(())
+    }
+
+    /// Runs a graph's failed task again (not generic: `step` would instantiate itself forever).
+    fn rerun_for_graph(&mut self, row: &mut TaskRow, now: Timestamp) -> Result<(), StoreError> {
+        self.step(row, now, |task| task.rerun(now))
     }
 
     /// Records what happened to `task`: its events and their messages.

@@ -8,6 +8,7 @@
 
 mod artifacts;
 mod checkpoint;
+mod graph;
 mod ops;
 pub(crate) mod outbox;
 pub(crate) mod reads;
@@ -23,6 +24,8 @@ use rusqlite::{Connection, OpenFlags};
 use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::dimensions::Dimensions;
+use shoal_engine::graph::ExtensionInput;
+use shoal_engine::message::GraphStatus;
 use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
@@ -52,6 +55,8 @@ pub struct SqliteConfig {
     pub path: PathBuf,
     /// Seconds a claim holds before it must be renewed.
     pub claim_timeout_secs: i64,
+    /// The task-graph scheduler's id, set on every graph task.
+    pub graph_scheduler_id: String,
 }
 
 /// The SQLite store; cheap to clone.
@@ -159,7 +164,14 @@ impl SqliteStore {
             unpublished = bounds.unpublished(),
             "store opened"
         );
-        let state = WriterState::new(index, max_seq, config.claim_timeout_secs, bounds.last, Arc::clone(&feed));
+        let state = WriterState::new(
+            index,
+            max_seq,
+            config.claim_timeout_secs,
+            bounds.last,
+            Arc::clone(&feed),
+            config.graph_scheduler_id.clone(),
+        );
         let wal_frames = Arc::new(AtomicI64::new(0));
         let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal_frames))?;
         let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
@@ -224,6 +236,23 @@ impl SqliteStore {
         now: Timestamp,
     ) -> Result<Committed<Claim>, StoreError> {
         self.write(move |tx| ops::claim_run(tx, task_id, run_id, &worker_group, &worker_id, now)).await
+    }
+
+    pub(crate) async fn create_graph(
+        &self,
+        request: crate::graph::GraphRequest,
+        now: Timestamp,
+    ) -> Result<Committed<GraphStatus>, StoreError> {
+        self.write(move |tx| crate::graph::create(tx, &request, now)).await
+    }
+
+    pub(crate) async fn extend_graph(
+        &self,
+        task_graph_id: TaskId,
+        input: ExtensionInput,
+        now: Timestamp,
+    ) -> Result<Committed<GraphStatus>, StoreError> {
+        self.write(move |tx| crate::graph::extend(tx, task_graph_id, &input, now)).await
     }
 
     pub(crate) async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
@@ -513,7 +542,12 @@ mod tests {
     use super::*;
 
     fn open(dir: &tempfile::TempDir) -> SqliteStore {
-        SqliteStore::open(&SqliteConfig { path: dir.path().join("shoal.db"), claim_timeout_secs: 60 }).unwrap()
+        SqliteStore::open(&SqliteConfig {
+            path: dir.path().join("shoal.db"),
+            claim_timeout_secs: 60,
+            graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+        })
+        .unwrap()
     }
 
     fn queue_known(store: &SqliteStore, name: &'static str) -> impl Future<Output = bool> {

@@ -5,8 +5,8 @@ use shoal_engine::artifact::Artifact;
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::outbox::OutboxEntry;
-use crate::sqlite::artifacts;
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
+use crate::sqlite::{artifacts, graph};
 use crate::{
     ArtifactKey, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo, TaskRecord,
 };
@@ -55,6 +55,14 @@ impl Reads for ReadConn<'_> {
 
     fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
         row::task_group(self.0, group)
+    }
+
+    fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<crate::GraphRecord>, StoreError> {
+        Ok(graph::graph(self.0, task_graph_id)?.map(crate::graph::StoredGraph::into_record))
+    }
+
+    fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<crate::GraphNode>, StoreError> {
+        graph::nodes(self.0, task_graph_id)
     }
 
     fn list_task_group(

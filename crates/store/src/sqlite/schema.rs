@@ -104,6 +104,31 @@ CREATE TABLE outbox_state (published INTEGER NOT NULL);
 INSERT INTO outbox_state (published) SELECT coalesce(MIN(seq) - 1, 0) FROM outbox;
 DROP TABLE outbox;
 ",
+    // 5: the task-graph scheduler (seed 000): a graph's counts of open and failed-for-good
+    // tasks (its state follows from them), and each labelled task's rerun budget.
+    r"
+CREATE TABLE task_graphs (
+    task_graph_id TEXT PRIMARY KEY NOT NULL,
+    scheduler_id  TEXT NOT NULL,
+    routing       TEXT NOT NULL,
+    open          INTEGER NOT NULL,  -- tasks not completed
+    failed        INTEGER NOT NULL,  -- tasks failed with no reruns left
+    metadata      TEXT NOT NULL,     -- JSON object
+    tags          TEXT NOT NULL,     -- JSON object
+    created       INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE graph_tasks (
+    task_id       TEXT PRIMARY KEY NOT NULL,
+    task_graph_id TEXT NOT NULL,
+    label         TEXT NOT NULL,
+    requires      TEXT NOT NULL,     -- JSON array of labels
+    reruns        INTEGER NOT NULL,
+    reruns_left   INTEGER NOT NULL,
+    failed        INTEGER NOT NULL,  -- 1 once it failed with no reruns left, until run again
+    submitted     TEXT NOT NULL      -- the node as submitted (JSON), to recognize a repeat
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX graph_tasks_label ON graph_tasks (task_graph_id, label);
+",
 ];
 
 /// Brings the database to the newest schema, one migration per transaction.

@@ -8,11 +8,13 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::value::RawValue;
 use shoal_engine::definition::Requires;
 use shoal_engine::event::{Effects, Event};
+use shoal_engine::graph::Reaction;
 use shoal_engine::message::{self, Message};
 use shoal_engine::status::{RunState, TaskState};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
+use crate::graph;
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, TaskRow, raw_json, task_from_row};
@@ -35,6 +37,8 @@ pub(crate) struct WriterState {
     /// Messages up to here have been deleted from the outbox (after publication).
     pub(crate) outbox_trimmed: u64,
     pub(crate) feed: Arc<OutboxFeed>,
+    /// The scheduler id of task-graph tasks: only their resolutions are shown to the scheduler.
+    pub(crate) graph_scheduler_id: String,
 }
 
 impl WriterState {
@@ -49,6 +53,7 @@ impl WriterState {
         claim_timeout_secs: i64,
         outbox_seq: u64,
         feed: Arc<OutboxFeed>,
+        graph_scheduler_id: String,
     ) -> WriterState {
         let outbox_trimmed = feed.published_upto();
         WriterState {
@@ -59,6 +64,7 @@ impl WriterState {
             outbox_seq,
             outbox_trimmed,
             feed,
+            graph_scheduler_id,
         }
     }
 }
@@ -180,7 +186,8 @@ impl Tx<'_> {
         let old_key = pending_key(row);
         let old_run = last_pending_run(&row.task);
         let old_priority = row.task.meta.priority;
-        let was_resolved = row.task.state().is_resolved();
+        let was = row.task.state();
+        let was_resolved = was.is_resolved();
         let effects = transition(&mut row.task)?;
 
         let new_run = last_pending_run(&row.task);
@@ -211,11 +218,24 @@ impl Tx<'_> {
         }
         self.record(&row.task, effects.0)?;
         let state = row.task.state();
+        if was_resolved != state.is_resolved()
+            && row.task.meta.scheduler_id == self.state.graph_scheduler_id
+            && graph::react(self, &row.task, was, now)? == Reaction::Rerun
+        {
+            // The graph runs it again at once: to its dependents and its group it never
+            // resolved.
+            return self.rerun_for_graph(row, now);
+        }
         if !was_resolved && state.is_resolved() {
             self.release_dependents(row.task.task_id, state, now)?;
             self.check_group_resolved(row.task.meta.task_group_id)?;
         }
         Ok(())
+    }
+
+    /// Runs a graph's failed task again (not generic: `step` would instantiate itself forever).
+    fn rerun_for_graph(&mut self, row: &mut TaskRow, now: Timestamp) -> Result<(), StoreError> {
+        self.step(row, now, |task| task.rerun(now))
     }
 
     /// Records what happened to `task`: its events (for the waiting workers) and their

@@ -1,0 +1,180 @@
+//! The task-graph scheduler's rows in PostgreSQL: [`GraphTx`] over a write transaction, and
+//! the reads behind `/task-graph/...`. A graph's row is locked (`FOR UPDATE`) before its
+//! counts change, so servers resolving its tasks at once count each resolution once.
+
+use postgres::{Client, Row};
+use shoal_engine::definition::TaskDefinition;
+use shoal_engine::graph::{NodeProgress, Tally};
+use shoal_engine::message::Message;
+use shoal_engine::status::{TaskState, TaskStatus};
+use shoal_engine::{TaskId, Timestamp};
+
+use crate::graph::{GraphNode, GraphTx, NewNode, StoredGraph};
+use crate::postgres::ops;
+use crate::postgres::tx::PgTx;
+use crate::sqlite::row::corrupt;
+use crate::sqlite::tx::json;
+use crate::{StoreError, TaskGroup};
+
+const GRAPH_COLUMNS: &str = "task_graph_id, scheduler_id, routing, open, failed, metadata, tags";
+
+impl GraphTx for PgTx<'_> {
+    fn graph_scheduler_id(&self) -> &str {
+        self.graph_scheduler_id
+    }
+
+    fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
+        let statement =
+            self.prepare(&format!("SELECT {GRAPH_COLUMNS} FROM task_graphs WHERE task_graph_id = $1 FOR UPDATE"))?;
+        self.tx.query_opt(&statement, &[&task_graph_id.as_str()])?.map(|row| graph_from_row(&row)).transpose()
+    }
+
+    fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError> {
+        let statement = self.prepare(
+            "INSERT INTO task_graphs (task_graph_id, scheduler_id, routing, open, failed, metadata, tags, created) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )?;
+        self.tx.execute(
+            &statement,
+            &[
+                &graph.task_graph_id.as_str(),
+                &graph.scheduler_id,
+                &graph.routing,
+                &(graph.tally.open as i32),
+                &(graph.tally.failed as i32),
+                &json(&graph.metadata)?,
+                &json(&graph.tags)?,
+                &now.millis(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError> {
+        let statement = self.prepare("UPDATE task_graphs SET open = $2, failed = $3 WHERE task_graph_id = $1")?;
+        self.tx.execute(&statement, &[&task_graph_id.as_str(), &(tally.open as i32), &(tally.failed as i32)])?;
+        Ok(())
+    }
+
+    fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError> {
+        let statement = self.prepare("SELECT label, task_id, submitted FROM graph_tasks WHERE task_graph_id = $1")?;
+        self.tx
+            .query(&statement, &[&task_graph_id.as_str()])?
+            .iter()
+            .map(|row| Ok((row.try_get(0)?, parse_id(row.try_get(1)?)?, row.try_get(2)?)))
+            .collect()
+    }
+
+    fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError> {
+        let planned = node.planned;
+        let statement = self.prepare(
+            "INSERT INTO graph_tasks (task_id, task_graph_id, label, requires, reruns, reruns_left, failed, submitted) \
+             VALUES ($1, $2, $3, $4, $5, $5, false, $6)",
+        )?;
+        self.tx.execute(
+            &statement,
+            &[
+                &planned.task_id.as_str(),
+                &node.task_graph_id.as_str(),
+                &planned.label,
+                &json(&planned.requires)?,
+                &(planned.reruns as i32),
+                &node.submitted,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError> {
+        let statement =
+            self.prepare("SELECT task_graph_id, reruns_left, failed FROM graph_tasks WHERE task_id = $1 FOR UPDATE")?;
+        self.tx
+            .query_opt(&statement, &[&task_id.as_str()])?
+            .map(|row| {
+                let reruns_left: i32 = row.try_get(1)?;
+                Ok((
+                    parse_id(row.try_get(0)?)?,
+                    NodeProgress { reruns_left: reruns_left as u32, failed: row.try_get(2)? },
+                ))
+            })
+            .transpose()
+    }
+
+    fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError> {
+        let statement = self.prepare("UPDATE graph_tasks SET reruns_left = $2, failed = $3 WHERE task_id = $1")?;
+        self.tx.execute(&statement, &[&task_id.as_str(), &(progress.reruns_left as i32), &progress.failed])?;
+        Ok(())
+    }
+
+    fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError> {
+        let statement = self.prepare("SELECT expires FROM tasks WHERE task_id = $1")?;
+        Ok(self.tx.query_opt(&statement, &[&task_id.as_str()])?.map(|row| Timestamp(row.get(0))))
+    }
+
+    fn load_task_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
+        self.load_group(group)
+    }
+
+    fn create_queue_task(
+        &mut self,
+        definition: &TaskDefinition,
+        task_id: TaskId,
+        now: Timestamp,
+    ) -> Result<TaskStatus, StoreError> {
+        ops::create_task(self, definition, task_id, now)
+    }
+
+    fn publish_message(&mut self, message: Message) {
+        self.publish(message);
+    }
+}
+
+fn graph_from_row(row: &Row) -> Result<StoredGraph, StoreError> {
+    let open: i32 = row.try_get(3)?;
+    let failed: i32 = row.try_get(4)?;
+    Ok(StoredGraph {
+        task_graph_id: parse_id(row.try_get(0)?)?,
+        scheduler_id: row.try_get(1)?,
+        routing: row.try_get(2)?,
+        tally: Tally { open: open as u32, failed: failed as u32 },
+        metadata: serde_json::from_str(row.try_get(5)?).map_err(corrupt)?,
+        tags: serde_json::from_str(row.try_get(6)?).map_err(corrupt)?,
+    })
+}
+
+/// A graph's row, unlocked.
+pub(crate) fn graph(client: &mut Client, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
+    let statement = client.prepare(&format!("SELECT {GRAPH_COLUMNS} FROM task_graphs WHERE task_graph_id = $1"))?;
+    client.query_opt(&statement, &[&task_graph_id.as_str()])?.map(|row| graph_from_row(&row)).transpose()
+}
+
+/// Every task of a graph, by label, with the queue's state of each.
+pub(crate) fn nodes(client: &mut Client, task_graph_id: TaskId) -> Result<Vec<GraphNode>, StoreError> {
+    let statement = client.prepare(
+        "SELECT g.label, g.task_id, coalesce(t.definition::jsonb -> 'metadata' ->> 'name', ''), g.requires, \
+         g.reruns, g.reruns_left, g.failed, t.state \
+         FROM graph_tasks g JOIN tasks t ON t.task_id = g.task_id WHERE g.task_graph_id = $1 ORDER BY g.label",
+    )?;
+    client
+        .query(&statement, &[&task_graph_id.as_str()])?
+        .iter()
+        .map(|row| {
+            let state: &str = row.try_get(7)?;
+            let reruns: i32 = row.try_get(4)?;
+            let reruns_left: i32 = row.try_get(5)?;
+            Ok(GraphNode {
+                label: row.try_get(0)?,
+                task_id: parse_id(row.try_get(1)?)?,
+                name: row.try_get(2)?,
+                requires: serde_json::from_str(row.try_get(3)?).map_err(corrupt)?,
+                reruns: reruns as u32,
+                progress: NodeProgress { reruns_left: reruns_left as u32, failed: row.try_get(6)? },
+                state: TaskState::from_name(state).ok_or_else(|| corrupt(format!("task state {state}")))?,
+            })
+        })
+        .collect()
+}
+
+fn parse_id(text: &str) -> Result<TaskId, StoreError> {
+    TaskId::parse(text).ok_or_else(|| corrupt(format!("task id {text}")))
+}
