@@ -11,7 +11,10 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use shoal_engine::Timestamp;
-use shoal_engine::status::TaskStatus;
+use shoal_engine::status::{TaskState, TaskStatus};
+
+pub use shoal_engine::graph::GraphState;
+pub use shoal_engine::message::GraphStatus;
 
 pub use events::{EventStream, StreamEvent};
 
@@ -63,6 +66,35 @@ impl ClientError {
     }
 }
 
+/// The `{status}` answer of the scheduler's calls.
+#[derive(Deserialize)]
+struct GraphStatusAnswer {
+    status: GraphStatus,
+}
+
+/// A graph and its tasks, as `/inspect` shows them.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GraphInspection {
+    /// The graph's status.
+    pub status: GraphStatus,
+    /// Its tasks.
+    pub tasks: Vec<GraphTask>,
+}
+
+/// One task of a graph.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GraphTask {
+    /// Its label.
+    pub label: String,
+    /// Its taskId.
+    pub task_id: String,
+    /// The queue's state of it.
+    pub state: TaskState,
+    /// Reruns not used yet.
+    pub reruns_left: u32,
+}
+
 /// One claimed run, as claimWork hands it out.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -100,6 +132,39 @@ impl Client {
 
     fn queue(&self, path: &str) -> String {
         format!("{}/api/queue/v1{path}", self.root_url)
+    }
+
+    fn scheduler(&self, path: &str) -> String {
+        format!("{}/api/scheduler/v1{path}", self.root_url)
+    }
+
+    /// createTaskGraph: submits a graph (seed 000's format) under `task_graph_id`.
+    ///
+    /// # Errors
+    /// As the server answers (400 names the problem: a cycle, an unknown label, a bad task).
+    pub async fn create_task_graph(&self, task_graph_id: &str, graph: &Value) -> Result<GraphStatus, ClientError> {
+        let answer: GraphStatusAnswer = self
+            .call(Method::PUT, &self.scheduler(&format!("/task-graph/{task_graph_id}")), Some(Body::Json(graph)))
+            .await?;
+        Ok(answer.status)
+    }
+
+    /// A task graph's status.
+    ///
+    /// # Errors
+    /// As the server answers (404 for an unknown graph).
+    pub async fn task_graph_status(&self, task_graph_id: &str) -> Result<GraphStatus, ClientError> {
+        let answer: GraphStatusAnswer =
+            self.call(Method::GET, &self.scheduler(&format!("/task-graph/{task_graph_id}/status")), None).await?;
+        Ok(answer.status)
+    }
+
+    /// Every task of a graph with its label, requirements and state (`/inspect`).
+    ///
+    /// # Errors
+    /// As the server answers (404 for an unknown graph).
+    pub async fn inspect_task_graph(&self, task_graph_id: &str) -> Result<GraphInspection, ClientError> {
+        self.call(Method::GET, &self.scheduler(&format!("/task-graph/{task_graph_id}/inspect")), None).await
     }
 
     /// Sends a request (retrying transport errors and 5xx) and returns the answer's body.

@@ -332,8 +332,11 @@ fn queue_definition(
         Some(_) => return Err(Rejection::invalid(field("routes"), "must be an array of strings")),
     };
     object.insert("routes".to_owned(), Value::Array(routes));
-    let input: TaskDefinitionInput =
-        serde_json::from_value(task).map_err(|err| Rejection::invalid(field(""), err.to_string()))?;
+    let input: TaskDefinitionInput = serde_path_to_error::deserialize(task).map_err(|err| {
+        let path = err.path().to_string();
+        let at = if path == "." { field("") } else { field(&path) };
+        Rejection::invalid(at, err.into_inner().to_string())
+    })?;
     input.validate(task_id, context.now).map_err(|rejection| match rejection {
         Rejection::Invalid { field: inner, rule } => Rejection::invalid(field(&inner), rule),
         other => other,
@@ -475,7 +478,7 @@ pub struct NodeProgress {
 }
 
 /// The state of a graph (seed 000's status structure).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GraphState {
     /// Some task is not yet completed and none has failed for good.

@@ -315,7 +315,7 @@ pub fn group_priority_changed(group: &TaskGroup, priority: Priority, tasks_affec
 }
 
 /// The body of the task-graph messages: seed 000's task-graph status structure.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GraphStatus {
     /// The scheduler that took the graph.

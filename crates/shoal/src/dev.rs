@@ -1,17 +1,16 @@
 //! `shoal dev`: a server on embedded storage and local workers in one process, and with
 //! `--example` the example CI graph run to completion, for a first look at Shoal.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use serde_json::{Value, json};
+use serde_json::json;
 use shoal_client::Client;
 use tokio::sync::watch;
 
-use crate::{RunningServer, ServerConfig, ShutdownSignal, cli, stopped};
+use crate::{RunningServer, ServerConfig, ShutdownSignal, stopped};
 
 /// The example graph, built into the binary so `shoal dev --example` works from anywhere.
 const EXAMPLE: &str = include_str!("../../../examples/ci-graph.yaml");
@@ -67,17 +66,25 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
     let mut all_completed = true;
     if args.example {
         let client = Client::new(&root)?;
-        let (group, labels) = submit(&client, EXAMPLE).await?;
-        println!("submitted the example graph: task group {group}\n");
-        all_completed = cli::group_wait(&client, &group, false).await?;
+        let graph = crate::graph::parse_graph(EXAMPLE, Some(DEV_QUEUE)).context("the example graph")?;
+        let task_graph_id = slugid::nice();
+        client.create_task_graph(&task_graph_id, &graph).await.context("submitting the example graph")?;
+        println!("submitted the example graph {task_graph_id} to the task-graph scheduler\n");
+        all_completed = crate::graph::wait_for(&client, &task_graph_id, false).await?;
+        let inspection = client.inspect_task_graph(&task_graph_id).await?;
         println!("\nwhere to look:");
-        println!("  the group:      {root}/api/queue/v1/task-group/{group}/list");
-        for (label, task_id) in &labels {
-            println!("  {label:<17} {root}/api/queue/v1/task/{task_id}/artifacts   (log: shoal task log {task_id})");
+        println!("  the graph:      {root}/api/scheduler/v1/task-graph/{task_graph_id}/inspect");
+        println!("  its tasks:      {root}/api/queue/v1/task-group/{task_graph_id}/list");
+        for task in &inspection.tasks {
+            println!(
+                "  {:<17} {root}/api/queue/v1/task/{}/artifacts   (log: shoal task log {})",
+                task.label, task.task_id, task.task_id
+            );
         }
+        let report = inspection.tasks.iter().find(|task| task.label == "report");
         println!(
             "  e.g. shoal artifact get {} public/report.txt",
-            labels.get("report").map_or("<taskId>", String::as_str)
+            report.map_or("<taskId>", |task| task.task_id.as_str())
         );
     }
     if !args.once {
@@ -88,52 +95,4 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
     while workers.join_next().await.is_some() {}
     server.stop().await?;
     Ok(all_completed)
-}
-
-/// Creates the tasks of a graph (labels -> tasks with `requires`) in one new task group, in
-/// dependency order; returns the group and each label's task id.
-async fn submit(client: &Client, graph_yaml: &str) -> anyhow::Result<(String, BTreeMap<String, String>)> {
-    let graph: Value = serde_saphyr::from_str(graph_yaml).context("parsing the example graph")?;
-    let tasks = graph["tasks"].as_object().context("the graph needs a `tasks` map")?;
-    let ids: BTreeMap<String, String> = tasks.keys().map(|label| (label.clone(), slugid::nice())).collect();
-    let group = slugid::nice();
-    let now = shoal_client::now();
-    let mut created: BTreeMap<&str, bool> = BTreeMap::new();
-    while created.len() < tasks.len() {
-        let before = created.len();
-        for (label, entry) in tasks {
-            let requires: Vec<&str> =
-                entry["requires"].as_array().map_or_else(Vec::new, |r| r.iter().filter_map(Value::as_str).collect());
-            if created.contains_key(label.as_str()) || !requires.iter().all(|r| created.contains_key(r)) {
-                continue;
-            }
-            let mut definition = substitute(&entry["task"], &ids)?;
-            let object = definition.as_object_mut().with_context(|| format!("task {label} must be an object"))?;
-            object.insert("taskQueueId".into(), json!(DEV_QUEUE));
-            object.insert("taskGroupId".into(), json!(group));
-            object.insert("created".into(), json!(now));
-            object.insert("deadline".into(), json!(now.plus_secs(3600)));
-            object.insert("dependencies".into(), json!(requires.iter().map(|r| &ids[*r]).collect::<Vec<_>>()));
-            client.create_task(&ids[label], &definition).await.with_context(|| format!("creating task {label}"))?;
-            created.insert(label, true);
-        }
-        anyhow::ensure!(created.len() > before, "the graph's requires name unknown labels or form a cycle");
-    }
-    Ok((group, ids))
-}
-
-/// Replaces every `{"$subs": "taskId:<label>"}` with that label's task id.
-fn substitute(value: &Value, ids: &BTreeMap<String, String>) -> anyhow::Result<Value> {
-    Ok(match value {
-        Value::Object(object) if object.len() == 1 && object.contains_key("$subs") => {
-            let reference = object["$subs"].as_str().context("$subs takes a string")?;
-            let label = reference.strip_prefix("taskId:").context("$subs must be taskId:<label>")?;
-            json!(ids.get(label).with_context(|| format!("$subs names the unknown label {label}"))?)
-        }
-        Value::Object(object) => Value::Object(
-            object.iter().map(|(k, v)| Ok((k.clone(), substitute(v, ids)?))).collect::<anyhow::Result<_>>()?,
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(|v| substitute(v, ids)).collect::<anyhow::Result<_>>()?),
-        other => other.clone(),
-    })
 }

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 
 mod cli;
 mod dev;
+mod graph;
 
 // The server allocates many small, short-lived buffers per request (JSON, headers);
 // mimalloc serves them with less CPU than glibc's allocator.
@@ -59,6 +60,13 @@ enum Command {
         address: cli::ServerAddress,
         #[command(subcommand)]
         command: GroupCommand,
+    },
+    /// Task graphs (the task-graph scheduler at <rootUrl>/api/scheduler/v1/).
+    Graph {
+        #[command(flatten)]
+        address: cli::ServerAddress,
+        #[command(subcommand)]
+        command: graph::GraphCommand,
     },
     /// Apply pending schema migrations to a PostgreSQL database (servers also do so at start).
     Migrate {
@@ -327,6 +335,12 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Task { address, command } => runtime.block_on(cli::task(&address, command)),
+        Command::Graph { address, command } => {
+            if !runtime.block_on(graph::graph(&address, command))? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Listen { address, args } => runtime.block_on(cli::listen(&address, args)),
         Command::Artifact { address, command: ArtifactCommand::Get { task_id, name, run, output } } => {
             runtime.block_on(cli::artifact_get(&address, &task_id, &name, run, output.as_deref()))

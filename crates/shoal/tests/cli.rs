@@ -150,3 +150,56 @@ async fn listen_prints_the_messages_its_bindings_match() {
     assert!(lines.iter().all(|line| line["payload"]["status"]["taskId"] == task_id.as_str()));
     assert_eq!(lines[0]["routes"], serde_json::json!(["index.cli.build"]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graph_submit_waits_for_a_finished_graph_and_fails_on_a_blocked_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, root) = server(&dir.path().join("data")).await;
+    let _worker = shoal()
+        .args(["worker", "--queue", "cli/graph", "--root-url", &root, "--work-dir"])
+        .arg(dir.path().join("work"))
+        .spawn()
+        .unwrap();
+    let meta = "metadata: {name: step, description: d, owner: o, source: 'https://x'}";
+    let file = dir.path().join("graph.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "routing: cli\ntasks:\n  first:\n    task: {{payload: {{maxRunTime: 30, command: [\"true\"]}}, {meta}}}\n  second:\n    requires: [first]\n    task: {{payload: {{maxRunTime: 30, command: [\"echo $FIRST\"], env: {{FIRST: {{$subs: 'taskId:first'}}}}}}, {meta}}}\n"
+        ),
+    )
+    .unwrap();
+    let (code, out) =
+        verb(&root, &["graph", "submit", file.to_str().unwrap(), "--task-queue-id", "cli/graph", "--wait", "--json"])
+            .await;
+    assert_eq!(code, 0, "{out}");
+    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["status"]["state"], "finished", "{summary}");
+    let first = summary["tasks"].as_array().unwrap().iter().find(|task| task["label"] == "first").unwrap();
+    let first_id = first["taskId"].as_str().unwrap();
+    let second = summary["tasks"].as_array().unwrap().iter().find(|task| task["label"] == "second").unwrap();
+    let (_, log) = verb(&root, &["task", "log", second["taskId"].as_str().unwrap()]).await;
+    assert!(log.contains(first_id), "$subs gave `second` the taskId of `first`: {log}");
+
+    // A task that always fails, with one rerun: the graph blocks and the verb says so.
+    std::fs::write(
+        &file,
+        format!(
+            "routing: cli\ntasks:\n  broken:\n    reruns: 1\n    task: {{payload: {{maxRunTime: 30, command: [\"false\"]}}, {meta}}}\n"
+        ),
+    )
+    .unwrap();
+    let (code, table) =
+        verb(&root, &["graph", "submit", file.to_str().unwrap(), "--task-queue-id", "cli/graph", "--wait"]).await;
+    assert_eq!(code, 1, "a blocked graph is a failure: {table}");
+    assert!(table.contains("broken") && table.contains("failed") && table.contains("blocked"), "{table}");
+
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"routing": "cli", "tasks": {"a": {"requires": ["a"], "task": {"payload": {}}}}}"#)
+        .unwrap();
+    let out =
+        shoal().args(["graph", "submit", bad.to_str().unwrap()]).env("SHOAL_ROOT_URL", &root).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cycle: a -> a"), "the server's reason reaches the user: {stderr}");
+}

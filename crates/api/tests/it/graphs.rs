@@ -319,7 +319,14 @@ async fn bad_graphs_are_refused_naming_the_problem_and_leave_nothing_behind() {
             json!({"routing": "r", "tasks": {"a": {"task": task_def(json!({"taskQueueId": "no-slash"}))}}}),
             "tasks.a.task.taskQueueId",
         ),
-        (json!({"routing": "r", "tasks": {"a": {"task": task_def(json!({"metadata": null}))}}}), "tasks.a.task"),
+        (
+            json!({"routing": "r", "tasks": {"a": {"task": task_def(json!({"metadata": null}))}}}),
+            "tasks.a.task: missing field `metadata`",
+        ),
+        (
+            json!({"routing": "r", "tasks": {"a": {"task": task_def(json!({"retries": "many"}))}}}),
+            "tasks.a.task.retries: invalid type",
+        ),
         (json!({"routing": "much-too-long", "tasks": {"a": ok()}}), "routing"),
         (json!({"routing": "r", "tasks": {"a": {"reruns": 50, "task": task_def(json!({}))}}}), "tasks.a.reruns"),
         (json!({"routing": "r", "tasks": {}}), "tasks: must hold at least one task"),
