@@ -4,6 +4,7 @@
 //!   clients and workers;
 //! - wake: latency from sending createTask to an idle long-polling worker receiving the claim;
 //! - scale: claim cost and server memory with 10^3 and 10^6 pending tasks;
+//! - graph: a whole task graph (a deep chain, a wide fan-out) from submission to finished;
 //! - events: messages/s from the outbox to RabbitMQ with publisher confirms, and what
 //!   publishing to a broker costs the throughput benchmark.
 //!
@@ -11,6 +12,7 @@
 #![expect(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 
 mod events;
+mod graph;
 mod server;
 
 use std::sync::Arc;
@@ -116,6 +118,15 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         chunk_kb: usize,
     },
+    /// A task graph from submission to finished with trivial workers.
+    Graph {
+        #[arg(long, value_enum, default_value = "chain")]
+        shape: graph::Shape,
+        #[arg(long, default_value_t = 1000)]
+        tasks: usize,
+        #[arg(long, default_value_t = 16)]
+        workers: usize,
+    },
     /// Claim cost and memory with many pending tasks.
     Scale {
         #[arg(long, value_delimiter = ',', default_value = "1000,1000000")]
@@ -137,6 +148,8 @@ fn main() -> anyhow::Result<()> {
                 live_log(256, 1024).await?;
                 worker(5000, 32).await?;
                 chatty(256).await?;
+                graph::graph_bench(graph::Shape::Chain, 1000, 16).await?;
+                graph::graph_bench(graph::Shape::Fan, 10_000, 16).await?;
                 scale(&[1_000, 1_000_000], 20_000).await?;
             }
             Command::Throughput { tasks, creators, workers, batch, amqp_url, database, servers } => {
@@ -159,6 +172,9 @@ fn main() -> anyhow::Result<()> {
             Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
             Command::Chatty { megabytes } => chatty(megabytes).await?,
             Command::Scale { pending, claims } => scale(&pending, claims).await?,
+            Command::Graph { shape, tasks, workers } => {
+                graph::graph_bench(shape, tasks, workers).await?;
+            }
         }
         Ok(())
     })
