@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde_json::{Map, Value, json};
 
 use crate::server::Server;
-use crate::{ClaimAnswer, bytes_of, definition};
+use crate::{bytes_of, definition, trivial_worker};
 
 /// The graph's shape.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -46,27 +46,7 @@ pub(crate) async fn graph_bench(shape: Shape, n_tasks: usize, n_workers: usize) 
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..n_workers {
         let (client, base, completed) = (client.clone(), server.base.clone(), Arc::clone(&completed));
-        workers.spawn(async move {
-            let body = bytes_of(&json!({"workerGroup": "bench", "workerId": format!("w{w}"), "tasks": 8}))?;
-            let claim_url = format!("{base}/claim-work/bench%2Fgraph");
-            while completed.load(Ordering::Relaxed) < n_tasks {
-                let res = client
-                    .post(&claim_url)
-                    .header("content-type", "application/json")
-                    .body(body.clone())
-                    .send()
-                    .await?;
-                let answer: ClaimAnswer = serde_json::from_slice(&res.bytes().await?)?;
-                for claim in answer.tasks {
-                    let url = format!("{base}/task/{}/runs/{}/completed", claim.status.task_id, claim.run_id);
-                    let res = client.post(url).send().await?;
-                    anyhow::ensure!(res.status().is_success(), "reportCompleted: {}", res.text().await?);
-                    res.bytes().await?;
-                    completed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Ok::<(), anyhow::Error>(())
-        });
+        workers.spawn(trivial_worker(client, base, "bench%2Fgraph", format!("w{w}"), 8, completed, n_tasks));
     }
     let cpu0 = server.cpu_secs();
     let started = Instant::now();

@@ -294,27 +294,7 @@ async fn throughput_with(
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..n_workers {
         let (client, base, completed) = (client.clone(), bases[w % bases.len()].clone(), Arc::clone(&completed));
-        workers.spawn(async move {
-            let body = bytes_of(&json!({"workerGroup": "bench", "workerId": format!("w{w}"), "tasks": batch}))?;
-            let claim_url = format!("{base}/claim-work/bench%2Fthroughput");
-            while completed.load(Ordering::Relaxed) < n_tasks {
-                let res = client
-                    .post(&claim_url)
-                    .header("content-type", "application/json")
-                    .body(body.clone())
-                    .send()
-                    .await?;
-                let answer: ClaimAnswer = serde_json::from_slice(&res.bytes().await?)?;
-                for claim in answer.tasks {
-                    let url = format!("{base}/task/{}/runs/{}/completed", claim.status.task_id, claim.run_id);
-                    let res = client.post(url).send().await?;
-                    anyhow::ensure!(res.status().is_success(), "reportCompleted: {}", res.text().await?);
-                    res.bytes().await?;
-                    completed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Ok::<(), anyhow::Error>(())
-        });
+        workers.spawn(trivial_worker(client, base, "bench%2Fthroughput", format!("w{w}"), batch, completed, n_tasks));
     }
     while let Some(res) = creators.join_next().await {
         res??;
@@ -354,6 +334,33 @@ async fn throughput_with(
         server.stop().await;
     }
     Ok(n_tasks as f64 / elapsed)
+}
+
+/// A worker that claims up to `batch` runs from `queue` (percent-encoded) and reports each
+/// completed at once, until `completed` reaches `n_tasks`.
+async fn trivial_worker(
+    client: reqwest::Client,
+    base: String,
+    queue: &'static str,
+    worker_id: String,
+    batch: usize,
+    completed: Arc<AtomicUsize>,
+    n_tasks: usize,
+) -> anyhow::Result<()> {
+    let body = bytes_of(&json!({"workerGroup": "bench", "workerId": worker_id, "tasks": batch}))?;
+    let claim_url = format!("{base}/claim-work/{queue}");
+    while completed.load(Ordering::Relaxed) < n_tasks {
+        let res = client.post(&claim_url).header("content-type", "application/json").body(body.clone()).send().await?;
+        let answer: ClaimAnswer = serde_json::from_slice(&res.bytes().await?)?;
+        for claim in answer.tasks {
+            let url = format!("{base}/task/{}/runs/{}/completed", claim.status.task_id, claim.run_id);
+            let res = client.post(url).send().await?;
+            anyhow::ensure!(res.status().is_success(), "reportCompleted: {}", res.text().await?);
+            res.bytes().await?;
+            completed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(())
 }
 
 async fn wake(samples: usize, database: Option<&str>, servers: usize) -> anyhow::Result<()> {

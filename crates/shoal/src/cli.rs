@@ -165,14 +165,7 @@ fn read_definition(file: &Path) -> anyhow::Result<Value> {
 /// `shoal group wait`: a progress bar until every task of the group is resolved, then a
 /// summary table; true when every task completed.
 pub(crate) async fn group_wait(client: &Client, group: &str, json: bool) -> anyhow::Result<bool> {
-    let bar = indicatif::ProgressBar::new(0);
-    if json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} resolved  {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar("resolved", json);
     let members = loop {
         let members = client.task_group(group).await?;
         let count = |state: TaskState| members.iter().filter(|m| m.status.state == state).count();
@@ -202,6 +195,19 @@ pub(crate) async fn group_wait(client: &Client, group: &str, json: bool) -> anyh
         print_table(&members);
     }
     Ok(all_completed)
+}
+
+/// A progress bar counting tasks that are `done`, hidden when the output is JSON.
+pub(crate) fn progress_bar(done: &str, hidden: bool) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    if hidden {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let template = format!("{{spinner}} [{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {done}  {{msg}}");
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
 }
 
 fn name_of(member: &GroupMember) -> &str {

@@ -112,14 +112,7 @@ pub(crate) fn parse_graph(text: &str, task_queue_id: Option<&str>) -> anyhow::Re
 /// A progress bar until the graph is finished or blocked, then a table of its tasks; true
 /// when it finished.
 pub(crate) async fn wait_for(client: &Client, task_graph_id: &str, json: bool) -> anyhow::Result<bool> {
-    let bar = indicatif::ProgressBar::new(0);
-    if json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} completed  {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = crate::cli::progress_bar("completed", json);
     let inspection = loop {
         let inspection = client.inspect_task_graph(task_graph_id).await?;
         let count = |state: TaskState| inspection.tasks.iter().filter(|task| task.state == state).count();
