@@ -56,25 +56,26 @@ pub(crate) struct NewNode<'a> {
     pub(crate) submitted: &'a str,
 }
 
-/// What a backend's write transaction offers the scheduler.
+/// What a backend's write transaction offers the scheduler. Async for PostgreSQL, whose
+/// statements are awaited; SQLite's calls complete at once (see [`ready`]).
 pub(crate) trait GraphTx {
     /// The scheduler id graph tasks carry (tasks with another are never looked up).
     fn graph_scheduler_id(&self) -> &str;
     /// A graph's row, locked for this transaction where the backend locks rows.
-    fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError>;
-    fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError>;
-    fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError>;
+    async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError>;
+    async fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError>;
+    async fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError>;
     /// Each label of the graph with its taskId and its submitted JSON.
-    fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError>;
-    fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError>;
+    async fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError>;
+    async fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError>;
     /// The graph and progress of the task `task_id`, when it belongs to a graph.
-    fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError>;
-    fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError>;
+    async fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError>;
+    async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError>;
     /// When a stored task expires (None when there is no such task).
-    fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError>;
-    fn load_task_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
+    async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError>;
+    async fn load_task_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
     /// The queue's createTask, in this transaction.
-    fn create_queue_task(
+    async fn create_queue_task(
         &mut self,
         definition: &TaskDefinition,
         task_id: TaskId,
@@ -128,12 +129,16 @@ pub struct GraphRequest {
 
 /// Creates a graph and all its tasks, or answers the graph's status when the very same
 /// submission was already accepted (a retried request).
-pub(crate) fn create(tx: &mut impl GraphTx, request: &GraphRequest, now: Timestamp) -> Result<GraphStatus, StoreError> {
+pub(crate) async fn create(
+    tx: &mut impl GraphTx,
+    request: &GraphRequest,
+    now: Timestamp,
+) -> Result<GraphStatus, StoreError> {
     let GraphRequest { task_graph_id, input } = request;
     let task_graph_id = *task_graph_id;
     let submitted = submitted_nodes(&input.tasks)?;
-    if let Some(existing) = tx.load_graph(task_graph_id)? {
-        let labels = tx.graph_labels(task_graph_id)?;
+    if let Some(existing) = tx.load_graph(task_graph_id).await? {
+        let labels = tx.graph_labels(task_graph_id).await?;
         let same = existing.routing == input.routing
             && existing.metadata == input.metadata.clone().unwrap_or_default()
             && existing.tags == input.tags
@@ -147,7 +152,7 @@ pub(crate) fn create(tx: &mut impl GraphTx, request: &GraphRequest, now: Timesta
         ))
         .into());
     }
-    if tx.load_task_group(task_graph_id)?.is_some() {
+    if tx.load_task_group(task_graph_id).await?.is_some() {
         return Err(Rejection::Conflict(format!(
             "task group {task_graph_id} already exists: a task graph needs a taskGraphId of its own"
         ))
@@ -157,7 +162,7 @@ pub(crate) fn create(tx: &mut impl GraphTx, request: &GraphRequest, now: Timesta
     let scheduler_id = tx.graph_scheduler_id().to_owned();
     let context = GraphContext { task_graph_id, scheduler_id: &scheduler_id, routing: &input.routing, now };
     let planned = graph::plan(context, input.tasks.clone(), &BTreeMap::new(), new_task_id)?;
-    check_dependencies(tx, &planned)?;
+    check_dependencies(tx, &planned).await?;
     let graph = StoredGraph {
         task_graph_id,
         scheduler_id,
@@ -166,30 +171,30 @@ pub(crate) fn create(tx: &mut impl GraphTx, request: &GraphRequest, now: Timesta
         metadata: input.metadata.clone().unwrap_or_default(),
         tags: input.tags.clone(),
     };
-    tx.insert_graph(&graph, now)?;
+    tx.insert_graph(&graph, now).await?;
     tx.publish_message(message::graph_message(&graph.status()));
-    create_tasks(tx, task_graph_id, &planned, &submitted, now)?;
+    create_tasks(tx, task_graph_id, &planned, &submitted, now).await?;
     Ok(graph.status())
 }
 
 /// Adds tasks to a graph; they may require labels already in it. A finished graph that gains
 /// tasks is running again. Repeating an extension already applied answers the status.
-pub(crate) fn extend(
+pub(crate) async fn extend(
     tx: &mut impl GraphTx,
     task_graph_id: TaskId,
     input: &ExtensionInput,
     now: Timestamp,
 ) -> Result<GraphStatus, StoreError> {
-    let Some(mut graph) = tx.load_graph(task_graph_id)? else {
+    let Some(mut graph) = tx.load_graph(task_graph_id).await? else {
         return Err(Rejection::NotFound(format!("task graph {task_graph_id} not found")).into());
     };
     let submitted = submitted_nodes(&input.tasks)?;
-    let labels = tx.graph_labels(task_graph_id)?;
+    let labels = tx.graph_labels(task_graph_id).await?;
     let known: HashMap<&str, &str> = labels.iter().map(|(label, _, text)| (label.as_str(), text.as_str())).collect();
     if submitted.iter().all(|(label, text)| known.get(label.as_str()) == Some(&text.as_str())) {
         return Ok(graph.status());
     }
-    if let Some(group) = tx.load_task_group(task_graph_id)?
+    if let Some(group) = tx.load_task_group(task_graph_id).await?
         && group.sealed.is_some()
     {
         return Err(
@@ -199,39 +204,39 @@ pub(crate) fn extend(
     let existing: BTreeMap<String, TaskId> = labels.into_iter().map(|(label, task_id, _)| (label, task_id)).collect();
     let context = GraphContext { task_graph_id, scheduler_id: &graph.scheduler_id, routing: &graph.routing, now };
     let planned = graph::plan(context, input.tasks.clone(), &existing, new_task_id)?;
-    check_dependencies(tx, &planned)?;
+    check_dependencies(tx, &planned).await?;
     let before = graph.tally.state();
     graph.tally.open += planned.len() as u32;
-    tx.save_tally(task_graph_id, graph.tally)?;
+    tx.save_tally(task_graph_id, graph.tally).await?;
     if graph.tally.state() != before {
         tx.publish_message(message::graph_message(&graph.status()));
     }
-    create_tasks(tx, task_graph_id, &planned, &submitted, now)?;
+    create_tasks(tx, task_graph_id, &planned, &submitted, now).await?;
     Ok(graph.status())
 }
 
 /// Called for every transition of a task carrying the graph scheduler's id between resolved
 /// and not: keeps its graph's counts, publishes the graph's new state, and says whether the
 /// task is to be run again.
-pub(crate) fn react(
+pub(crate) async fn react(
     tx: &mut impl GraphTx,
     task: &Task,
     was: TaskState,
     now: Timestamp,
 ) -> Result<Reaction, StoreError> {
-    let Some((task_graph_id, mut progress)) = tx.load_node(task.task_id)? else {
+    let Some((task_graph_id, mut progress)) = tx.load_node(task.task_id).await? else {
         return Ok(Reaction::Count);
     };
-    let Some(mut graph) = tx.load_graph(task_graph_id)? else {
+    let Some(mut graph) = tx.load_graph(task_graph_id).await? else {
         return Ok(Reaction::Count);
     };
     let (before, tally_before, progress_before) = (graph.tally.state(), graph.tally, progress);
     let reaction = graph::react(task, was, &mut progress, &mut graph.tally, now);
     if progress != progress_before {
-        tx.save_node(task.task_id, progress)?;
+        tx.save_node(task.task_id, progress).await?;
     }
     if graph.tally != tally_before {
-        tx.save_tally(task_graph_id, graph.tally)?;
+        tx.save_tally(task_graph_id, graph.tally).await?;
     }
     if graph.tally.state() != before {
         tx.publish_message(message::graph_message(&graph.status()));
@@ -239,7 +244,7 @@ pub(crate) fn react(
     Ok(reaction)
 }
 
-fn create_tasks(
+async fn create_tasks(
     tx: &mut impl GraphTx,
     task_graph_id: TaskId,
     planned: &[PlannedTask],
@@ -248,20 +253,20 @@ fn create_tasks(
 ) -> Result<(), StoreError> {
     for task in planned {
         let text = submitted.get(&task.label).map_or("", String::as_str);
-        tx.insert_node(&NewNode { task_graph_id, planned: task, submitted: text })?;
-        tx.create_queue_task(&task.definition, task.task_id, now)?;
+        tx.insert_node(&NewNode { task_graph_id, planned: task, submitted: text }).await?;
+        tx.create_queue_task(&task.definition, task.task_id, now).await?;
     }
     Ok(())
 }
 
 /// Refuses, before anything is written, dependencies the queue would refuse.
-fn check_dependencies(tx: &mut impl GraphTx, planned: &[PlannedTask]) -> Result<(), StoreError> {
+async fn check_dependencies(tx: &mut impl GraphTx, planned: &[PlannedTask]) -> Result<(), StoreError> {
     let new: std::collections::HashSet<TaskId> = planned.iter().map(|task| task.task_id).collect();
     let mut stored = HashMap::new();
     for task in planned {
         for &required in &task.definition.dependencies {
             if !new.contains(&required) && !stored.contains_key(&required) {
-                stored.insert(required, tx.task_expires(required)?);
+                stored.insert(required, tx.task_expires(required).await?);
             }
         }
     }
@@ -283,4 +288,14 @@ fn submitted_nodes(tasks: &graph::Labelled) -> Result<HashMap<String, String>, S
 fn new_task_id() -> TaskId {
     // A v4 slugid always parses.
     TaskId::parse(&slugid::nice()).expect("slugid makes task ids")
+}
+
+/// The result of a future that completes without waiting: a SQLite step's graph operation,
+/// whose statements all run on the calling thread.
+pub(crate) fn ready<T>(future: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    let mut future = std::pin::pin!(future);
+    match future.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => Err(StoreError::Other("a synchronous graph operation waited".into())),
+    }
 }

@@ -11,85 +11,82 @@ use shoal_engine::{TaskId, Timestamp};
 
 use crate::graph::{GraphNode, GraphTx, NewNode, StoredGraph};
 use crate::postgres::ops;
-use crate::postgres::tx::PgTx;
+use crate::postgres::tx::{Param, PgTx};
 use crate::sqlite::row::corrupt;
 use crate::sqlite::tx::json;
 use crate::{StoreError, TaskGroup};
 
 const GRAPH_COLUMNS: &str = "task_graph_id, scheduler_id, routing, open, failed, metadata, tags";
 
-impl GraphTx for PgTx<'_> {
+impl GraphTx for PgTx {
     fn graph_scheduler_id(&self) -> &str {
-        self.graph_scheduler_id
+        &self.shared.graph_scheduler_id
     }
 
-    fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
-        let statement =
-            self.prepare(&format!("SELECT {GRAPH_COLUMNS} FROM task_graphs WHERE task_graph_id = $1 FOR UPDATE"))?;
-        self.tx.query_opt(&statement, &[&task_graph_id.as_str()])?.map(|row| graph_from_row(&row)).transpose()
+    async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
+        let sql = format!("SELECT {GRAPH_COLUMNS} FROM task_graphs WHERE task_graph_id = $1 FOR UPDATE");
+        self.query_opt(&sql, &[&task_graph_id.as_str()]).await?.map(|row| graph_from_row(&row)).transpose()
     }
 
-    fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError> {
-        let statement = self.prepare(
+    async fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError> {
+        let params: Vec<Param> = vec![
+            Box::new(graph.task_graph_id.as_str().to_owned()),
+            Box::new(graph.scheduler_id.clone()),
+            Box::new(graph.routing.clone()),
+            Box::new(graph.tally.open as i32),
+            Box::new(graph.tally.failed as i32),
+            Box::new(json(&graph.metadata)?),
+            Box::new(json(&graph.tags)?),
+            Box::new(now.millis()),
+        ];
+        self.defer(
             "INSERT INTO task_graphs (task_graph_id, scheduler_id, routing, open, failed, metadata, tags, created) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )?;
-        self.tx.execute(
-            &statement,
-            &[
-                &graph.task_graph_id.as_str(),
-                &graph.scheduler_id,
-                &graph.routing,
-                &(graph.tally.open as i32),
-                &(graph.tally.failed as i32),
-                &json(&graph.metadata)?,
-                &json(&graph.tags)?,
-                &now.millis(),
-            ],
-        )?;
-        Ok(())
+            params,
+        )
+        .await
     }
 
-    fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError> {
-        let statement = self.prepare("UPDATE task_graphs SET open = $2, failed = $3 WHERE task_graph_id = $1")?;
-        self.tx.execute(&statement, &[&task_graph_id.as_str(), &(tally.open as i32), &(tally.failed as i32)])?;
-        Ok(())
+    async fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError> {
+        let params: Vec<Param> = vec![
+            Box::new(task_graph_id.as_str().to_owned()),
+            Box::new(tally.open as i32),
+            Box::new(tally.failed as i32),
+        ];
+        self.defer("UPDATE task_graphs SET open = $2, failed = $3 WHERE task_graph_id = $1", params).await
     }
 
-    fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError> {
-        let statement = self.prepare("SELECT label, task_id, submitted FROM graph_tasks WHERE task_graph_id = $1")?;
-        self.tx
-            .query(&statement, &[&task_graph_id.as_str()])?
+    async fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError> {
+        let sql = "SELECT label, task_id, submitted FROM graph_tasks WHERE task_graph_id = $1";
+        self.query(sql, &[&task_graph_id.as_str()])
+            .await?
             .iter()
             .map(|row| Ok((row.try_get(0)?, parse_id(row.try_get(1)?)?, row.try_get(2)?)))
             .collect()
     }
 
-    fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError> {
+    async fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError> {
         let planned = node.planned;
-        let statement = self.prepare(
+        let params: Vec<Param> = vec![
+            Box::new(planned.task_id.as_str().to_owned()),
+            Box::new(node.task_graph_id.as_str().to_owned()),
+            Box::new(planned.label.clone()),
+            Box::new(json(&planned.requires)?),
+            Box::new(planned.reruns as i32),
+            Box::new(node.submitted.to_owned()),
+        ];
+        self.defer(
             "INSERT INTO graph_tasks (task_id, task_graph_id, label, requires, reruns, reruns_left, failed, submitted) \
              VALUES ($1, $2, $3, $4, $5, $5, false, $6)",
-        )?;
-        self.tx.execute(
-            &statement,
-            &[
-                &planned.task_id.as_str(),
-                &node.task_graph_id.as_str(),
-                &planned.label,
-                &json(&planned.requires)?,
-                &(planned.reruns as i32),
-                &node.submitted,
-            ],
-        )?;
-        Ok(())
+            params,
+        )
+        .await
     }
 
-    fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError> {
-        let statement =
-            self.prepare("SELECT task_graph_id, reruns_left, failed FROM graph_tasks WHERE task_id = $1 FOR UPDATE")?;
-        self.tx
-            .query_opt(&statement, &[&task_id.as_str()])?
+    async fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError> {
+        let sql = "SELECT task_graph_id, reruns_left, failed FROM graph_tasks WHERE task_id = $1 FOR UPDATE";
+        self.query_opt(sql, &[&task_id.as_str()])
+            .await?
             .map(|row| {
                 let reruns_left: i32 = row.try_get(1)?;
                 Ok((
@@ -100,28 +97,31 @@ impl GraphTx for PgTx<'_> {
             .transpose()
     }
 
-    fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError> {
-        let statement = self.prepare("UPDATE graph_tasks SET reruns_left = $2, failed = $3 WHERE task_id = $1")?;
-        self.tx.execute(&statement, &[&task_id.as_str(), &(progress.reruns_left as i32), &progress.failed])?;
-        Ok(())
+    async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError> {
+        let params: Vec<Param> = vec![
+            Box::new(task_id.as_str().to_owned()),
+            Box::new(progress.reruns_left as i32),
+            Box::new(progress.failed),
+        ];
+        self.defer("UPDATE graph_tasks SET reruns_left = $2, failed = $3 WHERE task_id = $1", params).await
     }
 
-    fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError> {
-        let statement = self.prepare("SELECT expires FROM tasks WHERE task_id = $1")?;
-        Ok(self.tx.query_opt(&statement, &[&task_id.as_str()])?.map(|row| Timestamp(row.get(0))))
+    async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError> {
+        let row = self.query_opt("SELECT expires FROM tasks WHERE task_id = $1", &[&task_id.as_str()]).await?;
+        Ok(row.map(|row| Timestamp(row.get(0))))
     }
 
-    fn load_task_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
-        self.load_group(group)
+    async fn load_task_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
+        self.load_group(group).await
     }
 
-    fn create_queue_task(
+    async fn create_queue_task(
         &mut self,
         definition: &TaskDefinition,
         task_id: TaskId,
         now: Timestamp,
     ) -> Result<TaskStatus, StoreError> {
-        ops::create_task(self, definition, task_id, now)
+        ops::create_task(self, definition, task_id, now).await
     }
 
     fn publish_message(&mut self, message: Message) {

@@ -1,8 +1,10 @@
 //! The PostgreSQL backend: many stateless servers on one database.
 //!
-//! Each operation is one transaction on a pooled connection, run off the async threads.
-//! Rows an operation changes are locked as it reads them; claims and due transitions skip
-//! rows another server holds, so concurrent servers never hand one run out twice.
+//! Each write operation is one transaction on a pooled asynchronous connection, its
+//! statements pipelined (`tx.rs`); reads and the background loops (outbox sequencing,
+//! LISTEN/NOTIFY) use blocking connections off the async threads. Rows an operation changes
+//! are locked as it reads them; claims and due transitions skip rows another server holds,
+//! so concurrent servers never hand one run out twice.
 
 mod artifacts;
 mod graph;
@@ -16,11 +18,12 @@ mod schema;
 mod tx;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres::{NoTls, Statement};
+use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::definition::TaskDefinition;
@@ -33,7 +36,7 @@ use crate::sqlite::outbox::Bounds;
 use crate::{
     ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup,
 };
-use tx::PgTx;
+use tx::{PgTx, TxShared};
 
 /// The NOTIFY channel on which commits name the queues that gained pending work.
 const WAKE_CHANNEL: &str = "shoal_pending";
@@ -86,14 +89,32 @@ impl PgConfig {
     fn manager(&self) -> Result<Manager, StoreError> {
         Ok(Manager(PostgresConnectionManager::new(self.client_config()?, NoTls)))
     }
+
+    /// The pool of asynchronous connections the write operations run on.
+    fn writer(&self) -> Result<deadpool_postgres::Pool, StoreError> {
+        let config: tokio_postgres::Config = self.url.parse().map_err(|err| {
+            StoreError::Other(format!("database: must be a postgres://user@host:port/database URL ({err})"))
+        })?;
+        // A connection found closed is dropped (not tested with a query per checkout: a
+        // round trip per request); one that dies while idle fails its request's first
+        // statement, which is then retried on another.
+        let recycling = deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast };
+        let manager = deadpool_postgres::Manager::from_config(config, NoTls, recycling);
+        deadpool_postgres::Pool::builder(manager)
+            .max_size(self.max_connections as usize)
+            .wait_timeout(Some(self.connect_timeout))
+            .create_timeout(Some(self.connect_timeout))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|err| StoreError::Other(format!("database pool: {err}")))
+    }
 }
 
 type Pool = r2d2::Pool<Manager>;
 
-/// A pooled connection and the statements prepared on it.
+/// A pooled blocking connection.
 pub(crate) struct PgConn {
     pub(crate) client: postgres::Client,
-    pub(crate) statements: HashMap<String, Statement>,
     /// Set when a request on it failed for want of the database: the pool drops it.
     pub(crate) broken: bool,
 }
@@ -106,7 +127,7 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<PgConn, postgres::Error> {
-        Ok(PgConn { client: self.0.connect()?, statements: HashMap::new(), broken: false })
+        Ok(PgConn { client: self.0.connect()?, broken: false })
     }
 
     fn is_valid(&self, conn: &mut PgConn) -> Result<(), postgres::Error> {
@@ -185,10 +206,11 @@ pub struct PgStore {
 }
 
 struct PgInner {
+    /// Blocking connections: reads and the background loops.
     pool: PgPool,
-    claim_timeout_secs: i64,
-    graph_scheduler_id: String,
-    queues_touched: std::sync::Mutex<HashMap<String, i64>>,
+    /// Asynchronous connections: write operations.
+    writer: deadpool_postgres::Pool,
+    shared: Arc<TxShared>,
     feed: Arc<OutboxFeed>,
     tail: Arc<outbox::Tail>,
     /// Asks for a sequencing step (a commit staged messages).
@@ -216,7 +238,8 @@ impl PgStore {
         let pool = PgPool::open(config)?;
         let mut client = pool.get()?;
         let row = client.client.query_one(
-            "SELECT (SELECT min(first_seq) FROM outbox_batches), (SELECT max(last_seq) FROM outbox_batches), \
+            "SELECT (SELECT min(first_seq) FROM outbox_batches), \
+             (SELECT last_seq FROM outbox_batches ORDER BY first_seq DESC LIMIT 1), \
              (SELECT published FROM outbox_state)",
             &[],
         )?;
@@ -247,9 +270,12 @@ impl PgStore {
         notify::start(pool.clone(), server, wake_ups)?;
         let inner = PgInner {
             pool,
-            claim_timeout_secs: config.claim_timeout_secs,
-            graph_scheduler_id: config.graph_scheduler_id.clone(),
-            queues_touched: std::sync::Mutex::default(),
+            writer: config.writer()?,
+            shared: Arc::new(TxShared {
+                claim_timeout_secs: config.claim_timeout_secs,
+                graph_scheduler_id: config.graph_scheduler_id.clone(),
+                queues_touched: std::sync::Mutex::default(),
+            }),
             feed,
             tail,
             staged,
@@ -268,39 +294,53 @@ impl PgStore {
         self.inner.wake.subscribe()
     }
 
-    /// Runs `op` in one transaction, retrying it when it lost a deadlock to another server.
-    async fn write<T, F>(&self, op: F) -> Result<Committed<T>, StoreError>
+    /// Runs `op` on `args` in one transaction, retrying it when it lost a race to another
+    /// server or found its connection dead before committing. It runs to its end even when
+    /// the caller stops waiting (a connection must not go back to the pool mid-transaction).
+    async fn write<A, T, F>(&self, args: A, op: F) -> Result<Committed<T>, StoreError>
     where
+        A: Send + Sync + 'static,
         T: Send + 'static,
-        F: Fn(&mut PgTx<'_>) -> Result<T, StoreError> + Send + 'static,
+        F: for<'t> Fn(&'t mut PgTx, &'t A) -> TxFuture<'t, T> + Send + Sync + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
-            let mut client = inner.pool.get()?;
-            let (mut attempt, mut stale) = (1, 0);
+        tokio::spawn(async move {
+            let (mut attempt, mut lost) = (1, 0);
             loop {
-                match run_transaction(&mut client, &inner, &op) {
-                    Err(TxError::Retry(err)) if attempt < MAX_ATTEMPTS => {
-                        tracing::debug!(error = %err, attempt, "transaction lost a race; retrying");
+                let client = inner.writer.get().await.map_err(unavailable)?;
+                let mut tx = PgTx::begin(client, Arc::clone(&inner.shared));
+                let result = match op(&mut tx, &args).await {
+                    Ok(value) => tx.commit().await.map(|()| value),
+                    Err(err) => Err(err),
+                };
+                let err = match result {
+                    Ok(value) => return Ok(inner.committed(value, tx)),
+                    Err(err) => err,
+                };
+                match err {
+                    StoreError::Other(text) if is_retryable_text(&text) && attempt < MAX_ATTEMPTS => {
+                        tracing::debug!(error = %text, attempt, "transaction lost a race; retrying");
                         attempt += 1;
+                        tx.rollback().await;
                     }
-                    // The pooled connection died while idle (the database restarted): nothing
-                    // was sent, so take another. Every pooled connection may have died with
-                    // the database; each one found dead is dropped, so a fresh one comes
-                    // within the pool's size.
-                    Err(TxError::Stale(err)) if stale < inner.pool.max_size() => {
-                        tracing::debug!(error = %err, "pooled connection was closed; reconnecting");
-                        stale += 1;
-                        client.broken = true;
-                        client = inner.pool.get()?;
+                    // The connection died (the database restarted, or it was closed while
+                    // idle). Before the COMMIT went out nothing can have been written, so the
+                    // operation runs again on another. Every pooled connection may have died
+                    // with the database; each one found dead is dropped, so a fresh one comes
+                    // within the pool's size (while the database is away, `get` fails).
+                    StoreError::Unavailable(text) if !tx.committing && lost < inner.writer.status().max_size => {
+                        tracing::debug!(error = %text, "connection lost before the commit; retrying");
+                        lost += 1;
+                        drop(deadpool_postgres::Object::take(tx.client));
                     }
-                    Err(TxError::Retry(err) | TxError::Stale(err) | TxError::Store(err)) => {
-                        if matches!(err, StoreError::Unavailable(_)) {
-                            client.broken = true;
-                        }
+                    StoreError::Unavailable(text) => {
+                        drop(deadpool_postgres::Object::take(tx.client));
+                        return Err(StoreError::Unavailable(text));
+                    }
+                    err => {
+                        tx.rollback().await;
                         return Err(err);
                     }
-                    Ok(committed) => return Ok(committed),
                 }
             }
         })
@@ -314,7 +354,10 @@ impl PgStore {
         task_id: TaskId,
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.write(move |tx| ops::create_task(tx, &definition, task_id, now)).await
+        self.write((definition, task_id, now), |tx, (definition, task_id, now)| {
+            Box::pin(ops::create_task(tx, definition, *task_id, *now))
+        })
+        .await
     }
 
     pub(crate) async fn create_graph(
@@ -322,7 +365,7 @@ impl PgStore {
         request: crate::graph::GraphRequest,
         now: Timestamp,
     ) -> Result<Committed<shoal_engine::message::GraphStatus>, StoreError> {
-        self.write(move |tx| crate::graph::create(tx, &request, now)).await
+        self.write((request, now), |tx, (request, now)| Box::pin(crate::graph::create(tx, request, *now))).await
     }
 
     pub(crate) async fn extend_graph(
@@ -331,7 +374,10 @@ impl PgStore {
         input: shoal_engine::graph::ExtensionInput,
         now: Timestamp,
     ) -> Result<Committed<shoal_engine::message::GraphStatus>, StoreError> {
-        self.write(move |tx| crate::graph::extend(tx, task_graph_id, &input, now)).await
+        self.write((task_graph_id, input, now), |tx, (task_graph_id, input, now)| {
+            Box::pin(crate::graph::extend(tx, *task_graph_id, input, *now))
+        })
+        .await
     }
 
     pub(crate) async fn apply(
@@ -340,7 +386,10 @@ impl PgStore {
         command: TaskCommand,
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.write(move |tx| ops::apply(tx, task_id, &command, now)).await
+        self.write((task_id, command, now), |tx, (task_id, command, now)| {
+            Box::pin(ops::apply(tx, *task_id, command, *now))
+        })
+        .await
     }
 
     pub(crate) async fn claim_work(
@@ -348,7 +397,7 @@ impl PgStore {
         request: ClaimRequest,
         now: Timestamp,
     ) -> Result<Committed<Vec<Claim>>, StoreError> {
-        self.write(move |tx| ops::claim_work(tx, &request, now)).await
+        self.write((request, now), |tx, (request, now)| Box::pin(ops::claim_work(tx, request, *now))).await
     }
 
     pub(crate) async fn claim_task(
@@ -359,11 +408,14 @@ impl PgStore {
         worker_id: String,
         now: Timestamp,
     ) -> Result<Committed<Claim>, StoreError> {
-        self.write(move |tx| ops::claim_run(tx, task_id, run_id, &worker_group, &worker_id, now)).await
+        self.write((task_id, run_id, worker_group, worker_id, now), |tx, (task_id, run_id, group, id, now)| {
+            Box::pin(ops::claim_run(tx, *task_id, *run_id, group, id, *now))
+        })
+        .await
     }
 
     pub(crate) async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
-        self.write(move |tx| ops::fire_due(tx, now, limit)).await
+        self.write((now, limit), |tx, (now, limit)| Box::pin(ops::fire_due(tx, *now, *limit))).await
     }
 
     pub(crate) async fn seal_task_group(
@@ -371,7 +423,7 @@ impl PgStore {
         group: TaskId,
         now: Timestamp,
     ) -> Result<Committed<TaskGroup>, StoreError> {
-        self.write(move |tx| ops::seal_task_group(tx, group, now)).await
+        self.write((group, now), |tx, (group, now)| Box::pin(ops::seal_task_group(tx, *group, *now))).await
     }
 
     pub(crate) async fn cancel_task_group(
@@ -379,7 +431,7 @@ impl PgStore {
         group: TaskId,
         now: Timestamp,
     ) -> Result<Committed<GroupCancellation>, StoreError> {
-        self.write(move |tx| ops::cancel_task_group(tx, group, now)).await
+        self.write((group, now), |tx, (group, now)| Box::pin(ops::cancel_task_group(tx, *group, *now))).await
     }
 
     pub(crate) async fn change_task_group_priority(
@@ -388,7 +440,10 @@ impl PgStore {
         priority: Priority,
         now: Timestamp,
     ) -> Result<Committed<Vec<TaskId>>, StoreError> {
-        self.write(move |tx| ops::change_task_group_priority(tx, group, priority, now)).await
+        self.write((group, priority, now), |tx, (group, priority, now)| {
+            Box::pin(ops::change_task_group_priority(tx, *group, *priority, *now))
+        })
+        .await
     }
 
     pub(crate) async fn create_artifact(
@@ -397,15 +452,18 @@ impl PgStore {
         request: ArtifactRequest,
         now: Timestamp,
     ) -> Result<Committed<Artifact>, StoreError> {
-        self.write(move |tx| artifacts::create(tx, &key, request.clone(), now)).await
+        self.write((key, request, now), |tx, (key, request, now)| {
+            Box::pin(artifacts::create(tx, key, request.clone(), *now))
+        })
+        .await
     }
 
     pub(crate) async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Committed<Artifact>, StoreError> {
-        self.write(move |tx| artifacts::uploaded(tx, &key)).await
+        self.write(key, |tx, key| Box::pin(artifacts::uploaded(tx, key))).await
     }
 
     pub(crate) async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
-        self.write(move |tx| artifacts::forget(tx, &keys)).await
+        self.write(keys, |tx, keys| Box::pin(artifacts::forget(tx, keys))).await
     }
 
     pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {
@@ -415,10 +473,17 @@ impl PgStore {
     /// Deletes fully published outbox rows and records how far publication went.
     pub(crate) async fn trim_outbox(&self) -> Result<(), StoreError> {
         let published = self.inner.feed.published_upto() as i64;
-        self.write(move |tx| {
-            tx.tx.execute("DELETE FROM outbox_batches WHERE last_seq <= $1", &[&published])?;
-            tx.tx.execute("UPDATE outbox_state SET published = greatest(published, $1)", &[&published])?;
-            Ok(())
+        self.write(published, |tx, published| {
+            Box::pin(async move {
+                // Bounded by the key too, so the index finds the rows.
+                tx.defer(
+                    "DELETE FROM outbox_batches WHERE first_seq <= $1 AND last_seq <= $1",
+                    vec![Box::new(*published)],
+                )
+                .await?;
+                tx.defer("UPDATE outbox_state SET published = greatest(published, $1)", vec![Box::new(*published)])
+                    .await
+            })
         })
         .await
         .map(|_| ())
@@ -506,78 +571,36 @@ impl PgStore {
     }
 }
 
-enum TxError {
-    /// Lost a deadlock or serialization race: the whole operation may run again.
-    Retry(StoreError),
-    /// The connection was found closed before the transaction began.
-    Stale(StoreError),
-    Store(StoreError),
-}
+/// An operation's future, borrowing its transaction and arguments.
+type TxFuture<'t, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 't>>;
 
-fn run_transaction<T>(
-    conn: &mut PgConn,
-    inner: &PgInner,
-    op: &impl Fn(&mut PgTx<'_>) -> Result<T, StoreError>,
-) -> Result<Committed<T>, TxError> {
-    let classify = |err: postgres::Error| {
-        let retry = err.code().is_some_and(|code| {
-            *code == postgres::error::SqlState::T_R_DEADLOCK_DETECTED
-                || *code == postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
-        });
-        if retry { TxError::Retry(err.into()) } else { TxError::Store(err.into()) }
-    };
-    let PgConn { client, statements, .. } = conn;
-    let transaction = client
-        .transaction()
-        .map_err(|err| if client_lost(&err) { TxError::Stale(err.into()) } else { classify(err) })?;
-    let mut tx = PgTx {
-        tx: transaction,
-        statements,
-        claim_timeout_secs: inner.claim_timeout_secs,
-        graph_scheduler_id: &inner.graph_scheduler_id,
-        queues_touched: &inner.queues_touched,
-        events: Vec::new(),
-        messages: Vec::new(),
-    };
-    let value = match op(&mut tx) {
-        Ok(value) => value,
-        // A refusal rolls the transaction back (dropping it does): nothing is half-written.
-        Err(StoreError::Other(text)) if is_retryable_text(&text) => {
-            return Err(TxError::Retry(StoreError::Other(text)));
+impl PgInner {
+    /// What a committed transaction leaves: its events; wake-ups for other servers' waiting
+    /// workers and a sequencing step for its messages are asked for.
+    fn committed<T>(&self, value: T, tx: PgTx) -> Committed<T> {
+        let PgTx { events, messages, .. } = tx;
+        let mut woken: Vec<String> = events
+            .iter()
+            .filter(|event| matches!(event.event, shoal_engine::event::Event::Pending { .. }))
+            .map(|event| event.task_queue_id.clone())
+            .collect();
+        woken.dedup();
+        // The threads are gone only when the store is: nobody is left to tell.
+        if !woken.is_empty() {
+            let _ = self.woken.send(woken);
         }
-        Err(err) => return Err(TxError::Store(err)),
-    };
-    let PgTx { tx: mut transaction, events, messages, .. } = tx;
-    let staged = !messages.is_empty();
-    if staged {
-        outbox::stage(&mut transaction, &messages).map_err(classify)?;
+        if !messages.is_empty() {
+            let _ = self.staged.send(());
+        }
+        Committed { value, events }
     }
-    transaction.commit().map_err(classify)?;
-    let mut woken: Vec<String> = events
-        .iter()
-        .filter(|event| matches!(event.event, shoal_engine::event::Event::Pending { .. }))
-        .map(|event| event.task_queue_id.clone())
-        .collect();
-    woken.dedup();
-    // The threads are gone only when the store is: nobody is left to tell.
-    if !woken.is_empty() {
-        let _ = inner.woken.send(woken);
-    }
-    if staged {
-        let _ = inner.staged.send(());
-    }
-    Ok(Committed { value, events })
 }
 
-/// Whether `err` says the connection is gone (the server closed it or the socket failed).
-fn client_lost(err: &postgres::Error) -> bool {
-    err.is_closed() || err.as_db_error().is_none_or(|db| db.code().code().starts_with("57P"))
-}
-
-/// Whether a converted error (whose text starts with its SQLSTATE) is a lost deadlock or
-/// serialization race.
+/// Whether a converted error (whose text starts with its SQLSTATE) is a race lost to another
+/// transaction: a deadlock, a serialization failure, or a row another server inserted first
+/// (the operation, run again, finds it).
 fn is_retryable_text(text: &str) -> bool {
-    text.starts_with("40P01:") || text.starts_with("40001:")
+    text.starts_with("40P01:") || text.starts_with("40001:") || text.starts_with("23505:")
 }
 
 /// Applies pending migrations to the database at `url` (`shoal migrate`); returns how many.

@@ -7,9 +7,11 @@ use shoal_engine::priority::Priority;
 use shoal_engine::status::{TaskState, TaskStatus};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
-use crate::postgres::tx::PgTx;
+use crate::postgres::tx::{Params, PgTx};
 use crate::sqlite::row::TaskRow;
 use crate::sqlite::tx::json;
 use crate::{Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, TaskGroup};
@@ -17,82 +19,98 @@ use crate::{Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, Tas
 /// How long a task group outlives its latest-expiring task (as in SQLite).
 const GROUP_EXPIRY_SLACK_MS: i64 = 3600 * 1000;
 
-pub(crate) fn create_task(
-    tx: &mut PgTx<'_>,
+pub(crate) async fn create_task(
+    tx: &mut PgTx,
     definition: &TaskDefinition,
     task_id: TaskId,
     now: Timestamp,
 ) -> Result<TaskStatus, StoreError> {
     let text = json(definition)?;
-    if let Some(existing) = tx.definition(task_id)? {
-        if existing != text {
-            return Err(
-                Rejection::Conflict(format!("task {task_id} already exists with a different definition")).into()
-            );
-        }
-        return Ok(tx.load_existing(task_id)?.task.status());
-    }
-    let satisfied = check_dependencies(tx, definition, task_id)?;
-    ensure_group(tx, definition)?;
-    let statement = tx.prepare(
-        "INSERT INTO task_dependencies (required_task_id, dependent_task_id, requires, satisfied) \
-         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-    )?;
-    for (required, done) in definition.dependencies.iter().zip(&satisfied) {
-        tx.tx.execute(&statement, &[&required.as_str(), &task_id.as_str(), &definition.requires.as_str(), done])?;
-    }
-    tx.touch_queue(&definition.task_queue_id, now)?;
-    let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
-    tx.record(&row.task, vec![Event::Defined]);
-    if satisfied.iter().all(|done| *done) {
-        tx.step_new(&mut row, now, |task| task.schedule(now), &text)?;
-    } else {
-        tx.insert_unscheduled(&row, &text)?;
-    }
-    Ok(row.task.status())
-}
-
-fn ensure_group(tx: &mut PgTx<'_>, definition: &TaskDefinition) -> Result<(), StoreError> {
     let group = definition.task_group_id;
     let expires = definition.expires.millis() + GROUP_EXPIRY_SLACK_MS;
-    // Create it or extend it, locking its row either way (two servers may race to create
-    // it; a group sealed by another server's committed transaction is seen here). A refusal
-    // rolls the extension back.
-    let sql = format!(
+    // Taskcluster allows a task to depend on itself: it then waits for scheduleTask.
+    let others: Vec<&str> =
+        definition.dependencies.iter().filter(|&&required| required != task_id).map(TaskId::as_str).collect();
+    let task_param: [&(dyn ToSql + Sync); 1] = [&task_id.as_str()];
+    let others_params: Vec<[&(dyn ToSql + Sync); 1]> = others.iter().map(|id| [id as _]).collect();
+    let group_params: [&(dyn ToSql + Sync); 3] = [&group.as_str(), &definition.scheduler_id, &expires];
+    // One round trip: the stored definition, the dependencies, the group; in the order locks
+    // are taken everywhere (tasks before their group). The dependencies are share-locked: one
+    // resolving on another server now either committed before (its state is read here) or
+    // waits for this transaction and then releases this task. The group is created or
+    // extended and its row locked either way (two servers may race to create it; a group
+    // sealed by another server's committed transaction is seen here). When the task already
+    // exists, the locks and the group's expiry (already this late) change nothing.
+    let upsert = format!(
         "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) VALUES ($1, $2, $3, NULL) \
          ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
          RETURNING {GROUP_COLUMNS}"
     );
-    let statement = tx.prepare(&sql)?;
-    let row = tx.tx.query_one(&statement, &[&group.as_str(), &definition.scheduler_id, &expires])?;
-    task_group_from_row(&row)?.admit(&definition.scheduler_id)?;
-    Ok(())
+    let mut queries: Vec<(&str, Params<'_>)> = Vec::with_capacity(others.len() + 2);
+    queries.push(("SELECT definition FROM tasks WHERE task_id = $1", &task_param));
+    for params in &others_params {
+        queries.push(("SELECT state, expires FROM tasks WHERE task_id = $1 FOR SHARE", params));
+    }
+    queries.push((&upsert, &group_params));
+    let mut answers = tx.pipeline(&queries).await?;
+    let group_row = answers.pop().unwrap_or_default();
+    let mut answers = answers.into_iter();
+    if let Some(existing) = answers.next().unwrap_or_default().first() {
+        if existing.try_get::<_, &str>(0)? != text {
+            return Err(
+                Rejection::Conflict(format!("task {task_id} already exists with a different definition")).into()
+            );
+        }
+        return Ok(tx.load_existing(task_id).await?.task.status());
+    }
+    let satisfied = dependencies_satisfied(definition, task_id, answers)?;
+    let group_row = group_row.first().ok_or_else(|| StoreError::Other("group upsert returned no row".into()))?;
+    // A refusal rolls the extension back.
+    task_group_from_row(group_row)?.admit(&definition.scheduler_id)?;
+    for (required, done) in definition.dependencies.iter().zip(&satisfied) {
+        tx.defer(
+            "INSERT INTO task_dependencies (required_task_id, dependent_task_id, requires, satisfied) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            vec![
+                Box::new(required.as_str().to_owned()),
+                Box::new(task_id.as_str().to_owned()),
+                Box::new(definition.requires.as_str()),
+                Box::new(*done),
+            ],
+        )
+        .await?;
+    }
+    tx.touch_queue(&definition.task_queue_id, now).await?;
+    let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
+    tx.record(&row.task, vec![Event::Defined]);
+    if satisfied.iter().all(|done| *done) {
+        tx.step_new(&mut row, now, |task| task.schedule(now), &text).await?;
+    } else {
+        tx.insert_unscheduled(&row, &text).await?;
+    }
+    Ok(row.task.status())
 }
 
-/// Checks that every dependency exists and outlives this task's deadline; says for each
-/// whether it is already satisfied.
-fn check_dependencies(
-    tx: &mut PgTx<'_>,
+/// Checks that every dependency exists (`found` holds the answer for each other than the
+/// task itself) and outlives this task's deadline; says for each whether it is satisfied.
+fn dependencies_satisfied(
     definition: &TaskDefinition,
     task_id: TaskId,
+    mut found: impl Iterator<Item = Vec<Row>>,
 ) -> Result<Vec<bool>, StoreError> {
     let mut satisfied = Vec::with_capacity(definition.dependencies.len());
     let mut missing = Vec::new();
     let mut expiring = Vec::new();
-    // FOR SHARE: a dependency resolving on another server now either committed before
-    // (its state is read here) or waits for this task's row and releases it after.
-    let statement = tx.prepare("SELECT state, expires FROM tasks WHERE task_id = $1 FOR SHARE")?;
     for &required in &definition.dependencies {
         if required == task_id {
-            // Taskcluster allows a task to depend on itself: it then waits for scheduleTask.
             satisfied.push(false);
             continue;
         }
-        let Some(found) = tx.tx.query_opt(&statement, &[&required.as_str()])? else {
+        let Some(row) = found.next().unwrap_or_default().into_iter().next() else {
             missing.push(required.to_string());
             continue;
         };
-        let (state, expires): (&str, i64) = (found.get(0), found.get(1));
+        let (state, expires): (&str, i64) = (row.try_get(0)?, row.try_get(1)?);
         if expires < definition.deadline.millis() {
             expiring.push(required.to_string());
         }
@@ -105,14 +123,14 @@ fn check_dependencies(
     Ok(satisfied)
 }
 
-pub(crate) fn apply(
-    tx: &mut PgTx<'_>,
+pub(crate) async fn apply(
+    tx: &mut PgTx,
     task_id: TaskId,
     command: &TaskCommand,
     now: Timestamp,
 ) -> Result<TaskStatus, StoreError> {
-    let mut row = tx.load_existing(task_id)?;
-    let claim_timeout = tx.claim_timeout_secs;
+    let mut row = tx.load_existing(task_id).await?;
+    let claim_timeout = tx.shared.claim_timeout_secs;
     tx.step(&mut row, now, |task| match *command {
         TaskCommand::Schedule => task.schedule(now),
         TaskCommand::Reclaim { run_id } => task.reclaim(run_id, now, claim_timeout),
@@ -120,14 +138,19 @@ pub(crate) fn apply(
         TaskCommand::Cancel => task.cancel(now),
         TaskCommand::Rerun => task.rerun(now),
         TaskCommand::ChangePriority(priority) => task.change_priority(priority, now),
-    })?;
+    })
+    .await?;
     Ok(row.task.status())
 }
 
 /// Claims pending runs in line order (priority, then arrival) whose dimensions the worker
 /// matches; rows another server is claiming right now are skipped rather than waited for.
-pub(crate) fn claim_work(tx: &mut PgTx<'_>, request: &ClaimRequest, now: Timestamp) -> Result<Vec<Claim>, StoreError> {
-    tx.touch_queue(&request.task_queue_id, now)?;
+pub(crate) async fn claim_work(
+    tx: &mut PgTx,
+    request: &ClaimRequest,
+    now: Timestamp,
+) -> Result<Vec<Claim>, StoreError> {
+    tx.touch_queue(&request.task_queue_id, now).await?;
     let mut claims = Vec::with_capacity(request.count);
     if request.count == 0 {
         return Ok(claims);
@@ -143,13 +166,12 @@ pub(crate) fn claim_work(tx: &mut PgTx<'_>, request: &ClaimRequest, now: Timesta
                  WHERE wanted.accepted ? have.value))) \
          ORDER BY priority_rank, pending_seq LIMIT $2 FOR UPDATE SKIP LOCKED"
     );
-    let statement = tx.prepare(&sql)?;
     let worker = json(&request.dimensions)?;
-    let rows = tx.tx.query(&statement, &[&request.task_queue_id, &(request.count as i64), &worker])?;
+    let rows = tx.query(&sql, &[&request.task_queue_id, &(request.count as i64), &worker]).await?;
     for found in rows {
         let (row, definition) = (task_from_row(&found)?, raw_json(&found, N_TASK_COLUMNS)?);
         let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { continue };
-        match claim_loaded(tx, row, definition, run_id, &request.worker_group, &request.worker_id, now) {
+        match claim_loaded(tx, row, definition, run_id, &request.worker_group, &request.worker_id, now).await {
             Ok(claim) => claims.push(claim),
             // A run that stopped being claimable (deadline passed) is skipped; the deadline
             // will resolve it.
@@ -160,21 +182,21 @@ pub(crate) fn claim_work(tx: &mut PgTx<'_>, request: &ClaimRequest, now: Timesta
     Ok(claims)
 }
 
-pub(crate) fn claim_run(
-    tx: &mut PgTx<'_>,
+pub(crate) async fn claim_run(
+    tx: &mut PgTx,
     task_id: TaskId,
     run_id: u32,
     worker_group: &str,
     worker_id: &str,
     now: Timestamp,
 ) -> Result<Claim, StoreError> {
-    let (row, definition) = tx.load_with_definition(task_id)?;
-    claim_loaded(tx, row, definition, run_id, worker_group, worker_id, now)
+    let (row, definition) = tx.load_with_definition(task_id).await?;
+    claim_loaded(tx, row, definition, run_id, worker_group, worker_id, now).await
 }
 
 /// Claims run `run_id` of a task already loaded (and locked) with its definition.
-fn claim_loaded(
-    tx: &mut PgTx<'_>,
+async fn claim_loaded(
+    tx: &mut PgTx,
     mut row: TaskRow,
     definition: Box<serde_json::value::RawValue>,
     run_id: u32,
@@ -182,8 +204,8 @@ fn claim_loaded(
     worker_id: &str,
     now: Timestamp,
 ) -> Result<Claim, StoreError> {
-    let claim_timeout = tx.claim_timeout_secs;
-    tx.step(&mut row, now, |task| task.claim(run_id, worker_group, worker_id, now, claim_timeout))?;
+    let claim_timeout = tx.shared.claim_timeout_secs;
+    tx.step(&mut row, now, |task| task.claim(run_id, worker_group, worker_id, now, claim_timeout)).await?;
     let taken_until = row.task.running_until().unwrap_or(now);
     Ok(Claim {
         status: row.task.status(),
@@ -197,76 +219,81 @@ fn claim_loaded(
 
 /// Fires claim expiries, then deadlines, that are due at `now`; rows another server is
 /// firing are skipped, so each fires exactly once.
-pub(crate) fn fire_due(tx: &mut PgTx<'_>, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
-    let expired = due_ids(
-        tx,
-        "SELECT task_id FROM tasks WHERE taken_until <= $1 ORDER BY taken_until LIMIT $2 FOR UPDATE SKIP LOCKED",
-        now,
-        limit,
-    )?;
-    let late = due_ids(
-        tx,
-        "SELECT task_id FROM tasks WHERE deadline_due <= $1 ORDER BY deadline_due LIMIT $2 FOR UPDATE SKIP LOCKED",
-        now,
-        limit,
-    )?;
+pub(crate) async fn fire_due(tx: &mut PgTx, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
+    let (now_ms, limit) = (now.millis(), limit as i64);
+    let mut due = tx
+        .pipeline(&[
+            (
+                "SELECT task_id FROM tasks WHERE taken_until <= $1 ORDER BY taken_until LIMIT $2 \
+                 FOR UPDATE SKIP LOCKED",
+                &[&now_ms, &limit],
+            ),
+            (
+                "SELECT task_id FROM tasks WHERE deadline_due <= $1 ORDER BY deadline_due LIMIT $2 \
+                 FOR UPDATE SKIP LOCKED",
+                &[&now_ms, &limit],
+            ),
+        ])
+        .await?
+        .into_iter()
+        .map(|rows| rows.iter().filter_map(|row| TaskId::parse(row.get(0))).collect::<Vec<_>>());
+    let (expired, late) = (due.next().unwrap_or_default(), due.next().unwrap_or_default());
     let n_fired = expired.len() + late.len();
     for task_id in expired {
-        let mut row = tx.load_existing(task_id)?;
-        tx.step(&mut row, now, |task| Ok(task.expire_claim(now).unwrap_or_else(Effects::none)))?;
+        let mut row = tx.load_existing(task_id).await?;
+        tx.step(&mut row, now, |task| Ok(task.expire_claim(now).unwrap_or_else(Effects::none))).await?;
     }
     for task_id in late {
-        let mut row = tx.load_existing(task_id)?;
-        tx.step(&mut row, now, |task| Ok(task.exceed_deadline(now).unwrap_or_else(Effects::none)))?;
+        let mut row = tx.load_existing(task_id).await?;
+        tx.step(&mut row, now, |task| Ok(task.exceed_deadline(now).unwrap_or_else(Effects::none))).await?;
     }
     Ok(n_fired)
 }
 
-fn due_ids(tx: &mut PgTx<'_>, sql: &str, now: Timestamp, limit: usize) -> Result<Vec<TaskId>, StoreError> {
-    let statement = tx.prepare(sql)?;
-    let rows = tx.tx.query(&statement, &[&now.millis(), &(limit as i64)])?;
-    Ok(rows.iter().filter_map(|row| TaskId::parse(row.get(0))).collect())
-}
-
-pub(crate) fn seal_task_group(tx: &mut PgTx<'_>, group: TaskId, now: Timestamp) -> Result<TaskGroup, StoreError> {
-    let mut found = existing_group(tx, group)?;
+pub(crate) async fn seal_task_group(tx: &mut PgTx, group: TaskId, now: Timestamp) -> Result<TaskGroup, StoreError> {
+    let mut found = existing_group(tx, group).await?;
     if found.sealed.is_none() {
-        let statement = tx.prepare("UPDATE task_groups SET sealed = $2 WHERE task_group_id = $1")?;
-        tx.tx.execute(&statement, &[&group.as_str(), &now.millis()])?;
+        tx.defer(
+            "UPDATE task_groups SET sealed = $2 WHERE task_group_id = $1",
+            vec![Box::new(group.as_str().to_owned()), Box::new(now.millis())],
+        )
+        .await?;
         found.sealed = Some(now);
         tx.publish(message::group_sealed(&found));
     }
     Ok(found)
 }
 
-fn existing_group(tx: &mut PgTx<'_>, group: TaskId) -> Result<TaskGroup, StoreError> {
-    tx.load_group(group)?.ok_or_else(|| Rejection::NotFound(format!("task group {group} not found")).into())
+async fn existing_group(tx: &mut PgTx, group: TaskId) -> Result<TaskGroup, StoreError> {
+    tx.load_group(group).await?.ok_or_else(|| Rejection::NotFound(format!("task group {group} not found")).into())
 }
 
-fn unresolved_members(tx: &mut PgTx<'_>, group: TaskId) -> Result<Vec<TaskId>, StoreError> {
-    let statement = tx
-        .tx
-        .prepare("SELECT task_id FROM tasks WHERE task_group_id = $1 AND deadline_due IS NOT NULL ORDER BY task_id")?;
-    let rows = tx.tx.query(&statement, &[&group.as_str()])?;
+async fn unresolved_members(tx: &mut PgTx, group: TaskId) -> Result<Vec<TaskId>, StoreError> {
+    let rows = tx
+        .query(
+            "SELECT task_id FROM tasks WHERE task_group_id = $1 AND deadline_due IS NOT NULL ORDER BY task_id",
+            &[&group.as_str()],
+        )
+        .await?;
     Ok(rows.iter().filter_map(|row| TaskId::parse(row.get(0))).collect())
 }
 
-pub(crate) fn cancel_task_group(
-    tx: &mut PgTx<'_>,
+pub(crate) async fn cancel_task_group(
+    tx: &mut PgTx,
     group: TaskId,
     now: Timestamp,
 ) -> Result<GroupCancellation, StoreError> {
-    let found = existing_group(tx, group)?;
+    let found = existing_group(tx, group).await?;
     if found.sealed.is_none() {
         return Err(Rejection::Conflict(format!("task group {group} must be sealed before it can be canceled")).into());
     }
-    let statement = tx.prepare("SELECT COUNT(*) FROM tasks WHERE task_group_id = $1")?;
-    let size: i64 = tx.tx.query_one(&statement, &[&group.as_str()])?.get(0);
+    let size: i64 =
+        tx.query_one("SELECT COUNT(*) FROM tasks WHERE task_group_id = $1", &[&group.as_str()]).await?.get(0);
     let mut task_ids = Vec::new();
-    for task_id in unresolved_members(tx, group)? {
-        let mut row = tx.load_existing(task_id)?;
+    for task_id in unresolved_members(tx, group).await? {
+        let mut row = tx.load_existing(task_id).await?;
         let n_events = tx.events.len();
-        match tx.step(&mut row, now, |task| task.cancel(now)) {
+        match tx.step(&mut row, now, |task| task.cancel(now)).await {
             Ok(()) if tx.events.len() > n_events => task_ids.push(task_id),
             Ok(()) | Err(StoreError::Rejected(_)) => {}
             Err(err) => return Err(err),
@@ -280,18 +307,18 @@ pub(crate) fn cancel_task_group(
     })
 }
 
-pub(crate) fn change_task_group_priority(
-    tx: &mut PgTx<'_>,
+pub(crate) async fn change_task_group_priority(
+    tx: &mut PgTx,
     group: TaskId,
     priority: Priority,
     now: Timestamp,
 ) -> Result<Vec<TaskId>, StoreError> {
-    let found = existing_group(tx, group)?;
+    let found = existing_group(tx, group).await?;
     let mut changed = Vec::new();
-    for task_id in unresolved_members(tx, group)? {
-        let mut row = tx.load_existing(task_id)?;
+    for task_id in unresolved_members(tx, group).await? {
+        let mut row = tx.load_existing(task_id).await?;
         let n_events = tx.events.len();
-        match tx.step(&mut row, now, |task| task.change_priority(priority, now)) {
+        match tx.step(&mut row, now, |task| task.change_priority(priority, now)).await {
             Ok(()) if tx.events.len() > n_events => changed.push(task_id),
             Ok(()) | Err(StoreError::Rejected(_)) => {}
             Err(err) => return Err(err),

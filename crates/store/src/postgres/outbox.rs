@@ -23,12 +23,11 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use postgres::GenericClient;
-use shoal_engine::message::Message;
 
 use super::PgPool;
 use crate::StoreError;
 use crate::outbox::{OutboxEntry, OutboxFeed};
-use crate::sqlite::outbox::{append_row, encode};
+use crate::sqlite::outbox::append_row;
 
 /// The NOTIFY channel on which a sequencing step announces new positioned rows.
 pub(crate) const OUTBOX_CHANNEL: &str = "shoal_outbox";
@@ -46,14 +45,10 @@ const IDLE_STEP: Duration = Duration::from_secs(2);
 /// Positioned rows read per query when tailing.
 const TAIL_ROWS: i64 = 256;
 
-/// Stages a transaction's messages; the last statement before its commit.
-pub(crate) fn stage(tx: &mut impl GenericClient, messages: &[Message]) -> Result<(), postgres::Error> {
-    tx.execute(
-        "INSERT INTO outbox_pending (id, count, messages) VALUES (nextval('outbox_ids'), $1, $2)",
-        &[&(messages.len() as i32), &encode(messages.iter())],
-    )?;
-    Ok(())
-}
+/// Stages a transaction's messages (their count, then `encode`d); the last statement
+/// before its commit.
+pub(crate) const STAGE: &str =
+    "INSERT INTO outbox_pending (id, count, messages) VALUES (nextval('outbox_ids'), $1, $2)";
 
 /// What one sequencing step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,8 +65,10 @@ pub(crate) fn sequence(client: &mut postgres::Client) -> Result<Step, StoreError
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SEQUENCE_LOCK])?;
     // Read committed: statements after the lock see the previous step's commit.
     let state = tx.query_one(
+        // The newest row by its key, not max(last_seq): an index probe, not a scan.
         "SELECT sequenced_id, gap_id, gap_xmax, \
-         greatest(published, (SELECT max(last_seq) FROM outbox_batches)) FROM outbox_state",
+         greatest(published, (SELECT last_seq FROM outbox_batches ORDER BY first_seq DESC LIMIT 1)) \
+         FROM outbox_state",
         &[],
     )?;
     let (sequenced, gap_id, gap_xmax, last_seq): (i64, Option<i64>, Option<i64>, i64) =
@@ -159,8 +156,11 @@ impl Tail {
     pub(crate) fn catch_up(&self, client: &mut impl GenericClient) -> Result<(), StoreError> {
         let mut tailed = self.tailed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
+            // From the row holding `tailed + 1` on, found by the key: rows already tailed
+            // (and not yet trimmed) are not scanned.
             let rows = client.query(
-                "SELECT first_seq, last_seq, messages FROM outbox_batches WHERE last_seq > $1 \
+                "SELECT first_seq, last_seq, messages FROM outbox_batches WHERE last_seq > $1 AND first_seq >= \
+                 coalesce((SELECT first_seq FROM outbox_batches WHERE first_seq <= $1 ORDER BY first_seq DESC LIMIT 1), 0) \
                  ORDER BY first_seq LIMIT $2",
                 &[&(*tailed as i64), &TAIL_ROWS],
             )?;

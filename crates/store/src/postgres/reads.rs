@@ -197,7 +197,7 @@ impl Reads for PgReads<'_> {
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         let rows = self.query(
             "SELECT first_seq, last_seq, messages FROM outbox_batches WHERE first_seq >= \
-             coalesce((SELECT max(first_seq) FROM outbox_batches WHERE first_seq <= $1), 0) ORDER BY first_seq",
+             coalesce((SELECT first_seq FROM outbox_batches WHERE first_seq <= $1 ORDER BY first_seq DESC LIMIT 1), 0) ORDER BY first_seq",
             &[&(from as i64)],
         )?;
         let mut entries = Vec::new();

@@ -21,11 +21,11 @@ impl GraphTx for Tx<'_> {
         &self.state.graph_scheduler_id
     }
 
-    fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
+    async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
         graph(self.conn, task_graph_id)
     }
 
-    fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError> {
+    async fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
                 "INSERT INTO task_graphs (task_graph_id, scheduler_id, routing, open, failed, metadata, tags, created) \
@@ -44,14 +44,14 @@ impl GraphTx for Tx<'_> {
         Ok(())
     }
 
-    fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError> {
+    async fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError> {
         self.conn
             .prepare_cached("UPDATE task_graphs SET open = ?2, failed = ?3 WHERE task_graph_id = ?1")?
             .execute(params![task_graph_id.as_str(), tally.open, tally.failed])?;
         Ok(())
     }
 
-    fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError> {
+    async fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError> {
         let mut stmt =
             self.conn.prepare_cached("SELECT label, task_id, submitted FROM graph_tasks WHERE task_graph_id = ?1")?;
         let rows = stmt.query_map([task_graph_id.as_str()], |row| {
@@ -64,7 +64,7 @@ impl GraphTx for Tx<'_> {
         .collect()
     }
 
-    fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError> {
+    async fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError> {
         let planned = node.planned;
         self.conn
             .prepare_cached(
@@ -82,7 +82,7 @@ impl GraphTx for Tx<'_> {
         Ok(())
     }
 
-    fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError> {
+    async fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError> {
         let found: Option<(String, u32, bool)> = self
             .conn
             .prepare_cached("SELECT task_graph_id, reruns_left, failed FROM graph_tasks WHERE task_id = ?1")?
@@ -93,14 +93,14 @@ impl GraphTx for Tx<'_> {
             .transpose()
     }
 
-    fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError> {
+    async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError> {
         self.conn
             .prepare_cached("UPDATE graph_tasks SET reruns_left = ?2, failed = ?3 WHERE task_id = ?1")?
             .execute(params![task_id.as_str(), progress.reruns_left, progress.failed])?;
         Ok(())
     }
 
-    fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError> {
+    async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError> {
         Ok(self
             .conn
             .prepare_cached("SELECT expires FROM tasks WHERE task_id = ?1")?
@@ -109,11 +109,11 @@ impl GraphTx for Tx<'_> {
             .map(Timestamp))
     }
 
-    fn load_task_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
+    async fn load_task_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
         row::task_group(self.conn, group)
     }
 
-    fn create_queue_task(
+    async fn create_queue_task(
         &mut self,
         definition: &TaskDefinition,
         task_id: TaskId,

@@ -243,7 +243,7 @@ impl SqliteStore {
         request: crate::graph::GraphRequest,
         now: Timestamp,
     ) -> Result<Committed<GraphStatus>, StoreError> {
-        self.write(move |tx| crate::graph::create(tx, &request, now)).await
+        self.write(move |tx| crate::graph::ready(crate::graph::create(tx, &request, now))).await
     }
 
     pub(crate) async fn extend_graph(
@@ -252,7 +252,7 @@ impl SqliteStore {
         input: ExtensionInput,
         now: Timestamp,
     ) -> Result<Committed<GraphStatus>, StoreError> {
-        self.write(move |tx| crate::graph::extend(tx, task_graph_id, &input, now)).await
+        self.write(move |tx| crate::graph::ready(crate::graph::extend(tx, task_graph_id, &input, now))).await
     }
 
     pub(crate) async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {

@@ -220,7 +220,7 @@ impl Tx<'_> {
         let state = row.task.state();
         if was_resolved != state.is_resolved()
             && row.task.meta.scheduler_id == self.state.graph_scheduler_id
-            && graph::react(self, &row.task, was, now)? == Reaction::Rerun
+            && graph::ready(graph::react(self, &row.task, was, now))? == Reaction::Rerun
         {
             // The graph runs it again at once: to its dependents and its group it never
             // resolved.
