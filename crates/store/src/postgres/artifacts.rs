@@ -1,10 +1,11 @@
 //! Artifact records on PostgreSQL: creating, marking uploaded, reading and expiring them.
 
-use postgres::{GenericClient, Row};
+use postgres::Row;
 use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, LIVE_LOG_NAME, implicit_live_log};
 use shoal_engine::message;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
+use crate::postgres::PgConn;
 use crate::postgres::row::{TASK_COLUMNS, task_from_row};
 use crate::postgres::tx::{Param, Params, PgTx};
 use crate::sqlite::row::corrupt;
@@ -15,56 +16,59 @@ use tokio_postgres::types::ToSql;
 
 /// One artifact of one run, or `None`; the run's implicit live log counts.
 pub(crate) fn artifact(
-    client: &mut impl GenericClient,
+    conn: &mut PgConn,
     task_id: TaskId,
     run_id: u32,
     name: &str,
 ) -> Result<Option<Artifact>, StoreError> {
-    let row = client.query_opt(
-        "SELECT name, kind, present, expires FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
-        &[&task_id.as_str(), &(run_id as i32), &name],
-    )?;
+    let row = conn
+        .query(
+            "SELECT name, kind, present, expires FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
+            &[&task_id.as_str(), &(run_id as i32), &name],
+        )?
+        .into_iter()
+        .next();
     if let Some(row) = row {
         return from_row(&row).map(Some);
     }
     if name != LIVE_LOG_NAME {
         return Ok(None);
     }
-    implicit(client, task_id, run_id)
+    implicit(conn, task_id, run_id)
 }
 
 /// The run's live log, derived from the run (claimed runs have one).
-fn implicit(client: &mut impl GenericClient, task_id: TaskId, run_id: u32) -> Result<Option<Artifact>, StoreError> {
+fn implicit(conn: &mut PgConn, task_id: TaskId, run_id: u32) -> Result<Option<Artifact>, StoreError> {
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1");
-    let Some(row) = client.query_opt(&sql, &[&task_id.as_str()])? else { return Ok(None) };
+    let Some(row) = conn.query(&sql, &[&task_id.as_str()])?.into_iter().next() else { return Ok(None) };
     let task = task_from_row(&row)?.task;
     Ok(task.runs().get(run_id as usize).and_then(|run| implicit_live_log(run, task.meta.expires)))
 }
 
 /// A run's artifacts by name, paged.
 pub(crate) fn list(
-    client: &mut impl GenericClient,
+    conn: &mut PgConn,
     task_id: TaskId,
     run_id: u32,
     after: Option<&str>,
     limit: usize,
 ) -> Result<Page<Artifact>, StoreError> {
-    let rows = client.query(
+    let rows = conn.query(
         "SELECT name, kind, present, expires FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name > $3 \
          ORDER BY name LIMIT $4",
         &[&task_id.as_str(), &(run_id as i32), &after.unwrap_or(""), &((limit + 1) as i64)],
     )?;
     let items = rows.iter().map(from_row).collect::<Result<Vec<_>, _>>()?;
-    crate::types::artifact_page(items, after, limit, || implicit(client, task_id, run_id))
+    crate::types::artifact_page(items, after, limit, || implicit(conn, task_id, run_id))
 }
 
 /// Artifacts that expired before `now`, at most `limit`.
 pub(crate) fn expired(
-    client: &mut impl GenericClient,
+    conn: &mut PgConn,
     now: Timestamp,
     limit: usize,
 ) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError> {
-    let rows = client.query(
+    let rows = conn.query(
         "SELECT name, kind, present, expires, task_id, run_id FROM artifacts WHERE expires <= $1 \
          ORDER BY expires LIMIT $2",
         &[&now.millis(), &(limit as i64)],

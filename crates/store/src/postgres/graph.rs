@@ -2,7 +2,7 @@
 //! the reads behind `/task-graph/...`. A graph's row is locked (`FOR UPDATE`) before its
 //! counts change, so servers resolving its tasks at once count each resolution once.
 
-use postgres::{Client, Row};
+use postgres::Row;
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
@@ -10,8 +10,8 @@ use shoal_engine::status::{TaskState, TaskStatus};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::graph::{GraphNode, GraphTx, NewNode, StoredGraph};
-use crate::postgres::ops;
 use crate::postgres::tx::{Param, PgTx};
+use crate::postgres::{PgConn, ops};
 use crate::sqlite::row::corrupt;
 use crate::sqlite::tx::json;
 use crate::{StoreError, TaskGroup};
@@ -143,20 +143,17 @@ fn graph_from_row(row: &Row) -> Result<StoredGraph, StoreError> {
 }
 
 /// A graph's row, unlocked.
-pub(crate) fn graph(client: &mut Client, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
-    let statement = client.prepare(&format!("SELECT {GRAPH_COLUMNS} FROM task_graphs WHERE task_graph_id = $1"))?;
-    client.query_opt(&statement, &[&task_graph_id.as_str()])?.map(|row| graph_from_row(&row)).transpose()
+pub(crate) fn graph(conn: &mut PgConn, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
+    let sql = format!("SELECT {GRAPH_COLUMNS} FROM task_graphs WHERE task_graph_id = $1");
+    conn.query(&sql, &[&task_graph_id.as_str()])?.first().map(graph_from_row).transpose()
 }
 
 /// Every task of a graph, by label, with the queue's state of each.
-pub(crate) fn nodes(client: &mut Client, task_graph_id: TaskId) -> Result<Vec<GraphNode>, StoreError> {
-    let statement = client.prepare(
-        "SELECT g.label, g.task_id, coalesce(t.definition::jsonb -> 'metadata' ->> 'name', ''), g.requires, \
+pub(crate) fn nodes(conn: &mut PgConn, task_graph_id: TaskId) -> Result<Vec<GraphNode>, StoreError> {
+    let sql = "SELECT g.label, g.task_id, coalesce(t.definition::jsonb -> 'metadata' ->> 'name', ''), g.requires, \
          g.reruns, g.reruns_left, g.failed, t.state \
-         FROM graph_tasks g JOIN tasks t ON t.task_id = g.task_id WHERE g.task_graph_id = $1 ORDER BY g.label",
-    )?;
-    client
-        .query(&statement, &[&task_graph_id.as_str()])?
+         FROM graph_tasks g JOIN tasks t ON t.task_id = g.task_id WHERE g.task_graph_id = $1 ORDER BY g.label";
+    conn.query(sql, &[&task_graph_id.as_str()])?
         .iter()
         .map(|row| {
             let state: &str = row.try_get(7)?;

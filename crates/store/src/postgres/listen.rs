@@ -13,7 +13,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use tokio::sync::{broadcast, watch};
 
 use super::outbox::{OUTBOX_CHANNEL, PUBLISH_LOCK, Tail};
-use super::{WAKE_ALL, WAKE_CHANNEL};
+use super::{PgConn, WAKE_ALL, WAKE_CHANNEL};
 use crate::StoreError;
 
 /// How often the listener checks whether the store is gone or wants to publish.
@@ -53,7 +53,7 @@ fn run(listener: &Listener) {
             client.batch_execute(&format!("LISTEN {WAKE_CHANNEL}; LISTEN {OUTBOX_CHANNEL}"))?;
             Ok(client)
         }) {
-            Ok(client) => client,
+            Ok(client) => PgConn::new(client),
             Err(err) => {
                 tracing::warn!(error = %err, "cannot listen for other servers' work; retrying");
                 std::thread::sleep(backoff);
@@ -75,23 +75,23 @@ fn run(listener: &Listener) {
 }
 
 /// Serves one connection until it fails or the store is dropped.
-fn serve(listener: &Listener, client: &mut postgres::Client) -> Result<(), StoreError> {
-    listener.tail.catch_up(client)?;
+fn serve(listener: &Listener, conn: &mut PgConn) -> Result<(), StoreError> {
+    listener.tail.catch_up(conn)?;
     while listener.listening.load(Ordering::Relaxed) {
         if listener.wants_to_publish.load(Ordering::Relaxed) && !*listener.publishing.borrow() {
-            let won: bool = client.query_one("SELECT pg_try_advisory_lock($1)", &[&PUBLISH_LOCK])?.get(0);
+            let won: bool = conn.client.query_one("SELECT pg_try_advisory_lock($1)", &[&PUBLISH_LOCK])?.get(0);
             if won {
                 tracing::info!("this server publishes the outbox");
                 listener.publishing.send_replace(true);
             }
         }
         let mut notifications = Vec::new();
-        let first = client.notifications().timeout_iter(POLL).next()?;
+        let first = conn.client.notifications().timeout_iter(POLL).next()?;
         if let Some(notification) = first {
             notifications.push(notification);
             // Whatever else has arrived is served with it (one tail for many steps).
-            notifications.extend(client.notifications().iter().collect::<Vec<_>>()?);
-        } else if client.is_closed() {
+            notifications.extend(conn.client.notifications().iter().collect::<Vec<_>>()?);
+        } else if conn.client.is_closed() {
             return Err(StoreError::Unavailable("listening connection closed".into()));
         }
         let mut tail = false;
@@ -104,7 +104,7 @@ fn serve(listener: &Listener, client: &mut postgres::Client) -> Result<(), Store
             }
         }
         if tail {
-            listener.tail.catch_up(client)?;
+            listener.tail.catch_up(conn)?;
         }
     }
     Ok(())

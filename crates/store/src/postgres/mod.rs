@@ -112,11 +112,39 @@ impl PgConfig {
 
 type Pool = r2d2::Pool<Manager>;
 
-/// A pooled blocking connection.
+/// A blocking connection that prepares each statement once (a round trip, and the
+/// server's parsing and planning, saved on every later use).
 pub(crate) struct PgConn {
     pub(crate) client: postgres::Client,
+    statements: std::collections::HashMap<String, postgres::Statement>,
     /// Set when a request on it failed for want of the database: the pool drops it.
     pub(crate) broken: bool,
+}
+
+impl PgConn {
+    pub(crate) fn new(client: postgres::Client) -> PgConn {
+        PgConn { client, statements: std::collections::HashMap::new(), broken: false }
+    }
+
+    /// The statement for `sql`, prepared on this connection the first time.
+    pub(crate) fn prepared(&mut self, sql: &str) -> Result<postgres::Statement, postgres::Error> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql)?;
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    /// Runs `sql` (prepared once) outside any transaction.
+    pub(crate) fn query(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<postgres::Row>, postgres::Error> {
+        let statement = self.prepared(sql)?;
+        self.client.query(&statement, params)
+    }
 }
 
 /// Makes [`PgConn`]s: PostgreSQL connections that keep their prepared statements.
@@ -127,7 +155,7 @@ impl r2d2::ManageConnection for Manager {
     type Error = postgres::Error;
 
     fn connect(&self) -> Result<PgConn, postgres::Error> {
-        Ok(PgConn { client: self.0.connect()?, broken: false })
+        Ok(PgConn::new(self.0.connect()?))
     }
 
     fn is_valid(&self, conn: &mut PgConn) -> Result<(), postgres::Error> {
@@ -499,7 +527,7 @@ impl PgStore {
             let mut attempt = 1;
             loop {
                 let mut client = inner.pool.get()?;
-                let result = query(&reads::PgReads(RefCell::new(&mut client.client)));
+                let result = query(&reads::PgReads(RefCell::new(&mut client)));
                 // A pooled connection that died while idle (the database restarted) fails
                 // its first use: the read is repeated on a fresh one; the dead one is dropped.
                 // The error, not `is_closed`, decides: the client may learn that its socket
@@ -526,8 +554,8 @@ impl PgStore {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
             let mut conn = inner.pool.get()?;
-            outbox::sequence_all(&mut conn.client, SETTLE_PATIENCE)?;
-            inner.tail.catch_up(&mut conn.client)
+            outbox::sequence_all(&mut conn, SETTLE_PATIENCE)?;
+            inner.tail.catch_up(&mut conn)
         })
         .await
         .map_err(|err| StoreError::Other(format!("settle task failed: {err}")))?

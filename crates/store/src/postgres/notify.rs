@@ -27,7 +27,7 @@ fn run_notifier(pool: &PgPool, server: &str, woken: &mpsc::Receiver<Vec<String>>
         // its commit, so writes that notified would commit one by one. Lost when the database
         // is away: other servers' workers then find the work at their next long-poll.
         let sent = pool.get().and_then(|mut conn| {
-            conn.client.execute(
+            conn.query(
                 "SELECT pg_notify($1, $2 || ' ' || queue) FROM unnest($3::text[]) AS queue",
                 &[&WAKE_CHANNEL, &server, &queues],
             )?;

@@ -22,9 +22,7 @@ use std::sync::Mutex;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use postgres::GenericClient;
-
-use super::PgPool;
+use super::{PgConn, PgPool};
 use crate::StoreError;
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::sqlite::outbox::append_row;
@@ -60,25 +58,35 @@ pub(crate) struct Step {
 }
 
 /// Positions staged rows, in id order, up to the first hole that may still fill.
-pub(crate) fn sequence(client: &mut postgres::Client) -> Result<Step, StoreError> {
-    let mut tx = client.transaction()?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SEQUENCE_LOCK])?;
-    // Read committed: statements after the lock see the previous step's commit.
-    let state = tx.query_one(
-        // The newest row by its key, not max(last_seq): an index probe, not a scan.
+pub(crate) fn sequence(conn: &mut PgConn) -> Result<Step, StoreError> {
+    let lock = conn.prepared("SELECT pg_advisory_xact_lock($1)")?;
+    // The newest row by its key, not max(last_seq): an index probe, not a scan.
+    let read_state = conn.prepared(
         "SELECT sequenced_id, gap_id, gap_xmax, \
          greatest(published, (SELECT last_seq FROM outbox_batches ORDER BY first_seq DESC LIMIT 1)) \
          FROM outbox_state",
-        &[],
     )?;
-    let (sequenced, gap_id, gap_xmax, last_seq): (i64, Option<i64>, Option<i64>, i64) =
-        (state.get(0), state.get(1), state.get(2), state.get(3));
     // The snapshot columns come from the same snapshot as the rows.
-    let rows = tx.query(
+    let read_staged = conn.prepared(
         "SELECT id, count, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, \
          pg_snapshot_xmax(pg_current_snapshot())::text::bigint FROM outbox_pending ORDER BY id LIMIT $1",
-        &[&STEP_ROWS],
     )?;
+    // One statement whatever the number of rows: positions follow id order.
+    let move_rows = conn.prepared(
+        "WITH moved AS (DELETE FROM outbox_pending WHERE id = ANY($2) RETURNING id, count, messages) \
+         INSERT INTO outbox_batches (first_seq, last_seq, messages) \
+         SELECT $1 + sum(count) OVER w - count, $1 + sum(count) OVER w - 1, messages FROM moved \
+         WINDOW w AS (ORDER BY id)",
+    )?;
+    let write_state = conn.prepared("UPDATE outbox_state SET sequenced_id = $1, gap_id = $2, gap_xmax = $3")?;
+    let notify = conn.prepared("SELECT pg_notify($1, $2)")?;
+    let mut tx = conn.client.transaction()?;
+    tx.execute(&lock, &[&SEQUENCE_LOCK])?;
+    // Read committed: statements after the lock see the previous step's commit.
+    let state = tx.query_one(&read_state, &[])?;
+    let (sequenced, gap_id, gap_xmax, last_seq): (i64, Option<i64>, Option<i64>, i64) =
+        (state.get(0), state.get(1), state.get(2), state.get(3));
+    let rows = tx.query(&read_staged, &[&STEP_ROWS])?;
     let mut expected = sequenced + 1;
     let mut n_messages: i64 = 0;
     let mut hole: Option<(i64, i64)> = None;
@@ -101,23 +109,13 @@ pub(crate) fn sequence(client: &mut postgres::Client) -> Result<Step, StoreError
     }
     let held = hole.is_some();
     if !moved.is_empty() {
-        // One statement whatever the number of rows: positions follow id order.
-        tx.execute(
-            "WITH moved AS (DELETE FROM outbox_pending WHERE id = ANY($2) RETURNING id, count, messages) \
-             INSERT INTO outbox_batches (first_seq, last_seq, messages) \
-             SELECT $1 + sum(count) OVER w - count, $1 + sum(count) OVER w - 1, messages FROM moved \
-             WINDOW w AS (ORDER BY id)",
-            &[&(last_seq + 1), &moved],
-        )?;
+        tx.execute(&move_rows, &[&(last_seq + 1), &moved])?;
     }
     if !moved.is_empty() || hole.map(|(id, _)| id) != gap_id {
-        tx.execute(
-            "UPDATE outbox_state SET sequenced_id = $1, gap_id = $2, gap_xmax = $3",
-            &[&(expected - 1), &hole.map(|(id, _)| id), &hole.map(|(_, xmax)| xmax)],
-        )?;
+        tx.execute(&write_state, &[&(expected - 1), &hole.map(|(id, _)| id), &hole.map(|(_, xmax)| xmax)])?;
     }
     if !moved.is_empty() {
-        tx.execute("SELECT pg_notify($1, $2)", &[&OUTBOX_CHANNEL, &(last_seq + n_messages).to_string()])?;
+        tx.execute(&notify, &[&OUTBOX_CHANNEL, &(last_seq + n_messages).to_string()])?;
     }
     tx.commit()?;
     Ok(Step { moved: moved.len(), held })
@@ -125,10 +123,10 @@ pub(crate) fn sequence(client: &mut postgres::Client) -> Result<Step, StoreError
 
 /// Runs steps until nothing staged before the call is left; Unavailable when a hole stays
 /// open longer than `patience`.
-pub(crate) fn sequence_all(client: &mut postgres::Client, patience: Duration) -> Result<(), StoreError> {
+pub(crate) fn sequence_all(conn: &mut PgConn, patience: Duration) -> Result<(), StoreError> {
     let give_up = std::time::Instant::now() + patience;
     loop {
-        let step = sequence(client)?;
+        let step = sequence(conn)?;
         if step.held {
             if std::time::Instant::now() > give_up {
                 return Err(StoreError::Unavailable("outbox: a transaction holding a message id has not ended".into()));
@@ -153,12 +151,12 @@ impl Tail {
     }
 
     /// Hands every positioned row not yet handed over to the feed, in order.
-    pub(crate) fn catch_up(&self, client: &mut impl GenericClient) -> Result<(), StoreError> {
+    pub(crate) fn catch_up(&self, conn: &mut PgConn) -> Result<(), StoreError> {
         let mut tailed = self.tailed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
             // From the row holding `tailed + 1` on, found by the key: rows already tailed
             // (and not yet trimmed) are not scanned.
-            let rows = client.query(
+            let rows = conn.query(
                 "SELECT first_seq, last_seq, messages FROM outbox_batches WHERE last_seq > $1 AND first_seq >= \
                  coalesce((SELECT first_seq FROM outbox_batches WHERE first_seq <= $1 ORDER BY first_seq DESC LIMIT 1), 0) \
                  ORDER BY first_seq LIMIT $2",
@@ -202,7 +200,7 @@ fn run_sequencer(pool: &PgPool, staged: &mpsc::Receiver<()>) {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
-        match pool.get().and_then(|mut conn| sequence(&mut conn.client)) {
+        match pool.get().and_then(|mut conn| sequence(&mut conn)) {
             Ok(step) => {
                 held = step.held;
                 due = step.moved >= STEP_ROWS as usize;

@@ -2,14 +2,14 @@
 
 use std::cell::RefCell;
 
+use postgres::Row;
 use postgres::types::ToSql;
-use postgres::{Client, Row};
 use shoal_engine::artifact::Artifact;
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::outbox::OutboxEntry;
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
-use crate::postgres::{artifacts, graph};
+use crate::postgres::{PgConn, artifacts, graph};
 use crate::sqlite::outbox::append_row;
 use crate::sqlite::reads::parse_seq;
 use crate::{
@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// A pooled connection seen through the [`Reads`] interface.
-pub(crate) struct PgReads<'a>(pub(crate) RefCell<&'a mut Client>);
+pub(crate) struct PgReads<'a>(pub(crate) RefCell<&'a mut PgConn>);
 
 fn record(row: &Row) -> Result<TaskRecord, StoreError> {
     let task = task_from_row(row)?.task;
@@ -26,9 +26,7 @@ fn record(row: &Row) -> Result<TaskRecord, StoreError> {
 
 impl PgReads<'_> {
     fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, StoreError> {
-        let mut client = self.0.borrow_mut();
-        let statement = client.prepare(sql)?;
-        Ok(client.query(&statement, params)?)
+        Ok(self.0.borrow_mut().query(sql, params)?)
     }
 
     /// Keyset paging: `rows` holds up to limit + 1 rows; the extra one makes a token.
@@ -177,7 +175,7 @@ impl Reads for PgReads<'_> {
     }
 
     fn artifact(&self, task_id: TaskId, run_id: u32, name: &str) -> Result<Option<Artifact>, StoreError> {
-        artifacts::artifact(&mut **self.0.borrow_mut(), task_id, run_id, name)
+        artifacts::artifact(&mut self.0.borrow_mut(), task_id, run_id, name)
     }
 
     fn list_artifacts(
@@ -187,11 +185,11 @@ impl Reads for PgReads<'_> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<Artifact>, StoreError> {
-        artifacts::list(&mut **self.0.borrow_mut(), task_id, run_id, after, limit)
+        artifacts::list(&mut self.0.borrow_mut(), task_id, run_id, after, limit)
     }
 
     fn expired_artifacts(&self, now: Timestamp, limit: usize) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError> {
-        artifacts::expired(&mut **self.0.borrow_mut(), now, limit)
+        artifacts::expired(&mut self.0.borrow_mut(), now, limit)
     }
 
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
