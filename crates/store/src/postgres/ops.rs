@@ -10,7 +10,9 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
+use crate::postgres::row::{
+    GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row,
+};
 use crate::postgres::tx::{Params, PgTx};
 use crate::sqlite::row::TaskRow;
 use crate::sqlite::tx::json;
@@ -31,40 +33,43 @@ pub(crate) async fn create_task(
     // Taskcluster allows a task to depend on itself: it then waits for scheduleTask.
     let others: Vec<&str> =
         definition.dependencies.iter().filter(|&&required| required != task_id).map(TaskId::as_str).collect();
-    let task_param: [&(dyn ToSql + Sync); 1] = [&task_id.as_str()];
     let others_params: Vec<[&(dyn ToSql + Sync); 1]> = others.iter().map(|id| [id as _]).collect();
-    let group_params: [&(dyn ToSql + Sync); 3] = [&group.as_str(), &definition.scheduler_id, &expires];
-    // One round trip: the stored definition, the dependencies, the group; in the order locks
-    // are taken everywhere (tasks before their group). The dependencies are share-locked: one
-    // resolving on another server now either committed before (its state is read here) or
-    // waits for this transaction and then releases this task. The group is created or
-    // extended and its row locked either way (two servers may race to create it; a group
-    // sealed by another server's committed transaction is seen here). When the task already
-    // exists, the locks and the group's expiry (already this late) change nothing.
+    // One round trip: the dependencies, then the group, in the order locks are taken
+    // everywhere (tasks before their group). The dependencies are share-locked: one resolving
+    // on another server now either committed before (its state is read here) or waits for
+    // this transaction and then releases this task. The group is created or extended and its
+    // row locked either way (two servers may race to create it; a group sealed by another
+    // server's committed transaction is seen here). The group's statement also reads the
+    // stored definition, if any (a plain read, so its place among the locks does not matter).
+    // When the task already exists, the locks and the group's expiry (already this late)
+    // change nothing.
     let upsert = format!(
-        "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) VALUES ($1, $2, $3, NULL) \
+        "WITH g AS (INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) \
+         VALUES ($1, $2, $3, NULL) \
          ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
-         RETURNING {GROUP_COLUMNS}"
+         RETURNING {GROUP_COLUMNS}) \
+         SELECT g.*, (SELECT definition FROM tasks WHERE task_id = $4) FROM g"
     );
-    let mut queries: Vec<(&str, Params<'_>)> = Vec::with_capacity(others.len() + 2);
-    queries.push(("SELECT definition FROM tasks WHERE task_id = $1", &task_param));
+    let group_params: [&(dyn ToSql + Sync); 4] =
+        [&group.as_str(), &definition.scheduler_id, &expires, &task_id.as_str()];
+    let mut queries: Vec<(&str, Params<'_>)> = Vec::with_capacity(others.len() + 1);
     for params in &others_params {
         queries.push(("SELECT state, expires FROM tasks WHERE task_id = $1 FOR SHARE", params));
     }
     queries.push((&upsert, &group_params));
     let mut answers = tx.pipeline(&queries).await?;
-    let group_row = answers.pop().unwrap_or_default();
-    let mut answers = answers.into_iter();
-    if let Some(existing) = answers.next().unwrap_or_default().first() {
-        if existing.try_get::<_, &str>(0)? != text {
+    let group_rows = answers.pop().unwrap_or_default();
+    let group_row = group_rows.first().ok_or_else(|| StoreError::Other("group upsert returned no row".into()))?;
+    if let Some(existing) = group_row.try_get::<_, Option<&str>>(GROUP_COLUMN_COUNT)? {
+        if existing != text {
             return Err(
                 Rejection::Conflict(format!("task {task_id} already exists with a different definition")).into()
             );
         }
         return Ok(tx.load_existing(task_id).await?.task.status());
     }
+    let answers = answers.into_iter();
     let satisfied = dependencies_satisfied(definition, task_id, answers)?;
-    let group_row = group_row.first().ok_or_else(|| StoreError::Other("group upsert returned no row".into()))?;
     // A refusal rolls the extension back.
     task_group_from_row(group_row)?.admit(&definition.scheduler_id)?;
     for (required, done) in definition.dependencies.iter().zip(&satisfied) {

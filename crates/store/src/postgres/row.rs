@@ -66,6 +66,9 @@ pub(crate) fn raw_json(row: &Row, idx: usize) -> Result<Box<RawValue>, StoreErro
 /// The columns [`task_group_from_row`] reads.
 pub(crate) const GROUP_COLUMNS: &str = "task_group_id, scheduler_id, expires, sealed";
 
+/// Number of columns in [`GROUP_COLUMNS`].
+pub(crate) const GROUP_COLUMN_COUNT: usize = 4;
+
 pub(crate) fn task_group_from_row(row: &Row) -> Result<TaskGroup, StoreError> {
     Ok(TaskGroup {
         task_group_id: id(row, 0)?,

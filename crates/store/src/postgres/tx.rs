@@ -364,8 +364,7 @@ impl PgTx {
     /// After a task resolved: publishes task-group-resolved when its group has no unresolved
     /// task left, and releases the dependents this resolution satisfies.
     ///
-    /// The three questions go out in one round trip (with the task's held-back UPDATE before
-    /// them). The group's row is locked before its tasks are counted: that serializes the
+    /// The questions go out in one round trip (with the task's held-back UPDATE before them). The group's row is locked before its tasks are counted: that serializes the
     /// resolutions of a group's last tasks across servers, since the count (READ COMMITTED
     /// takes a new snapshot per statement) then sees every resolution committed before the
     /// lock was granted. Releasing the dependents after the count changes nothing in it: a
@@ -379,27 +378,34 @@ impl PgTx {
     ) -> Result<(), StoreError> {
         let lock_group = format!("SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = $1 FOR UPDATE");
         let (task, group) = (task_id.as_str(), group.as_str());
+        // The count and the waiting dependents in one statement, after the lock: one row
+        // per waiting dependent, or one row of NULLs when none waits.
         let mut answers = self
             .pipeline(&[
-                (
-                    "SELECT dependent_task_id, requires FROM task_dependencies \
-                     WHERE required_task_id = $1 AND NOT satisfied ORDER BY dependent_task_id",
-                    &[&task],
-                ),
                 (&lock_group, &[&group]),
-                ("SELECT 1 FROM tasks WHERE task_group_id = $1 AND deadline_due IS NOT NULL LIMIT 1", &[&group]),
+                (
+                    "SELECT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = $1 AND deadline_due IS NOT NULL), \
+                     d.dependent_task_id, d.requires FROM (SELECT 1) AS one LEFT JOIN task_dependencies d \
+                     ON d.required_task_id = $2 AND NOT d.satisfied ORDER BY d.dependent_task_id",
+                    &[&group, &task],
+                ),
             ])
             .await?
             .into_iter();
-        let (waiting, found, unresolved) = (
-            answers.next().unwrap_or_default(),
-            answers.next().unwrap_or_default(),
-            answers.next().unwrap_or_default(),
-        );
+        let (found, after) = (answers.next().unwrap_or_default(), answers.next().unwrap_or_default());
+        let unresolved = after.first().map(|row| row.try_get::<_, bool>(0)).transpose()?.unwrap_or(false);
         if let Some(found) = found.first()
-            && unresolved.is_empty()
+            && !unresolved
         {
             self.publish(message::group_resolved(&task_group_from_row(found)?));
+        }
+        let mut waiting = Vec::new();
+        for row in &after {
+            if let (Some(dependent), Some(requires)) =
+                (row.try_get::<_, Option<&str>>(1)?, row.try_get::<_, Option<&str>>(2)?)
+            {
+                waiting.push((dependent.to_owned(), requires.to_owned()));
+            }
         }
         if !waiting.is_empty() {
             self.release_dependents(task_id, &waiting, state, now).await?;
@@ -452,13 +458,12 @@ impl PgTx {
     async fn release_dependents(
         &mut self,
         required: TaskId,
-        waiting: &[Row],
+        waiting: &[(String, String)],
         state: TaskState,
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let mut released = Vec::with_capacity(waiting.len());
-        for row in waiting {
-            let (dependent, requires): (&str, &str) = (row.try_get(0)?, row.try_get(1)?);
+        for (dependent, requires) in waiting {
             let requires = Requires::from_name(requires).ok_or_else(|| StoreError::Other("bad requires".into()))?;
             if requires.satisfied_by(state) {
                 released.push(TaskId::parse(dependent).ok_or_else(|| StoreError::Other("bad dependent id".into()))?);
