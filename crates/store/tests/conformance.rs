@@ -407,6 +407,30 @@ async fn concurrent_claims_hand_out_each_run_once() {
 }
 
 #[tokio::test]
+async fn racing_identical_creates_all_succeed_and_define_the_task_once() {
+    for (name, backend) in backends() {
+        let store = backend.store.clone();
+        for round in 0..5 {
+            // Each round a fresh task, created by 8 callers at once (as retries racing on
+            // several servers would): one defines it, the others find it.
+            let task_id = id(100 + round);
+            let mut creators = tokio::task::JoinSet::new();
+            for _ in 0..8 {
+                let store = store.clone();
+                creators.spawn(async move { store.create_task(definition(task_id, json!({})), task_id, at(0)).await });
+            }
+            let mut n_defined = 0;
+            while let Some(created) = creators.join_next().await {
+                let created = created.unwrap().unwrap_or_else(|err| panic!("{name}: a racing create failed: {err}"));
+                assert_eq!(created.value.state, TaskState::Pending, "{name}");
+                n_defined += created.events.iter().filter(|event| event.event == Event::Defined).count();
+            }
+            assert_eq!(n_defined, 1, "{name}: defined exactly once");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_failed_operation_takes_only_its_batch_down() {
     for (name, backend) in backends() {
         let store = &backend.store;

@@ -57,7 +57,8 @@ pub const PG_SCHEMA_VERSION: usize = schema::MIGRATIONS.len();
 pub struct PgConfig {
     /// `postgres://user[:password]@host[:port]/database[?options]`.
     pub url: String,
-    /// Most connections this server keeps open.
+    /// Most connections each of this server's two pools keeps open (writes; reads and
+    /// background work), besides its one listening connection.
     pub max_connections: u32,
     /// How long a request waits for a connection before failing as unavailable.
     pub connect_timeout: Duration,
