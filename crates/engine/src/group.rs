@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::definition::TaskDefinition;
+use crate::status::TaskState;
 use crate::{Rejection, TaskId, Timestamp};
 
 /// A task group.
@@ -59,6 +61,38 @@ pub fn dependency_rejection(missing: &[String], expiring: &[String]) -> Option<R
     None
 }
 
+/// What createTask learns of each dependency: for each one other than the task itself, in
+/// the definition's order, its state and expiry if it exists. Says for every dependency
+/// whether it is satisfied already, or refuses the task (missing or expiring dependencies).
+///
+/// # Errors
+/// The rejection of [`dependency_rejection`].
+pub fn dependencies_satisfied(
+    definition: &TaskDefinition,
+    task_id: TaskId,
+    found: impl IntoIterator<Item = Option<(TaskState, Timestamp)>>,
+) -> Result<Vec<bool>, Rejection> {
+    let mut found = found.into_iter();
+    let mut satisfied = Vec::with_capacity(definition.dependencies.len());
+    let (mut missing, mut expiring) = (Vec::new(), Vec::new());
+    for &required in &definition.dependencies {
+        if required == task_id {
+            // Taskcluster allows a task to depend on itself: it then waits for scheduleTask.
+            satisfied.push(false);
+            continue;
+        }
+        let Some((state, expires)) = found.next().flatten() else {
+            missing.push(required.to_string());
+            continue;
+        };
+        if expires < definition.deadline {
+            expiring.push(required.to_string());
+        }
+        satisfied.push(definition.requires.satisfied_by(state));
+    }
+    dependency_rejection(&missing, &expiring).map_or(Ok(satisfied), Err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +114,32 @@ mod tests {
         assert!(both.contains("missingTaskDependencies: a"), "{both}");
         let expiring = dependency_rejection(&[], &["b".into(), "c".into()]).unwrap().to_string();
         assert!(expiring.contains("expiringTaskDependencies: b, c"), "{expiring}");
+    }
+
+    #[test]
+    fn dependencies_are_judged_in_order_missing_before_expiring() {
+        let me = TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6A").unwrap();
+        let (a, b) =
+            (TaskId::parse("aaaaaaaaQxCxxxxxxxxxxA").unwrap(), TaskId::parse("bbbbbbbbQxCxxxxxxxxxxA").unwrap());
+        let input: crate::definition::TaskDefinitionInput = serde_json::from_value(serde_json::json!({
+            "taskQueueId": "prov/wt",
+            "created": "2026-01-01T00:00:00.000Z",
+            "deadline": "2026-01-01T01:00:00.000Z",
+            "payload": {},
+            "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"},
+            "dependencies": [a.as_str(), me.as_str(), b.as_str()]
+        }))
+        .unwrap();
+        let definition = input.validate(me, Timestamp::parse("2026-01-01T00:00:00.000Z").unwrap()).unwrap();
+        let later = definition.deadline.plus_secs(1);
+        let done = Some((TaskState::Completed, later));
+        let running = Some((TaskState::Running, later));
+        // The task itself waits for scheduleTask; the others by their state.
+        assert_eq!(dependencies_satisfied(&definition, me, [done, running]).unwrap(), vec![true, false, false]);
+        let expiring = Some((TaskState::Completed, Timestamp(definition.deadline.millis() - 1)));
+        let err = dependencies_satisfied(&definition, me, [expiring, done]).unwrap_err().to_string();
+        assert!(err.contains(&format!("expiringTaskDependencies: {a}")), "{err}");
+        let err = dependencies_satisfied(&definition, me, [expiring, None]).unwrap_err().to_string();
+        assert!(err.contains(&format!("missingTaskDependencies: {b}")), "{err}");
     }
 }

@@ -96,36 +96,24 @@ pub(crate) async fn create_task(
     Ok(row.task.status())
 }
 
-/// Checks that every dependency exists (`found` holds the answer for each other than the
-/// task itself) and outlives this task's deadline; says for each whether it is satisfied.
+/// Each dependency's state and expiry (`found`: one answer per dependency other than the
+/// task itself), judged by the engine.
 fn dependencies_satisfied(
     definition: &TaskDefinition,
     task_id: TaskId,
-    mut found: impl Iterator<Item = Vec<Row>>,
+    found: impl Iterator<Item = Vec<Row>>,
 ) -> Result<Vec<bool>, StoreError> {
-    let mut satisfied = Vec::with_capacity(definition.dependencies.len());
-    let mut missing = Vec::new();
-    let mut expiring = Vec::new();
-    for &required in &definition.dependencies {
-        if required == task_id {
-            satisfied.push(false);
-            continue;
-        }
-        let Some(row) = found.next().unwrap_or_default().into_iter().next() else {
-            missing.push(required.to_string());
-            continue;
-        };
-        let (state, expires): (&str, i64) = (row.try_get(0)?, row.try_get(1)?);
-        if expires < definition.deadline.millis() {
-            expiring.push(required.to_string());
-        }
-        let state = TaskState::from_name(state).unwrap_or(TaskState::Unscheduled);
-        satisfied.push(definition.requires.satisfied_by(state));
-    }
-    if let Some(rejection) = shoal_engine::group::dependency_rejection(&missing, &expiring) {
-        return Err(rejection.into());
-    }
-    Ok(satisfied)
+    let found = found
+        .map(|rows| {
+            rows.first()
+                .map(|row| {
+                    let (state, expires): (&str, i64) = (row.try_get(0)?, row.try_get(1)?);
+                    Ok((TaskState::from_name(state).unwrap_or(TaskState::Unscheduled), Timestamp(expires)))
+                })
+                .transpose()
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(shoal_engine::group::dependencies_satisfied(definition, task_id, found)?)
 }
 
 pub(crate) async fn apply(

@@ -86,32 +86,16 @@ pub(crate) fn load_group(tx: &Tx<'_>, group: TaskId) -> Result<Option<TaskGroup>
 /// Checks that every dependency exists and outlives this task's deadline; says for each
 /// whether it is already satisfied.
 fn check_dependencies(tx: &Tx<'_>, definition: &TaskDefinition, task_id: TaskId) -> Result<Vec<bool>, StoreError> {
-    let mut satisfied = Vec::with_capacity(definition.dependencies.len());
-    let mut missing = Vec::new();
-    let mut expiring = Vec::new();
     let mut stmt = tx.conn.prepare_cached("SELECT state, expires FROM tasks WHERE task_id = ?1")?;
-    for &required in &definition.dependencies {
-        if required == task_id {
-            // Taskcluster allows a task to depend on itself: it then waits for scheduleTask.
-            satisfied.push(false);
-            continue;
-        }
-        let found: Option<(String, i64)> =
+    let mut found = Vec::with_capacity(definition.dependencies.len());
+    for required in definition.dependencies.iter().filter(|&&required| required != task_id) {
+        let row: Option<(String, i64)> =
             stmt.query_row([required.as_str()], |row| Ok((row.get(0)?, row.get(1)?))).optional()?;
-        let Some((state, expires)) = found else {
-            missing.push(required.to_string());
-            continue;
-        };
-        if expires < definition.deadline.millis() {
-            expiring.push(required.to_string());
-        }
-        let state = TaskState::from_name(&state).unwrap_or(TaskState::Unscheduled);
-        satisfied.push(definition.requires.satisfied_by(state));
+        found.push(row.map(|(state, expires)| {
+            (TaskState::from_name(&state).unwrap_or(TaskState::Unscheduled), Timestamp(expires))
+        }));
     }
-    if let Some(rejection) = shoal_engine::group::dependency_rejection(&missing, &expiring) {
-        return Err(rejection.into());
-    }
-    Ok(satisfied)
+    Ok(shoal_engine::group::dependencies_satisfied(definition, task_id, found)?)
 }
 
 pub(crate) fn apply(
