@@ -606,6 +606,76 @@ async fn a_group_is_resolved_each_time_its_last_task_resolves() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_arriving_together_are_each_judged_alone() {
+    for (name, backend) in backends() {
+        let store = backend.store.clone();
+        let (group, other, sealed) = (id(500), id(501), id(502));
+        let in_group = |group: TaskId| json!({"taskGroupId": group.to_string()});
+        create(&store, id(30), in_group(sealed), at(0)).await;
+        let _sealed = store.seal_task_group(sealed, at(0)).await.unwrap();
+
+        // Twenty creates at once, with one refused among them (its group is sealed).
+        let mut creates = tokio::task::JoinSet::new();
+        for n in (1..=20).chain([31]) {
+            let (store, task_group) = (store.clone(), if n == 31 { sealed } else { group });
+            creates.spawn(async move {
+                (n, store.create_task(definition(id(n), in_group(task_group)), id(n), at(1)).await)
+            });
+        }
+        while let Some(created) = creates.join_next().await {
+            match created.unwrap() {
+                (31, refused) => assert!(matches!(refused, Err(StoreError::Rejected(_))), "{name}: {refused:?}"),
+                (n, created) => assert_eq!(created.unwrap().value.state, TaskState::Pending, "{name}: task {n}"),
+            }
+        }
+        // A task waiting on two of them, in a group of its own.
+        let dependent = id(900);
+        let waits = json!({"taskGroupId": other.to_string(), "dependencies": [id(1).to_string(), id(2).to_string()]});
+        create(&store, dependent, waits, at(1)).await;
+        let mut claimed = claim_ids(&store, worker(32), at(2)).await;
+        claimed.sort();
+        let mut expected: Vec<TaskId> = (1..=20).map(id).chain([id(30)]).collect();
+        expected.sort();
+        assert_eq!(claimed, expected, "{name}: the refused create wrote nothing");
+
+        // Twenty reports at once, with two refused among them (a run that does not exist, a
+        // task that does not exist).
+        let done = |run_id| TaskCommand::Resolve { run_id, resolution: Resolution::Completed };
+        let mut reports = tokio::task::JoinSet::new();
+        for (n, run_id) in (1..=20).map(|n| (n, 0)).chain([(30, 4), (999, 0)]) {
+            let store = store.clone();
+            reports.spawn(async move { (n, store.apply(id(n), done(run_id), at(3)).await) });
+        }
+        let mut n_released = 0;
+        while let Some(reported) = reports.join_next().await {
+            match reported.unwrap() {
+                (30 | 999, refused) => assert!(matches!(refused, Err(StoreError::Rejected(_))), "{name}: {refused:?}"),
+                (n, reported) => {
+                    let reported = reported.unwrap();
+                    assert_eq!(reported.value.state, TaskState::Completed, "{name}: task {n}");
+                    n_released += reported
+                        .events
+                        .iter()
+                        .filter(|event| event.task_id == dependent && matches!(event.event, Event::Pending { .. }))
+                        .count();
+                }
+            }
+        }
+        assert_eq!(n_released, 1, "{name}: the dependent's release is reported once, to wake its workers");
+        assert_eq!(state_of(&store, dependent).await, TaskState::Pending, "{name}");
+        assert_eq!(state_of(&store, id(30)).await, TaskState::Running, "{name}: the refused report wrote nothing");
+        let entries = unpublished(&store).await;
+        let group_resolved: Vec<&str> = entries
+            .iter()
+            .filter(|entry| entry.message.exchange.short_name() == "task-group-resolved")
+            .map(|entry| entry.message.routing_key.as_str())
+            .collect();
+        assert_eq!(group_resolved, vec![format!("primary.{group}.-._")], "{name}: the group resolved once");
+        assert!(entries.windows(2).all(|pair| pair[1].seq == pair[0].seq + 1), "{name}: gapless sequence");
+    }
+}
+
 fn graph_input(tasks: serde_json::Value) -> shoal_engine::graph::GraphInput {
     let tasks: serde_json::Map<String, serde_json::Value> = tasks
         .as_object()

@@ -7,6 +7,7 @@
 //! so concurrent servers never hand one run out twice.
 
 mod artifacts;
+mod gather;
 mod graph;
 mod listen;
 mod notify;
@@ -250,6 +251,8 @@ struct PgInner {
     wants_to_publish: Arc<std::sync::atomic::AtomicBool>,
     publishing: tokio::sync::watch::Receiver<bool>,
     listening: Arc<std::sync::atomic::AtomicBool>,
+    /// Where creates are gathered, started with the first create (inside the runtime).
+    gatherer: std::sync::OnceLock<gather::Gatherer>,
 }
 
 impl Drop for PgInner {
@@ -313,6 +316,7 @@ impl PgStore {
             wants_to_publish,
             publishing,
             listening,
+            gatherer: std::sync::OnceLock::new(),
         };
         Ok(PgStore { inner: Arc::new(inner) })
     }
@@ -377,7 +381,40 @@ impl PgStore {
         .map_err(|err| StoreError::Other(format!("write task failed: {err}")))?
     }
 
+    /// Creates a task; one without dependencies is gathered with the writes that arrive with
+    /// it and written with them (`gather.rs`).
     pub(crate) async fn create_task(
+        &self,
+        definition: TaskDefinition,
+        task_id: TaskId,
+        now: Timestamp,
+    ) -> Result<Committed<TaskStatus>, StoreError> {
+        if !definition.dependencies.is_empty() {
+            return self.create_alone(definition, task_id, now).await;
+        }
+        self.gathered(task_id, gather::Op::Create(Box::new(definition)), now).await
+    }
+
+    /// Queues an operation on this server's gathering (`gather.rs`) and waits for its answer.
+    async fn gathered(
+        &self,
+        task_id: TaskId,
+        op: gather::Op,
+        now: Timestamp,
+    ) -> Result<Committed<TaskStatus>, StoreError> {
+        let gatherer = self.inner.gatherer.get_or_init(|| gather::Gatherer::start(&Arc::downgrade(&self.inner)));
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        match gatherer.submit(gather::Job { task_id, op, now, reply }) {
+            Ok(()) => answer.await.map_err(|_| StoreError::Other("the operation was dropped unanswered".into()))?,
+            Err(job) => match job.op {
+                gather::Op::Create(definition) => self.create_alone(*definition, job.task_id, job.now).await,
+                gather::Op::Apply(command) => self.apply_alone(job.task_id, command, job.now).await,
+            },
+        }
+    }
+
+    /// Creates a task in a transaction of its own.
+    pub(crate) async fn create_alone(
         &self,
         definition: TaskDefinition,
         task_id: TaskId,
@@ -409,7 +446,18 @@ impl PgStore {
         .await
     }
 
+    /// Runs a command on a task, gathered with the writes that arrive with it (`gather.rs`).
     pub(crate) async fn apply(
+        &self,
+        task_id: TaskId,
+        command: TaskCommand,
+        now: Timestamp,
+    ) -> Result<Committed<TaskStatus>, StoreError> {
+        self.gathered(task_id, gather::Op::Apply(command), now).await
+    }
+
+    /// Runs a command on a task in a transaction of its own.
+    pub(crate) async fn apply_alone(
         &self,
         task_id: TaskId,
         command: TaskCommand,

@@ -19,7 +19,7 @@ use crate::sqlite::tx::json;
 use crate::{Claim, ClaimRequest, GroupCancellation, StoreError, TaskCommand, TaskGroup};
 
 /// How long a task group outlives its latest-expiring task (as in SQLite).
-const GROUP_EXPIRY_SLACK_MS: i64 = 3600 * 1000;
+pub(crate) const GROUP_EXPIRY_SLACK_MS: i64 = 3600 * 1000;
 
 pub(crate) async fn create_task(
     tx: &mut PgTx,
@@ -123,8 +123,18 @@ pub(crate) async fn apply(
     now: Timestamp,
 ) -> Result<TaskStatus, StoreError> {
     let mut row = tx.load_existing(task_id).await?;
+    apply_loaded(tx, &mut row, command, now).await
+}
+
+/// Runs `command` on a task already loaded (and locked).
+pub(crate) async fn apply_loaded(
+    tx: &mut PgTx,
+    row: &mut TaskRow,
+    command: &TaskCommand,
+    now: Timestamp,
+) -> Result<TaskStatus, StoreError> {
     let claim_timeout = tx.shared.claim_timeout_secs;
-    tx.step(&mut row, now, |task| match *command {
+    tx.step(row, now, |task| match *command {
         TaskCommand::Schedule => task.schedule(now),
         TaskCommand::Reclaim { run_id } => task.reclaim(run_id, now, claim_timeout),
         TaskCommand::Resolve { run_id, resolution } => task.resolve(run_id, resolution, now),

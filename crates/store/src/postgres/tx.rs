@@ -55,11 +55,30 @@ pub(crate) struct TxShared {
     pub(crate) queues_touched: std::sync::Mutex<HashMap<String, i64>>,
 }
 
+/// Where a transaction stood (see [`PgTx::mark`]).
+pub(crate) struct Mark {
+    /// Events recorded by then.
+    pub(crate) events: usize,
+    messages: usize,
+    resolutions: usize,
+    writes: u64,
+}
+
 /// A statement not sent yet.
 enum HeldBack {
     /// A simple-protocol command (BEGIN, COMMIT).
     Command(&'static str),
     /// A write whose result nothing waits for.
+    Write(Statement, Vec<Param>),
+    /// New task rows in a row: written by one statement.
+    Inserts(Vec<NewRow>),
+    /// Task rows' new states in a row, each task at most once: written by one statement.
+    Updates(Vec<RowUpdate>),
+}
+
+/// A held-back item lowered to what goes on the wire.
+enum Lowered {
+    Command(&'static str),
     Write(Statement, Vec<Param>),
 }
 
@@ -72,9 +91,22 @@ pub(crate) struct PgTx {
     begun: bool,
     /// Whether COMMIT went out: an error after that may hide a commit, so nothing is retried.
     pub(crate) committing: bool,
+    /// Writes issued so far (held back or sent): tells whether a part of the transaction wrote.
+    writes: u64,
     pub(crate) events: Vec<TaskEvent>,
     /// Messages of this transaction, staged in the outbox with its commit.
     pub(crate) messages: Vec<Message>,
+    /// While gathering ([`PgTx::gather_resolutions`]): the resolutions whose consequences
+    /// wait for [`PgTx::resolve_gathered`].
+    resolutions: Option<Vec<Resolution>>,
+}
+
+/// A task that resolved, whose group and dependents are yet to hear of it.
+struct Resolution {
+    task_id: TaskId,
+    group: TaskId,
+    state: TaskState,
+    now: Timestamp,
 }
 
 impl PgTx {
@@ -86,8 +118,10 @@ impl PgTx {
             held_back: vec![HeldBack::Command("BEGIN")],
             begun: false,
             committing: false,
+            writes: 0,
             events: Vec::new(),
             messages: Vec::new(),
+            resolutions: None,
         }
     }
 
@@ -100,7 +134,29 @@ impl PgTx {
     pub(crate) async fn defer(&mut self, sql: &str, params: Vec<Param>) -> Result<(), StoreError> {
         let statement = self.statement(sql).await?;
         self.held_back.push(HeldBack::Write(statement, params));
+        self.writes += 1;
         Ok(())
+    }
+
+    /// Where the transaction stands, to undo what a refused part of it recorded.
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            events: self.events.len(),
+            messages: self.messages.len(),
+            resolutions: self.resolutions.as_ref().map_or(0, Vec::len),
+            writes: self.writes,
+        }
+    }
+
+    /// Forgets the events and messages recorded since `mark`. False when a write was issued
+    /// since: only a rollback takes that back.
+    pub(crate) fn undo(&mut self, mark: &Mark) -> bool {
+        self.events.truncate(mark.events);
+        self.messages.truncate(mark.messages);
+        if let Some(resolutions) = &mut self.resolutions {
+            resolutions.truncate(mark.resolutions);
+        }
+        self.writes == mark.writes
     }
 
     /// Sends what was held back and then `queries`, all at once, and returns each query's
@@ -110,7 +166,10 @@ impl PgTx {
         for (sql, _) in queries {
             statements.push(self.statement(sql).await?);
         }
-        let held_back = std::mem::take(&mut self.held_back);
+        let mut held_back = Vec::with_capacity(self.held_back.len());
+        for item in std::mem::take(&mut self.held_back) {
+            held_back.push(self.lower(item).await?);
+        }
         if !held_back.is_empty() {
             self.begun = true;
         }
@@ -118,8 +177,8 @@ impl PgTx {
         let mut futures: Vec<Pending<'_>> = Vec::with_capacity(held_back.len() + queries.len());
         for item in &held_back {
             futures.push(match item {
-                HeldBack::Command(sql) => Box::pin(async move { client.batch_execute(sql).await.map(|()| Vec::new()) }),
-                HeldBack::Write(statement, params) => Box::pin(async move {
+                Lowered::Command(sql) => Box::pin(async move { client.batch_execute(sql).await.map(|()| Vec::new()) }),
+                Lowered::Write(statement, params) => Box::pin(async move {
                     let params: Vec<&(dyn ToSql + Sync)> =
                         params.iter().map(|param| &**param as &(dyn ToSql + Sync)).collect();
                     client.execute(statement, &params).await.map(|_| Vec::new())
@@ -138,6 +197,24 @@ impl PgTx {
             }
         }
         Ok(rows)
+    }
+
+    /// The statement and parameters of a held-back item: rows gathered in a row become one
+    /// statement over arrays (a statement costs the database far more than a row).
+    async fn lower(&self, item: HeldBack) -> Result<Lowered, StoreError> {
+        Ok(match item {
+            HeldBack::Command(sql) => Lowered::Command(sql),
+            HeldBack::Write(statement, params) => Lowered::Write(statement, params),
+            HeldBack::Inserts(rows) if rows.len() == 1 => {
+                Lowered::Write(self.statement(INSERT_ONE).await?, rows.into_iter().flat_map(NewRow::params).collect())
+            }
+            HeldBack::Inserts(rows) => Lowered::Write(self.statement(INSERT_MANY).await?, NewRow::columns(rows)),
+            HeldBack::Updates(rows) if rows.len() == 1 => Lowered::Write(
+                self.statement(UPDATE_ONE).await?,
+                rows.into_iter().flat_map(RowUpdate::params).collect(),
+            ),
+            HeldBack::Updates(rows) => Lowered::Write(self.statement(UPDATE_MANY).await?, RowUpdate::columns(rows)),
+        })
     }
 
     /// One query's rows (after what was held back).
@@ -216,46 +293,41 @@ impl PgTx {
     }
 
     /// Inserts a new task row as it stands (the caller has already run its first transition);
-    /// held back until the next statement.
+    /// held back until the next statement, together with the inserts right before it.
     async fn insert(&mut self, row: &TaskRow, definition: &str) -> Result<(), StoreError> {
         let task = &row.task;
         let meta = &task.meta;
         let state = task.state();
-        let dimensions = (!meta.dimensions.is_empty()).then(|| json(&meta.dimensions)).transpose()?;
-        let routes = (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?;
-        let tags = (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?;
-        let params: Vec<Param> = vec![
-            Box::new(task.task_id.as_str().to_owned()),
-            Box::new(meta.task_queue_id.clone()),
-            Box::new(meta.scheduler_id.clone()),
-            Box::new(meta.project_id.clone()),
-            Box::new(meta.task_group_id.as_str().to_owned()),
-            Box::new(json(&meta.priority)?),
-            Box::new(i16::from(meta.priority.rank())),
-            Box::new(meta.retries as i32),
-            Box::new(task.retries_left() as i32),
-            Box::new(meta.deadline.millis()),
-            Box::new(meta.expires.millis()),
-            Box::new(meta.requires.as_str()),
-            Box::new(dimensions),
-            Box::new(json(task.runs())?),
-            Box::new(state.as_str()),
-            Box::new(task.running_until().map(Timestamp::millis)),
-            Box::new((!state.is_resolved()).then_some(meta.deadline.millis())),
-            Box::new(last_pending_run(task).is_some()),
-            Box::new(definition.to_owned()),
-            Box::new(routes),
-            Box::new(tags),
-        ];
-        self.defer(
-            "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
-             priority_rank, retries, retries_left, deadline, expires, requires, dimensions, runs, state, \
-             taken_until, deadline_due, pending_seq, definition, routes, tags) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::text::jsonb, $14, $15, $16, $17, \
-             CASE WHEN $18 THEN nextval('tasks_pending_seq') END, $19, $20, $21)",
-            params,
-        )
-        .await
+        let new = NewRow {
+            task_id: task.task_id.as_str().to_owned(),
+            task_queue_id: meta.task_queue_id.clone(),
+            scheduler_id: meta.scheduler_id.clone(),
+            project_id: meta.project_id.clone(),
+            task_group_id: meta.task_group_id.as_str().to_owned(),
+            priority: json(&meta.priority)?,
+            priority_rank: i16::from(meta.priority.rank()),
+            retries: meta.retries as i32,
+            retries_left: task.retries_left() as i32,
+            deadline: meta.deadline.millis(),
+            expires: meta.expires.millis(),
+            requires: meta.requires.as_str(),
+            dimensions: (!meta.dimensions.is_empty()).then(|| json(&meta.dimensions)).transpose()?,
+            runs: json(task.runs())?,
+            state: state.as_str(),
+            taken_until: task.running_until().map(Timestamp::millis),
+            deadline_due: (!state.is_resolved()).then_some(meta.deadline.millis()),
+            pending: last_pending_run(task).is_some(),
+            definition: definition.to_owned(),
+            routes: (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?,
+            tags: (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?,
+        };
+        self.writes += 1;
+        if let Some(HeldBack::Inserts(rows)) = self.held_back.last_mut() {
+            rows.push(new);
+        } else {
+            self.held_back.push(HeldBack::Inserts(vec![new]));
+        }
+        Ok(())
     }
 
     /// Runs one engine transition on `row`, then writes the row, its due times, its place in
@@ -376,6 +448,10 @@ impl PgTx {
         state: TaskState,
         now: Timestamp,
     ) -> Result<(), StoreError> {
+        if let Some(resolutions) = &mut self.resolutions {
+            resolutions.push(Resolution { task_id, group, state, now });
+            return Ok(());
+        }
         let lock_group = format!("SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = $1 FOR UPDATE");
         let (task, group) = (task_id.as_str(), group.as_str());
         // The count and the waiting dependents in one statement, after the lock: one row
@@ -413,41 +489,109 @@ impl PgTx {
         Ok(())
     }
 
+    /// From now on, what a resolution entails (its group's resolution, its dependents'
+    /// release) waits for [`PgTx::resolve_gathered`], which asks for all of them at once.
+    pub(crate) fn gather_resolutions(&mut self) {
+        self.resolutions = Some(Vec::new());
+    }
+
+    /// Does what the gathered resolutions entail, as [`PgTx::resolved`] does for one, in one
+    /// round trip: every group locked (in id order) before any is counted, then each group
+    /// left with no unresolved task published once, and each resolution's dependents released.
+    /// Judged together, they see the transaction as it will commit: a group one operation
+    /// resolved and a later one extended with a new task is not resolved.
+    pub(crate) async fn resolve_gathered(&mut self) -> Result<(), StoreError> {
+        let Some(resolutions) = self.resolutions.take() else { return Ok(()) };
+        if resolutions.is_empty() {
+            return Ok(());
+        }
+        let mut groups: Vec<&str> = resolutions.iter().map(|resolution| resolution.group.as_str()).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let tasks: Vec<&str> = resolutions.iter().map(|resolution| resolution.task_id.as_str()).collect();
+        let lock_groups = format!(
+            "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = ANY($1) ORDER BY task_group_id FOR UPDATE"
+        );
+        let mut answers = self
+            .pipeline(&[
+                (&lock_groups, &[&groups]),
+                (
+                    "SELECT g.id FROM unnest($1::text[]) AS g(id) WHERE NOT EXISTS \
+                     (SELECT 1 FROM tasks WHERE task_group_id = g.id AND deadline_due IS NOT NULL)",
+                    &[&groups],
+                ),
+                (
+                    "SELECT required_task_id, dependent_task_id, requires FROM task_dependencies \
+                     WHERE required_task_id = ANY($1) AND NOT satisfied ORDER BY required_task_id, dependent_task_id",
+                    &[&tasks],
+                ),
+            ])
+            .await?
+            .into_iter();
+        let (locked, resolved, waiting) = (
+            answers.next().unwrap_or_default(),
+            answers.next().unwrap_or_default(),
+            answers.next().unwrap_or_default(),
+        );
+        let resolved: std::collections::HashSet<&str> = resolved.iter().map(|row| row.get(0)).collect();
+        for row in &locked {
+            let group = task_group_from_row(row)?;
+            if resolved.contains(group.task_group_id.as_str()) {
+                self.publish(message::group_resolved(&group));
+            }
+        }
+        let mut waiting_on: HashMap<&str, Vec<(String, String)>> = HashMap::new();
+        for row in &waiting {
+            let (required, dependent, requires): (&str, &str, &str) =
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+            waiting_on.entry(required).or_default().push((dependent.to_owned(), requires.to_owned()));
+        }
+        for resolution in &resolutions {
+            if let Some(waiting) = waiting_on.get(resolution.task_id.as_str()) {
+                self.release_dependents(resolution.task_id, waiting, resolution.state, resolution.now).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the row. A new pending run draws its place in line, which the row keeps;
-    /// otherwise the UPDATE is held back.
+    /// otherwise the UPDATE is held back, together with the updates of other tasks right
+    /// before it.
     async fn save(&mut self, row: &mut TaskRow, place: Place, priority_changed: bool) -> Result<(), StoreError> {
-        const SQL: &str = "UPDATE tasks SET retries_left = $2, runs = $3, state = $4, taken_until = $5, \
-             deadline_due = $6, \
-             pending_seq = CASE $7 WHEN 'keep' THEN pending_seq WHEN 'back' THEN nextval('tasks_pending_seq') END, \
-             priority = $8::text, priority_rank = $9, \
-             definition = CASE WHEN $10 THEN jsonb_set(definition::jsonb, '{priority}', $8::text::jsonb)::text \
-             ELSE definition END \
-             WHERE task_id = $1 RETURNING pending_seq";
         let task = &row.task;
         let state = task.state();
-        let params: Vec<Param> = vec![
-            Box::new(task.task_id.as_str().to_owned()),
-            Box::new(task.retries_left() as i32),
-            Box::new(json(task.runs())?),
-            Box::new(state.as_str()),
-            Box::new(task.running_until().map(Timestamp::millis)),
-            Box::new((!state.is_resolved()).then_some(task.meta.deadline.millis())),
-            Box::new(place.as_str()),
-            Box::new(json(&task.meta.priority)?),
-            Box::new(i16::from(task.meta.priority.rank())),
-            Box::new(priority_changed),
-        ];
+        let update = RowUpdate {
+            task_id: task.task_id.as_str().to_owned(),
+            retries_left: task.retries_left() as i32,
+            runs: json(task.runs())?,
+            state: state.as_str(),
+            taken_until: task.running_until().map(Timestamp::millis),
+            deadline_due: (!state.is_resolved()).then_some(task.meta.deadline.millis()),
+            place: place.as_str(),
+            priority: json(&task.meta.priority)?,
+            priority_rank: i16::from(task.meta.priority.rank()),
+            priority_changed,
+        };
         match place {
             Place::Back => {
+                self.writes += 1;
+                let params = update.params();
                 let params: Vec<&(dyn ToSql + Sync)> =
                     params.iter().map(|param| &**param as &(dyn ToSql + Sync)).collect();
-                let updated = self.query_one(SQL, &params).await?;
+                let updated = self.query_one(UPDATE_ONE, &params).await?;
                 row.pending_seq = updated.get::<_, Option<i64>>(0).map(|seq| seq as u64);
             }
-            Place::Keep => self.defer(SQL, params).await?,
-            Place::None => {
-                self.defer(SQL, params).await?;
-                row.pending_seq = None;
+            Place::Keep | Place::None => {
+                self.writes += 1;
+                if place == Place::None {
+                    row.pending_seq = None;
+                }
+                match self.held_back.last_mut() {
+                    Some(HeldBack::Updates(rows)) if rows.iter().all(|held| held.task_id != update.task_id) => {
+                        rows.push(update);
+                    }
+                    _ => self.held_back.push(HeldBack::Updates(vec![update])),
+                }
             }
         }
         Ok(())
@@ -557,7 +701,7 @@ async fn in_order<T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> + Send + '_
 }
 
 /// What happens to a row's place in the claim line.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Place {
     /// Not pending.
     None,
@@ -592,4 +736,191 @@ impl Before {
 
 fn last_pending_run(task: &Task) -> Option<u32> {
     task.runs().last().filter(|run| run.state == RunState::Pending).map(|run| run.run_id)
+}
+
+/// Inserts one task row.
+const INSERT_ONE: &str = "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
+     priority, priority_rank, retries, retries_left, deadline, expires, requires, dimensions, runs, state, \
+     taken_until, deadline_due, pending_seq, definition, routes, tags) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::text::jsonb, $14, $15, $16, $17, \
+     CASE WHEN $18 THEN nextval('tasks_pending_seq') END, $19, $20, $21)";
+
+/// Inserts task rows given column by column, in order (their places in line follow it).
+const INSERT_MANY: &str = "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
+     priority, priority_rank, retries, retries_left, deadline, expires, requires, dimensions, runs, state, \
+     taken_until, deadline_due, pending_seq, definition, routes, tags) \
+     SELECT r.task_id, r.task_queue_id, r.scheduler_id, r.project_id, r.task_group_id, r.priority, \
+     r.priority_rank, r.retries, r.retries_left, r.deadline, r.expires, r.requires, r.dimensions::jsonb, r.runs, \
+     r.state, r.taken_until, r.deadline_due, CASE WHEN r.pending THEN nextval('tasks_pending_seq') END, \
+     r.definition, r.routes, r.tags \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int2[], \
+     $8::int4[], $9::int4[], $10::int8[], $11::int8[], $12::text[], $13::text[], $14::text[], $15::text[], \
+     $16::int8[], $17::int8[], $18::bool[], $19::text[], $20::text[], $21::text[]) WITH ORDINALITY \
+     AS r(task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, priority_rank, retries, \
+     retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, deadline_due, pending, \
+     definition, routes, tags, n) ORDER BY r.n";
+
+/// Writes one task row's new state; a new pending run ('back') draws its place in line.
+const UPDATE_ONE: &str = "UPDATE tasks SET retries_left = $2, runs = $3, state = $4, taken_until = $5, \
+     deadline_due = $6, \
+     pending_seq = CASE $7 WHEN 'keep' THEN pending_seq WHEN 'back' THEN nextval('tasks_pending_seq') END, \
+     priority = $8::text, priority_rank = $9, \
+     definition = CASE WHEN $10 THEN jsonb_set(definition::jsonb, '{priority}', $8::text::jsonb)::text \
+     ELSE definition END \
+     WHERE task_id = $1 RETURNING pending_seq";
+
+/// Writes several task rows' new states ('keep' or 'none' only), given column by column.
+/// Each task appears once: a row matched twice would take one of the two arbitrarily.
+const UPDATE_MANY: &str = "UPDATE tasks SET retries_left = u.retries_left, runs = u.runs, state = u.state, \
+     taken_until = u.taken_until, deadline_due = u.deadline_due, \
+     pending_seq = CASE u.place WHEN 'keep' THEN tasks.pending_seq END, \
+     priority = u.priority, priority_rank = u.priority_rank, \
+     definition = CASE WHEN u.priority_changed \
+     THEN jsonb_set(tasks.definition::jsonb, '{priority}', u.priority::jsonb)::text ELSE tasks.definition END \
+     FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::text[], \
+     $8::text[], $9::int2[], $10::bool[]) \
+     AS u(task_id, retries_left, runs, state, taken_until, deadline_due, place, priority, priority_rank, \
+     priority_changed) \
+     WHERE tasks.task_id = u.task_id";
+
+/// A task row to insert.
+struct NewRow {
+    task_id: String,
+    task_queue_id: String,
+    scheduler_id: String,
+    project_id: String,
+    task_group_id: String,
+    priority: String,
+    priority_rank: i16,
+    retries: i32,
+    retries_left: i32,
+    deadline: i64,
+    expires: i64,
+    requires: &'static str,
+    dimensions: Option<String>,
+    runs: String,
+    state: &'static str,
+    taken_until: Option<i64>,
+    deadline_due: Option<i64>,
+    /// Whether it joins the line (draws a place).
+    pending: bool,
+    definition: String,
+    routes: Option<String>,
+    tags: Option<String>,
+}
+
+impl NewRow {
+    /// The parameters of [`INSERT_ONE`].
+    fn params(self) -> Vec<Param> {
+        vec![
+            Box::new(self.task_id),
+            Box::new(self.task_queue_id),
+            Box::new(self.scheduler_id),
+            Box::new(self.project_id),
+            Box::new(self.task_group_id),
+            Box::new(self.priority),
+            Box::new(self.priority_rank),
+            Box::new(self.retries),
+            Box::new(self.retries_left),
+            Box::new(self.deadline),
+            Box::new(self.expires),
+            Box::new(self.requires),
+            Box::new(self.dimensions),
+            Box::new(self.runs),
+            Box::new(self.state),
+            Box::new(self.taken_until),
+            Box::new(self.deadline_due),
+            Box::new(self.pending),
+            Box::new(self.definition),
+            Box::new(self.routes),
+            Box::new(self.tags),
+        ]
+    }
+
+    /// The parameters of [`INSERT_MANY`]: one array per column.
+    fn columns(rows: Vec<NewRow>) -> Vec<Param> {
+        macro_rules! column {
+            ($field:ident) => {
+                Box::new(rows.iter().map(|row| row.$field.clone()).collect::<Vec<_>>()) as Param
+            };
+        }
+        vec![
+            column!(task_id),
+            column!(task_queue_id),
+            column!(scheduler_id),
+            column!(project_id),
+            column!(task_group_id),
+            column!(priority),
+            column!(priority_rank),
+            column!(retries),
+            column!(retries_left),
+            column!(deadline),
+            column!(expires),
+            column!(requires),
+            column!(dimensions),
+            column!(runs),
+            column!(state),
+            column!(taken_until),
+            column!(deadline_due),
+            column!(pending),
+            column!(definition),
+            column!(routes),
+            column!(tags),
+        ]
+    }
+}
+
+/// A task row's new state.
+struct RowUpdate {
+    task_id: String,
+    retries_left: i32,
+    runs: String,
+    state: &'static str,
+    taken_until: Option<i64>,
+    deadline_due: Option<i64>,
+    /// [`Place::as_str`].
+    place: &'static str,
+    priority: String,
+    priority_rank: i16,
+    /// Whether the stored definition's priority is rewritten too.
+    priority_changed: bool,
+}
+
+impl RowUpdate {
+    /// The parameters of [`UPDATE_ONE`].
+    fn params(self) -> Vec<Param> {
+        vec![
+            Box::new(self.task_id),
+            Box::new(self.retries_left),
+            Box::new(self.runs),
+            Box::new(self.state),
+            Box::new(self.taken_until),
+            Box::new(self.deadline_due),
+            Box::new(self.place),
+            Box::new(self.priority),
+            Box::new(self.priority_rank),
+            Box::new(self.priority_changed),
+        ]
+    }
+
+    /// The parameters of [`UPDATE_MANY`]: one array per column.
+    fn columns(rows: Vec<RowUpdate>) -> Vec<Param> {
+        macro_rules! column {
+            ($field:ident) => {
+                Box::new(rows.iter().map(|row| row.$field.clone()).collect::<Vec<_>>()) as Param
+            };
+        }
+        vec![
+            column!(task_id),
+            column!(retries_left),
+            column!(runs),
+            column!(state),
+            column!(taken_until),
+            column!(deadline_due),
+            column!(place),
+            column!(priority),
+            column!(priority_rank),
+            column!(priority_changed),
+        ]
+    }
 }

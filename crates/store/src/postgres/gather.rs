@@ -1,0 +1,317 @@
+//! Writes from concurrent requests, gathered into one transaction.
+//!
+//! On PostgreSQL a statement costs far more than a row: a create alone is a transaction of
+//! five statements (BEGIN, the group's upsert, the task's insert, the outbox row, COMMIT), a
+//! report seven. Each server therefore *gathers* the creates (of tasks without dependencies)
+//! and task commands (reports, reruns, cancels, reclaims, priority changes) that arrive while
+//! its previous gathering is being written, and writes them in one transaction: one
+//! statement locks every commanded task (in id order) and one their groups (in id order),
+//! one upserts every created task's group, one reads the created tasks that exist already,
+//! one inserts every new row, one updates every changed row, then one round trip asks what
+//! the resolutions among them entail (each group's unresolved tasks, each task's waiting
+//! dependents), and the last stages the messages with the COMMIT. A few lanes take gatherings
+//! from one queue: while a gathering is written (most of it waiting for its commit to reach
+//! the disk) the next fills, so the busier the server, the more each transaction carries, as
+//! group commit does.
+//!
+//! Each operation is judged alone, by the same rules and in the same order as when it runs
+//! on its own; only what resolutions entail is judged once for all of them, on the
+//! transaction as it will commit (a group two reports left empty is resolved once). One refused (a different definition under the same id, a sealed group, a
+//! report on a run that is not running) writes nothing, except that a created task's group
+//! may have been extended to its expiry, which only keeps the group a little longer. A
+//! database error rolls the gathering back and every operation of it runs on its own (a
+//! deadlock with another server's gathering included). Creates with dependencies always
+//! run on their own: they lock their dependencies before their group.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Weak};
+
+use shoal_engine::definition::TaskDefinition;
+use shoal_engine::event::Event;
+use shoal_engine::status::TaskStatus;
+use shoal_engine::task::Task;
+use shoal_engine::{Rejection, TaskId, Timestamp};
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::types::ToSql;
+
+use super::{PgInner, PgStore};
+use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_from_row, task_group_from_row};
+use crate::postgres::tx::PgTx;
+use crate::sqlite::row::TaskRow;
+use crate::sqlite::tx::json;
+use crate::{Committed, StoreError, TaskCommand, TaskGroup};
+
+/// Operations one gathering holds at most.
+const MAX_GATHERING: usize = 128;
+
+/// Gatherings one server writes at once: while one waits for its commit to be flushed to
+/// disk, the next fills and goes out, and the database flushes their commits together.
+const LANES: usize = 4;
+
+/// An operation waiting to be written.
+pub(crate) struct Job {
+    pub(crate) task_id: TaskId,
+    pub(crate) op: Op,
+    pub(crate) now: Timestamp,
+    pub(crate) reply: oneshot::Sender<Result<Committed<TaskStatus>, StoreError>>,
+}
+
+/// What a gathered operation does to its task.
+pub(crate) enum Op {
+    /// Creates it (no dependencies).
+    Create(Box<TaskDefinition>),
+    /// Runs a command on it.
+    Apply(TaskCommand),
+}
+
+/// Where a server's writes are gathered.
+pub(crate) struct Gatherer {
+    lane: mpsc::UnboundedSender<Job>,
+}
+
+impl Gatherer {
+    /// Starts the lane; it ends when the store (which holds the gatherer) is dropped.
+    pub(crate) fn start(inner: &Weak<PgInner>) -> Gatherer {
+        let (lane, jobs) = mpsc::unbounded_channel();
+        let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
+        for _ in 0..LANES {
+            tokio::spawn(run_lane(Weak::clone(inner), Arc::clone(&jobs)));
+        }
+        Gatherer { lane }
+    }
+
+    /// Queues `job`; gives it back when the lane has stopped.
+    pub(crate) fn submit(&self, job: Job) -> Result<(), Job> {
+        self.lane.send(job).map_err(|err| err.0)
+    }
+}
+
+/// Takes a gathering from the queue whenever this lane is free, and writes it.
+async fn run_lane(inner: Weak<PgInner>, jobs: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Job>>>) {
+    loop {
+        let gathering = {
+            let mut jobs = jobs.lock().await;
+            let Some(first) = jobs.recv().await else { return };
+            let mut gathering = vec![first];
+            while gathering.len() < MAX_GATHERING
+                && let Ok(job) = jobs.try_recv()
+            {
+                gathering.push(job);
+            }
+            gathering
+        };
+        let Some(inner) = inner.upgrade() else { return };
+        write_gathering(&inner, gathering).await;
+    }
+}
+
+/// Writes a gathering in one transaction, or each of its creates alone when that fails.
+async fn write_gathering(inner: &Arc<PgInner>, mut jobs: Vec<Job>) {
+    // The same task twice in one gathering: the later ones run alone, after it.
+    let mut seen = HashSet::with_capacity(jobs.len());
+    let (gathered, again): (Vec<Job>, Vec<Job>) = jobs.drain(..).partition(|job| seen.insert(job.task_id));
+    let client = match inner.writer.get().await {
+        Ok(client) => client,
+        Err(err) => {
+            for job in gathered.into_iter().chain(again) {
+                let _ = job.reply.send(Err(super::unavailable(&err)));
+            }
+            return;
+        }
+    };
+    let mut tx = PgTx::begin(client, Arc::clone(&inner.shared));
+    let outcome = match write_all(&mut tx, &gathered).await {
+        Ok(outcomes) => tx.commit().await.map(|()| outcomes),
+        Err(err) => Err(err),
+    };
+    match outcome {
+        Ok(outcomes) => {
+            let Committed { events, .. } = inner.committed((), tx);
+            let mut events = events.into_iter();
+            let mut answers: Vec<_> = outcomes
+                .into_iter()
+                .map(|(outcome, n_events)| {
+                    let events: Vec<_> = events.by_ref().take(n_events).collect();
+                    outcome.map(|value| Committed { value, events })
+                })
+                .collect();
+            // What the resolutions entailed (dependents released) goes to the last answer
+            // that commits, so that the workers it concerns are woken.
+            if let Some(Ok(last)) = answers.iter_mut().rev().find(|answer| answer.is_ok()) {
+                last.events.extend(events);
+            }
+            for (job, answer) in gathered.into_iter().zip(answers) {
+                let _ = job.reply.send(answer);
+            }
+        }
+        // After the COMMIT went out the outcome is unknown: each caller is told, as when a
+        // create runs alone.
+        Err(StoreError::Unavailable(text)) if tx.committing => {
+            drop(deadpool_postgres::Object::take(tx.client));
+            for job in gathered {
+                let _ = job.reply.send(Err(StoreError::Unavailable(text.clone())));
+            }
+        }
+        Err(err) => {
+            tracing::debug!(error = %err, operations = gathered.len(), "gathered writes failed; running each alone");
+            match err {
+                StoreError::Unavailable(_) => drop(deadpool_postgres::Object::take(tx.client)),
+                _ => tx.rollback().await,
+            }
+            for job in gathered {
+                alone(inner, job);
+            }
+        }
+    }
+    for job in again {
+        alone(inner, job);
+    }
+}
+
+/// Runs an operation in a transaction of its own (answering its caller).
+fn alone(inner: &Arc<PgInner>, job: Job) {
+    let store = PgStore { inner: Arc::clone(inner) };
+    tokio::spawn(async move {
+        let answer = match job.op {
+            Op::Create(definition) => store.create_alone(*definition, job.task_id, job.now).await,
+            Op::Apply(command) => store.apply_alone(job.task_id, command, job.now).await,
+        };
+        let _ = job.reply.send(answer);
+    });
+}
+
+/// Each create's answer (a refusal is an answer) and how many events it recorded, in order.
+type Outcomes = Vec<(Result<TaskStatus, StoreError>, usize)>;
+
+/// Runs every operation of `jobs` (distinct task ids) in `tx`, in order.
+async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> {
+    // Commanded tasks, then their groups, then created tasks' groups: each set locked in id
+    // order, tasks before groups as everywhere, so gatherings on two servers rarely wait on
+    // each other in a cycle (and a deadlock only sends each operation back to run alone).
+    let mut commanded: Vec<&str> =
+        jobs.iter().filter(|job| matches!(job.op, Op::Apply(_))).map(|job| job.task_id.as_str()).collect();
+    commanded.sort_unstable();
+    let mut groups: BTreeMap<&str, (&str, i64)> = BTreeMap::new();
+    for job in jobs {
+        if let Op::Create(definition) = &job.op {
+            // Each group once, extended to the latest expiry asked for. A new group takes the
+            // scheduler of its first create (as when the first of them commits first).
+            let expires = definition.expires.millis() + super::ops::GROUP_EXPIRY_SLACK_MS;
+            let entry = groups.entry(definition.task_group_id.as_str()).or_insert((&definition.scheduler_id, expires));
+            entry.1 = entry.1.max(expires);
+        }
+    }
+    let group_ids: Vec<&str> = groups.keys().copied().collect();
+    let schedulers: Vec<&str> = groups.values().map(|(scheduler, _)| *scheduler).collect();
+    let expiries: Vec<i64> = groups.values().map(|(_, expires)| *expires).collect();
+    let created: Vec<&str> =
+        jobs.iter().filter(|job| matches!(job.op, Op::Create(_))).map(|job| job.task_id.as_str()).collect();
+    let lock_tasks = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE");
+    let lock_groups = "SELECT task_group_id FROM task_groups WHERE task_group_id IN \
+         (SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) ORDER BY task_group_id FOR UPDATE";
+    let upsert = format!(
+        "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) \
+         SELECT u.id, u.scheduler_id, u.expires, NULL \
+         FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS u(id, scheduler_id, expires, n) \
+         ORDER BY u.n \
+         ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
+         RETURNING {GROUP_COLUMNS}"
+    );
+    let existing = format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ANY($1)");
+    let commanded_params: [&(dyn ToSql + Sync); 1] = [&commanded];
+    let group_params: [&(dyn ToSql + Sync); 3] = [&group_ids, &schedulers, &expiries];
+    let created_params: [&(dyn ToSql + Sync); 1] = [&created];
+    let mut queries: Vec<(&str, crate::postgres::tx::Params<'_>)> = Vec::with_capacity(4);
+    if !commanded.is_empty() {
+        queries.push((&lock_tasks, &commanded_params));
+        queries.push((lock_groups, &commanded_params));
+    }
+    if !created.is_empty() {
+        queries.push((&upsert, &group_params));
+        queries.push((&existing, &created_params));
+    }
+    let mut answers = tx.pipeline(&queries).await?.into_iter();
+    let mut loaded: HashMap<TaskId, TaskRow> = HashMap::with_capacity(commanded.len());
+    if !commanded.is_empty() {
+        for row in &answers.next().unwrap_or_default() {
+            let row = task_from_row(row)?;
+            loaded.insert(row.task.task_id, row);
+        }
+        answers.next();
+    }
+    let mut upserted: HashMap<TaskId, TaskGroup> = HashMap::with_capacity(group_ids.len());
+    let mut stored: HashMap<TaskId, (TaskRow, String)> = HashMap::with_capacity(created.len());
+    if !created.is_empty() {
+        for row in &answers.next().unwrap_or_default() {
+            let group = task_group_from_row(row)?;
+            upserted.insert(group.task_group_id, group);
+        }
+        for row in &answers.next().unwrap_or_default() {
+            let found = task_from_row(row)?;
+            stored.insert(found.task.task_id, (found, row.try_get(N_TASK_COLUMNS)?));
+        }
+    }
+    tx.gather_resolutions();
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let mark = tx.mark();
+        let outcome = match &job.op {
+            Op::Create(definition) => {
+                create_one(
+                    tx,
+                    definition,
+                    job.task_id,
+                    job.now,
+                    stored.get(&job.task_id),
+                    upserted.get(&definition.task_group_id),
+                )
+                .await
+            }
+            Op::Apply(command) => match loaded.remove(&job.task_id) {
+                Some(mut row) => super::ops::apply_loaded(tx, &mut row, command, job.now).await,
+                None => Err(Rejection::NotFound(format!("task {} not found", job.task_id)).into()),
+            },
+        };
+        match outcome {
+            Err(StoreError::Rejected(rejection)) => {
+                if !tx.undo(&mark) {
+                    return Err(StoreError::Other("a gathered operation was refused after writing".into()));
+                }
+                outcomes.push((Err(StoreError::Rejected(rejection)), 0));
+            }
+            Err(err) => return Err(err),
+            Ok(status) => outcomes.push((Ok(status), tx.events.len() - mark.events)),
+        }
+    }
+    tx.resolve_gathered().await?;
+    Ok(outcomes)
+}
+
+/// One create of a gathering, judged as `ops::create_task` judges one alone.
+async fn create_one(
+    tx: &mut PgTx,
+    definition: &TaskDefinition,
+    task_id: TaskId,
+    now: Timestamp,
+    stored: Option<&(TaskRow, String)>,
+    group: Option<&TaskGroup>,
+) -> Result<TaskStatus, StoreError> {
+    let text = json(definition)?;
+    if let Some((row, existing)) = stored {
+        if *existing != text {
+            return Err(
+                Rejection::Conflict(format!("task {task_id} already exists with a different definition")).into()
+            );
+        }
+        return Ok(row.task.status());
+    }
+    let group = group.ok_or_else(|| StoreError::Other(format!("group {} not upserted", definition.task_group_id)))?;
+    group.admit(&definition.scheduler_id)?;
+    shoal_engine::group::dependencies_satisfied(definition, task_id, std::iter::empty())?;
+    let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
+    tx.record(&row.task, vec![Event::Defined]);
+    tx.step_new(&mut row, now, |task| task.schedule(now), &text).await?;
+    // After the step, which may refuse: a refused create must not have written.
+    tx.touch_queue(&definition.task_queue_id, now).await?;
+    Ok(row.task.status())
+}
