@@ -205,14 +205,7 @@ impl PgTx {
         Ok(match item {
             HeldBack::Command(sql) => Lowered::Command(sql),
             HeldBack::Write(statement, params) => Lowered::Write(statement, params),
-            HeldBack::Inserts(rows) if rows.len() == 1 => {
-                Lowered::Write(self.statement(INSERT_ONE).await?, rows.into_iter().flat_map(NewRow::params).collect())
-            }
             HeldBack::Inserts(rows) => Lowered::Write(self.statement(INSERT_MANY).await?, NewRow::columns(rows)),
-            HeldBack::Updates(rows) if rows.len() == 1 => Lowered::Write(
-                self.statement(UPDATE_ONE).await?,
-                rows.into_iter().flat_map(RowUpdate::params).collect(),
-            ),
             HeldBack::Updates(rows) => Lowered::Write(self.statement(UPDATE_MANY).await?, RowUpdate::columns(rows)),
         })
     }
@@ -738,13 +731,6 @@ fn last_pending_run(task: &Task) -> Option<u32> {
     task.runs().last().filter(|run| run.state == RunState::Pending).map(|run| run.run_id)
 }
 
-/// Inserts one task row.
-const INSERT_ONE: &str = "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
-     priority, priority_rank, retries, retries_left, deadline, expires, requires, dimensions, runs, state, \
-     taken_until, deadline_due, pending_seq, definition, routes, tags) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::text::jsonb, $14, $15, $16, $17, \
-     CASE WHEN $18 THEN nextval('tasks_pending_seq') END, $19, $20, $21)";
-
 /// Inserts task rows given column by column, in order (their places in line follow it).
 const INSERT_MANY: &str = "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
      priority, priority_rank, retries, retries_left, deadline, expires, requires, dimensions, runs, state, \
@@ -760,7 +746,8 @@ const INSERT_MANY: &str = "INSERT INTO tasks (task_id, task_queue_id, scheduler_
      retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, deadline_due, pending, \
      definition, routes, tags, n) ORDER BY r.n";
 
-/// Writes one task row's new state; a new pending run ('back') draws its place in line.
+/// Writes one task row's new state and tells its place in line: only this form can draw a new
+/// place ('back'), since the caller needs it at once.
 const UPDATE_ONE: &str = "UPDATE tasks SET retries_left = $2, runs = $3, state = $4, taken_until = $5, \
      deadline_due = $6, \
      pending_seq = CASE $7 WHEN 'keep' THEN pending_seq WHEN 'back' THEN nextval('tasks_pending_seq') END, \
@@ -810,33 +797,6 @@ struct NewRow {
 }
 
 impl NewRow {
-    /// The parameters of [`INSERT_ONE`].
-    fn params(self) -> Vec<Param> {
-        vec![
-            Box::new(self.task_id),
-            Box::new(self.task_queue_id),
-            Box::new(self.scheduler_id),
-            Box::new(self.project_id),
-            Box::new(self.task_group_id),
-            Box::new(self.priority),
-            Box::new(self.priority_rank),
-            Box::new(self.retries),
-            Box::new(self.retries_left),
-            Box::new(self.deadline),
-            Box::new(self.expires),
-            Box::new(self.requires),
-            Box::new(self.dimensions),
-            Box::new(self.runs),
-            Box::new(self.state),
-            Box::new(self.taken_until),
-            Box::new(self.deadline_due),
-            Box::new(self.pending),
-            Box::new(self.definition),
-            Box::new(self.routes),
-            Box::new(self.tags),
-        ]
-    }
-
     /// The parameters of [`INSERT_MANY`]: one array per column.
     fn columns(rows: Vec<NewRow>) -> Vec<Param> {
         macro_rules! column {
