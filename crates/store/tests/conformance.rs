@@ -676,6 +676,59 @@ async fn writes_arriving_together_are_each_judged_alone() {
     }
 }
 
+/// Messages of one exchange in the outbox, by routing key.
+async fn routed(store: &Store, exchange: &str) -> Vec<String> {
+    let entries = unpublished(store).await;
+    entries
+        .iter()
+        .filter(|entry| entry.message.exchange.short_name() == exchange)
+        .map(|entry| entry.message.routing_key.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_group_resolves_only_when_nothing_in_it_is_left_unresolved() {
+    let done = |run_id| TaskCommand::Resolve { run_id, resolution: Resolution::Completed };
+    for (name, backend) in backends() {
+        let store = backend.store.clone();
+        // Two groups of five running tasks. At once: in the first, four completed and the
+        // fifth reclaimed (still running) and reported on a run it does not have (refused);
+        // in the second, all five completed and a new task created.
+        let (first, second) = (id(600), id(601));
+        for n in 1..=10 {
+            let group = if n <= 5 { first } else { second };
+            create(&store, id(n), json!({"taskGroupId": group.to_string()}), at(0)).await;
+        }
+        assert_eq!(claim_ids(&store, worker(10), at(1)).await.len(), 10, "{name}");
+        let mut writes = Vec::new();
+        for n in (1..=4).chain(6..=10) {
+            writes.push(store.apply(id(n), done(0), at(2)));
+        }
+        writes.push(store.apply(id(5), TaskCommand::Reclaim { run_id: 0 }, at(2)));
+        writes.push(store.apply(id(5), done(3), at(2)));
+        // Submitted together (the create first), so that on PostgreSQL they are written as
+        // one gathering.
+        let (created, written) = tokio::join!(
+            store.create_task(definition(id(11), json!({"taskGroupId": second.to_string()})), id(11), at(2)),
+            futures_util::future::join_all(writes),
+        );
+        let states: Vec<_> = written.into_iter().map(|written| written.map(|c| c.value.state)).collect();
+        assert!(states[..9].iter().all(|state| matches!(state, Ok(TaskState::Completed))), "{name}: {states:?}");
+        assert!(matches!(states[9], Ok(TaskState::Running)), "{name}: {states:?}");
+        assert!(matches!(states[10], Err(StoreError::Rejected(_))), "{name}: {states:?}");
+        assert_eq!(created.unwrap().value.state, TaskState::Pending, "{name}");
+        assert!(routed(&store, "task-group-resolved").await.is_empty(), "{name}: each group has a task unresolved");
+
+        // The last ones complete: each group resolves, once.
+        let _done = store.apply(id(5), done(0), at(3)).await.unwrap();
+        assert_eq!(routed(&store, "task-group-resolved").await, vec![format!("primary.{first}.-._")], "{name}");
+        assert_eq!(claim_ids(&store, worker(11), at(4)).await, vec![id(11)], "{name}");
+        let _done = store.apply(id(11), done(0), at(5)).await.unwrap();
+        let resolved = vec![format!("primary.{first}.-._"), format!("primary.{second}.-._")];
+        assert_eq!(routed(&store, "task-group-resolved").await, resolved, "{name}");
+    }
+}
+
 fn graph_input(tasks: serde_json::Value) -> shoal_engine::graph::GraphInput {
     let tasks: serde_json::Map<String, serde_json::Value> = tasks
         .as_object()

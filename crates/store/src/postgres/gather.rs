@@ -36,7 +36,7 @@ use tokio_postgres::types::ToSql;
 
 use super::{PgInner, PgStore};
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_from_row, task_group_from_row};
-use crate::postgres::tx::PgTx;
+use crate::postgres::tx::{Known, PgTx};
 use crate::sqlite::row::TaskRow;
 use crate::sqlite::tx::json;
 use crate::{Committed, StoreError, TaskCommand, TaskGroup};
@@ -207,8 +207,22 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
     let created: Vec<&str> =
         jobs.iter().filter(|job| matches!(job.op, Op::Create(_))).map(|job| job.task_id.as_str()).collect();
     let lock_tasks = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE");
-    let lock_groups = "SELECT task_group_id FROM task_groups WHERE task_group_id IN \
-         (SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) ORDER BY task_group_id FOR UPDATE";
+    let lock_groups = format!(
+        "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id IN \
+         (SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) ORDER BY task_group_id FOR UPDATE"
+    );
+    // What resolving the commanded tasks would entail, asked now rather than after writing
+    // (a round trip saved): which of their groups hold unresolved tasks besides them, and
+    // who waits on them. After the locks, so that both stay true until the commit: a group's
+    // tasks resolve, and tasks join it, only under its lock, and a dependent is added only
+    // under a share lock on what it requires.
+    let around = "SELECT g.id, NULL, NULL FROM (SELECT DISTINCT task_group_id AS id FROM tasks \
+         WHERE task_id = ANY($1)) AS g WHERE EXISTS (SELECT 1 FROM tasks AS t WHERE t.task_group_id = g.id \
+         AND t.deadline_due IS NOT NULL AND NOT t.task_id = ANY($1)) \
+         UNION ALL SELECT required_task_id, dependent_task_id, requires FROM task_dependencies \
+         WHERE required_task_id = ANY($1) AND NOT satisfied ORDER BY 1, 2";
+    let resolving =
+        jobs.iter().any(|job| matches!(job.op, Op::Apply(TaskCommand::Resolve { .. } | TaskCommand::Cancel)));
     let upsert = format!(
         "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) \
          SELECT u.id, u.scheduler_id, u.expires, NULL \
@@ -224,7 +238,10 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
     let mut queries: Vec<(&str, crate::postgres::tx::Params<'_>)> = Vec::with_capacity(4);
     if !commanded.is_empty() {
         queries.push((&lock_tasks, &commanded_params));
-        queries.push((lock_groups, &commanded_params));
+        queries.push((&lock_groups, &commanded_params));
+        if resolving {
+            queries.push((around, &commanded_params));
+        }
     }
     if !created.is_empty() {
         queries.push((&upsert, &group_params));
@@ -232,12 +249,16 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
     }
     let mut answers = tx.pipeline(&queries).await?.into_iter();
     let mut loaded: HashMap<TaskId, TaskRow> = HashMap::with_capacity(commanded.len());
+    let mut known = None;
     if !commanded.is_empty() {
         for row in &answers.next().unwrap_or_default() {
             let row = task_from_row(row)?;
             loaded.insert(row.task.task_id, row);
         }
-        answers.next();
+        let locked = answers.next().unwrap_or_default();
+        if resolving {
+            known = Some(known_before(&loaded, &locked, &answers.next().unwrap_or_default())?);
+        }
     }
     let mut upserted: HashMap<TaskId, TaskGroup> = HashMap::with_capacity(group_ids.len());
     let mut stored: HashMap<TaskId, (TaskRow, String)> = HashMap::with_capacity(created.len());
@@ -267,8 +288,16 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
                 )
                 .await
             }
-            Op::Apply(command) => match loaded.remove(&job.task_id) {
-                Some(mut row) => super::ops::apply_loaded(tx, &mut row, command, job.now).await,
+            Op::Apply(command) => match loaded.get_mut(&job.task_id) {
+                Some(row) => {
+                    let before = row.task.clone();
+                    let outcome = super::ops::apply_loaded(tx, row, command, job.now).await;
+                    if outcome.is_err() {
+                        // Refused: the row is as it was (what the groups are judged on).
+                        row.task = before;
+                    }
+                    outcome
+                }
                 None => Err(Rejection::NotFound(format!("task {} not found", job.task_id)).into()),
             },
         };
@@ -283,8 +312,62 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
             Ok(status) => outcomes.push((Ok(status), tx.events.len() - mark.events)),
         }
     }
-    tx.resolve_gathered().await?;
+    if let Some(known) = &mut known {
+        judge_groups(known, &loaded, jobs, &stored, &outcomes);
+    }
+    tx.resolve_gathered(known.map(|(known, _)| known)).await?;
     Ok(outcomes)
+}
+
+/// What the lock round trip told about the commanded tasks (`loaded`): their groups
+/// (`locked`), and (`around`) which of those hold other unresolved tasks and who waits on
+/// each task. The groups' verdicts wait for [`judge_groups`].
+fn known_before(
+    loaded: &HashMap<TaskId, TaskRow>,
+    locked: &[tokio_postgres::Row],
+    around: &[tokio_postgres::Row],
+) -> Result<(Known, HashSet<TaskId>), StoreError> {
+    let groups = locked.iter().map(task_group_from_row).collect::<Result<Vec<_>, _>>()?;
+    let mut busy = HashSet::new();
+    let mut waiting: HashMap<TaskId, Vec<(String, String)>> = HashMap::new();
+    for row in around {
+        let first: &str = row.try_get(0)?;
+        let id = TaskId::parse(first).ok_or_else(|| StoreError::Other(format!("bad id {first}")))?;
+        match (row.try_get::<_, Option<String>>(1)?, row.try_get::<_, Option<String>>(2)?) {
+            (Some(dependent), Some(requires)) => waiting.entry(id).or_default().push((dependent, requires)),
+            _ => {
+                busy.insert(id);
+            }
+        }
+    }
+    let covers = loaded.keys().copied().collect();
+    Ok((Known { covers, groups, resolved: HashSet::new(), waiting }, busy))
+}
+
+/// Decides, once every operation ran, which of the commanded tasks' groups are left with no
+/// unresolved task: none besides them (`busy` says), none of them unresolved now, and no task
+/// created into the group by this gathering.
+fn judge_groups(
+    (known, busy): &mut (Known, HashSet<TaskId>),
+    loaded: &HashMap<TaskId, TaskRow>,
+    jobs: &[Job],
+    stored: &HashMap<TaskId, (TaskRow, String)>,
+    outcomes: &Outcomes,
+) {
+    for row in loaded.values() {
+        if !row.task.state().is_resolved() {
+            busy.insert(row.task.meta.task_group_id);
+        }
+    }
+    for (job, (outcome, _)) in jobs.iter().zip(outcomes) {
+        if let (Op::Create(definition), Ok(_)) = (&job.op, outcome)
+            && !stored.contains_key(&job.task_id)
+        {
+            busy.insert(definition.task_group_id);
+        }
+    }
+    known.resolved =
+        known.groups.iter().map(|group| group.task_group_id).filter(|group| !busy.contains(group)).collect();
 }
 
 /// One create of a gathering, judged as `ops::create_task` judges one alone.

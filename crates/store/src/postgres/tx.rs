@@ -11,7 +11,7 @@
 //! the order they were issued, so the operation reads as if each had run on its own; an
 //! error in a held-back write surfaces at that next statement and rolls everything back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -107,6 +107,19 @@ struct Resolution {
     group: TaskId,
     state: TaskState,
     now: Timestamp,
+}
+
+/// What a gathering learned before writing about the tasks it commands, for judging their
+/// resolutions without asking again ([`PgTx::resolve_gathered`]).
+pub(crate) struct Known {
+    /// The tasks it covers.
+    pub(crate) covers: HashSet<TaskId>,
+    /// Their groups, locked, in id order.
+    pub(crate) groups: Vec<TaskGroup>,
+    /// Those of their groups left with no unresolved task once the transaction commits.
+    pub(crate) resolved: HashSet<TaskId>,
+    /// Each task's waiting dependents (id and what they require), in id order.
+    pub(crate) waiting: HashMap<TaskId, Vec<(String, String)>>,
 }
 
 impl PgTx {
@@ -488,14 +501,33 @@ impl PgTx {
         self.resolutions = Some(Vec::new());
     }
 
-    /// Does what the gathered resolutions entail, as [`PgTx::resolved`] does for one, in one
-    /// round trip: every group locked (in id order) before any is counted, then each group
-    /// left with no unresolved task published once, and each resolution's dependents released.
-    /// Judged together, they see the transaction as it will commit: a group one operation
-    /// resolved and a later one extended with a new task is not resolved.
-    pub(crate) async fn resolve_gathered(&mut self) -> Result<(), StoreError> {
+    /// Does what the gathered resolutions entail, as [`PgTx::resolved`] does for one: each
+    /// group left with no unresolved task published once, and each resolution's dependents
+    /// released. Judged together, they see the transaction as it will commit: a group one
+    /// operation resolved and a later one extended with a new task is not resolved.
+    ///
+    /// When `known` covers every resolved task (the gathering asked before writing, with the
+    /// groups already locked) no round trip is needed; otherwise one asks: every group locked
+    /// (in id order) before any is counted.
+    pub(crate) async fn resolve_gathered(&mut self, known: Option<Known>) -> Result<(), StoreError> {
         let Some(resolutions) = self.resolutions.take() else { return Ok(()) };
         if resolutions.is_empty() {
+            return Ok(());
+        }
+        if let Some(known) = known
+            && resolutions.iter().all(|resolution| known.covers.contains(&resolution.task_id))
+        {
+            let touched: HashSet<TaskId> = resolutions.iter().map(|resolution| resolution.group).collect();
+            for group in &known.groups {
+                if touched.contains(&group.task_group_id) && known.resolved.contains(&group.task_group_id) {
+                    self.publish(message::group_resolved(group));
+                }
+            }
+            for resolution in &resolutions {
+                if let Some(waiting) = known.waiting.get(&resolution.task_id) {
+                    self.release_dependents(resolution.task_id, waiting, resolution.state, resolution.now).await?;
+                }
+            }
             return Ok(());
         }
         let mut groups: Vec<&str> = resolutions.iter().map(|resolution| resolution.group.as_str()).collect();
