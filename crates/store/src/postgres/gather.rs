@@ -4,21 +4,24 @@
 //! five statements (BEGIN, the group's upsert, the task's insert, the outbox row, COMMIT), a
 //! report seven. Each server therefore *gathers* the creates (of tasks without dependencies)
 //! and task commands (reports, reruns, cancels, reclaims, priority changes) that arrive while
-//! its previous gathering is being written, and writes them in one transaction: one
-//! statement locks every commanded task (in id order) and one their groups (in id order),
-//! one upserts every created task's group, one reads the created tasks that exist already,
-//! one inserts every new row, one updates every changed row, then one round trip asks what
-//! the resolutions among them entail (each group's unresolved tasks, each task's waiting
-//! dependents), and the last stages the messages with the COMMIT. A few lanes take gatherings
+//! its previous gathering is being written, and writes them in one transaction of two round
+//! trips. The first reads: one statement locks every commanded task (in id order) and one
+//! their groups (in id order); when reports or cancels are among the commands, one more asks
+//! what resolving them would entail (which of their groups hold other unresolved tasks, who
+//! waits on them); one upserts every created task's group and one reads the created tasks
+//! that exist already. The second writes: one statement inserts every new row, one updates
+//! every changed row, one stages the messages, and the COMMIT. A few lanes take gatherings
 //! from one queue: while a gathering is written (most of it waiting for its commit to reach
 //! the disk) the next fills, so the busier the server, the more each transaction carries, as
 //! group commit does.
 //!
 //! Each operation is judged alone, by the same rules and in the same order as when it runs
 //! on its own; only what resolutions entail is judged once for all of them, on the
-//! transaction as it will commit (a group two reports left empty is resolved once). One refused (a different definition under the same id, a sealed group, a
-//! report on a run that is not running) writes nothing, except that a created task's group
-//! may have been extended to its expiry, which only keeps the group a little longer. A
+//! transaction as it will commit (a group two reports left empty is resolved once; one a
+//! report left empty and a create extended is not). One refused (a different definition
+//! under the same id, a sealed group, a report on a run that is not running) writes nothing,
+//! except that a created task's group may have been extended to its expiry, which only
+//! keeps the group a little longer. Releasing a dependent reads it first (a round trip more). A
 //! database error rolls the gathering back and every operation of it runs on its own (a
 //! deadlock with another server's gathering included). Creates with dependencies always
 //! run on their own: they lock their dependencies before their group.
