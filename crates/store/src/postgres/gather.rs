@@ -293,10 +293,11 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
             }
             Op::Apply(command) => match loaded.get_mut(&job.task_id) {
                 Some(row) => {
-                    let before = row.task.clone();
+                    // Kept only where groups are judged on the rows' final states.
+                    let before = known.is_some().then(|| row.task.clone());
                     let outcome = super::ops::apply_loaded(tx, row, command, job.now).await;
-                    if outcome.is_err() {
-                        // Refused: the row is as it was (what the groups are judged on).
+                    if let (Err(_), Some(before)) = (&outcome, before) {
+                        // Refused: the row is as it was.
                         row.task = before;
                     }
                     outcome
