@@ -319,20 +319,20 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
     if let Some(known) = &mut known {
         judge_groups(known, &loaded, jobs, &stored, &outcomes);
     }
-    tx.resolve_gathered(known.map(|(known, _)| known)).await?;
+    tx.resolve_gathered(known).await?;
     Ok(outcomes)
 }
 
 /// What the lock round trip told about the commanded tasks (`loaded`): their groups
 /// (`locked`), and (`around`) which of those hold other unresolved tasks and who waits on
-/// each task. The groups' verdicts wait for [`judge_groups`].
+/// each task. The groups' verdicts are completed by [`judge_groups`].
 fn known_before(
     loaded: &HashMap<TaskId, TaskRow>,
     locked: &[tokio_postgres::Row],
     around: &[tokio_postgres::Row],
-) -> Result<(Known, HashSet<TaskId>), StoreError> {
+) -> Result<Known, StoreError> {
     let groups = locked.iter().map(task_group_from_row).collect::<Result<Vec<_>, _>>()?;
-    let mut busy = HashSet::new();
+    let mut unresolved = HashSet::new();
     let mut waiting: HashMap<TaskId, Vec<(String, String)>> = HashMap::new();
     for row in around {
         let first: &str = row.try_get(0)?;
@@ -340,19 +340,19 @@ fn known_before(
         match (row.try_get::<_, Option<String>>(1)?, row.try_get::<_, Option<String>>(2)?) {
             (Some(dependent), Some(requires)) => waiting.entry(id).or_default().push((dependent, requires)),
             _ => {
-                busy.insert(id);
+                unresolved.insert(id);
             }
         }
     }
     let covers = loaded.keys().copied().collect();
-    Ok((Known { covers, groups, resolved: HashSet::new(), waiting }, busy))
+    Ok(Known { covers, groups, unresolved, waiting })
 }
 
-/// Decides, once every operation ran, which of the commanded tasks' groups are left with no
-/// unresolved task: none besides them (`busy` says), none of them unresolved now, and no task
-/// created into the group by this gathering.
+/// Completes, once every operation ran, which of the commanded tasks' groups still hold an
+/// unresolved task: besides them (as the lock round trip said), among them now, or created
+/// into the group by this gathering.
 fn judge_groups(
-    (known, busy): &mut (Known, HashSet<TaskId>),
+    known: &mut Known,
     loaded: &HashMap<TaskId, TaskRow>,
     jobs: &[Job],
     stored: &HashMap<TaskId, (TaskRow, String)>,
@@ -360,18 +360,16 @@ fn judge_groups(
 ) {
     for row in loaded.values() {
         if !row.task.state().is_resolved() {
-            busy.insert(row.task.meta.task_group_id);
+            known.unresolved.insert(row.task.meta.task_group_id);
         }
     }
     for (job, (outcome, _)) in jobs.iter().zip(outcomes) {
         if let (Op::Create(definition), Ok(_)) = (&job.op, outcome)
             && !stored.contains_key(&job.task_id)
         {
-            busy.insert(definition.task_group_id);
+            known.unresolved.insert(definition.task_group_id);
         }
     }
-    known.resolved =
-        known.groups.iter().map(|group| group.task_group_id).filter(|group| !busy.contains(group)).collect();
 }
 
 /// One create of a gathering, judged as `ops::create_task` judges one alone.

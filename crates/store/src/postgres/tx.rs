@@ -116,8 +116,8 @@ pub(crate) struct Known {
     pub(crate) covers: HashSet<TaskId>,
     /// Their groups, locked, in id order.
     pub(crate) groups: Vec<TaskGroup>,
-    /// Those of their groups left with no unresolved task once the transaction commits.
-    pub(crate) resolved: HashSet<TaskId>,
+    /// Those of their groups that still hold an unresolved task once the transaction commits.
+    pub(crate) unresolved: HashSet<TaskId>,
     /// Each task's waiting dependents (id and what they require), in id order.
     pub(crate) waiting: HashMap<TaskId, Vec<(String, String)>>,
 }
@@ -519,7 +519,7 @@ impl PgTx {
         {
             let touched: HashSet<TaskId> = resolutions.iter().map(|resolution| resolution.group).collect();
             for group in &known.groups {
-                if touched.contains(&group.task_group_id) && known.resolved.contains(&group.task_group_id) {
+                if touched.contains(&group.task_group_id) && !known.unresolved.contains(&group.task_group_id) {
                     self.publish(message::group_resolved(group));
                 }
             }
