@@ -14,7 +14,15 @@ use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
 use crate::server::Server;
 use crate::{bytes_of, definition, spawn_creators, throughput};
 
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/rabbitmq");
+/// `scripts/rabbitmq`: the one under the current directory (`scripts/bench.sh` runs from the
+/// tree's root), else the one of the tree this was built from.
+fn script() -> std::path::PathBuf {
+    let here = std::path::Path::new("scripts/rabbitmq");
+    if here.exists() {
+        return here.to_path_buf();
+    }
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/rabbitmq")
+}
 
 /// A private broker, stopped when dropped.
 struct Broker {
@@ -25,7 +33,7 @@ struct Broker {
 impl Broker {
     fn start() -> anyhow::Result<Broker> {
         let dir = tempfile::tempdir()?;
-        let out = std::process::Command::new(SCRIPT).arg("start").arg(dir.path()).output()?;
+        let out = std::process::Command::new(script()).arg("start").arg(dir.path()).output()?;
         anyhow::ensure!(out.status.success(), "starting RabbitMQ: {}", String::from_utf8_lossy(&out.stderr));
         Ok(Broker { url: String::from_utf8(out.stdout)?.trim().to_owned(), dir })
     }
@@ -33,7 +41,7 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        let _ = std::process::Command::new(SCRIPT).arg("stop").arg(self.dir.path()).output();
+        let _ = std::process::Command::new(script()).arg("stop").arg(self.dir.path()).output();
     }
 }
 

@@ -27,8 +27,12 @@ struct Broker {
     url: String,
 }
 
+/// `scripts/rabbitmq` of the tree under test: cargo names it when it runs the tests (the path
+/// compiled in may be another clone's when builds share a target directory).
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/rabbitmq")
+    let manifest =
+        std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest.join("../../scripts/rabbitmq")
 }
 
 fn rabbitmq(command: &str, dir: &Path) -> String {

@@ -5,7 +5,13 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/postgres");
+/// `scripts/postgres` of the tree under test: cargo names it when it runs the tests (the
+/// path compiled in may be another clone's when builds share a target directory).
+fn script() -> PathBuf {
+    let manifest =
+        std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest.join("../../scripts/postgres")
+}
 
 struct Cluster {
     dir: PathBuf,
@@ -17,7 +23,7 @@ static NEXT_DATABASE: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn stop_cluster() {
     if let Some(cluster) = CLUSTER.get() {
-        let _ = std::process::Command::new(SCRIPT).arg("stop").arg(&cluster.dir).output();
+        let _ = std::process::Command::new(script()).arg("stop").arg(&cluster.dir).output();
         let _ = std::fs::remove_dir_all(&cluster.dir);
     }
 }
@@ -25,7 +31,7 @@ extern "C" fn stop_cluster() {
 fn cluster() -> &'static Cluster {
     CLUSTER.get_or_init(|| {
         let dir = tempfile::Builder::new().prefix("shoal-pg-").tempdir().expect("tempdir").keep();
-        let out = std::process::Command::new(SCRIPT).arg("start").arg(&dir).output().expect("run scripts/postgres");
+        let out = std::process::Command::new(script()).arg("start").arg(&dir).output().expect("run scripts/postgres");
         assert!(out.status.success(), "starting PostgreSQL: {}", String::from_utf8_lossy(&out.stderr));
         // SAFETY: registers a plain function to run at exit; nothing else is required of it.
         unsafe { libc::atexit(stop_cluster) };
@@ -58,6 +64,6 @@ pub(crate) fn cluster_dir() -> &'static std::path::Path {
 /// Runs `scripts/postgres <command>` on the shared cluster (`pause`, `resume`).
 #[allow(dead_code)]
 pub(crate) fn control(command: &str) {
-    let out = std::process::Command::new(SCRIPT).arg(command).arg(cluster_dir()).output().expect("scripts/postgres");
+    let out = std::process::Command::new(script()).arg(command).arg(cluster_dir()).output().expect("scripts/postgres");
     assert!(out.status.success(), "postgres {command}: {}", String::from_utf8_lossy(&out.stderr));
 }
