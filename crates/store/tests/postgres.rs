@@ -5,9 +5,11 @@ mod support;
 
 use serde_json::json;
 use shoal_engine::definition::TaskDefinitionInput;
+use shoal_engine::dimensions::Dimensions;
+use shoal_engine::task::Resolution;
 use shoal_engine::{TaskId, Timestamp};
 use shoal_store::outbox::Next;
-use shoal_store::{PgConfig, PgPool, PgStore, Store, StoreError, migrate_postgres};
+use shoal_store::{ClaimRequest, PgConfig, PgPool, PgStore, Store, StoreError, TaskCommand, migrate_postgres};
 use support::postgres::fresh_database;
 
 #[test]
@@ -167,4 +169,66 @@ async fn an_id_whose_transaction_rolled_back_is_skipped() {
     let keys = routing_keys(&store).await;
     assert_eq!(keys.len(), 4, "both tasks' messages, nothing of the rolled-back one: {keys:?}");
     assert!(keys[2].contains("00000002"), "{keys:?}");
+}
+
+/// Ends every other session on the database and waits until each has gone (a session
+/// records its statistics as it ends).
+fn end_sessions(url: &str) {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    // Each call waits for its session to end; one that ended by itself meanwhile answers false.
+    let others = "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    for _ in 0..10 {
+        client.query(&format!("SELECT pg_terminate_backend(pid, 30000) {others}"), &[]).unwrap();
+        let left: i64 = client.query_one(&format!("SELECT count(*) {others}"), &[]).unwrap().get(0);
+        if left == 0 {
+            return;
+        }
+    }
+    panic!("sessions on the database would not end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_path_never_scans_the_task_tables_whole_as_they_grow() {
+    let url = fresh_database();
+    let store = open_store(&url);
+    let at = Timestamp(1_767_225_600_000);
+    // Concurrent writes, so that they are gathered as under load; each connection plans
+    // its statements while the tables are nearly empty.
+    for round in 0..20u32 {
+        let creates = (0..16).map(|n| create(&store, round * 16 + n));
+        futures_util::future::join_all(creates).await;
+        let request = ClaimRequest {
+            task_queue_id: "prov/wt".into(),
+            worker_group: "g".into(),
+            worker_id: "w".into(),
+            dimensions: Dimensions::default(),
+            count: 16,
+        };
+        let claims = store.claim_work(request, at).await.unwrap().value;
+        assert_eq!(claims.len(), 16);
+        let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+        let reports = claims.iter().map(|claim| store.apply(claim.status.task_id, done.clone(), at));
+        for report in futures_util::future::join_all(reports).await {
+            let _ = report.unwrap();
+        }
+    }
+    drop(store);
+    let url2 = url.clone();
+    let scanned = tokio::task::spawn_blocking(move || {
+        end_sessions(&url2);
+        let mut client = postgres::Client::connect(&url2, postgres::NoTls).unwrap();
+        client
+            .query(
+                "SELECT relname::text, seq_tup_read FROM pg_stat_user_tables \
+                 WHERE relname IN ('tasks', 'task_groups') ORDER BY relname",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1)))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    assert_eq!(scanned, [("task_groups".to_owned(), 0), ("tasks".to_owned(), 0)], "rows read by table scans");
 }

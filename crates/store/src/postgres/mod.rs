@@ -45,6 +45,20 @@ const WAKE_CHANNEL: &str = "shoal_pending";
 /// reconnect): every waiting worker should look again.
 pub const WAKE_ALL: &str = "*";
 
+/// Planner settings of the write connections, sent when they connect (no round trip).
+///
+/// Every write statement reaches its rows through a key or an index and runs thousands of
+/// times a second, so each is planned once per connection, for every execution (a generic
+/// plan: planning each execution anew cost about a tenth of the database's CPU). That plan
+/// must not scan a table whole nor hash or merge a join over one: a plan made while a fresh
+/// database's tables held a few rows would keep doing so as they grow, since only an ANALYZE
+/// replaces it and autovacuum's first comes a minute later (by then every report read tens of
+/// thousands of rows). No JIT: it pays only for long queries, and with scans disabled a
+/// query on a table without an index (the outbox's state) looks long enough to be compiled.
+/// Settings in the URL's `options` come after these, so they win.
+const WRITE_SETTINGS: &str = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off \
+     -c enable_hashjoin=off -c enable_mergejoin=off -c jit=off";
+
 /// How long settling waits for a transaction that drew an outbox id to end.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(10);
 /// Attempts of an operation that lost a deadlock or serialization race.
@@ -94,9 +108,14 @@ impl PgConfig {
 
     /// The pool of asynchronous connections the write operations run on.
     fn writer(&self) -> Result<deadpool_postgres::Pool, StoreError> {
-        let config: tokio_postgres::Config = self.url.parse().map_err(|err| {
+        let mut config: tokio_postgres::Config = self.url.parse().map_err(|err| {
             StoreError::Other(format!("database: must be a postgres://user@host:port/database URL ({err})"))
         })?;
+        let options = match config.get_options() {
+            Some(given) => format!("{WRITE_SETTINGS} {given}"),
+            None => WRITE_SETTINGS.to_owned(),
+        };
+        config.options(options);
         // A connection found closed is dropped (not tested with a query per checkout: a
         // round trip per request); one that dies while idle fails its request's first
         // statement, which is then retried on another.
