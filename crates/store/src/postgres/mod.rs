@@ -45,10 +45,11 @@ const WAKE_CHANNEL: &str = "shoal_pending";
 /// reconnect): every waiting worker should look again.
 pub const WAKE_ALL: &str = "*";
 
-/// Planner settings of the write connections, sent when they connect (no round trip).
+/// Planner settings of the pooled connections, sent when they connect (no round trip).
 ///
-/// Every write statement reaches its rows through a key or an index and runs thousands of
-/// times a second, so each is planned once per connection, for every execution (a generic
+/// Every statement Shoal sends reaches its rows through a key or an index, and the writes,
+/// the outbox's steps and the common reads run thousands of times a second, so each is
+/// planned once per connection, for every execution (a generic
 /// plan: planning each execution anew cost about a tenth of the database's CPU). That plan
 /// must not scan a table whole nor hash or merge a join over one: a plan made while a fresh
 /// database's tables held a few rows would keep doing so as they grow, since only an ANALYZE
@@ -56,8 +57,16 @@ pub const WAKE_ALL: &str = "*";
 /// thousands of rows). No JIT: it pays only for long queries, and with scans disabled a
 /// query on a table without an index (the outbox's state) looks long enough to be compiled.
 /// Settings in the URL's `options` come after these, so they win.
-const WRITE_SETTINGS: &str = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off \
+const PLANNER_SETTINGS: &str = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off \
      -c enable_hashjoin=off -c enable_mergejoin=off -c jit=off";
+
+/// The connection options: [`PLANNER_SETTINGS`], then those `given` in the URL.
+fn with_planner_settings(given: Option<&str>) -> String {
+    match given {
+        Some(given) => format!("{PLANNER_SETTINGS} {given}"),
+        None => PLANNER_SETTINGS.to_owned(),
+    }
+}
 
 /// How long settling waits for a transaction that drew an outbox id to end.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(10);
@@ -103,7 +112,10 @@ impl PgConfig {
     }
 
     fn manager(&self) -> Result<Manager, StoreError> {
-        Ok(Manager(PostgresConnectionManager::new(self.client_config()?, NoTls)))
+        let mut config = self.client_config()?;
+        let options = with_planner_settings(config.get_options());
+        config.options(&options);
+        Ok(Manager(PostgresConnectionManager::new(config, NoTls)))
     }
 
     /// The pool of asynchronous connections the write operations run on.
@@ -111,11 +123,7 @@ impl PgConfig {
         let mut config: tokio_postgres::Config = self.url.parse().map_err(|err| {
             StoreError::Other(format!("database: must be a postgres://user@host:port/database URL ({err})"))
         })?;
-        let options = match config.get_options() {
-            Some(given) => format!("{WRITE_SETTINGS} {given}"),
-            None => WRITE_SETTINGS.to_owned(),
-        };
-        config.options(options);
+        config.options(with_planner_settings(config.get_options()));
         // A connection found closed is dropped (not tested with a query per checkout: a
         // round trip per request); one that dies while idle fails its request's first
         // statement, which is then retried on another.
@@ -734,6 +742,13 @@ impl From<postgres::Error> for StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_in_the_url_come_after_the_planner_settings_so_they_win() {
+        assert_eq!(with_planner_settings(None), PLANNER_SETTINGS);
+        let options = with_planner_settings(Some("-c jit=on"));
+        assert!(options.starts_with(PLANNER_SETTINGS) && options.ends_with(" -c jit=on"), "{options}");
+    }
 
     #[test]
     fn bad_urls_name_the_field() {
