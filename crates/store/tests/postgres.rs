@@ -1,5 +1,6 @@
-//! The PostgreSQL backend against a real cluster: schema migrations, and the outbox's
-//! ordering when message ids are drawn in one order and committed in another.
+//! The PostgreSQL backend against a real cluster: schema migrations, the outbox's ordering
+//! when message ids are drawn in one order and committed in another, and the plans of the
+//! write path as the tables grow.
 
 mod support;
 

@@ -49,12 +49,12 @@ pub const WAKE_ALL: &str = "*";
 ///
 /// Every statement Shoal sends reaches its rows through a key or an index, and the writes,
 /// the outbox's steps and the common reads run thousands of times a second, so each is
-/// planned once per connection, for every execution (a generic
-/// plan: planning each execution anew cost about a tenth of the database's CPU). That plan
-/// must not scan a table whole nor hash or merge a join over one: a plan made while a fresh
+/// planned once per connection and that plan serves every execution (a generic plan:
+/// planning each execution anew cost about a tenth of the database's CPU). The plan must
+/// not scan a table whole nor hash or merge a join over one: a plan made while a fresh
 /// database's tables held a few rows would keep doing so as they grow, since only an ANALYZE
-/// replaces it and autovacuum's first comes a minute later (by then every report read tens of
-/// thousands of rows). No JIT: it pays only for long queries, and with scans disabled a
+/// replaces it and autovacuum's first comes a minute later (by then every report read tens
+/// of thousands of rows). No JIT: it pays only for long queries, and with scans disabled a
 /// query on a table without an index (the outbox's state) looks long enough to be compiled.
 /// Settings in the URL's `options` come after these, so they win.
 const PLANNER_SETTINGS: &str = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off \
