@@ -175,11 +175,7 @@ async fn write_gathering(inner: &Arc<PgInner>, mut jobs: Vec<Job>) {
 fn alone(inner: &Arc<PgInner>, job: Job) {
     let store = PgStore { inner: Arc::clone(inner) };
     tokio::spawn(async move {
-        let answer = match job.op {
-            Op::Create(definition) => store.create_alone(*definition, job.task_id, job.now).await,
-            Op::Apply(command) => store.apply_alone(job.task_id, command, job.now).await,
-        };
-        let _ = job.reply.send(answer);
+        let _ = job.reply.send(store.alone(job.task_id, job.op, job.now).await);
     });
 }
 

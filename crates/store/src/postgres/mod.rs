@@ -105,10 +105,15 @@ impl PgConfig {
         }
     }
 
-    fn client_config(&self) -> Result<postgres::Config, StoreError> {
+    /// The URL parsed, as the asynchronous client takes it.
+    fn parsed(&self) -> Result<tokio_postgres::Config, StoreError> {
         self.url.parse().map_err(|err| {
             StoreError::Other(format!("database: must be a postgres://user@host:port/database URL ({err})"))
         })
+    }
+
+    fn client_config(&self) -> Result<postgres::Config, StoreError> {
+        self.parsed().map(postgres::Config::from)
     }
 
     fn manager(&self) -> Result<Manager, StoreError> {
@@ -120,9 +125,7 @@ impl PgConfig {
 
     /// The pool of asynchronous connections the write operations run on.
     fn writer(&self) -> Result<deadpool_postgres::Pool, StoreError> {
-        let mut config: tokio_postgres::Config = self.url.parse().map_err(|err| {
-            StoreError::Other(format!("database: must be a postgres://user@host:port/database URL ({err})"))
-        })?;
+        let mut config = self.parsed()?;
         config.options(with_planner_settings(config.get_options()));
         // A connection found closed is dropped (not tested with a query per checkout: a
         // round trip per request); one that dies while idle fails its request's first
@@ -278,7 +281,7 @@ struct PgInner {
     wants_to_publish: Arc<std::sync::atomic::AtomicBool>,
     publishing: tokio::sync::watch::Receiver<bool>,
     listening: Arc<std::sync::atomic::AtomicBool>,
-    /// Where creates are gathered, started with the first create (inside the runtime).
+    /// Where creates and task commands are gathered, started with the first (inside the runtime).
     gatherer: std::sync::OnceLock<gather::Gatherer>,
 }
 
@@ -433,15 +436,25 @@ impl PgStore {
         let (reply, answer) = tokio::sync::oneshot::channel();
         match gatherer.submit(gather::Job { task_id, op, now, reply }) {
             Ok(()) => answer.await.map_err(|_| StoreError::Other("the operation was dropped unanswered".into()))?,
-            Err(job) => match job.op {
-                gather::Op::Create(definition) => self.create_alone(*definition, job.task_id, job.now).await,
-                gather::Op::Apply(command) => self.apply_alone(job.task_id, command, job.now).await,
-            },
+            Err(job) => self.alone(job.task_id, job.op, job.now).await,
+        }
+    }
+
+    /// Runs what would have been gathered in a transaction of its own.
+    async fn alone(
+        &self,
+        task_id: TaskId,
+        op: gather::Op,
+        now: Timestamp,
+    ) -> Result<Committed<TaskStatus>, StoreError> {
+        match op {
+            gather::Op::Create(definition) => self.create_alone(*definition, task_id, now).await,
+            gather::Op::Apply(command) => self.apply_alone(task_id, command, now).await,
         }
     }
 
     /// Creates a task in a transaction of its own.
-    pub(crate) async fn create_alone(
+    async fn create_alone(
         &self,
         definition: TaskDefinition,
         task_id: TaskId,
@@ -484,7 +497,7 @@ impl PgStore {
     }
 
     /// Runs a command on a task in a transaction of its own.
-    pub(crate) async fn apply_alone(
+    async fn apply_alone(
         &self,
         task_id: TaskId,
         command: TaskCommand,

@@ -558,7 +558,7 @@ impl PgTx {
             answers.next().unwrap_or_default(),
             answers.next().unwrap_or_default(),
         );
-        let resolved: std::collections::HashSet<&str> = resolved.iter().map(|row| row.get(0)).collect();
+        let resolved: HashSet<&str> = resolved.iter().map(|row| row.get(0)).collect();
         for row in &locked {
             let group = task_group_from_row(row)?;
             if resolved.contains(group.task_group_id.as_str()) {
@@ -597,9 +597,9 @@ impl PgTx {
             priority_rank: i16::from(task.meta.priority.rank()),
             priority_changed,
         };
+        self.writes += 1;
         match place {
             Place::Back => {
-                self.writes += 1;
                 let params = update.params();
                 let params: Vec<&(dyn ToSql + Sync)> =
                     params.iter().map(|param| &**param as &(dyn ToSql + Sync)).collect();
@@ -607,7 +607,6 @@ impl PgTx {
                 row.pending_seq = updated.get::<_, Option<i64>>(0).map(|seq| seq as u64);
             }
             Place::Keep | Place::None => {
-                self.writes += 1;
                 if place == Place::None {
                     row.pending_seq = None;
                 }
@@ -802,6 +801,13 @@ const UPDATE_MANY: &str = "UPDATE tasks SET retries_left = u.retries_left, runs 
      priority_changed) \
      WHERE tasks.task_id = u.task_id";
 
+/// One array parameter per named field of `rows`, in the order named.
+macro_rules! columns {
+    ($rows:expr; $($field:ident),+ $(,)?) => {
+        vec![$(Box::new($rows.iter().map(|row| row.$field.clone()).collect::<Vec<_>>()) as Param),+]
+    };
+}
+
 /// A task row to insert.
 struct NewRow {
     task_id: String,
@@ -831,34 +837,9 @@ struct NewRow {
 impl NewRow {
     /// The parameters of [`INSERT_MANY`]: one array per column.
     fn columns(rows: Vec<NewRow>) -> Vec<Param> {
-        macro_rules! column {
-            ($field:ident) => {
-                Box::new(rows.iter().map(|row| row.$field.clone()).collect::<Vec<_>>()) as Param
-            };
-        }
-        vec![
-            column!(task_id),
-            column!(task_queue_id),
-            column!(scheduler_id),
-            column!(project_id),
-            column!(task_group_id),
-            column!(priority),
-            column!(priority_rank),
-            column!(retries),
-            column!(retries_left),
-            column!(deadline),
-            column!(expires),
-            column!(requires),
-            column!(dimensions),
-            column!(runs),
-            column!(state),
-            column!(taken_until),
-            column!(deadline_due),
-            column!(pending),
-            column!(definition),
-            column!(routes),
-            column!(tags),
-        ]
+        columns!(rows; task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, priority_rank,
+            retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, deadline_due,
+            pending, definition, routes, tags)
     }
 }
 
@@ -897,22 +878,7 @@ impl RowUpdate {
 
     /// The parameters of [`UPDATE_MANY`]: one array per column.
     fn columns(rows: Vec<RowUpdate>) -> Vec<Param> {
-        macro_rules! column {
-            ($field:ident) => {
-                Box::new(rows.iter().map(|row| row.$field.clone()).collect::<Vec<_>>()) as Param
-            };
-        }
-        vec![
-            column!(task_id),
-            column!(retries_left),
-            column!(runs),
-            column!(state),
-            column!(taken_until),
-            column!(deadline_due),
-            column!(place),
-            column!(priority),
-            column!(priority_rank),
-            column!(priority_changed),
-        ]
+        columns!(rows; task_id, retries_left, runs, state, taken_until, deadline_due, place, priority, priority_rank,
+            priority_changed)
     }
 }
