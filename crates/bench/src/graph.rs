@@ -46,7 +46,8 @@ pub(crate) async fn graph_bench(shape: Shape, n_tasks: usize, n_workers: usize) 
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..n_workers {
         let (client, base, completed) = (client.clone(), server.base.clone(), Arc::clone(&completed));
-        workers.spawn(trivial_worker(client, base, "bench%2Fgraph", format!("w{w}"), 8, completed, n_tasks));
+        let timings = Arc::default();
+        workers.spawn(trivial_worker(client, base, "bench%2Fgraph", format!("w{w}"), 8, completed, n_tasks, timings));
     }
     let cpu0 = server.cpu_secs();
     let started = Instant::now();

@@ -14,6 +14,7 @@
 mod events;
 mod graph;
 mod server;
+mod timings;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,6 +25,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use crate::server::Server;
+use crate::timings::Timings;
 
 // The same allocator as the server: the load generator should cost as little as it can.
 #[global_allocator]
@@ -224,18 +226,22 @@ fn spawn_creators(
     body: Vec<u8>,
     n_tasks: usize,
     n_creators: usize,
+    timings: &Arc<Timings>,
 ) -> tokio::task::JoinSet<anyhow::Result<()>> {
     let created = Arc::new(AtomicUsize::new(0));
     let mut creators = tokio::task::JoinSet::new();
     for n in 0..n_creators {
         let base = bases[n % bases.len()].clone();
-        let (client, created, body) = (client.clone(), Arc::clone(&created), body.clone());
+        let (client, created, body, timings) =
+            (client.clone(), Arc::clone(&created), body.clone(), Arc::clone(timings));
         creators.spawn(async move {
             while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
                 let url = format!("{base}/task/{}", slugid::nice());
+                let sent = Instant::now();
                 let res = client.put(url).header("content-type", "application/json").body(body.clone()).send().await?;
                 anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
                 res.bytes().await?;
+                timings.create.record(sent);
             }
             Ok(())
         });
@@ -290,11 +296,22 @@ async fn throughput_with(
     let completed = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let body = bytes_of(&definition("bench/throughput"))?;
-    let mut creators = spawn_creators(&client, &bases, body, n_tasks, n_creators);
+    let timings = Arc::new(Timings::default());
+    let mut creators = spawn_creators(&client, &bases, body, n_tasks, n_creators, &timings);
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..n_workers {
         let (client, base, completed) = (client.clone(), bases[w % bases.len()].clone(), Arc::clone(&completed));
-        workers.spawn(trivial_worker(client, base, "bench%2Fthroughput", format!("w{w}"), batch, completed, n_tasks));
+        let (worker_id, timings) = (format!("w{w}"), Arc::clone(&timings));
+        workers.spawn(trivial_worker(
+            client,
+            base,
+            "bench%2Fthroughput",
+            worker_id,
+            batch,
+            completed,
+            n_tasks,
+            timings,
+        ));
     }
     while let Some(res) = creators.join_next().await {
         res??;
@@ -330,6 +347,7 @@ async fn throughput_with(
         server_cpu * 1e6 / n_tasks as f64,
         bench_cpu * 1e6 / n_tasks as f64,
     );
+    println!("{}", timings.summary());
     for server in servers {
         server.stop().await;
     }
@@ -337,7 +355,9 @@ async fn throughput_with(
 }
 
 /// A worker that claims up to `batch` runs from `queue` (percent-encoded) and reports each
-/// completed at once, until `completed` reaches `n_tasks`.
+/// completed at once, until `completed` reaches `n_tasks`; each request's latency goes to
+/// `timings`.
+#[allow(clippy::too_many_arguments)]
 async fn trivial_worker(
     client: reqwest::Client,
     base: String,
@@ -346,17 +366,23 @@ async fn trivial_worker(
     batch: usize,
     completed: Arc<AtomicUsize>,
     n_tasks: usize,
+    timings: Arc<Timings>,
 ) -> anyhow::Result<()> {
     let body = bytes_of(&json!({"workerGroup": "bench", "workerId": worker_id, "tasks": batch}))?;
     let claim_url = format!("{base}/claim-work/{queue}");
     while completed.load(Ordering::Relaxed) < n_tasks {
+        let sent = Instant::now();
         let res = client.post(&claim_url).header("content-type", "application/json").body(body.clone()).send().await?;
         let answer: ClaimAnswer = serde_json::from_slice(&res.bytes().await?)?;
+        timings.claim.record(sent);
+        timings.claimed.fetch_add(answer.tasks.len() as u64, Ordering::Relaxed);
         for claim in answer.tasks {
             let url = format!("{base}/task/{}/runs/{}/completed", claim.status.task_id, claim.run_id);
+            let sent = Instant::now();
             let res = client.post(url).send().await?;
             anyhow::ensure!(res.status().is_success(), "reportCompleted: {}", res.text().await?);
             res.bytes().await?;
+            timings.report.record(sent);
             completed.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -425,7 +451,8 @@ async fn worker(n_tasks: usize, capacity: u32) -> anyhow::Result<()> {
         "metadata": {"name": "trivial", "description": "", "owner": "bench@example.com", "source": "https://example.com"}
     }))?;
     let started = Instant::now();
-    let mut creators = spawn_creators(&client, std::slice::from_ref(&server.base), body, n_tasks, 8);
+    let mut creators =
+        spawn_creators(&client, std::slice::from_ref(&server.base), body, n_tasks, 8, &Arc::new(Timings::default()));
     while let Some(res) = creators.join_next().await {
         res??;
     }
