@@ -76,6 +76,36 @@ enum HeldBack {
     Updates(Vec<RowUpdate>),
 }
 
+impl HeldBack {
+    /// Whether this writes the row of `task_id`.
+    fn touches(&self, task_id: &str) -> bool {
+        match self {
+            HeldBack::Inserts(rows) => rows.iter().any(|row| row.task_id == task_id),
+            HeldBack::Updates(rows) => rows.iter().any(|row| row.task_id == task_id),
+            HeldBack::Command(_) | HeldBack::Write(..) => false,
+        }
+    }
+}
+
+/// The held-back batch of inserts (`inserts`) or updates that a write of `task_id`'s row
+/// can join: the last one, if only batches of the other kind that leave that row alone
+/// came after it. The two kinds write different rows, so their order does not matter, and
+/// a gathering that interleaves creates and reports still writes one statement of each
+/// (a statement costs the database far more than a row). Nothing else is moved across:
+/// held-back writes of other tables keep their order.
+fn batch_for(held_back: &[HeldBack], task_id: &str, inserts: bool) -> Option<usize> {
+    for (index, item) in held_back.iter().enumerate().rev() {
+        match item {
+            HeldBack::Inserts(_) | HeldBack::Updates(_) if item.touches(task_id) => return None,
+            HeldBack::Inserts(_) if inserts => return Some(index),
+            HeldBack::Updates(_) if !inserts => return Some(index),
+            HeldBack::Inserts(_) | HeldBack::Updates(_) => {}
+            HeldBack::Command(_) | HeldBack::Write(..) => return None,
+        }
+    }
+    None
+}
+
 /// A held-back item lowered to what goes on the wire.
 enum Lowered {
     Command(&'static str),
@@ -328,10 +358,13 @@ impl PgTx {
             tags: (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?,
         };
         self.writes += 1;
-        if let Some(HeldBack::Inserts(rows)) = self.held_back.last_mut() {
-            rows.push(new);
-        } else {
-            self.held_back.push(HeldBack::Inserts(vec![new]));
+        match batch_for(&self.held_back, &new.task_id, true) {
+            Some(index) => {
+                if let HeldBack::Inserts(rows) = &mut self.held_back[index] {
+                    rows.push(new);
+                }
+            }
+            None => self.held_back.push(HeldBack::Inserts(vec![new])),
         }
         Ok(())
     }
@@ -610,11 +643,13 @@ impl PgTx {
                 if place == Place::None {
                     row.pending_seq = None;
                 }
-                match self.held_back.last_mut() {
-                    Some(HeldBack::Updates(rows)) if rows.iter().all(|held| held.task_id != update.task_id) => {
-                        rows.push(update);
+                match batch_for(&self.held_back, &update.task_id, false) {
+                    Some(index) => {
+                        if let HeldBack::Updates(rows) = &mut self.held_back[index] {
+                            rows.push(update);
+                        }
                     }
-                    _ => self.held_back.push(HeldBack::Updates(vec![update])),
+                    None => self.held_back.push(HeldBack::Updates(vec![update])),
                 }
             }
         }
@@ -880,5 +915,86 @@ impl RowUpdate {
     fn columns(rows: Vec<RowUpdate>) -> Vec<Param> {
         columns!(rows; task_id, retries_left, runs, state, taken_until, deadline_due, place, priority, priority_rank,
             priority_changed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn insert(task_id: &str) -> NewRow {
+        NewRow {
+            task_id: task_id.to_owned(),
+            task_queue_id: "q/w".into(),
+            scheduler_id: "-".into(),
+            project_id: "none".into(),
+            task_group_id: task_id.to_owned(),
+            priority: "\"lowest\"".into(),
+            priority_rank: 0,
+            retries: 5,
+            retries_left: 5,
+            deadline: 1,
+            expires: 2,
+            requires: "all-completed",
+            dimensions: None,
+            runs: "[]".into(),
+            state: "pending",
+            taken_until: None,
+            deadline_due: Some(1),
+            pending: true,
+            definition: "{}".into(),
+            routes: None,
+            tags: None,
+        }
+    }
+
+    fn update(task_id: &str) -> RowUpdate {
+        RowUpdate {
+            task_id: task_id.to_owned(),
+            retries_left: 5,
+            runs: "[]".into(),
+            state: "completed",
+            taken_until: None,
+            deadline_due: None,
+            place: "none",
+            priority: "\"lowest\"".into(),
+            priority_rank: 0,
+            priority_changed: false,
+        }
+    }
+
+    #[test]
+    fn interleaved_creates_and_reports_join_one_batch_of_each() {
+        let held = vec![
+            HeldBack::Command("BEGIN"),
+            HeldBack::Inserts(vec![insert("a")]),
+            HeldBack::Updates(vec![update("b")]),
+        ];
+        assert_eq!(batch_for(&held, "c", true), Some(1), "an insert joins the inserts across updates of other rows");
+        assert_eq!(batch_for(&held, "c", false), Some(2));
+        let held = vec![
+            HeldBack::Command("BEGIN"),
+            HeldBack::Updates(vec![update("b")]),
+            HeldBack::Inserts(vec![insert("a")]),
+        ];
+        assert_eq!(batch_for(&held, "c", false), Some(1), "an update joins the updates across inserts of other rows");
+    }
+
+    #[test]
+    fn writes_of_one_row_keep_their_order() {
+        let held = vec![HeldBack::Updates(vec![update("a")]), HeldBack::Inserts(vec![insert("b")])];
+        assert_eq!(batch_for(&held, "a", false), None, "a second update of a row goes after the first");
+        assert_eq!(batch_for(&held, "b", false), None, "an update of a new row goes after its insert");
+        let held = vec![HeldBack::Inserts(vec![insert("a")]), HeldBack::Updates(vec![update("b")])];
+        assert_eq!(batch_for(&held, "b", true), None);
+        assert_eq!(batch_for(&held, "a", true), None);
+    }
+
+    #[test]
+    fn nothing_moves_across_other_writes() {
+        let held = vec![HeldBack::Inserts(vec![insert("a")]), HeldBack::Command("COMMIT")];
+        assert_eq!(batch_for(&held, "c", true), None);
+        assert_eq!(batch_for(&[], "c", true), None);
+        assert_eq!(batch_for(&[HeldBack::Updates(vec![update("a")])], "c", true), None);
     }
 }
