@@ -1,12 +1,13 @@
 //! The PostgreSQL backend against a real cluster: schema migrations, the outbox's ordering
-//! when message ids are drawn in one order and committed in another, and the plans of the
-//! write path as the tables grow.
+//! when message ids are drawn in one order and committed in another, the plans of the
+//! write path as the tables grow, and creates and reports written by one statement.
 
 mod support;
 
 use serde_json::json;
 use shoal_engine::definition::TaskDefinitionInput;
 use shoal_engine::dimensions::Dimensions;
+use shoal_engine::message::{Exchange, Message};
 use shoal_engine::task::Resolution;
 use shoal_engine::{TaskId, Timestamp};
 use shoal_store::outbox::Next;
@@ -124,6 +125,11 @@ async fn end_when_held(url: &str, held: (postgres::Client, i64), end: &'static s
 
 /// The routing keys of everything in the feed, in order (after settling).
 async fn routing_keys(store: &Store) -> Vec<String> {
+    messages(store).await.into_iter().map(|message| message.routing_key).collect()
+}
+
+/// Everything in the feed, in order (after settling).
+async fn messages(store: &Store) -> Vec<Message> {
     store.settle_outbox().await.unwrap();
     let feed = store.outbox();
     let mut next = feed.first();
@@ -135,7 +141,7 @@ async fn routing_keys(store: &Store) -> Vec<String> {
             Next::Idle => return keys,
         };
         next = entries.last().map_or(next, |entry| entry.seq + 1);
-        keys.extend(entries.into_iter().map(|entry| entry.message.routing_key));
+        keys.extend(entries.into_iter().map(|entry| entry.message));
     }
 }
 
@@ -170,6 +176,19 @@ async fn an_id_whose_transaction_rolled_back_is_skipped() {
     let keys = routing_keys(&store).await;
     assert_eq!(keys.len(), 4, "both tasks' messages, nothing of the rolled-back one: {keys:?}");
     assert!(keys[2].contains("00000002"), "{keys:?}");
+}
+
+/// Waits until every other session on the database has ended by itself (a session records
+/// its statistics as it ends).
+fn sessions_ended(url: &str) {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let others = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while client.query_one(others, &[]).unwrap().get::<_, i64>(0) > 0 {
+        assert!(std::time::Instant::now() < give_up, "the store's sessions did not end");
+        // Nothing announces a session's end: look again shortly.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Ends every other session on the database and waits until each has gone (a session
@@ -232,4 +251,77 @@ async fn the_write_path_never_scans_the_task_tables_whole_as_they_grow() {
     .await
     .unwrap();
     assert_eq!(scanned, [("task_groups".to_owned(), 0), ("tasks".to_owned(), 0)], "rows read by table scans");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_and_reports_written_together_keep_each_tasks_messages_in_order() {
+    let url = fresh_database();
+    let store = open_store(&url);
+    let at = Timestamp(1_767_225_600_000);
+    futures_util::future::join_all((0..32).map(|n| create(&store, n))).await;
+    let request = ClaimRequest {
+        task_queue_id: "prov/wt".into(),
+        worker_group: "g".into(),
+        worker_id: "w".into(),
+        dimensions: Dimensions::default(),
+        count: 32,
+    };
+    let claims = store.claim_work(request, at).await.unwrap().value;
+    assert_eq!(claims.len(), 32);
+    // Reports and creates interleaved and in flight at once, so that gatherings hold both:
+    // their rows are inserted, updated and their messages staged by one statement.
+    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+    let mut writes: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>> = Vec::new();
+    let store_ref = &store;
+    for (n, claim) in (32..).zip(&claims) {
+        let done = done.clone();
+        writes.push(Box::pin(async move {
+            let status = store_ref.apply(claim.status.task_id, done, at).await.unwrap().value;
+            assert_eq!(status.state.as_str(), "completed");
+        }));
+        writes.push(Box::pin(create(store_ref, n)));
+    }
+    futures_util::future::join_all(writes).await;
+    let mut per_task: std::collections::BTreeMap<String, Vec<Exchange>> = std::collections::BTreeMap::new();
+    for message in messages(&store).await {
+        if matches!(
+            message.exchange,
+            Exchange::TaskDefined | Exchange::TaskPending | Exchange::TaskRunning | Exchange::TaskCompleted
+        ) {
+            let task = message.routing_key.split('.').nth(1).unwrap().to_owned();
+            per_task.entry(task).or_default().push(message.exchange);
+        }
+    }
+    assert_eq!(per_task.len(), 64);
+    let reported: std::collections::HashSet<String> =
+        claims.iter().map(|claim| claim.status.task_id.as_str().to_owned()).collect();
+    for (task, exchanges) in per_task {
+        let expected: &[Exchange] = if reported.contains(&task) {
+            &[Exchange::TaskDefined, Exchange::TaskPending, Exchange::TaskRunning, Exchange::TaskCompleted]
+        } else {
+            &[Exchange::TaskDefined, Exchange::TaskPending]
+        };
+        assert_eq!(exchanges, expected, "messages of {task}");
+    }
+    let request = ClaimRequest {
+        task_queue_id: "prov/wt".into(),
+        worker_group: "g".into(),
+        worker_id: "w".into(),
+        dimensions: Dimensions::default(),
+        count: 64,
+    };
+    assert_eq!(store.claim_work(request, at).await.unwrap().value.len(), 32, "every new task is pending");
+    drop(store);
+    // A gathering that fails is rolled back and its operations run alone, with the same
+    // outcome: only the count of rollbacks tells. The store's sessions are left to end by
+    // themselves (ending one in a transaction would count as a rollback).
+    let rollbacks = tokio::task::spawn_blocking(move || {
+        sessions_ended(&url);
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let sql = "SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()";
+        client.query_one(sql, &[]).unwrap().get::<_, i64>(0)
+    })
+    .await
+    .unwrap();
+    assert_eq!(rollbacks, 0, "transactions rolled back");
 }

@@ -9,11 +9,11 @@
 //! their groups (in id order); when reports or cancels are among the commands, one more asks
 //! what resolving them would entail (which of their groups hold other unresolved tasks, who
 //! waits on them); one upserts every created task's group and one reads the created tasks
-//! that exist already. The second writes: one statement inserts every new row, one updates
-//! every changed row, one stages the messages, and the COMMIT. A few lanes take gatherings
-//! from one queue: while a gathering is written (most of it waiting for its commit to reach
-//! the disk) the next fills, so the busier the server, the more each transaction carries, as
-//! group commit does.
+//! that exist already. The second writes: one statement inserts every new row, updates
+//! every changed row and stages the messages (`PgTx::lower`), and the COMMIT. A few lanes
+//! take gatherings from one queue: while a gathering is written (most of it waiting for its
+//! commit to reach the disk) the next fills, so the busier the server, the more each
+//! transaction carries, as group commit does.
 //!
 //! Each operation is judged alone, by the same rules and in the same order as when it runs
 //! on its own; only what resolutions entail is judged once for all of them, on the

@@ -74,6 +74,9 @@ enum HeldBack {
     Inserts(Vec<NewRow>),
     /// Task rows' new states in a row, each task at most once: written by one statement.
     Updates(Vec<RowUpdate>),
+    /// The transaction's messages, staged in the outbox (their count, then `encode`d): the
+    /// last write before the COMMIT.
+    Stage(i32, String),
 }
 
 impl HeldBack {
@@ -82,7 +85,7 @@ impl HeldBack {
         match self {
             HeldBack::Inserts(rows) => rows.iter().any(|row| row.task_id == task_id),
             HeldBack::Updates(rows) => rows.iter().any(|row| row.task_id == task_id),
-            HeldBack::Command(_) | HeldBack::Write(..) => false,
+            HeldBack::Command(_) | HeldBack::Write(..) | HeldBack::Stage(..) => false,
         }
     }
 }
@@ -100,7 +103,7 @@ fn batch_for(held_back: &[HeldBack], task_id: &str, inserts: bool) -> Option<usi
             HeldBack::Inserts(_) if inserts => return Some(index),
             HeldBack::Updates(_) if !inserts => return Some(index),
             HeldBack::Inserts(_) | HeldBack::Updates(_) => {}
-            HeldBack::Command(_) | HeldBack::Write(..) => return None,
+            HeldBack::Command(_) | HeldBack::Write(..) | HeldBack::Stage(..) => return None,
         }
     }
     None
@@ -209,10 +212,8 @@ impl PgTx {
         for (sql, _) in queries {
             statements.push(self.statement(sql).await?);
         }
-        let mut held_back = Vec::with_capacity(self.held_back.len());
-        for item in std::mem::take(&mut self.held_back) {
-            held_back.push(self.lower(item).await?);
-        }
+        let items = std::mem::take(&mut self.held_back);
+        let held_back = self.lower(items).await?;
         if !held_back.is_empty() {
             self.begun = true;
         }
@@ -242,15 +243,46 @@ impl PgTx {
         Ok(rows)
     }
 
-    /// The statement and parameters of a held-back item: rows gathered in a row become one
-    /// statement over arrays (a statement costs the database far more than a row).
-    async fn lower(&self, item: HeldBack) -> Result<Lowered, StoreError> {
-        Ok(match item {
-            HeldBack::Command(sql) => Lowered::Command(sql),
-            HeldBack::Write(statement, params) => Lowered::Write(statement, params),
-            HeldBack::Inserts(rows) => Lowered::Write(self.statement(INSERT_MANY).await?, NewRow::columns(rows)),
-            HeldBack::Updates(rows) => Lowered::Write(self.statement(UPDATE_MANY).await?, RowUpdate::columns(rows)),
-        })
+    /// The statements and parameters of the held-back items: rows gathered in a row are
+    /// written by one statement over arrays, and a run of task-row inserts, updates and the
+    /// outbox stage by one statement (a statement costs the database far more than a row).
+    async fn lower(&self, items: Vec<HeldBack>) -> Result<Vec<Lowered>, StoreError> {
+        let mut lowered = Vec::with_capacity(items.len());
+        let mut run = Fused::default();
+        for item in items {
+            let item = match run.absorb(item) {
+                None => continue,
+                Some(item) => item,
+            };
+            if !run.is_empty() {
+                lowered.push(self.lower_fused(std::mem::take(&mut run)).await?);
+            }
+            if let Some(item) = run.absorb(item) {
+                lowered.push(match item {
+                    HeldBack::Command(sql) => Lowered::Command(sql),
+                    HeldBack::Write(statement, params) => Lowered::Write(statement, params),
+                    HeldBack::Inserts(_) | HeldBack::Updates(_) | HeldBack::Stage(..) => {
+                        unreachable!("an empty run absorbs any write of task rows or the outbox")
+                    }
+                });
+            }
+        }
+        if !run.is_empty() {
+            lowered.push(self.lower_fused(run).await?);
+        }
+        Ok(lowered)
+    }
+
+    /// The one statement writing a run.
+    async fn lower_fused(&self, run: Fused) -> Result<Lowered, StoreError> {
+        let sql = fused_sql(run.inserts.is_some(), run.updates.is_some(), run.stage.is_some());
+        let mut params = run.inserts.map(NewRow::columns).unwrap_or_default();
+        params.extend(run.updates.map(RowUpdate::columns).unwrap_or_default());
+        if let Some((count, messages)) = run.stage {
+            params.push(Box::new(count));
+            params.push(Box::new(messages));
+        }
+        Ok(Lowered::Write(self.statement(sql).await?, params))
     }
 
     /// One query's rows (after what was held back).
@@ -276,8 +308,8 @@ impl PgTx {
             return Ok(());
         }
         if !self.messages.is_empty() {
-            let params: Vec<Param> = vec![Box::new(self.messages.len() as i32), Box::new(encode(self.messages.iter()))];
-            self.defer(outbox::STAGE, params).await?;
+            self.held_back.push(HeldBack::Stage(self.messages.len() as i32, encode(self.messages.iter())));
+            self.writes += 1;
         }
         self.held_back.push(HeldBack::Command("COMMIT"));
         self.committing = true;
@@ -836,6 +868,121 @@ const UPDATE_MANY: &str = "UPDATE tasks SET retries_left = u.retries_left, runs 
      priority_changed) \
      WHERE tasks.task_id = u.task_id";
 
+/// A run of held-back writes sent as one statement: task rows inserted, task rows updated
+/// (none of them inserted by the same run: the parts of a statement do not see each other's
+/// rows) and the outbox stage, which comes last.
+#[derive(Default)]
+struct Fused {
+    inserts: Option<Vec<NewRow>>,
+    updates: Option<Vec<RowUpdate>>,
+    stage: Option<(i32, String)>,
+}
+
+impl Fused {
+    fn is_empty(&self) -> bool {
+        self.inserts.is_none() && self.updates.is_none() && self.stage.is_none()
+    }
+
+    /// Takes `item` into the run, or gives it back when it cannot join.
+    fn absorb(&mut self, item: HeldBack) -> Option<HeldBack> {
+        if self.stage.is_some() {
+            return Some(item);
+        }
+        match item {
+            HeldBack::Inserts(rows) if self.inserts.is_none() && !self.updates_any(&rows) => {
+                self.inserts = Some(rows);
+                None
+            }
+            HeldBack::Updates(rows) if self.updates.is_none() && !self.inserts_any(&rows) => {
+                self.updates = Some(rows);
+                None
+            }
+            HeldBack::Stage(count, messages) => {
+                self.stage = Some((count, messages));
+                None
+            }
+            item => Some(item),
+        }
+    }
+
+    fn updates_any(&self, rows: &[NewRow]) -> bool {
+        self.updates
+            .as_ref()
+            .is_some_and(|updates| rows.iter().any(|row| updates.iter().any(|u| u.task_id == row.task_id)))
+    }
+
+    fn inserts_any(&self, rows: &[RowUpdate]) -> bool {
+        self.inserts
+            .as_ref()
+            .is_some_and(|inserts| rows.iter().any(|row| inserts.iter().any(|i| i.task_id == row.task_id)))
+    }
+}
+
+/// The statement writing a run with the given parts ([`Fused`]).
+fn fused_sql(inserts: bool, updates: bool, stage: bool) -> &'static str {
+    static FUSED: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        (0..8).map(|parts| build_fused_sql(parts & 1 != 0, parts & 2 != 0, parts & 4 != 0)).collect()
+    });
+    match (inserts, updates, stage) {
+        (true, false, false) => INSERT_MANY,
+        (false, true, false) => UPDATE_MANY,
+        (false, false, true) => outbox::STAGE,
+        _ => &FUSED[usize::from(inserts) | usize::from(updates) << 1 | usize::from(stage) << 2],
+    }
+}
+
+/// Data-modifying parts of one statement run on one snapshot, in no set order unless the
+/// main part reads them: the stage reads the others, so that its outbox id is drawn after
+/// every row is written (and locked; see `outbox.rs`).
+fn build_fused_sql(inserts: bool, updates: bool, stage: bool) -> String {
+    let mut parts = Vec::new();
+    let mut counts = Vec::new();
+    let mut offset = 0;
+    if inserts {
+        parts.push(format!("i AS ({INSERT_MANY} RETURNING 1)"));
+        counts.push("(SELECT count(*) FROM i) AS ci");
+        offset += N_INSERT_PARAMS;
+    }
+    if updates {
+        parts.push(format!("u AS ({} RETURNING 1)", renumber(UPDATE_MANY, offset)));
+        counts.push("(SELECT count(*) FROM u) AS cu");
+        offset += N_UPDATE_PARAMS;
+    }
+    let counts = counts.join(", ");
+    let main = if stage {
+        format!(
+            "INSERT INTO outbox_pending (id, count, messages) SELECT nextval('outbox_ids'), ${}, ${} FROM {counts}",
+            offset + 1,
+            offset + 2
+        )
+    } else {
+        format!("SELECT * FROM {counts}")
+    };
+    format!("WITH {} {main}", parts.join(", "))
+}
+
+/// `sql` with each parameter `$n` renamed `$(n + offset)`.
+fn renumber(sql: &str, offset: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        match rest[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&(n + offset).to_string()),
+            Err(_) => out.push_str(&rest[..digits]),
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Parameters of [`INSERT_MANY`] and of [`UPDATE_MANY`].
+const N_INSERT_PARAMS: usize = 21;
+const N_UPDATE_PARAMS: usize = 10;
+
 /// One array parameter per named field of `rows`, in the order named.
 macro_rules! columns {
     ($rows:expr; $($field:ident),+ $(,)?) => {
@@ -988,6 +1135,45 @@ mod tests {
         let held = vec![HeldBack::Inserts(vec![insert("a")]), HeldBack::Updates(vec![update("b")])];
         assert_eq!(batch_for(&held, "b", true), None);
         assert_eq!(batch_for(&held, "a", true), None);
+    }
+
+    #[test]
+    fn a_run_of_inserts_updates_and_the_stage_is_one_statement() {
+        let mut run = Fused::default();
+        assert!(run.absorb(HeldBack::Inserts(vec![insert("a")])).is_none());
+        assert!(run.absorb(HeldBack::Updates(vec![update("b")])).is_none());
+        assert!(run.absorb(HeldBack::Stage(2, "[]".into())).is_none());
+        assert!(run.absorb(HeldBack::Command("COMMIT")).is_some(), "a command is sent on its own");
+        let mut run = Fused::default();
+        assert!(run.absorb(HeldBack::Inserts(vec![insert("a")])).is_none());
+        assert!(run.absorb(HeldBack::Updates(vec![update("a")])).is_some(), "an update of a row the run inserts");
+        assert!(run.absorb(HeldBack::Inserts(vec![insert("c")])).is_some(), "a second batch of inserts");
+        let mut run = Fused::default();
+        assert!(run.absorb(HeldBack::Stage(1, "[]".into())).is_none());
+        assert!(run.absorb(HeldBack::Updates(vec![update("b")])).is_some(), "nothing comes after the stage");
+    }
+
+    #[test]
+    fn the_fused_statements_number_their_parameters_in_order() {
+        assert_eq!(
+            renumber("SELECT $1, $10 FROM t WHERE x = $2 AND y = '$'", 21),
+            "SELECT $22, $31 FROM t WHERE x = $23 AND y = '$'"
+        );
+        let all = fused_sql(true, true, true);
+        assert!(all.starts_with("WITH i AS (INSERT INTO tasks"), "{all}");
+        assert!(all.contains("$21::text[]") && all.contains("$22::text[]") && all.contains("$31::bool[]"), "{all}");
+        assert!(all.ends_with("SELECT nextval('outbox_ids'), $32, $33 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
+        let updates = fused_sql(false, true, true);
+        assert!(
+            updates.contains("$1::text[]") && updates.contains("$10::bool[]") && updates.contains("$11, $12 FROM"),
+            "{updates}"
+        );
+        assert_eq!(fused_sql(true, false, false), INSERT_MANY);
+        assert_eq!(fused_sql(false, false, true), outbox::STAGE);
+        assert!(
+            fused_sql(true, true, false)
+                .ends_with("SELECT * FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu")
+        );
     }
 
     #[test]
