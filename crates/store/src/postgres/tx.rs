@@ -979,8 +979,9 @@ fn renumber(sql: &str, offset: usize) -> String {
     out
 }
 
-/// Parameters of [`INSERT_MANY`] and of [`UPDATE_MANY`].
+/// Parameters of [`INSERT_MANY`].
 const N_INSERT_PARAMS: usize = 21;
+/// Parameters of [`UPDATE_MANY`].
 const N_UPDATE_PARAMS: usize = 10;
 
 /// One array parameter per named field of `rows`, in the order named.
