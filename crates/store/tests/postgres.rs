@@ -88,6 +88,17 @@ async fn create(store: &Store, n: u32) {
     let _ = store.create_task(input.validate(task_id, at).unwrap(), task_id, at).await.unwrap();
 }
 
+/// A claim of up to `count` tasks of the queue [`create`] fills.
+fn claim_request(count: usize) -> ClaimRequest {
+    ClaimRequest {
+        task_queue_id: "prov/wt".into(),
+        worker_group: "g".into(),
+        worker_id: "w".into(),
+        dimensions: Dimensions::default(),
+        count,
+    }
+}
+
 /// Waits until a sequencing step has stopped at the hole `id` (the state it records); then
 /// says how many staged rows are visible (committed) and waiting.
 fn wait_until_held(url: &str, id: i64) -> i64 {
@@ -217,13 +228,7 @@ async fn the_write_path_never_scans_the_task_tables_whole_as_they_grow() {
     for round in 0..20u32 {
         let creates = (0..16).map(|n| create(&store, round * 16 + n));
         futures_util::future::join_all(creates).await;
-        let request = ClaimRequest {
-            task_queue_id: "prov/wt".into(),
-            worker_group: "g".into(),
-            worker_id: "w".into(),
-            dimensions: Dimensions::default(),
-            count: 16,
-        };
+        let request = claim_request(16);
         let claims = store.claim_work(request, at).await.unwrap().value;
         assert_eq!(claims.len(), 16);
         let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
@@ -259,13 +264,7 @@ async fn creates_and_reports_written_together_keep_each_tasks_messages_in_order(
     let store = open_store(&url);
     let at = Timestamp(1_767_225_600_000);
     futures_util::future::join_all((0..32).map(|n| create(&store, n))).await;
-    let request = ClaimRequest {
-        task_queue_id: "prov/wt".into(),
-        worker_group: "g".into(),
-        worker_id: "w".into(),
-        dimensions: Dimensions::default(),
-        count: 32,
-    };
+    let request = claim_request(32);
     let claims = store.claim_work(request, at).await.unwrap().value;
     assert_eq!(claims.len(), 32);
     // Reports and creates interleaved and in flight at once, so that gatherings hold both:
@@ -303,13 +302,7 @@ async fn creates_and_reports_written_together_keep_each_tasks_messages_in_order(
         };
         assert_eq!(exchanges, expected, "messages of {task}");
     }
-    let request = ClaimRequest {
-        task_queue_id: "prov/wt".into(),
-        worker_group: "g".into(),
-        worker_id: "w".into(),
-        dimensions: Dimensions::default(),
-        count: 64,
-    };
+    let request = claim_request(64);
     assert_eq!(store.claim_work(request, at).await.unwrap().value.len(), 32, "every new task is pending");
     drop(store);
     // A gathering that fails is rolled back and its operations run alone, with the same
