@@ -112,7 +112,7 @@ fn wait_until_held(url: &str, id: i64) -> i64 {
         if gap == Some(id) {
             return client.query_one("SELECT count(*) FROM outbox_pending", &[]).unwrap().get(0);
         }
-        // A step ran; look again after the next (the sequencer retries holes every few ms).
+        // A step ran; look again after the next (the sequencer retries a hole every pace).
         let _ = postgres::fallible_iterator::FallibleIterator::next(
             &mut listener.notifications().timeout_iter(std::time::Duration::from_millis(50)),
         );
