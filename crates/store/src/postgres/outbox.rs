@@ -186,8 +186,8 @@ impl Tail {
 }
 
 /// Starts the thread that runs sequencing steps after commits that staged messages (one
-/// step serves every commit that arrived while the previous one ran). Ends when `staged`
-/// closes.
+/// step serves every commit that arrived while the previous one ran or the pace held it
+/// back). Ends when `staged` closes.
 pub(crate) fn start_sequencer(pool: PgPool, staged: mpsc::Receiver<()>) -> Result<(), StoreError> {
     std::thread::Builder::new()
         .name("shoal-pg-outbox".into())
