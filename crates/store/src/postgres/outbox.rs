@@ -204,8 +204,7 @@ fn run_sequencer(pool: &PgPool, staged: &mpsc::Receiver<()>) {
     loop {
         let wait = if held { HOLE_RETRY } else { IDLE_STEP };
         match staged.recv_timeout(if due { Duration::ZERO } else { wait }) {
-            Ok(()) => {}
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
         // A commit after a quiet spell is stepped at once; under load the commits of a pace
