@@ -35,7 +35,8 @@ const SEQUENCE_LOCK: i64 = 0x5_4841_4c01;
 pub(crate) const PUBLISH_LOCK: i64 = 0x5_4841_4c02;
 /// Staged rows one step moves at most.
 const STEP_ROWS: i64 = 1024;
-/// How soon a step runs again while it waits on a hole.
+/// How soon a step runs again while it waits on a hole (the sequencer thread waits its
+/// [`STEP_PACE`] too; settling does not).
 const HOLE_RETRY: Duration = Duration::from_millis(2);
 /// How often a step runs with nothing asking for it: picks up rows a server staged just
 /// before it died, before it could run its own step.
