@@ -1,6 +1,7 @@
 //! The PostgreSQL backend against a real cluster: schema migrations, the outbox's ordering
 //! when message ids are drawn in one order and committed in another, the plans of the
-//! write path as the tables grow, and creates and reports written by one statement.
+//! write path as the tables grow, creates and reports written by one statement, and the
+//! record of a queue's activity written once per interval.
 
 mod support;
 
@@ -317,4 +318,92 @@ async fn creates_and_reports_written_together_keep_each_tasks_messages_in_order(
     .await
     .unwrap();
     assert_eq!(rollbacks, 0, "transactions rolled back");
+}
+
+/// When a queue's activity was last recorded, read from its row.
+async fn last_date_active(url: &str) -> i64 {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let sql = "SELECT last_date_active FROM task_queues WHERE task_queue_id = 'prov/wt'";
+        client.query_one(sql, &[]).unwrap().get::<_, i64>(0)
+    })
+    .await
+    .unwrap()
+}
+
+/// Another session's transaction holding `lock` (a statement taking it) on `task_queues`
+/// until told to end.
+async fn hold_queues(url: &str, lock: &'static str) -> std::sync::mpsc::Sender<()> {
+    let url = url.to_owned();
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+    // The blocking client lives and dies on a thread of its own.
+    std::thread::spawn(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        client.batch_execute("BEGIN").unwrap();
+        client.batch_execute(lock).unwrap();
+        let _ = held_tx.send(());
+        let _ = end_rx.recv();
+        client.batch_execute("COMMIT").unwrap();
+    });
+    held_rx.await.expect("the row is held");
+    end_tx
+}
+
+/// Waits until some session of the database waits for a lock.
+async fn until_a_session_waits_for_a_lock(url: &str) {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let sql = "SELECT count(*) FROM pg_locks WHERE NOT granted";
+        // PostgreSQL announces no lock wait: its lock table is looked at until one shows.
+        while client.query_one(sql, &[]).unwrap().get::<_, i64>(0) == 0 {
+            assert!(std::time::Instant::now() < give_up, "no session waited for a lock");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// A time past the interval within which a queue's activity is recorded once.
+const LATER: Timestamp = Timestamp(1_767_225_600_000 + 60_000);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_transactions_record_a_queues_activity_once_instead_of_queueing_on_its_row() {
+    let url = fresh_database();
+    // A statement waiting for a lock fails after 10 s rather than hanging the test.
+    let store = open_store(&format!("{url}?options=-c%20lock_timeout%3D10000"));
+    create(&store, 1).await;
+    // Reading the record waits too, so the claims are all between deciding to record and
+    // having read the record, where a server's transactions once each decided to write it.
+    let end = hold_queues(&url, "LOCK TABLE task_queues IN ACCESS EXCLUSIVE MODE").await;
+    // The first claim past the interval records the queue's activity: it waits for the table.
+    let first = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim_work(claim_request(0), LATER).await })
+    };
+    until_a_session_waits_for_a_lock(&url).await;
+    // The others on this server leave the record to it and do not wait.
+    let second = store.claim_work(claim_request(1), LATER).await.expect("not queued behind the first's record");
+    assert_eq!(second.value.len(), 1, "claimed while the queues' table is locked");
+    end.send(()).unwrap();
+    let _ = first.await.unwrap().expect("the first records once the table is free");
+    assert_eq!(last_date_active(&url).await, LATER.millis());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_activity_whose_transaction_failed_is_written_by_the_next_use() {
+    let url = fresh_database();
+    let store = open_store(&format!("{url}?options=-c%20lock_timeout%3D100"));
+    create(&store, 1).await;
+    // As another server's record of the queue's activity would.
+    let end = hold_queues(&url, "SELECT 1 FROM task_queues WHERE task_queue_id = 'prov/wt' FOR UPDATE").await;
+    let failed = store.claim_work(claim_request(0), LATER).await;
+    assert!(failed.is_err(), "its record waited for the held row past the lock timeout");
+    end.send(()).unwrap();
+    let _ = store.claim_work(claim_request(0), LATER).await.expect("the row is free");
+    assert_eq!(last_date_active(&url).await, LATER.millis(), "the failed record is not left taken");
 }

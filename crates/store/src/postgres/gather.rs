@@ -158,7 +158,10 @@ async fn write_gathering(inner: &Arc<PgInner>, mut jobs: Vec<Job>) {
         Err(err) => {
             tracing::debug!(error = %err, operations = gathered.len(), "gathered writes failed; running each alone");
             match err {
-                StoreError::Unavailable(_) => drop(deadpool_postgres::Object::take(tx.client)),
+                StoreError::Unavailable(_) => {
+                    tx.release_touches();
+                    drop(deadpool_postgres::Object::take(tx.client));
+                }
                 _ => tx.rollback().await,
             }
             for job in gathered {

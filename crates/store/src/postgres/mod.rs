@@ -394,9 +394,13 @@ impl PgStore {
                     StoreError::Unavailable(text) if !tx.committing && lost < inner.writer.status().max_size => {
                         tracing::debug!(error = %text, "connection lost before the commit; retrying");
                         lost += 1;
+                        tx.release_touches();
                         drop(deadpool_postgres::Object::take(tx.client));
                     }
                     StoreError::Unavailable(text) => {
+                        if !tx.committing {
+                            tx.release_touches();
+                        }
                         drop(deadpool_postgres::Object::take(tx.client));
                         return Err(StoreError::Unavailable(text));
                     }
