@@ -347,18 +347,19 @@ async fn hold_queues(url: &str, lock: &'static str) -> std::sync::mpsc::Sender<(
         let _ = end_rx.recv();
         client.batch_execute("COMMIT").unwrap();
     });
-    held_rx.await.expect("the row is held");
+    held_rx.await.expect("the lock is held");
     end_tx
 }
 
-/// Waits until some session of the database waits for a lock.
+/// Waits until some session of this database (tests share the cluster) waits for a lock.
 async fn until_a_session_waits_for_a_lock(url: &str) {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || {
         let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
         let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let sql = "SELECT count(*) FROM pg_locks WHERE NOT granted";
-        // PostgreSQL announces no lock wait: its lock table is looked at until one shows.
+        let sql =
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
+        // PostgreSQL announces no lock wait: the sessions are looked at until one shows.
         while client.query_one(sql, &[]).unwrap().get::<_, i64>(0) == 0 {
             assert!(std::time::Instant::now() < give_up, "no session waited for a lock");
             std::thread::sleep(std::time::Duration::from_millis(2));
