@@ -153,7 +153,7 @@ async fn write_gathering(inner: &Arc<PgInner>, mut jobs: Vec<Job>) {
         // After the COMMIT went out the outcome is unknown: each caller is told, as when a
         // create runs alone.
         Err(StoreError::Unavailable(text)) if tx.committing => {
-            drop(deadpool_postgres::Object::take(tx.client));
+            tx.discard();
             for job in gathered {
                 let _ = job.reply.send(Err(StoreError::Unavailable(text.clone())));
             }
@@ -161,10 +161,7 @@ async fn write_gathering(inner: &Arc<PgInner>, mut jobs: Vec<Job>) {
         Err(err) => {
             tracing::debug!(error = %err, operations = gathered.len(), "gathered writes failed; running each alone");
             match err {
-                StoreError::Unavailable(_) => {
-                    tx.release_touches();
-                    drop(deadpool_postgres::Object::take(tx.client));
-                }
+                StoreError::Unavailable(_) => tx.discard(),
                 _ => tx.rollback().await,
             }
             for job in gathered {

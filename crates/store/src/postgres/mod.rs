@@ -394,14 +394,10 @@ impl PgStore {
                     StoreError::Unavailable(text) if !tx.committing && lost < inner.writer.status().max_size => {
                         tracing::debug!(error = %text, "connection lost before the commit; retrying");
                         lost += 1;
-                        tx.release_touches();
-                        drop(deadpool_postgres::Object::take(tx.client));
+                        tx.discard();
                     }
                     StoreError::Unavailable(text) => {
-                        if !tx.committing {
-                            tx.release_touches();
-                        }
-                        drop(deadpool_postgres::Object::take(tx.client));
+                        tx.discard();
                         return Err(StoreError::Unavailable(text));
                     }
                     err => {

@@ -332,6 +332,15 @@ impl PgTx {
         }
     }
 
+    /// Ends a transaction whose connection was lost: the connection leaves the pool. Before
+    /// the COMMIT went out nothing was written, so the records it took are given back.
+    pub(crate) fn discard(mut self) {
+        if !self.committing {
+            self.release_touches();
+        }
+        drop(Object::take(self.client));
+    }
+
     /// Adds `message` to the outbox, written with this transaction.
     pub(crate) fn publish(&mut self, message: Message) {
         self.messages.push(message);
@@ -777,7 +786,7 @@ impl PgTx {
 
     /// Gives back the records this transaction took on and will not write (it failed before
     /// its COMMIT), so that the next use of those queues writes them.
-    pub(crate) fn release_touches(&mut self) {
+    fn release_touches(&mut self) {
         if self.touched.is_empty() {
             return;
         }
