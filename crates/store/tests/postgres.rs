@@ -408,3 +408,47 @@ async fn a_record_of_activity_whose_transaction_failed_is_written_by_the_next_us
     let _ = store.claim_work(claim_request(0), LATER).await.expect("the row is free");
     assert_eq!(last_date_active(&url).await, LATER.millis(), "the failed record is not left taken");
 }
+
+/// Outbox rows a server's tail took from its memory and from the table.
+fn tailed(store: &Store) -> (u64, u64) {
+    let Store::Postgres(store) = store else { unreachable!("a PostgreSQL store") };
+    store.outbox_rows_tailed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_server_tails_its_own_messages_from_memory_and_the_others_from_the_table() {
+    let url = fresh_database();
+    let (a, b) = (open_store(&url), open_store(&url));
+    create(&a, 1).await;
+    create(&b, 2).await;
+    create(&a, 3).await;
+    let (on_a, on_b) = (messages(&a).await, messages(&b).await);
+    assert_eq!(on_a.len(), 6, "defined and pending for each task: {on_a:?}");
+    assert_eq!(on_a, on_b, "both servers' feeds carry every message, in one order");
+    assert_eq!(tailed(&a), (2, 1), "a staged two of the three rows");
+    assert_eq!(tailed(&b), (1, 2), "b staged one");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_own_rows_its_memory_no_longer_holds_are_read_from_the_table() {
+    let url = fresh_database();
+    let store = open_store(&url);
+    // While another transaction holds an id, nothing after it is positioned, so the server
+    // keeps more staged rows than it holds in memory (512) and drops the oldest.
+    let held = hold(&url).await;
+    let tasks = 530;
+    for n in 0..tasks {
+        create(&store, n).await;
+    }
+    end_when_held(&url, held, "COMMIT").await;
+    let keys = routing_keys(&store).await;
+    assert_eq!(keys.len(), 1 + 2 * tasks as usize, "every message, the dropped rows' too");
+    assert_eq!(keys[0], "held");
+    for n in 0..tasks as usize {
+        let task = format!("{n:08}");
+        assert!(keys[1 + 2 * n].contains(&task) && keys[2 + 2 * n].contains(&task), "in order: {n}");
+    }
+    let (memory, table) = tailed(&store);
+    assert_eq!(memory + table, 1 + u64::from(tasks), "each row tailed once");
+    assert!(table > 1, "the dropped rows came from the table ({memory} from memory, {table} from the table)");
+}

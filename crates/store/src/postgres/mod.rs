@@ -308,7 +308,8 @@ impl PgStore {
         let bounds = Bounds::new(row.get(0), row.get(1), row.get(2));
         drop(client);
         let feed = Arc::new(OutboxFeed::new(bounds.first, bounds.last));
-        let tail = Arc::new(outbox::Tail::new(Arc::clone(&feed), bounds.last));
+        let staged_here = Arc::new(outbox::Staged::new());
+        let tail = Arc::new(outbox::Tail::new(Arc::clone(&feed), Arc::clone(&staged_here), bounds.last));
         let wake = tokio::sync::broadcast::channel(1024).0;
         let listening = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let wants_to_publish = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -337,6 +338,7 @@ impl PgStore {
                 claim_timeout_secs: config.claim_timeout_secs,
                 graph_scheduler_id: config.graph_scheduler_id.clone(),
                 queues_touched: std::sync::Mutex::default(),
+                staged: staged_here,
             }),
             feed,
             tail,
@@ -349,6 +351,13 @@ impl PgStore {
             gatherer: std::sync::OnceLock::new(),
         };
         Ok(PgStore { inner: Arc::new(inner) })
+    }
+
+    /// Outbox rows this server's tail has taken from its memory (rows it staged) and from
+    /// the table (other servers' rows, and its own that memory no longer held).
+    #[must_use]
+    pub fn outbox_rows_tailed(&self) -> (u64, u64) {
+        self.inner.tail.served()
     }
 
     /// Queues that gained pending work on any server (or [`WAKE_ALL`]), as their commits land.
@@ -695,7 +704,7 @@ impl PgInner {
     /// What a committed transaction leaves: its events; wake-ups for other servers' waiting
     /// workers and a sequencing step for its messages are asked for.
     fn committed<T>(&self, value: T, tx: PgTx) -> Committed<T> {
-        let PgTx { events, messages, .. } = tx;
+        let PgTx { events, staged, .. } = tx;
         let mut woken: Vec<String> = events
             .iter()
             .filter(|event| matches!(event.event, shoal_engine::event::Event::Pending { .. }))
@@ -706,7 +715,7 @@ impl PgInner {
         if !woken.is_empty() {
             let _ = self.woken.send(woken);
         }
-        if !messages.is_empty() {
+        if staged {
             let _ = self.staged.send(());
         }
         Committed { value, events }

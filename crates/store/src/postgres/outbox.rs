@@ -17,9 +17,19 @@
 //! transaction that had started by then has ended (the snapshot `xmin` has passed it), a hole
 //! still there is permanent and skipped. A transaction has an id of its own (xid) before it
 //! stages: messages come only from transitions, which have written their rows first.
+//!
+//! A server's tail needs the messages of other servers' rows only: each staged row carries
+//! its server's `origin` and a `tag`, and the server keeps what it staged in memory
+//! ([`Staged`]) until its tail meets the row, so the database neither reads back nor sends
+//! the messages of its own rows (nor does the server parse them again). What memory lacks
+//! (a commit whose answer was lost, a row kept past the bound) is read from the table.
 
-use std::sync::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use shoal_engine::message::Message;
 use std::time::{Duration, Instant};
 
 use super::{PgConn, PgPool};
@@ -50,11 +60,61 @@ const IDLE_STEP: Duration = Duration::from_secs(2);
 const STEP_PACE: Duration = Duration::from_millis(20);
 /// Positioned rows read per query when tailing.
 const TAIL_ROWS: i64 = 256;
+/// Staged transactions whose messages a server keeps at most. Under load a row is tailed
+/// a pace or two after its commit (tens of rows); beyond the bound the oldest are dropped
+/// and read back from the table, so a tail held up by a hole costs no more than memory.
+const KEPT_ROWS: usize = 512;
 
-/// Stages a transaction's messages (their count, then `encode`d); the last statement
-/// before its commit.
-pub(crate) const STAGE: &str =
-    "INSERT INTO outbox_pending (id, count, messages) VALUES (nextval('outbox_ids'), $1, $2)";
+/// Stages a transaction's messages (their count, then `encode`d, the server's origin and
+/// the row's tag); the last statement before its commit.
+pub(crate) const STAGE: &str = "INSERT INTO outbox_pending (id, count, messages, origin, tag) \
+     VALUES (nextval('outbox_ids'), $1, $2, $3, $4)";
+
+/// The messages this server staged whose rows its tail has not met yet, by tag.
+pub(crate) struct Staged {
+    /// This server in the outbox's rows: random, so that no two servers share it.
+    origin: i64,
+    next_tag: AtomicI64,
+    kept: Mutex<BTreeMap<i64, Vec<Message>>>,
+}
+
+impl Staged {
+    /// An empty keeper with an origin of its own.
+    pub(crate) fn new() -> Staged {
+        use std::hash::{BuildHasher, Hasher};
+        // RandomState is seeded from the operating system's randomness.
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        Staged { origin: hasher.finish() as i64, next_tag: AtomicI64::new(1), kept: Mutex::default() }
+    }
+
+    /// This server's origin.
+    pub(crate) fn origin(&self) -> i64 {
+        self.origin
+    }
+
+    /// Keeps `messages`, about to be staged; returns the tag their row carries.
+    pub(crate) fn keep(&self, messages: Vec<Message>) -> i64 {
+        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
+        let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.insert(tag, messages);
+        while kept.len() > KEPT_ROWS {
+            kept.pop_first();
+        }
+        tag
+    }
+
+    /// Forgets a row that was never written (its transaction failed before the COMMIT).
+    pub(crate) fn forget(&self, tag: i64) {
+        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&tag);
+    }
+
+    /// How many rows are kept (for tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+}
 
 /// What one sequencing step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,9 +141,9 @@ pub(crate) fn sequence(conn: &mut PgConn) -> Result<Step, StoreError> {
     )?;
     // One statement whatever the number of rows: positions follow id order.
     let move_rows = conn.prepared(
-        "WITH moved AS (DELETE FROM outbox_pending WHERE id = ANY($2) RETURNING id, count, messages) \
-         INSERT INTO outbox_batches (first_seq, last_seq, messages) \
-         SELECT $1 + sum(count) OVER w - count, $1 + sum(count) OVER w - 1, messages FROM moved \
+        "WITH moved AS (DELETE FROM outbox_pending WHERE id = ANY($2) RETURNING id, count, messages, origin, tag) \
+         INSERT INTO outbox_batches (first_seq, last_seq, messages, origin, tag) \
+         SELECT $1 + sum(count) OVER w - count, $1 + sum(count) OVER w - 1, messages, origin, tag FROM moved \
          WINDOW w AS (ORDER BY id)",
     )?;
     let write_state = conn.prepared("UPDATE outbox_state SET sequenced_id = $1, gap_id = $2, gap_xmax = $3")?;
@@ -148,33 +208,41 @@ pub(crate) fn sequence_all(conn: &mut PgConn, patience: Duration) -> Result<(), 
 
 /// How far this server has handed positioned rows to its feed; shared by whoever tails.
 pub(crate) struct Tail {
-    feed: std::sync::Arc<OutboxFeed>,
+    feed: Arc<OutboxFeed>,
+    staged: Arc<Staged>,
     tailed: Mutex<u64>,
+    /// Rows whose messages came from memory, and from the table.
+    served: [std::sync::atomic::AtomicU64; 2],
+}
+
+/// A positioned row as the tail reads it: its messages are absent when this server staged
+/// it (the row's tag says which it kept).
+struct TailRow {
+    first_seq: u64,
+    last_seq: u64,
+    messages: Option<String>,
+    tag: Option<i64>,
 }
 
 impl Tail {
     /// A tail whose feed already holds everything up to `tailed`.
-    pub(crate) fn new(feed: std::sync::Arc<OutboxFeed>, tailed: u64) -> Tail {
-        Tail { feed, tailed: Mutex::new(tailed) }
+    pub(crate) fn new(feed: Arc<OutboxFeed>, staged: Arc<Staged>, tailed: u64) -> Tail {
+        Tail { feed, staged, tailed: Mutex::new(tailed), served: Default::default() }
     }
 
     /// Hands every positioned row not yet handed over to the feed, in order.
     pub(crate) fn catch_up(&self, conn: &mut PgConn) -> Result<(), StoreError> {
         let mut tailed = self.tailed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
-            // From the row holding `tailed + 1` on, found by the key: rows already tailed
-            // (and not yet trimmed) are not scanned.
-            let rows = conn.query(
-                "SELECT first_seq, last_seq, messages FROM outbox_batches WHERE last_seq > $1 AND first_seq >= \
-                 coalesce((SELECT first_seq FROM outbox_batches WHERE first_seq <= $1 ORDER BY first_seq DESC LIMIT 1), 0) \
-                 ORDER BY first_seq LIMIT $2",
-                &[&(*tailed as i64), &TAIL_ROWS],
-            )?;
-            let mut entries: Vec<OutboxEntry> = Vec::new();
-            for row in &rows {
-                let stored = (row.try_get::<_, i64>(0)? as u64, row.try_get::<_, i64>(1)? as u64, row.try_get(2)?);
-                append_row(&mut entries, stored, *tailed + 1, usize::MAX)?;
-            }
+            let mut rows = self.read(conn, *tailed, Some(self.staged.origin))?;
+            let entries = match self.entries(&rows, *tailed)? {
+                Some(entries) => entries,
+                None => {
+                    // Memory lacks one of this server's rows: the page again, messages and all.
+                    rows = self.read(conn, *tailed, None)?;
+                    self.entries(&rows, *tailed)?.unwrap_or_default()
+                }
+            };
             if let Some(last) = entries.last() {
                 *tailed = last.seq;
                 self.feed.committed(entries);
@@ -183,6 +251,75 @@ impl Tail {
                 return Ok(());
             }
         }
+    }
+
+    /// Rows from the one holding `tailed + 1` on; without the messages of `origin`'s rows.
+    fn read(&self, conn: &mut PgConn, tailed: u64, origin: Option<i64>) -> Result<Vec<TailRow>, StoreError> {
+        // Found by the key: rows already tailed (and not yet trimmed) are not scanned.
+        let rows = conn.query(
+            "SELECT first_seq, last_seq, CASE WHEN origin = $3 THEN NULL ELSE messages END, tag \
+             FROM outbox_batches WHERE last_seq > $1 AND first_seq >= \
+             coalesce((SELECT first_seq FROM outbox_batches WHERE first_seq <= $1 ORDER BY first_seq DESC LIMIT 1), 0) \
+             ORDER BY first_seq LIMIT $2",
+            &[&(tailed as i64), &TAIL_ROWS, &origin],
+        )?;
+        rows.iter()
+            .map(|row| {
+                Ok(TailRow {
+                    first_seq: row.try_get::<_, i64>(0)? as u64,
+                    last_seq: row.try_get::<_, i64>(1)? as u64,
+                    messages: row.try_get(2)?,
+                    tag: row.try_get(3)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The entries of `rows` after `tailed`, this server's own from memory; None when memory
+    /// lacks one of them (then nothing is taken from it). Rows read with their messages
+    /// never lack anything.
+    fn entries(&self, rows: &[TailRow], tailed: u64) -> Result<Option<Vec<OutboxEntry>>, StoreError> {
+        let mut kept = self.staged.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let own = |row: &TailRow| row.messages.is_none().then_some(row.tag).flatten();
+        let complete = rows.iter().all(|row| {
+            let count = row.last_seq + 1 - row.first_seq;
+            match (&row.messages, own(row)) {
+                (Some(_), _) => true,
+                (None, Some(tag)) => kept.get(&tag).is_some_and(|messages| messages.len() as u64 == count),
+                (None, None) => false,
+            }
+        });
+        if !complete {
+            return Ok(None);
+        }
+        let mut entries = Vec::new();
+        let (mut mine, mut theirs) = (0, 0);
+        for row in rows {
+            match (&row.messages, own(row)) {
+                (Some(text), _) => {
+                    theirs += 1;
+                    append_row(&mut entries, (row.first_seq, row.last_seq, text), tailed + 1, usize::MAX)?;
+                }
+                (None, tag) => {
+                    mine += 1;
+                    let messages = tag.and_then(|tag| kept.remove(&tag)).unwrap_or_default();
+                    let seqs = row.first_seq..=row.last_seq;
+                    entries.extend(
+                        seqs.zip(messages)
+                            .filter(|(seq, _)| *seq > tailed)
+                            .map(|(seq, message)| OutboxEntry { seq, message }),
+                    );
+                }
+            }
+        }
+        self.served[0].fetch_add(mine, Ordering::Relaxed);
+        self.served[1].fetch_add(theirs, Ordering::Relaxed);
+        Ok(Some(entries))
+    }
+
+    /// Rows served from memory and from the table so far.
+    pub(crate) fn served(&self) -> (u64, u64) {
+        (self.served[0].load(Ordering::Relaxed), self.served[1].load(Ordering::Relaxed))
     }
 }
 
@@ -226,5 +363,30 @@ fn run_sequencer(pool: &PgPool, staged: &mpsc::Receiver<()>) {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_engine::message::Exchange;
+
+    fn message(key: &str) -> Message {
+        Message { exchange: Exchange::TaskDefined, routing_key: key.into(), cc: Vec::new(), body: "{}".into() }
+    }
+
+    #[test]
+    fn a_server_keeps_its_newest_staged_rows_and_forgets_refused_ones() {
+        let staged = Staged::new();
+        assert_ne!(staged.origin(), Staged::new().origin(), "each server its own origin");
+        let first = staged.keep(vec![message("first")]);
+        let tags: Vec<i64> = (0..KEPT_ROWS).map(|n| staged.keep(vec![message(&n.to_string())])).collect();
+        assert!(tags.windows(2).all(|pair| pair[0] < pair[1]) && first < tags[0], "tags increase");
+        assert_eq!(staged.len(), KEPT_ROWS);
+        let kept = staged.kept.lock().unwrap();
+        assert!(!kept.contains_key(&first), "the oldest went first");
+        drop(kept);
+        staged.forget(tags[0]);
+        assert_eq!(staged.len(), KEPT_ROWS - 1);
     }
 }

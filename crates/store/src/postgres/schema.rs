@@ -130,6 +130,12 @@ CREATE TABLE graph_tasks (
     UNIQUE (task_graph_id, label)
 );
 "#,
+    // 4: each staged row names the server that staged it and its tag there, so that server's
+    // tail takes the messages from its memory instead of reading them back (outbox.rs).
+    r#"
+ALTER TABLE outbox_pending ADD COLUMN origin BIGINT, ADD COLUMN tag BIGINT;
+ALTER TABLE outbox_batches ADD COLUMN origin BIGINT, ADD COLUMN tag BIGINT;
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

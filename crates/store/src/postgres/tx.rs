@@ -53,6 +53,8 @@ pub(crate) struct TxShared {
     pub(crate) graph_scheduler_id: String,
     /// When this server last recorded each queue as active (saves a read per operation).
     pub(crate) queues_touched: std::sync::Mutex<HashMap<String, i64>>,
+    /// What this server staged in the outbox, kept for its tail.
+    pub(crate) staged: Arc<outbox::Staged>,
 }
 
 /// Where a transaction stood (see [`PgTx::mark`]).
@@ -74,9 +76,9 @@ enum HeldBack {
     Inserts(Vec<NewRow>),
     /// Task rows' new states in a row, each task at most once: written by one statement.
     Updates(Vec<RowUpdate>),
-    /// The transaction's messages, staged in the outbox (their count, then `encode`d): the
-    /// last write before the COMMIT.
-    Stage(i32, String),
+    /// The transaction's messages, staged in the outbox (their count, `encode`d, and the
+    /// tag under which the server keeps them): the last write before the COMMIT.
+    Stage(i32, String, i64),
 }
 
 impl HeldBack {
@@ -129,6 +131,8 @@ pub(crate) struct PgTx {
     pub(crate) events: Vec<TaskEvent>,
     /// Messages of this transaction, staged in the outbox with its commit.
     pub(crate) messages: Vec<Message>,
+    /// Whether the commit staged messages (a sequencing step is owed).
+    pub(crate) staged: bool,
     /// While gathering ([`PgTx::gather_resolutions`]): the resolutions whose consequences
     /// wait for [`PgTx::resolve_gathered`].
     resolutions: Option<Vec<Resolution>>,
@@ -170,6 +174,7 @@ impl PgTx {
             writes: 0,
             events: Vec::new(),
             messages: Vec::new(),
+            staged: false,
             resolutions: None,
             touched: Vec::new(),
         }
@@ -282,9 +287,11 @@ impl PgTx {
         let sql = fused_sql(run.inserts.is_some(), run.updates.is_some(), run.stage.is_some());
         let mut params = run.inserts.map(NewRow::columns).unwrap_or_default();
         params.extend(run.updates.map(RowUpdate::columns).unwrap_or_default());
-        if let Some((count, messages)) = run.stage {
+        if let Some((count, messages, tag)) = run.stage {
             params.push(Box::new(count));
             params.push(Box::new(messages));
+            params.push(Box::new(self.shared.staged.origin()));
+            params.push(Box::new(tag));
         }
         Ok(Lowered::Write(self.statement(sql).await?, params))
     }
@@ -311,13 +318,23 @@ impl PgTx {
             self.held_back.clear();
             return Ok(());
         }
+        let mut tag = None;
         if !self.messages.is_empty() {
-            self.held_back.push(HeldBack::Stage(self.messages.len() as i32, encode(self.messages.iter())));
+            let (count, encoded) = (self.messages.len() as i32, encode(self.messages.iter()));
+            let kept = self.shared.staged.keep(std::mem::take(&mut self.messages));
+            self.held_back.push(HeldBack::Stage(count, encoded, kept));
             self.writes += 1;
+            tag = Some(kept);
         }
         self.held_back.push(HeldBack::Command("COMMIT"));
         self.committing = true;
-        self.pipeline(&[]).await.map(|_| ())
+        let result = self.pipeline(&[]).await.map(|_| ());
+        if let (Err(StoreError::Other(_)), Some(tag)) = (&result, tag) {
+            // The database refused: nothing was written (a lost connection leaves it unknown).
+            self.shared.staged.forget(tag);
+        }
+        self.staged = tag.is_some();
+        result
     }
 
     /// Ends a failed transaction. The connection goes back to the pool unless the ROLLBACK
@@ -903,7 +920,7 @@ const UPDATE_MANY: &str = "UPDATE tasks SET retries_left = u.retries_left, runs 
 struct Fused {
     inserts: Option<Vec<NewRow>>,
     updates: Option<Vec<RowUpdate>>,
-    stage: Option<(i32, String)>,
+    stage: Option<(i32, String, i64)>,
 }
 
 impl Fused {
@@ -925,8 +942,8 @@ impl Fused {
                 self.updates = Some(rows);
                 None
             }
-            HeldBack::Stage(count, messages) => {
-                self.stage = Some((count, messages));
+            HeldBack::Stage(count, messages, tag) => {
+                self.stage = Some((count, messages, tag));
                 None
             }
             item => Some(item),
@@ -979,9 +996,12 @@ fn build_fused_sql(inserts: bool, updates: bool, stage: bool) -> String {
     let counts = counts.join(", ");
     let main = if stage {
         format!(
-            "INSERT INTO outbox_pending (id, count, messages) SELECT nextval('outbox_ids'), ${}, ${} FROM {counts}",
+            "INSERT INTO outbox_pending (id, count, messages, origin, tag) \
+             SELECT nextval('outbox_ids'), ${}, ${}, ${}, ${} FROM {counts}",
             offset + 1,
-            offset + 2
+            offset + 2,
+            offset + 3,
+            offset + 4
         )
     } else {
         format!("SELECT * FROM {counts}")
@@ -1171,14 +1191,14 @@ mod tests {
         let mut run = Fused::default();
         assert!(run.absorb(HeldBack::Inserts(vec![insert("a")])).is_none());
         assert!(run.absorb(HeldBack::Updates(vec![update("b")])).is_none());
-        assert!(run.absorb(HeldBack::Stage(2, "[]".into())).is_none());
+        assert!(run.absorb(HeldBack::Stage(2, "[]".into(), 1)).is_none());
         assert!(run.absorb(HeldBack::Command("COMMIT")).is_some(), "a command is sent on its own");
         let mut run = Fused::default();
         assert!(run.absorb(HeldBack::Inserts(vec![insert("a")])).is_none());
         assert!(run.absorb(HeldBack::Updates(vec![update("a")])).is_some(), "an update of a row the run inserts");
         assert!(run.absorb(HeldBack::Inserts(vec![insert("c")])).is_some(), "a second batch of inserts");
         let mut run = Fused::default();
-        assert!(run.absorb(HeldBack::Stage(1, "[]".into())).is_none());
+        assert!(run.absorb(HeldBack::Stage(1, "[]".into(), 2)).is_none());
         assert!(run.absorb(HeldBack::Updates(vec![update("b")])).is_some(), "nothing comes after the stage");
     }
 
@@ -1191,10 +1211,12 @@ mod tests {
         let all = fused_sql(true, true, true);
         assert!(all.starts_with("WITH i AS (INSERT INTO tasks"), "{all}");
         assert!(all.contains("$21::text[]") && all.contains("$22::text[]") && all.contains("$31::bool[]"), "{all}");
-        assert!(all.ends_with("SELECT nextval('outbox_ids'), $32, $33 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
+        assert!(all.ends_with("SELECT nextval('outbox_ids'), $32, $33, $34, $35 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
         let updates = fused_sql(false, true, true);
         assert!(
-            updates.contains("$1::text[]") && updates.contains("$10::bool[]") && updates.contains("$11, $12 FROM"),
+            updates.contains("$1::text[]")
+                && updates.contains("$10::bool[]")
+                && updates.contains("$11, $12, $13, $14 FROM"),
             "{updates}"
         );
         assert_eq!(fused_sql(true, false, false), INSERT_MANY);
