@@ -60,10 +60,12 @@ const IDLE_STEP: Duration = Duration::from_secs(2);
 const STEP_PACE: Duration = Duration::from_millis(20);
 /// Positioned rows read per query when tailing.
 const TAIL_ROWS: i64 = 256;
-/// Staged transactions whose messages a server keeps at most. Under load a row is tailed
-/// a pace or two after its commit (tens of rows); beyond the bound the oldest are dropped
-/// and read back from the table, so a tail held up by a hole costs no more than memory.
+/// Staged transactions whose messages a server keeps at most, and their bytes at most.
+/// Under load a row is tailed a pace or two after its commit (tens of rows, hundreds of
+/// kilobytes); beyond either bound the oldest are dropped and read back from the table, so
+/// a tail held up by a hole, or transactions of huge task graphs, cost no more than that.
 const KEPT_ROWS: usize = 512;
+const KEPT_BYTES: usize = 32 << 20;
 
 /// Stages a transaction's messages (their count, then `encode`d, the server's origin and
 /// the row's tag); the last statement before its commit.
@@ -75,7 +77,40 @@ pub(crate) struct Staged {
     /// This server in the outbox's rows: random, so that no two servers share it.
     origin: i64,
     next_tag: AtomicI64,
-    kept: Mutex<BTreeMap<i64, Vec<Message>>>,
+    kept: Mutex<Kept>,
+}
+
+/// Kept messages by tag, with their size in bytes.
+#[derive(Default)]
+struct Kept {
+    rows: BTreeMap<i64, (usize, Vec<Message>)>,
+    bytes: usize,
+}
+
+impl Kept {
+    fn insert(&mut self, tag: i64, messages: Vec<Message>) {
+        let size: usize = messages
+            .iter()
+            .map(|m| m.body.len() + m.routing_key.len() + m.cc.iter().map(String::len).sum::<usize>())
+            .sum();
+        self.bytes += size;
+        self.rows.insert(tag, (size, messages));
+        while self.rows.len() > KEPT_ROWS || self.bytes > KEPT_BYTES {
+            let Some((_, (size, _))) = self.rows.pop_first() else { break };
+            self.bytes -= size;
+        }
+    }
+
+    /// How many messages the row tagged `tag` holds, if kept.
+    fn count(&self, tag: i64) -> Option<usize> {
+        self.rows.get(&tag).map(|(_, messages)| messages.len())
+    }
+
+    fn take(&mut self, tag: i64) -> Option<Vec<Message>> {
+        let (size, messages) = self.rows.remove(&tag)?;
+        self.bytes -= size;
+        Some(messages)
+    }
 }
 
 impl Staged {
@@ -96,23 +131,20 @@ impl Staged {
     /// Keeps `messages`, about to be staged; returns the tag their row carries.
     pub(crate) fn keep(&self, messages: Vec<Message>) -> i64 {
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
-        let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        kept.insert(tag, messages);
-        while kept.len() > KEPT_ROWS {
-            kept.pop_first();
-        }
+        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(tag, messages);
         tag
     }
 
     /// Forgets a row that was never written (its transaction failed before the COMMIT).
     pub(crate) fn forget(&self, tag: i64) {
-        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&tag);
+        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take(tag);
     }
 
-    /// How many rows are kept (for tests).
+    /// How many rows are kept, and their bytes (for tests).
     #[cfg(test)]
-    fn len(&self) -> usize {
-        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    fn size(&self) -> (usize, usize) {
+        let kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (kept.rows.len(), kept.bytes)
     }
 }
 
@@ -285,7 +317,7 @@ impl Tail {
             let count = row.last_seq + 1 - row.first_seq;
             match (&row.messages, own(row)) {
                 (Some(_), _) => true,
-                (None, Some(tag)) => kept.get(&tag).is_some_and(|messages| messages.len() as u64 == count),
+                (None, Some(tag)) => kept.count(tag).is_some_and(|kept| kept as u64 == count),
                 (None, None) => false,
             }
         });
@@ -302,7 +334,7 @@ impl Tail {
                 }
                 (None, tag) => {
                     mine += 1;
-                    let messages = tag.and_then(|tag| kept.remove(&tag)).unwrap_or_default();
+                    let messages = tag.and_then(|tag| kept.take(tag)).unwrap_or_default();
                     let seqs = row.first_seq..=row.last_seq;
                     entries.extend(
                         seqs.zip(messages)
@@ -371,22 +403,34 @@ mod tests {
     use super::*;
     use shoal_engine::message::Exchange;
 
-    fn message(key: &str) -> Message {
-        Message { exchange: Exchange::TaskDefined, routing_key: key.into(), cc: Vec::new(), body: "{}".into() }
+    /// A message of `size` bytes (its key and body).
+    fn message(key: &str, size: usize) -> Message {
+        let body = "x".repeat(size - key.len());
+        Message { exchange: Exchange::TaskDefined, routing_key: key.into(), cc: Vec::new(), body }
     }
 
     #[test]
     fn a_server_keeps_its_newest_staged_rows_and_forgets_refused_ones() {
         let staged = Staged::new();
         assert_ne!(staged.origin(), Staged::new().origin(), "each server its own origin");
-        let first = staged.keep(vec![message("first")]);
-        let tags: Vec<i64> = (0..KEPT_ROWS).map(|n| staged.keep(vec![message(&n.to_string())])).collect();
+        let first = staged.keep(vec![message("first", 10)]);
+        let tags: Vec<i64> = (0..KEPT_ROWS).map(|_| staged.keep(vec![message("k", 10)])).collect();
         assert!(tags.windows(2).all(|pair| pair[0] < pair[1]) && first < tags[0], "tags increase");
-        assert_eq!(staged.len(), KEPT_ROWS);
-        let kept = staged.kept.lock().unwrap();
-        assert!(!kept.contains_key(&first), "the oldest went first");
-        drop(kept);
+        assert_eq!(staged.size(), (KEPT_ROWS, KEPT_ROWS * 10));
+        assert!(staged.kept.lock().unwrap().count(first).is_none(), "the oldest went first");
         staged.forget(tags[0]);
-        assert_eq!(staged.len(), KEPT_ROWS - 1);
+        assert_eq!(staged.size(), (KEPT_ROWS - 1, (KEPT_ROWS - 1) * 10));
+    }
+
+    #[test]
+    fn a_server_keeps_no_more_bytes_than_the_bound() {
+        let staged = Staged::new();
+        let big = staged.keep(vec![message("big", KEPT_BYTES - 100)]);
+        let small = staged.keep(vec![message("s", 50)]);
+        assert_eq!(staged.size(), (2, KEPT_BYTES - 50));
+        let next = staged.keep(vec![message("s", 100)]);
+        let kept = staged.kept.lock().unwrap();
+        assert!(kept.count(big).is_none() && kept.count(small) == Some(1) && kept.count(next) == Some(1));
+        assert_eq!(kept.bytes, 150, "the oldest rows go until the rest fit");
     }
 }
