@@ -28,9 +28,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use shoal_engine::message::Message;
-use std::time::{Duration, Instant};
 
 use super::{PgConn, PgPool};
 use crate::StoreError;
