@@ -118,9 +118,8 @@ impl Staged {
     pub(crate) fn new() -> Staged {
         use std::hash::{BuildHasher, Hasher};
         // RandomState is seeded from the operating system's randomness.
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u32(std::process::id());
-        Staged { origin: hasher.finish() as i64, next_tag: AtomicI64::new(1), kept: Mutex::default() }
+        let origin = std::collections::hash_map::RandomState::new().build_hasher().finish() as i64;
+        Staged { origin, next_tag: AtomicI64::new(1), kept: Mutex::default() }
     }
 
     /// This server's origin.

@@ -318,14 +318,14 @@ impl PgTx {
             self.held_back.clear();
             return Ok(());
         }
-        let mut tag = None;
-        if !self.messages.is_empty() {
+        self.staged = !self.messages.is_empty();
+        let tag = self.staged.then(|| {
             let (count, encoded) = (self.messages.len() as i32, encode(self.messages.iter()));
-            let kept = self.shared.staged.keep(std::mem::take(&mut self.messages));
-            self.held_back.push(HeldBack::Stage(count, encoded, kept));
+            let tag = self.shared.staged.keep(std::mem::take(&mut self.messages));
+            self.held_back.push(HeldBack::Stage(count, encoded, tag));
             self.writes += 1;
-            tag = Some(kept);
-        }
+            tag
+        });
         self.held_back.push(HeldBack::Command("COMMIT"));
         self.committing = true;
         let result = self.pipeline(&[]).await.map(|_| ());
@@ -333,7 +333,6 @@ impl PgTx {
             // The database refused: nothing was written (a lost connection leaves it unknown).
             self.shared.staged.forget(tag);
         }
-        self.staged = tag.is_some();
         result
     }
 
