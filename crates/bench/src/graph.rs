@@ -45,9 +45,9 @@ pub(crate) async fn graph_bench(shape: Shape, n_tasks: usize, n_workers: usize) 
     let completed = Arc::new(AtomicUsize::new(0));
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..n_workers {
-        let (client, base, completed) = (client.clone(), server.base.clone(), Arc::clone(&completed));
+        let (base, completed) = (server.base.clone(), Arc::clone(&completed));
         let timings = Arc::default();
-        workers.spawn(trivial_worker(client, base, "bench%2Fgraph", format!("w{w}"), 8, completed, n_tasks, timings));
+        workers.spawn(trivial_worker(base, "bench%2Fgraph", format!("w{w}"), 8, completed, n_tasks, timings));
     }
     let cpu0 = server.cpu_secs();
     let started = Instant::now();

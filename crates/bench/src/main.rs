@@ -13,6 +13,7 @@
 
 mod events;
 mod graph;
+mod http1;
 mod server;
 mod timings;
 
@@ -221,7 +222,6 @@ fn definition_with_retries(queue: &str, retries: u32) -> Value {
 /// Starts `n_creators` clients creating `n_tasks` tasks with `body` between them, spread
 /// over the servers at `bases`.
 fn spawn_creators(
-    client: &reqwest::Client,
     bases: &[String],
     body: Vec<u8>,
     n_tasks: usize,
@@ -232,15 +232,15 @@ fn spawn_creators(
     let mut creators = tokio::task::JoinSet::new();
     for n in 0..n_creators {
         let base = bases[n % bases.len()].clone();
-        let (client, created, body, timings) =
-            (client.clone(), Arc::clone(&created), body.clone(), Arc::clone(timings));
+        let (created, body, timings) = (Arc::clone(&created), body.clone(), Arc::clone(timings));
         creators.spawn(async move {
+            let mut conn = http1::Conn::open(&base).await?;
+            let body = hyper::body::Bytes::from(body);
             while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
-                let url = format!("{base}/task/{}", slugid::nice());
+                let path = format!("/task/{}", slugid::nice());
                 let sent = Instant::now();
-                let res = client.put(url).header("content-type", "application/json").body(body.clone()).send().await?;
-                anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
-                res.bytes().await?;
+                let answer = conn.send("PUT", &path, body.clone()).await?;
+                anyhow::ensure!(answer.status < 300, "createTask: {}", String::from_utf8_lossy(&answer.body));
                 timings.create.record(sent);
             }
             Ok(())
@@ -290,28 +290,18 @@ async fn throughput_with(
         servers.push(Server::start(None, args).await?);
     }
     let bases: Vec<String> = servers.iter().map(|server| server.base.clone()).collect();
-    let client = servers[0].client();
     let servers_cpu = |servers: &[Server]| servers.iter().map(Server::cpu_secs).sum::<f64>();
     let (server_cpu0, bench_cpu0) = (servers_cpu(&servers), server::process_cpu_secs("/proc/self/stat"));
     let completed = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let body = bytes_of(&definition("bench/throughput"))?;
     let timings = Arc::new(Timings::default());
-    let mut creators = spawn_creators(&client, &bases, body, n_tasks, n_creators, &timings);
+    let mut creators = spawn_creators(&bases, body, n_tasks, n_creators, &timings);
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..n_workers {
-        let (client, base, completed) = (client.clone(), bases[w % bases.len()].clone(), Arc::clone(&completed));
+        let (base, completed) = (bases[w % bases.len()].clone(), Arc::clone(&completed));
         let (worker_id, timings) = (format!("w{w}"), Arc::clone(&timings));
-        workers.spawn(trivial_worker(
-            client,
-            base,
-            "bench%2Fthroughput",
-            worker_id,
-            batch,
-            completed,
-            n_tasks,
-            timings,
-        ));
+        workers.spawn(trivial_worker(base, "bench%2Fthroughput", worker_id, batch, completed, n_tasks, timings));
     }
     while let Some(res) = creators.join_next().await {
         res??;
@@ -359,7 +349,6 @@ async fn throughput_with(
 /// `timings`.
 #[allow(clippy::too_many_arguments)]
 async fn trivial_worker(
-    client: reqwest::Client,
     base: String,
     queue: &'static str,
     worker_id: String,
@@ -368,20 +357,21 @@ async fn trivial_worker(
     n_tasks: usize,
     timings: Arc<Timings>,
 ) -> anyhow::Result<()> {
-    let body = bytes_of(&json!({"workerGroup": "bench", "workerId": worker_id, "tasks": batch}))?;
-    let claim_url = format!("{base}/claim-work/{queue}");
+    let body =
+        hyper::body::Bytes::from(bytes_of(&json!({"workerGroup": "bench", "workerId": worker_id, "tasks": batch}))?);
+    let claim_path = format!("/claim-work/{queue}");
+    let mut conn = http1::Conn::open(&base).await?;
     while completed.load(Ordering::Relaxed) < n_tasks {
         let sent = Instant::now();
-        let res = client.post(&claim_url).header("content-type", "application/json").body(body.clone()).send().await?;
-        let answer: ClaimAnswer = serde_json::from_slice(&res.bytes().await?)?;
+        let res = conn.send("POST", &claim_path, body.clone()).await?;
+        let answer: ClaimAnswer = serde_json::from_slice(&res.body)?;
         timings.claim.record(sent);
         timings.claimed.fetch_add(answer.tasks.len() as u64, Ordering::Relaxed);
         for claim in answer.tasks {
-            let url = format!("{base}/task/{}/runs/{}/completed", claim.status.task_id, claim.run_id);
+            let path = format!("/task/{}/runs/{}/completed", claim.status.task_id, claim.run_id);
             let sent = Instant::now();
-            let res = client.post(url).send().await?;
-            anyhow::ensure!(res.status().is_success(), "reportCompleted: {}", res.text().await?);
-            res.bytes().await?;
+            let res = conn.send("POST", &path, hyper::body::Bytes::new()).await?;
+            anyhow::ensure!(res.status < 300, "reportCompleted: {}", String::from_utf8_lossy(&res.body));
             timings.report.record(sent);
             completed.fetch_add(1, Ordering::Relaxed);
         }
@@ -452,7 +442,7 @@ async fn worker(n_tasks: usize, capacity: u32) -> anyhow::Result<()> {
     }))?;
     let started = Instant::now();
     let mut creators =
-        spawn_creators(&client, std::slice::from_ref(&server.base), body, n_tasks, 8, &Arc::new(Timings::default()));
+        spawn_creators(std::slice::from_ref(&server.base), body, n_tasks, 8, &Arc::new(Timings::default()));
     while let Some(res) = creators.join_next().await {
         res??;
     }
