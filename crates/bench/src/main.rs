@@ -240,7 +240,11 @@ fn spawn_creators(
                 let path = format!("/task/{}", slugid::nice());
                 let sent = Instant::now();
                 let answer = conn.send("PUT", &path, body.clone()).await?;
-                anyhow::ensure!(answer.status < 300, "createTask: {}", String::from_utf8_lossy(&answer.body));
+                anyhow::ensure!(
+                    (200..300).contains(&answer.status),
+                    "createTask: {}",
+                    String::from_utf8_lossy(&answer.body)
+                );
                 timings.create.record(sent);
             }
             Ok(())
@@ -371,7 +375,11 @@ async fn trivial_worker(
             let path = format!("/task/{}/runs/{}/completed", claim.status.task_id, claim.run_id);
             let sent = Instant::now();
             let res = conn.send("POST", &path, hyper::body::Bytes::new()).await?;
-            anyhow::ensure!(res.status < 300, "reportCompleted: {}", String::from_utf8_lossy(&res.body));
+            anyhow::ensure!(
+                (200..300).contains(&res.status),
+                "reportCompleted: {}",
+                String::from_utf8_lossy(&res.body)
+            );
             timings.report.record(sent);
             completed.fetch_add(1, Ordering::Relaxed);
         }
