@@ -45,6 +45,35 @@ fn a_database_from_a_newer_shoal_is_refused() {
 }
 
 #[test]
+fn staged_messages_are_compressed_by_lz4_where_the_server_has_it() {
+    let url = fresh_database();
+    migrate_postgres(&url).unwrap();
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let has_lz4 = client.batch_execute("CREATE TEMP TABLE probe (t TEXT COMPRESSION lz4)").is_ok();
+    // A transaction's messages: large enough to be compressed, as a gathering's are.
+    let messages = format!("[{}]", vec![r#"{"e":"task-defined","k":"primary.x","b":{"status":{}}}"#; 200].join(","));
+    client
+        .execute(
+            "INSERT INTO outbox_pending (id, count, messages) VALUES (nextval('outbox_ids'), 200, $1)",
+            &[&messages],
+        )
+        .unwrap();
+    // As the sequencing step moves it (outbox.rs): the value goes over as it is, not
+    // compressed again by outbox_batches' own setting.
+    client
+        .batch_execute(
+            "INSERT INTO outbox_batches (first_seq, last_seq, messages) SELECT 1, 200, messages FROM outbox_pending",
+        )
+        .unwrap();
+    let stored = "SELECT (SELECT pg_column_compression(messages) FROM outbox_pending), \
+                  (SELECT pg_column_compression(messages) FROM outbox_batches)";
+    let row = client.query_one(stored, &[]).unwrap();
+    let (staged, sequenced): (Option<String>, Option<String>) = (row.get(0), row.get(1));
+    let expected = if has_lz4 { "lz4" } else { "pglz" };
+    assert_eq!((staged.as_deref(), sequenced.as_deref()), (Some(expected), Some(expected)));
+}
+
+#[test]
 fn an_unreachable_database_is_unavailable() {
     // Port 1 on loopback refuses connections.
     let mut config = PgConfig::new("postgres://shoal@127.0.0.1:1/shoal");
