@@ -94,8 +94,8 @@ impl Reads for PgReads<'_> {
 
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError> {
         let rows = self.query(
-            "SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'running') \
-             FROM tasks WHERE task_queue_id = $1 AND state IN ('pending', 'running')",
+            "SELECT (SELECT count(*) FROM tasks WHERE task_queue_id = $1 AND state = 'pending'), \
+             (SELECT count(*) FROM tasks WHERE taken_until IS NOT NULL AND task_queue_id = $1 AND state = 'running')",
             &[&task_queue_id],
         )?;
         let row = rows.first().ok_or_else(|| StoreError::Other("no count".into()))?;
@@ -134,9 +134,11 @@ impl Reads for PgReads<'_> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<ClaimedRun>, StoreError> {
-        // Keyed by task id: PostgreSQL has no stable row order to page by.
+        // Keyed by task id: PostgreSQL has no stable row order to page by. Running tasks are
+        // found by tasks_taken_until (migration 6): they are the rows with a claim-expiry time.
         let sql = format!(
-            "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'running' \
+            "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE taken_until IS NOT NULL AND task_queue_id = $1 \
+             AND state = 'running' \
              AND task_id > $2 ORDER BY task_id LIMIT $3"
         );
         let rows = self.query(&sql, &[&task_queue_id, &after.unwrap_or(""), &((limit + 1) as i64)])?;
