@@ -324,6 +324,43 @@ async fn deadline_resolves_every_unresolved_state() {
 }
 
 #[tokio::test]
+async fn a_groups_later_deadline_fires_after_its_earlier_task_resolved() {
+    for (name, backend) in backends() {
+        let store = &backend.store;
+        let (group, early, late) = (id(10), id(1), id(2));
+        create(store, early, json!({"taskGroupId": group.to_string()}), at(0)).await;
+        let two_hours = json!({"taskGroupId": group.to_string(), "deadline": "2026-01-01T02:00:00.000Z"});
+        create(store, late, two_hours, at(0)).await;
+        claim_ids(store, worker(1), at(1)).await;
+        apply(store, early, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(2)).await;
+        assert_eq!(store.fire_due(at(3601), 100).await.unwrap().value, 0, "{name}: nothing due at the first deadline");
+        assert_eq!(store.fire_due(at(7201), 100).await.unwrap().value, 1, "{name}: the second deadline fires");
+        let status = store.read(move |reads| reads.task(late)).await.unwrap().unwrap().status;
+        assert_eq!(status.runs[0].reason_resolved, Some(ReasonResolved::DeadlineExceeded), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own() {
+    for (name, backend) in backends() {
+        let store = &backend.store;
+        let (group, first, second) = (id(10), id(1), id(2));
+        let two_hours = json!({"taskGroupId": group.to_string(), "deadline": "2026-01-01T02:00:00.000Z"});
+        create(store, first, two_hours, at(0)).await;
+        claim_ids(store, worker(1), at(1)).await;
+        apply(store, first, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(2)).await;
+        create(store, second, json!({"taskGroupId": group.to_string()}), at(3)).await;
+        // The group's only unresolved task passes its deadline: none is left after it.
+        assert_eq!(store.fire_due(at(3601), 100).await.unwrap().value, 1, "{name}");
+        apply(store, first, TaskCommand::Rerun, at(3700)).await;
+        assert_eq!(state_of(store, first).await, TaskState::Pending, "{name}");
+        assert_eq!(store.fire_due(at(7201), 100).await.unwrap().value, 1, "{name}: the rerun's deadline fires");
+        let status = store.read(move |reads| reads.task(first)).await.unwrap().unwrap().status;
+        assert_eq!(status.runs[1].reason_resolved, Some(ReasonResolved::DeadlineExceeded), "{name}");
+    }
+}
+
+#[tokio::test]
 async fn groups_seal_and_cancel() {
     for (name, backend) in backends() {
         let store = &backend.store;
