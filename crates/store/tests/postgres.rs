@@ -509,3 +509,58 @@ async fn a_claimed_tasks_new_row_version_stays_on_its_page() {
     let pages = |rows: &[(String, String)]| rows.iter().map(|(_, page)| page.clone()).collect::<Vec<_>>();
     assert_eq!(pages(&task_pages(&url).await), pages(&created), "each claimed task's page");
 }
+
+/// A task of `group` (a shared group, as a decision task's graph is).
+async fn create_in(store: &Store, n: u32, group: TaskId) {
+    let task_id = TaskId::parse(&format!("{n:08}QxCxxxxxxxxxxA")).unwrap();
+    let input: TaskDefinitionInput = serde_json::from_value(json!({
+        "taskQueueId": "prov/wt",
+        "taskGroupId": group.to_string(),
+        "created": "2026-01-01T00:00:00.000Z",
+        "deadline": "2026-01-01T01:00:00.000Z",
+        "payload": {},
+        "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
+    }))
+    .unwrap();
+    let at = Timestamp(1_767_225_600_000);
+    let _ = store.create_task(input.validate(task_id, at).unwrap(), task_id, at).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_and_reports_in_shared_groups_gathered_together_never_deadlock() {
+    let url = fresh_database();
+    // Two servers, as the three-server scenario has them, each gathering its own requests.
+    let stores = [open_store(&url), open_store(&url)];
+    let at = Timestamp(1_767_225_600_000);
+    let groups: Vec<TaskId> = (0..16).map(|g| TaskId::parse(&format!("{g:08}QxCxxxxxxxxxxw")).unwrap()).collect();
+    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+    let mut n = 0;
+    for round in 0..30u32 {
+        // Tasks of every group created on both servers while tasks of every group are
+        // reported: gatherings that hold one group's lock want another's.
+        let mut creates = Vec::new();
+        for i in 0..64u32 {
+            n += 1;
+            creates.push(create_in(&stores[(i % 2) as usize], n, groups[((round * 7 + i * 5) % 16) as usize]));
+        }
+        let claims = stores[0].claim_work(claim_request(64), at).await.unwrap().value;
+        let reports =
+            claims.iter().enumerate().map(|(i, claim)| stores[i % 2].apply(claim.status.task_id, done.clone(), at));
+        let (_, reports) =
+            tokio::join!(futures_util::future::join_all(creates), futures_util::future::join_all(reports));
+        for report in reports {
+            let _ = report.unwrap();
+        }
+    }
+    drop(stores);
+    let url2 = url.clone();
+    let deadlocks = tokio::task::spawn_blocking(move || {
+        end_sessions(&url2);
+        let mut client = postgres::Client::connect(&url2, postgres::NoTls).unwrap();
+        let sql = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()";
+        client.query_one(sql, &[]).unwrap().get::<_, i64>(0)
+    })
+    .await
+    .unwrap();
+    assert_eq!(deadlocks, 0, "deadlocks PostgreSQL broke");
+}

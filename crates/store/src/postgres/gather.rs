@@ -187,9 +187,12 @@ type Outcomes = Vec<(Result<TaskStatus, StoreError>, usize)>;
 
 /// Runs every operation of `jobs` (distinct task ids) in `tx`, in order.
 async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> {
-    // Commanded tasks, then their groups, then created tasks' groups: each set locked in id
-    // order, tasks before groups as everywhere, so gatherings on two servers rarely wait on
-    // each other in a cycle (and a deadlock only sends each operation back to run alone).
+    // Commanded tasks, then every group the gathering touches (the commanded tasks' and the
+    // created tasks'), each set locked in id order, tasks before groups as everywhere, then
+    // the created tasks' new groups inserted in id order: gatherings on two servers never
+    // wait on each other in a cycle over these locks. Locking the two kinds of group one set
+    // after the other deadlocked whenever tasks of one group were created and reported at
+    // once (a decision task's graph), and PostgreSQL takes a second (deadlock_timeout) to say so.
     let mut commanded: Vec<&str> =
         jobs.iter().filter(|job| matches!(job.op, Op::Apply(_))).map(|job| job.task_id.as_str()).collect();
     commanded.sort_unstable();
@@ -211,7 +214,8 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
     let lock_tasks = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE");
     let lock_groups = format!(
         "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id IN \
-         (SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) ORDER BY task_group_id FOR UPDATE"
+         (SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) OR task_group_id = ANY($2) \
+         ORDER BY task_group_id FOR UPDATE"
     );
     // What resolving the commanded tasks would entail, asked now rather than after writing
     // (a round trip saved): which of their groups hold unresolved tasks besides them, and
@@ -235,15 +239,16 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
     );
     let existing = format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ANY($1)");
     let commanded_params: [&(dyn ToSql + Sync); 1] = [&commanded];
+    let touched_params: [&(dyn ToSql + Sync); 2] = [&commanded, &group_ids];
     let group_params: [&(dyn ToSql + Sync); 3] = [&group_ids, &schedulers, &expiries];
     let created_params: [&(dyn ToSql + Sync); 1] = [&created];
-    let mut queries: Vec<(&str, crate::postgres::tx::Params<'_>)> = Vec::with_capacity(4);
+    let mut queries: Vec<(&str, crate::postgres::tx::Params<'_>)> = Vec::with_capacity(5);
     if !commanded.is_empty() {
         queries.push((&lock_tasks, &commanded_params));
-        queries.push((&lock_groups, &commanded_params));
-        if resolving {
-            queries.push((around, &commanded_params));
-        }
+    }
+    queries.push((&lock_groups, &touched_params));
+    if !commanded.is_empty() && resolving {
+        queries.push((around, &commanded_params));
     }
     if !created.is_empty() {
         queries.push((&upsert, &group_params));
@@ -257,10 +262,10 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
             let row = task_from_row(row)?;
             loaded.insert(row.task.task_id, row);
         }
-        let locked = answers.next().unwrap_or_default();
-        if resolving {
-            known = Some(known_before(&loaded, &locked, &answers.next().unwrap_or_default())?);
-        }
+    }
+    let locked = answers.next().unwrap_or_default();
+    if !commanded.is_empty() && resolving {
+        known = Some(known_before(&loaded, &locked, &answers.next().unwrap_or_default())?);
     }
     let mut upserted: HashMap<TaskId, TaskGroup> = HashMap::with_capacity(group_ids.len());
     let mut stored: HashMap<TaskId, (TaskRow, String)> = HashMap::with_capacity(created.len());
