@@ -154,7 +154,7 @@ async fn drain_rate(url: &str, n_tasks: usize) -> anyhow::Result<()> {
     let unreachable = Server::start(Some(dir.path()), &["--amqp-url", "amqp://guest:guest@127.0.0.1:1/%2f"]).await?;
     let body = bytes_of(&definition("bench/events"))?;
     let mut creators =
-        spawn_creators(std::slice::from_ref(&unreachable.base), body, n_tasks, 32, &std::sync::Arc::default());
+        spawn_creators(std::slice::from_ref(&unreachable.base), body, n_tasks, 32, 0, &std::sync::Arc::default());
     while let Some(res) = creators.join_next().await {
         res??;
     }

@@ -81,6 +81,10 @@ enum Command {
         /// Servers on the database (more than one only with --database).
         #[arg(long, default_value_t = 1)]
         servers: usize,
+        /// Tasks each creator puts in one task group, as a decision task puts its graph's;
+        /// 0: each task its own group (Taskcluster's default taskGroupId).
+        #[arg(long, default_value_t = 0)]
+        group_size: usize,
     },
     /// Outbox -> RabbitMQ messages/s with confirms, and the throughput benchmark with and
     /// without a broker (starts a private RabbitMQ; needs rabbitmq-server installed).
@@ -155,7 +159,7 @@ fn main() -> anyhow::Result<()> {
                 graph::graph_bench(graph::Shape::Fan, 10_000, 16).await?;
                 scale(&[1_000, 1_000_000], 20_000).await?;
             }
-            Command::Throughput { tasks, creators, workers, batch, amqp_url, database, servers } => {
+            Command::Throughput { tasks, creators, workers, batch, amqp_url, database, servers, group_size } => {
                 anyhow::ensure!(servers == 1 || database.is_some(), "servers: more than one needs --database");
                 let mut args = Vec::new();
                 if let Some(url) = &amqp_url {
@@ -164,7 +168,7 @@ fn main() -> anyhow::Result<()> {
                 if let Some(url) = &database {
                     args.extend(["--database", url.as_str()]);
                 }
-                throughput_with(tasks, creators, workers, batch, &args, servers).await?;
+                throughput_with(tasks, creators, workers, batch, &args, servers, group_size).await?;
             }
             Command::Events { tasks, drain_only } => events::events(tasks, drain_only).await?,
             Command::Wake { samples, database, servers } => {
@@ -220,12 +224,14 @@ fn definition_with_retries(queue: &str, retries: u32) -> Value {
 }
 
 /// Starts `n_creators` clients creating `n_tasks` tasks with `body` between them, spread
-/// over the servers at `bases`.
+/// over the servers at `bases`; each creator puts `group_size` tasks in a new group at a time
+/// (0: `body` as it is, each task its own group).
 fn spawn_creators(
     bases: &[String],
     body: Vec<u8>,
     n_tasks: usize,
     n_creators: usize,
+    group_size: usize,
     timings: &Arc<Timings>,
 ) -> tokio::task::JoinSet<anyhow::Result<()>> {
     let created = Arc::new(AtomicUsize::new(0));
@@ -235,8 +241,19 @@ fn spawn_creators(
         let (created, body, timings) = (Arc::clone(&created), body.clone(), Arc::clone(timings));
         creators.spawn(async move {
             let mut conn = http1::Conn::open(&base).await?;
-            let body = hyper::body::Bytes::from(body);
+            let template = body;
+            let mut body = hyper::body::Bytes::from(template.clone());
+            let mut left_in_group = 0;
             while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
+                if group_size > 0 {
+                    if left_in_group == 0 {
+                        let mut definition: Value = serde_json::from_slice(&template)?;
+                        definition["taskGroupId"] = Value::from(slugid::nice());
+                        body = hyper::body::Bytes::from(bytes_of(&definition)?);
+                        left_in_group = group_size;
+                    }
+                    left_in_group -= 1;
+                }
                 let path = format!("/task/{}", slugid::nice());
                 let sent = Instant::now();
                 let answer = conn.send("PUT", &path, body.clone()).await?;
@@ -276,11 +293,12 @@ async fn throughput(
     amqp_url: Option<&str>,
 ) -> anyhow::Result<f64> {
     let args: Vec<&str> = amqp_url.map(|url| vec!["--amqp-url", url]).unwrap_or_default();
-    throughput_with(n_tasks, n_creators, n_workers, batch, &args, 1).await
+    throughput_with(n_tasks, n_creators, n_workers, batch, &args, 1, 0).await
 }
 
 /// Tasks/s through create -> claim -> complete against `n_servers` servers started with
-/// `args` (several only on one PostgreSQL database), creators and workers spread over them.
+/// `args` (several only on one PostgreSQL database), creators and workers spread over them;
+/// each creator puts `group_size` tasks in a group (0: each task in its own).
 async fn throughput_with(
     n_tasks: usize,
     n_creators: usize,
@@ -288,6 +306,7 @@ async fn throughput_with(
     batch: usize,
     args: &[&str],
     n_servers: usize,
+    group_size: usize,
 ) -> anyhow::Result<f64> {
     let mut servers = Vec::new();
     for _ in 0..n_servers.max(1) {
@@ -300,7 +319,7 @@ async fn throughput_with(
     let started = Instant::now();
     let body = bytes_of(&definition("bench/throughput"))?;
     let timings = Arc::new(Timings::default());
-    let mut creators = spawn_creators(&bases, body, n_tasks, n_creators, &timings);
+    let mut creators = spawn_creators(&bases, body, n_tasks, n_creators, group_size, &timings);
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..n_workers {
         let (base, completed) = (bases[w % bases.len()].clone(), Arc::clone(&completed));
@@ -450,7 +469,7 @@ async fn worker(n_tasks: usize, capacity: u32) -> anyhow::Result<()> {
     }))?;
     let started = Instant::now();
     let mut creators =
-        spawn_creators(std::slice::from_ref(&server.base), body, n_tasks, 8, &Arc::new(Timings::default()));
+        spawn_creators(std::slice::from_ref(&server.base), body, n_tasks, 8, 0, &Arc::new(Timings::default()));
     while let Some(res) = creators.join_next().await {
         res??;
     }
