@@ -213,8 +213,8 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
         jobs.iter().filter(|job| matches!(job.op, Op::Create(_))).map(|job| job.task_id.as_str()).collect();
     let lock_tasks = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE");
     let lock_groups = format!(
-        "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id IN \
-         (SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) OR task_group_id = ANY($2) \
+        "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = \
+         ANY(ARRAY(SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) || $2::text[]) \
          ORDER BY task_group_id FOR UPDATE"
     );
     // What resolving the commanded tasks would entail, asked now rather than after writing
