@@ -189,8 +189,10 @@ type Outcomes = Vec<(Result<TaskStatus, StoreError>, usize)>;
 async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> {
     // Commanded tasks, then every group the gathering touches (the commanded tasks' and the
     // created tasks'), each set locked in id order, tasks before groups as everywhere, then
-    // the created tasks' new groups inserted in id order: gatherings on two servers never
-    // wait on each other in a cycle over these locks. Locking the two kinds of group one set
+    // the created tasks' new groups inserted in id order: gatherings on two servers rarely
+    // wait on each other in a cycle over these locks (a group another transaction created
+    // between the two steps still can; a deadlock sends each operation back to run alone).
+    // Locking the two kinds of group one set
     // after the other deadlocked whenever tasks of one group were created and reported at
     // once (a decision task's graph), and PostgreSQL takes a second (deadlock_timeout) to say so.
     let mut commanded: Vec<&str> =
