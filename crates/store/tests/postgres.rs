@@ -105,15 +105,23 @@ fn draw_id_and_hold(url: &str) -> (postgres::Client, i64) {
 }
 
 async fn create(store: &Store, n: u32) {
+    create_in(store, n, None).await;
+}
+
+/// Task `n` of `group` (a shared group, as a decision task's graph is), or of its own.
+async fn create_in(store: &Store, n: u32, group: Option<TaskId>) {
     let task_id = TaskId::parse(&format!("{n:08}QxCxxxxxxxxxxA")).unwrap();
-    let input: TaskDefinitionInput = serde_json::from_value(json!({
+    let mut definition = json!({
         "taskQueueId": "prov/wt",
         "created": "2026-01-01T00:00:00.000Z",
         "deadline": "2026-01-01T01:00:00.000Z",
         "payload": {},
         "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
-    }))
-    .unwrap();
+    });
+    if let Some(group) = group {
+        definition["taskGroupId"] = json!(group.to_string());
+    }
+    let input: TaskDefinitionInput = serde_json::from_value(definition).unwrap();
     let at = Timestamp(1_767_225_600_000);
     let _ = store.create_task(input.validate(task_id, at).unwrap(), task_id, at).await.unwrap();
 }
@@ -230,6 +238,13 @@ fn sessions_ended(url: &str) {
         // Nothing announces a session's end: look again shortly.
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A counter of `pg_stat_database` for the database (recorded as its sessions end).
+fn database_count(url: &str, column: &str) -> i64 {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let sql = format!("SELECT {column} FROM pg_stat_database WHERE datname = current_database()");
+    client.query_one(&sql, &[]).unwrap().get(0)
 }
 
 /// Ends every other session on the database and waits until each has gone (a session
@@ -359,9 +374,7 @@ async fn creates_and_reports_written_together_keep_each_tasks_messages_in_order(
     // themselves (ending one in a transaction would count as a rollback).
     let rollbacks = tokio::task::spawn_blocking(move || {
         sessions_ended(&url);
-        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        let sql = "SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()";
-        client.query_one(sql, &[]).unwrap().get::<_, i64>(0)
+        database_count(&url, "xact_rollback")
     })
     .await
     .unwrap();
@@ -527,4 +540,43 @@ async fn a_claimed_tasks_new_row_version_stays_on_its_page() {
     // the update (migration 6); half-full pages have room for it.
     let pages = |rows: &[(String, String)]| rows.iter().map(|(_, page)| page.clone()).collect::<Vec<_>>();
     assert_eq!(pages(&task_pages(&url).await), pages(&created), "each claimed task's page");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_and_reports_in_shared_groups_gathered_together_never_deadlock() {
+    let url = fresh_database();
+    // Two servers, as the three-server scenario has them, each gathering its own requests.
+    let stores = [open_store(&url), open_store(&url)];
+    let at = Timestamp(1_767_225_600_000);
+    // One new group a round, ordered before the older ones, while tasks of the older ones are
+    // created and reported: a gathering that locked an older group for its reports and then
+    // inserted the new one, against one that inserted the new group and then wanted the older.
+    let group = |round: u32| Some(TaskId::parse(&format!("{:08}QxCxxxxxxxxxxw", 1000 - round)).unwrap());
+    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+    let mut n = 0;
+    for round in 0..30u32 {
+        let mut creates = Vec::new();
+        for i in 0..64u32 {
+            n += 1;
+            let of = if i % 2 == 0 { round } else { round.saturating_sub(1) };
+            creates.push(create_in(&stores[(i / 2 % 2) as usize], n, group(of)));
+        }
+        let claims = stores[0].claim_work(claim_request(64), at).await.unwrap().value;
+        let reports =
+            claims.iter().enumerate().map(|(i, claim)| stores[i % 2].apply(claim.status.task_id, done.clone(), at));
+        let (_, reports) =
+            tokio::join!(futures_util::future::join_all(creates), futures_util::future::join_all(reports));
+        for report in reports {
+            let _ = report.unwrap();
+        }
+    }
+    drop(stores);
+    let url2 = url.clone();
+    let deadlocks = tokio::task::spawn_blocking(move || {
+        end_sessions(&url2);
+        database_count(&url2, "deadlocks")
+    })
+    .await
+    .unwrap();
+    assert_eq!(deadlocks, 0, "deadlocks PostgreSQL broke");
 }

@@ -188,11 +188,9 @@ type Outcomes = Vec<(Result<TaskStatus, StoreError>, usize)>;
 /// Runs every operation of `jobs` (distinct task ids) in `tx`, in order.
 async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> {
     // Commanded tasks, then every group the gathering touches (the commanded tasks' and the
-    // created tasks'), each set locked in id order, tasks before groups as everywhere, then
-    // the created tasks' new groups inserted in id order: gatherings on two servers rarely
-    // wait on each other in a cycle over these locks (a group another transaction created
-    // between the two steps still can; a deadlock sends each operation back to run alone).
-    // Locking the two kinds of group one set
+    // created tasks', new ones inserted), each set locked in id order in one statement, tasks
+    // before groups as everywhere: gatherings on two servers do not wait on each other in a
+    // cycle over these locks. Locking the two kinds of group one set
     // after the other deadlocked whenever tasks of one group were created and reported at
     // once (a decision task's graph), and PostgreSQL takes a second (deadlock_timeout) to say so.
     let mut commanded: Vec<&str> =
@@ -214,10 +212,24 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
     let created: Vec<&str> =
         jobs.iter().filter(|job| matches!(job.op, Op::Create(_))).map(|job| job.task_id.as_str()).collect();
     let lock_tasks = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE");
+    // Every group the gathering touches, locked in one pass in id order: the created tasks'
+    // groups created or extended, the commanded tasks' groups (which exist) only locked, since
+    // ON CONFLICT locks a row its WHERE then leaves as it is. Their placeholder values pass
+    // the NOT NULL checks, which PostgreSQL makes before it looks for the conflict.
     let lock_groups = format!(
-        "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = \
-         ANY(ARRAY(SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) || $2::text[]) \
-         ORDER BY task_group_id FOR UPDATE"
+        "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) \
+         SELECT t.id, max(t.scheduler_id), max(t.expires), NULL FROM \
+         (SELECT u.id, u.scheduler_id, u.expires FROM unnest($2::text[], $3::text[], $4::int8[]) \
+         AS u(id, scheduler_id, expires) \
+         UNION ALL SELECT task_group_id, '', -1 FROM tasks WHERE task_id = ANY($1)) AS t \
+         GROUP BY t.id ORDER BY t.id COLLATE \"C\" \
+         ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
+         WHERE excluded.expires >= 0 \
+         RETURNING {GROUP_COLUMNS}"
+    );
+    let commanded_groups = format!(
+        "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id IN \
+         (SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) ORDER BY task_group_id"
     );
     // What resolving the commanded tasks would entail, asked now rather than after writing
     // (a round trip saved): which of their groups hold unresolved tasks besides them, and
@@ -231,29 +243,22 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
          WHERE required_task_id = ANY($1) AND NOT satisfied ORDER BY 1, 2";
     let resolving =
         jobs.iter().any(|job| matches!(job.op, Op::Apply(TaskCommand::Resolve { .. } | TaskCommand::Cancel)));
-    let upsert = format!(
-        "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) \
-         SELECT u.id, u.scheduler_id, u.expires, NULL \
-         FROM unnest($1::text[], $2::text[], $3::int8[]) WITH ORDINALITY AS u(id, scheduler_id, expires, n) \
-         ORDER BY u.n \
-         ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
-         RETURNING {GROUP_COLUMNS}"
-    );
     let existing = format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ANY($1)");
     let commanded_params: [&(dyn ToSql + Sync); 1] = [&commanded];
-    let touched_params: [&(dyn ToSql + Sync); 2] = [&commanded, &group_ids];
-    let group_params: [&(dyn ToSql + Sync); 3] = [&group_ids, &schedulers, &expiries];
+    let touched_params: [&(dyn ToSql + Sync); 4] = [&commanded, &group_ids, &schedulers, &expiries];
     let created_params: [&(dyn ToSql + Sync); 1] = [&created];
     let mut queries: Vec<(&str, crate::postgres::tx::Params<'_>)> = Vec::with_capacity(5);
     if !commanded.is_empty() {
         queries.push((&lock_tasks, &commanded_params));
     }
     queries.push((&lock_groups, &touched_params));
-    if !commanded.is_empty() && resolving {
-        queries.push((around, &commanded_params));
+    if !commanded.is_empty() {
+        queries.push((&commanded_groups, &commanded_params));
+        if resolving {
+            queries.push((around, &commanded_params));
+        }
     }
     if !created.is_empty() {
-        queries.push((&upsert, &group_params));
         queries.push((&existing, &created_params));
     }
     let mut answers = tx.pipeline(&queries).await?.into_iter();
@@ -265,17 +270,19 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
             loaded.insert(row.task.task_id, row);
         }
     }
-    let locked = answers.next().unwrap_or_default();
-    if !commanded.is_empty() && resolving {
-        known = Some(known_before(&loaded, &locked, &answers.next().unwrap_or_default())?);
-    }
     let mut upserted: HashMap<TaskId, TaskGroup> = HashMap::with_capacity(group_ids.len());
+    for row in &answers.next().unwrap_or_default() {
+        let group = task_group_from_row(row)?;
+        upserted.insert(group.task_group_id, group);
+    }
+    if !commanded.is_empty() {
+        let locked = answers.next().unwrap_or_default();
+        if resolving {
+            known = Some(known_before(&loaded, &locked, &answers.next().unwrap_or_default())?);
+        }
+    }
     let mut stored: HashMap<TaskId, (TaskRow, String)> = HashMap::with_capacity(created.len());
     if !created.is_empty() {
-        for row in &answers.next().unwrap_or_default() {
-            let group = task_group_from_row(row)?;
-            upserted.insert(group.task_group_id, group);
-        }
         for row in &answers.next().unwrap_or_default() {
             let found = task_from_row(row)?;
             stored.insert(found.task.task_id, (found, row.try_get(N_TASK_COLUMNS)?));
