@@ -284,37 +284,27 @@ async fn the_write_path_never_scans_the_task_tables_or_their_indexes_whole_as_th
     }
     drop(store);
     let url2 = url.clone();
-    let scanned = tokio::task::spawn_blocking(move || {
+    let (scanned, read) = tokio::task::spawn_blocking(move || {
         end_sessions(&url2);
         let mut client = postgres::Client::connect(&url2, postgres::NoTls).unwrap();
-        client
-            .query(
+        let mut counts = |sql: &str| {
+            let rows = client.query(sql, &[]).unwrap();
+            rows.iter().map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1))).collect::<Vec<_>>()
+        };
+        (
+            counts(
                 "SELECT relname::text, seq_tup_read FROM pg_stat_user_tables \
                  WHERE relname IN ('tasks', 'task_groups') ORDER BY relname",
-                &[],
-            )
-            .unwrap()
-            .iter()
-            .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1)))
-            .collect::<Vec<_>>()
+            ),
+            counts(
+                "SELECT indexrelname::text, idx_tup_read FROM pg_stat_user_indexes \
+                 WHERE relname IN ('tasks', 'task_groups') ORDER BY 1",
+            ),
+        )
     })
     .await
     .unwrap();
     assert_eq!(scanned, [("task_groups".to_owned(), 0), ("tasks".to_owned(), 0)], "rows read by table scans");
-    let url2 = url.clone();
-    let read = tokio::task::spawn_blocking(move || {
-        let mut client = postgres::Client::connect(&url2, postgres::NoTls).unwrap();
-        let sql = "SELECT indexrelname::text, idx_tup_read FROM pg_stat_user_indexes \
-                   WHERE relname IN ('tasks', 'task_groups') ORDER BY 1";
-        client
-            .query(sql, &[])
-            .unwrap()
-            .iter()
-            .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1)))
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
     // Found by key, each task's rows cost a few entries of each index (the primary key's most:
     // 9 per task); an index read whole per statement costs more with every task stored.
     let tasks = 20 * 16;

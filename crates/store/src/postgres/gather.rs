@@ -190,9 +190,9 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
     // Commanded tasks, then every group the gathering touches (the commanded tasks' and the
     // created tasks', new ones inserted), each set locked in id order in one statement, tasks
     // before groups as everywhere: gatherings on two servers do not wait on each other in a
-    // cycle over these locks. Locking the two kinds of group one set
-    // after the other deadlocked whenever tasks of one group were created and reported at
-    // once (a decision task's graph), and PostgreSQL takes a second (deadlock_timeout) to say so.
+    // cycle over these locks. Locking the two kinds of group one set after the other
+    // deadlocked whenever tasks of one group were created and reported at once (a decision
+    // task's graph), and PostgreSQL takes a second (deadlock_timeout) to say so.
     let mut commanded: Vec<&str> =
         jobs.iter().filter(|job| matches!(job.op, Op::Apply(_))).map(|job| job.task_id.as_str()).collect();
     commanded.sort_unstable();
@@ -227,6 +227,8 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
          WHERE excluded.expires >= 0 \
          RETURNING {GROUP_COLUMNS}"
     );
+    // The commanded tasks' groups as locked (the upsert returns only the rows it wrote), for
+    // judging what resolutions entail.
     let commanded_groups = format!(
         "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id IN \
          (SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) ORDER BY task_group_id"
@@ -252,11 +254,9 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
         queries.push((&lock_tasks, &commanded_params));
     }
     queries.push((&lock_groups, &touched_params));
-    if !commanded.is_empty() {
+    if !commanded.is_empty() && resolving {
         queries.push((&commanded_groups, &commanded_params));
-        if resolving {
-            queries.push((around, &commanded_params));
-        }
+        queries.push((around, &commanded_params));
     }
     if !created.is_empty() {
         queries.push((&existing, &created_params));
@@ -275,11 +275,9 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
         let group = task_group_from_row(row)?;
         upserted.insert(group.task_group_id, group);
     }
-    if !commanded.is_empty() {
+    if !commanded.is_empty() && resolving {
         let locked = answers.next().unwrap_or_default();
-        if resolving {
-            known = Some(known_before(&loaded, &locked, &answers.next().unwrap_or_default())?);
-        }
+        known = Some(known_before(&loaded, &locked, &answers.next().unwrap_or_default())?);
     }
     let mut stored: HashMap<TaskId, (TaskRow, String)> = HashMap::with_capacity(created.len());
     if !created.is_empty() {
