@@ -570,3 +570,62 @@ async fn creates_and_reports_in_shared_groups_gathered_together_never_deadlock()
     .unwrap();
     assert_eq!(deadlocks, 0, "deadlocks PostgreSQL broke");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_arriving_together_are_written_together_and_never_share_a_task() {
+    let url = fresh_database();
+    let at = Timestamp(1_767_225_600_000);
+    let stores = [open_store(&url), open_store(&url)];
+    futures_util::future::join_all((0..64).map(|n| create(&stores[n as usize % 2], n))).await;
+    // 32 workers asking for 3 each (96 runs for 64 tasks) while 8 pending tasks are cancelled:
+    // gatherings holding both must neither claim a cancelled task nor hand one to two workers.
+    let cancelled: Vec<TaskId> =
+        (0..8).map(|n| TaskId::parse(&format!("{:08}QxCxxxxxxxxxxA", n * 8)).unwrap()).collect();
+    let claims = (0..32).map(|n| stores[n % 2].claim_work(claim_request(3), at));
+    let cancels =
+        cancelled.iter().enumerate().map(|(n, &task_id)| stores[n % 2].apply(task_id, TaskCommand::Cancel, at));
+    let (claims, cancels) =
+        tokio::join!(futures_util::future::join_all(claims), futures_util::future::join_all(cancels));
+    for cancel in cancels {
+        let status = cancel.unwrap().value;
+        assert_eq!(status.state.as_str(), "exception", "{} cancelled", status.task_id);
+    }
+    let (mut claimed, mut with_runs) = (std::collections::HashSet::new(), 0);
+    for claim in claims {
+        let runs = claim.unwrap().value;
+        with_runs += usize::from(!runs.is_empty());
+        assert!(runs.len() <= 3, "a worker asked for 3 got {}", runs.len());
+        for run in runs {
+            assert_eq!(run.status.state.as_str(), "running");
+            assert!(claimed.insert(run.status.task_id), "{} claimed twice", run.status.task_id);
+        }
+    }
+    // A task claimed before its cancel arrived is cancelled while running; one cancelled
+    // first is not claimed. Either way it ends cancelled, and the rest end running.
+    for n in 0..64 {
+        let task_id = TaskId::parse(&format!("{n:08}QxCxxxxxxxxxxA")).unwrap();
+        let status = stores[0].read(move |reads| reads.task(task_id)).await.unwrap().unwrap().status;
+        let expected = if cancelled.contains(&task_id) { "exception" } else { "running" };
+        assert_eq!(status.state.as_str(), expected, "{task_id} at the end");
+        assert!(claimed.contains(&task_id) || cancelled.contains(&task_id), "{task_id} neither claimed nor cancelled");
+        let runs = status.runs.len();
+        assert_eq!(runs, 1, "{task_id}'s runs");
+    }
+    // Each transaction stages its messages as one row: alone, each claim that got runs would
+    // have staged its own.
+    for store in &stores {
+        store.settle_outbox().await.unwrap();
+    }
+    drop(stores);
+    let batches = tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let sql = "SELECT count(*) FROM outbox_batches WHERE messages LIKE '%\"task-running\"%'";
+        client.query_one(sql, &[]).unwrap().get::<_, i64>(0)
+    })
+    .await
+    .unwrap();
+    assert!(
+        batches > 0 && (batches as usize) < with_runs,
+        "{batches} transactions staged the runs of {with_runs} claims"
+    );
+}

@@ -2,14 +2,16 @@
 //!
 //! On PostgreSQL a statement costs far more than a row: a create alone is a transaction of
 //! five statements (BEGIN, the group's upsert, the task's insert, the outbox row, COMMIT), a
-//! report seven. Each server therefore *gathers* the creates (of tasks without dependencies)
-//! and task commands (reports, reruns, cancels, reclaims, priority changes) that arrive while
-//! its previous gathering is being written, and writes them in one transaction of two round
-//! trips. The first reads: one statement locks every commanded task (in id order) and one
-//! their groups (in id order); when reports or cancels are among the commands, one more asks
-//! what resolving them would entail (which of their groups hold other unresolved tasks, who
-//! waits on them); one upserts every created task's group and one reads the created tasks
-//! that exist already. The second writes: one statement inserts every new row, updates
+//! report seven. Each server therefore *gathers* the creates (of tasks without dependencies),
+//! task commands (reports, reruns, cancels, reclaims, priority changes) and claims
+//! (claimWork) that arrive while its previous gathering is being written, and writes them in
+//! one transaction of two round trips. The first reads: one statement locks every commanded
+//! task (in id order) and one every group the gathering touches (in id order); when reports
+//! or cancels are among the commands, two more read their groups and ask what resolving them
+//! would entail (which of their groups hold other unresolved tasks, who waits on them); one
+//! reads the created tasks that exist already; and one per queue and set of dimensions finds
+//! what the claims there can take (`SKIP LOCKED`, so never waiting on a lock), handed to them
+//! in the order they came. The second writes: one statement inserts every new row, updates
 //! every changed row and stages the messages (`PgTx::lower`), and the COMMIT. A few lanes
 //! take gatherings from one queue: while a gathering is written (most of it waiting for its
 //! commit to reach the disk) the next fills, so the busier the server, the more each
@@ -21,7 +23,9 @@
 //! report left empty and a create extended is not). One refused (a different definition
 //! under the same id, a sealed group, a report on a run that is not running) writes nothing,
 //! except that a created task's group may have been extended to its expiry, which only
-//! keeps the group a little longer. Releasing a dependent reads it first (a round trip more). A
+//! keeps the group a little longer. Claims are judged after every other operation and never
+//! take a task the gathering commands (a cancel and a claim of one pending task arriving
+//! together: the cancel wins). Releasing a dependent reads it first (a round trip more). A
 //! database error rolls the gathering back and every operation of it runs on its own (a
 //! deadlock with another server's gathering included). Creates with dependencies always
 //! run on their own: they lock their dependencies before their group.
@@ -38,11 +42,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 
 use super::{PgInner, PgStore};
-use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_from_row, task_group_from_row};
+use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
 use crate::postgres::tx::{Known, PgTx};
 use crate::sqlite::row::TaskRow;
 use crate::sqlite::tx::json;
-use crate::{Committed, StoreError, TaskCommand, TaskGroup};
+use crate::{Claim, ClaimRequest, Committed, StoreError, TaskCommand, TaskGroup};
 
 /// Operations one gathering holds at most.
 const MAX_GATHERING: usize = 128;
@@ -62,6 +66,19 @@ pub(crate) struct Job {
     pub(crate) reply: oneshot::Sender<Result<Committed<TaskStatus>, StoreError>>,
 }
 
+/// A claimWork waiting to be written.
+pub(crate) struct ClaimJob {
+    pub(crate) request: ClaimRequest,
+    pub(crate) now: Timestamp,
+    pub(crate) reply: oneshot::Sender<Result<Committed<Vec<Claim>>, StoreError>>,
+}
+
+/// What the lanes take from the queue.
+enum Queued {
+    Task(Job),
+    Claim(ClaimJob),
+}
+
 /// What a gathered operation does to its task.
 pub(crate) enum Op {
     /// Creates it (no dependencies).
@@ -72,7 +89,7 @@ pub(crate) enum Op {
 
 /// Where a server's writes are gathered.
 pub(crate) struct Gatherer {
-    lane: mpsc::UnboundedSender<Job>,
+    lane: mpsc::UnboundedSender<Queued>,
 }
 
 impl Gatherer {
@@ -88,12 +105,23 @@ impl Gatherer {
 
     /// Queues `job`; gives it back when the lane has stopped.
     pub(crate) fn submit(&self, job: Job) -> Result<(), Job> {
-        self.lane.send(job).map_err(|err| err.0)
+        self.lane.send(Queued::Task(job)).map_err(|err| match err.0 {
+            Queued::Task(job) => job,
+            Queued::Claim(_) => unreachable!("a task job was sent"),
+        })
+    }
+
+    /// Queues a claim; gives it back when the lane has stopped.
+    pub(crate) fn submit_claim(&self, job: ClaimJob) -> Result<(), ClaimJob> {
+        self.lane.send(Queued::Claim(job)).map_err(|err| match err.0 {
+            Queued::Claim(job) => job,
+            Queued::Task(_) => unreachable!("a claim was sent"),
+        })
     }
 }
 
 /// Takes a gathering from the queue whenever this lane is free, and writes it.
-async fn run_lane(inner: Weak<PgInner>, jobs: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Job>>>) {
+async fn run_lane(inner: Weak<PgInner>, jobs: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Queued>>>) {
     loop {
         let gathering = {
             let mut jobs = jobs.lock().await;
@@ -111,8 +139,15 @@ async fn run_lane(inner: Weak<PgInner>, jobs: Arc<tokio::sync::Mutex<mpsc::Unbou
     }
 }
 
-/// Writes a gathering in one transaction, or each of its creates alone when that fails.
-async fn write_gathering(inner: &Arc<PgInner>, mut jobs: Vec<Job>) {
+/// Writes a gathering in one transaction, or each of its operations alone when that fails.
+async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>) {
+    let (mut jobs, mut claims) = (Vec::with_capacity(queued.len()), Vec::new());
+    for item in queued {
+        match item {
+            Queued::Task(job) => jobs.push(job),
+            Queued::Claim(job) => claims.push(job),
+        }
+    }
     // The same task twice in one gathering: the later ones run alone, after it.
     let mut seen = HashSet::with_capacity(jobs.len());
     let (gathered, again): (Vec<Job>, Vec<Job>) = jobs.drain(..).partition(|job| seen.insert(job.task_id));
@@ -122,16 +157,19 @@ async fn write_gathering(inner: &Arc<PgInner>, mut jobs: Vec<Job>) {
             for job in gathered.into_iter().chain(again) {
                 let _ = job.reply.send(Err(super::unavailable(&err)));
             }
+            for job in claims {
+                let _ = job.reply.send(Err(super::unavailable(&err)));
+            }
             return;
         }
     };
     let mut tx = PgTx::begin(client, Arc::clone(&inner.shared));
-    let outcome = match write_all(&mut tx, &gathered).await {
+    let outcome = match write_all(&mut tx, &gathered, &claims).await {
         Ok(outcomes) => tx.commit().await.map(|()| outcomes),
         Err(err) => Err(err),
     };
     match outcome {
-        Ok(outcomes) => {
+        Ok((outcomes, claimed)) => {
             let Committed { events, .. } = inner.committed((), tx);
             let mut events = events.into_iter();
             let mut answers: Vec<_> = outcomes
@@ -141,13 +179,27 @@ async fn write_gathering(inner: &Arc<PgInner>, mut jobs: Vec<Job>) {
                     outcome.map(|value| Committed { value, events })
                 })
                 .collect();
+            let mut claimed: Vec<_> = claimed
+                .into_iter()
+                .map(|(index, value, n_events)| {
+                    (index, Committed { value, events: events.by_ref().take(n_events).collect() })
+                })
+                .collect();
             // What the resolutions entailed (dependents released) goes to the last answer
             // that commits, so that the workers it concerns are woken.
             if let Some(Ok(last)) = answers.iter_mut().rev().find(|answer| answer.is_ok()) {
                 last.events.extend(events);
+            } else if let Some((_, last)) = claimed.last_mut() {
+                last.events.extend(events);
             }
             for (job, answer) in gathered.into_iter().zip(answers) {
                 let _ = job.reply.send(answer);
+            }
+            let mut claims: Vec<_> = claims.into_iter().map(Some).collect();
+            for (index, answer) in claimed {
+                if let Some(job) = claims[index].take() {
+                    let _ = job.reply.send(Ok(answer));
+                }
             }
         }
         // After the COMMIT went out the outcome is unknown: each caller is told, as when a
@@ -155,6 +207,9 @@ async fn write_gathering(inner: &Arc<PgInner>, mut jobs: Vec<Job>) {
         Err(StoreError::Unavailable(text)) if tx.committing => {
             tx.discard();
             for job in gathered {
+                let _ = job.reply.send(Err(StoreError::Unavailable(text.clone())));
+            }
+            for job in claims {
                 let _ = job.reply.send(Err(StoreError::Unavailable(text.clone())));
             }
         }
@@ -166,6 +221,9 @@ async fn write_gathering(inner: &Arc<PgInner>, mut jobs: Vec<Job>) {
             }
             for job in gathered {
                 alone(inner, job);
+            }
+            for job in claims {
+                claim_alone(inner, job);
             }
         }
     }
@@ -182,11 +240,32 @@ fn alone(inner: &Arc<PgInner>, job: Job) {
     });
 }
 
+/// Runs a claim in a transaction of its own (answering its caller).
+fn claim_alone(inner: &Arc<PgInner>, job: ClaimJob) {
+    let store = PgStore { inner: Arc::clone(inner) };
+    tokio::spawn(async move {
+        let _ = job.reply.send(store.claim_alone(job.request, job.now).await);
+    });
+}
+
 /// Each create's answer (a refusal is an answer) and how many events it recorded, in order.
 type Outcomes = Vec<(Result<TaskStatus, StoreError>, usize)>;
 
-/// Runs every operation of `jobs` (distinct task ids) in `tx`, in order.
-async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> {
+/// Each claim's runs (by its index among the gathering's claims) and how many events it
+/// recorded, in the order the claims were written.
+type Claimed = Vec<(usize, Vec<Claim>, usize)>;
+
+/// The gathering's claims that one query serves: those on one queue with the same dimensions.
+struct ClaimLine<'a> {
+    task_queue_id: &'a str,
+    dimensions: String,
+    limit: i64,
+    /// Indexes of its claims, in the order they came.
+    members: Vec<usize>,
+}
+
+/// Runs every operation of `jobs` (distinct task ids) in `tx`, in order, then `claims`.
+async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(Outcomes, Claimed), StoreError> {
     // Commanded tasks, then every group the gathering touches (the commanded tasks' and the
     // created tasks', new ones inserted), each set locked in id order in one statement, tasks
     // before groups as everywhere: gatherings on two servers do not wait on each other in a
@@ -249,7 +328,16 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
     let commanded_params: [&(dyn ToSql + Sync); 1] = [&commanded];
     let touched_params: [&(dyn ToSql + Sync); 4] = [&commanded, &group_ids, &schedulers, &expiries];
     let created_params: [&(dyn ToSql + Sync); 1] = [&created];
-    let mut queries: Vec<(&str, crate::postgres::tx::Params<'_>)> = Vec::with_capacity(5);
+    // Claims after everything else: their locks skip what another transaction holds, so
+    // they never wait and take no part in a cycle. Not the commanded tasks: this transaction
+    // holds them already, which SKIP LOCKED does not skip.
+    let lines = claim_lines(claims)?;
+    let claimable = super::ops::claimable(true);
+    let line_params: Vec<[&(dyn ToSql + Sync); 4]> = lines
+        .iter()
+        .map(|line| [&line.task_queue_id as _, &line.limit as _, &line.dimensions as _, &commanded as _])
+        .collect();
+    let mut queries: Vec<(&str, crate::postgres::tx::Params<'_>)> = Vec::with_capacity(5 + lines.len());
     if !commanded.is_empty() {
         queries.push((&lock_tasks, &commanded_params));
     }
@@ -260,6 +348,9 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
     }
     if !created.is_empty() {
         queries.push((&existing, &created_params));
+    }
+    for params in &line_params {
+        queries.push((&claimable, params));
     }
     let mut answers = tx.pipeline(&queries).await?.into_iter();
     let mut loaded: HashMap<TaskId, TaskRow> = HashMap::with_capacity(commanded.len());
@@ -327,11 +418,86 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> 
             Ok(status) => outcomes.push((Ok(status), tx.events.len() - mark.events)),
         }
     }
+    let claimed = claim_all(tx, claims, &lines, answers).await?;
     if let Some(known) = &mut known {
         judge_groups(known, &loaded, jobs, &stored, &outcomes);
     }
     tx.resolve_gathered(known).await?;
-    Ok(outcomes)
+    Ok((outcomes, claimed))
+}
+
+/// The gathering's claims by queue and dimensions, each line in the order its first claim came.
+fn claim_lines(claims: &[ClaimJob]) -> Result<Vec<ClaimLine<'_>>, StoreError> {
+    let mut lines: Vec<ClaimLine<'_>> = Vec::new();
+    for (index, job) in claims.iter().enumerate() {
+        let dimensions = json(&job.request.dimensions)?;
+        let count = i64::try_from(job.request.count).unwrap_or(i64::MAX);
+        match lines
+            .iter_mut()
+            .find(|line| line.task_queue_id == job.request.task_queue_id && line.dimensions == dimensions)
+        {
+            Some(line) => {
+                line.limit = line.limit.saturating_add(count);
+                line.members.push(index);
+            }
+            None => lines.push(ClaimLine {
+                task_queue_id: &job.request.task_queue_id,
+                dimensions,
+                limit: count,
+                members: vec![index],
+            }),
+        }
+    }
+    Ok(lines)
+}
+
+/// Hands each line's claimable rows (`found`, one answer per line) to its claims in the order
+/// they came, each up to its count, as `ops::claim_work` claims them for one worker. A task
+/// two lines both found (a worker's dimensions matching another's) goes to the first.
+async fn claim_all(
+    tx: &mut PgTx,
+    claims: &[ClaimJob],
+    lines: &[ClaimLine<'_>],
+    found: impl Iterator<Item = Vec<tokio_postgres::Row>>,
+) -> Result<Claimed, StoreError> {
+    let mut claimed = Vec::with_capacity(claims.len());
+    let mut taken = HashSet::new();
+    for (line, rows) in lines.iter().zip(found) {
+        let mut rows = rows.iter();
+        for &index in &line.members {
+            let ClaimJob { request, now, .. } = &claims[index];
+            let (events_before, mut runs) = (tx.events.len(), Vec::with_capacity(request.count));
+            while runs.len() < request.count
+                && let Some(found) = rows.next()
+            {
+                let row = task_from_row(found)?;
+                let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { continue };
+                if !taken.insert(row.task.task_id) {
+                    continue;
+                }
+                let definition = raw_json(found, N_TASK_COLUMNS)?;
+                let mark = tx.mark();
+                let (group, id) = (&request.worker_group, &request.worker_id);
+                match super::ops::claim_loaded(tx, row, definition, run_id, group, id, *now).await {
+                    Ok(claim) => runs.push(claim),
+                    // A run that stopped being claimable (deadline passed) is skipped; the
+                    // deadline will resolve it.
+                    Err(StoreError::Rejected(_)) if tx.undo(&mark) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            claimed.push((index, runs, tx.events.len() - events_before));
+        }
+    }
+    // Each queue recorded as active, as a claim alone does.
+    let mut queues: Vec<(&str, Timestamp)> =
+        claims.iter().map(|job| (job.request.task_queue_id.as_str(), job.now)).collect();
+    queues.sort_unstable_by_key(|(queue, _)| *queue);
+    queues.dedup_by_key(|(queue, _)| *queue);
+    for (queue, now) in queues {
+        tx.touch_queue(queue, now).await?;
+    }
+    Ok(claimed)
 }
 
 /// What the lock round trip told about the commanded tasks (`loaded`): their groups

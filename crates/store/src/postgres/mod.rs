@@ -434,6 +434,11 @@ impl PgStore {
         self.gathered(task_id, gather::Op::Create(Box::new(definition)), now).await
     }
 
+    /// This server's gathering lanes, started with its first gathered write.
+    fn gatherer(&self) -> &gather::Gatherer {
+        self.inner.gatherer.get_or_init(|| gather::Gatherer::start(&Arc::downgrade(&self.inner)))
+    }
+
     /// Queues an operation on this server's gathering (`gather.rs`) and waits for its answer.
     async fn gathered(
         &self,
@@ -441,9 +446,8 @@ impl PgStore {
         op: gather::Op,
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
-        let gatherer = self.inner.gatherer.get_or_init(|| gather::Gatherer::start(&Arc::downgrade(&self.inner)));
         let (reply, answer) = tokio::sync::oneshot::channel();
-        match gatherer.submit(gather::Job { task_id, op, now, reply }) {
+        match self.gatherer().submit(gather::Job { task_id, op, now, reply }) {
             Ok(()) => answer.await.map_err(|_| StoreError::Other("the operation was dropped unanswered".into()))?,
             Err(job) => self.alone(job.task_id, job.op, job.now).await,
         }
@@ -518,11 +522,21 @@ impl PgStore {
         .await
     }
 
+    /// Claims work, gathered with the writes that arrive with it (`gather.rs`).
     pub(crate) async fn claim_work(
         &self,
         request: ClaimRequest,
         now: Timestamp,
     ) -> Result<Committed<Vec<Claim>>, StoreError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        match self.gatherer().submit_claim(gather::ClaimJob { request, now, reply }) {
+            Ok(()) => answer.await.map_err(|_| StoreError::Other("the claim was dropped unanswered".into()))?,
+            Err(job) => self.claim_alone(job.request, job.now).await,
+        }
+    }
+
+    /// Claims work in a transaction of its own.
+    async fn claim_alone(&self, request: ClaimRequest, now: Timestamp) -> Result<Committed<Vec<Claim>>, StoreError> {
         self.write((request, now), |tx, (request, now)| Box::pin(ops::claim_work(tx, request, *now))).await
     }
 

@@ -158,19 +158,8 @@ pub(crate) async fn claim_work(
     if request.count == 0 {
         return Ok(claims);
     }
-    // The dimension rule of `Dimensions::matched_by`, in SQL, so that matching work behind
-    // any number of tasks this worker cannot run is found: every key the task names must be
-    // among the worker's with at least one value the task accepts.
-    let sql = format!(
-        "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
-         AND (dimensions IS NULL OR NOT EXISTS ( \
-             SELECT 1 FROM jsonb_each(dimensions) AS wanted(key, accepted) WHERE NOT EXISTS ( \
-                 SELECT 1 FROM jsonb_array_elements_text($3::text::jsonb -> wanted.key) AS have(value) \
-                 WHERE wanted.accepted ? have.value))) \
-         ORDER BY priority_rank, pending_seq LIMIT $2 FOR UPDATE SKIP LOCKED"
-    );
     let worker = json(&request.dimensions)?;
-    let rows = tx.query(&sql, &[&request.task_queue_id, &(request.count as i64), &worker]).await?;
+    let rows = tx.query(&claimable(false), &[&request.task_queue_id, &(request.count as i64), &worker]).await?;
     for found in rows {
         let (row, definition) = (task_from_row(&found)?, raw_json(&found, N_TASK_COLUMNS)?);
         let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { continue };
@@ -183,6 +172,25 @@ pub(crate) async fn claim_work(
         }
     }
     Ok(claims)
+}
+
+/// The pending tasks of queue `$1` whose dimensions the worker's (`$3`, JSON) match, at most
+/// `$2`, in line order (priority, then arrival), locked; those other transactions hold are
+/// skipped rather than waited for. `excluding`: not the tasks of `$4` either (those this
+/// transaction locked already, which `SKIP LOCKED` would not skip).
+pub(crate) fn claimable(excluding: bool) -> String {
+    // The dimension rule of `Dimensions::matched_by`, in SQL, so that matching work behind
+    // any number of tasks this worker cannot run is found: every key the task names must be
+    // among the worker's with at least one value the task accepts.
+    format!(
+        "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
+         AND (dimensions IS NULL OR NOT EXISTS ( \
+             SELECT 1 FROM jsonb_each(dimensions) AS wanted(key, accepted) WHERE NOT EXISTS ( \
+                 SELECT 1 FROM jsonb_array_elements_text($3::text::jsonb -> wanted.key) AS have(value) \
+                 WHERE wanted.accepted ? have.value))) {}\
+         ORDER BY priority_rank, pending_seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+        if excluding { "AND NOT task_id = ANY($4) " } else { "" }
+    )
 }
 
 pub(crate) async fn claim_run(
@@ -198,7 +206,7 @@ pub(crate) async fn claim_run(
 }
 
 /// Claims run `run_id` of a task already loaded (and locked) with its definition.
-async fn claim_loaded(
+pub(crate) async fn claim_loaded(
     tx: &mut PgTx,
     mut row: TaskRow,
     definition: Box<serde_json::value::RawValue>,
