@@ -350,7 +350,7 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
         queries.push((&existing, &created_params));
     }
     for params in &line_params {
-        queries.push((&claimable, params));
+        queries.push((claimable, params));
     }
     let mut answers = tx.pipeline(&queries).await?.into_iter();
     let mut loaded: HashMap<TaskId, TaskRow> = HashMap::with_capacity(commanded.len());

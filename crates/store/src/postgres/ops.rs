@@ -159,7 +159,7 @@ pub(crate) async fn claim_work(
         return Ok(claims);
     }
     let worker = json(&request.dimensions)?;
-    let rows = tx.query(&claimable(false), &[&request.task_queue_id, &(request.count as i64), &worker]).await?;
+    let rows = tx.query(claimable(false), &[&request.task_queue_id, &(request.count as i64), &worker]).await?;
     for found in rows {
         let (row, definition) = (task_from_row(&found)?, raw_json(&found, N_TASK_COLUMNS)?);
         let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { continue };
@@ -178,7 +178,13 @@ pub(crate) async fn claim_work(
 /// `$2`, in line order (priority, then arrival), locked; those other transactions hold are
 /// skipped rather than waited for. `excluding`: not the tasks of `$4` either (those this
 /// transaction locked already, which `SKIP LOCKED` would not skip).
-pub(crate) fn claimable(excluding: bool) -> String {
+pub(crate) fn claimable(excluding: bool) -> &'static str {
+    static SQL: std::sync::LazyLock<[String; 2]> =
+        std::sync::LazyLock::new(|| [claimable_sql(false), claimable_sql(true)]);
+    &SQL[usize::from(excluding)]
+}
+
+fn claimable_sql(excluding: bool) -> String {
     // The dimension rule of `Dimensions::matched_by`, in SQL, so that matching work behind
     // any number of tasks this worker cannot run is found: every key the task names must be
     // among the worker's with at least one value the task accepts.
