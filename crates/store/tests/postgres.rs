@@ -1,7 +1,8 @@
 //! The PostgreSQL backend against a real cluster: schema migrations, the outbox's ordering
 //! when message ids are drawn in one order and committed in another, the plans of the
 //! write path as the tables grow, creates and reports written by one statement, the
-//! record of a queue's activity written once per interval, and where a claimed task's row goes.
+//! record of a queue's activity written once per interval, where a claimed task's row goes,
+//! and claims written together with the other writes of a server.
 
 mod support;
 
@@ -108,9 +109,14 @@ async fn create(store: &Store, n: u32) {
     create_in(store, n, None).await;
 }
 
+/// The id of the `n`th task [`create`] makes.
+fn task_id(n: u32) -> TaskId {
+    TaskId::parse(&format!("{n:08}QxCxxxxxxxxxxA")).unwrap()
+}
+
 /// Task `n` of `group` (a shared group, as a decision task's graph is), or of its own.
 async fn create_in(store: &Store, n: u32, group: Option<TaskId>) {
-    let task_id = TaskId::parse(&format!("{n:08}QxCxxxxxxxxxxA")).unwrap();
+    let task_id = task_id(n);
     let mut definition = json!({
         "taskQueueId": "prov/wt",
         "created": "2026-01-01T00:00:00.000Z",
@@ -579,8 +585,7 @@ async fn claims_arriving_together_are_written_together_and_never_share_a_task() 
     futures_util::future::join_all((0..64).map(|n| create(&stores[n as usize % 2], n))).await;
     // 32 workers asking for 3 each (96 runs for 64 tasks) while 8 pending tasks are cancelled:
     // gatherings holding both must neither claim a cancelled task nor hand one to two workers.
-    let cancelled: Vec<TaskId> =
-        (0..8).map(|n| TaskId::parse(&format!("{:08}QxCxxxxxxxxxxA", n * 8)).unwrap()).collect();
+    let cancelled: Vec<TaskId> = (0..8).map(|n| task_id(n * 8)).collect();
     let claims = (0..32).map(|n| stores[n % 2].claim_work(claim_request(3), at));
     let cancels =
         cancelled.iter().enumerate().map(|(n, &task_id)| stores[n % 2].apply(task_id, TaskCommand::Cancel, at));
@@ -603,13 +608,12 @@ async fn claims_arriving_together_are_written_together_and_never_share_a_task() 
     // A task claimed before its cancel arrived is cancelled while running; one cancelled
     // first is not claimed. Either way it ends cancelled, and the rest end running.
     for n in 0..64 {
-        let task_id = TaskId::parse(&format!("{n:08}QxCxxxxxxxxxxA")).unwrap();
+        let task_id = task_id(n);
         let status = stores[0].read(move |reads| reads.task(task_id)).await.unwrap().unwrap().status;
         let expected = if cancelled.contains(&task_id) { "exception" } else { "running" };
         assert_eq!(status.state.as_str(), expected, "{task_id} at the end");
         assert!(claimed.contains(&task_id) || cancelled.contains(&task_id), "{task_id} neither claimed nor cancelled");
-        let runs = status.runs.len();
-        assert_eq!(runs, 1, "{task_id}'s runs");
+        assert_eq!(status.runs.len(), 1, "{task_id}'s runs");
     }
     // Each transaction stages its messages as one row: alone, each claim that got runs would
     // have staged its own.
