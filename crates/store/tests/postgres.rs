@@ -2,7 +2,8 @@
 //! when message ids are drawn in one order and committed in another, the plans of the
 //! write path as the tables grow, creates and reports written by one statement, the
 //! record of a queue's activity written once per interval, where a claimed task's row goes,
-//! and claims written together with the other writes of a server.
+//! claims written together with the other writes of a server, and a gathering stuck on a
+//! row lock not holding back the next.
 
 mod support;
 
@@ -389,9 +390,8 @@ async fn last_date_active(url: &str) -> i64 {
     .unwrap()
 }
 
-/// Another session's transaction holding `lock` (a statement taking it) on `task_queues`
-/// until told to end.
-async fn hold_queues(url: &str, lock: &'static str) -> std::sync::mpsc::Sender<()> {
+/// Another session's transaction holding what `lock` (a statement) takes until told to end.
+async fn hold_lock(url: &str, lock: &'static str) -> std::sync::mpsc::Sender<()> {
     let url = url.to_owned();
     let (held_tx, held_rx) = tokio::sync::oneshot::channel();
     let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
@@ -437,7 +437,7 @@ async fn a_servers_transactions_record_a_queues_activity_once_instead_of_queuein
     create(&store, 1).await;
     // Reading the record waits too, so the claims are all between deciding to record and
     // having read the record, where a server's transactions once each decided to write it.
-    let end = hold_queues(&url, "LOCK TABLE task_queues IN ACCESS EXCLUSIVE MODE").await;
+    let end = hold_lock(&url, "LOCK TABLE task_queues IN ACCESS EXCLUSIVE MODE").await;
     // The first claim past the interval records the queue's activity: it waits for the table.
     let first = {
         let store = store.clone();
@@ -458,7 +458,7 @@ async fn a_record_of_activity_whose_transaction_failed_is_written_by_the_next_us
     let store = open_store(&format!("{url}?options=-c%20lock_timeout%3D100"));
     create(&store, 1).await;
     // As another server's record of the queue's activity would.
-    let end = hold_queues(&url, "SELECT 1 FROM task_queues WHERE task_queue_id = 'prov/wt' FOR UPDATE").await;
+    let end = hold_lock(&url, "SELECT 1 FROM task_queues WHERE task_queue_id = 'prov/wt' FOR UPDATE").await;
     let failed = store.claim_work(claim_request(0), LATER).await;
     assert!(failed.is_err(), "its record waited for the held row past the lock timeout");
     end.send(()).unwrap();
@@ -632,4 +632,26 @@ async fn claims_arriving_together_are_written_together_and_never_share_a_task() 
         batches > 0 && (batches as usize) < with_runs,
         "{batches} transactions staged the runs of {with_runs} claims"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gathering_waiting_for_a_row_lock_does_not_hold_back_the_next() {
+    let url = fresh_database();
+    let store = open_store(&url);
+    let at = Timestamp(1_767_225_600_000);
+    create(&store, 1).await;
+    // Another server's transaction holding task 1's row: a cancel of it waits in its gathering.
+    let end = hold_lock(&url, "SELECT 1 FROM tasks WHERE task_id = '00000001QxCxxxxxxxxxxA' FOR UPDATE").await;
+    let cancel = {
+        let store = store.clone();
+        tokio::spawn(async move { store.apply(task_id(1), TaskCommand::Cancel, at).await })
+    };
+    until_a_session_waits_for_a_lock(&url).await;
+    // The next gathering would wait for that one's commit, that is, for the lock, were it not
+    // let go (the guard only keeps a failure from hanging the test).
+    let next = tokio::time::timeout(std::time::Duration::from_secs(60), create(&store, 2));
+    next.await.expect("a create waited behind a gathering stuck on a row lock");
+    end.send(()).unwrap();
+    let cancelled = cancel.await.unwrap().expect("the cancel goes on once the row is free").value;
+    assert_eq!(cancelled.state.as_str(), "exception");
 }

@@ -12,10 +12,13 @@
 //! reads the created tasks that exist already; and one per queue and set of dimensions finds
 //! what the claims there can take (`SKIP LOCKED`, so never waiting on a lock), handed to them
 //! in the order they came. The second writes: one statement inserts every new row, updates
-//! every changed row and stages the messages (`PgTx::lower`), and the COMMIT. A few lanes
-//! take gatherings from one queue: while a gathering is written (most of it waiting for its
-//! commit to reach the disk) the next fills, so the busier the server, the more each
-//! transaction carries, as group commit does. Two lanes: more would each carry less.
+//! every changed row and stages the messages (`PgTx::lower`), and the COMMIT. Two lanes
+//! take gatherings from one queue, one at a time: a lane takes the next gathering once the
+//! one before has been read and judged and goes on to its commit, so while a gathering is
+//! written (most of it waiting for its commit to reach the disk) the next fills and is
+//! prepared, and the busier the server, the more each transaction carries, as group commit
+//! does. A gathering that waits on a row lock (another server's transaction holds it) lets
+//! the next one start after a few milliseconds all the same.
 //!
 //! Each operation is judged alone, by the same rules and in the same order as when it runs
 //! on its own; only what resolutions entail is judged once for all of them, on the
@@ -57,6 +60,13 @@ const MAX_GATHERING: usize = 128;
 /// the database's CPU per task 0.71–0.99× in every pair, also with each flush made 1 ms
 /// slower; README).
 const LANES: usize = 2;
+
+/// How long a gathering keeps the next one from starting while it reads and judges. A lane
+/// takes its gathering only when the one before has gone on to its commit, so that each
+/// carries what queued meanwhile (without this, the two lanes split the queue between them);
+/// but a gathering waiting on a row lock (another server's transaction) lets the next start
+/// after this long, as two lanes independent of each other did.
+const PATIENCE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// An operation waiting to be written.
 pub(crate) struct Job {
@@ -120,27 +130,29 @@ impl Gatherer {
     }
 }
 
-/// Takes a gathering from the queue whenever this lane is free, and writes it.
+/// The queue, held by the one lane that is taking or preparing a gathering.
+type Baton = tokio::sync::OwnedMutexGuard<mpsc::UnboundedReceiver<Queued>>;
+
+/// Takes a gathering from the queue whenever this lane is free and no other lane is preparing
+/// one, and writes it.
 async fn run_lane(inner: Weak<PgInner>, jobs: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Queued>>>) {
     loop {
-        let gathering = {
-            let mut jobs = jobs.lock().await;
-            let Some(first) = jobs.recv().await else { return };
-            let mut gathering = vec![first];
-            while gathering.len() < MAX_GATHERING
-                && let Ok(job) = jobs.try_recv()
-            {
-                gathering.push(job);
-            }
-            gathering
-        };
+        let mut baton = Arc::clone(&jobs).lock_owned().await;
+        let Some(first) = baton.recv().await else { return };
+        let mut gathering = vec![first];
+        while gathering.len() < MAX_GATHERING
+            && let Ok(job) = baton.try_recv()
+        {
+            gathering.push(job);
+        }
         let Some(inner) = inner.upgrade() else { return };
-        write_gathering(&inner, gathering).await;
+        write_gathering(&inner, gathering, baton).await;
     }
 }
 
-/// Writes a gathering in one transaction, or each of its operations alone when that fails.
-async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>) {
+/// Writes a gathering in one transaction, or each of its operations alone when that fails;
+/// passes the `baton` on when it reaches its commit (or after [`PATIENCE`]).
+async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton) {
     let (mut jobs, mut claims) = (Vec::with_capacity(queued.len()), Vec::new());
     for item in queued {
         match item {
@@ -164,7 +176,22 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>) {
         }
     };
     let mut tx = PgTx::begin(client, Arc::clone(&inner.shared));
-    let outcome = match write_all(&mut tx, &gathered, &claims).await {
+    let mut baton = Some(baton);
+    let prepared = {
+        let prepare = write_all(&mut tx, &gathered, &claims);
+        tokio::pin!(prepare);
+        tokio::select! {
+            biased;
+            prepared = &mut prepare => prepared,
+            () = tokio::time::sleep(PATIENCE) => {
+                baton = None;
+                prepare.await
+            }
+        }
+    };
+    // The next lane gathers while this one commits (or, failed, runs each operation alone).
+    drop(baton);
+    let outcome = match prepared {
         Ok(outcomes) => tx.commit().await.map(|()| outcomes),
         Err(err) => Err(err),
     };
