@@ -391,15 +391,15 @@ async fn last_date_active(url: &str) -> i64 {
 }
 
 /// Another session's transaction holding what `lock` (a statement) takes until told to end.
-async fn hold_lock(url: &str, lock: &'static str) -> std::sync::mpsc::Sender<()> {
-    let url = url.to_owned();
+async fn hold_lock(url: &str, lock: &str) -> std::sync::mpsc::Sender<()> {
+    let (url, lock) = (url.to_owned(), lock.to_owned());
     let (held_tx, held_rx) = tokio::sync::oneshot::channel();
     let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
     // The blocking client lives and dies on a thread of its own.
     std::thread::spawn(move || {
         let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
         client.batch_execute("BEGIN").unwrap();
-        client.batch_execute(lock).unwrap();
+        client.batch_execute(&lock).unwrap();
         let _ = held_tx.send(());
         let _ = end_rx.recv();
         client.batch_execute("COMMIT").unwrap();
@@ -641,7 +641,7 @@ async fn a_gathering_waiting_for_a_row_lock_does_not_hold_back_the_next() {
     let at = Timestamp(1_767_225_600_000);
     create(&store, 1).await;
     // Another server's transaction holding task 1's row: a cancel of it waits in its gathering.
-    let end = hold_lock(&url, "SELECT 1 FROM tasks WHERE task_id = '00000001QxCxxxxxxxxxxA' FOR UPDATE").await;
+    let end = hold_lock(&url, &format!("SELECT 1 FROM tasks WHERE task_id = '{}' FOR UPDATE", task_id(1))).await;
     let cancel = {
         let store = store.clone();
         tokio::spawn(async move { store.apply(task_id(1), TaskCommand::Cancel, at).await })
