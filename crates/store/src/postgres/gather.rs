@@ -45,7 +45,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 
 use super::{PgInner, PgStore};
-use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
+use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_from_row, task_group_from_row};
 use crate::postgres::tx::{Known, PgTx};
 use crate::sqlite::row::TaskRow;
 use crate::sqlite::tx::json;
@@ -497,21 +497,8 @@ async fn claim_all(
             while runs.len() < request.count
                 && let Some(found) = rows.next()
             {
-                let row = task_from_row(found)?;
-                let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { continue };
-                if !taken.insert(row.task.task_id) {
-                    continue;
-                }
-                let definition = raw_json(found, N_TASK_COLUMNS)?;
-                let mark = tx.mark();
-                let (group, id) = (&request.worker_group, &request.worker_id);
-                match super::ops::claim_loaded(tx, row, definition, run_id, group, id, *now).await {
-                    Ok(claim) => runs.push(claim),
-                    // A run that stopped being claimable (deadline passed) is skipped; the
-                    // deadline will resolve it.
-                    Err(StoreError::Rejected(_)) if tx.undo(&mark) => {}
-                    Err(err) => return Err(err),
-                }
+                let fresh = |task_id| taken.insert(task_id);
+                runs.extend(super::ops::claim_found(tx, found, request, *now, fresh).await?);
             }
             claimed.push((index, runs, tx.events.len() - events_before));
         }

@@ -160,18 +160,34 @@ pub(crate) async fn claim_work(
     }
     let worker = json(&request.dimensions)?;
     let rows = tx.query(claimable(false), &[&request.task_queue_id, &(request.count as i64), &worker]).await?;
-    for found in rows {
-        let (row, definition) = (task_from_row(&found)?, raw_json(&found, N_TASK_COLUMNS)?);
-        let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { continue };
-        match claim_loaded(tx, row, definition, run_id, &request.worker_group, &request.worker_id, now).await {
-            Ok(claim) => claims.push(claim),
-            // A run that stopped being claimable (deadline passed) is skipped; the deadline
-            // will resolve it.
-            Err(StoreError::Rejected(_)) => {}
-            Err(err) => return Err(err),
-        }
+    for found in &rows {
+        claims.extend(claim_found(tx, found, request, now, |_| true).await?);
     }
     Ok(claims)
+}
+
+/// Claims, for the worker of `request`, the run of a task a [`claimable`] query `found`;
+/// none when the task has no run, `fresh` turns it down, or its run stopped being claimable
+/// (its deadline passed: the deadline will resolve it).
+pub(crate) async fn claim_found(
+    tx: &mut PgTx,
+    found: &Row,
+    request: &ClaimRequest,
+    now: Timestamp,
+    fresh: impl FnOnce(TaskId) -> bool,
+) -> Result<Option<Claim>, StoreError> {
+    let row = task_from_row(found)?;
+    let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { return Ok(None) };
+    if !fresh(row.task.task_id) {
+        return Ok(None);
+    }
+    let definition = raw_json(found, N_TASK_COLUMNS)?;
+    let mark = tx.mark();
+    match claim_loaded(tx, row, definition, run_id, &request.worker_group, &request.worker_id, now).await {
+        Ok(claim) => Ok(Some(claim)),
+        Err(StoreError::Rejected(_)) if tx.undo(&mark) => Ok(None),
+        Err(err) => Err(err),
+    }
 }
 
 /// The pending tasks of queue `$1` whose dimensions the worker's (`$3`, JSON) match, at most
@@ -212,7 +228,7 @@ pub(crate) async fn claim_run(
 }
 
 /// Claims run `run_id` of a task already loaded (and locked) with its definition.
-pub(crate) async fn claim_loaded(
+async fn claim_loaded(
     tx: &mut PgTx,
     mut row: TaskRow,
     definition: Box<serde_json::value::RawValue>,
