@@ -175,6 +175,10 @@ struct ServerArgs {
     /// postgres://shoal@db:5432/shoal [default: embedded SQLite under --data-dir].
     #[arg(long, env = "SHOAL_DATABASE_URL")]
     database: Option<String>,
+    /// Seconds a request waits for PostgreSQL to answer before failing with 503 (a database
+    /// that hangs, or a network gone silent) [default: 20].
+    #[arg(long, env = "SHOAL_DATABASE_TIMEOUT")]
+    database_timeout: Option<u64>,
     /// The schedulerId of task-graph tasks (`/api/scheduler/v1/`) [default: task-graph-scheduler].
     #[arg(long, env = "SHOAL_SCHEDULER_ID")]
     scheduler_id: Option<String>,
@@ -191,6 +195,7 @@ struct ServerConfig {
     root_url: Option<String>,
     amqp_url: Option<String>,
     database: Option<String>,
+    database_timeout: u64,
     scheduler_id: String,
 }
 
@@ -204,6 +209,7 @@ impl Default for ServerConfig {
             root_url: None,
             amqp_url: None,
             database: None,
+            database_timeout: 20,
             scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
         }
     }
@@ -229,6 +235,7 @@ impl ServerConfig {
         }
         let mut pg = PgConfig::new(url);
         pg.claim_timeout_secs = self.claim_timeout;
+        pg.request_timeout = std::time::Duration::from_secs(self.database_timeout);
         pg.graph_scheduler_id.clone_from(&self.scheduler_id);
         // The PostgreSQL client blocks: connect and migrate off the async threads.
         let store = tokio::task::spawn_blocking(move || PgStore::open(&pg))
@@ -269,6 +276,9 @@ impl ServerConfig {
         if let Some(database) = &args.database {
             config.database = Some(database.clone());
         }
+        if let Some(database_timeout) = args.database_timeout {
+            config.database_timeout = database_timeout;
+        }
         if let Some(scheduler_id) = &args.scheduler_id {
             config.scheduler_id.clone_from(scheduler_id);
         }
@@ -279,6 +289,7 @@ impl ServerConfig {
     fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!((1..=86_400).contains(&self.claim_timeout), "claim-timeout must be 1..=86400 seconds");
         anyhow::ensure!(self.claim_wait <= 300, "claim-wait must be 0..=300 seconds");
+        anyhow::ensure!((1..=600).contains(&self.database_timeout), "database-timeout must be 1..=600 seconds");
         anyhow::ensure!(
             shoal_engine::id::is_identifier(&self.scheduler_id),
             "scheduler-id must be 1 to 38 characters of [a-zA-Z0-9-_]"
@@ -486,6 +497,7 @@ mod tests {
             root_url: None,
             amqp_url: None,
             database: None,
+            database_timeout: None,
             scheduler_id: None,
         }
     }
@@ -511,6 +523,9 @@ mod tests {
         std::fs::write(&path, "claim-timeout = 0\n").unwrap();
         let err = ServerConfig::resolve(&args(Some(path.clone()), None)).unwrap_err();
         assert!(format!("{err:#}").contains("claim-timeout"), "{err:#}");
+        std::fs::write(&path, "database-timeout = 0\n").unwrap();
+        let err = ServerConfig::resolve(&args(Some(path.clone()), None)).unwrap_err();
+        assert!(format!("{err:#}").contains("database-timeout must be 1..=600"), "{err:#}");
         std::fs::write(&path, "colour = \"blue\"\n").unwrap();
         let err = ServerConfig::resolve(&args(Some(path), None)).unwrap_err();
         assert!(format!("{err:#}").contains("colour"), "{err:#}");

@@ -2,8 +2,8 @@
 //! when message ids are drawn in one order and committed in another, the plans of the
 //! write path as the tables grow, creates and reports written by one statement, the
 //! record of a queue's activity written once per interval, where a claimed task's row goes,
-//! claims written together with the other writes of a server, and a gathering stuck on a
-//! row lock not holding back the next.
+//! claims written together with the other writes of a server, a gathering stuck on a
+//! row lock not holding back the next, and requests given up on while the database hangs.
 
 mod support;
 
@@ -117,6 +117,11 @@ fn task_id(n: u32) -> TaskId {
 
 /// Task `n` of `group` (a shared group, as a decision task's graph is), or of its own.
 async fn create_in(store: &Store, n: u32, group: Option<TaskId>) {
+    try_create(store, n, group, &[]).await.unwrap();
+}
+
+/// Creates task `n` of `group` (or of its own) depending on `dependencies`.
+async fn try_create(store: &Store, n: u32, group: Option<TaskId>, dependencies: &[TaskId]) -> Result<(), StoreError> {
     let task_id = task_id(n);
     let mut definition = json!({
         "taskQueueId": "prov/wt",
@@ -128,9 +133,10 @@ async fn create_in(store: &Store, n: u32, group: Option<TaskId>) {
     if let Some(group) = group {
         definition["taskGroupId"] = json!(group.to_string());
     }
+    definition["dependencies"] = json!(dependencies.iter().map(ToString::to_string).collect::<Vec<_>>());
     let input: TaskDefinitionInput = serde_json::from_value(definition).unwrap();
     let at = Timestamp(1_767_225_600_000);
-    let _ = store.create_task(input.validate(task_id, at).unwrap(), task_id, at).await.unwrap();
+    store.create_task(input.validate(task_id, at).unwrap(), task_id, at).await.map(|_| ())
 }
 
 /// A claim of up to `count` tasks of the queue [`create`] fills.
@@ -654,4 +660,96 @@ async fn a_gathering_waiting_for_a_row_lock_does_not_hold_back_the_next() {
     end.send(()).unwrap();
     let cancelled = cancel.await.unwrap().expect("the cancel goes on once the row is free").value;
     assert_eq!(cancelled.state.as_str(), "exception");
+}
+
+/// A TCP proxy to the database that stops passing bytes on, both ways, while stalled, and
+/// keeps every connection open: a database that hangs, or a network gone silent.
+struct Stall {
+    url: String,
+    stalled: tokio::sync::watch::Sender<bool>,
+}
+
+impl Stall {
+    async fn start(url: &str) -> Stall {
+        let (base, database) = url.rsplit_once('/').unwrap();
+        let (user, target) = base.rsplit_once('@').unwrap();
+        let target = target.to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("{user}@{}/{database}", listener.local_addr().unwrap());
+        let (stalled, watch) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&target).await else { return };
+                let ((client_in, client_out), (server_in, server_out)) = (client.into_split(), server.into_split());
+                tokio::spawn(Stall::pump(client_in, server_out, watch.clone()));
+                tokio::spawn(Stall::pump(server_in, client_out, watch.clone()));
+            }
+        });
+        Stall { url, stalled }
+    }
+
+    /// Passes what `from` sends on to `to`, holding it while stalled.
+    async fn pump(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut stalled: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0; 64 * 1024];
+        while let Ok(n @ 1..) = from.read(&mut buf).await {
+            if stalled.wait_for(|stalled| !*stalled).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+async fn task_exists(store: &Store, n: u32) -> bool {
+    store.read(move |reads| reads.task(task_id(n))).await.unwrap().is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_are_given_up_on_while_the_database_hangs_and_nothing_unstarted_is_written_after() {
+    let url = fresh_database();
+    let proxy = Stall::start(&url).await;
+    let mut config = PgConfig::new(&proxy.url);
+    config.max_connections = 2;
+    config.request_timeout = std::time::Duration::from_millis(300);
+    // Longer than the stall lasts: the writes below that wait for a connection get one after it.
+    config.connect_timeout = std::time::Duration::from_secs(60);
+    let store = tokio::task::spawn_blocking(move || PgStore::open(&config)).await.unwrap().expect("open");
+    let store = Store::Postgres(store);
+    create(&store, 1).await;
+
+    proxy.stalled.send_replace(true);
+    // The guard only turns a hang (requests waiting for as long as the database does) into a failure.
+    let refused = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let unavailable = |result: Result<(), StoreError>| matches!(result, Err(StoreError::Unavailable(_)));
+        // Sent on the write pool's one open connection: it reaches the database after the stall
+        // and may yet be written (its caller was told the outcome is unknown).
+        assert!(unavailable(try_create(&store, 2, None, &[]).await), "create in flight");
+        // The other lane waits for a new connection; then nothing gathers until one frees.
+        assert!(unavailable(try_create(&store, 3, None, &[]).await), "create waiting for a connection");
+        assert!(unavailable(try_create(&store, 4, None, &[]).await), "create waiting for a lane");
+        // Not gathered (it has a dependency): a transaction of its own, waiting for a connection.
+        assert!(unavailable(try_create(&store, 5, None, &[task_id(1)]).await), "create alone");
+        let read = store.read(|reads| reads.task(task_id(1))).await;
+        assert!(matches!(read, Err(StoreError::Unavailable(_))), "read: {read:?}");
+    });
+    refused.await.expect("requests waited for a database that does not answer");
+
+    proxy.stalled.send_replace(false);
+    // What was held finishes first; until then a request may still be given up on (and is
+    // retried, as clients retry a 503).
+    let recovered = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Err(err) = try_create(&store, 6, None, &[]).await {
+            assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+        }
+    });
+    recovered.await.expect("writes work again");
+    assert!(task_exists(&store, 1).await && task_exists(&store, 6).await, "works again");
+    for n in [3, 4, 5] {
+        assert!(!task_exists(&store, n).await, "task {n} was written for a caller that had given up");
+    }
+    tokio::task::spawn_blocking(move || drop(store)).await.unwrap();
 }

@@ -89,6 +89,17 @@ enum Queued {
     Claim(ClaimJob),
 }
 
+impl Queued {
+    /// Whether its caller stopped waiting (it gave up on a database that did not answer, or
+    /// its client went away): nothing is written for it then.
+    fn abandoned(&self) -> bool {
+        match self {
+            Queued::Task(job) => job.reply.is_closed(),
+            Queued::Claim(job) => job.reply.is_closed(),
+        }
+    }
+}
+
 /// What a gathered operation does to its task.
 pub(crate) enum Op {
     /// Creates it (no dependencies).
@@ -145,6 +156,10 @@ async fn run_lane(inner: Weak<PgInner>, jobs: Arc<tokio::sync::Mutex<mpsc::Unbou
         {
             gathering.push(job);
         }
+        gathering.retain(|queued| !queued.abandoned());
+        if gathering.is_empty() {
+            continue;
+        }
         let Some(inner) = inner.upgrade() else { return };
         write_gathering(&inner, gathering, baton).await;
     }
@@ -162,7 +177,7 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton
     }
     // The same task twice in one gathering: the later ones run alone, after it.
     let mut seen = HashSet::with_capacity(jobs.len());
-    let (gathered, again): (Vec<Job>, Vec<Job>) = jobs.drain(..).partition(|job| seen.insert(job.task_id));
+    let (mut gathered, mut again): (Vec<Job>, Vec<Job>) = jobs.drain(..).partition(|job| seen.insert(job.task_id));
     let client = match inner.writer.get().await {
         Ok(client) => client,
         Err(err) => {
@@ -175,6 +190,13 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton
             return;
         }
     };
+    // Nothing is written for callers that gave up while a connection was awaited.
+    gathered.retain(|job| !job.reply.is_closed());
+    again.retain(|job| !job.reply.is_closed());
+    claims.retain(|job| !job.reply.is_closed());
+    if gathered.is_empty() && again.is_empty() && claims.is_empty() {
+        return;
+    }
     let mut tx = PgTx::begin(client, Arc::clone(&inner.shared));
     let mut baton = Some(baton);
     let prepared = {
@@ -261,6 +283,9 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton
 
 /// Runs an operation in a transaction of its own (answering its caller).
 fn alone(inner: &Arc<PgInner>, job: Job) {
+    if job.reply.is_closed() {
+        return;
+    }
     let store = PgStore { inner: Arc::clone(inner) };
     tokio::spawn(async move {
         let _ = job.reply.send(store.alone(job.task_id, job.op, job.now).await);
@@ -269,6 +294,9 @@ fn alone(inner: &Arc<PgInner>, job: Job) {
 
 /// Runs a claim in a transaction of its own (answering its caller).
 fn claim_alone(inner: &Arc<PgInner>, job: ClaimJob) {
+    if job.reply.is_closed() {
+        return;
+    }
     let store = PgStore { inner: Arc::clone(inner) };
     tokio::spawn(async move {
         let _ = job.reply.send(store.claim_alone(job.request, job.now).await);

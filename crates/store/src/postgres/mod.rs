@@ -60,7 +60,7 @@ pub const WAKE_ALL: &str = "*";
 const PLANNER_SETTINGS: &str = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off \
      -c enable_hashjoin=off -c enable_mergejoin=off -c jit=off";
 
-/// The connection options: [`PLANNER_SETTINGS`], then those `given` in the URL.
+/// The connection options: [`PLANNER_SETTINGS`], then those `given`.
 fn with_planner_settings(given: Option<&str>) -> String {
     match given {
         Some(given) => format!("{PLANNER_SETTINGS} {given}"),
@@ -68,8 +68,57 @@ fn with_planner_settings(given: Option<&str>) -> String {
     }
 }
 
+/// What the database lets a vanished or stuck server hold, sent on every connection.
+///
+/// A server machine that disappears (power, network) leaves its backends waiting on sockets
+/// nobody writes to, holding their row locks and, for the publishing server, the publishing
+/// lock: keepalive probes end them after ~25 s instead of the operating system's two hours,
+/// and unacknowledged answers after 30 s. A transaction left idle for a minute (a server
+/// process frozen mid-transaction) is ended too: Shoal's own never pause that long between
+/// statements. Options in the URL come after these, so they win.
+const SESSION_LIMITS: &str = "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 \
+     -c tcp_user_timeout=30000 -c idle_in_transaction_session_timeout=60s";
+
+/// The same limits on this side of each connection: a database that vanished is noticed
+/// after ~25 s of silence (or 30 s of unacknowledged requests) and its connections fail, so
+/// that requests get 503 and the listener reconnects, instead of waiting on a dead socket.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 3;
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+/// tokio-postgres' keepalive idle time when the URL names none.
+const DEFAULT_KEEPALIVE_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
+
+/// `config` with [`SESSION_LIMITS`] and this side's limits, where the URL set none of its own.
+fn with_session_limits(mut config: tokio_postgres::Config, connect_timeout: Duration) -> tokio_postgres::Config {
+    let options = match config.get_options() {
+        Some(given) => format!("{SESSION_LIMITS} {given}"),
+        None => SESSION_LIMITS.to_owned(),
+    };
+    config.options(&options).keepalives(true);
+    if config.get_keepalives_idle() == DEFAULT_KEEPALIVE_IDLE {
+        config.keepalives_idle(KEEPALIVE_IDLE);
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(KEEPALIVE_INTERVAL);
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(KEEPALIVE_RETRIES);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(connect_timeout);
+    }
+    config
+}
+
 /// How long settling waits for a transaction that drew an outbox id to end.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a request waits for the database by default: less than the 30 s after which
+/// Taskcluster's clients give up on a call, so that they get a 503 they retry instead.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// Attempts of an operation that lost a deadlock or serialization race.
 const MAX_ATTEMPTS: usize = 5;
 
@@ -86,6 +135,9 @@ pub struct PgConfig {
     pub max_connections: u32,
     /// How long a request waits for a connection before failing as unavailable.
     pub connect_timeout: Duration,
+    /// How long a request waits for the database to answer before failing as unavailable
+    /// (a database that hangs, or a network that went silent).
+    pub request_timeout: Duration,
     /// Seconds a claim holds before it must be renewed.
     pub claim_timeout_secs: i64,
     /// The task-graph scheduler's id, set on every graph task.
@@ -100,16 +152,18 @@ impl PgConfig {
             url: url.to_owned(),
             max_connections: 32,
             connect_timeout: Duration::from_secs(5),
+            request_timeout: REQUEST_TIMEOUT,
             claim_timeout_secs: 1200,
             graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
         }
     }
 
-    /// The URL parsed, as the asynchronous client takes it.
+    /// The URL parsed, as the asynchronous client takes it, with the [`SESSION_LIMITS`].
     fn parsed(&self) -> Result<tokio_postgres::Config, StoreError> {
-        self.url.parse().map_err(|err| {
+        let config = self.url.parse().map_err(|err| {
             StoreError::Other(format!("database: must be a postgres://user@host:port/database URL ({err})"))
-        })
+        })?;
+        Ok(with_session_limits(config, self.connect_timeout))
     }
 
     fn client_config(&self) -> Result<postgres::Config, StoreError> {
@@ -283,6 +337,8 @@ struct PgInner {
     listening: Arc<std::sync::atomic::AtomicBool>,
     /// Where creates and task commands are gathered, started with the first (inside the runtime).
     gatherer: std::sync::OnceLock<gather::Gatherer>,
+    /// How long a request waits for the database.
+    request_timeout: Duration,
 }
 
 impl Drop for PgInner {
@@ -349,6 +405,7 @@ impl PgStore {
             publishing,
             listening,
             gatherer: std::sync::OnceLock::new(),
+            request_timeout: config.request_timeout,
         };
         Ok(PgStore { inner: Arc::new(inner) })
     }
@@ -366,9 +423,21 @@ impl PgStore {
         self.inner.wake.subscribe()
     }
 
+    /// Waits for `work` on the database at most the request timeout, then gives up on it as
+    /// unavailable: a database that hangs (its disk stalled, its process frozen) or a network
+    /// that went silent would otherwise hold every request until it came back. What was
+    /// already sent finishes or fails on its own; what had not yet started is dropped.
+    async fn within<T>(&self, work: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        let timeout = self.inner.request_timeout;
+        tokio::time::timeout(timeout, work).await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(format!("the database did not answer within {} ms", timeout.as_millis())))
+        })
+    }
+
     /// Runs `op` on `args` in one transaction, retrying it when it lost a race to another
     /// server or found its connection dead before committing. It runs to its end even when
-    /// the caller stops waiting (a connection must not go back to the pool mid-transaction).
+    /// the caller stops waiting (a connection must not go back to the pool mid-transaction),
+    /// but does not start an attempt for a caller that has gone.
     async fn write<A, T, F>(&self, args: A, op: F) -> Result<Committed<T>, StoreError>
     where
         A: Send + Sync + 'static,
@@ -376,17 +445,24 @@ impl PgStore {
         F: for<'t> Fn(&'t mut PgTx, &'t A) -> TxFuture<'t, T> + Send + Sync + 'static,
     {
         let inner = Arc::clone(&self.inner);
+        let (reply, answer) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let (mut attempt, mut lost) = (1, 0);
-            loop {
-                let client = inner.writer.get().await.map_err(unavailable)?;
+            let result = loop {
+                let client = match inner.writer.get().await {
+                    Ok(client) => client,
+                    Err(err) => break Err(unavailable(err)),
+                };
+                if reply.is_closed() {
+                    return;
+                }
                 let mut tx = PgTx::begin(client, Arc::clone(&inner.shared));
                 let result = match op(&mut tx, &args).await {
                     Ok(value) => tx.commit().await.map(|()| value),
                     Err(err) => Err(err),
                 };
                 let err = match result {
-                    Ok(value) => return Ok(inner.committed(value, tx)),
+                    Ok(value) => break Ok(inner.committed(value, tx)),
                     Err(err) => err,
                 };
                 match err {
@@ -407,17 +483,17 @@ impl PgStore {
                     }
                     StoreError::Unavailable(text) => {
                         tx.discard();
-                        return Err(StoreError::Unavailable(text));
+                        break Err(StoreError::Unavailable(text));
                     }
                     err => {
                         tx.rollback().await;
-                        return Err(err);
+                        break Err(err);
                     }
                 }
-            }
-        })
-        .await
-        .map_err(|err| StoreError::Other(format!("write task failed: {err}")))?
+            };
+            let _ = reply.send(result);
+        });
+        self.within(async { answer.await.map_err(|_| StoreError::Other("the write task failed".into()))? }).await
     }
 
     /// Creates a task; one without dependencies is gathered with the writes that arrive with
@@ -448,7 +524,12 @@ impl PgStore {
     ) -> Result<Committed<TaskStatus>, StoreError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         match self.gatherer().submit(gather::Job { task_id, op, now, reply }) {
-            Ok(()) => answer.await.map_err(|_| StoreError::Other("the operation was dropped unanswered".into()))?,
+            Ok(()) => {
+                self.within(async {
+                    answer.await.map_err(|_| StoreError::Other("the operation was dropped unanswered".into()))?
+                })
+                .await
+            }
             Err(job) => self.alone(job.task_id, job.op, job.now).await,
         }
     }
@@ -530,7 +611,12 @@ impl PgStore {
     ) -> Result<Committed<Vec<Claim>>, StoreError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         match self.gatherer().submit_claim(gather::ClaimJob { request, now, reply }) {
-            Ok(()) => answer.await.map_err(|_| StoreError::Other("the claim was dropped unanswered".into()))?,
+            Ok(()) => {
+                self.within(async {
+                    answer.await.map_err(|_| StoreError::Other("the claim was dropped unanswered".into()))?
+                })
+                .await
+            }
             Err(job) => self.claim_alone(job.request, job.now).await,
         }
     }
@@ -635,7 +721,7 @@ impl PgStore {
         F: Fn(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
+        let read = tokio::task::spawn_blocking(move || {
             let mut attempt = 1;
             loop {
                 let mut client = inner.pool.get()?;
@@ -655,22 +741,21 @@ impl PgStore {
                     result => return result,
                 }
             }
-        })
-        .await
-        .map_err(|err| StoreError::Other(format!("read task failed: {err}")))?
+        });
+        self.within(async { read.await.map_err(|err| StoreError::Other(format!("read task failed: {err}")))? }).await
     }
 
     /// Waits until every message committed before the call (by any server) is in this
     /// server's feed: positioned, and tailed.
     pub(crate) async fn settle_outbox(&self) -> Result<(), StoreError> {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || {
+        let settle = tokio::task::spawn_blocking(move || {
             let mut conn = inner.pool.get()?;
             outbox::sequence_all(&mut conn, SETTLE_PATIENCE)?;
             inner.tail.catch_up(&mut conn)
-        })
-        .await
-        .map_err(|err| StoreError::Other(format!("settle task failed: {err}")))?
+        });
+        self.within(async { settle.await.map_err(|err| StoreError::Other(format!("settle task failed: {err}")))? })
+            .await
     }
 
     /// Waits until this server is the one publishing (one server at a time does); returns
@@ -698,9 +783,8 @@ impl PgStore {
         F: FnOnce(&mut postgres::Client) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || query(&mut inner.pool.get()?.client))
-            .await
-            .map_err(|err| StoreError::Other(format!("read task failed: {err}")))?
+        let read = tokio::task::spawn_blocking(move || query(&mut inner.pool.get()?.client));
+        self.within(async { read.await.map_err(|err| StoreError::Other(format!("read task failed: {err}")))? }).await
     }
 
     /// Positions what this server staged, so its messages are ready for whoever publishes.
@@ -784,6 +868,23 @@ mod tests {
         assert_eq!(with_planner_settings(None), PLANNER_SETTINGS);
         let options = with_planner_settings(Some("-c jit=on"));
         assert!(options.starts_with(PLANNER_SETTINGS) && options.ends_with(" -c jit=on"), "{options}");
+    }
+
+    #[test]
+    fn connections_carry_the_session_limits_unless_the_url_sets_its_own() {
+        let config = PgConfig::new("postgres://shoal@db:5432/shoal").parsed().unwrap();
+        assert_eq!(config.get_options(), Some(SESSION_LIMITS));
+        assert_eq!(config.get_keepalives_idle(), KEEPALIVE_IDLE);
+        assert_eq!(config.get_keepalives_interval(), Some(KEEPALIVE_INTERVAL));
+        assert_eq!(config.get_keepalives_retries(), Some(KEEPALIVE_RETRIES));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&TCP_USER_TIMEOUT));
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(5)));
+        let url = "postgres://shoal@db:5432/shoal?keepalives_idle=60&tcp_user_timeout=5&options=-c%20tcp_keepalives_idle%3D99";
+        let config = PgConfig::new(url).parsed().unwrap();
+        let options = config.get_options().unwrap();
+        assert!(options.starts_with(SESSION_LIMITS) && options.ends_with(" -c tcp_keepalives_idle=99"), "{options}");
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(60));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(5)));
     }
 
     #[test]
