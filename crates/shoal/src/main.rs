@@ -233,16 +233,22 @@ impl ServerConfig {
                 "database: must be a postgres:// URL (leave it out for the embedded SQLite database under data-dir)"
             );
         }
-        let mut pg = PgConfig::new(url);
-        pg.claim_timeout_secs = self.claim_timeout;
-        pg.request_timeout = std::time::Duration::from_secs(self.database_timeout);
-        pg.graph_scheduler_id.clone_from(&self.scheduler_id);
+        let pg = self.pg_config(url);
         // The PostgreSQL client blocks: connect and migrate off the async threads.
         let store = tokio::task::spawn_blocking(move || PgStore::open(&pg))
             .await
             .context("opening the database")?
             .context("opening the PostgreSQL database")?;
         Ok(Store::Postgres(store))
+    }
+
+    /// The PostgreSQL backend's settings for the database at `url`.
+    fn pg_config(&self, url: &str) -> PgConfig {
+        let mut pg = PgConfig::new(url);
+        pg.claim_timeout_secs = self.claim_timeout;
+        pg.request_timeout = Duration::from_secs(self.database_timeout);
+        pg.graph_scheduler_id.clone_from(&self.scheduler_id);
+        pg
     }
 
     /// Defaults, then the file, then environment and flags.
@@ -514,6 +520,14 @@ mod tests {
         assert_eq!(config.claim_timeout, 1200, "unset keys keep their defaults");
         let config = ServerConfig::resolve(&args(Some(path), Some("127.0.0.1:1"))).unwrap();
         assert_eq!(config.listen.port(), 1);
+    }
+
+    #[test]
+    fn the_database_settings_reach_the_store() {
+        let mut args = args(None, None);
+        (args.database_timeout, args.claim_timeout) = (Some(3), Some(60));
+        let pg = ServerConfig::resolve(&args).unwrap().pg_config("postgres://shoal@db/shoal");
+        assert_eq!((pg.request_timeout, pg.claim_timeout_secs), (Duration::from_secs(3), 60));
     }
 
     #[test]

@@ -6,19 +6,7 @@
 mod pg;
 mod support;
 
-use serde_json::json;
 use shoal_client::Client;
-
-fn definition() -> serde_json::Value {
-    let now = shoal_client::now();
-    json!({
-        "taskQueueId": "outage/linux",
-        "created": now.to_string(),
-        "deadline": now.plus_secs(3600).to_string(),
-        "payload": {},
-        "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
-    })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_get_503_while_the_database_is_away_and_work_again_after() {
@@ -27,13 +15,18 @@ async fn requests_get_503_while_the_database_is_away_and_work_again_after() {
     let (_server, root) = support::start_server(dir.path(), &["--database", &url]).await;
     let client = Client::new(&root).unwrap();
     let before = slugid::nice();
-    client.create_task(&before, &definition()).await.expect("created while the database is up");
+    client.create_task(&before, &support::plain_task("outage/linux")).await.expect("created while the database is up");
 
     tokio::task::spawn_blocking(|| pg::control("pause")).await.unwrap();
     // One plain request each (the client would retry a 503 a few times, as Taskcluster's do).
     let http = reqwest::Client::new();
     let during = slugid::nice();
-    let refused = http.put(format!("{root}/api/queue/v1/task/{during}")).json(&definition()).send().await.unwrap();
+    let refused = http
+        .put(format!("{root}/api/queue/v1/task/{during}"))
+        .json(&support::plain_task("outage/linux"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(refused.status().as_u16(), 503, "refused while the database is away");
     let body: serde_json::Value = refused.json().await.unwrap();
     assert_eq!(body["code"], "ServiceUnavailable", "{body}");
@@ -45,7 +38,7 @@ async fn requests_get_503_while_the_database_is_away_and_work_again_after() {
     let status = client.task_status(&before).await.expect("reads work again");
     assert_eq!(status.task_id.to_string(), before);
     let after = slugid::nice();
-    client.create_task(&after, &definition()).await.expect("writes work again");
+    client.create_task(&after, &support::plain_task("outage/linux")).await.expect("writes work again");
     let err = client.task_status(&during).await.expect_err("nothing of the refused create was kept");
     assert_eq!(err.status().map(|status| status.as_u16()), Some(404), "{err}");
 

@@ -15,7 +15,7 @@ use shoal_engine::task::Resolution;
 use shoal_engine::{TaskId, Timestamp};
 use shoal_store::outbox::Next;
 use shoal_store::{ClaimRequest, PgConfig, PgPool, PgStore, Store, StoreError, TaskCommand, migrate_postgres};
-use support::postgres::fresh_database;
+use support::postgres::{Stall, fresh_database};
 
 #[test]
 fn servers_starting_at_once_migrate_exactly_once() {
@@ -660,48 +660,6 @@ async fn a_gathering_waiting_for_a_row_lock_does_not_hold_back_the_next() {
     end.send(()).unwrap();
     let cancelled = cancel.await.unwrap().expect("the cancel goes on once the row is free").value;
     assert_eq!(cancelled.state.as_str(), "exception");
-}
-
-/// A TCP proxy to the database that stops passing bytes on, both ways, while stalled, and
-/// keeps every connection open: a database that hangs, or a network gone silent.
-struct Stall {
-    url: String,
-    stalled: tokio::sync::watch::Sender<bool>,
-}
-
-impl Stall {
-    async fn start(url: &str) -> Stall {
-        let (base, database) = url.rsplit_once('/').unwrap();
-        let (user, target) = base.rsplit_once('@').unwrap();
-        let target = target.to_owned();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("{user}@{}/{database}", listener.local_addr().unwrap());
-        let (stalled, watch) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = tokio::net::TcpStream::connect(&target).await else { return };
-                let ((client_in, client_out), (server_in, server_out)) = (client.into_split(), server.into_split());
-                tokio::spawn(Stall::pump(client_in, server_out, watch.clone()));
-                tokio::spawn(Stall::pump(server_in, client_out, watch.clone()));
-            }
-        });
-        Stall { url, stalled }
-    }
-
-    /// Passes what `from` sends on to `to`, holding it while stalled.
-    async fn pump(
-        mut from: tokio::net::tcp::OwnedReadHalf,
-        mut to: tokio::net::tcp::OwnedWriteHalf,
-        mut stalled: tokio::sync::watch::Receiver<bool>,
-    ) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut buf = vec![0; 64 * 1024];
-        while let Ok(n @ 1..) = from.read(&mut buf).await {
-            if stalled.wait_for(|stalled| !*stalled).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
-                return;
-            }
-        }
-    }
 }
 
 async fn task_exists(store: &Store, n: u32) -> bool {

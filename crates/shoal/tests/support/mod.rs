@@ -24,3 +24,16 @@ pub(crate) async fn start_server(data_dir: &Path, extra_args: &[&str]) -> (Child
     let root = line.split("rootUrl ").nth(1).expect("rootUrl in the listening line").trim_end_matches(')');
     (child, root.to_owned())
 }
+
+/// A task definition on `queue` with an empty payload, created now, due in an hour.
+#[allow(dead_code)]
+pub(crate) fn plain_task(queue: &str) -> serde_json::Value {
+    let now = shoal_client::now();
+    serde_json::json!({
+        "taskQueueId": queue,
+        "created": now.to_string(),
+        "deadline": now.plus_secs(3600).to_string(),
+        "payload": {},
+        "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
+    })
+}

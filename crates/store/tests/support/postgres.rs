@@ -67,3 +67,48 @@ pub(crate) fn control(command: &str) {
     let out = std::process::Command::new(script()).arg(command).arg(cluster_dir()).output().expect("scripts/postgres");
     assert!(out.status.success(), "postgres {command}: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A TCP proxy to the database that stops passing bytes on, both ways, while stalled, and
+/// keeps every connection open: a database that hangs, or a network gone silent.
+#[allow(dead_code)]
+pub(crate) struct Stall {
+    pub(crate) url: String,
+    pub(crate) stalled: tokio::sync::watch::Sender<bool>,
+}
+
+#[allow(dead_code)]
+impl Stall {
+    /// Starts a proxy to the database at `url`; connect to its `url` instead.
+    pub(crate) async fn start(url: &str) -> Stall {
+        let (base, database) = url.rsplit_once('/').unwrap();
+        let (user, target) = base.rsplit_once('@').unwrap();
+        let target = target.to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("{user}@{}/{database}", listener.local_addr().unwrap());
+        let (stalled, watch) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&target).await else { return };
+                let ((client_in, client_out), (server_in, server_out)) = (client.into_split(), server.into_split());
+                tokio::spawn(Stall::pump(client_in, server_out, watch.clone()));
+                tokio::spawn(Stall::pump(server_in, client_out, watch.clone()));
+            }
+        });
+        Stall { url, stalled }
+    }
+
+    /// Passes what `from` sends on to `to`, holding it while stalled.
+    async fn pump(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        mut stalled: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0; 64 * 1024];
+        while let Ok(n @ 1..) = from.read(&mut buf).await {
+            if stalled.wait_for(|stalled| !*stalled).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+}
