@@ -194,7 +194,10 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton
     gathered.retain(|job| !job.reply.is_closed());
     again.retain(|job| !job.reply.is_closed());
     claims.retain(|job| !job.reply.is_closed());
-    if gathered.is_empty() && again.is_empty() && claims.is_empty() {
+    if gathered.is_empty() && claims.is_empty() {
+        for job in again {
+            alone(inner, job);
+        }
         return;
     }
     let mut tx = PgTx::begin(client, Arc::clone(&inner.shared));
