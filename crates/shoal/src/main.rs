@@ -209,7 +209,7 @@ impl Default for ServerConfig {
             root_url: None,
             amqp_url: None,
             database: None,
-            database_timeout: 20,
+            database_timeout: shoal_store::PG_REQUEST_TIMEOUT.as_secs(),
             scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
         }
     }

@@ -12,7 +12,10 @@ mod sqlite;
 mod types;
 
 pub use graph::{GraphNode, GraphRecord, GraphRequest};
-pub use postgres::{PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, WAKE_ALL, migrate as migrate_postgres};
+pub use postgres::{
+    PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, REQUEST_TIMEOUT as PG_REQUEST_TIMEOUT, WAKE_ALL,
+    migrate as migrate_postgres,
+};
 pub use sqlite::{SqliteConfig, SqliteStore};
 pub use types::*;
 

@@ -60,11 +60,11 @@ pub const WAKE_ALL: &str = "*";
 const PLANNER_SETTINGS: &str = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off \
      -c enable_hashjoin=off -c enable_mergejoin=off -c jit=off";
 
-/// The connection options: [`PLANNER_SETTINGS`], then those `given`.
-fn with_planner_settings(given: Option<&str>) -> String {
+/// Connection options: `first`, then those `given` (which win where both set a value).
+fn options_after(first: &str, given: Option<&str>) -> String {
     match given {
-        Some(given) => format!("{PLANNER_SETTINGS} {given}"),
-        None => PLANNER_SETTINGS.to_owned(),
+        Some(given) => format!("{first} {given}"),
+        None => first.to_owned(),
     }
 }
 
@@ -91,10 +91,7 @@ const DEFAULT_KEEPALIVE_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
 
 /// `config` with [`SESSION_LIMITS`] and this side's limits, where the URL set none of its own.
 fn with_session_limits(mut config: tokio_postgres::Config, connect_timeout: Duration) -> tokio_postgres::Config {
-    let options = match config.get_options() {
-        Some(given) => format!("{SESSION_LIMITS} {given}"),
-        None => SESSION_LIMITS.to_owned(),
-    };
+    let options = options_after(SESSION_LIMITS, config.get_options());
     config.options(&options).keepalives(true);
     if config.get_keepalives_idle() == DEFAULT_KEEPALIVE_IDLE {
         config.keepalives_idle(KEEPALIVE_IDLE);
@@ -118,7 +115,7 @@ fn with_session_limits(mut config: tokio_postgres::Config, connect_timeout: Dura
 const SETTLE_PATIENCE: Duration = Duration::from_secs(10);
 /// How long a request waits for the database by default: less than the 30 s after which
 /// Taskcluster's clients give up on a call, so that they get a 503 they retry instead.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// Attempts of an operation that lost a deadlock or serialization race.
 const MAX_ATTEMPTS: usize = 5;
 
@@ -172,7 +169,7 @@ impl PgConfig {
 
     fn manager(&self) -> Result<Manager, StoreError> {
         let mut config = self.client_config()?;
-        let options = with_planner_settings(config.get_options());
+        let options = options_after(PLANNER_SETTINGS, config.get_options());
         config.options(&options);
         Ok(Manager(PostgresConnectionManager::new(config, NoTls)))
     }
@@ -180,7 +177,7 @@ impl PgConfig {
     /// The pool of asynchronous connections the write operations run on.
     fn writer(&self) -> Result<deadpool_postgres::Pool, StoreError> {
         let mut config = self.parsed()?;
-        config.options(with_planner_settings(config.get_options()));
+        config.options(options_after(PLANNER_SETTINGS, config.get_options()));
         // A connection found closed is dropped (not tested with a query per checkout: a
         // round trip per request); one that dies while idle fails its request's first
         // statement, which is then retried on another.
@@ -865,8 +862,8 @@ mod tests {
 
     #[test]
     fn options_in_the_url_come_after_the_planner_settings_so_they_win() {
-        assert_eq!(with_planner_settings(None), PLANNER_SETTINGS);
-        let options = with_planner_settings(Some("-c jit=on"));
+        assert_eq!(options_after(PLANNER_SETTINGS, None), PLANNER_SETTINGS);
+        let options = options_after(PLANNER_SETTINGS, Some("-c jit=on"));
         assert!(options.starts_with(PLANNER_SETTINGS) && options.ends_with(" -c jit=on"), "{options}");
     }
 
