@@ -6,9 +6,10 @@
 //! task commands (reports, reruns, cancels, reclaims, priority changes) and claims
 //! (claimWork) that arrive while its previous gathering is being written, and writes them in
 //! one transaction of two round trips. The first reads: one statement locks every commanded
-//! task (in id order) and one every group the gathering touches (in id order); when reports
-//! or cancels are among the commands, two more read their groups and ask what resolving them
-//! would entail (which of their groups hold other unresolved tasks, who waits on them); one
+//! task (in id order) and one every group the gathering touches (in id order; claims alone
+//! touch none); when reports or cancels are among the commands, two more read their groups
+//! and ask what resolving them would entail (which of their groups hold other unresolved
+//! tasks, who waits on them); one
 //! reads the created tasks that exist already; and one per queue and set of dimensions finds
 //! what the claims there can take (`SKIP LOCKED`, so never waiting on a lock), handed to them
 //! in the order they came. The second writes: one statement inserts every new row, updates
@@ -399,7 +400,12 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
     if !commanded.is_empty() {
         queries.push((&lock_tasks, &commanded_params));
     }
-    queries.push((&lock_groups, &touched_params));
+    // A gathering of claims alone touches no group: a statement saved on every claimWork
+    // that finds its worker waiting, and on the wake-up's path.
+    let touches_groups = !commanded.is_empty() || !group_ids.is_empty();
+    if touches_groups {
+        queries.push((&lock_groups, &touched_params));
+    }
     if !commanded.is_empty() && resolving {
         queries.push((&commanded_groups, &commanded_params));
         queries.push((around, &commanded_params));
@@ -420,9 +426,11 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
         }
     }
     let mut upserted: HashMap<TaskId, TaskGroup> = HashMap::with_capacity(group_ids.len());
-    for row in &answers.next().unwrap_or_default() {
-        let group = task_group_from_row(row)?;
-        upserted.insert(group.task_group_id, group);
+    if touches_groups {
+        for row in &answers.next().unwrap_or_default() {
+            let group = task_group_from_row(row)?;
+            upserted.insert(group.task_group_id, group);
+        }
     }
     if !commanded.is_empty() && resolving {
         let locked = answers.next().unwrap_or_default();
