@@ -9,12 +9,11 @@
 //! task (in id order) and one every group the gathering touches (in id order; claims alone
 //! touch none); when reports or cancels are among the commands, two more read their groups
 //! and ask what resolving them would entail (which of their groups hold other unresolved
-//! tasks, who waits on them); one
-//! reads the created tasks that exist already; and one per queue and set of dimensions finds
-//! what the claims there can take (`SKIP LOCKED`, so never waiting on a lock), handed to them
-//! in the order they came. The second writes: one statement inserts every new row, updates
-//! every changed row and stages the messages (`PgTx::lower`), and the COMMIT. Two lanes
-//! take gatherings from one queue, one at a time: a lane takes the next gathering once the
+//! tasks, who waits on them); one reads the created tasks that exist already; and one per
+//! queue and set of dimensions finds what the claims there can take (`SKIP LOCKED`, so never
+//! waiting on a lock), handed to them in the order they came. The second writes: one
+//! statement inserts every new row, updates every changed row and stages the messages
+//! (`PgTx::lower`), and the COMMIT. Two lanes take gatherings from one queue, one at a time: a lane takes the next gathering once the
 //! one before has been read and judged and goes on to its commit, so while a gathering is
 //! written (most of it waiting for its commit to reach the disk) the next fills and is
 //! prepared, and the busier the server, the more each transaction carries, as group commit
