@@ -431,6 +431,18 @@ impl PgStore {
         })
     }
 
+    /// Runs blocking `work` (`what`, for the error) on a blocking thread, [`within`](Self::within)
+    /// the request timeout.
+    async fn blocking<T, F>(&self, what: &str, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&PgInner) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let task = tokio::task::spawn_blocking(move || work(&inner));
+        self.within(async { task.await.map_err(|err| StoreError::Other(format!("{what} task failed: {err}")))? }).await
+    }
+
     /// Runs `op` on `args` in one transaction, retrying it when it lost a race to another
     /// server or found its connection dead before committing. It runs to its end even when
     /// the caller stops waiting (a connection must not go back to the pool mid-transaction),
@@ -717,8 +729,7 @@ impl PgStore {
         T: Send + 'static,
         F: Fn(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
     {
-        let inner = Arc::clone(&self.inner);
-        let read = tokio::task::spawn_blocking(move || {
+        self.blocking("read", move |inner| {
             let mut attempt = 1;
             loop {
                 let mut client = inner.pool.get()?;
@@ -738,21 +749,19 @@ impl PgStore {
                     result => return result,
                 }
             }
-        });
-        self.within(async { read.await.map_err(|err| StoreError::Other(format!("read task failed: {err}")))? }).await
+        })
+        .await
     }
 
     /// Waits until every message committed before the call (by any server) is in this
     /// server's feed: positioned, and tailed.
     pub(crate) async fn settle_outbox(&self) -> Result<(), StoreError> {
-        let inner = Arc::clone(&self.inner);
-        let settle = tokio::task::spawn_blocking(move || {
+        self.blocking("settle", |inner| {
             let mut conn = inner.pool.get()?;
             outbox::sequence_all(&mut conn, SETTLE_PATIENCE)?;
             inner.tail.catch_up(&mut conn)
-        });
-        self.within(async { settle.await.map_err(|err| StoreError::Other(format!("settle task failed: {err}")))? })
-            .await
+        })
+        .await
     }
 
     /// Waits until this server is the one publishing (one server at a time does); returns
@@ -779,9 +788,7 @@ impl PgStore {
         T: Send + 'static,
         F: FnOnce(&mut postgres::Client) -> Result<T, StoreError> + Send + 'static,
     {
-        let inner = Arc::clone(&self.inner);
-        let read = tokio::task::spawn_blocking(move || query(&mut inner.pool.get()?.client));
-        self.within(async { read.await.map_err(|err| StoreError::Other(format!("read task failed: {err}")))? }).await
+        self.blocking("read", move |inner| query(&mut inner.pool.get()?.client)).await
     }
 
     /// Positions what this server staged, so its messages are ready for whoever publishes.
