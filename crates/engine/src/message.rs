@@ -118,6 +118,22 @@ pub struct Message {
     pub body: String,
 }
 
+impl Message {
+    /// The run this message says ended (completed, failed or exception), read from its
+    /// primary routing key (`primary.<taskId>.<runId>...`).
+    #[must_use]
+    pub fn ended_run(&self) -> Option<(TaskId, u32)> {
+        if !matches!(self.exchange, Exchange::TaskCompleted | Exchange::TaskFailed | Exchange::TaskException) {
+            return None;
+        }
+        let mut words = self.routing_key.split('.');
+        let (Some("primary"), Some(task_id), Some(run_id)) = (words.next(), words.next(), words.next()) else {
+            return None;
+        };
+        Some((TaskId::parse(task_id)?, run_id.parse().ok()?))
+    }
+}
+
 /// The body of every task message; absent fields are left out, as Taskcluster does.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -450,6 +466,24 @@ mod tests {
         assert_eq!(completed["workerId"], "w1");
         assert!(completed.get("takenUntil").is_none());
         assert_eq!(completed["task"]["tags"]["kind"], "build");
+    }
+
+    #[test]
+    fn only_resolutions_name_an_ended_run() {
+        let mut task = task(&[]);
+        let task_id = task.task_id;
+        assert_eq!(task_messages(&task, &[Event::Defined])[0].ended_run(), None);
+        let effects = task.schedule(at(1)).unwrap();
+        assert_eq!(task_messages(&task, &effects.0)[0].ended_run(), None, "pending");
+        let effects = task.claim(0, "wg", "w1", at(2), 1200).unwrap();
+        assert_eq!(task_messages(&task, &effects.0)[0].ended_run(), None, "running");
+        let effects = task.resolve(0, Resolution::Failed, at(3)).unwrap();
+        assert_eq!(task_messages(&task, &effects.0)[0].ended_run(), Some((task_id, 0)));
+        let effects = task.rerun(at(4)).unwrap();
+        assert!(task_messages(&task, &effects.0).iter().all(|message| message.ended_run().is_none()), "rerun");
+        let _ = task.claim(1, "wg", "w1", at(5), 1200).unwrap();
+        let effects = task.exceed_deadline(at(3601)).unwrap();
+        assert_eq!(task_messages(&task, &effects.0)[0].ended_run(), Some((task_id, 1)), "deadline");
     }
 
     #[test]

@@ -81,6 +81,10 @@ impl Queue {
         let queue = Queue { inner: Arc::new(inner) };
         if let Some(elsewhere) = elsewhere {
             tokio::spawn(wake_on_remote_work(Arc::downgrade(&queue.inner), elsewhere));
+            // A run may end through another server (its report sent there, its claim expiry
+            // or deadline fired there): the feed carries every server's messages.
+            let tap = queue.inner.store.outbox().tap();
+            tokio::spawn(end_logs_of_runs_ended_elsewhere(Arc::downgrade(&queue.inner), tap));
         }
         queue
     }
@@ -343,6 +347,38 @@ impl Queue {
     pub async fn fire_due(&self, at: Timestamp, limit: usize) -> Result<usize, StoreError> {
         let committed = self.inner.store.fire_due(at, limit).await?;
         Ok(self.committed(committed))
+    }
+}
+
+/// Ends the live logs followed here whose runs ended through any server; ends with the queue.
+async fn end_logs_of_runs_ended_elsewhere(
+    queue: std::sync::Weak<Inner>,
+    mut feed: tokio::sync::broadcast::Receiver<Arc<shoal_store::outbox::OutboxEntry>>,
+) {
+    loop {
+        let received = feed.recv().await;
+        let Some(inner) = queue.upgrade() else { return };
+        match received {
+            Ok(entry) => {
+                if let Some((task_id, run_id)) = entry.message.ended_run() {
+                    inner.live.finish(task_id, run_id);
+                }
+            }
+            // Missed some: ask the store about every run followed here.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                let queue = Queue { inner };
+                for (task_id, run_id) in queue.inner.live.open() {
+                    match queue.run(task_id, run_id).await {
+                        Ok(run) if !run.state.is_resolved() => {}
+                        // Resolved, or no such task or run any more.
+                        Ok(_) | Err(StoreError::Rejected(_)) => queue.inner.live.finish(task_id, run_id),
+                        // The database is away: the next lag or ended run looks again.
+                        Err(_) => {}
+                    }
+                }
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
     }
 }
 

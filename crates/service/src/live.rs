@@ -50,6 +50,11 @@ impl LiveLogs {
         (log, true)
     }
 
+    /// The runs whose logs are being written or followed now.
+    pub(crate) fn open(&self) -> Vec<(TaskId, u32)> {
+        self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().copied().collect()
+    }
+
     /// The run ended: followers finish once they have read everything; the entry goes.
     pub(crate) fn finish(&self, task_id: TaskId, run_id: u32) {
         let removed = {

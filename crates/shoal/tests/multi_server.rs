@@ -126,3 +126,31 @@ async fn work_created_on_one_server_wakes_a_worker_waiting_on_another() {
         b.report(&task_id, 0, &Outcome::Completed).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_log_followed_on_one_server_ends_when_its_run_ends_through_another() {
+    let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let args = ["--database", url.as_str(), "--claim-wait", "2"];
+    let (_a, root_a) = support::start_server(dir_a.path(), &args).await;
+    let (_b, root_b) = support::start_server(dir_b.path(), &args).await;
+    let (a, b) = (Client::new(&root_a).unwrap(), Client::new(&root_b).unwrap());
+    let task_id = slugid::nice();
+    b.create_task(&task_id, &definition(&[])).await.unwrap();
+    let claimed = b.claim_work("fleet/linux", "g", "w", 1, &json!({})).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    // The log's appends and its reader on A (as a load balancer routing a task's logs by its
+    // id sends them), the run's report through B.
+    assert_eq!(a.append_log(&task_id, 0, 0, b"building\n").await.unwrap(), 9);
+    let mut following = a.log(&task_id, 0, true).await.unwrap();
+    let first = following.chunk().await.unwrap().expect("the bytes written so far");
+    assert_eq!(&first[..], b"building\n");
+    b.report(&task_id, 0, &Outcome::Completed).await.unwrap();
+    // A hang guard, not a measurement: without the run's end reaching A, the reader waits
+    // for bytes that never come.
+    let rest = tokio::time::timeout(std::time::Duration::from_secs(60), following.bytes())
+        .await
+        .expect("the reader on A saw the run end through B")
+        .unwrap();
+    assert!(rest.is_empty(), "nothing was written after the first chunk");
+}
