@@ -51,10 +51,16 @@ impl Blobs {
                 let target = local.path(key);
                 let dir = target.parent().unwrap_or(&local.root).to_path_buf();
                 tokio::fs::create_dir_all(&dir).await?;
-                let unique = format!(".upload-{}-{}", std::process::id(), next_upload());
-                let temp = dir.join(unique);
-                let file = File::create(&temp).await?;
-                Ok(BlobWriter { file, temp, target, written: 0, finished: false })
+                // Created only if new: servers on other machines sharing this directory may
+                // have the same process id (each the first process of its container).
+                loop {
+                    let temp = dir.join(format!(".upload-{}-{}", std::process::id(), next_upload()));
+                    match tokio::fs::OpenOptions::new().write(true).create_new(true).open(&temp).await {
+                        Ok(file) => return Ok(BlobWriter { file, temp, target, written: 0, finished: false }),
+                        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(err) => return Err(err),
+                    }
+                }
             }
         }
     }
@@ -245,6 +251,32 @@ mod tests {
         assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), 1, "the name stayed inside its run's directory");
         blobs.delete(&key).await.unwrap();
         assert!(blobs.open(&key).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_upload_never_takes_a_temporary_file_another_server_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::local(dir.path()).unwrap();
+        let key = BlobKey { task_id: "t", run_id: 2, name: "x" };
+        let run_dir = dir.path().join("t").join("2");
+        std::fs::create_dir_all(&run_dir).unwrap();
+        // The next names this process would use, taken by a server elsewhere with its pid.
+        let next = next_upload();
+        let theirs: Vec<_> =
+            (next + 1..next + 200).map(|n| run_dir.join(format!(".upload-{}-{n}", std::process::id()))).collect();
+        for path in &theirs {
+            std::fs::write(path, b"theirs").unwrap();
+        }
+        let mut writer = blobs.writer(&key).await.unwrap();
+        writer.write(b"mine").await.unwrap();
+        writer.finish().await.unwrap();
+        for path in &theirs {
+            assert_eq!(std::fs::read(path).unwrap(), b"theirs", "{}", path.display());
+        }
+        let (mut file, _) = blobs.open(&key).await.unwrap().unwrap();
+        let mut text = String::new();
+        file.read_to_string(&mut text).await.unwrap();
+        assert_eq!(text, "mine");
     }
 
     #[tokio::test]
