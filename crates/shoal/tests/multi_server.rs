@@ -103,16 +103,30 @@ async fn three_servers_on_one_database_run_every_task_exactly_once() {
     }
 }
 
+/// What keeps two servers running (their processes and data dirs).
+type Running = Vec<(tokio::process::Child, tempfile::TempDir)>;
+
+/// Two servers on a fresh database, long-polling at most `claim_wait` seconds, and a client of each.
+async fn two_servers(claim_wait: &str) -> (Running, Client, Client) {
+    let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
+    let mut running = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let dir = tempfile::tempdir().unwrap();
+        let (child, root) =
+            support::start_server(dir.path(), &["--database", url.as_str(), "--claim-wait", claim_wait]).await;
+        clients.push(Client::new(&root).unwrap());
+        running.push((child, dir));
+    }
+    let b = clients.pop().unwrap();
+    (running, clients.pop().unwrap(), b)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_created_on_one_server_wakes_a_worker_waiting_on_another() {
-    let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     // A long-poll far longer than the test: without a cross-server wake-up the waiting
     // worker would get an empty answer after it.
-    let args = ["--database", url.as_str(), "--claim-wait", "120"];
-    let (_a, root_a) = support::start_server(dir_a.path(), &args).await;
-    let (_b, root_b) = support::start_server(dir_b.path(), &args).await;
-    let (a, b) = (Client::new(&root_a).unwrap(), Client::new(&root_b).unwrap());
+    let (_servers, a, b) = two_servers("120").await;
     for round in 0..3 {
         let waiting = tokio::spawn({
             let b = b.clone();
@@ -129,12 +143,7 @@ async fn work_created_on_one_server_wakes_a_worker_waiting_on_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_log_followed_on_one_server_ends_when_its_run_ends_through_another() {
-    let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let args = ["--database", url.as_str(), "--claim-wait", "2"];
-    let (_a, root_a) = support::start_server(dir_a.path(), &args).await;
-    let (_b, root_b) = support::start_server(dir_b.path(), &args).await;
-    let (a, b) = (Client::new(&root_a).unwrap(), Client::new(&root_b).unwrap());
+    let (_servers, a, b) = two_servers("2").await;
     let task_id = slugid::nice();
     b.create_task(&task_id, &definition(&[])).await.unwrap();
     let claimed = b.claim_work("fleet/linux", "g", "w", 1, &json!({})).await.unwrap();
