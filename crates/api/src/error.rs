@@ -54,7 +54,7 @@ impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> ApiError {
         match err {
             StoreError::Rejected(rejection) => rejection.into(),
-            StoreError::Unavailable(reason) => {
+            StoreError::Unavailable(reason) | StoreError::Conflict(reason) => {
                 tracing::warn!(error = %reason, "storage unavailable");
                 ApiError {
                     status: StatusCode::SERVICE_UNAVAILABLE,

@@ -118,6 +118,23 @@ pub struct Artifact {
     pub present: bool,
 }
 
+impl Artifact {
+    /// Whether this artifact takes uploaded bytes (a blob).
+    ///
+    /// # Errors
+    /// Conflict for any other kind.
+    pub fn check_upload(&self) -> Result<(), Rejection> {
+        if !matches!(self.kind, ArtifactKind::Blob { .. }) {
+            return Err(Rejection::Conflict(format!(
+                "artifact {} is a {}, not an upload",
+                self.name,
+                self.kind.storage_type()
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Checks an artifact name: printable ASCII, 1 to 1024 bytes.
 ///
 /// # Errors

@@ -185,6 +185,18 @@ pub struct TaskDefinition {
     pub dimensions: Dimensions,
 }
 
+/// Whether createTask may define `task_id` again as `submitted` when it is stored as
+/// `stored` (both serialized [`TaskDefinition`]s): only the very same definition repeats.
+///
+/// # Errors
+/// Conflict when they differ.
+pub fn check_redefinition(task_id: TaskId, stored: &str, submitted: &str) -> Result<(), Rejection> {
+    if stored != submitted {
+        return Err(Rejection::Conflict(format!("task {task_id} already exists with a different definition")));
+    }
+    Ok(())
+}
+
 /// Checked metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Metadata {

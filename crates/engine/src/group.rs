@@ -21,7 +21,42 @@ pub struct TaskGroup {
     pub sealed: Option<Timestamp>,
 }
 
+/// How long a task group outlives its latest-expiring task.
+pub const GROUP_EXPIRY_SLACK_MS: i64 = 3600 * 1000;
+
+/// When the group of a task defined as `definition` may expire at the earliest.
+#[must_use]
+pub fn group_expiry(definition: &TaskDefinition) -> Timestamp {
+    Timestamp(definition.expires.millis() + GROUP_EXPIRY_SLACK_MS)
+}
+
 impl TaskGroup {
+    /// The group a task defined as `definition` creates when it is the first of its group.
+    #[must_use]
+    pub fn first_of(definition: &TaskDefinition) -> TaskGroup {
+        TaskGroup {
+            task_group_id: definition.task_group_id,
+            scheduler_id: definition.scheduler_id.clone(),
+            expires: group_expiry(definition),
+            sealed: None,
+        }
+    }
+
+    /// Whether cancelTaskGroup may cancel this group's tasks: only once it is sealed, so that
+    /// no task joins after the cancellation.
+    ///
+    /// # Errors
+    /// Conflict when the group is not sealed.
+    pub fn check_cancel(&self) -> Result<(), Rejection> {
+        if self.sealed.is_none() {
+            return Err(Rejection::Conflict(format!(
+                "task group {} must be sealed before it can be canceled",
+                self.task_group_id
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether a new task of `scheduler_id` may join this group: only its own scheduler's
     /// tasks, and none once it is sealed.
     ///

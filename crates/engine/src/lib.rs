@@ -25,6 +25,7 @@
 //! ```
 
 pub mod artifact;
+pub mod command;
 pub mod definition;
 pub mod dimensions;
 pub mod event;

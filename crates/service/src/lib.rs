@@ -17,6 +17,7 @@ use std::time::Duration;
 use shoal_blobs::{BlobKey, Blobs};
 use shoal_engine::artifact::check_run_takes_output;
 use shoal_engine::artifact::{Artifact, ArtifactRequest};
+use shoal_engine::command::TaskCommand;
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::event::Event;
 use shoal_engine::graph::ExtensionInput;
@@ -25,9 +26,7 @@ use shoal_engine::priority::Priority;
 use shoal_engine::status::Run;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{Rejection, TaskId, Timestamp};
-use shoal_store::{
-    ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskCommand, TaskGroup,
-};
+use shoal_store::{ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskGroup};
 use tokio::sync::watch;
 
 pub use clock::now;

@@ -4,14 +4,16 @@
 //! events it caused in one transaction, and only then answers. It is the only crate that
 //! knows SQL. [`Store`] is a closed enum over the backends so callers need no generics.
 
-mod graph;
+mod ops;
 pub mod outbox;
-pub mod pending;
+mod page;
 mod postgres;
+mod row;
 mod sqlite;
 mod types;
 
-pub use graph::{GraphNode, GraphRecord, GraphRequest};
+pub use ops::graph::{GraphNode, GraphRecord, GraphRequest};
+pub use page::Page;
 pub use postgres::{
     PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, REQUEST_TIMEOUT as PG_REQUEST_TIMEOUT, WAKE_ALL,
     migrate as migrate_postgres,
@@ -19,11 +21,11 @@ pub use postgres::{
 pub use sqlite::{SqliteConfig, SqliteStore};
 pub use types::*;
 
+use shoal_engine::command::TaskCommand;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::message::GraphStatus;
 use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
-use shoal_engine::task::Resolution;
 use shoal_engine::{TaskId, Timestamp};
 
 /// The storage backends.
@@ -44,34 +46,14 @@ pub enum StoreError {
     /// The database cannot be reached or is shutting down (503); the command may be retried.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The transaction lost a race to another (a deadlock, a serialization failure, a row
+    /// inserted first, a database busy with another writer): run again, it may succeed (503
+    /// once the store's own retries are spent).
+    #[error("storage conflict: {0}")]
+    Conflict(String),
     /// Anything else (500).
     #[error("storage failure: {0}")]
     Other(String),
-}
-
-/// A command on one existing task.
-#[derive(Debug, Clone)]
-pub enum TaskCommand {
-    /// scheduleTask.
-    Schedule,
-    /// reclaimTask.
-    Reclaim {
-        /// The run.
-        run_id: u32,
-    },
-    /// reportCompleted / reportFailed / reportException.
-    Resolve {
-        /// The run.
-        run_id: u32,
-        /// How it ended.
-        resolution: Resolution,
-    },
-    /// cancelTask.
-    Cancel,
-    /// rerunTask.
-    Rerun,
-    /// changeTaskPriority.
-    ChangePriority(Priority),
 }
 
 /// One claimWork (or claimTask) request.
@@ -340,7 +322,9 @@ impl Store {
         }
     }
 
-    /// Runs `query` against a consistent snapshot of committed state, off the async threads.
+    /// Runs `query` on committed state, off the async threads. Each of its queries sees what
+    /// was committed when it started; a query of several parts is not one snapshot (a commit
+    /// may land between two of them).
     ///
     /// # Errors
     /// Whatever the query returns, or Unavailable when no connection can be had.

@@ -7,7 +7,7 @@ use shoal_engine::event::Event;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::StoreError;
+use crate::{Page, StoreError};
 
 pub use shoal_engine::group::TaskGroup;
 
@@ -121,40 +121,6 @@ pub struct TaskQueueInfo {
     pub stability: String,
 }
 
-/// One page of a listing; `continuation` is set when there is more.
-#[derive(Debug, Clone)]
-pub struct Page<T> {
-    /// Items.
-    pub items: Vec<T>,
-    /// Opaque token for the next page.
-    pub continuation: Option<String>,
-}
-
-/// A page of a run's artifacts from up to `limit + 1` stored ones in name order, with the
-/// run's implicit live log (looked up only when needed) in its place unless a stored one
-/// replaced it.
-pub(crate) fn artifact_page(
-    mut items: Vec<shoal_engine::artifact::Artifact>,
-    after: Option<&str>,
-    limit: usize,
-    implicit: impl FnOnce() -> Result<Option<shoal_engine::artifact::Artifact>, crate::StoreError>,
-) -> Result<Page<shoal_engine::artifact::Artifact>, crate::StoreError> {
-    use shoal_engine::artifact::LIVE_LOG_NAME;
-    let in_range = after.is_none_or(|after| LIVE_LOG_NAME > after);
-    if in_range
-        && !items.iter().any(|artifact| artifact.name == LIVE_LOG_NAME)
-        && let Some(live) = implicit()?
-    {
-        let at = items.partition_point(|artifact| artifact.name.as_str() < LIVE_LOG_NAME);
-        items.insert(at, live);
-    }
-    let continuation = (items.len() > limit).then(|| {
-        items.truncate(limit);
-        items.last().map(|artifact| artifact.name.clone()).unwrap_or_default()
-    });
-    Ok(Page { items, continuation })
-}
-
 /// Pending and claimed counts of a queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -176,7 +142,8 @@ pub struct ArtifactKey {
     pub name: String,
 }
 
-/// The read side: consistent snapshots of committed state; runs on a blocking thread.
+/// The read side: queries of committed state (each sees the commits made before it); runs on a
+/// blocking thread.
 pub trait Reads {
     /// One artifact of a run.
     ///

@@ -6,6 +6,7 @@
 mod support;
 
 use serde_json::json;
+use shoal_engine::command::TaskCommand;
 use shoal_engine::definition::{TaskDefinition, TaskDefinitionInput};
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::event::Event;
@@ -14,7 +15,7 @@ use shoal_engine::status::{ReasonCreated, ReasonResolved, TaskState, TaskStatus}
 use shoal_engine::task::Resolution;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 use shoal_store::outbox::{Next, OutboxEntry};
-use shoal_store::{ClaimRequest, PgConfig, PgStore, SqliteConfig, SqliteStore, Store, StoreError, TaskCommand};
+use shoal_store::{ClaimRequest, PgConfig, PgStore, SqliteConfig, SqliteStore, Store, StoreError};
 
 const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 const CLAIM_TIMEOUT: i64 = 60;

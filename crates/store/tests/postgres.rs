@@ -8,13 +8,14 @@
 mod support;
 
 use serde_json::json;
+use shoal_engine::command::TaskCommand;
 use shoal_engine::definition::TaskDefinitionInput;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::message::{Exchange, Message};
 use shoal_engine::task::Resolution;
 use shoal_engine::{TaskId, Timestamp};
 use shoal_store::outbox::Next;
-use shoal_store::{ClaimRequest, PgConfig, PgPool, PgStore, Store, StoreError, TaskCommand, migrate_postgres};
+use shoal_store::{ClaimRequest, PgConfig, PgPool, PgStore, Store, StoreError, migrate_postgres};
 use support::postgres::{Stall, fresh_database};
 
 #[test]

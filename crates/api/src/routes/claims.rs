@@ -7,11 +7,12 @@ use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use shoal_engine::command::TaskCommand;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::id::is_identifier;
 use shoal_engine::task::Resolution;
 use shoal_engine::{TaskId, Timestamp};
-use shoal_store::{Claim, ClaimRequest, TaskCommand};
+use shoal_store::{Claim, ClaimRequest};
 
 use crate::AppState;
 use crate::error::ApiError;

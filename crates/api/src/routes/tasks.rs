@@ -5,9 +5,10 @@ use axum::extract::State;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use shoal_engine::TaskId;
+use shoal_engine::command::TaskCommand;
 use shoal_engine::definition::TaskDefinitionInput;
 use shoal_engine::priority::Priority;
-use shoal_store::{StoreError, TaskCommand, TaskRecord};
+use shoal_store::{StoreError, TaskRecord};
 
 use crate::AppState;
 use crate::error::ApiError;

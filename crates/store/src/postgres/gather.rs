@@ -37,19 +37,19 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
 use shoal_engine::definition::TaskDefinition;
-use shoal_engine::event::Event;
 use shoal_engine::status::TaskStatus;
-use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
 
 use super::{PgInner, PgStore};
+use crate::ops::{self, CreateLookup, Waiting, WriteTx};
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_from_row, task_group_from_row};
 use crate::postgres::tx::{Known, PgTx};
-use crate::sqlite::row::TaskRow;
-use crate::sqlite::tx::json;
-use crate::{Claim, ClaimRequest, Committed, StoreError, TaskCommand, TaskGroup};
+use crate::postgres::write::{candidate, claimable};
+use crate::row::{TaskRow, json};
+use crate::{Claim, ClaimRequest, Committed, StoreError, TaskGroup};
+use shoal_engine::command::TaskCommand;
 
 /// Operations one gathering holds at most.
 const MAX_GATHERING: usize = 128;
@@ -338,7 +338,7 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
         if let Op::Create(definition) = &job.op {
             // Each group once, extended to the latest expiry asked for. A new group takes the
             // scheduler of its first create (as when the first of them commits first).
-            let expires = definition.expires.millis() + super::ops::GROUP_EXPIRY_SLACK_MS;
+            let expires = shoal_engine::group::group_expiry(definition).millis();
             let entry = groups.entry(definition.task_group_id.as_str()).or_insert((&definition.scheduler_id, expires));
             entry.1 = entry.1.max(expires);
         }
@@ -390,12 +390,12 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
     // they never wait and take no part in a cycle. Not the commanded tasks: this transaction
     // holds them already, which SKIP LOCKED does not skip.
     let lines = claim_lines(claims)?;
-    let claimable = super::ops::claimable(true);
+    let claimable = claimable(true);
     let line_params: Vec<[&(dyn ToSql + Sync); 4]> = lines
         .iter()
         .map(|line| [&line.task_queue_id as _, &line.limit as _, &line.dimensions as _, &commanded as _])
         .collect();
-    let mut queries: Vec<(&str, crate::postgres::tx::Params<'_>)> = Vec::with_capacity(5 + lines.len());
+    let mut queries: Vec<(&str, crate::postgres::pipeline::Params<'_>)> = Vec::with_capacity(5 + lines.len());
     if !commanded.is_empty() {
         queries.push((&lock_tasks, &commanded_params));
     }
@@ -462,7 +462,7 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
                 Some(row) => {
                     // Kept only where groups are judged on the rows' final states.
                     let before = known.is_some().then(|| row.task.clone());
-                    let outcome = super::ops::apply_loaded(tx, row, command, job.now).await;
+                    let outcome = ops::tasks::apply_loaded(tx, row, command, job.now).await;
                     if let (Err(_), Some(before)) = (&outcome, before) {
                         // Refused: the row is as it was.
                         row.task = before;
@@ -536,7 +536,7 @@ async fn claim_all(
                 && let Some(found) = rows.next()
             {
                 let fresh = |task_id| taken.insert(task_id);
-                runs.extend(super::ops::claim_found(tx, found, request, *now, fresh).await?);
+                runs.extend(claim_found(tx, found, request, *now, fresh).await?);
             }
             claimed.push((index, runs, tx.events.len() - events_before));
         }
@@ -552,6 +552,30 @@ async fn claim_all(
     Ok(claimed)
 }
 
+/// Claims, for the worker of `request`, the run of a task a [`claimable`] query `found`;
+/// none when `fresh` turns it down or its run stopped being claimable (its deadline passed:
+/// the deadline will resolve it).
+async fn claim_found(
+    tx: &mut PgTx,
+    found: &tokio_postgres::Row,
+    request: &ClaimRequest,
+    now: Timestamp,
+    fresh: impl FnOnce(TaskId) -> bool,
+) -> Result<Option<Claim>, StoreError> {
+    let (row, definition) = candidate(found)?;
+    let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { return Ok(None) };
+    if !fresh(row.task.task_id) {
+        return Ok(None);
+    }
+    let mark = tx.mark();
+    let (group, worker) = (&request.worker_group, &request.worker_id);
+    match ops::tasks::claim_loaded(tx, row, definition, run_id, group, worker, now).await {
+        Ok(claim) => Ok(Some(claim)),
+        Err(StoreError::Rejected(_)) if tx.undo(&mark) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
 /// What the lock round trip told about the commanded tasks (`loaded`): their groups
 /// (`locked`), and (`around`) which of those hold other unresolved tasks and who waits on
 /// each task. The groups' verdicts are completed by [`judge_groups`].
@@ -562,12 +586,14 @@ fn known_before(
 ) -> Result<Known, StoreError> {
     let groups = locked.iter().map(task_group_from_row).collect::<Result<Vec<_>, _>>()?;
     let mut unresolved = HashSet::new();
-    let mut waiting: HashMap<TaskId, Vec<(String, String)>> = HashMap::new();
+    let mut waiting: HashMap<TaskId, Vec<Waiting>> = HashMap::new();
     for row in around {
         let first: &str = row.try_get(0)?;
         let id = TaskId::parse(first).ok_or_else(|| StoreError::Other(format!("bad id {first}")))?;
         match (row.try_get::<_, Option<String>>(1)?, row.try_get::<_, Option<String>>(2)?) {
-            (Some(dependent), Some(requires)) => waiting.entry(id).or_default().push((dependent, requires)),
+            (Some(dependent), Some(requires)) => {
+                waiting.entry(id).or_default().push(Waiting::parse(&dependent, &requires)?);
+            }
             _ => {
                 unresolved.insert(id);
             }
@@ -601,7 +627,8 @@ fn judge_groups(
     }
 }
 
-/// One create of a gathering, judged as `ops::create_task` judges one alone.
+/// One create of a gathering, judged as one alone is (`ops::tasks::create_task`), on what
+/// the gathering's first round trip found.
 async fn create_one(
     tx: &mut PgTx,
     definition: &TaskDefinition,
@@ -610,22 +637,17 @@ async fn create_one(
     stored: Option<&(TaskRow, String)>,
     group: Option<&TaskGroup>,
 ) -> Result<TaskStatus, StoreError> {
-    let text = json(definition)?;
-    if let Some((row, existing)) = stored {
-        if *existing != text {
-            return Err(
-                Rejection::Conflict(format!("task {task_id} already exists with a different definition")).into()
-            );
+    let lookup = match stored {
+        Some((row, existing)) => CreateLookup {
+            existing: Some((existing.clone(), row.task.status())),
+            group: None,
+            dependencies: Vec::new(),
+        },
+        None => {
+            let group =
+                group.ok_or_else(|| StoreError::Other(format!("group {} not upserted", definition.task_group_id)))?;
+            CreateLookup { existing: None, group: Some(group.clone()), dependencies: Vec::new() }
         }
-        return Ok(row.task.status());
-    }
-    let group = group.ok_or_else(|| StoreError::Other(format!("group {} not upserted", definition.task_group_id)))?;
-    group.admit(&definition.scheduler_id)?;
-    shoal_engine::group::dependencies_satisfied(definition, task_id, std::iter::empty())?;
-    let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
-    tx.record(&row.task, vec![Event::Defined]);
-    tx.step_new(&mut row, now, |task| task.schedule(now), &text).await?;
-    // After the step, which may refuse: a refused create must not have written.
-    tx.touch_queue(&definition.task_queue_id, now).await?;
-    Ok(row.task.status())
+    };
+    ops::tasks::create_looked_up(tx, definition, task_id, now, lookup).await
 }

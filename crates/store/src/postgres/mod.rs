@@ -11,12 +11,13 @@ mod gather;
 mod graph;
 mod listen;
 mod notify;
-mod ops;
 mod outbox;
+mod pipeline;
 mod reads;
 mod row;
 mod schema;
 mod tx;
+mod write;
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -32,11 +33,11 @@ use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
 
+use crate::ops;
 use crate::outbox::OutboxFeed;
-use crate::sqlite::outbox::Bounds;
-use crate::{
-    ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup,
-};
+use crate::outbox::format::Bounds;
+use crate::{ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskGroup};
+use shoal_engine::command::TaskCommand;
 use tx::{PgTx, TxShared};
 
 /// The NOTIFY channel on which commits name the queues that gained pending work.
@@ -475,7 +476,7 @@ impl PgStore {
                     Err(err) => err,
                 };
                 match err {
-                    StoreError::Other(text) if is_retryable_text(&text) && attempt < MAX_ATTEMPTS => {
+                    StoreError::Conflict(text) if attempt < MAX_ATTEMPTS => {
                         tracing::debug!(error = %text, attempt, "transaction lost a race; retrying");
                         attempt += 1;
                         tx.rollback().await;
@@ -564,17 +565,17 @@ impl PgStore {
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
         self.write((definition, task_id, now), |tx, (definition, task_id, now)| {
-            Box::pin(ops::create_task(tx, definition, *task_id, *now))
+            Box::pin(ops::tasks::create_task(tx, definition, *task_id, *now))
         })
         .await
     }
 
     pub(crate) async fn create_graph(
         &self,
-        request: crate::graph::GraphRequest,
+        request: ops::graph::GraphRequest,
         now: Timestamp,
     ) -> Result<Committed<shoal_engine::message::GraphStatus>, StoreError> {
-        self.write((request, now), |tx, (request, now)| Box::pin(crate::graph::create(tx, request, *now))).await
+        self.write((request, now), |tx, (request, now)| Box::pin(ops::graph::create(tx, request, *now))).await
     }
 
     pub(crate) async fn extend_graph(
@@ -584,7 +585,7 @@ impl PgStore {
         now: Timestamp,
     ) -> Result<Committed<shoal_engine::message::GraphStatus>, StoreError> {
         self.write((task_graph_id, input, now), |tx, (task_graph_id, input, now)| {
-            Box::pin(crate::graph::extend(tx, *task_graph_id, input, *now))
+            Box::pin(ops::graph::extend(tx, *task_graph_id, input, *now))
         })
         .await
     }
@@ -607,7 +608,7 @@ impl PgStore {
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
         self.write((task_id, command, now), |tx, (task_id, command, now)| {
-            Box::pin(ops::apply(tx, *task_id, command, *now))
+            Box::pin(ops::tasks::apply(tx, *task_id, command, *now))
         })
         .await
     }
@@ -632,7 +633,7 @@ impl PgStore {
 
     /// Claims work in a transaction of its own.
     async fn claim_alone(&self, request: ClaimRequest, now: Timestamp) -> Result<Committed<Vec<Claim>>, StoreError> {
-        self.write((request, now), |tx, (request, now)| Box::pin(ops::claim_work(tx, request, *now))).await
+        self.write((request, now), |tx, (request, now)| Box::pin(ops::tasks::claim_work(tx, request, *now))).await
     }
 
     pub(crate) async fn claim_task(
@@ -644,13 +645,13 @@ impl PgStore {
         now: Timestamp,
     ) -> Result<Committed<Claim>, StoreError> {
         self.write((task_id, run_id, worker_group, worker_id, now), |tx, (task_id, run_id, group, id, now)| {
-            Box::pin(ops::claim_run(tx, *task_id, *run_id, group, id, *now))
+            Box::pin(ops::tasks::claim_task(tx, *task_id, *run_id, group, id, *now))
         })
         .await
     }
 
     pub(crate) async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
-        self.write((now, limit), |tx, (now, limit)| Box::pin(ops::fire_due(tx, *now, *limit))).await
+        self.write((now, limit), |tx, (now, limit)| Box::pin(ops::tasks::fire_due(tx, *now, *limit))).await
     }
 
     pub(crate) async fn seal_task_group(
@@ -658,7 +659,7 @@ impl PgStore {
         group: TaskId,
         now: Timestamp,
     ) -> Result<Committed<TaskGroup>, StoreError> {
-        self.write((group, now), |tx, (group, now)| Box::pin(ops::seal_task_group(tx, *group, *now))).await
+        self.write((group, now), |tx, (group, now)| Box::pin(ops::groups::seal(tx, *group, *now))).await
     }
 
     pub(crate) async fn cancel_task_group(
@@ -666,7 +667,7 @@ impl PgStore {
         group: TaskId,
         now: Timestamp,
     ) -> Result<Committed<GroupCancellation>, StoreError> {
-        self.write((group, now), |tx, (group, now)| Box::pin(ops::cancel_task_group(tx, *group, *now))).await
+        self.write((group, now), |tx, (group, now)| Box::pin(ops::groups::cancel(tx, *group, *now))).await
     }
 
     pub(crate) async fn change_task_group_priority(
@@ -676,7 +677,7 @@ impl PgStore {
         now: Timestamp,
     ) -> Result<Committed<Vec<TaskId>>, StoreError> {
         self.write((group, priority, now), |tx, (group, priority, now)| {
-            Box::pin(ops::change_task_group_priority(tx, *group, *priority, *now))
+            Box::pin(ops::groups::change_priority(tx, *group, *priority, *now))
         })
         .await
     }
@@ -688,17 +689,17 @@ impl PgStore {
         now: Timestamp,
     ) -> Result<Committed<Artifact>, StoreError> {
         self.write((key, request, now), |tx, (key, request, now)| {
-            Box::pin(artifacts::create(tx, key, request.clone(), *now))
+            Box::pin(ops::artifacts::create(tx, key, request.clone(), *now))
         })
         .await
     }
 
     pub(crate) async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Committed<Artifact>, StoreError> {
-        self.write(key, |tx, key| Box::pin(artifacts::uploaded(tx, key))).await
+        self.write(key, |tx, key| Box::pin(ops::artifacts::uploaded(tx, key))).await
     }
 
     pub(crate) async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
-        self.write(keys, |tx, keys| Box::pin(artifacts::forget(tx, keys))).await
+        self.write(keys, |tx, keys| Box::pin(ops::artifacts::forget(tx, keys))).await
     }
 
     pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {
@@ -824,13 +825,6 @@ impl PgInner {
     }
 }
 
-/// Whether a converted error (whose text starts with its SQLSTATE) is a race lost to another
-/// transaction: a deadlock, a serialization failure, or a row another server inserted first
-/// (the operation, run again, finds it).
-fn is_retryable_text(text: &str) -> bool {
-    text.starts_with("40P01:") || text.starts_with("40001:") || text.starts_with("23505:")
-}
-
 /// Applies pending migrations to the database at `url` (`shoal migrate`); returns how many.
 ///
 /// # Errors
@@ -854,12 +848,19 @@ impl From<postgres::Error> for StoreError {
             })
             || (err.code().is_none()
                 && std::error::Error::source(&err).is_some_and(|source| source.is::<std::io::Error>()));
+        // A race lost to another transaction: a deadlock, a serialization failure, or a row
+        // another server inserted first (the operation, run again, finds it).
+        let lost_race = err.code().is_some_and(|code| matches!(code.code(), "40P01" | "40001" | "23505"));
         // postgres::Error's own text is only "db error"; the server's message says what failed.
         let text = match err.as_db_error() {
             Some(db) => format!("{}: {}", db.code().code(), db.message()),
             None => err.to_string(),
         };
-        if transient { StoreError::Unavailable(text) } else { StoreError::Other(text) }
+        match (transient, lost_race) {
+            (true, _) => StoreError::Unavailable(text),
+            (false, true) => StoreError::Conflict(text),
+            (false, false) => StoreError::Other(text),
+        }
     }
 }
 

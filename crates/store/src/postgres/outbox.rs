@@ -34,8 +34,8 @@ use shoal_engine::message::Message;
 
 use super::{PgConn, PgPool};
 use crate::StoreError;
+use crate::outbox::format::append_row;
 use crate::outbox::{OutboxEntry, OutboxFeed};
-use crate::sqlite::outbox::append_row;
 
 /// The NOTIFY channel on which a sequencing step announces new positioned rows.
 pub(crate) const OUTBOX_CHANNEL: &str = "shoal_outbox";

@@ -8,10 +8,10 @@ use shoal_engine::artifact::Artifact;
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::outbox::OutboxEntry;
+use crate::outbox::format::append_row;
+use crate::page::parse_seq;
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
 use crate::postgres::{PgConn, artifacts, graph};
-use crate::sqlite::outbox::append_row;
-use crate::sqlite::reads::parse_seq;
 use crate::{
     ArtifactKey, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo, TaskRecord,
 };
@@ -45,7 +45,7 @@ impl PgReads<'_> {
 
 impl Reads for PgReads<'_> {
     fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<crate::GraphRecord>, StoreError> {
-        Ok(graph::graph(&mut self.0.borrow_mut(), task_graph_id)?.map(crate::graph::StoredGraph::into_record))
+        Ok(graph::graph(&mut self.0.borrow_mut(), task_graph_id)?.map(crate::ops::graph::StoredGraph::into_record))
     }
 
     fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<crate::GraphNode>, StoreError> {

@@ -10,7 +10,7 @@ use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
 use crate::TaskGroup;
-use crate::sqlite::row::{TaskRow, corrupt};
+use crate::row::{TaskRow, corrupt};
 
 /// The columns `task_from_row` reads, in order; queries append their own after these.
 pub(crate) const TASK_COLUMNS: &str = "task_id, task_queue_id, scheduler_id, project_id, task_group_id, \

@@ -1,12 +1,11 @@
-//! Artifact records: creating, marking uploaded, reading and expiring them.
+//! Artifact records in SQLite: the reads, and the writes `ops::artifacts` is made of.
 
 use rusqlite::{Connection, Row, params};
-use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, LIVE_LOG_NAME, implicit_live_log};
-use shoal_engine::message;
-use shoal_engine::{Rejection, TaskId, Timestamp};
+use shoal_engine::artifact::{Artifact, ArtifactKind, LIVE_LOG_NAME, implicit_live_log};
+use shoal_engine::{TaskId, Timestamp};
 
-use crate::sqlite::row::{TASK_COLUMNS, corrupt, task_from_row};
-use crate::sqlite::tx::{Tx, json};
+use crate::row::{corrupt, json};
+use crate::sqlite::row::{TASK_COLUMNS, task_from_row};
 use crate::{ArtifactKey, Page, StoreError};
 
 /// One artifact of one run, or `None`; the run's implicit live log counts.
@@ -16,12 +15,8 @@ pub(crate) fn artifact(
     run_id: u32,
     name: &str,
 ) -> Result<Option<Artifact>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT name, kind, present, expires FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name = ?3",
-    )?;
-    let mut rows = stmt.query(params![task_id.as_str(), run_id, name])?;
-    if let Some(row) = rows.next()? {
-        return from_row(row).map(Some);
+    if let Some(artifact) = stored(conn, task_id, run_id, name)? {
+        return Ok(Some(artifact));
     }
     if name != LIVE_LOG_NAME {
         return Ok(None);
@@ -55,7 +50,7 @@ pub(crate) fn list(
     while let Some(row) = rows.next()? {
         items.push(from_row(row)?);
     }
-    crate::types::artifact_page(items, after, limit, || implicit(conn, task_id, run_id))
+    crate::page::artifact_page(items, after, limit, || implicit(conn, task_id, run_id))
 }
 
 /// Artifacts that expired before `now`, at most `limit`.
@@ -85,62 +80,23 @@ fn from_row(row: &Row<'_>) -> Result<Artifact, StoreError> {
     Ok(Artifact { name: row.get(0)?, kind, present: row.get::<_, i64>(2)? != 0, expires: Timestamp(row.get(3)?) })
 }
 
-/// createArtifact: the engine decides against the run and what is stored; then it is stored.
-pub(crate) fn create(
-    tx: &mut Tx<'_>,
-    key: &ArtifactKey,
-    request: ArtifactRequest,
-    now: Timestamp,
-) -> Result<Artifact, StoreError> {
-    let row = tx.load_existing(key.task_id)?;
-    let run = row
-        .task
-        .runs()
-        .get(key.run_id as usize)
-        .ok_or_else(|| Rejection::NotFound(format!("run {} of task {} not found", key.run_id, key.task_id)))?;
-    let existing = artifact(tx.conn, key.task_id, key.run_id, &key.name)?;
-    let stored = request.apply(&key.name, run, row.task.meta.expires, existing.as_ref(), now)?;
-    if existing.as_ref() != Some(&stored) {
-        put(tx, key, &stored)?;
-        // Listeners hear of an artifact when its content can be fetched: blobs once uploaded.
-        if stored.present {
-            tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
-        }
-    }
-    Ok(stored)
+/// The stored record of an artifact (not the implicit live log).
+pub(crate) fn stored(
+    conn: &Connection,
+    task_id: TaskId,
+    run_id: u32,
+    name: &str,
+) -> Result<Option<Artifact>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT name, kind, present, expires FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name = ?3",
+    )?;
+    let mut rows = stmt.query(params![task_id.as_str(), run_id, name])?;
+    rows.next()?.map(from_row).transpose()
 }
 
-/// Records that a blob artifact's bytes are complete.
-pub(crate) fn uploaded(tx: &mut Tx<'_>, key: &ArtifactKey) -> Result<Artifact, StoreError> {
-    let mut stored = existing_blob(tx, key)?;
-    if !stored.present {
-        stored.present = true;
-        put(tx, key, &stored)?;
-        let row = tx.load_existing(key.task_id)?;
-        tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
-    }
-    Ok(stored)
-}
-
-/// The blob artifact under `key`, which must exist.
-pub(crate) fn existing_blob(tx: &Tx<'_>, key: &ArtifactKey) -> Result<Artifact, StoreError> {
-    let stored = artifact(tx.conn, key.task_id, key.run_id, &key.name)?.ok_or_else(|| {
-        Rejection::NotFound(format!("artifact {} of run {} of task {} not found", key.name, key.run_id, key.task_id))
-    })?;
-    if !matches!(stored.kind, ArtifactKind::Blob { .. }) {
-        return Err(Rejection::Conflict(format!(
-            "artifact {} is a {}, not an upload",
-            key.name,
-            stored.kind.storage_type()
-        ))
-        .into());
-    }
-    Ok(stored)
-}
-
-/// Forgets expired artifacts (their blobs are already gone).
-pub(crate) fn forget(tx: &mut Tx<'_>, keys: &[ArtifactKey]) -> Result<usize, StoreError> {
-    let mut stmt = tx.conn.prepare_cached("DELETE FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name = ?3")?;
+/// Deletes artifact records; says how many there were.
+pub(crate) fn delete(conn: &Connection, keys: &[ArtifactKey]) -> Result<usize, StoreError> {
+    let mut stmt = conn.prepare_cached("DELETE FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name = ?3")?;
     let mut n_deleted = 0;
     for key in keys {
         n_deleted += stmt.execute(params![key.task_id.as_str(), key.run_id, key.name])?;
@@ -148,8 +104,9 @@ pub(crate) fn forget(tx: &mut Tx<'_>, keys: &[ArtifactKey]) -> Result<usize, Sto
     Ok(n_deleted)
 }
 
-fn put(tx: &mut Tx<'_>, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
-    let mut stmt = tx.conn.prepare_cached(
+/// Stores an artifact's record, replacing any under its key.
+pub(crate) fn put(conn: &Connection, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
         "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
          ON CONFLICT (task_id, run_id, name) DO UPDATE SET kind = excluded.kind, present = excluded.present, \
          expires = excluded.expires",

@@ -1,130 +1,91 @@
-//! The task-graph scheduler's rows in SQLite: [`GraphTx`] over a write transaction, and the
+//! The task-graph scheduler's rows in SQLite: the writes `ops::graph` is made of, and the
 //! reads behind `/task-graph/...`.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use shoal_engine::definition::TaskDefinition;
 use shoal_engine::graph::{NodeProgress, Tally};
-use shoal_engine::message::Message;
-use shoal_engine::status::{TaskState, TaskStatus};
+use shoal_engine::status::TaskState;
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::graph::{GraphNode, GraphTx, NewNode, StoredGraph};
-use crate::sqlite::ops;
-use crate::sqlite::row::{self, corrupt};
-use crate::sqlite::tx::{Tx, json};
-use crate::{StoreError, TaskGroup};
+use crate::StoreError;
+use crate::ops::graph::{GraphNode, NewNode, StoredGraph};
+use crate::row::{corrupt, json};
 
 const GRAPH_COLUMNS: &str = "task_graph_id, scheduler_id, routing, open, failed, metadata, tags";
 
-impl GraphTx for Tx<'_> {
-    fn graph_scheduler_id(&self) -> &str {
-        &self.state.graph_scheduler_id
-    }
+/// Inserts a graph's row.
+pub(crate) fn insert(conn: &Connection, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO task_graphs (task_graph_id, scheduler_id, routing, open, failed, metadata, tags, created) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        graph.task_graph_id.as_str(),
+        graph.scheduler_id,
+        graph.routing,
+        graph.tally.open,
+        graph.tally.failed,
+        json(&graph.metadata)?,
+        json(&graph.tags)?,
+        now.millis(),
+    ])?;
+    Ok(())
+}
 
-    async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
-        graph(self.conn, task_graph_id)
-    }
+/// Writes a graph's counts.
+pub(crate) fn save_tally(conn: &Connection, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE task_graphs SET open = ?2, failed = ?3 WHERE task_graph_id = ?1")?.execute(params![
+        task_graph_id.as_str(),
+        tally.open,
+        tally.failed
+    ])?;
+    Ok(())
+}
 
-    async fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached(
-                "INSERT INTO task_graphs (task_graph_id, scheduler_id, routing, open, failed, metadata, tags, created) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                graph.task_graph_id.as_str(),
-                graph.scheduler_id,
-                graph.routing,
-                graph.tally.open,
-                graph.tally.failed,
-                json(&graph.metadata)?,
-                json(&graph.tags)?,
-                now.millis(),
-            ])?;
-        Ok(())
-    }
+/// Each label of a graph with its taskId and its submitted JSON.
+pub(crate) fn labels(conn: &Connection, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT label, task_id, submitted FROM graph_tasks WHERE task_graph_id = ?1")?;
+    let rows = stmt.query_map([task_graph_id.as_str()], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?))
+    })?;
+    rows.map(|found| {
+        let (label, task_id, submitted) = found?;
+        Ok((label, parse_id(&task_id)?, submitted))
+    })
+    .collect()
+}
 
-    async fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached("UPDATE task_graphs SET open = ?2, failed = ?3 WHERE task_graph_id = ?1")?
-            .execute(params![task_graph_id.as_str(), tally.open, tally.failed])?;
-        Ok(())
-    }
+/// Inserts a labelled task's row.
+pub(crate) fn insert_node(conn: &Connection, node: &NewNode<'_>) -> Result<(), StoreError> {
+    let planned = node.planned;
+    conn.prepare_cached(
+        "INSERT INTO graph_tasks (task_id, task_graph_id, label, requires, reruns, reruns_left, failed, submitted) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, ?6)",
+    )?
+    .execute(params![
+        planned.task_id.as_str(),
+        node.task_graph_id.as_str(),
+        planned.label,
+        json(&planned.requires)?,
+        planned.reruns,
+        node.submitted,
+    ])?;
+    Ok(())
+}
 
-    async fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError> {
-        let mut stmt =
-            self.conn.prepare_cached("SELECT label, task_id, submitted FROM graph_tasks WHERE task_graph_id = ?1")?;
-        let rows = stmt.query_map([task_graph_id.as_str()], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?))
-        })?;
-        rows.map(|found| {
-            let (label, task_id, submitted) = found?;
-            Ok((label, parse_id(&task_id)?, submitted))
-        })
-        .collect()
-    }
+/// The graph and progress of a labelled task.
+pub(crate) fn node(conn: &Connection, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError> {
+    let found: Option<(String, u32, bool)> = conn
+        .prepare_cached("SELECT task_graph_id, reruns_left, failed FROM graph_tasks WHERE task_id = ?1")?
+        .query_row([task_id.as_str()], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    found.map(|(graph, reruns_left, failed)| Ok((parse_id(&graph)?, NodeProgress { reruns_left, failed }))).transpose()
+}
 
-    async fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError> {
-        let planned = node.planned;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO graph_tasks (task_id, task_graph_id, label, requires, reruns, reruns_left, failed, submitted) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0, ?6)",
-            )?
-            .execute(params![
-                planned.task_id.as_str(),
-                node.task_graph_id.as_str(),
-                planned.label,
-                json(&planned.requires)?,
-                planned.reruns,
-                node.submitted,
-            ])?;
-        Ok(())
-    }
-
-    async fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError> {
-        let found: Option<(String, u32, bool)> = self
-            .conn
-            .prepare_cached("SELECT task_graph_id, reruns_left, failed FROM graph_tasks WHERE task_id = ?1")?
-            .query_row([task_id.as_str()], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-            .optional()?;
-        found
-            .map(|(graph, reruns_left, failed)| Ok((parse_id(&graph)?, NodeProgress { reruns_left, failed })))
-            .transpose()
-    }
-
-    async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached("UPDATE graph_tasks SET reruns_left = ?2, failed = ?3 WHERE task_id = ?1")?
-            .execute(params![task_id.as_str(), progress.reruns_left, progress.failed])?;
-        Ok(())
-    }
-
-    async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT expires FROM tasks WHERE task_id = ?1")?
-            .query_row([task_id.as_str()], |row| row.get(0))
-            .optional()?
-            .map(Timestamp))
-    }
-
-    async fn load_task_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
-        row::task_group(self.conn, group)
-    }
-
-    async fn create_queue_task(
-        &mut self,
-        definition: &TaskDefinition,
-        task_id: TaskId,
-        now: Timestamp,
-    ) -> Result<TaskStatus, StoreError> {
-        ops::create_task(self, definition, task_id, now)
-    }
-
-    fn publish_message(&mut self, message: Message) {
-        self.publish(message);
-    }
+/// Writes a labelled task's progress.
+pub(crate) fn save_node(conn: &Connection, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE graph_tasks SET reruns_left = ?2, failed = ?3 WHERE task_id = ?1")?
+        .execute(params![task_id.as_str(), progress.reruns_left, progress.failed])?;
+    Ok(())
 }
 
 /// A graph's row.

@@ -9,12 +9,12 @@
 mod artifacts;
 mod checkpoint;
 mod graph;
-mod ops;
-pub(crate) mod outbox;
-pub(crate) mod reads;
-pub(crate) mod row;
+mod outbox;
+mod pending;
+mod reads;
+mod row;
 mod schema;
-pub(crate) mod tx;
+mod tx;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -31,13 +31,14 @@ use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::ops::{self, ready};
 use crate::outbox::OutboxFeed;
-use crate::pending::{PendingIndex, PendingKey, PendingRun};
+use crate::row::corrupt;
+use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::reads::ReadConn;
 use crate::sqlite::tx::{Tx, WriterState};
-use crate::{
-    ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskCommand, TaskGroup,
-};
+use crate::{ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskGroup};
+use shoal_engine::command::TaskCommand;
 
 /// Most operations committed together.
 const MAX_BATCH: usize = 512;
@@ -207,7 +208,7 @@ impl SqliteStore {
         task_id: TaskId,
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.write(move |tx| ops::create_task(tx, &definition, task_id, now)).await
+        self.write(move |tx| ready(ops::tasks::create_task(tx, &definition, task_id, now))).await
     }
 
     pub(crate) async fn apply(
@@ -216,7 +217,7 @@ impl SqliteStore {
         command: TaskCommand,
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.write(move |tx| ops::apply(tx, task_id, &command, now)).await
+        self.write(move |tx| ready(ops::tasks::apply(tx, task_id, &command, now))).await
     }
 
     pub(crate) async fn claim_work(
@@ -224,7 +225,7 @@ impl SqliteStore {
         request: ClaimRequest,
         now: Timestamp,
     ) -> Result<Committed<Vec<Claim>>, StoreError> {
-        self.write(move |tx| ops::claim_work(tx, &request, now)).await
+        self.write(move |tx| ready(ops::tasks::claim_work(tx, &request, now))).await
     }
 
     pub(crate) async fn claim_task(
@@ -235,15 +236,15 @@ impl SqliteStore {
         worker_id: String,
         now: Timestamp,
     ) -> Result<Committed<Claim>, StoreError> {
-        self.write(move |tx| ops::claim_run(tx, task_id, run_id, &worker_group, &worker_id, now)).await
+        self.write(move |tx| ready(ops::tasks::claim_task(tx, task_id, run_id, &worker_group, &worker_id, now))).await
     }
 
     pub(crate) async fn create_graph(
         &self,
-        request: crate::graph::GraphRequest,
+        request: ops::graph::GraphRequest,
         now: Timestamp,
     ) -> Result<Committed<GraphStatus>, StoreError> {
-        self.write(move |tx| crate::graph::ready(crate::graph::create(tx, &request, now))).await
+        self.write(move |tx| ready(ops::graph::create(tx, &request, now))).await
     }
 
     pub(crate) async fn extend_graph(
@@ -252,11 +253,11 @@ impl SqliteStore {
         input: ExtensionInput,
         now: Timestamp,
     ) -> Result<Committed<GraphStatus>, StoreError> {
-        self.write(move |tx| crate::graph::ready(crate::graph::extend(tx, task_graph_id, &input, now))).await
+        self.write(move |tx| ready(ops::graph::extend(tx, task_graph_id, &input, now))).await
     }
 
     pub(crate) async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
-        self.write(move |tx| ops::fire_due(tx, now, limit)).await
+        self.write(move |tx| ready(ops::tasks::fire_due(tx, now, limit))).await
     }
 
     pub(crate) async fn seal_task_group(
@@ -264,7 +265,7 @@ impl SqliteStore {
         group: TaskId,
         now: Timestamp,
     ) -> Result<Committed<TaskGroup>, StoreError> {
-        self.write(move |tx| ops::seal_task_group(tx, group, now)).await
+        self.write(move |tx| ready(ops::groups::seal(tx, group, now))).await
     }
 
     pub(crate) async fn cancel_task_group(
@@ -272,7 +273,7 @@ impl SqliteStore {
         group: TaskId,
         now: Timestamp,
     ) -> Result<Committed<GroupCancellation>, StoreError> {
-        self.write(move |tx| ops::cancel_task_group(tx, group, now)).await
+        self.write(move |tx| ready(ops::groups::cancel(tx, group, now))).await
     }
 
     pub(crate) async fn change_task_group_priority(
@@ -281,7 +282,7 @@ impl SqliteStore {
         priority: Priority,
         now: Timestamp,
     ) -> Result<Committed<Vec<TaskId>>, StoreError> {
-        self.write(move |tx| ops::change_task_group_priority(tx, group, priority, now)).await
+        self.write(move |tx| ready(ops::groups::change_priority(tx, group, priority, now))).await
     }
 
     pub(crate) async fn create_artifact(
@@ -290,15 +291,15 @@ impl SqliteStore {
         request: ArtifactRequest,
         now: Timestamp,
     ) -> Result<Committed<Artifact>, StoreError> {
-        self.write(move |tx| artifacts::create(tx, &key, request, now)).await
+        self.write(move |tx| ready(ops::artifacts::create(tx, &key, request, now))).await
     }
 
     pub(crate) async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Committed<Artifact>, StoreError> {
-        self.write(move |tx| artifacts::uploaded(tx, &key)).await
+        self.write(move |tx| ready(ops::artifacts::uploaded(tx, &key))).await
     }
 
     pub(crate) async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
-        self.write(move |tx| artifacts::forget(tx, &keys)).await
+        self.write(move |tx| ready(ops::artifacts::forget(tx, &keys))).await
     }
 
     pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {
@@ -360,7 +361,7 @@ fn load_pending(conn: &Connection) -> Result<(PendingIndex, u64), StoreError> {
     let mut last_priority = (String::new(), 0u8);
     while let Some(row) = rows.next()? {
         let text = |idx: usize| row.get_ref(idx).and_then(|value| value.as_str().map_err(Into::into));
-        let task_id = TaskId::parse(text(0)?).ok_or_else(|| row::corrupt("bad task id"))?;
+        let task_id = TaskId::parse(text(0)?).ok_or_else(|| corrupt("bad task id"))?;
         let queue = text(1)?;
         if key.task_queue_id != queue {
             queue.clone_into(&mut key.task_queue_id);
@@ -369,13 +370,13 @@ fn load_pending(conn: &Connection) -> Result<(PendingIndex, u64), StoreError> {
         if dimensions != last_dimensions.as_deref() {
             key.dimensions = match dimensions {
                 None => Dimensions::default(),
-                Some(json) => serde_json::from_str(json).map_err(row::corrupt)?,
+                Some(json) => serde_json::from_str(json).map_err(corrupt)?,
             };
             last_dimensions = dimensions.map(str::to_owned);
         }
         let priority = text(3)?;
         if priority != last_priority.0 {
-            let parsed: Priority = serde_json::from_str(priority).map_err(row::corrupt)?;
+            let parsed: Priority = serde_json::from_str(priority).map_err(corrupt)?;
             last_priority = (priority.to_owned(), parsed.rank());
         }
         key.rank = last_priority.1;
@@ -570,13 +571,13 @@ mod tests {
         sender.send(Box::new(busy)).await.unwrap();
         let (abandoned_reply, abandoned_answer) = oneshot::channel::<Result<Committed<()>, StoreError>>();
         let abandoned =
-            WriteJob { op: |tx: &mut Tx<'_>| tx.touch_queue("p/abandoned", Timestamp(1)), reply: abandoned_reply };
+            WriteJob { op: |tx: &mut Tx<'_>| tx.record_queue("p/abandoned", Timestamp(1)), reply: abandoned_reply };
         sender.send(Box::new(abandoned)).await.unwrap();
         drop(abandoned_answer);
         release.send(()).unwrap();
         let busy = busy_answer.await.unwrap().unwrap();
         assert!(busy.events.is_empty());
-        let after = store.write(|tx| tx.touch_queue("p/after", Timestamp(1))).await.unwrap();
+        let after = store.write(|tx| tx.record_queue("p/after", Timestamp(1))).await.unwrap();
         assert!(after.events.is_empty());
         assert!(queue_known(&store, "p/after").await);
         assert!(!queue_known(&store, "p/abandoned").await, "the abandoned operation did not run");
@@ -588,7 +589,7 @@ mod tests {
         let store = open(&dir);
         let res = store.write(|_tx| -> Result<(), StoreError> { panic!("bug in an operation") }).await;
         assert!(matches!(res, Err(StoreError::Unavailable(_))), "{res:?}");
-        let later = store.write(|tx| tx.touch_queue("p/after", Timestamp(1))).await;
+        let later = store.write(|tx| tx.record_queue("p/after", Timestamp(1))).await;
         assert!(later.is_ok(), "the writer survived: {later:?}");
         assert!(queue_known(&store, "p/after").await);
     }
@@ -599,13 +600,13 @@ mod tests {
         let store = open(&dir);
         let res = store
             .write(|tx| -> Result<(), StoreError> {
-                tx.touch_queue("p/half", Timestamp(1))?;
+                tx.record_queue("p/half", Timestamp(1))?;
                 Err(Rejection::Conflict("refused after writing".into()).into())
             })
             .await;
         assert!(matches!(res, Err(StoreError::Rejected(_))), "{res:?}");
         assert!(!queue_known(&store, "p/half").await, "nothing of the refused operation was committed");
-        let again = store.write(|tx| tx.touch_queue("p/half", Timestamp(2))).await.unwrap();
+        let again = store.write(|tx| tx.record_queue("p/half", Timestamp(2))).await.unwrap();
         assert!(again.events.is_empty());
         assert!(queue_known(&store, "p/half").await, "the rolled-back record is written again, not skipped as recent");
     }

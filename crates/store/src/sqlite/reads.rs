@@ -5,6 +5,7 @@ use shoal_engine::artifact::Artifact;
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::outbox::OutboxEntry;
+use crate::page::parse_seq;
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{artifacts, graph};
 use crate::{
@@ -58,7 +59,7 @@ impl Reads for ReadConn<'_> {
     }
 
     fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<crate::GraphRecord>, StoreError> {
-        Ok(graph::graph(self.0, task_graph_id)?.map(crate::graph::StoredGraph::into_record))
+        Ok(graph::graph(self.0, task_graph_id)?.map(crate::ops::graph::StoredGraph::into_record))
     }
 
     fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<crate::GraphNode>, StoreError> {
@@ -210,7 +211,7 @@ impl Reads for ReadConn<'_> {
     }
 
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
-        super::outbox::read(self.0, from, limit)
+        crate::sqlite::outbox::read(self.0, from, limit)
     }
 }
 
@@ -222,17 +223,4 @@ fn queue_info(row: &Row<'_>) -> Result<TaskQueueInfo, StoreError> {
         description: row.get(3)?,
         stability: row.get(4)?,
     })
-}
-
-/// A listing's continuation token as the sequence it stopped at (0 for the first page).
-pub(crate) fn parse_seq(after: Option<&str>) -> Result<u64, StoreError> {
-    match after {
-        None | Some("") => Ok(0),
-        Some(text) => text.parse().map_err(|_| {
-            StoreError::Rejected(shoal_engine::Rejection::invalid(
-                "continuationToken",
-                "is not a token this listing issued",
-            ))
-        }),
-    }
 }

@@ -8,6 +8,7 @@ use shoal_engine::status::Run;
 use shoal_engine::task::{Task, TaskMeta};
 use shoal_engine::{TaskId, Timestamp};
 
+use crate::row::{TaskRow, corrupt};
 use crate::{StoreError, TaskGroup};
 
 /// The columns `task_from_row` reads, in order; queries append their own after these.
@@ -16,18 +17,6 @@ pub(crate) const TASK_COLUMNS: &str = "task_id, task_queue_id, scheduler_id, pro
 
 /// Number of columns in [`TASK_COLUMNS`].
 pub(crate) const N_TASK_COLUMNS: usize = 16;
-
-/// A task as stored: the engine's task plus the store's bookkeeping.
-#[derive(Debug, Clone)]
-pub(crate) struct TaskRow {
-    pub(crate) task: Task,
-    /// Claim order while pending.
-    pub(crate) pending_seq: Option<u64>,
-}
-
-pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
-    StoreError::Other(format!("corrupt row: {what}"))
-}
 
 pub(crate) fn task_from_row(row: &Row<'_>) -> Result<TaskRow, StoreError> {
     let text = |idx: usize| -> Result<String, StoreError> { row.get::<_, String>(idx).map_err(StoreError::from) };
@@ -81,19 +70,20 @@ pub(crate) fn raw_json(row: &Row<'_>, idx: usize) -> Result<Box<RawValue>, Store
 
 impl From<rusqlite::Error> for StoreError {
     fn from(err: rusqlite::Error) -> StoreError {
-        match err {
-            rusqlite::Error::SqliteFailure(code, _)
-                if matches!(
-                    code.code,
-                    rusqlite::ErrorCode::DatabaseBusy
-                        | rusqlite::ErrorCode::DatabaseLocked
-                        | rusqlite::ErrorCode::CannotOpen
-                        | rusqlite::ErrorCode::DiskFull
-                ) =>
-            {
+        let code = match &err {
+            rusqlite::Error::SqliteFailure(failure, _) => Some(failure.code),
+            _ => None,
+        };
+        match code {
+            // Another connection holds the lock (the checkpointer, a reader's recovery):
+            // retrying can succeed.
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                StoreError::Conflict(err.to_string())
+            }
+            Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::DiskFull) => {
                 StoreError::Unavailable(err.to_string())
             }
-            other => StoreError::Other(other.to_string()),
+            _ => StoreError::Other(err.to_string()),
         }
     }
 }

@@ -1,29 +1,29 @@
-//! One write transaction's view: task rows, the pending index, and the step that ties the
-//! engine's transitions to both.
+//! One write transaction on SQLite: [`WriteTx`] over the writer's connection, keeping the
+//! pending index in step with the rows it writes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::value::RawValue;
-use shoal_engine::definition::Requires;
-use shoal_engine::event::{Effects, Event};
-use shoal_engine::graph::Reaction;
-use shoal_engine::message::{self, Message};
-use shoal_engine::status::{RunState, TaskState};
-use shoal_engine::task::Task;
-use shoal_engine::{Rejection, TaskId, Timestamp};
+use shoal_engine::artifact::Artifact;
+use shoal_engine::definition::TaskDefinition;
+use shoal_engine::graph::{NodeProgress, Tally};
+use shoal_engine::message::Message;
+use shoal_engine::status::TaskState;
+use shoal_engine::{TaskId, Timestamp};
 
-use crate::graph;
+use crate::ops::graph::{NewNode, StoredGraph};
+use crate::ops::{
+    Aftermath, CreateLookup, Due, Place, QUEUE_RETENTION_MS, QUEUE_TOUCH_INTERVAL_MS, RowChange, Waiting, WriteTx,
+    pending_run,
+};
 use crate::outbox::{OutboxEntry, OutboxFeed};
-use crate::pending::{PendingIndex, PendingKey, PendingRun};
-use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, TaskRow, raw_json, task_from_row};
-use crate::{StoreError, TaskEvent};
-
-/// How often at most a queue's last-active time is written.
-pub(crate) const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
-/// How long a queue is remembered after it was last active.
-pub(crate) const QUEUE_RETENTION_MS: i64 = 5 * 24 * 3600 * 1000;
+use crate::row::{TaskRow, corrupt, json};
+use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
+use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
+use crate::sqlite::{artifacts, graph};
+use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
 /// State the writer thread keeps between transactions.
 #[derive(Debug)]
@@ -79,49 +79,95 @@ pub(crate) struct Tx<'a> {
 }
 
 impl Tx<'_> {
-    /// Adds `message` to the outbox, to be written with this transaction's batch and
-    /// published once it commits.
-    pub(crate) fn publish(&mut self, message: Message) {
+    fn load_row(&self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1"))?;
+        let mut rows = stmt.query([task_id.as_str()])?;
+        rows.next()?.map(task_from_row).transpose()
+    }
+
+    fn load_row_with_definition(&self, task_id: TaskId) -> Result<Option<(TaskRow, Box<RawValue>)>, StoreError> {
+        let mut stmt =
+            self.conn.prepare_cached(&format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ?1"))?;
+        let mut rows = stmt.query([task_id.as_str()])?;
+        match rows.next()? {
+            Some(row) => Ok(Some((task_from_row(row)?, raw_json(row, N_TASK_COLUMNS)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Records that a queue was used, at most once per interval per queue.
+    pub(crate) fn record_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
+        let fresh =
+            self.state.queue_touched.get(task_queue_id).is_some_and(|&at| at + QUEUE_TOUCH_INTERVAL_MS > now.millis());
+        if fresh {
+            return Ok(());
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "INSERT INTO task_queues (task_queue_id, expires, last_date_active, description, stability) \
+             VALUES (?1, ?2, ?3, '', 'experimental') \
+             ON CONFLICT (task_queue_id) DO UPDATE SET expires = excluded.expires, \
+             last_date_active = excluded.last_date_active",
+        )?;
+        stmt.execute(params![task_queue_id, now.millis() + QUEUE_RETENTION_MS, now.millis()])?;
+        self.state.queue_touched.insert(task_queue_id.to_owned(), now.millis());
+        Ok(())
+    }
+
+    fn ids(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<TaskId>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let ids: Vec<String> = stmt.query_map(params, |row| row.get(0))?.collect::<Result<_, _>>()?;
+        ids.iter().map(|id| TaskId::parse(id).ok_or_else(|| corrupt(format!("task id {id}")))).collect()
+    }
+}
+
+impl WriteTx for Tx<'_> {
+    fn claim_timeout_secs(&self) -> i64 {
+        self.state.claim_timeout_secs
+    }
+
+    fn graph_scheduler_id(&self) -> &str {
+        &self.state.graph_scheduler_id
+    }
+
+    /// Gives the message its sequence number; it is written with this transaction's batch and
+    /// published once that commits.
+    fn publish(&mut self, message: Message) {
         let seq = self.state.outbox_seq + 1;
         self.state.outbox_seq = seq;
         self.messages.push(OutboxEntry { seq, message });
     }
 
-    pub(crate) fn load(&self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1"))?;
-        let mut rows = stmt.query([task_id.as_str()])?;
-        match rows.next()? {
-            Some(row) => task_from_row(row).map(Some),
-            None => Ok(None),
+    fn events(&mut self) -> &mut Vec<TaskEvent> {
+        &mut self.events
+    }
+
+    async fn load(&mut self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
+        self.load_row(task_id)
+    }
+
+    async fn load_with_definition(&mut self, task_id: TaskId) -> Result<Option<(TaskRow, Box<RawValue>)>, StoreError> {
+        self.load_row_with_definition(task_id)
+    }
+
+    async fn claimable(&mut self, request: &ClaimRequest) -> Result<Vec<(TaskRow, Box<RawValue>)>, StoreError> {
+        let found = self.state.index.pop_matching(&request.task_queue_id, &request.dimensions, request.count);
+        let mut candidates = Vec::with_capacity(found.len());
+        for (_, pending) in found {
+            candidates.extend(self.load_row_with_definition(pending.task_id)?);
         }
+        Ok(candidates)
     }
 
-    /// Loads a task together with its stored definition (for claims, which return both).
-    pub(crate) fn load_with_definition(&self, task_id: TaskId) -> Result<(TaskRow, Box<RawValue>), StoreError> {
-        let mut stmt =
-            self.conn.prepare_cached(&format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ?1"))?;
-        let mut rows = stmt.query([task_id.as_str()])?;
-        match rows.next()? {
-            Some(row) => Ok((task_from_row(row)?, raw_json(row, N_TASK_COLUMNS)?)),
-            None => Err(Rejection::NotFound(format!("task {task_id} not found")).into()),
+    async fn insert_task(&mut self, row: &mut TaskRow, definition: &str) -> Result<(), StoreError> {
+        if let Some(run_id) = pending_run(&row.task) {
+            self.state.next_seq += 1;
+            row.pending_seq = Some(self.state.next_seq);
+            let key = pending_key(row, row.task.meta.priority.rank(), self.state.next_seq);
+            self.state.index.insert(key, PendingRun { task_id: row.task.task_id, run_id });
         }
-    }
-
-    pub(crate) fn load_existing(&self, task_id: TaskId) -> Result<TaskRow, StoreError> {
-        self.load(task_id)?.ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")).into())
-    }
-
-    pub(crate) fn definition(&self, task_id: TaskId) -> Result<Option<String>, StoreError> {
-        let mut stmt = self.conn.prepare_cached("SELECT definition FROM tasks WHERE task_id = ?1")?;
-        Ok(stmt.query_row([task_id.as_str()], |row| row.get(0)).optional()?)
-    }
-
-    /// Inserts a new task row as it stands (the caller has already run its first transition).
-    pub(crate) fn insert(&mut self, row: &TaskRow, definition: &str) -> Result<(), StoreError> {
         let task = &row.task;
         let meta = &task.meta;
         let state = task.state();
-        let dimensions = (!meta.dimensions.is_empty()).then(|| json(&meta.dimensions)).transpose()?;
         let mut stmt = self.conn.prepare_cached(
             "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
              retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, \
@@ -140,7 +186,7 @@ impl Tx<'_> {
             meta.deadline.millis(),
             meta.expires.millis(),
             meta.requires.as_str(),
-            dimensions,
+            (!meta.dimensions.is_empty()).then(|| json(&meta.dimensions)).transpose()?,
             json(task.runs())?,
             state.as_str(),
             task.running_until().map(Timestamp::millis),
@@ -153,123 +199,30 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Runs one engine transition on `row`, then keeps the pending index, the row, the due
-    /// times and the dependents in step with the result, all in this transaction.
-    pub(crate) fn step(
-        &mut self,
-        row: &mut TaskRow,
-        now: Timestamp,
-        transition: impl FnOnce(&mut Task) -> Result<Effects, Rejection>,
-    ) -> Result<(), StoreError> {
-        self.step_and_persist(row, now, transition, Persist::Update)
-    }
-
-    /// [`Tx::step`] for a task not yet stored: the row is inserted in its stepped state, one
-    /// write instead of an insert and an update.
-    pub(crate) fn step_new(
-        &mut self,
-        row: &mut TaskRow,
-        now: Timestamp,
-        transition: impl FnOnce(&mut Task) -> Result<Effects, Rejection>,
-        definition: &str,
-    ) -> Result<(), StoreError> {
-        self.step_and_persist(row, now, transition, Persist::Insert { definition })
-    }
-
-    fn step_and_persist(
-        &mut self,
-        row: &mut TaskRow,
-        now: Timestamp,
-        transition: impl FnOnce(&mut Task) -> Result<Effects, Rejection>,
-        persist: Persist<'_>,
-    ) -> Result<(), StoreError> {
-        let old_key = pending_key(row);
-        let old_run = last_pending_run(&row.task);
-        let old_priority = row.task.meta.priority;
-        let was = row.task.state();
-        let was_resolved = was.is_resolved();
-        let effects = transition(&mut row.task)?;
-
-        let new_run = last_pending_run(&row.task);
-        let keeps_place =
-            old_run.is_some() && old_run == new_run && old_priority.rank() == row.task.meta.priority.rank();
-        if !keeps_place {
+    async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError> {
+        let (old_rank, new_rank) = (change.before.priority.rank(), row.task.meta.priority.rank());
+        let old_key = change.before.pending_run.zip(row.pending_seq).map(|(_, seq)| pending_key(row, old_rank, seq));
+        let new_run = pending_run(&row.task);
+        // The index moves only when the run's place or rank did.
+        if change.place != Place::Keep || old_rank != new_rank {
             if let Some(key) = &old_key {
                 self.state.index.remove(key);
             }
-            row.pending_seq = None;
-            if let Some(run_id) = new_run {
-                // Keep its place in line when only the priority moved; a new run joins the back.
-                let seq = match (old_run == new_run, old_key.as_ref()) {
-                    (true, Some(key)) => key.seq,
-                    _ => {
-                        self.state.next_seq += 1;
-                        self.state.next_seq
-                    }
-                };
-                row.pending_seq = Some(seq);
-                let key = pending_key(row).ok_or_else(|| StoreError::Other("pending key vanished".into()))?;
+            row.pending_seq = match (change.place, &old_key) {
+                (Place::None, _) => None,
+                (Place::Keep, Some(key)) => Some(key.seq),
+                (Place::Keep | Place::Back, _) => {
+                    self.state.next_seq += 1;
+                    Some(self.state.next_seq)
+                }
+            };
+            if let (Some(run_id), Some(seq)) = (new_run, row.pending_seq) {
+                let key = pending_key(row, new_rank, seq);
                 self.state.index.insert(key, PendingRun { task_id: row.task.task_id, run_id });
             }
         }
-        match persist {
-            Persist::Update => self.save(row, old_priority != row.task.meta.priority)?,
-            Persist::Insert { definition } => self.insert(row, definition)?,
-        }
-        self.record(&row.task, effects.0)?;
-        let state = row.task.state();
-        if was_resolved != state.is_resolved()
-            && row.task.meta.scheduler_id == self.state.graph_scheduler_id
-            && graph::ready(graph::react(self, &row.task, was, now))? == Reaction::Rerun
-        {
-            // The graph runs it again at once: to its dependents and its group it never
-            // resolved.
-            return self.rerun_for_graph(row, now);
-        }
-        if !was_resolved && state.is_resolved() {
-            self.release_dependents(row.task.task_id, state, now)?;
-            self.check_group_resolved(row.task.meta.task_group_id)?;
-        }
-        Ok(())
-    }
-
-    /// Runs a graph's failed task again (not generic: `step` would instantiate itself forever).
-    fn rerun_for_graph(&mut self, row: &mut TaskRow, now: Timestamp) -> Result<(), StoreError> {
-        self.step(row, now, |task| task.rerun(now))
-    }
-
-    /// Records what happened to `task`: its events (for the waiting workers) and their
-    /// messages (into the outbox), from the task as the events left it.
-    pub(crate) fn record(&mut self, task: &Task, events: Vec<Event>) -> Result<(), StoreError> {
-        for message in message::task_messages(task, &events) {
-            self.publish(message);
-        }
-        self.events.extend(events.into_iter().map(|event| TaskEvent {
-            task_id: task.task_id,
-            task_queue_id: task.meta.task_queue_id.clone(),
-            event,
-        }));
-        Ok(())
-    }
-
-    /// Publishes task-group-resolved when the group has no unresolved task left.
-    fn check_group_resolved(&mut self, group: TaskId) -> Result<(), StoreError> {
-        // One statement: this runs on every resolution.
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1 \
-             AND NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL)",
-        )?;
-        let resolved = stmt.query_row([group.as_str()], |row| row::task_group_from_row(group, row)).optional()?;
-        if let Some(found) = resolved {
-            self.publish(message::group_resolved(&found));
-        }
-        Ok(())
-    }
-
-    fn save(&mut self, row: &TaskRow, priority_changed: bool) -> Result<(), StoreError> {
         let task = &row.task;
         let state = task.state();
-        let deadline_due = (!state.is_resolved()).then_some(task.meta.deadline.millis());
         let mut stmt = self.conn.prepare_cached(
             "UPDATE tasks SET retries_left = ?2, runs = ?3, state = ?4, taken_until = ?5, deadline_due = ?6, \
              pending_seq = ?7 WHERE task_id = ?1",
@@ -280,107 +233,233 @@ impl Tx<'_> {
             json(task.runs())?,
             state.as_str(),
             task.running_until().map(Timestamp::millis),
-            deadline_due,
+            (!state.is_resolved()).then_some(task.meta.deadline.millis()),
             row.pending_seq.map(|seq| seq as i64),
         ])?;
-        if priority_changed {
-            let priority = json(&task.meta.priority)?;
+        if change.priority_changed {
             let mut stmt = self.conn.prepare_cached(
                 "UPDATE tasks SET priority = ?2, definition = json_set(definition, '$.priority', json(?2)) \
                  WHERE task_id = ?1",
             )?;
-            stmt.execute(params![task.task_id.as_str(), priority])?;
+            stmt.execute(params![task.task_id.as_str(), json(&task.meta.priority)?])?;
         }
         Ok(())
     }
 
-    /// Marks the dependency on `required` satisfied for each dependent whose `requires` this
-    /// resolution meets, and schedules each dependent whose last unmet dependency this was.
-    fn release_dependents(&mut self, required: TaskId, state: TaskState, now: Timestamp) -> Result<(), StoreError> {
-        let waiting: Vec<(String, String)> = {
-            let mut stmt = self.conn.prepare_cached(
-                "SELECT dependent_task_id, requires FROM task_dependencies WHERE required_task_id = ?1 AND satisfied = 0",
-            )?;
-            stmt.query_map([required.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?
-        };
-        let mut released = Vec::with_capacity(waiting.len());
-        for (dependent, requires) in waiting {
-            let requires = Requires::from_name(&requires).ok_or_else(|| StoreError::Other("bad requires".into()))?;
-            if !requires.satisfied_by(state) {
-                continue;
-            }
-            let mut stmt = self.conn.prepare_cached(
+    async fn lookup_create(
+        &mut self,
+        definition: &TaskDefinition,
+        task_id: TaskId,
+    ) -> Result<CreateLookup, StoreError> {
+        let stored: Option<String> = self
+            .conn
+            .prepare_cached("SELECT definition FROM tasks WHERE task_id = ?1")?
+            .query_row([task_id.as_str()], |row| row.get(0))
+            .optional()?;
+        if let Some(stored) = stored {
+            let row = self.load_row(task_id)?.ok_or_else(|| corrupt(format!("task {task_id} vanished")))?;
+            return Ok(CreateLookup {
+                existing: Some((stored, row.task.status())),
+                group: None,
+                dependencies: Vec::new(),
+            });
+        }
+        let mut stmt = self.conn.prepare_cached("SELECT state, expires FROM tasks WHERE task_id = ?1")?;
+        let mut dependencies = Vec::with_capacity(definition.dependencies.len());
+        // Taskcluster allows a task to depend on itself: it then waits for scheduleTask.
+        for required in definition.dependencies.iter().filter(|&&required| required != task_id) {
+            let found: Option<(String, i64)> =
+                stmt.query_row([required.as_str()], |row| Ok((row.get(0)?, row.get(1)?))).optional()?;
+            dependencies.push(
+                found
+                    .map(|(state, expires)| {
+                        let state =
+                            TaskState::from_name(&state).ok_or_else(|| corrupt(format!("task state {state}")))?;
+                        Ok::<_, StoreError>((state, Timestamp(expires)))
+                    })
+                    .transpose()?,
+            );
+        }
+        let group = row::task_group(self.conn, definition.task_group_id)?;
+        Ok(CreateLookup { existing: None, group, dependencies })
+    }
+
+    async fn insert_group(&mut self, group: &TaskGroup) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![
+                group.task_group_id.as_str(),
+                group.scheduler_id,
+                group.expires.millis(),
+                group.sealed.map(Timestamp::millis)
+            ])?;
+        Ok(())
+    }
+
+    async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE task_groups SET expires = ?2 WHERE task_group_id = ?1")?
+            .execute(params![group.as_str(), expires.millis()])?;
+        Ok(())
+    }
+
+    async fn insert_dependencies(
+        &mut self,
+        task_id: TaskId,
+        definition: &TaskDefinition,
+        satisfied: &[bool],
+    ) -> Result<(), StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "INSERT INTO task_dependencies (required_task_id, dependent_task_id, requires, satisfied) \
+             VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (required, done) in definition.dependencies.iter().zip(satisfied) {
+            stmt.execute(params![required.as_str(), task_id.as_str(), definition.requires.as_str(), done])?;
+        }
+        Ok(())
+    }
+
+    async fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
+        self.record_queue(task_queue_id, now)
+    }
+
+    async fn aftermath(
+        &mut self,
+        task_id: TaskId,
+        group: TaskId,
+        _state: TaskState,
+        _now: Timestamp,
+    ) -> Result<Option<Aftermath>, StoreError> {
+        // One statement: this runs on every resolution.
+        let group_resolved = self
+            .conn
+            .prepare_cached(
+                "SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1 \
+                 AND NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL)",
+            )?
+            .query_row([group.as_str()], |row| row::task_group_from_row(group, row))
+            .optional()?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT dependent_task_id, requires FROM task_dependencies WHERE required_task_id = ?1 AND satisfied = 0 \
+             ORDER BY dependent_task_id",
+        )?;
+        let found: Vec<(String, String)> =
+            stmt.query_map([task_id.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?;
+        let waiting =
+            found.iter().map(|(dependent, requires)| Waiting::parse(dependent, requires)).collect::<Result<_, _>>()?;
+        Ok(Some(Aftermath { group_resolved, waiting }))
+    }
+
+    async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
                 "UPDATE task_dependencies SET satisfied = 1 WHERE required_task_id = ?1 AND dependent_task_id = ?2",
-            )?;
-            stmt.execute(params![required.as_str(), dependent])?;
-            released.push(dependent);
-        }
-        for dependent in released {
-            let dependent = TaskId::parse(&dependent).ok_or_else(|| StoreError::Other("bad dependent id".into()))?;
-            if self.has_unmet_dependencies(dependent)? {
-                continue;
-            }
-            let Some(mut row) = self.load(dependent)? else {
-                continue;
-            };
-            match self.step(&mut row, now, |task| task.schedule(now)) {
-                // Past its deadline the dependent is left for the deadline to resolve.
-                Ok(()) | Err(StoreError::Rejected(_)) => {}
-                Err(err) => return Err(err),
-            }
-        }
+            )?
+            .execute(params![required.as_str(), dependent.as_str()])?;
         Ok(())
     }
 
-    pub(crate) fn has_unmet_dependencies(&self, task_id: TaskId) -> Result<bool, StoreError> {
+    async fn has_unmet_dependencies(&mut self, task_id: TaskId) -> Result<bool, StoreError> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT 1 FROM task_dependencies WHERE dependent_task_id = ?1 AND satisfied = 0 LIMIT 1")?;
         Ok(stmt.exists([task_id.as_str()])?)
     }
 
-    /// Records that a queue was used, at most once per interval per queue.
-    pub(crate) fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
-        let fresh =
-            self.state.queue_touched.get(task_queue_id).is_some_and(|&at| at + QUEUE_TOUCH_INTERVAL_MS > now.millis());
-        if fresh {
-            return Ok(());
-        }
-        let mut stmt = self.conn.prepare_cached(
-            "INSERT INTO task_queues (task_queue_id, expires, last_date_active, description, stability) \
-             VALUES (?1, ?2, ?3, '', 'experimental') \
-             ON CONFLICT (task_queue_id) DO UPDATE SET expires = excluded.expires, \
-             last_date_active = excluded.last_date_active",
-        )?;
-        stmt.execute(params![task_queue_id, now.millis() + QUEUE_RETENTION_MS, now.millis()])?;
-        self.state.queue_touched.insert(task_queue_id.to_owned(), now.millis());
+    async fn due(&mut self, now: Timestamp, limit: usize) -> Result<Due, StoreError> {
+        let bounds = params![now.millis(), limit as i64];
+        Ok(Due {
+            expired: self
+                .ids("SELECT task_id FROM tasks WHERE taken_until <= ?1 ORDER BY taken_until LIMIT ?2", bounds)?,
+            late: self
+                .ids("SELECT task_id FROM tasks WHERE deadline_due <= ?1 ORDER BY deadline_due LIMIT ?2", bounds)?,
+        })
+    }
+
+    async fn load_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
+        row::task_group(self.conn, group)
+    }
+
+    async fn seal_group(&mut self, group: TaskId, at: Timestamp) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE task_groups SET sealed = ?2 WHERE task_group_id = ?1")?
+            .execute(params![group.as_str(), at.millis()])?;
         Ok(())
+    }
+
+    async fn group_size(&mut self, group: TaskId) -> Result<u64, StoreError> {
+        let size: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM tasks WHERE task_group_id = ?1")?
+            .query_row([group.as_str()], |row| row.get(0))?;
+        Ok(size as u64)
+    }
+
+    async fn unresolved_members(&mut self, group: TaskId) -> Result<Vec<TaskId>, StoreError> {
+        self.ids(
+            "SELECT task_id FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL ORDER BY task_id",
+            [group.as_str()],
+        )
+    }
+
+    async fn stored_artifact(&mut self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError> {
+        artifacts::stored(self.conn, key.task_id, key.run_id, &key.name)
+    }
+
+    async fn put_artifact(&mut self, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
+        artifacts::put(self.conn, key, artifact)
+    }
+
+    async fn delete_artifacts(&mut self, keys: &[ArtifactKey]) -> Result<usize, StoreError> {
+        artifacts::delete(self.conn, keys)
+    }
+
+    async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
+        graph::graph(self.conn, task_graph_id)
+    }
+
+    async fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError> {
+        graph::insert(self.conn, graph, now)
+    }
+
+    async fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError> {
+        graph::save_tally(self.conn, task_graph_id, tally)
+    }
+
+    async fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError> {
+        graph::labels(self.conn, task_graph_id)
+    }
+
+    async fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError> {
+        graph::insert_node(self.conn, node)
+    }
+
+    async fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError> {
+        graph::node(self.conn, task_id)
+    }
+
+    async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError> {
+        graph::save_node(self.conn, task_id, progress)
+    }
+
+    async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT expires FROM tasks WHERE task_id = ?1")?
+            .query_row([task_id.as_str()], |row| row.get(0))
+            .optional()?
+            .map(Timestamp))
     }
 }
 
-/// How a stepped row reaches the table.
-enum Persist<'a> {
-    /// The row exists: update its mutable columns.
-    Update,
-    /// The row is new: insert it whole.
-    Insert { definition: &'a str },
-}
-
-fn last_pending_run(task: &Task) -> Option<u32> {
-    task.runs().last().filter(|run| run.state == RunState::Pending).map(|run| run.run_id)
-}
-
-/// Where the row's pending run sits in the index, if it is pending.
-pub(crate) fn pending_key(row: &TaskRow) -> Option<PendingKey> {
-    last_pending_run(&row.task)?;
-    Some(PendingKey {
+/// Where a pending row sits in the index, at priority `rank` and place `seq`.
+fn pending_key(row: &TaskRow, rank: u8, seq: u64) -> PendingKey {
+    PendingKey {
         task_queue_id: row.task.meta.task_queue_id.clone(),
         dimensions: row.task.meta.dimensions.clone(),
-        rank: row.task.meta.priority.rank(),
-        seq: row.pending_seq?,
-    })
-}
-
-pub(crate) fn json(value: &(impl serde::Serialize + ?Sized)) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|err| StoreError::Other(format!("encoding json: {err}")))
+        rank,
+        seq,
+    }
 }

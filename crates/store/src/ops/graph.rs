@@ -1,5 +1,5 @@
-//! The task-graph scheduler's operations, backend-neutral: each backend's transaction offers
-//! the few reads and writes of [`GraphTx`]; the rules are the engine's (`shoal_engine::graph`).
+//! The task-graph scheduler's operations over [`WriteTx`]; the rules are the engine's
+//! (`shoal_engine::graph`).
 //!
 //! A graph is a row with the counts of its open and failed-for-good tasks (its state follows
 //! from them) and one row per labelled task (its rerun budget). Its tasks are queue tasks: the
@@ -10,16 +10,16 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use shoal_engine::definition::TaskDefinition;
 use shoal_engine::graph::{
     self, ExtensionInput, GraphContext, GraphInput, GraphMetadata, NodeProgress, PlannedTask, Reaction, Tally,
 };
-use shoal_engine::message::{self, GraphStatus, Message};
-use shoal_engine::status::{TaskState, TaskStatus};
+use shoal_engine::message::{self, GraphStatus};
+use shoal_engine::status::TaskState;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::{StoreError, TaskGroup};
+use crate::StoreError;
+use crate::ops::WriteTx;
 
 /// A graph's own row.
 #[derive(Debug, Clone)]
@@ -54,35 +54,6 @@ pub(crate) struct NewNode<'a> {
     pub(crate) planned: &'a PlannedTask,
     /// The node as submitted (canonical JSON), to recognize a repeated submission.
     pub(crate) submitted: &'a str,
-}
-
-/// What a backend's write transaction offers the scheduler. Async for PostgreSQL, whose
-/// statements are awaited; SQLite's calls complete at once (see [`ready`]).
-pub(crate) trait GraphTx {
-    /// The scheduler id graph tasks carry (tasks with another are never looked up).
-    fn graph_scheduler_id(&self) -> &str;
-    /// A graph's row, locked for this transaction where the backend locks rows.
-    async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError>;
-    async fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError>;
-    async fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError>;
-    /// Each label of the graph with its taskId and its submitted JSON.
-    async fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError>;
-    async fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError>;
-    /// The graph and progress of the task `task_id`, when it belongs to a graph.
-    async fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError>;
-    async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError>;
-    /// When a stored task expires (None when there is no such task).
-    async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError>;
-    async fn load_task_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
-    /// The queue's createTask, in this transaction.
-    async fn create_queue_task(
-        &mut self,
-        definition: &TaskDefinition,
-        task_id: TaskId,
-        now: Timestamp,
-    ) -> Result<TaskStatus, StoreError>;
-    /// Adds a message to this transaction's outbox.
-    fn publish_message(&mut self, message: Message);
 }
 
 /// A graph's status and description, as `/status` and `/info` show them.
@@ -130,7 +101,7 @@ pub struct GraphRequest {
 /// Creates a graph and all its tasks, or answers the graph's status when the very same
 /// submission was already accepted (a retried request).
 pub(crate) async fn create(
-    tx: &mut impl GraphTx,
+    tx: &mut impl WriteTx,
     request: &GraphRequest,
     now: Timestamp,
 ) -> Result<GraphStatus, StoreError> {
@@ -152,7 +123,7 @@ pub(crate) async fn create(
         ))
         .into());
     }
-    if tx.load_task_group(task_graph_id).await?.is_some() {
+    if tx.load_group(task_graph_id).await?.is_some() {
         return Err(Rejection::Conflict(format!(
             "task group {task_graph_id} already exists: a task graph needs a taskGraphId of its own"
         ))
@@ -172,7 +143,7 @@ pub(crate) async fn create(
         tags: input.tags.clone(),
     };
     tx.insert_graph(&graph, now).await?;
-    tx.publish_message(message::graph_message(&graph.status()));
+    tx.publish(message::graph_message(&graph.status()));
     create_tasks(tx, task_graph_id, &planned, &submitted, now).await?;
     Ok(graph.status())
 }
@@ -180,7 +151,7 @@ pub(crate) async fn create(
 /// Adds tasks to a graph; they may require labels already in it. A finished graph that gains
 /// tasks is running again. Repeating an extension already applied answers the status.
 pub(crate) async fn extend(
-    tx: &mut impl GraphTx,
+    tx: &mut impl WriteTx,
     task_graph_id: TaskId,
     input: &ExtensionInput,
     now: Timestamp,
@@ -194,7 +165,7 @@ pub(crate) async fn extend(
     if submitted.iter().all(|(label, text)| known.get(label.as_str()) == Some(&text.as_str())) {
         return Ok(graph.status());
     }
-    if let Some(group) = tx.load_task_group(task_graph_id).await?
+    if let Some(group) = tx.load_group(task_graph_id).await?
         && group.sealed.is_some()
     {
         return Err(
@@ -209,7 +180,7 @@ pub(crate) async fn extend(
     graph.tally.open += planned.len() as u32;
     tx.save_tally(task_graph_id, graph.tally).await?;
     if graph.tally.state() != before {
-        tx.publish_message(message::graph_message(&graph.status()));
+        tx.publish(message::graph_message(&graph.status()));
     }
     create_tasks(tx, task_graph_id, &planned, &submitted, now).await?;
     Ok(graph.status())
@@ -219,7 +190,7 @@ pub(crate) async fn extend(
 /// and not: keeps its graph's counts, publishes the graph's new state, and says whether the
 /// task is to be run again.
 pub(crate) async fn react(
-    tx: &mut impl GraphTx,
+    tx: &mut impl WriteTx,
     task: &Task,
     was: TaskState,
     now: Timestamp,
@@ -239,13 +210,13 @@ pub(crate) async fn react(
         tx.save_tally(task_graph_id, graph.tally).await?;
     }
     if graph.tally.state() != before {
-        tx.publish_message(message::graph_message(&graph.status()));
+        tx.publish(message::graph_message(&graph.status()));
     }
     Ok(reaction)
 }
 
 async fn create_tasks(
-    tx: &mut impl GraphTx,
+    tx: &mut impl WriteTx,
     task_graph_id: TaskId,
     planned: &[PlannedTask],
     submitted: &HashMap<String, String>,
@@ -254,13 +225,13 @@ async fn create_tasks(
     for task in planned {
         let text = submitted.get(&task.label).map_or("", String::as_str);
         tx.insert_node(&NewNode { task_graph_id, planned: task, submitted: text }).await?;
-        tx.create_queue_task(&task.definition, task.task_id, now).await?;
+        crate::ops::tasks::create_task(tx, &task.definition, task.task_id, now).await?;
     }
     Ok(())
 }
 
 /// Refuses, before anything is written, dependencies the queue would refuse.
-async fn check_dependencies(tx: &mut impl GraphTx, planned: &[PlannedTask]) -> Result<(), StoreError> {
+async fn check_dependencies(tx: &mut impl WriteTx, planned: &[PlannedTask]) -> Result<(), StoreError> {
     let new: std::collections::HashSet<TaskId> = planned.iter().map(|task| task.task_id).collect();
     let mut stored = HashMap::new();
     for task in planned {
@@ -288,14 +259,4 @@ fn submitted_nodes(tasks: &graph::Labelled) -> Result<HashMap<String, String>, S
 fn new_task_id() -> TaskId {
     // A v4 slugid always parses.
     TaskId::parse(&slugid::nice()).expect("slugid makes task ids")
-}
-
-/// The result of a future that completes without waiting: a SQLite step's graph operation,
-/// whose statements all run on the calling thread.
-pub(crate) fn ready<T>(future: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-    let mut future = std::pin::pin!(future);
-    match future.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
-        std::task::Poll::Ready(result) => result,
-        std::task::Poll::Pending => Err(StoreError::Other("a synchronous graph operation waited".into())),
-    }
 }

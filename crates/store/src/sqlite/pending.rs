@@ -15,7 +15,7 @@ use shoal_engine::dimensions::Dimensions;
 
 /// Where one pending run sits in the index.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingKey {
+pub(crate) struct PendingKey {
     /// Task queue.
     pub task_queue_id: String,
     /// Required dimensions.
@@ -28,7 +28,7 @@ pub struct PendingKey {
 
 /// A pending run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PendingRun {
+pub(crate) struct PendingRun {
     /// The task.
     pub task_id: TaskId,
     /// The pending run.
@@ -40,7 +40,7 @@ const MATCH_CACHE_LIMIT: usize = 4096;
 
 /// Every pending run, by queue and dimension set.
 #[derive(Debug, Default)]
-pub struct PendingIndex {
+pub(crate) struct PendingIndex {
     queues: HashMap<String, QueueIndex>,
     undo: Vec<Undo>,
     len: usize,
@@ -70,37 +70,32 @@ enum Undo {
 impl PendingIndex {
     /// Number of pending runs.
     #[must_use]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// Whether nothing is pending.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Adds a pending run.
-    pub fn insert(&mut self, key: PendingKey, run: PendingRun) {
+    pub(crate) fn insert(&mut self, key: PendingKey, run: PendingRun) {
         self.insert_raw(&key, run);
         self.undo.push(Undo::Inserted(key));
     }
 
     /// Adds a pending run that is already durable (rebuilding the index at start): no undo
     /// record, so a rebuild of millions of runs costs only the index itself.
-    pub fn restore(&mut self, key: &PendingKey, run: PendingRun) {
+    pub(crate) fn restore(&mut self, key: &PendingKey, run: PendingRun) {
         self.insert_raw(key, run);
     }
 
     /// Removes a pending run if present.
-    pub fn remove(&mut self, key: &PendingKey) {
+    pub(crate) fn remove(&mut self, key: &PendingKey) {
         if let Some(run) = self.remove_raw(key) {
             self.undo.push(Undo::Removed(key.clone(), run));
         }
     }
 
     /// Takes up to `n` runs a worker with `worker` dimensions may claim, most urgent first.
-    pub fn pop_matching(
+    pub(crate) fn pop_matching(
         &mut self,
         task_queue_id: &str,
         worker: &Dimensions,
@@ -139,18 +134,18 @@ impl PendingIndex {
     }
 
     /// Forgets the undo log: the transaction that made these changes committed.
-    pub fn commit(&mut self) {
+    pub(crate) fn commit(&mut self) {
         self.undo.clear();
     }
 
     /// A mark to roll back to.
     #[must_use]
-    pub fn mark(&self) -> usize {
+    pub(crate) fn mark(&self) -> usize {
         self.undo.len()
     }
 
     /// Undoes every change made since `mark`.
-    pub fn rollback_to(&mut self, mark: usize) {
+    pub(crate) fn rollback_to(&mut self, mark: usize) {
         while self.undo.len() > mark {
             match self.undo.pop() {
                 Some(Undo::Inserted(key)) => {

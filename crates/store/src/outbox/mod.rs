@@ -7,6 +7,8 @@
 //! what a crash left unpublished. The publisher reports how far it got and the store deletes
 //! up to there.
 
+pub(crate) mod format;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,67 @@
+//! Operations on artifact records: create, mark uploaded, forget.
+
+use shoal_engine::artifact::{Artifact, ArtifactRequest, LIVE_LOG_NAME, implicit_live_log};
+use shoal_engine::message;
+use shoal_engine::task::Task;
+use shoal_engine::{Rejection, Timestamp};
+
+use crate::ops::{WriteTx, load_existing};
+use crate::{ArtifactKey, StoreError};
+
+/// createArtifact: the engine decides against the run and what is stored; then it is stored.
+pub(crate) async fn create(
+    tx: &mut impl WriteTx,
+    key: &ArtifactKey,
+    request: ArtifactRequest,
+    now: Timestamp,
+) -> Result<Artifact, StoreError> {
+    let row = load_existing(tx, key.task_id).await?;
+    let Some(run) = row.task.runs().get(key.run_id as usize) else {
+        return Err(Rejection::NotFound(format!("run {} of task {} not found", key.run_id, key.task_id)).into());
+    };
+    let existing = stored(tx, key, &row.task).await?;
+    let stored = request.apply(&key.name, run, row.task.meta.expires, existing.as_ref(), now)?;
+    if existing.as_ref() != Some(&stored) {
+        tx.put_artifact(key, &stored).await?;
+        // Listeners hear of an artifact when its content can be fetched: blobs once uploaded.
+        if stored.present {
+            tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
+        }
+    }
+    Ok(stored)
+}
+
+/// Records that a blob artifact's bytes are complete.
+pub(crate) async fn uploaded(tx: &mut impl WriteTx, key: &ArtifactKey) -> Result<Artifact, StoreError> {
+    let row = load_existing(tx, key.task_id).await?;
+    let Some(mut stored) = stored(tx, key, &row.task).await? else {
+        return Err(Rejection::NotFound(format!(
+            "artifact {} of run {} of task {} not found",
+            key.name, key.run_id, key.task_id
+        ))
+        .into());
+    };
+    stored.check_upload()?;
+    if !stored.present {
+        stored.present = true;
+        tx.put_artifact(key, &stored).await?;
+        tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
+    }
+    Ok(stored)
+}
+
+/// Forgets expired artifacts (their bytes are already gone); says how many there were.
+pub(crate) async fn forget(tx: &mut impl WriteTx, keys: &[ArtifactKey]) -> Result<usize, StoreError> {
+    tx.delete_artifacts(keys).await
+}
+
+/// The artifact under `key` as this transaction sees it; `task`'s runs have implicit live logs.
+async fn stored(tx: &mut impl WriteTx, key: &ArtifactKey, task: &Task) -> Result<Option<Artifact>, StoreError> {
+    match tx.stored_artifact(key).await? {
+        Some(artifact) => Ok(Some(artifact)),
+        None if key.name == LIVE_LOG_NAME => {
+            Ok(task.runs().get(key.run_id as usize).and_then(|run| implicit_live_log(run, task.meta.expires)))
+        }
+        None => Ok(None),
+    }
+}

@@ -1,0 +1,246 @@
+//! The write operations, written once for both backends over [`WriteTx`].
+//!
+//! An operation loads what it needs through the transaction, lets the engine decide, and
+//! writes the outcome back through it; the backend's transaction knows only its SQL (and its
+//! own mechanics: SQLite's pending index, PostgreSQL's pipelining and row locks). Every check
+//! that can refuse runs before the operation's first write, so a refused operation leaves
+//! nothing behind in either backend (SQLite commits batches without savepoints; a PostgreSQL
+//! gathering undoes only what was not yet written).
+//!
+//! SQLite's transaction completes every call at once; its operations are driven by
+//! [`ready`]. PostgreSQL's awaits its statements.
+
+pub(crate) mod artifacts;
+pub(crate) mod graph;
+pub(crate) mod groups;
+mod step;
+pub(crate) mod tasks;
+
+use serde_json::value::RawValue;
+use shoal_engine::artifact::Artifact;
+use shoal_engine::definition::{Requires, TaskDefinition};
+use shoal_engine::graph::{NodeProgress, Tally};
+use shoal_engine::message::Message;
+use shoal_engine::priority::Priority;
+use shoal_engine::status::{RunState, TaskState, TaskStatus};
+use shoal_engine::task::Task;
+use shoal_engine::{Rejection, TaskId, Timestamp};
+
+pub(crate) use step::{record, release_dependents, step};
+
+use crate::row::{TaskRow, corrupt};
+use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
+
+/// How often at most a queue's last-active time is written.
+pub(crate) const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
+/// How long a queue is remembered after it was last active (Taskcluster's retention).
+pub(crate) const QUEUE_RETENTION_MS: i64 = 5 * 24 * 3600 * 1000;
+
+/// A backend's write transaction: the reads and writes the operations are made of. Rows a
+/// method loads are locked until the commit where the backend locks rows.
+pub(crate) trait WriteTx {
+    /// Seconds a claim holds before it must be renewed.
+    fn claim_timeout_secs(&self) -> i64;
+    /// The scheduler id graph tasks carry (tasks with another are never looked up).
+    fn graph_scheduler_id(&self) -> &str;
+    /// Adds a message to this transaction's outbox.
+    fn publish(&mut self, message: Message);
+    /// The events this transaction recorded, in order.
+    fn events(&mut self) -> &mut Vec<TaskEvent>;
+
+    /// A task's row.
+    async fn load(&mut self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError>;
+    /// A task's row with its stored definition (claims return both).
+    async fn load_with_definition(&mut self, task_id: TaskId) -> Result<Option<(TaskRow, Box<RawValue>)>, StoreError>;
+    /// The pending runs a worker's claim may take, in line order (priority, then arrival),
+    /// at most its count, each loaded with its definition.
+    async fn claimable(&mut self, request: &ClaimRequest) -> Result<Vec<(TaskRow, Box<RawValue>)>, StoreError>;
+    /// Inserts a new task row as it stands, joining the claim line when it is pending.
+    async fn insert_task(&mut self, row: &mut TaskRow, definition: &str) -> Result<(), StoreError>;
+    /// Writes a stepped row's new state; `change` says what moved.
+    async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError>;
+
+    /// What createTask needs to judge a new task (see [`CreateLookup`]).
+    async fn lookup_create(&mut self, definition: &TaskDefinition, task_id: TaskId)
+    -> Result<CreateLookup, StoreError>;
+    /// Inserts a new task group.
+    async fn insert_group(&mut self, group: &TaskGroup) -> Result<(), StoreError>;
+    /// Moves a group's expiry later.
+    async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError>;
+    /// Records a new task's dependencies and which are satisfied already.
+    async fn insert_dependencies(
+        &mut self,
+        task_id: TaskId,
+        definition: &TaskDefinition,
+        satisfied: &[bool],
+    ) -> Result<(), StoreError>;
+    /// Records that a queue was used (at most once per [`QUEUE_TOUCH_INTERVAL_MS`]).
+    async fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError>;
+
+    /// What a task's resolution entails, or `None` when the backend judges that later, for
+    /// several resolutions at once (a PostgreSQL gathering).
+    async fn aftermath(
+        &mut self,
+        task_id: TaskId,
+        group: TaskId,
+        state: TaskState,
+        now: Timestamp,
+    ) -> Result<Option<Aftermath>, StoreError>;
+    /// Marks `dependent`'s dependency on `required` satisfied.
+    async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError>;
+    /// Whether a task still waits for a dependency.
+    async fn has_unmet_dependencies(&mut self, task_id: TaskId) -> Result<bool, StoreError>;
+    /// Tasks whose claim expired (`taken_until`) and whose deadline passed, at most `limit`
+    /// of each, each earliest first.
+    async fn due(&mut self, now: Timestamp, limit: usize) -> Result<Due, StoreError>;
+
+    /// A task group.
+    async fn load_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
+    /// Seals a group.
+    async fn seal_group(&mut self, group: TaskId, at: Timestamp) -> Result<(), StoreError>;
+    /// How many tasks a group has.
+    async fn group_size(&mut self, group: TaskId) -> Result<u64, StoreError>;
+    /// A group's unresolved tasks, by task id.
+    async fn unresolved_members(&mut self, group: TaskId) -> Result<Vec<TaskId>, StoreError>;
+
+    /// The stored record of an artifact (not the implicit live log).
+    async fn stored_artifact(&mut self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError>;
+    /// Stores an artifact's record, replacing any under its key.
+    async fn put_artifact(&mut self, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError>;
+    /// Deletes artifact records; says how many there were.
+    async fn delete_artifacts(&mut self, keys: &[ArtifactKey]) -> Result<usize, StoreError>;
+
+    /// A graph's row.
+    async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<graph::StoredGraph>, StoreError>;
+    /// Inserts a graph's row.
+    async fn insert_graph(&mut self, graph: &graph::StoredGraph, now: Timestamp) -> Result<(), StoreError>;
+    /// Writes a graph's counts.
+    async fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError>;
+    /// Each label of the graph with its taskId and its submitted JSON.
+    async fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError>;
+    /// Inserts a labelled task's row.
+    async fn insert_node(&mut self, node: &graph::NewNode<'_>) -> Result<(), StoreError>;
+    /// The graph and progress of the task `task_id`, when it belongs to a graph.
+    async fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError>;
+    /// Writes a labelled task's progress.
+    async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError>;
+    /// When a stored task expires (None when there is no such task).
+    async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError>;
+}
+
+/// What createTask learns before judging a task.
+pub(crate) struct CreateLookup {
+    /// The task already stored under the id: its definition (serialized) and status.
+    pub(crate) existing: Option<(String, TaskStatus)>,
+    /// The task's group, if it exists (on PostgreSQL already created or extended).
+    pub(crate) group: Option<TaskGroup>,
+    /// For each dependency other than the task itself, in order, its state and expiry.
+    pub(crate) dependencies: Vec<Option<(TaskState, Timestamp)>>,
+}
+
+/// What a resolution entails, as the store finds it.
+#[derive(Debug, Default)]
+pub(crate) struct Aftermath {
+    /// The task's group, when no unresolved task is left in it.
+    pub(crate) group_resolved: Option<TaskGroup>,
+    /// The dependents still waiting on the task.
+    pub(crate) waiting: Vec<Waiting>,
+}
+
+/// A dependent waiting on a task.
+#[derive(Debug, Clone)]
+pub(crate) struct Waiting {
+    /// The dependent.
+    pub(crate) dependent: TaskId,
+    /// What it requires of its dependencies.
+    pub(crate) requires: Requires,
+}
+
+impl Waiting {
+    /// A waiting dependent as stored (its id and what it requires, by name).
+    pub(crate) fn parse(dependent: &str, requires: &str) -> Result<Waiting, StoreError> {
+        Ok(Waiting {
+            dependent: TaskId::parse(dependent).ok_or_else(|| corrupt(format!("dependent id {dependent}")))?,
+            requires: Requires::from_name(requires).ok_or_else(|| corrupt(format!("requires {requires}")))?,
+        })
+    }
+}
+
+/// Tasks whose due times came.
+#[derive(Debug, Default)]
+pub(crate) struct Due {
+    /// Claims expired.
+    pub(crate) expired: Vec<TaskId>,
+    /// Deadlines passed.
+    pub(crate) late: Vec<TaskId>,
+}
+
+/// What a transition changed of a stored row, as writing it back cares.
+pub(crate) struct RowChange {
+    /// The row before.
+    pub(crate) before: Before,
+    /// What happens to its place in the claim line.
+    pub(crate) place: Place,
+    /// Whether its priority changed (the stored definition is rewritten).
+    pub(crate) priority_changed: bool,
+}
+
+/// What a row was before a transition.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Before {
+    pub(crate) state: TaskState,
+    /// Its pending run, if its last run was pending.
+    pub(crate) pending_run: Option<u32>,
+    pub(crate) priority: Priority,
+}
+
+impl Before {
+    pub(crate) fn of(task: &Task) -> Before {
+        Before { state: task.state(), pending_run: pending_run(task), priority: task.meta.priority }
+    }
+}
+
+/// What happens to a row's place in the claim line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// Not pending.
+    None,
+    /// Still the same pending run: it keeps its place (its priority may have moved).
+    Keep,
+    /// A new pending run: to the back of the line.
+    Back,
+}
+
+impl Place {
+    /// Where a row goes that was `before` and is now `task`.
+    pub(crate) fn after(before: &Before, task: &Task) -> Place {
+        match pending_run(task) {
+            None => Place::None,
+            run if run == before.pending_run => Place::Keep,
+            Some(_) => Place::Back,
+        }
+    }
+}
+
+/// The task's last run, when it is pending.
+pub(crate) fn pending_run(task: &Task) -> Option<u32> {
+    task.runs().last().filter(|run| run.state == RunState::Pending).map(|run| run.run_id)
+}
+
+/// A task's row, which must exist.
+pub(crate) async fn load_existing(tx: &mut impl WriteTx, task_id: TaskId) -> Result<TaskRow, StoreError> {
+    match tx.load(task_id).await? {
+        Some(row) => Ok(row),
+        None => Err(Rejection::NotFound(format!("task {task_id} not found")).into()),
+    }
+}
+
+/// The result of a future that completes without waiting: a SQLite operation, whose
+/// statements all run on the calling thread.
+pub(crate) fn ready<T>(future: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    let mut future = std::pin::pin!(future);
+    match future.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => Err(StoreError::Other("a synchronous store operation waited".into())),
+    }
+}

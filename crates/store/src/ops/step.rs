@@ -1,0 +1,159 @@
+//! The step: one engine transition on a loaded row, then everything it entails in the same
+//! transaction: the row written back, its events and messages, its graph's reaction, and on
+//! a resolution its group's and its dependents'.
+//!
+//! Steps a step causes (a dependent scheduled, a graph task rerun) are taken in a loop, not
+//! by recursion: an async function cannot contain itself.
+
+use shoal_engine::event::{Effects, Event};
+use shoal_engine::graph::Reaction;
+use shoal_engine::message;
+use shoal_engine::status::TaskState;
+use shoal_engine::task::Task;
+use shoal_engine::{Rejection, TaskId, Timestamp};
+
+use crate::ops::{Before, Place, RowChange, Waiting, WriteTx, graph};
+use crate::row::TaskRow;
+use crate::{StoreError, TaskEvent};
+
+/// Runs `transition` on `row` and writes what it did and entails.
+pub(crate) async fn step(
+    tx: &mut impl WriteTx,
+    row: &mut TaskRow,
+    now: Timestamp,
+    transition: impl FnOnce(&mut Task) -> Result<Effects, Rejection>,
+) -> Result<(), StoreError> {
+    let before = Before::of(&row.task);
+    let effects = transition(&mut row.task)?;
+    let mut released = Vec::new();
+    persist(tx, row, now, before, effects, None, &mut released).await?;
+    schedule_released(tx, released, now).await
+}
+
+/// [`step`] for a task not yet stored, whose transition already ran (on `before`): the row
+/// is inserted in its stepped state, one write instead of an insert and an update.
+pub(crate) async fn insert_stepped(
+    tx: &mut impl WriteTx,
+    row: &mut TaskRow,
+    now: Timestamp,
+    before: Before,
+    effects: Effects,
+    definition: &str,
+) -> Result<(), StoreError> {
+    let mut released = Vec::new();
+    persist(tx, row, now, before, effects, Some(definition), &mut released).await?;
+    schedule_released(tx, released, now).await
+}
+
+/// Records what happened to `task`: its events (for the waiting workers) and their messages
+/// (into the outbox), from the task as the events left it.
+pub(crate) fn record(tx: &mut impl WriteTx, task: &Task, events: Vec<Event>) {
+    for message in message::task_messages(task, &events) {
+        tx.publish(message);
+    }
+    let queue = &task.meta.task_queue_id;
+    tx.events().extend(events.into_iter().map(|event| TaskEvent {
+        task_id: task.task_id,
+        task_queue_id: queue.clone(),
+        event,
+    }));
+}
+
+/// Marks the dependency on `required` satisfied for each `waiting` dependent whose
+/// `requires` its resolution as `state` meets, and schedules each whose last unmet
+/// dependency it was.
+pub(crate) async fn release_dependents(
+    tx: &mut impl WriteTx,
+    required: TaskId,
+    waiting: &[Waiting],
+    state: TaskState,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let mut released = Vec::new();
+    collect_released(tx, required, waiting, state, &mut released).await?;
+    schedule_released(tx, released, now).await
+}
+
+/// Writes a transitioned row and what it entails; dependents it releases are added to
+/// `released` for the caller to schedule.
+async fn persist(
+    tx: &mut impl WriteTx,
+    row: &mut TaskRow,
+    now: Timestamp,
+    mut before: Before,
+    mut effects: Effects,
+    mut new: Option<&str>,
+    released: &mut Vec<TaskRow>,
+) -> Result<(), StoreError> {
+    loop {
+        match new.take() {
+            Some(definition) => tx.insert_task(row, definition).await?,
+            None => {
+                let change = RowChange {
+                    before,
+                    place: Place::after(&before, &row.task),
+                    priority_changed: before.priority != row.task.meta.priority,
+                };
+                tx.update_task(row, &change).await?;
+            }
+        }
+        record(tx, &row.task, effects.0);
+        let was_resolved = before.state.is_resolved();
+        let state = row.task.state();
+        if was_resolved != state.is_resolved()
+            && row.task.meta.scheduler_id == tx.graph_scheduler_id()
+            && graph::react(tx, &row.task, before.state, now).await? == Reaction::Rerun
+        {
+            // The graph runs it again at once: to its dependents and its group it never
+            // resolved.
+            before = Before::of(&row.task);
+            effects = row.task.rerun(now)?;
+            continue;
+        }
+        if !was_resolved && state.is_resolved() {
+            let task = &row.task;
+            if let Some(aftermath) = tx.aftermath(task.task_id, task.meta.task_group_id, state, now).await? {
+                if let Some(group) = &aftermath.group_resolved {
+                    tx.publish(message::group_resolved(group));
+                }
+                collect_released(tx, task.task_id, &aftermath.waiting, state, released).await?;
+            }
+        }
+        return Ok(());
+    }
+}
+
+/// Marks satisfied what `required`'s resolution as `state` satisfies, and adds to
+/// `released` each dependent (loaded, so locked where rows are) left with nothing to wait for.
+async fn collect_released(
+    tx: &mut impl WriteTx,
+    required: TaskId,
+    waiting: &[Waiting],
+    state: TaskState,
+    released: &mut Vec<TaskRow>,
+) -> Result<(), StoreError> {
+    for waiting in waiting.iter().filter(|waiting| waiting.requires.satisfied_by(state)) {
+        // Lock the dependent before counting what it still waits for: two of its
+        // dependencies resolving at once on two servers then see each other's release.
+        let Some(row) = tx.load(waiting.dependent).await? else { continue };
+        tx.mark_satisfied(required, waiting.dependent).await?;
+        if !tx.has_unmet_dependencies(waiting.dependent).await? {
+            released.push(row);
+        }
+    }
+    Ok(())
+}
+
+/// Schedules released dependents (and whatever that entails, in turn).
+async fn schedule_released(tx: &mut impl WriteTx, released: Vec<TaskRow>, now: Timestamp) -> Result<(), StoreError> {
+    let mut queue = std::collections::VecDeque::from(released);
+    let mut more = Vec::new();
+    while let Some(mut row) = queue.pop_front() {
+        let before = Before::of(&row.task);
+        // Past its deadline the dependent is left for the deadline to resolve.
+        let Ok(effects) = row.task.schedule(now) else { continue };
+        persist(tx, &mut row, now, before, effects, None, &mut more).await?;
+        queue.extend(more.drain(..));
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! Operations on tasks: create, commands, claims and due transitions.
+
+use serde_json::value::RawValue;
+use shoal_engine::command::TaskCommand;
+use shoal_engine::definition::{TaskDefinition, check_redefinition};
+use shoal_engine::event::{Effects, Event};
+use shoal_engine::group::{TaskGroup, dependencies_satisfied, group_expiry};
+use shoal_engine::status::TaskStatus;
+use shoal_engine::task::Task;
+use shoal_engine::{Rejection, TaskId, Timestamp};
+
+use crate::ops::step::insert_stepped;
+use crate::ops::{Before, CreateLookup, WriteTx, load_existing, record, step};
+use crate::row::{TaskRow, json};
+use crate::{Claim, ClaimRequest, StoreError};
+
+/// createTask: defines a task (idempotent for an equal definition) and schedules it when it
+/// has no unmet dependencies.
+pub(crate) async fn create_task(
+    tx: &mut impl WriteTx,
+    definition: &TaskDefinition,
+    task_id: TaskId,
+    now: Timestamp,
+) -> Result<TaskStatus, StoreError> {
+    let lookup = tx.lookup_create(definition, task_id).await?;
+    create_looked_up(tx, definition, task_id, now, lookup).await
+}
+
+/// createTask once its lookup is done (a PostgreSQL gathering looks up many at once).
+pub(crate) async fn create_looked_up(
+    tx: &mut impl WriteTx,
+    definition: &TaskDefinition,
+    task_id: TaskId,
+    now: Timestamp,
+    lookup: CreateLookup,
+) -> Result<TaskStatus, StoreError> {
+    let text = json(definition)?;
+    if let Some((stored, status)) = lookup.existing {
+        check_redefinition(task_id, &stored, &text)?;
+        return Ok(status);
+    }
+    // Every check that can refuse runs before the first write.
+    let satisfied = dependencies_satisfied(definition, task_id, lookup.dependencies)?;
+    let expires = group_expiry(definition);
+    if let Some(group) = &lookup.group {
+        group.admit(&definition.scheduler_id)?;
+    }
+    let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
+    let before = Before::of(&row.task);
+    let scheduled = match satisfied.iter().all(|done| *done) {
+        true => Some(row.task.schedule(now)?),
+        false => None,
+    };
+    match &lookup.group {
+        None => tx.insert_group(&TaskGroup::first_of(definition)).await?,
+        Some(group) if group.expires < expires => tx.extend_group(group.task_group_id, expires).await?,
+        Some(_) => {}
+    }
+    if !definition.dependencies.is_empty() {
+        tx.insert_dependencies(task_id, definition, &satisfied).await?;
+    }
+    record(tx, &row.task, vec![Event::Defined]);
+    match scheduled {
+        Some(effects) => insert_stepped(tx, &mut row, now, before, effects, &text).await?,
+        None => tx.insert_task(&mut row, &text).await?,
+    }
+    tx.touch_queue(&definition.task_queue_id, now).await?;
+    Ok(row.task.status())
+}
+
+/// Runs `command` on task `task_id`.
+pub(crate) async fn apply(
+    tx: &mut impl WriteTx,
+    task_id: TaskId,
+    command: &TaskCommand,
+    now: Timestamp,
+) -> Result<TaskStatus, StoreError> {
+    let mut row = load_existing(tx, task_id).await?;
+    apply_loaded(tx, &mut row, command, now).await
+}
+
+/// Runs `command` on a task already loaded.
+pub(crate) async fn apply_loaded(
+    tx: &mut impl WriteTx,
+    row: &mut TaskRow,
+    command: &TaskCommand,
+    now: Timestamp,
+) -> Result<TaskStatus, StoreError> {
+    let claim_timeout = tx.claim_timeout_secs();
+    step(tx, row, now, |task| command.apply(task, now, claim_timeout)).await?;
+    Ok(row.task.status())
+}
+
+/// claimWork: claims up to the request's count of pending runs the worker matches, most
+/// urgent first.
+pub(crate) async fn claim_work(
+    tx: &mut impl WriteTx,
+    request: &ClaimRequest,
+    now: Timestamp,
+) -> Result<Vec<Claim>, StoreError> {
+    tx.touch_queue(&request.task_queue_id, now).await?;
+    let candidates = tx.claimable(request).await?;
+    claim_candidates(tx, candidates, request, now).await
+}
+
+/// claimWork over `candidates` (the pending runs the worker matches, in line order, loaded
+/// with their definitions): claims each in turn, skipping runs that stopped being
+/// claimable (their deadline passed: the deadline will resolve them).
+pub(crate) async fn claim_candidates(
+    tx: &mut impl WriteTx,
+    candidates: Vec<(TaskRow, Box<RawValue>)>,
+    request: &ClaimRequest,
+    now: Timestamp,
+) -> Result<Vec<Claim>, StoreError> {
+    let mut claims = Vec::with_capacity(candidates.len());
+    for (row, definition) in candidates {
+        let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { continue };
+        match claim_loaded(tx, row, definition, run_id, &request.worker_group, &request.worker_id, now).await {
+            Ok(claim) => claims.push(claim),
+            Err(StoreError::Rejected(_)) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(claims)
+}
+
+/// claimTask: claims one specific pending run.
+pub(crate) async fn claim_task(
+    tx: &mut impl WriteTx,
+    task_id: TaskId,
+    run_id: u32,
+    worker_group: &str,
+    worker_id: &str,
+    now: Timestamp,
+) -> Result<Claim, StoreError> {
+    let Some((row, definition)) = tx.load_with_definition(task_id).await? else {
+        return Err(Rejection::NotFound(format!("task {task_id} not found")).into());
+    };
+    claim_loaded(tx, row, definition, run_id, worker_group, worker_id, now).await
+}
+
+/// Claims run `run_id` of a task already loaded with its definition.
+pub(crate) async fn claim_loaded(
+    tx: &mut impl WriteTx,
+    mut row: TaskRow,
+    definition: Box<RawValue>,
+    run_id: u32,
+    worker_group: &str,
+    worker_id: &str,
+    now: Timestamp,
+) -> Result<Claim, StoreError> {
+    let claim_timeout = tx.claim_timeout_secs();
+    step(tx, &mut row, now, |task| task.claim(run_id, worker_group, worker_id, now, claim_timeout)).await?;
+    Ok(Claim {
+        taken_until: row.task.running_until().unwrap_or(now),
+        status: row.task.status(),
+        run_id,
+        worker_group: worker_group.to_owned(),
+        worker_id: worker_id.to_owned(),
+        task: definition,
+    })
+}
+
+/// Fires claim expiries, then deadlines, that are due at `now`; says how many fired.
+pub(crate) async fn fire_due(tx: &mut impl WriteTx, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
+    let due = tx.due(now, limit).await?;
+    let n_fired = due.expired.len() + due.late.len();
+    for task_id in due.expired {
+        let mut row = load_existing(tx, task_id).await?;
+        // An out-of-date due time (cannot happen while rows are written by `step`) is rewritten.
+        step(tx, &mut row, now, |task| Ok(task.expire_claim(now).unwrap_or_else(Effects::none))).await?;
+    }
+    for task_id in due.late {
+        let mut row = load_existing(tx, task_id).await?;
+        step(tx, &mut row, now, |task| Ok(task.exceed_deadline(now).unwrap_or_else(Effects::none))).await?;
+    }
+    Ok(n_fired)
+}

@@ -1,0 +1,418 @@
+//! [`WriteTx`] over a PostgreSQL transaction: each method one or two statements, writes held
+//! back for the pipeline (`pipeline.rs`), rows locked as they are read.
+
+use serde_json::value::RawValue;
+use shoal_engine::artifact::Artifact;
+use shoal_engine::definition::TaskDefinition;
+use shoal_engine::graph::{NodeProgress, Tally};
+use shoal_engine::message::Message;
+use shoal_engine::status::TaskState;
+use shoal_engine::{TaskId, Timestamp};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use crate::ops::graph::{NewNode, StoredGraph};
+use crate::ops::{Aftermath, CreateLookup, Due, RowChange, WriteTx};
+use crate::postgres::graph::{GRAPH_COLUMNS, graph_from_row, parse_id};
+use crate::postgres::pipeline::{Param, Params};
+use crate::postgres::row::{GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_group_from_row};
+use crate::postgres::{artifacts, tx::PgTx};
+use crate::row::{TaskRow, corrupt, json};
+use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
+
+impl WriteTx for PgTx {
+    fn claim_timeout_secs(&self) -> i64 {
+        self.shared.claim_timeout_secs
+    }
+
+    fn graph_scheduler_id(&self) -> &str {
+        &self.shared.graph_scheduler_id
+    }
+
+    /// Staged in the outbox with the commit.
+    fn publish(&mut self, message: Message) {
+        self.messages.push(message);
+    }
+
+    fn events(&mut self) -> &mut Vec<TaskEvent> {
+        &mut self.events
+    }
+
+    async fn load(&mut self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
+        self.lock_task(task_id).await
+    }
+
+    async fn load_with_definition(&mut self, task_id: TaskId) -> Result<Option<(TaskRow, Box<RawValue>)>, StoreError> {
+        self.lock_task_with_definition(task_id).await
+    }
+
+    async fn claimable(&mut self, request: &ClaimRequest) -> Result<Vec<(TaskRow, Box<RawValue>)>, StoreError> {
+        if request.count == 0 {
+            return Ok(Vec::new());
+        }
+        let worker = json(&request.dimensions)?;
+        let rows = self.query(claimable(false), &[&request.task_queue_id, &(request.count as i64), &worker]).await?;
+        rows.iter().map(candidate).collect()
+    }
+
+    async fn insert_task(&mut self, row: &mut TaskRow, definition: &str) -> Result<(), StoreError> {
+        self.insert(row, definition)
+    }
+
+    async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError> {
+        self.save(row, change.place, change.priority_changed).await
+    }
+
+    /// One round trip: the dependencies, then the group, in the order locks are taken
+    /// everywhere (tasks before their group). The dependencies are share-locked: one resolving
+    /// on another server now either committed before (its state is read here) or waits for
+    /// this transaction and then releases this task. The group is created or extended and its
+    /// row locked either way (two servers may race to create it; a group sealed by another
+    /// server's committed transaction is seen here); a refusal rolls the extension back. The
+    /// group's statement also reads the stored definition, if any (a plain read, so its place
+    /// among the locks does not matter). When the task already exists, the locks and the
+    /// group's expiry (already this late) change nothing.
+    async fn lookup_create(
+        &mut self,
+        definition: &TaskDefinition,
+        task_id: TaskId,
+    ) -> Result<CreateLookup, StoreError> {
+        let group = definition.task_group_id;
+        let expires = shoal_engine::group::group_expiry(definition).millis();
+        // Taskcluster allows a task to depend on itself: it then waits for scheduleTask.
+        let others: Vec<&str> =
+            definition.dependencies.iter().filter(|&&required| required != task_id).map(TaskId::as_str).collect();
+        let others_params: Vec<[&(dyn ToSql + Sync); 1]> = others.iter().map(|id| [id as _]).collect();
+        let upsert = format!(
+            "WITH g AS (INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) \
+             VALUES ($1, $2, $3, NULL) \
+             ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
+             RETURNING {GROUP_COLUMNS}) \
+             SELECT g.*, (SELECT definition FROM tasks WHERE task_id = $4) FROM g"
+        );
+        let group_params: [&(dyn ToSql + Sync); 4] =
+            [&group.as_str(), &definition.scheduler_id, &expires, &task_id.as_str()];
+        let mut queries: Vec<(&str, Params<'_>)> = Vec::with_capacity(others.len() + 1);
+        for params in &others_params {
+            queries.push(("SELECT state, expires FROM tasks WHERE task_id = $1 FOR SHARE", params));
+        }
+        queries.push((&upsert, &group_params));
+        let mut answers = self.pipeline(&queries).await?;
+        let group_rows = answers.pop().unwrap_or_default();
+        let group_row = group_rows.first().ok_or_else(|| StoreError::Other("group upsert returned no row".into()))?;
+        if let Some(stored) = group_row.try_get::<_, Option<String>>(GROUP_COLUMN_COUNT)? {
+            let row = self.lock_task(task_id).await?.ok_or_else(|| corrupt(format!("task {task_id} vanished")))?;
+            return Ok(CreateLookup {
+                existing: Some((stored, row.task.status())),
+                group: None,
+                dependencies: Vec::new(),
+            });
+        }
+        let dependencies = answers
+            .iter()
+            .map(|rows| {
+                rows.first()
+                    .map(|row| {
+                        let (state, expires): (&str, i64) = (row.try_get(0)?, row.try_get(1)?);
+                        let state =
+                            TaskState::from_name(state).ok_or_else(|| corrupt(format!("task state {state}")))?;
+                        Ok((state, Timestamp(expires)))
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(CreateLookup { existing: None, group: Some(task_group_from_row(group_row)?), dependencies })
+    }
+
+    async fn insert_group(&mut self, group: &TaskGroup) -> Result<(), StoreError> {
+        self.defer(
+            "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT DO NOTHING",
+            vec![
+                Box::new(group.task_group_id.as_str().to_owned()),
+                Box::new(group.scheduler_id.clone()),
+                Box::new(group.expires.millis()),
+                Box::new(group.sealed.map(Timestamp::millis)),
+            ],
+        )
+        .await
+    }
+
+    async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError> {
+        self.defer(
+            "UPDATE task_groups SET expires = greatest(expires, $2) WHERE task_group_id = $1",
+            vec![Box::new(group.as_str().to_owned()), Box::new(expires.millis())],
+        )
+        .await
+    }
+
+    async fn insert_dependencies(
+        &mut self,
+        task_id: TaskId,
+        definition: &TaskDefinition,
+        satisfied: &[bool],
+    ) -> Result<(), StoreError> {
+        for (required, done) in definition.dependencies.iter().zip(satisfied) {
+            self.defer(
+                "INSERT INTO task_dependencies (required_task_id, dependent_task_id, requires, satisfied) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                vec![
+                    Box::new(required.as_str().to_owned()),
+                    Box::new(task_id.as_str().to_owned()),
+                    Box::new(definition.requires.as_str()),
+                    Box::new(*done),
+                ],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
+        self.record_queue(task_queue_id, now).await
+    }
+
+    async fn aftermath(
+        &mut self,
+        task_id: TaskId,
+        group: TaskId,
+        state: TaskState,
+        now: Timestamp,
+    ) -> Result<Option<Aftermath>, StoreError> {
+        self.resolution(task_id, group, state, now).await
+    }
+
+    async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError> {
+        self.defer(
+            "UPDATE task_dependencies SET satisfied = TRUE WHERE required_task_id = $1 AND dependent_task_id = $2",
+            vec![Box::new(required.as_str().to_owned()), Box::new(dependent.as_str().to_owned())],
+        )
+        .await
+    }
+
+    async fn has_unmet_dependencies(&mut self, task_id: TaskId) -> Result<bool, StoreError> {
+        let sql = "SELECT 1 FROM task_dependencies WHERE dependent_task_id = $1 AND NOT satisfied LIMIT 1";
+        Ok(self.query_opt(sql, &[&task_id.as_str()]).await?.is_some())
+    }
+
+    /// Rows another server is firing are skipped, so each fires exactly once.
+    async fn due(&mut self, now: Timestamp, limit: usize) -> Result<Due, StoreError> {
+        let (now_ms, limit) = (now.millis(), limit as i64);
+        let mut due = self
+            .pipeline(&[
+                (
+                    "SELECT task_id FROM tasks WHERE taken_until <= $1 ORDER BY taken_until LIMIT $2 \
+                     FOR UPDATE SKIP LOCKED",
+                    &[&now_ms, &limit],
+                ),
+                (
+                    "SELECT task_id FROM tasks WHERE deadline_due <= $1 ORDER BY deadline_due LIMIT $2 \
+                     FOR UPDATE SKIP LOCKED",
+                    &[&now_ms, &limit],
+                ),
+            ])
+            .await?
+            .into_iter()
+            .map(|rows| task_ids(&rows));
+        Ok(Due {
+            expired: due.next().transpose()?.unwrap_or_default(),
+            late: due.next().transpose()?.unwrap_or_default(),
+        })
+    }
+
+    async fn load_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
+        self.lock_group(group).await
+    }
+
+    async fn seal_group(&mut self, group: TaskId, at: Timestamp) -> Result<(), StoreError> {
+        self.defer(
+            "UPDATE task_groups SET sealed = $2 WHERE task_group_id = $1",
+            vec![Box::new(group.as_str().to_owned()), Box::new(at.millis())],
+        )
+        .await
+    }
+
+    async fn group_size(&mut self, group: TaskId) -> Result<u64, StoreError> {
+        let row = self.query_one("SELECT COUNT(*) FROM tasks WHERE task_group_id = $1", &[&group.as_str()]).await?;
+        Ok(row.try_get::<_, i64>(0)? as u64)
+    }
+
+    async fn unresolved_members(&mut self, group: TaskId) -> Result<Vec<TaskId>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT task_id FROM tasks WHERE task_group_id = $1 AND deadline_due IS NOT NULL ORDER BY task_id",
+                &[&group.as_str()],
+            )
+            .await?;
+        task_ids(&rows)
+    }
+
+    async fn stored_artifact(&mut self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError> {
+        let row = self
+            .query_opt(
+                "SELECT name, kind, present, expires FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
+                &[&key.task_id.as_str(), &(key.run_id as i32), &key.name],
+            )
+            .await?;
+        row.as_ref().map(artifacts::from_row).transpose()
+    }
+
+    async fn put_artifact(&mut self, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
+        let params: Vec<Param> = vec![
+            Box::new(key.task_id.as_str().to_owned()),
+            Box::new(key.run_id as i32),
+            Box::new(key.name.clone()),
+            Box::new(json(&artifact.kind)?),
+            Box::new(artifact.present),
+            Box::new(artifact.expires.millis()),
+        ];
+        self.defer(
+            "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (task_id, run_id, name) DO UPDATE SET kind = excluded.kind, present = excluded.present, \
+             expires = excluded.expires",
+            params,
+        )
+        .await
+    }
+
+    async fn delete_artifacts(&mut self, keys: &[ArtifactKey]) -> Result<usize, StoreError> {
+        let ids: Vec<(&str, i32)> = keys.iter().map(|key| (key.task_id.as_str(), key.run_id as i32)).collect();
+        let params: Vec<[&(dyn ToSql + Sync); 3]> =
+            keys.iter().zip(&ids).map(|(key, (task_id, run_id))| [task_id as _, run_id as _, &key.name as _]).collect();
+        let queries: Vec<(&str, Params<'_>)> = params
+            .iter()
+            .map(|params| {
+                ("DELETE FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3 RETURNING 1", &params[..])
+            })
+            .collect();
+        Ok(self.pipeline(&queries).await?.iter().map(Vec::len).sum())
+    }
+
+    /// Locked: servers resolving a graph's tasks at once count each resolution once.
+    async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
+        let sql = format!("SELECT {GRAPH_COLUMNS} FROM task_graphs WHERE task_graph_id = $1 FOR UPDATE");
+        self.query_opt(&sql, &[&task_graph_id.as_str()]).await?.map(|row| graph_from_row(&row)).transpose()
+    }
+
+    async fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError> {
+        let params: Vec<Param> = vec![
+            Box::new(graph.task_graph_id.as_str().to_owned()),
+            Box::new(graph.scheduler_id.clone()),
+            Box::new(graph.routing.clone()),
+            Box::new(graph.tally.open as i32),
+            Box::new(graph.tally.failed as i32),
+            Box::new(json(&graph.metadata)?),
+            Box::new(json(&graph.tags)?),
+            Box::new(now.millis()),
+        ];
+        self.defer(
+            "INSERT INTO task_graphs (task_graph_id, scheduler_id, routing, open, failed, metadata, tags, created) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            params,
+        )
+        .await
+    }
+
+    async fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError> {
+        let params: Vec<Param> = vec![
+            Box::new(task_graph_id.as_str().to_owned()),
+            Box::new(tally.open as i32),
+            Box::new(tally.failed as i32),
+        ];
+        self.defer("UPDATE task_graphs SET open = $2, failed = $3 WHERE task_graph_id = $1", params).await
+    }
+
+    async fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError> {
+        let sql = "SELECT label, task_id, submitted FROM graph_tasks WHERE task_graph_id = $1";
+        self.query(sql, &[&task_graph_id.as_str()])
+            .await?
+            .iter()
+            .map(|row| Ok((row.try_get(0)?, parse_id(row.try_get(1)?)?, row.try_get(2)?)))
+            .collect()
+    }
+
+    async fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError> {
+        let planned = node.planned;
+        let params: Vec<Param> = vec![
+            Box::new(planned.task_id.as_str().to_owned()),
+            Box::new(node.task_graph_id.as_str().to_owned()),
+            Box::new(planned.label.clone()),
+            Box::new(json(&planned.requires)?),
+            Box::new(planned.reruns as i32),
+            Box::new(node.submitted.to_owned()),
+        ];
+        self.defer(
+            "INSERT INTO graph_tasks (task_id, task_graph_id, label, requires, reruns, reruns_left, failed, submitted) \
+             VALUES ($1, $2, $3, $4, $5, $5, false, $6)",
+            params,
+        )
+        .await
+    }
+
+    async fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError> {
+        let sql = "SELECT task_graph_id, reruns_left, failed FROM graph_tasks WHERE task_id = $1 FOR UPDATE";
+        self.query_opt(sql, &[&task_id.as_str()])
+            .await?
+            .map(|row| {
+                let reruns_left: i32 = row.try_get(1)?;
+                Ok((
+                    parse_id(row.try_get(0)?)?,
+                    NodeProgress { reruns_left: reruns_left as u32, failed: row.try_get(2)? },
+                ))
+            })
+            .transpose()
+    }
+
+    async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError> {
+        let params: Vec<Param> = vec![
+            Box::new(task_id.as_str().to_owned()),
+            Box::new(progress.reruns_left as i32),
+            Box::new(progress.failed),
+        ];
+        self.defer("UPDATE graph_tasks SET reruns_left = $2, failed = $3 WHERE task_id = $1", params).await
+    }
+
+    async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError> {
+        let row = self.query_opt("SELECT expires FROM tasks WHERE task_id = $1", &[&task_id.as_str()]).await?;
+        row.map(|row| Ok(Timestamp(row.try_get(0)?))).transpose()
+    }
+}
+
+/// The pending tasks of queue `$1` whose dimensions the worker's (`$3`, JSON) match, at most
+/// `$2`, in line order (priority, then arrival), locked; those other transactions hold are
+/// skipped rather than waited for. `excluding`: not the tasks of `$4` either (those this
+/// transaction locked already, which `SKIP LOCKED` would not skip).
+pub(crate) fn claimable(excluding: bool) -> &'static str {
+    static SQL: std::sync::LazyLock<[String; 2]> =
+        std::sync::LazyLock::new(|| [claimable_sql(false), claimable_sql(true)]);
+    &SQL[usize::from(excluding)]
+}
+
+fn claimable_sql(excluding: bool) -> String {
+    // The dimension rule of `Dimensions::matched_by`, in SQL, so that matching work behind
+    // any number of tasks this worker cannot run is found: every key the task names must be
+    // among the worker's with at least one value the task accepts.
+    format!(
+        "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
+         AND (dimensions IS NULL OR NOT EXISTS ( \
+             SELECT 1 FROM jsonb_each(dimensions) AS wanted(key, accepted) WHERE NOT EXISTS ( \
+                 SELECT 1 FROM jsonb_array_elements_text($3::text::jsonb -> wanted.key) AS have(value) \
+                 WHERE wanted.accepted ? have.value))) {}\
+         ORDER BY priority_rank, pending_seq LIMIT $2 FOR UPDATE SKIP LOCKED",
+        if excluding { "AND NOT task_id = ANY($4) " } else { "" }
+    )
+}
+
+/// A row a [`claimable`] query found: the task and its definition.
+pub(crate) fn candidate(row: &Row) -> Result<(TaskRow, Box<RawValue>), StoreError> {
+    Ok((crate::postgres::row::task_from_row(row)?, crate::postgres::row::raw_json(row, N_TASK_COLUMNS)?))
+}
+
+fn task_ids(rows: &[Row]) -> Result<Vec<TaskId>, StoreError> {
+    rows.iter()
+        .map(|row| {
+            let id: &str = row.try_get(0)?;
+            TaskId::parse(id).ok_or_else(|| corrupt(format!("task id {id}")))
+        })
+        .collect()
+}

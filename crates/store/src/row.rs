@@ -1,0 +1,23 @@
+//! What both backends store of a task, and the helpers their row conversions share.
+
+use shoal_engine::task::Task;
+
+use crate::StoreError;
+
+/// A task as stored: the engine's task plus the store's bookkeeping.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskRow {
+    pub(crate) task: Task,
+    /// Claim order while pending (SQLite's; PostgreSQL draws it in SQL and does not read it back).
+    pub(crate) pending_seq: Option<u64>,
+}
+
+/// A stored value that does not decode.
+pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Other(format!("corrupt row: {what}"))
+}
+
+/// `value` as stored JSON text.
+pub(crate) fn json(value: &(impl serde::Serialize + ?Sized)) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|err| StoreError::Other(format!("encoding json: {err}")))
+}
