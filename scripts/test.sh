@@ -35,6 +35,9 @@ fi
 echo "== rust tests"
 cargo test --workspace --locked
 
+echo "== HTTP scenarios on PostgreSQL"
+SHOAL_TEST_BACKEND=postgres cargo test --locked -p shoal-api --test it
+
 echo "== official Taskcluster Python client against a real server"
 cargo build --locked --bin shoal
 if [ ! -x "$venv/bin/pytest" ] || ! "$venv/bin/pip" freeze 2>/dev/null | grep -q '^taskcluster==113.2.0$'; then

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::rejection::{Conflict, Missing};
 use crate::status::{ReasonResolved, Run, RunState};
 use crate::{Rejection, Timestamp};
 
@@ -125,11 +126,7 @@ impl Artifact {
     /// Conflict for any other kind.
     pub fn check_upload(&self) -> Result<(), Rejection> {
         if !matches!(self.kind, ArtifactKind::Blob { .. }) {
-            return Err(Rejection::Conflict(format!(
-                "artifact {} is a {}, not an upload",
-                self.name,
-                self.kind.storage_type()
-            )));
+            return Err(Conflict::NotAnUpload { name: self.name.clone(), kind: self.kind.storage_type() }.into());
         }
         Ok(())
     }
@@ -199,17 +196,13 @@ impl ArtifactRequest {
             (old, new) => old == new,
         };
         if !replaceable {
-            return Err(Rejection::Conflict(format!(
-                "artifact {name} already exists as {} and cannot be changed that way",
-                existing.kind.storage_type()
-            )));
+            return Err(
+                Conflict::ArtifactUnchangeable { name: name.to_owned(), kind: existing.kind.storage_type() }.into()
+            );
         }
         // The server chose the live log's expiry, not the worker, so replacing it may shorten it.
         if self.expires < existing.expires && existing.kind != ArtifactKind::LiveLog {
-            return Err(Rejection::Conflict(format!(
-                "artifact {name} expires {}; expiry may only move later",
-                existing.expires
-            )));
+            return Err(Conflict::ArtifactExpiresEarlier { name: name.to_owned(), expires: existing.expires }.into());
         }
         let present = present || (existing.present && existing.kind == self.kind);
         Ok(Artifact { name: name.to_owned(), expires: self.expires, kind: self.kind, present })
@@ -229,7 +222,7 @@ pub fn follow_links<E>(
     let mut current = name.to_owned();
     for _ in 0..=MAX_LINK_HOPS {
         let Some(artifact) = lookup(&current)? else {
-            return Ok(Err(Rejection::NotFound(format!("artifact {current} not found"))));
+            return Ok(Err(Missing::LinkTarget(current).into()));
         };
         match &artifact.kind {
             ArtifactKind::Link { artifact: target } => current.clone_from(target),
@@ -247,7 +240,7 @@ pub fn check_run_takes_output(run: &Run) -> Result<(), Rejection> {
     if run.state == RunState::Running {
         return Ok(());
     }
-    Err(Rejection::Conflict(format!("run {} is not running; its log is closed", run.run_id)))
+    Err(Conflict::LogClosed(run.run_id).into())
 }
 
 /// Artifacts go on claimed runs that are running, or that ended with an exception a short
@@ -265,7 +258,7 @@ pub fn check_run_takes_artifacts(run: &Run, now: Timestamp) -> Result<(), Reject
     if run.state == RunState::Running || recent_exception {
         return Ok(());
     }
-    Err(Rejection::Conflict(format!("run {} is resolved; it takes no more artifacts", run.run_id)))
+    Err(Conflict::RunResolved(run.run_id).into())
 }
 
 #[cfg(test)]

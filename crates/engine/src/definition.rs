@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::dimensions::Dimensions;
 use crate::id::{is_identifier, is_worker_type, split_task_queue_id};
 use crate::priority::Priority;
+use crate::rejection::Conflict;
 use crate::status::TaskState;
 use crate::{Rejection, TaskId, Timestamp};
 
@@ -192,7 +193,7 @@ pub struct TaskDefinition {
 /// Conflict when they differ.
 pub fn check_redefinition(task_id: TaskId, stored: &str, submitted: &str) -> Result<(), Rejection> {
     if stored != submitted {
-        return Err(Rejection::Conflict(format!("task {task_id} already exists with a different definition")));
+        return Err(Conflict::TaskRedefined(task_id).into());
     }
     Ok(())
 }

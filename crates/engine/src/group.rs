@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::definition::TaskDefinition;
+use crate::rejection::Conflict;
 use crate::status::TaskState;
 use crate::{Rejection, TaskId, Timestamp};
 
@@ -49,10 +50,7 @@ impl TaskGroup {
     /// Conflict when the group is not sealed.
     pub fn check_cancel(&self) -> Result<(), Rejection> {
         if self.sealed.is_none() {
-            return Err(Rejection::Conflict(format!(
-                "task group {} must be sealed before it can be canceled",
-                self.task_group_id
-            )));
+            return Err(Conflict::GroupNotSealed(self.task_group_id).into());
         }
         Ok(())
     }
@@ -65,13 +63,15 @@ impl TaskGroup {
     pub fn admit(&self, scheduler_id: &str) -> Result<(), Rejection> {
         let group = self.task_group_id;
         if self.scheduler_id != scheduler_id {
-            return Err(Rejection::Conflict(format!(
-                "task group {group} belongs to schedulerId {}, not {scheduler_id}",
-                self.scheduler_id
-            )));
+            return Err(Conflict::GroupOfAnotherScheduler {
+                group,
+                owner: self.scheduler_id.clone(),
+                scheduler_id: scheduler_id.to_owned(),
+            }
+            .into());
         }
         if self.sealed.is_some() {
-            return Err(Rejection::Conflict(format!("task group {group} is sealed; no task may be added")));
+            return Err(Conflict::GroupSealed(group).into());
         }
         Ok(())
     }

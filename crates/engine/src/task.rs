@@ -9,6 +9,7 @@ use crate::definition::{Requires, TaskDefinition};
 use crate::dimensions::Dimensions;
 use crate::event::{Effects, Event};
 use crate::priority::Priority;
+use crate::rejection::{Conflict, Missing};
 use crate::status::{ReasonCreated, ReasonResolved, Run, RunState, TaskState, TaskStatus};
 use crate::{Rejection, TaskId, Timestamp};
 
@@ -292,13 +293,13 @@ impl Task {
         self.check_deadline(now)?;
         match self.state() {
             TaskState::Unscheduled => {
-                return Err(Rejection::Conflict(format!("task {} is unscheduled and cannot be rerun", self.task_id)));
+                return Err(Conflict::RerunUnscheduled(self.task_id).into());
             }
             TaskState::Pending | TaskState::Running => return Ok(Effects::none()),
             TaskState::Completed | TaskState::Failed | TaskState::Exception => {}
         }
         if self.runs.len() >= MAX_RUNS {
-            return Err(Rejection::Conflict(format!("task {} already has {MAX_RUNS} runs", self.task_id)));
+            return Err(Conflict::TooManyRuns { task_id: self.task_id, max: MAX_RUNS }.into());
         }
         // A rerun may not let retries push the task past the run limit.
         let room = (MAX_RUNS - self.runs.len() - 1) as u32;
@@ -313,7 +314,7 @@ impl Task {
     pub fn change_priority(&mut self, priority: Priority, now: Timestamp) -> Result<Effects, Rejection> {
         self.check_deadline(now)?;
         if self.state().is_resolved() {
-            return Err(Rejection::Conflict(format!("task {} is resolved; its priority cannot change", self.task_id)));
+            return Err(Conflict::PriorityOfResolved(self.task_id).into());
         }
         let old = std::mem::replace(&mut self.meta.priority, priority);
         if old == priority {
@@ -324,30 +325,23 @@ impl Task {
 
     fn check_deadline(&self, now: Timestamp) -> Result<(), Rejection> {
         if self.meta.deadline <= now {
-            return Err(Rejection::Conflict(format!(
-                "task {} passed its deadline {}",
-                self.task_id, self.meta.deadline
-            )));
+            return Err(Conflict::DeadlinePassed { task_id: self.task_id, deadline: self.meta.deadline }.into());
         }
         Ok(())
     }
 
     fn run(&self, run_id: u32) -> Result<&Run, Rejection> {
-        self.runs
-            .get(run_id as usize)
-            .ok_or_else(|| Rejection::NotFound(format!("run {run_id} of task {} not found", self.task_id)))
+        self.runs.get(run_id as usize).ok_or_else(|| Missing::Run { task_id: self.task_id, run_id }.into())
     }
 
-    fn last_run_in(&mut self, run_id: u32, state: RunState, otherwise: &str) -> Result<&mut Run, Rejection> {
+    fn last_run_in(&mut self, run_id: u32, state: RunState, otherwise: &'static str) -> Result<&mut Run, Rejection> {
         self.run(run_id)?;
         let n_runs = self.runs.len();
         let task_id = self.task_id;
         match self.runs.last_mut() {
             Some(run) if run.run_id == run_id && run.state == state => Ok(run),
-            _ if (run_id as usize) + 1 < n_runs => {
-                Err(Rejection::Conflict(format!("run {run_id} of task {task_id} is not the last run")))
-            }
-            _ => Err(Rejection::Conflict(format!("run {run_id} of task {task_id} {otherwise}"))),
+            _ if (run_id as usize) + 1 < n_runs => Err(Conflict::NotLastRun { task_id, run_id }.into()),
+            _ => Err(Conflict::RunState { task_id, run_id, is_not: otherwise }.into()),
         }
     }
 

@@ -23,6 +23,7 @@ use shoal_engine::event::Event;
 use shoal_engine::graph::ExtensionInput;
 use shoal_engine::message::GraphStatus;
 use shoal_engine::priority::Priority;
+use shoal_engine::rejection::Missing;
 use shoal_engine::status::Run;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{Rejection, TaskId, Timestamp};
@@ -135,12 +136,9 @@ impl Queue {
     /// One run, as committed.
     async fn run(&self, task_id: TaskId, run_id: u32) -> Result<Run, StoreError> {
         let record = self.inner.store.read(move |reads| reads.task(task_id)).await?;
-        let record = record.ok_or_else(|| Rejection::NotFound(format!("task {task_id} not found")))?;
-        let run = record
-            .status
-            .runs
-            .get(run_id as usize)
-            .ok_or_else(|| Rejection::NotFound(format!("run {run_id} of task {task_id} not found")))?;
+        let record = record.ok_or(Rejection::NotFound(Missing::Task(task_id)))?;
+        let run =
+            record.status.runs.get(run_id as usize).ok_or(Rejection::NotFound(Missing::Run { task_id, run_id }))?;
         Ok(run.clone())
     }
 

@@ -2,7 +2,8 @@
 
 use shoal_blobs::{BlobKey, BlobWriter};
 use shoal_engine::Rejection;
-use shoal_engine::artifact::{Artifact, ArtifactKind, check_run_takes_artifacts};
+use shoal_engine::artifact::{Artifact, check_run_takes_artifacts};
+use shoal_engine::rejection::Missing;
 use shoal_store::{ArtifactKey, StoreError};
 use tokio::fs::File;
 
@@ -39,7 +40,7 @@ impl Queue {
         let run = record
             .as_ref()
             .and_then(|record| record.status.runs.get(key.run_id as usize))
-            .ok_or_else(|| Rejection::NotFound(format!("run {} of task {} not found", key.run_id, key.task_id)))?;
+            .ok_or_else(|| Rejection::from(Missing::Run { task_id: key.task_id, run_id: key.run_id }))?;
         check_run_takes_artifacts(run, now())?;
         let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
         let writer = self.blobs().writer(&blob).await.map_err(blob_error)?;
@@ -64,7 +65,7 @@ impl Queue {
         let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
         match self.blobs().open(&blob).await.map_err(blob_error)? {
             Some((file, size)) if artifact.present => Ok((artifact, file, size)),
-            _ => Err(Rejection::NotFound(format!("artifact {} has not been uploaded", key.name)).into()),
+            _ => Err(Rejection::from(Missing::NotUploaded(key.name.clone())).into()),
         }
     }
 
@@ -72,9 +73,11 @@ impl Queue {
         let (task_id, run_id, name) = (key.task_id, key.run_id, key.name.clone());
         let found = self.store().read(move |reads| reads.artifact(task_id, run_id, &name)).await?;
         match found {
-            Some(artifact) if matches!(artifact.kind, ArtifactKind::Blob { .. }) => Ok(artifact),
-            Some(_) => Err(Rejection::Conflict(format!("artifact {} is not an upload", key.name)).into()),
-            None => Err(Rejection::NotFound(format!("artifact {} not found; create it first", key.name)).into()),
+            Some(artifact) => {
+                artifact.check_upload()?;
+                Ok(artifact)
+            }
+            None => Err(Rejection::from(Missing::NotCreated(key.name.clone())).into()),
         }
     }
 }

@@ -8,6 +8,7 @@ mod ops;
 pub mod outbox;
 mod page;
 mod postgres;
+mod reads;
 mod row;
 mod sqlite;
 mod types;

@@ -1,5 +1,6 @@
 //! Pages of listings and their continuation tokens, the same on both backends.
 
+use shoal_engine::TaskId;
 use shoal_engine::artifact::{Artifact, LIVE_LOG_NAME};
 
 use crate::StoreError;
@@ -47,5 +48,18 @@ pub(crate) fn parse_seq(after: Option<&str>) -> Result<u64, StoreError> {
                 "is not a token this listing issued",
             ))
         }),
+    }
+}
+
+/// A task-id continuation token as the task id to list after (none for the first page).
+pub(crate) fn parse_task_id(after: Option<&str>) -> Result<Option<TaskId>, StoreError> {
+    match after {
+        None | Some("") => Ok(None),
+        Some(text) => match TaskId::parse(text) {
+            Some(task_id) => Ok(Some(task_id)),
+            None => {
+                Err(shoal_engine::Rejection::invalid("continuationToken", "is not a token this listing issued").into())
+            }
+        },
     }
 }

@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use shoal_engine::TaskId;
 use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, check_name, follow_links};
+use shoal_engine::rejection::Conflict;
 use shoal_store::{ArtifactKey, StoreError};
 
 use crate::AppState;
@@ -70,11 +71,7 @@ pub(crate) async fn finish_artifact(State(state): State<AppState>, params: Param
     match found {
         None => Err(ApiError::not_found("artifact not found")),
         Some(artifact) if artifact.present => Ok(StatusCode::NO_CONTENT),
-        Some(artifact) => Err(shoal_engine::Rejection::Conflict(format!(
-            "artifact {} has not been uploaded; PUT its bytes to the putUrl first",
-            artifact.name
-        ))
-        .into()),
+        Some(artifact) => Err(shoal_engine::Rejection::from(Conflict::NotUploaded(artifact.name)).into()),
     }
 }
 

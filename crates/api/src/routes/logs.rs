@@ -7,6 +7,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use shoal_engine::rejection::Conflict;
 use shoal_engine::{Rejection, TaskId};
 use shoal_service::{Appended, LogProgress, Queue};
 use tokio::fs::File;
@@ -33,11 +34,7 @@ pub(crate) async fn append_log(
     let (task_id, run_id) = (params.task_id()?, params.run_id()?);
     match state.queue.append_log(task_id, run_id, query.offset, &body).await? {
         Appended::Size(size) => Ok(Json(json!({ "size": size }))),
-        Appended::Gap(size) => Err(Rejection::Conflict(format!(
-            "offset {} is past the end of the log ({size} bytes); send from offset {size}",
-            query.offset
-        ))
-        .into()),
+        Appended::Gap(size) => Err(Rejection::from(Conflict::LogGap { offset: query.offset, size }).into()),
     }
 }
 

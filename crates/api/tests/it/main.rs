@@ -1,5 +1,10 @@
 //! Scenarios through the real HTTP API: a server on 127.0.0.1:0 over a temporary SQLite
-//! database, driven the way clients and workers drive it.
+//! database, driven the way clients and workers drive it. With `SHOAL_TEST_BACKEND=postgres`
+//! every scenario runs on PostgreSQL instead (a fresh database each, on a private cluster this
+//! test binary starts); `scripts/test.sh` runs the suite both ways.
+
+#[path = "../../../store/tests/support/postgres.rs"]
+mod pg;
 
 mod artifacts;
 mod claims;
@@ -15,7 +20,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use shoal_api::AppState;
 use shoal_service::{Queue, QueueConfig};
-use shoal_store::{SqliteConfig, SqliteStore, Store};
+use shoal_store::{PgConfig, PgStore, SqliteConfig, SqliteStore, Store};
 
 /// A running server and a client for it.
 pub(crate) struct TestApp {
@@ -25,6 +30,29 @@ pub(crate) struct TestApp {
     client: reqwest::Client,
     _dir: tempfile::TempDir,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// The store the suite runs on: SQLite unless `SHOAL_TEST_BACKEND=postgres`.
+fn open_store(dir: &std::path::Path, claim_timeout_secs: i64) -> Store {
+    let backend = std::env::var("SHOAL_TEST_BACKEND").unwrap_or_default();
+    match backend.as_str() {
+        "" | "sqlite" => {
+            let config = SqliteConfig {
+                path: dir.join("shoal.db"),
+                claim_timeout_secs,
+                graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+            };
+            Store::Sqlite(SqliteStore::open(&config).unwrap())
+        }
+        "postgres" => {
+            let mut config = PgConfig::new(&pg::fresh_database());
+            config.claim_timeout_secs = claim_timeout_secs;
+            // The blocking client must not start inside the test's runtime.
+            let store = std::thread::spawn(move || PgStore::open(&config)).join().unwrap().unwrap();
+            Store::Postgres(store)
+        }
+        other => panic!("SHOAL_TEST_BACKEND: must be sqlite or postgres, not {other}"),
+    }
 }
 
 /// Server settings a test may change.
@@ -46,12 +74,7 @@ impl TestApp {
 
     pub(crate) async fn with(settings: Settings) -> TestApp {
         let dir = tempfile::tempdir().unwrap();
-        let config = SqliteConfig {
-            path: dir.path().join("shoal.db"),
-            claim_timeout_secs: settings.claim_timeout_secs,
-            graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
-        };
-        let store = Store::Sqlite(SqliteStore::open(&config).unwrap());
+        let store = open_store(dir.path(), settings.claim_timeout_secs);
         let queue_config = QueueConfig { claim_wait: settings.claim_wait, due_interval: Duration::from_millis(50) };
         let blobs = shoal_blobs::Blobs::local(&dir.path().join("blobs")).unwrap();
         let queue = Queue::new(store, blobs, queue_config);

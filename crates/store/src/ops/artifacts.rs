@@ -2,6 +2,7 @@
 
 use shoal_engine::artifact::{Artifact, ArtifactRequest, LIVE_LOG_NAME, implicit_live_log};
 use shoal_engine::message;
+use shoal_engine::rejection::Missing;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, Timestamp};
 
@@ -17,7 +18,7 @@ pub(crate) async fn create(
 ) -> Result<Artifact, StoreError> {
     let row = load_existing(tx, key.task_id).await?;
     let Some(run) = row.task.runs().get(key.run_id as usize) else {
-        return Err(Rejection::NotFound(format!("run {} of task {} not found", key.run_id, key.task_id)).into());
+        return Err(Rejection::from(Missing::Run { task_id: key.task_id, run_id: key.run_id }).into());
     };
     let existing = stored(tx, key, &row.task).await?;
     let stored = request.apply(&key.name, run, row.task.meta.expires, existing.as_ref(), now)?;
@@ -35,11 +36,8 @@ pub(crate) async fn create(
 pub(crate) async fn uploaded(tx: &mut impl WriteTx, key: &ArtifactKey) -> Result<Artifact, StoreError> {
     let row = load_existing(tx, key.task_id).await?;
     let Some(mut stored) = stored(tx, key, &row.task).await? else {
-        return Err(Rejection::NotFound(format!(
-            "artifact {} of run {} of task {} not found",
-            key.name, key.run_id, key.task_id
-        ))
-        .into());
+        let missing = Missing::Artifact { task_id: key.task_id, run_id: key.run_id, name: key.name.clone() };
+        return Err(Rejection::from(missing).into());
     };
     stored.check_upload()?;
     if !stored.present {

@@ -14,6 +14,7 @@ use shoal_engine::graph::{
     self, ExtensionInput, GraphContext, GraphInput, GraphMetadata, NodeProgress, PlannedTask, Reaction, Tally,
 };
 use shoal_engine::message::{self, GraphStatus};
+use shoal_engine::rejection::{Conflict, Missing};
 use shoal_engine::status::TaskState;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
@@ -118,16 +119,10 @@ pub(crate) async fn create(
         if same {
             return Ok(existing.status());
         }
-        return Err(Rejection::Conflict(format!(
-            "task graph {task_graph_id} already exists with a different definition"
-        ))
-        .into());
+        return Err(Rejection::from(Conflict::GraphRedefined(task_graph_id)).into());
     }
     if tx.load_group(task_graph_id).await?.is_some() {
-        return Err(Rejection::Conflict(format!(
-            "task group {task_graph_id} already exists: a task graph needs a taskGraphId of its own"
-        ))
-        .into());
+        return Err(Rejection::from(Conflict::GraphGroupTaken(task_graph_id)).into());
     }
     graph::check_routing(&input.routing)?;
     let scheduler_id = tx.graph_scheduler_id().to_owned();
@@ -157,7 +152,7 @@ pub(crate) async fn extend(
     now: Timestamp,
 ) -> Result<GraphStatus, StoreError> {
     let Some(mut graph) = tx.load_graph(task_graph_id).await? else {
-        return Err(Rejection::NotFound(format!("task graph {task_graph_id} not found")).into());
+        return Err(Rejection::from(Missing::Graph(task_graph_id)).into());
     };
     let submitted = submitted_nodes(&input.tasks)?;
     let labels = tx.graph_labels(task_graph_id).await?;
@@ -168,9 +163,7 @@ pub(crate) async fn extend(
     if let Some(group) = tx.load_group(task_graph_id).await?
         && group.sealed.is_some()
     {
-        return Err(
-            Rejection::Conflict(format!("task group {task_graph_id} is sealed: the graph cannot gain tasks")).into()
-        );
+        return Err(Rejection::from(Conflict::GraphSealed(task_graph_id)).into());
     }
     let existing: BTreeMap<String, TaskId> = labels.into_iter().map(|(label, task_id, _)| (label, task_id)).collect();
     let context = GraphContext { task_graph_id, scheduler_id: &graph.scheduler_id, routing: &graph.routing, now };

@@ -2,6 +2,7 @@
 
 use shoal_engine::message;
 use shoal_engine::priority::Priority;
+use shoal_engine::rejection::Missing;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::{WriteTx, load_existing, step};
@@ -53,7 +54,7 @@ pub(crate) async fn change_priority(
 async fn existing(tx: &mut impl WriteTx, group: TaskId) -> Result<TaskGroup, StoreError> {
     match tx.load_group(group).await? {
         Some(found) => Ok(found),
-        None => Err(Rejection::NotFound(format!("task group {group} not found")).into()),
+        None => Err(Rejection::from(Missing::Group(group)).into()),
     }
 }
 

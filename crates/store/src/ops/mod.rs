@@ -22,6 +22,7 @@ use shoal_engine::definition::{Requires, TaskDefinition};
 use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
 use shoal_engine::priority::Priority;
+use shoal_engine::rejection::Missing;
 use shoal_engine::status::{RunState, TaskState, TaskStatus};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
@@ -231,7 +232,7 @@ pub(crate) fn pending_run(task: &Task) -> Option<u32> {
 pub(crate) async fn load_existing(tx: &mut impl WriteTx, task_id: TaskId) -> Result<TaskRow, StoreError> {
     match tx.load(task_id).await? {
         Some(row) => Ok(row),
-        None => Err(Rejection::NotFound(format!("task {task_id} not found")).into()),
+        None => Err(Rejection::from(Missing::Task(task_id)).into()),
     }
 }
 

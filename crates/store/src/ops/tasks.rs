@@ -5,6 +5,7 @@ use shoal_engine::command::TaskCommand;
 use shoal_engine::definition::{TaskDefinition, check_redefinition};
 use shoal_engine::event::{Effects, Event};
 use shoal_engine::group::{TaskGroup, dependencies_satisfied, group_expiry};
+use shoal_engine::rejection::Missing;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
@@ -134,7 +135,7 @@ pub(crate) async fn claim_task(
     now: Timestamp,
 ) -> Result<Claim, StoreError> {
     let Some((row, definition)) = tx.load_with_definition(task_id).await? else {
-        return Err(Rejection::NotFound(format!("task {task_id} not found")).into());
+        return Err(Rejection::from(Missing::Task(task_id)).into());
     };
     claim_loaded(tx, row, definition, run_id, worker_group, worker_id, now).await
 }

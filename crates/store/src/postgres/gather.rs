@@ -37,6 +37,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
 use shoal_engine::definition::TaskDefinition;
+use shoal_engine::rejection::Missing;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 use tokio::sync::{mpsc, oneshot};
@@ -469,7 +470,7 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
                     }
                     outcome
                 }
-                None => Err(Rejection::NotFound(format!("task {} not found", job.task_id)).into()),
+                None => Err(Rejection::from(Missing::Task(job.task_id)).into()),
             },
         };
         match outcome {

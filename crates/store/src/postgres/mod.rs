@@ -6,7 +6,6 @@
 //! are locked as it reads them; claims and due transitions skip rows another server holds,
 //! so concurrent servers never hand one run out twice.
 
-mod artifacts;
 mod gather;
 mod graph;
 mod listen;
@@ -36,6 +35,7 @@ use shoal_engine::{TaskId, Timestamp};
 use crate::ops;
 use crate::outbox::OutboxFeed;
 use crate::outbox::format::Bounds;
+use crate::reads::ReadsOver;
 use crate::{ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskGroup};
 use shoal_engine::command::TaskCommand;
 use tx::{PgTx, TxShared};
@@ -734,7 +734,7 @@ impl PgStore {
             let mut attempt = 1;
             loop {
                 let mut client = inner.pool.get()?;
-                let result = query(&reads::PgReads(RefCell::new(&mut client)));
+                let result = query(&ReadsOver(reads::PgReads(RefCell::new(&mut client))));
                 // A pooled connection that died while idle (the database restarted) fails
                 // its first use: the read is repeated on a fresh one; the dead one is dropped.
                 // The error, not `is_closed`, decides: the client may learn that its socket

@@ -1,4 +1,4 @@
-//! Queries over committed state for the read-only endpoints, on PostgreSQL.
+//! The read queries on PostgreSQL ([`ReadDb`] over a pooled blocking connection).
 
 use std::cell::RefCell;
 
@@ -7,89 +7,67 @@ use postgres::types::ToSql;
 use shoal_engine::artifact::Artifact;
 use shoal_engine::{TaskId, Timestamp};
 
+use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::outbox::format::append_row;
-use crate::page::parse_seq;
-use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
-use crate::postgres::{PgConn, artifacts, graph};
-use crate::{
-    ArtifactKey, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo, TaskRecord,
+use crate::postgres::row::{
+    GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, artifact_from_row, raw_json, task_from_row, task_group_from_row,
 };
+use crate::postgres::{PgConn, graph};
+use crate::reads::{ReadDb, StoredTask, TaskQuery};
+use crate::row::corrupt;
+use crate::{ArtifactKey, QueueCounts, StoreError, TaskGroup, TaskQueueInfo};
 
-/// A pooled connection seen through the [`Reads`] interface.
+/// A pooled connection; reads take `&self`, a query needs the connection mutably.
 pub(crate) struct PgReads<'a>(pub(crate) RefCell<&'a mut PgConn>);
-
-fn record(row: &Row) -> Result<TaskRecord, StoreError> {
-    let task = task_from_row(row)?.task;
-    Ok(TaskRecord { status: task.status(), task: raw_json(row, N_TASK_COLUMNS)? })
-}
 
 impl PgReads<'_> {
     fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, StoreError> {
         Ok(self.0.borrow_mut().query(sql, params)?)
     }
-
-    /// Keyset paging: `rows` holds up to limit + 1 rows; the extra one makes a token.
-    fn page<T>(
-        rows: Vec<Row>,
-        limit: usize,
-        convert: impl Fn(&Row) -> Result<T, StoreError>,
-        token: impl Fn(&T) -> String,
-    ) -> Result<Page<T>, StoreError> {
-        let more = rows.len() > limit;
-        let items = rows.iter().take(limit).map(convert).collect::<Result<Vec<_>, _>>()?;
-        let continuation = if more { items.last().map(token) } else { None };
-        Ok(Page { items, continuation })
-    }
 }
 
-impl Reads for PgReads<'_> {
-    fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<crate::GraphRecord>, StoreError> {
-        Ok(graph::graph(&mut self.0.borrow_mut(), task_graph_id)?.map(crate::ops::graph::StoredGraph::into_record))
-    }
+/// The statements of [`TaskQuery`]'s kinds: a task by id, the others binding (key, after, limit).
+fn task_sql(query: &TaskQuery<'_>) -> &'static str {
+    static SQL: std::sync::LazyLock<[String; 5]> = std::sync::LazyLock::new(|| {
+        let prefixed: Vec<String> = TASK_COLUMNS.split(", ").map(|column| format!("t.{column}")).collect();
+        let prefixed = prefixed.join(", ");
+        [
+            format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = $1"),
+            format!(
+                "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_group_id = $1 AND task_id > $2 \
+                 ORDER BY task_id LIMIT $3"
+            ),
+            format!(
+                "SELECT {prefixed}, t.definition FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id \
+                 WHERE d.required_task_id = $1 AND d.dependent_task_id > $2 ORDER BY d.dependent_task_id LIMIT $3"
+            ),
+            format!(
+                "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
+                 AND pending_seq > $2::text::int8 ORDER BY pending_seq LIMIT $3"
+            ),
+            // Running tasks are found by tasks_taken_until (migration 6): they are the rows
+            // with a claim-expiry time.
+            format!(
+                "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE taken_until IS NOT NULL AND task_queue_id = $1 \
+                 AND state = 'running' AND task_id > $2 ORDER BY task_id LIMIT $3"
+            ),
+        ]
+    });
+    &SQL[query.kind()]
+}
 
-    fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<crate::GraphNode>, StoreError> {
-        graph::nodes(&mut self.0.borrow_mut(), task_graph_id)
-    }
-
-    fn task(&self, task_id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
-        let sql = format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = $1");
-        self.query(&sql, &[&task_id.as_str()])?.first().map(record).transpose()
-    }
-
-    fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
-        let sql = format!("SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = $1");
-        self.query(&sql, &[&group.as_str()])?.first().map(task_group_from_row).transpose()
-    }
-
-    fn list_task_group(
-        &self,
-        group: TaskId,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<TaskRecord>, StoreError> {
-        let sql = format!(
-            "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_group_id = $1 AND task_id > $2 \
-             ORDER BY task_id LIMIT $3"
-        );
-        let rows = self.query(&sql, &[&group.as_str(), &after.unwrap_or(""), &((limit + 1) as i64)])?;
-        Self::page(rows, limit, record, |rec| rec.status.task_id.to_string())
-    }
-
-    fn list_dependents(
-        &self,
-        task_id: TaskId,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<TaskRecord>, StoreError> {
-        let columns: Vec<String> = TASK_COLUMNS.split(", ").map(|c| format!("t.{c}")).collect();
-        let sql = format!(
-            "SELECT {}, t.definition FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id \
-             WHERE d.required_task_id = $1 AND d.dependent_task_id > $2 ORDER BY d.dependent_task_id LIMIT $3",
-            columns.join(", ")
-        );
-        let rows = self.query(&sql, &[&task_id.as_str(), &after.unwrap_or(""), &((limit + 1) as i64)])?;
-        Self::page(rows, limit, record, |rec| rec.status.task_id.to_string())
+impl ReadDb for PgReads<'_> {
+    fn tasks(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<StoredTask>, StoreError> {
+        let (key, after) = query.params();
+        let limit = limit as i64;
+        let rows = match query {
+            TaskQuery::Id(_) => self.query(task_sql(&query), &[&key])?,
+            _ => self.query(task_sql(&query), &[&key, &after, &limit])?,
+        };
+        rows.iter()
+            .map(|row| Ok(StoredTask { row: task_from_row(row)?, definition: raw_json(row, N_TASK_COLUMNS)? }))
+            .collect()
     }
 
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError> {
@@ -99,72 +77,19 @@ impl Reads for PgReads<'_> {
             &[&task_queue_id],
         )?;
         let row = rows.first().ok_or_else(|| StoreError::Other("no count".into()))?;
-        Ok(QueueCounts { pending_tasks: row.get::<_, i64>(0) as u64, claimed_tasks: row.get::<_, i64>(1) as u64 })
+        Ok(QueueCounts {
+            pending_tasks: row.try_get::<_, i64>(0)? as u64,
+            claimed_tasks: row.try_get::<_, i64>(1)? as u64,
+        })
     }
 
-    fn list_pending(
-        &self,
-        task_queue_id: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<PendingListing>, StoreError> {
-        let sql = format!(
-            "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
-             AND pending_seq > $2 ORDER BY pending_seq LIMIT $3"
-        );
-        let rows = self.query(&sql, &[&task_queue_id, &(parse_seq(after)? as i64), &((limit + 1) as i64)])?;
-        let convert = |row: &Row| {
-            let task_row = task_from_row(row)?;
-            let run = task_row.task.runs().last().cloned();
-            let listing = PendingListing {
-                task_id: task_row.task.task_id,
-                run_id: run.as_ref().map_or(0, |run| run.run_id),
-                inserted: run.map_or(Timestamp(0), |run| run.scheduled),
-                task: raw_json(row, N_TASK_COLUMNS)?,
-            };
-            Ok((task_row.pending_seq.unwrap_or(0), listing))
-        };
-        let page = Self::page(rows, limit, convert, |(seq, _)| seq.to_string())?;
-        Ok(Page { items: page.items.into_iter().map(|(_, item)| item).collect(), continuation: page.continuation })
-    }
-
-    fn list_claimed(
-        &self,
-        task_queue_id: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<ClaimedRun>, StoreError> {
-        // Keyed by task id: PostgreSQL has no stable row order to page by. Running tasks are
-        // found by tasks_taken_until (migration 6): they are the rows with a claim-expiry time.
-        let sql = format!(
-            "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE taken_until IS NOT NULL AND task_queue_id = $1 \
-             AND state = 'running' \
-             AND task_id > $2 ORDER BY task_id LIMIT $3"
-        );
-        let rows = self.query(&sql, &[&task_queue_id, &after.unwrap_or(""), &((limit + 1) as i64)])?;
-        let convert = |row: &Row| {
-            let task = task_from_row(row)?.task;
-            let run =
-                task.runs().last().cloned().ok_or_else(|| StoreError::Other("running task without runs".into()))?;
-            Ok(ClaimedRun {
-                task_id: task.task_id,
-                run_id: run.run_id,
-                worker_group: run.worker_group.unwrap_or_default(),
-                worker_id: run.worker_id.unwrap_or_default(),
-                claimed: run.started.unwrap_or(run.scheduled),
-                task: raw_json(row, N_TASK_COLUMNS)?,
-            })
-        };
-        Self::page(rows, limit, convert, |claimed| claimed.task_id.to_string())
-    }
-
-    fn list_task_queues(&self, after: Option<&str>, limit: usize) -> Result<Page<TaskQueueInfo>, StoreError> {
+    fn task_queues(&self, after: &str, limit: usize) -> Result<Vec<TaskQueueInfo>, StoreError> {
         let rows = self.query(
             "SELECT task_queue_id, expires, last_date_active, description, stability FROM task_queues \
              WHERE task_queue_id > $1 ORDER BY task_queue_id LIMIT $2",
-            &[&after.unwrap_or(""), &((limit + 1) as i64)],
+            &[&after, &(limit as i64)],
         )?;
-        Self::page(rows, limit, queue_info, |queue| queue.task_queue_id.clone())
+        rows.iter().map(queue_info).collect()
     }
 
     fn task_queue(&self, task_queue_id: &str) -> Result<Option<TaskQueueInfo>, StoreError> {
@@ -176,28 +101,58 @@ impl Reads for PgReads<'_> {
         rows.first().map(queue_info).transpose()
     }
 
-    fn artifact(&self, task_id: TaskId, run_id: u32, name: &str) -> Result<Option<Artifact>, StoreError> {
-        artifacts::artifact(&mut self.0.borrow_mut(), task_id, run_id, name)
+    fn stored_artifact(&self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError> {
+        let rows = self.query(
+            "SELECT name, kind, present, expires FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
+            &[&key.task_id.as_str(), &(key.run_id as i32), &key.name],
+        )?;
+        rows.first().map(artifact_from_row).transpose()
     }
 
-    fn list_artifacts(
-        &self,
-        task_id: TaskId,
-        run_id: u32,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page<Artifact>, StoreError> {
-        artifacts::list(&mut self.0.borrow_mut(), task_id, run_id, after, limit)
+    fn artifacts(&self, task_id: TaskId, run_id: u32, after: &str, limit: usize) -> Result<Vec<Artifact>, StoreError> {
+        let rows = self.query(
+            "SELECT name, kind, present, expires FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name > $3 \
+             ORDER BY name LIMIT $4",
+            &[&task_id.as_str(), &(run_id as i32), &after, &(limit as i64)],
+        )?;
+        rows.iter().map(artifact_from_row).collect()
     }
 
     fn expired_artifacts(&self, now: Timestamp, limit: usize) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError> {
-        artifacts::expired(&mut self.0.borrow_mut(), now, limit)
+        let rows = self.query(
+            "SELECT name, kind, present, expires, task_id, run_id FROM artifacts WHERE expires <= $1 \
+             ORDER BY expires LIMIT $2",
+            &[&now.millis(), &(limit as i64)],
+        )?;
+        let mut expired = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let artifact = artifact_from_row(row)?;
+            let task_id: &str = row.try_get(4)?;
+            let task_id = TaskId::parse(task_id).ok_or_else(|| corrupt(format!("task id {task_id}")))?;
+            let key = ArtifactKey { task_id, run_id: row.try_get::<_, i32>(5)? as u32, name: artifact.name.clone() };
+            expired.push((key, artifact));
+        }
+        Ok(expired)
+    }
+
+    fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
+        let sql = format!("SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = $1");
+        self.query(&sql, &[&group.as_str()])?.first().map(task_group_from_row).transpose()
+    }
+
+    fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
+        graph::graph(&mut self.0.borrow_mut(), task_graph_id)
+    }
+
+    fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<GraphNode>, StoreError> {
+        graph::nodes(&mut self.0.borrow_mut(), task_graph_id)
     }
 
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         let rows = self.query(
             "SELECT first_seq, last_seq, messages FROM outbox_batches WHERE first_seq >= \
-             coalesce((SELECT first_seq FROM outbox_batches WHERE first_seq <= $1 ORDER BY first_seq DESC LIMIT 1), 0) ORDER BY first_seq",
+             coalesce((SELECT first_seq FROM outbox_batches WHERE first_seq <= $1 ORDER BY first_seq DESC LIMIT 1), 0) \
+             ORDER BY first_seq",
             &[&(from as i64)],
         )?;
         let mut entries = Vec::new();

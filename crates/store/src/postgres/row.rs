@@ -11,6 +11,7 @@ use shoal_engine::{TaskId, Timestamp};
 use crate::StoreError;
 use crate::TaskGroup;
 use crate::row::{TaskRow, corrupt};
+use shoal_engine::artifact::{Artifact, ArtifactKind};
 
 /// The columns `task_from_row` reads, in order; queries append their own after these.
 pub(crate) const TASK_COLUMNS: &str = "task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
@@ -76,4 +77,10 @@ pub(crate) fn task_group_from_row(row: &Row) -> Result<TaskGroup, StoreError> {
         expires: Timestamp(row.try_get(2)?),
         sealed: row.try_get::<_, Option<i64>>(3)?.map(Timestamp),
     })
+}
+
+/// An artifact from the columns `name, kind, present, expires`.
+pub(crate) fn artifact_from_row(row: &Row) -> Result<Artifact, StoreError> {
+    let kind: ArtifactKind = serde_json::from_str(row.try_get(1)?).map_err(corrupt)?;
+    Ok(Artifact { name: row.try_get(0)?, kind, present: row.try_get(2)?, expires: Timestamp(row.try_get(3)?) })
 }

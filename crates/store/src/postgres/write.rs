@@ -15,8 +15,10 @@ use crate::ops::graph::{NewNode, StoredGraph};
 use crate::ops::{Aftermath, CreateLookup, Due, RowChange, WriteTx};
 use crate::postgres::graph::{GRAPH_COLUMNS, graph_from_row, parse_id};
 use crate::postgres::pipeline::{Param, Params};
-use crate::postgres::row::{GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_group_from_row};
-use crate::postgres::{artifacts, tx::PgTx};
+use crate::postgres::row::{
+    GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, artifact_from_row, task_group_from_row,
+};
+use crate::postgres::tx::PgTx;
 use crate::row::{TaskRow, corrupt, json};
 use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
@@ -254,7 +256,7 @@ impl WriteTx for PgTx {
                 &[&key.task_id.as_str(), &(key.run_id as i32), &key.name],
             )
             .await?;
-        row.as_ref().map(artifacts::from_row).transpose()
+        row.as_ref().map(artifact_from_row).transpose()
     }
 
     async fn put_artifact(&mut self, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {

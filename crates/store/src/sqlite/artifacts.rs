@@ -1,56 +1,30 @@
 //! Artifact records in SQLite: the reads, and the writes `ops::artifacts` is made of.
 
 use rusqlite::{Connection, Row, params};
-use shoal_engine::artifact::{Artifact, ArtifactKind, LIVE_LOG_NAME, implicit_live_log};
+use shoal_engine::artifact::{Artifact, ArtifactKind};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::row::{corrupt, json};
-use crate::sqlite::row::{TASK_COLUMNS, task_from_row};
-use crate::{ArtifactKey, Page, StoreError};
+use crate::{ArtifactKey, StoreError};
 
-/// One artifact of one run, or `None`; the run's implicit live log counts.
-pub(crate) fn artifact(
+/// A run's stored artifacts named after `after`, by name, at most `limit`.
+pub(crate) fn listed(
     conn: &Connection,
     task_id: TaskId,
     run_id: u32,
-    name: &str,
-) -> Result<Option<Artifact>, StoreError> {
-    if let Some(artifact) = stored(conn, task_id, run_id, name)? {
-        return Ok(Some(artifact));
-    }
-    if name != LIVE_LOG_NAME {
-        return Ok(None);
-    }
-    implicit(conn, task_id, run_id)
-}
-
-/// The run's live log, derived from the run (claimed runs have one).
-fn implicit(conn: &Connection, task_id: TaskId, run_id: u32) -> Result<Option<Artifact>, StoreError> {
-    let mut stmt = conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?1"))?;
-    let mut rows = stmt.query([task_id.as_str()])?;
-    let Some(row) = rows.next()? else { return Ok(None) };
-    let task = task_from_row(row)?.task;
-    Ok(task.runs().get(run_id as usize).and_then(|run| implicit_live_log(run, task.meta.expires)))
-}
-
-/// A run's artifacts by name, paged.
-pub(crate) fn list(
-    conn: &Connection,
-    task_id: TaskId,
-    run_id: u32,
-    after: Option<&str>,
+    after: &str,
     limit: usize,
-) -> Result<Page<Artifact>, StoreError> {
+) -> Result<Vec<Artifact>, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT name, kind, present, expires FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name > ?3 \
          ORDER BY name LIMIT ?4",
     )?;
-    let mut rows = stmt.query(params![task_id.as_str(), run_id, after.unwrap_or(""), (limit + 1) as i64])?;
+    let mut rows = stmt.query(params![task_id.as_str(), run_id, after, limit as i64])?;
     let mut items = Vec::new();
     while let Some(row) = rows.next()? {
         items.push(from_row(row)?);
     }
-    crate::page::artifact_page(items, after, limit, || implicit(conn, task_id, run_id))
+    Ok(items)
 }
 
 /// Artifacts that expired before `now`, at most `limit`.

@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::ops::{self, ready};
 use crate::outbox::OutboxFeed;
+use crate::reads::ReadsOver;
 use crate::row::corrupt;
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::reads::ReadConn;
@@ -318,7 +319,7 @@ impl SqliteStore {
         F: Fn(&dyn Reads) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
-        tokio::task::spawn_blocking(move || inner.readers.with(|conn| query(&ReadConn(conn))))
+        tokio::task::spawn_blocking(move || inner.readers.with(|conn| query(&ReadsOver(ReadConn(conn)))))
             .await
             .map_err(|err| StoreError::Other(format!("read task failed: {err}")))?
     }
@@ -601,7 +602,7 @@ mod tests {
         let res = store
             .write(|tx| -> Result<(), StoreError> {
                 tx.record_queue("p/half", Timestamp(1))?;
-                Err(Rejection::Conflict("refused after writing".into()).into())
+                Err(Rejection::invalid("test", "refused after writing").into())
             })
             .await;
         assert!(matches!(res, Err(StoreError::Rejected(_))), "{res:?}");

@@ -1,0 +1,246 @@
+//! The read side, written once over [`ReadDb`]: each backend runs the queries and decodes the
+//! rows; the listings' paging, continuation tokens and shapes are here.
+
+use serde_json::value::RawValue;
+use shoal_engine::artifact::{Artifact, LIVE_LOG_NAME, implicit_live_log};
+use shoal_engine::{TaskId, Timestamp};
+
+use crate::ops::graph::{GraphNode, GraphRecord, StoredGraph};
+use crate::outbox::OutboxEntry;
+use crate::page::{artifact_page, parse_seq, parse_task_id};
+use crate::row::TaskRow;
+use crate::{
+    ArtifactKey, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo, TaskRecord,
+};
+
+/// What a backend's read connection offers: one query each, on committed state.
+pub(crate) trait ReadDb {
+    /// Tasks as `query` selects them, in its order, at most `limit`, with their definitions.
+    fn tasks(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<StoredTask>, StoreError>;
+    /// A queue's pending and running counts.
+    fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError>;
+    /// Task queues after `after`, by id, at most `limit`.
+    fn task_queues(&self, after: &str, limit: usize) -> Result<Vec<TaskQueueInfo>, StoreError>;
+    /// One task queue.
+    fn task_queue(&self, task_queue_id: &str) -> Result<Option<TaskQueueInfo>, StoreError>;
+    /// The stored record of an artifact (not the implicit live log).
+    fn stored_artifact(&self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError>;
+    /// A run's stored artifacts named after `after`, by name, at most `limit`.
+    fn artifacts(&self, task_id: TaskId, run_id: u32, after: &str, limit: usize) -> Result<Vec<Artifact>, StoreError>;
+    /// Artifacts expired at `now`, earliest first, at most `limit`.
+    fn expired_artifacts(&self, now: Timestamp, limit: usize) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError>;
+    /// A task group.
+    fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
+    /// A graph's row.
+    fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError>;
+    /// Every task of a graph, by label.
+    fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<GraphNode>, StoreError>;
+    /// Outbox messages from sequence `from` on, in order, at most `limit`.
+    fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError>;
+}
+
+/// Which tasks a listing reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TaskQuery<'a> {
+    /// One task.
+    Id(TaskId),
+    /// A group's tasks with ids after the second, by task id.
+    Group(TaskId, &'a str),
+    /// The dependents of a task with ids after the second, by task id.
+    Dependents(TaskId, &'a str),
+    /// A queue's pending tasks after a place in line, in line order (arrival).
+    Pending(&'a str, u64),
+    /// A queue's running tasks with ids after the second, by task id.
+    Claimed(&'a str, &'a str),
+}
+
+impl TaskQuery<'_> {
+    /// Which kind it is: an index into each backend's statements, in the order declared.
+    pub(crate) fn kind(&self) -> usize {
+        match self {
+            TaskQuery::Id(_) => 0,
+            TaskQuery::Group(..) => 1,
+            TaskQuery::Dependents(..) => 2,
+            TaskQuery::Pending(..) => 3,
+            TaskQuery::Claimed(..) => 4,
+        }
+    }
+
+    /// The key it selects by, and where the listing resumes (a task id or a place in line).
+    pub(crate) fn params(&self) -> (&str, String) {
+        match self {
+            TaskQuery::Id(task_id) => (task_id.as_str(), String::new()),
+            TaskQuery::Group(key, after) | TaskQuery::Dependents(key, after) => (key.as_str(), (*after).to_owned()),
+            TaskQuery::Pending(queue, after) => (queue, after.to_string()),
+            TaskQuery::Claimed(queue, after) => (queue, (*after).to_owned()),
+        }
+    }
+}
+
+/// A task as a read found it.
+pub(crate) struct StoredTask {
+    pub(crate) row: TaskRow,
+    pub(crate) definition: Box<RawValue>,
+}
+
+/// [`Reads`] over a backend's [`ReadDb`].
+pub(crate) struct ReadsOver<D>(pub(crate) D);
+
+impl<D: ReadDb> Reads for ReadsOver<D> {
+    fn artifact(&self, task_id: TaskId, run_id: u32, name: &str) -> Result<Option<Artifact>, StoreError> {
+        let key = ArtifactKey { task_id, run_id, name: name.to_owned() };
+        if let Some(artifact) = self.0.stored_artifact(&key)? {
+            return Ok(Some(artifact));
+        }
+        if name != LIVE_LOG_NAME {
+            return Ok(None);
+        }
+        self.implicit_live_log(task_id, run_id)
+    }
+
+    fn list_artifacts(
+        &self,
+        task_id: TaskId,
+        run_id: u32,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Artifact>, StoreError> {
+        let items = self.0.artifacts(task_id, run_id, after.unwrap_or(""), limit + 1)?;
+        artifact_page(items, after, limit, || self.implicit_live_log(task_id, run_id))
+    }
+
+    fn expired_artifacts(&self, now: Timestamp, limit: usize) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError> {
+        self.0.expired_artifacts(now, limit)
+    }
+
+    fn task(&self, task_id: TaskId) -> Result<Option<TaskRecord>, StoreError> {
+        Ok(self.0.tasks(TaskQuery::Id(task_id), 1)?.into_iter().next().map(record))
+    }
+
+    fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<GraphRecord>, StoreError> {
+        Ok(self.0.task_graph(task_graph_id)?.map(StoredGraph::into_record))
+    }
+
+    fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<GraphNode>, StoreError> {
+        self.0.graph_nodes(task_graph_id)
+    }
+
+    fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
+        self.0.task_group(group)
+    }
+
+    fn list_task_group(
+        &self,
+        group: TaskId,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<TaskRecord>, StoreError> {
+        let after = task_token(after)?;
+        let found = self.0.tasks(TaskQuery::Group(group, &after), limit + 1)?;
+        Ok(page(found.into_iter().map(record).collect(), limit, |task| task.status.task_id.to_string()))
+    }
+
+    fn list_dependents(
+        &self,
+        task_id: TaskId,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<TaskRecord>, StoreError> {
+        let after = task_token(after)?;
+        let found = self.0.tasks(TaskQuery::Dependents(task_id, &after), limit + 1)?;
+        Ok(page(found.into_iter().map(record).collect(), limit, |task| task.status.task_id.to_string()))
+    }
+
+    fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError> {
+        self.0.queue_counts(task_queue_id)
+    }
+
+    fn list_pending(
+        &self,
+        task_queue_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<PendingListing>, StoreError> {
+        let found = self.0.tasks(TaskQuery::Pending(task_queue_id, parse_seq(after)?), limit + 1)?;
+        let listed = found
+            .into_iter()
+            .map(|StoredTask { row, definition }| {
+                let run = row.task.runs().last();
+                let listing = PendingListing {
+                    task_id: row.task.task_id,
+                    run_id: run.map_or(0, |run| run.run_id),
+                    inserted: run.map_or(Timestamp(0), |run| run.scheduled),
+                    task: definition,
+                };
+                (row.pending_seq.unwrap_or(0), listing)
+            })
+            .collect();
+        let page = page(listed, limit, |(seq, _)| seq.to_string());
+        Ok(Page { items: page.items.into_iter().map(|(_, item)| item).collect(), continuation: page.continuation })
+    }
+
+    fn list_claimed(
+        &self,
+        task_queue_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ClaimedRun>, StoreError> {
+        let after = task_token(after)?;
+        let found = self.0.tasks(TaskQuery::Claimed(task_queue_id, &after), limit + 1)?;
+        let mut listed = Vec::with_capacity(found.len());
+        for StoredTask { row, definition } in found {
+            let Some(run) = row.task.runs().last() else {
+                return Err(StoreError::Other(format!("running task {} without runs", row.task.task_id)));
+            };
+            listed.push(ClaimedRun {
+                task_id: row.task.task_id,
+                run_id: run.run_id,
+                worker_group: run.worker_group.clone().unwrap_or_default(),
+                worker_id: run.worker_id.clone().unwrap_or_default(),
+                claimed: run.started.unwrap_or(run.scheduled),
+                task: definition,
+            });
+        }
+        Ok(page(listed, limit, |claimed| claimed.task_id.to_string()))
+    }
+
+    fn list_task_queues(&self, after: Option<&str>, limit: usize) -> Result<Page<TaskQueueInfo>, StoreError> {
+        let found = self.0.task_queues(after.unwrap_or(""), limit + 1)?;
+        Ok(page(found, limit, |queue| queue.task_queue_id.clone()))
+    }
+
+    fn task_queue(&self, task_queue_id: &str) -> Result<Option<TaskQueueInfo>, StoreError> {
+        self.0.task_queue(task_queue_id)
+    }
+
+    fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        self.0.outbox(from, limit)
+    }
+}
+
+impl<D: ReadDb> ReadsOver<D> {
+    /// The run's live log, derived from the run (claimed runs have one).
+    fn implicit_live_log(&self, task_id: TaskId, run_id: u32) -> Result<Option<Artifact>, StoreError> {
+        let Some(found) = self.0.tasks(TaskQuery::Id(task_id), 1)?.into_iter().next() else { return Ok(None) };
+        let task = &found.row.task;
+        Ok(task.runs().get(run_id as usize).and_then(|run| implicit_live_log(run, task.meta.expires)))
+    }
+}
+
+fn record(found: StoredTask) -> TaskRecord {
+    TaskRecord { status: found.row.task.status(), task: found.definition }
+}
+
+/// A page of at most `limit` from up to `limit + 1` items; the extra one says there is more,
+/// and the last kept one's `token` continues.
+fn page<T>(mut items: Vec<T>, limit: usize, token: impl Fn(&T) -> String) -> Page<T> {
+    let more = items.len() > limit;
+    items.truncate(limit);
+    let continuation = if more { items.last().map(token) } else { None };
+    Page { items, continuation }
+}
+
+/// A task-id continuation token as the id to list after ("" for the first page).
+fn task_token(after: Option<&str>) -> Result<String, StoreError> {
+    Ok(parse_task_id(after)?.map(|task_id| task_id.to_string()).unwrap_or_default())
+}
