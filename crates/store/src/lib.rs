@@ -22,12 +22,15 @@ pub use postgres::{
 pub use sqlite::{SqliteConfig, SqliteStore};
 pub use types::*;
 
+use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::command::TaskCommand;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::message::GraphStatus;
 use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
+
+use crate::ops::ready;
 
 /// The storage backends.
 #[derive(Clone)]
@@ -83,8 +86,10 @@ impl Store {
         now: Timestamp,
     ) -> Result<Committed<GraphStatus>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.create_graph(request, now).await,
-            Store::Postgres(store) => store.create_graph(request, now).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::graph::create(tx, &request, now))).await,
+            Store::Postgres(store) => {
+                store.write(request, move |tx, request| Box::pin(ops::graph::create(tx, request, now))).await
+            }
         }
     }
 
@@ -99,8 +104,12 @@ impl Store {
         now: Timestamp,
     ) -> Result<Committed<GraphStatus>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.extend_graph(task_graph_id, input, now).await,
-            Store::Postgres(store) => store.extend_graph(task_graph_id, input, now).await,
+            Store::Sqlite(store) => {
+                store.write(move |tx| ready(ops::graph::extend(tx, task_graph_id, &input, now))).await
+            }
+            Store::Postgres(store) => {
+                store.write(input, move |tx, input| Box::pin(ops::graph::extend(tx, task_graph_id, input, now))).await
+            }
         }
     }
 
@@ -116,7 +125,9 @@ impl Store {
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.create_task(definition, task_id, now).await,
+            Store::Sqlite(store) => {
+                store.write(move |tx| ready(ops::tasks::create_task(tx, &definition, task_id, now))).await
+            }
             Store::Postgres(store) => store.create_task(definition, task_id, now).await,
         }
     }
@@ -132,7 +143,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<Committed<TaskStatus>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.apply(task_id, command, now).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::tasks::apply(tx, task_id, &command, now))).await,
             Store::Postgres(store) => store.apply(task_id, command, now).await,
         }
     }
@@ -143,7 +154,7 @@ impl Store {
     /// Unavailable or Other on storage failure.
     pub async fn claim_work(&self, request: ClaimRequest, now: Timestamp) -> Result<Committed<Vec<Claim>>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.claim_work(request, now).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::tasks::claim_work(tx, &request, now))).await,
             Store::Postgres(store) => store.claim_work(request, now).await,
         }
     }
@@ -161,8 +172,18 @@ impl Store {
         now: Timestamp,
     ) -> Result<Committed<Claim>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.claim_task(task_id, run_id, worker_group, worker_id, now).await,
-            Store::Postgres(store) => store.claim_task(task_id, run_id, worker_group, worker_id, now).await,
+            Store::Sqlite(store) => {
+                store
+                    .write(move |tx| ready(ops::tasks::claim_task(tx, task_id, run_id, &worker_group, &worker_id, now)))
+                    .await
+            }
+            Store::Postgres(store) => {
+                store
+                    .write((worker_group, worker_id), move |tx, (group, id)| {
+                        Box::pin(ops::tasks::claim_task(tx, task_id, run_id, group, id, now))
+                    })
+                    .await
+            }
         }
     }
 
@@ -172,8 +193,10 @@ impl Store {
     /// Unavailable or Other on storage failure.
     pub async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.fire_due(now, limit).await,
-            Store::Postgres(store) => store.fire_due(now, limit).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::tasks::fire_due(tx, now, limit))).await,
+            Store::Postgres(store) => {
+                store.write((), move |tx, ()| Box::pin(ops::tasks::fire_due(tx, now, limit))).await
+            }
         }
     }
 
@@ -183,8 +206,8 @@ impl Store {
     /// Rejected when the group does not exist.
     pub async fn seal_task_group(&self, group: TaskId, now: Timestamp) -> Result<Committed<TaskGroup>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.seal_task_group(group, now).await,
-            Store::Postgres(store) => store.seal_task_group(group, now).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::groups::seal(tx, group, now))).await,
+            Store::Postgres(store) => store.write((), move |tx, ()| Box::pin(ops::groups::seal(tx, group, now))).await,
         }
     }
 
@@ -198,8 +221,10 @@ impl Store {
         now: Timestamp,
     ) -> Result<Committed<GroupCancellation>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.cancel_task_group(group, now).await,
-            Store::Postgres(store) => store.cancel_task_group(group, now).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::groups::cancel(tx, group, now))).await,
+            Store::Postgres(store) => {
+                store.write((), move |tx, ()| Box::pin(ops::groups::cancel(tx, group, now))).await
+            }
         }
     }
 
@@ -214,8 +239,12 @@ impl Store {
         now: Timestamp,
     ) -> Result<Committed<Vec<TaskId>>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.change_task_group_priority(group, priority, now).await,
-            Store::Postgres(store) => store.change_task_group_priority(group, priority, now).await,
+            Store::Sqlite(store) => {
+                store.write(move |tx| ready(ops::groups::change_priority(tx, group, priority, now))).await
+            }
+            Store::Postgres(store) => {
+                store.write((), move |tx, ()| Box::pin(ops::groups::change_priority(tx, group, priority, now))).await
+            }
         }
     }
 
@@ -226,12 +255,18 @@ impl Store {
     pub async fn create_artifact(
         &self,
         key: ArtifactKey,
-        request: shoal_engine::artifact::ArtifactRequest,
+        request: ArtifactRequest,
         now: Timestamp,
-    ) -> Result<Committed<shoal_engine::artifact::Artifact>, StoreError> {
+    ) -> Result<Committed<Artifact>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.create_artifact(key, request, now).await,
-            Store::Postgres(store) => store.create_artifact(key, request, now).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::create(tx, &key, request, now))).await,
+            Store::Postgres(store) => {
+                store
+                    .write((key, request), move |tx, (key, request)| {
+                        Box::pin(ops::artifacts::create(tx, key, request.clone(), now))
+                    })
+                    .await
+            }
         }
     }
 
@@ -239,13 +274,10 @@ impl Store {
     ///
     /// # Errors
     /// Rejected when there is no such blob artifact.
-    pub async fn artifact_uploaded(
-        &self,
-        key: ArtifactKey,
-    ) -> Result<Committed<shoal_engine::artifact::Artifact>, StoreError> {
+    pub async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Committed<Artifact>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.artifact_uploaded(key).await,
-            Store::Postgres(store) => store.artifact_uploaded(key).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::uploaded(tx, &key))).await,
+            Store::Postgres(store) => store.write(key, |tx, key| Box::pin(ops::artifacts::uploaded(tx, key))).await,
         }
     }
 
@@ -255,8 +287,8 @@ impl Store {
     /// Storage failure.
     pub async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.forget_artifacts(keys).await,
-            Store::Postgres(store) => store.forget_artifacts(keys).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::forget(tx, &keys))).await,
+            Store::Postgres(store) => store.write(keys, |tx, keys| Box::pin(ops::artifacts::forget(tx, keys))).await,
         }
     }
 

@@ -6,12 +6,14 @@
 //! are locked as it reads them; claims and due transitions skip rows another server holds,
 //! so concurrent servers never hand one run out twice.
 
+mod config;
 mod gather;
 mod graph;
 mod listen;
 mod notify;
 mod outbox;
 mod pipeline;
+mod pool;
 mod reads;
 mod row;
 mod schema;
@@ -25,10 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::NoTls;
-use r2d2_postgres::PostgresConnectionManager;
-use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::definition::TaskDefinition;
-use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
 
@@ -36,9 +35,13 @@ use crate::ops;
 use crate::outbox::OutboxFeed;
 use crate::outbox::format::Bounds;
 use crate::reads::ReadsOver;
-use crate::{ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskGroup};
+use crate::{Claim, ClaimRequest, Committed, Reads, StoreError};
 use shoal_engine::command::TaskCommand;
 use tx::{PgTx, TxShared};
+
+pub use config::{PgConfig, REQUEST_TIMEOUT};
+pub(crate) use pool::PgConn;
+pub use pool::PgPool;
 
 /// The NOTIFY channel on which commits name the queues that gained pending work.
 const WAKE_CHANNEL: &str = "shoal_pending";
@@ -46,270 +49,13 @@ const WAKE_CHANNEL: &str = "shoal_pending";
 /// reconnect): every waiting worker should look again.
 pub const WAKE_ALL: &str = "*";
 
-/// Planner settings of the pooled connections, sent when they connect (no round trip).
-///
-/// Every statement Shoal sends reaches its rows through a key or an index, and the writes,
-/// the outbox's steps and the common reads run thousands of times a second, so each is
-/// planned once per connection and that plan serves every execution (a generic plan:
-/// planning each execution anew cost about a tenth of the database's CPU). The plan must
-/// not scan a table whole nor hash or merge a join over one: a plan made while a fresh
-/// database's tables held a few rows would keep doing so as they grow, since only an ANALYZE
-/// replaces it and autovacuum's first comes a minute later (by then every report read tens
-/// of thousands of rows). No JIT: it pays only for long queries, and with scans disabled a
-/// query on a table without an index (the outbox's state) looks long enough to be compiled.
-/// Settings in the URL's `options` come after these, so they win.
-const PLANNER_SETTINGS: &str = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off \
-     -c enable_hashjoin=off -c enable_mergejoin=off -c jit=off";
-
-/// Connection options: `first`, then those `given` (which win where both set a value).
-fn options_after(first: &str, given: Option<&str>) -> String {
-    match given {
-        Some(given) => format!("{first} {given}"),
-        None => first.to_owned(),
-    }
-}
-
-/// What the database lets a vanished or stuck server hold, sent on every connection.
-///
-/// A server machine that disappears (power, network) leaves its backends waiting on sockets
-/// nobody writes to, holding their row locks and, for the publishing server, the publishing
-/// lock: keepalive probes end them after ~25 s instead of the operating system's two hours,
-/// and unacknowledged answers after 30 s. A transaction left idle for a minute (a server
-/// process frozen mid-transaction) is ended too: Shoal's own never pause that long between
-/// statements. Options in the URL come after these, so they win.
-const SESSION_LIMITS: &str = "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 \
-     -c tcp_user_timeout=30000 -c idle_in_transaction_session_timeout=60s";
-
-/// The same limits on this side of each connection: a database that vanished is noticed
-/// after ~25 s of silence (or 30 s of unacknowledged requests) and its connections fail, so
-/// that requests get 503 and the listener reconnects, instead of waiting on a dead socket.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-const KEEPALIVE_RETRIES: u32 = 3;
-const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
-/// tokio-postgres' keepalive idle time when the URL names none.
-const DEFAULT_KEEPALIVE_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
-
-/// `config` with [`SESSION_LIMITS`] and this side's limits, where the URL set none of its own.
-fn with_session_limits(mut config: tokio_postgres::Config, connect_timeout: Duration) -> tokio_postgres::Config {
-    let options = options_after(SESSION_LIMITS, config.get_options());
-    config.options(&options).keepalives(true);
-    if config.get_keepalives_idle() == DEFAULT_KEEPALIVE_IDLE {
-        config.keepalives_idle(KEEPALIVE_IDLE);
-    }
-    if config.get_keepalives_interval().is_none() {
-        config.keepalives_interval(KEEPALIVE_INTERVAL);
-    }
-    if config.get_keepalives_retries().is_none() {
-        config.keepalives_retries(KEEPALIVE_RETRIES);
-    }
-    if config.get_tcp_user_timeout().is_none() {
-        config.tcp_user_timeout(TCP_USER_TIMEOUT);
-    }
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(connect_timeout);
-    }
-    config
-}
-
 /// How long settling waits for a transaction that drew an outbox id to end.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(10);
-/// How long a request waits for the database by default: less than the 30 s after which
-/// Taskcluster's clients give up on a call, so that they get a 503 they retry instead.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// Attempts of an operation that lost a deadlock or serialization race.
 const MAX_ATTEMPTS: usize = 5;
 
 /// The schema version this build migrates databases to.
 pub const PG_SCHEMA_VERSION: usize = schema::MIGRATIONS.len();
-
-/// Settings of the PostgreSQL backend.
-#[derive(Debug, Clone)]
-pub struct PgConfig {
-    /// `postgres://user[:password]@host[:port]/database[?options]`.
-    pub url: String,
-    /// Most connections each of this server's two pools keeps open (writes; reads and
-    /// background work), besides its one listening connection.
-    pub max_connections: u32,
-    /// How long a request waits for a connection before failing as unavailable.
-    pub connect_timeout: Duration,
-    /// How long a request waits for the database to answer before failing as unavailable
-    /// (a database that hangs, or a network that went silent).
-    pub request_timeout: Duration,
-    /// Seconds a claim holds before it must be renewed.
-    pub claim_timeout_secs: i64,
-    /// The task-graph scheduler's id, set on every graph task.
-    pub graph_scheduler_id: String,
-}
-
-impl PgConfig {
-    /// Settings for `url` with the defaults.
-    #[must_use]
-    pub fn new(url: &str) -> PgConfig {
-        PgConfig {
-            url: url.to_owned(),
-            max_connections: 32,
-            connect_timeout: Duration::from_secs(5),
-            request_timeout: REQUEST_TIMEOUT,
-            claim_timeout_secs: 1200,
-            graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
-        }
-    }
-
-    /// The URL parsed, as the asynchronous client takes it, with the [`SESSION_LIMITS`].
-    fn parsed(&self) -> Result<tokio_postgres::Config, StoreError> {
-        let config = self.url.parse().map_err(|err| {
-            StoreError::Other(format!("database: must be a postgres://user@host:port/database URL ({err})"))
-        })?;
-        Ok(with_session_limits(config, self.connect_timeout))
-    }
-
-    fn client_config(&self) -> Result<postgres::Config, StoreError> {
-        self.parsed().map(postgres::Config::from)
-    }
-
-    fn manager(&self) -> Result<Manager, StoreError> {
-        let mut config = self.client_config()?;
-        let options = options_after(PLANNER_SETTINGS, config.get_options());
-        config.options(&options);
-        Ok(Manager(PostgresConnectionManager::new(config, NoTls)))
-    }
-
-    /// The pool of asynchronous connections the write operations run on.
-    fn writer(&self) -> Result<deadpool_postgres::Pool, StoreError> {
-        let mut config = self.parsed()?;
-        config.options(options_after(PLANNER_SETTINGS, config.get_options()));
-        // A connection found closed is dropped (not tested with a query per checkout: a
-        // round trip per request); one that dies while idle fails its request's first
-        // statement, which is then retried on another.
-        let recycling = deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast };
-        let manager = deadpool_postgres::Manager::from_config(config, NoTls, recycling);
-        deadpool_postgres::Pool::builder(manager)
-            .max_size(self.max_connections as usize)
-            .wait_timeout(Some(self.connect_timeout))
-            .create_timeout(Some(self.connect_timeout))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .map_err(|err| StoreError::Other(format!("database pool: {err}")))
-    }
-}
-
-type Pool = r2d2::Pool<Manager>;
-
-/// A blocking connection that prepares each statement once (a round trip, and the
-/// server's parsing and planning, saved on every later use).
-pub(crate) struct PgConn {
-    pub(crate) client: postgres::Client,
-    statements: std::collections::HashMap<String, postgres::Statement>,
-    /// Set when a request on it failed for want of the database: the pool drops it.
-    pub(crate) broken: bool,
-}
-
-impl PgConn {
-    pub(crate) fn new(client: postgres::Client) -> PgConn {
-        PgConn { client, statements: std::collections::HashMap::new(), broken: false }
-    }
-
-    /// The statement for `sql`, prepared on this connection the first time.
-    pub(crate) fn prepared(&mut self, sql: &str) -> Result<postgres::Statement, postgres::Error> {
-        if let Some(statement) = self.statements.get(sql) {
-            return Ok(statement.clone());
-        }
-        let statement = self.client.prepare(sql)?;
-        self.statements.insert(sql.to_owned(), statement.clone());
-        Ok(statement)
-    }
-
-    /// Runs `sql` (prepared once) outside any transaction.
-    pub(crate) fn query(
-        &mut self,
-        sql: &str,
-        params: &[&(dyn postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<postgres::Row>, postgres::Error> {
-        let statement = self.prepared(sql)?;
-        self.client.query(&statement, params)
-    }
-}
-
-/// Makes [`PgConn`]s: PostgreSQL connections that keep their prepared statements.
-pub(crate) struct Manager(PostgresConnectionManager<NoTls>);
-
-impl r2d2::ManageConnection for Manager {
-    type Connection = PgConn;
-    type Error = postgres::Error;
-
-    fn connect(&self) -> Result<PgConn, postgres::Error> {
-        Ok(PgConn::new(self.0.connect()?))
-    }
-
-    fn is_valid(&self, conn: &mut PgConn) -> Result<(), postgres::Error> {
-        self.0.is_valid(&mut conn.client)
-    }
-
-    fn has_broken(&self, conn: &mut PgConn) -> bool {
-        conn.broken || self.0.has_broken(&mut conn.client)
-    }
-}
-
-/// Holds the pool so that it is dropped off the async threads: each blocking client owns a
-/// small runtime, which must not be shut down from inside another runtime.
-struct PoolHolder(Option<Pool>);
-
-impl Drop for PoolHolder {
-    fn drop(&mut self) {
-        if let Some(pool) = self.0.take() {
-            let _ = std::thread::spawn(move || drop(pool)).join();
-        }
-    }
-}
-
-/// A pool of connections to one PostgreSQL database whose schema is current.
-#[derive(Clone)]
-pub struct PgPool {
-    pool: Arc<PoolHolder>,
-}
-
-impl PgPool {
-    /// Connects and brings the schema up to date (waiting for another server doing the same).
-    ///
-    /// # Errors
-    /// Unavailable when the database cannot be reached; Other for a bad URL or a failed migration.
-    pub fn open(config: &PgConfig) -> Result<PgPool, StoreError> {
-        let pool = r2d2::Pool::builder()
-            .max_size(config.max_connections)
-            .min_idle(Some(0))
-            .connection_timeout(config.connect_timeout)
-            // No test query per checkout (a round trip per request): a connection found
-            // broken fails its request with 503 and is then discarded.
-            .test_on_check_out(false)
-            .build_unchecked(config.manager()?);
-        let pool = PgPool { pool: Arc::new(PoolHolder(Some(pool))) };
-        let mut client = pool.get()?;
-        let applied = schema::migrate(&mut client.client)?;
-        tracing::info!(applied, version = schema::MIGRATIONS.len(), "database schema is current");
-        drop(client);
-        Ok(pool)
-    }
-
-    /// The schema version the database is at.
-    ///
-    /// # Errors
-    /// Unavailable when the database cannot be reached.
-    pub fn schema_version(&self) -> Result<usize, StoreError> {
-        let row = self.get()?.client.query_one("SELECT version FROM shoal_schema", &[])?;
-        Ok(row.get::<_, i32>(0) as usize)
-    }
-
-    /// How many connections the pool may hold: how many dead ones a restart can leave in it.
-    fn max_size(&self) -> usize {
-        self.pool.0.as_ref().map_or(0, |pool| pool.max_size() as usize)
-    }
-
-    /// A connection from the pool.
-    pub(crate) fn get(&self) -> Result<r2d2::PooledConnection<Manager>, StoreError> {
-        self.pool.0.as_ref().ok_or_else(|| unavailable("closed"))?.get().map_err(unavailable)
-    }
-}
 
 /// The PostgreSQL store.
 #[derive(Clone)]
@@ -448,7 +194,7 @@ impl PgStore {
     /// server or found its connection dead before committing. It runs to its end even when
     /// the caller stops waiting (a connection must not go back to the pool mid-transaction),
     /// but does not start an attempt for a caller that has gone.
-    async fn write<A, T, F>(&self, args: A, op: F) -> Result<Committed<T>, StoreError>
+    pub(crate) async fn write<A, T, F>(&self, args: A, op: F) -> Result<Committed<T>, StoreError>
     where
         A: Send + Sync + 'static,
         T: Send + 'static,
@@ -570,26 +316,6 @@ impl PgStore {
         .await
     }
 
-    pub(crate) async fn create_graph(
-        &self,
-        request: ops::graph::GraphRequest,
-        now: Timestamp,
-    ) -> Result<Committed<shoal_engine::message::GraphStatus>, StoreError> {
-        self.write((request, now), |tx, (request, now)| Box::pin(ops::graph::create(tx, request, *now))).await
-    }
-
-    pub(crate) async fn extend_graph(
-        &self,
-        task_graph_id: TaskId,
-        input: shoal_engine::graph::ExtensionInput,
-        now: Timestamp,
-    ) -> Result<Committed<shoal_engine::message::GraphStatus>, StoreError> {
-        self.write((task_graph_id, input, now), |tx, (task_graph_id, input, now)| {
-            Box::pin(ops::graph::extend(tx, *task_graph_id, input, *now))
-        })
-        .await
-    }
-
     /// Runs a command on a task, gathered with the writes that arrive with it (`gather.rs`).
     pub(crate) async fn apply(
         &self,
@@ -634,72 +360,6 @@ impl PgStore {
     /// Claims work in a transaction of its own.
     async fn claim_alone(&self, request: ClaimRequest, now: Timestamp) -> Result<Committed<Vec<Claim>>, StoreError> {
         self.write((request, now), |tx, (request, now)| Box::pin(ops::tasks::claim_work(tx, request, *now))).await
-    }
-
-    pub(crate) async fn claim_task(
-        &self,
-        task_id: TaskId,
-        run_id: u32,
-        worker_group: String,
-        worker_id: String,
-        now: Timestamp,
-    ) -> Result<Committed<Claim>, StoreError> {
-        self.write((task_id, run_id, worker_group, worker_id, now), |tx, (task_id, run_id, group, id, now)| {
-            Box::pin(ops::tasks::claim_task(tx, *task_id, *run_id, group, id, *now))
-        })
-        .await
-    }
-
-    pub(crate) async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
-        self.write((now, limit), |tx, (now, limit)| Box::pin(ops::tasks::fire_due(tx, *now, *limit))).await
-    }
-
-    pub(crate) async fn seal_task_group(
-        &self,
-        group: TaskId,
-        now: Timestamp,
-    ) -> Result<Committed<TaskGroup>, StoreError> {
-        self.write((group, now), |tx, (group, now)| Box::pin(ops::groups::seal(tx, *group, *now))).await
-    }
-
-    pub(crate) async fn cancel_task_group(
-        &self,
-        group: TaskId,
-        now: Timestamp,
-    ) -> Result<Committed<GroupCancellation>, StoreError> {
-        self.write((group, now), |tx, (group, now)| Box::pin(ops::groups::cancel(tx, *group, *now))).await
-    }
-
-    pub(crate) async fn change_task_group_priority(
-        &self,
-        group: TaskId,
-        priority: Priority,
-        now: Timestamp,
-    ) -> Result<Committed<Vec<TaskId>>, StoreError> {
-        self.write((group, priority, now), |tx, (group, priority, now)| {
-            Box::pin(ops::groups::change_priority(tx, *group, *priority, *now))
-        })
-        .await
-    }
-
-    pub(crate) async fn create_artifact(
-        &self,
-        key: ArtifactKey,
-        request: ArtifactRequest,
-        now: Timestamp,
-    ) -> Result<Committed<Artifact>, StoreError> {
-        self.write((key, request, now), |tx, (key, request, now)| {
-            Box::pin(ops::artifacts::create(tx, key, request.clone(), *now))
-        })
-        .await
-    }
-
-    pub(crate) async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Committed<Artifact>, StoreError> {
-        self.write(key, |tx, key| Box::pin(ops::artifacts::uploaded(tx, key))).await
-    }
-
-    pub(crate) async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
-        self.write(keys, |tx, keys| Box::pin(ops::artifacts::forget(tx, keys))).await
     }
 
     pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {
@@ -834,7 +494,7 @@ pub fn migrate(url: &str) -> Result<usize, StoreError> {
     schema::migrate(&mut client)
 }
 
-fn unavailable(err: impl std::fmt::Display) -> StoreError {
+pub(crate) fn unavailable(err: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("database unreachable: {err}"))
 }
 
@@ -861,40 +521,5 @@ impl From<postgres::Error> for StoreError {
             (false, true) => StoreError::Conflict(text),
             (false, false) => StoreError::Other(text),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_in_the_url_come_after_the_planner_settings_so_they_win() {
-        assert_eq!(options_after(PLANNER_SETTINGS, None), PLANNER_SETTINGS);
-        let options = options_after(PLANNER_SETTINGS, Some("-c jit=on"));
-        assert!(options.starts_with(PLANNER_SETTINGS) && options.ends_with(" -c jit=on"), "{options}");
-    }
-
-    #[test]
-    fn connections_carry_the_session_limits_unless_the_url_sets_its_own() {
-        let config = PgConfig::new("postgres://shoal@db:5432/shoal").parsed().unwrap();
-        assert_eq!(config.get_options(), Some(SESSION_LIMITS));
-        assert_eq!(config.get_keepalives_idle(), KEEPALIVE_IDLE);
-        assert_eq!(config.get_keepalives_interval(), Some(KEEPALIVE_INTERVAL));
-        assert_eq!(config.get_keepalives_retries(), Some(KEEPALIVE_RETRIES));
-        assert_eq!(config.get_tcp_user_timeout(), Some(&TCP_USER_TIMEOUT));
-        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(5)));
-        let url = "postgres://shoal@db:5432/shoal?keepalives_idle=60&tcp_user_timeout=5&options=-c%20tcp_keepalives_idle%3D99";
-        let config = PgConfig::new(url).parsed().unwrap();
-        let options = config.get_options().unwrap();
-        assert!(options.starts_with(SESSION_LIMITS) && options.ends_with(" -c tcp_keepalives_idle=99"), "{options}");
-        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(60));
-        assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(5)));
-    }
-
-    #[test]
-    fn bad_urls_name_the_field() {
-        let Err(err) = PgConfig::new("mysql://nope").manager() else { panic!("refused") };
-        assert!(err.to_string().contains("database: must be a postgres://"), "{err}");
     }
 }

@@ -21,25 +21,18 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OpenFlags};
-use shoal_engine::artifact::{Artifact, ArtifactRequest};
-use shoal_engine::definition::TaskDefinition;
+use shoal_engine::TaskId;
 use shoal_engine::dimensions::Dimensions;
-use shoal_engine::graph::ExtensionInput;
-use shoal_engine::message::GraphStatus;
 use shoal_engine::priority::Priority;
-use shoal_engine::status::TaskStatus;
-use shoal_engine::{TaskId, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::ops::{self, ready};
 use crate::outbox::OutboxFeed;
 use crate::reads::ReadsOver;
 use crate::row::corrupt;
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::reads::ReadConn;
 use crate::sqlite::tx::{Tx, WriterState};
-use crate::{ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Reads, StoreError, TaskGroup};
-use shoal_engine::command::TaskCommand;
+use crate::{Committed, Reads, StoreError};
 
 /// Most operations committed together.
 const MAX_BATCH: usize = 512;
@@ -192,7 +185,8 @@ impl SqliteStore {
         })
     }
 
-    async fn write<T, F>(&self, op: F) -> Result<Committed<T>, StoreError>
+    /// Runs `op` in the writer's next batch; answers once that batch committed.
+    pub(crate) async fn write<T, F>(&self, op: F) -> Result<Committed<T>, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
@@ -201,106 +195,6 @@ impl SqliteStore {
         let (reply, answer) = oneshot::channel();
         sender.send(Box::new(WriteJob { op, reply })).await.map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
-    }
-
-    pub(crate) async fn create_task(
-        &self,
-        definition: TaskDefinition,
-        task_id: TaskId,
-        now: Timestamp,
-    ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.write(move |tx| ready(ops::tasks::create_task(tx, &definition, task_id, now))).await
-    }
-
-    pub(crate) async fn apply(
-        &self,
-        task_id: TaskId,
-        command: TaskCommand,
-        now: Timestamp,
-    ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.write(move |tx| ready(ops::tasks::apply(tx, task_id, &command, now))).await
-    }
-
-    pub(crate) async fn claim_work(
-        &self,
-        request: ClaimRequest,
-        now: Timestamp,
-    ) -> Result<Committed<Vec<Claim>>, StoreError> {
-        self.write(move |tx| ready(ops::tasks::claim_work(tx, &request, now))).await
-    }
-
-    pub(crate) async fn claim_task(
-        &self,
-        task_id: TaskId,
-        run_id: u32,
-        worker_group: String,
-        worker_id: String,
-        now: Timestamp,
-    ) -> Result<Committed<Claim>, StoreError> {
-        self.write(move |tx| ready(ops::tasks::claim_task(tx, task_id, run_id, &worker_group, &worker_id, now))).await
-    }
-
-    pub(crate) async fn create_graph(
-        &self,
-        request: ops::graph::GraphRequest,
-        now: Timestamp,
-    ) -> Result<Committed<GraphStatus>, StoreError> {
-        self.write(move |tx| ready(ops::graph::create(tx, &request, now))).await
-    }
-
-    pub(crate) async fn extend_graph(
-        &self,
-        task_graph_id: TaskId,
-        input: ExtensionInput,
-        now: Timestamp,
-    ) -> Result<Committed<GraphStatus>, StoreError> {
-        self.write(move |tx| ready(ops::graph::extend(tx, task_graph_id, &input, now))).await
-    }
-
-    pub(crate) async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
-        self.write(move |tx| ready(ops::tasks::fire_due(tx, now, limit))).await
-    }
-
-    pub(crate) async fn seal_task_group(
-        &self,
-        group: TaskId,
-        now: Timestamp,
-    ) -> Result<Committed<TaskGroup>, StoreError> {
-        self.write(move |tx| ready(ops::groups::seal(tx, group, now))).await
-    }
-
-    pub(crate) async fn cancel_task_group(
-        &self,
-        group: TaskId,
-        now: Timestamp,
-    ) -> Result<Committed<GroupCancellation>, StoreError> {
-        self.write(move |tx| ready(ops::groups::cancel(tx, group, now))).await
-    }
-
-    pub(crate) async fn change_task_group_priority(
-        &self,
-        group: TaskId,
-        priority: Priority,
-        now: Timestamp,
-    ) -> Result<Committed<Vec<TaskId>>, StoreError> {
-        self.write(move |tx| ready(ops::groups::change_priority(tx, group, priority, now))).await
-    }
-
-    pub(crate) async fn create_artifact(
-        &self,
-        key: ArtifactKey,
-        request: ArtifactRequest,
-        now: Timestamp,
-    ) -> Result<Committed<Artifact>, StoreError> {
-        self.write(move |tx| ready(ops::artifacts::create(tx, &key, request, now))).await
-    }
-
-    pub(crate) async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Committed<Artifact>, StoreError> {
-        self.write(move |tx| ready(ops::artifacts::uploaded(tx, &key))).await
-    }
-
-    pub(crate) async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
-        self.write(move |tx| ready(ops::artifacts::forget(tx, &keys))).await
     }
 
     pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {
