@@ -120,10 +120,11 @@ fn decode(first_seq: u64, text: &str) -> Result<Vec<OutboxEntry>, StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn entry(seq: u64, exchange: Exchange, cc: &[&str], body: &str) -> OutboxEntry {
+    /// A message of sequence `seq` on `exchange` with CC keys `cc` and body `body`.
+    pub(crate) fn entry(seq: u64, exchange: Exchange, cc: &[&str], body: &str) -> OutboxEntry {
         let message = Message {
             exchange,
             routing_key: format!("primary.t{seq}.0._"),

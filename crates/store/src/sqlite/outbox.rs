@@ -54,18 +54,10 @@ pub(crate) fn read(conn: &Connection, from: u64, limit: usize) -> Result<Vec<Out
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use shoal_engine::message::{Exchange, Message};
+    use shoal_engine::message::Exchange;
 
-    fn entry(seq: u64, exchange: Exchange, cc: &[&str], body: &str) -> OutboxEntry {
-        let message = Message {
-            exchange,
-            routing_key: format!("primary.t{seq}.0._"),
-            cc: cc.iter().map(|key| (*key).to_owned()).collect(),
-            body: body.to_owned(),
-        };
-        OutboxEntry { seq, message }
-    }
+    use super::*;
+    use crate::outbox::format::tests::entry;
 
     fn conn() -> Connection {
         let mut conn = Connection::open_in_memory().unwrap();
