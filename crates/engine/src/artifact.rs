@@ -120,6 +120,18 @@ pub struct Artifact {
 }
 
 impl Artifact {
+    /// Whether finishArtifact may confirm it: its content is there (a blob once its bytes
+    /// were uploaded; every other kind at once).
+    ///
+    /// # Errors
+    /// Conflict for a blob whose bytes have not been uploaded.
+    pub fn check_finished(&self) -> Result<(), Rejection> {
+        if !self.present {
+            return Err(Conflict::NotUploaded(self.name.clone()).into());
+        }
+        Ok(())
+    }
+
     /// Whether this artifact takes uploaded bytes (a blob).
     ///
     /// # Errors
@@ -294,6 +306,24 @@ mod tests {
     }
 
     const TASK_EXPIRES: Timestamp = Timestamp(1_767_225_600_000 + 365 * 24 * 3600 * 1000);
+
+    #[test]
+    fn only_blobs_take_bytes_and_finish_once_their_bytes_are_there() {
+        let running = run(RunState::Running, None);
+        let mut stored = blob().apply("public/b", &running, TASK_EXPIRES, None, NOW).unwrap();
+        assert!(stored.check_upload().is_ok());
+        assert_eq!(stored.check_finished().unwrap_err(), Rejection::Conflict(Conflict::NotUploaded("public/b".into())));
+        stored.present = true;
+        assert!(stored.check_finished().is_ok());
+        let reference = request(
+            json!({"storageType": "reference", "expires": "2026-01-02T00:00:00Z", "contentType": "text/plain", "url": "https://x"}),
+        )
+        .apply("public/r", &running, TASK_EXPIRES, None, NOW)
+        .unwrap();
+        let refused = reference.check_upload().unwrap_err().to_string();
+        assert_eq!(refused, "artifact public/r is a reference, not an upload");
+        assert!(reference.check_finished().is_ok(), "a reference is there at once");
+    }
 
     #[test]
     fn parses_every_storage_type() {

@@ -47,3 +47,45 @@ impl TaskCommand {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::definition::TaskDefinitionInput;
+    use crate::rejection::Conflict;
+    use crate::status::TaskState;
+    use crate::{TaskId, Timestamp};
+
+    fn task() -> (Task, Timestamp) {
+        let now = Timestamp::parse("2026-01-01T00:00:00.000Z").unwrap();
+        let input: TaskDefinitionInput = serde_json::from_value(serde_json::json!({
+            "taskQueueId": "proj/linux",
+            "created": "2026-01-01T00:00:00.000Z",
+            "deadline": "2026-01-01T01:00:00.000Z",
+            "payload": {},
+            "metadata": {"name": "t", "description": "d", "owner": "o@example.com", "source": "https://example.com"}
+        }))
+        .unwrap();
+        let task_id = TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6A").unwrap();
+        (Task::new(task_id, &input.validate(task_id, now).unwrap()), now)
+    }
+
+    #[test]
+    fn each_command_runs_its_transition() {
+        let (mut task, now) = task();
+        let rerun = TaskCommand::Rerun.apply(&mut task, now, 60).unwrap_err();
+        assert_eq!(rerun, Rejection::Conflict(Conflict::RerunUnscheduled(task.task_id)));
+        let _scheduled = TaskCommand::Schedule.apply(&mut task, now, 60).unwrap();
+        assert_eq!(task.state(), TaskState::Pending);
+        let _claimed = task.claim(0, "g", "w", now, 60).unwrap();
+        let _reclaimed = TaskCommand::Reclaim { run_id: 0 }.apply(&mut task, now.plus_secs(10), 60).unwrap();
+        assert_eq!(task.running_until(), Some(now.plus_secs(70)), "the claim renewed for the timeout given");
+        let _resolved =
+            TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }.apply(&mut task, now, 60).unwrap();
+        assert_eq!(task.state(), TaskState::Completed);
+        let late = TaskCommand::ChangePriority(Priority::Named(2)).apply(&mut task, now, 60).unwrap_err();
+        assert_eq!(late.to_string(), format!("task {} is resolved; its priority cannot change", task.task_id));
+        let _canceled = TaskCommand::Cancel.apply(&mut task, now, 60).unwrap();
+        assert_eq!(task.state(), TaskState::Completed, "a resolved task stays as it is");
+    }
+}

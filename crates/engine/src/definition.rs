@@ -464,6 +464,15 @@ mod tests {
     }
 
     #[test]
+    fn a_task_is_defined_again_only_as_it_was() {
+        let id = TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6A").unwrap();
+        assert!(check_redefinition(id, "{\"a\":1}", "{\"a\":1}").is_ok());
+        let refused = check_redefinition(id, "{\"a\":1}", "{\"a\":2}").unwrap_err();
+        assert_eq!(refused, Rejection::Conflict(Conflict::TaskRedefined(id)));
+        assert_eq!(refused.to_string(), format!("task {id} already exists with a different definition"));
+    }
+
+    #[test]
     fn defaults_are_taskclusters() {
         let def = check(json!({})).unwrap();
         assert_eq!(def.scheduler_id, "-");

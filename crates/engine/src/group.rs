@@ -143,6 +143,17 @@ mod tests {
     }
 
     #[test]
+    fn a_group_is_canceled_only_once_sealed() {
+        let id = TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6A").unwrap();
+        let mut group = TaskGroup { task_group_id: id, scheduler_id: "s".into(), expires: Timestamp(0), sealed: None };
+        let refused = group.check_cancel().unwrap_err();
+        assert_eq!(refused, Rejection::Conflict(Conflict::GroupNotSealed(id)));
+        assert_eq!(refused.to_string(), format!("task group {id} must be sealed before it can be canceled"));
+        group.sealed = Some(Timestamp(1));
+        assert!(group.check_cancel().is_ok());
+    }
+
+    #[test]
     fn missing_dependencies_are_named_before_expiring_ones() {
         assert!(dependency_rejection(&[], &[]).is_none());
         let both = dependency_rejection(&["a".into()], &["b".into()]).unwrap().to_string();

@@ -9,7 +9,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use shoal_engine::TaskId;
 use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, check_name, follow_links};
-use shoal_engine::rejection::Conflict;
 use shoal_store::{ArtifactKey, StoreError};
 
 use crate::AppState;
@@ -70,8 +69,10 @@ pub(crate) async fn finish_artifact(State(state): State<AppState>, params: Param
     let found = state.queue.store().read(move |reads| reads.artifact(task_id, run_id, &name)).await?;
     match found {
         None => Err(ApiError::not_found("artifact not found")),
-        Some(artifact) if artifact.present => Ok(StatusCode::NO_CONTENT),
-        Some(artifact) => Err(shoal_engine::Rejection::from(Conflict::NotUploaded(artifact.name)).into()),
+        Some(artifact) => {
+            artifact.check_finished()?;
+            Ok(StatusCode::NO_CONTENT)
+        }
     }
 }
 

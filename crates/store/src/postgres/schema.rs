@@ -81,7 +81,7 @@ CREATE TABLE artifacts (
 );
 CREATE INDEX artifacts_expires ON artifacts (expires);
 
--- One row per committed transaction's messages (see sqlite/outbox.rs for the format).
+-- One row per committed transaction's messages (see outbox/format.rs for the format).
 CREATE TABLE outbox_batches (
     first_seq BIGINT PRIMARY KEY,
     last_seq  BIGINT NOT NULL,
