@@ -17,28 +17,172 @@ pub const MISSING: &str = "_";
 /// Whether `routing_key` matches the binding `pattern`.
 #[must_use]
 pub fn matches(pattern: &str, routing_key: &str) -> bool {
-    let pattern: Vec<&str> = pattern.split('.').collect();
-    let key: Vec<&str> = routing_key.split('.').collect();
-    // reachable[j]: the pattern words seen so far can match the first j key words.
-    let mut reachable = vec![false; key.len() + 1];
-    reachable[0] = true;
-    for word in pattern {
-        let mut next = vec![false; key.len() + 1];
-        for j in 0..=key.len() {
-            if !reachable[j] {
-                continue;
-            }
-            match word {
-                // `#` absorbs any number of words, none included.
-                "#" => next[j..].iter_mut().for_each(|slot| *slot = true),
-                "*" if j < key.len() => next[j + 1] = true,
-                literal if j < key.len() && key[j] == literal => next[j + 1] = true,
-                _ => {}
+    Pattern::new(pattern).matches(&Key::new(routing_key))
+}
+
+/// A binding pattern, split once into words; a run of `#` is one `#` (they match the same).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    words: Vec<PatternWord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PatternWord {
+    /// `#`: any number of words.
+    Any,
+    /// `*`: exactly one word.
+    One,
+    /// This word.
+    Literal(String),
+}
+
+impl Pattern {
+    /// `pattern` compiled.
+    #[must_use]
+    pub fn new(pattern: &str) -> Pattern {
+        let mut words = Vec::new();
+        for word in pattern.split('.') {
+            let word = match word {
+                "#" if words.last() == Some(&PatternWord::Any) => continue,
+                "#" => PatternWord::Any,
+                "*" => PatternWord::One,
+                literal => PatternWord::Literal(literal.to_owned()),
+            };
+            words.push(word);
+        }
+        Pattern { words }
+    }
+
+    /// Whether `key` matches.
+    #[must_use]
+    pub fn matches(&self, key: &Key<'_>) -> bool {
+        self.matches_counting(key).0
+    }
+
+    /// Whether `key` matches, and how many word steps that took: at most one per word of the
+    /// pattern (after collapsing runs of `#`), each over the key's positions in 64-bit words,
+    /// so the cost is linear in the key's length for any pattern (the matcher it replaced
+    /// was quadratic in it for each `#`).
+    #[must_use]
+    pub fn matches_counting(&self, key: &Key<'_>) -> (bool, usize) {
+        // reachable: bit j set when the pattern words seen so far can match the first j key
+        // words. Keys are at most 255 bytes, so at most 128 words: 129 positions.
+        let positions = key.words.len() + 1;
+        let mut reachable = Bits::new(positions);
+        reachable.set(0);
+        let mut steps = 0;
+        for word in &self.words {
+            steps += 1;
+            reachable = match word {
+                PatternWord::Any => reachable.up_from_lowest(positions),
+                PatternWord::One => reachable.shifted(positions),
+                PatternWord::Literal(literal) => match key.positions_of(literal) {
+                    Some(at) => reachable.and(at).shifted(positions),
+                    None => return (false, steps),
+                },
+            };
+            if reachable.is_empty() {
+                return (false, steps);
             }
         }
-        reachable = next;
+        (reachable.get(key.words.len()), steps)
     }
-    reachable[key.len()]
+}
+
+/// A routing key split into words once, with where each distinct word stands, so that any
+/// number of patterns match it without comparing words again.
+#[derive(Debug)]
+pub struct Key<'a> {
+    words: Vec<&'a str>,
+    /// Each distinct word and the positions it stands at.
+    at: Vec<(&'a str, Bits)>,
+}
+
+impl<'a> Key<'a> {
+    /// `routing_key` prepared for matching.
+    #[must_use]
+    pub fn new(routing_key: &'a str) -> Key<'a> {
+        let words: Vec<&str> = routing_key.split('.').collect();
+        let mut at: Vec<(&str, Bits)> = Vec::new();
+        for (index, word) in words.iter().enumerate() {
+            // Keys have few distinct words; a linear search beats hashing them.
+            match at.iter_mut().find(|(known, _)| known == word) {
+                Some((_, bits)) => bits.set(index),
+                None => {
+                    let mut bits = Bits::new(words.len() + 1);
+                    bits.set(index);
+                    at.push((word, bits));
+                }
+            }
+        }
+        Key { words, at }
+    }
+
+    fn positions_of(&self, word: &str) -> Option<&Bits> {
+        self.at.iter().find(|(known, _)| *known == word).map(|(_, bits)| bits)
+    }
+}
+
+/// A set of key positions.
+#[derive(Debug, Clone)]
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(positions: usize) -> Bits {
+        Bits(vec![0; positions.div_ceil(64)])
+    }
+
+    fn set(&mut self, index: usize) {
+        self.0[index / 64] |= 1 << (index % 64);
+    }
+
+    fn get(&self, index: usize) -> bool {
+        self.0[index / 64] & (1 << (index % 64)) != 0
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(|block| *block == 0)
+    }
+
+    fn and(mut self, other: &Bits) -> Bits {
+        self.0.iter_mut().zip(&other.0).for_each(|(block, other)| *block &= other);
+        self
+    }
+
+    /// Every position one further (what `*` or a literal leads to), within `positions`.
+    fn shifted(mut self, positions: usize) -> Bits {
+        let mut carry = 0;
+        for block in &mut self.0 {
+            let next_carry = *block >> 63;
+            *block = (*block << 1) | carry;
+            carry = next_carry;
+        }
+        self.trimmed(positions)
+    }
+
+    /// Every position from the lowest set one on (what `#` leads to), within `positions`.
+    fn up_from_lowest(mut self, positions: usize) -> Bits {
+        let mut seen = false;
+        for block in &mut self.0 {
+            if seen {
+                *block = u64::MAX;
+            } else if *block != 0 {
+                *block = !((*block & block.wrapping_neg()) - 1);
+                seen = true;
+            }
+        }
+        self.trimmed(positions)
+    }
+
+    fn trimmed(mut self, positions: usize) -> Bits {
+        let spare = self.0.len() * 64 - positions;
+        if let Some(last) = self.0.last_mut()
+            && spare > 0
+        {
+            *last &= u64::MAX >> spare;
+        }
+        self
+    }
 }
 
 /// The words of a task message's primary routing key.
@@ -104,6 +248,8 @@ pub struct Binding {
     pub exchange: Exchange,
     /// An AMQP topic pattern.
     pub pattern: String,
+    /// The pattern compiled.
+    compiled: Pattern,
 }
 
 impl Binding {
@@ -127,15 +273,21 @@ impl Binding {
                 "must be 1 to 255 bytes of non-empty words separated by '.' (`*` one word, `#` any number)",
             ));
         }
-        Ok(Binding { exchange, pattern: pattern.to_owned() })
+        Ok(Binding { exchange, pattern: pattern.to_owned(), compiled: Pattern::new(pattern) })
     }
 
     /// Whether `message` is delivered through this binding.
     #[must_use]
     pub fn matches(&self, message: &Message) -> bool {
         self.exchange == message.exchange
-            && (matches(&self.pattern, &message.routing_key)
-                || message.cc.iter().any(|key| matches(&self.pattern, key)))
+            && std::iter::once(&message.routing_key).chain(&message.cc).any(|key| self.compiled.matches(&Key::new(key)))
+    }
+
+    /// Whether a message of `exchange` under the prepared `keys` (its routing key and CC
+    /// keys) is delivered through this binding: the keys are split once for every binding.
+    #[must_use]
+    pub fn matches_keys(&self, exchange: Exchange, keys: &[Key<'_>]) -> bool {
+        self.exchange == exchange && keys.iter().any(|key| self.compiled.matches(key))
     }
 }
 
@@ -182,16 +334,25 @@ mod tests {
         assert_eq!(route_keys(&["index.a.b".into()]), vec!["route.index.a.b"]);
     }
 
-    /// The definition, written the slow obvious way.
+    /// The definition, written the slow obvious way (remembering what it found, so that
+    /// long keys stay quick).
     fn reference(pattern: &[&str], key: &[&str]) -> bool {
-        match (pattern.split_first(), key.split_first()) {
-            (None, None) => true,
-            (None, Some(_)) => false,
-            (Some((&"#", rest)), _) => reference(rest, key) || (!key.is_empty() && reference(pattern, &key[1..])),
-            (Some(_), None) => false,
-            (Some((&"*", rest)), Some((_, key_rest))) => reference(rest, key_rest),
-            (Some((word, rest)), Some((key_word, key_rest))) => word == key_word && reference(rest, key_rest),
+        fn go(pattern: &[&str], key: &[&str], seen: &mut std::collections::HashMap<(usize, usize), bool>) -> bool {
+            if let Some(&known) = seen.get(&(pattern.len(), key.len())) {
+                return known;
+            }
+            let found = match (pattern.split_first(), key.split_first()) {
+                (None, None) => true,
+                (None, Some(_)) => false,
+                (Some((&"#", rest)), _) => go(rest, key, seen) || (!key.is_empty() && go(pattern, &key[1..], seen)),
+                (Some(_), None) => false,
+                (Some((&"*", rest)), Some((_, key_rest))) => go(rest, key_rest, seen),
+                (Some((word, rest)), Some((key_word, key_rest))) => word == key_word && go(rest, key_rest, seen),
+            };
+            seen.insert((pattern.len(), key.len()), found);
+            found
         }
+        go(pattern, key, &mut std::collections::HashMap::new())
     }
 
     proptest::proptest! {
@@ -203,6 +364,35 @@ mod tests {
             let expected = reference(&pattern, &key);
             proptest::prop_assert_eq!(matches(&pattern.join("."), &key.join(".")), expected);
         }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn agrees_with_the_definition_on_long_keys(
+            pattern in proptest::collection::vec(proptest::sample::select(vec!["a", "b", "*", "#"]), 1..12),
+            key in proptest::collection::vec(proptest::sample::select(vec!["a", "b"]), 60..140),
+        ) {
+            // Keys over 64 words use several blocks of positions.
+            let expected = reference(&pattern, &key);
+            proptest::prop_assert_eq!(matches(&pattern.join("."), &key.join(".")), expected);
+        }
+    }
+
+    #[test]
+    fn a_hostile_pattern_costs_one_step_per_word_whatever_the_key() {
+        // The probe of issue 39: 126 `#`s and a last word, against a key of 125 short words.
+        let hostile = format!("{}zz", "#.".repeat(126));
+        let long_key = vec!["a"; 125].join(".");
+        let (matched, steps) = Pattern::new(&hostile).matches_counting(&Key::new(&long_key));
+        assert!(!matched);
+        assert_eq!(steps, 2, "a run of `#` is one step, then `zz` is not in the key");
+        let ending = format!("{long_key}.zz");
+        assert_eq!(Pattern::new(&hostile).matches_counting(&Key::new(&ending)), (true, 2));
+        // Alternating words cannot be collapsed: one step per pattern word, never per key word.
+        let alternating = ["#.a"; 64].join(".");
+        let (matched, steps) = Pattern::new(&alternating).matches_counting(&Key::new(&long_key));
+        assert!(matched);
+        assert!(steps <= 128, "{steps} steps");
     }
 
     #[test]
@@ -218,6 +408,10 @@ mod tests {
         assert!(binding("exchange/taskcluster-queue/v1/task-completed", "route.index.#").matches(&message));
         assert!(!binding("task-failed", "#").matches(&message), "another exchange");
         assert!(!binding("task-completed", "route.other.#").matches(&message));
+        let keys: Vec<Key<'_>> =
+            std::iter::once(&message.routing_key).chain(&message.cc).map(|key| Key::new(key)).collect();
+        assert!(binding("task-completed", "route.index.#").matches_keys(message.exchange, &keys));
+        assert!(!binding("task-failed", "#").matches_keys(message.exchange, &keys));
         let bad = Binding::parse("task-done", "#").unwrap_err();
         assert!(bad.to_string().contains("exchange"), "{bad}");
         let bad = Binding::parse("task-completed", "a..b").unwrap_err();

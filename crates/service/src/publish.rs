@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use shoal_bus::Bus;
 use shoal_engine::message::Message;
-use shoal_engine::topic::Binding;
+use shoal_engine::topic::{Binding, Key};
 use shoal_store::Store;
 use shoal_store::outbox::{Next, OutboxEntry};
 use tokio::sync::{broadcast, watch};
@@ -133,6 +133,17 @@ pub enum Delivery {
 }
 
 impl Subscription {
+    /// Whether a binding matches `message`: its keys are split once for all the bindings, and
+    /// only when one of them is on its exchange.
+    fn wants(&self, message: &Message) -> bool {
+        if !self.bindings.iter().any(|binding| binding.exchange == message.exchange) {
+            return false;
+        }
+        let keys: Vec<Key<'_>> =
+            std::iter::once(&message.routing_key).chain(&message.cc).map(|key| Key::new(key)).collect();
+        self.bindings.iter().any(|binding| binding.matches_keys(message.exchange, &keys))
+    }
+
     pub(crate) fn new(store: &Store, bindings: Vec<Binding>, closing: watch::Receiver<bool>) -> Subscription {
         Subscription { bindings, tap: store.outbox().tap(), closing }
     }
@@ -145,9 +156,7 @@ impl Subscription {
                 _ = self.closing.wait_for(|closing| *closing) => return Delivery::Closed,
             };
             match received {
-                Ok(entry) if self.bindings.iter().any(|binding| binding.matches(&entry.message)) => {
-                    return Delivery::Message(entry);
-                }
+                Ok(entry) if self.wants(&entry.message) => return Delivery::Message(entry),
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(n_missed)) => return Delivery::Missed(n_missed),
                 Err(broadcast::error::RecvError::Closed) => return Delivery::Closed,
