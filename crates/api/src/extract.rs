@@ -161,6 +161,10 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
+        // A body cut short or not JSON at all has no field to name (its path reads `?`).
+        if inner.is_eof() || inner.is_syntax() {
+            return ApiError::invalid_input(format!("body: must be a JSON document ({inner})"));
+        }
         if path == "." {
             ApiError::invalid_input(format!("body: {inner}"))
         } else {
@@ -192,5 +196,7 @@ mod tests {
         let err = parse_json::<Outer>(b"not json").unwrap_err();
         assert!(err.message.starts_with("body: "), "{}", err.message);
         assert!(parse_json::<Outer>(b"  ").is_err(), "an empty body is an empty object, missing `inner`");
+        let err = parse_json::<Outer>(br#"{"inner": {"cou"#).unwrap_err();
+        assert!(err.message.starts_with("body: must be a JSON document (EOF"), "a truncated body: {}", err.message);
     }
 }

@@ -54,7 +54,7 @@ impl Blobs {
                 // Created only if new: servers on other machines sharing this directory may
                 // have the same process id (each the first process of its container).
                 loop {
-                    let temp = dir.join(format!(".upload-{}-{}", std::process::id(), next_upload()));
+                    let temp = dir.join(format!("{UPLOAD_PREFIX}{}-{}", std::process::id(), next_upload()));
                     match tokio::fs::OpenOptions::new().write(true).create_new(true).open(&temp).await {
                         Ok(file) => return Ok(BlobWriter { file, temp, target, written: 0, finished: false }),
                         Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
@@ -92,6 +92,47 @@ impl Blobs {
                 Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
                 _ => Ok(()),
             },
+        }
+    }
+}
+
+impl Blobs {
+    /// Deletes temporary upload files not written to for `idle` (what a process killed
+    /// mid-upload left behind); says how many. Uploads in progress, this server's or another
+    /// sharing the directory, keep writing theirs, so an idle time far above any pause in an
+    /// upload leaves them alone.
+    ///
+    /// # Errors
+    /// When a directory cannot be read.
+    pub fn remove_stale_uploads(&self, idle: std::time::Duration) -> io::Result<usize> {
+        match self {
+            Blobs::Local(local) => {
+                let now = std::time::SystemTime::now();
+                let mut n_removed = 0;
+                // <root>/<taskId>/<runId>/.upload-*; the live logs' directory holds no uploads.
+                for task in std::fs::read_dir(&local.root)? {
+                    let task = task?;
+                    if task.file_name() == LIVE_DIR || !task.file_type()?.is_dir() {
+                        continue;
+                    }
+                    for run in std::fs::read_dir(task.path())? {
+                        let run = run?;
+                        if !run.file_type()?.is_dir() {
+                            continue;
+                        }
+                        for file in std::fs::read_dir(run.path())? {
+                            let file = file?;
+                            let stale = file.file_name().to_string_lossy().starts_with(UPLOAD_PREFIX)
+                                && file.metadata()?.modified()?.checked_add(idle).is_some_and(|at| at < now);
+                            if stale {
+                                std::fs::remove_file(file.path())?;
+                                n_removed += 1;
+                            }
+                        }
+                    }
+                }
+                Ok(n_removed)
+            }
         }
     }
 }
@@ -149,6 +190,9 @@ impl Blobs {
     }
 }
 
+/// How temporary upload files begin (escaped artifact names begin with `a` or `h`).
+const UPLOAD_PREFIX: &str = ".upload-";
+
 /// The directory of live logs, under the root (task ids never contain a `.`).
 const LIVE_DIR: &str = ".live";
 
@@ -175,9 +219,29 @@ impl LocalBlobs {
     }
 }
 
+/// Longest file name the file systems Shoal runs on take (Linux's NAME_MAX).
+const MAX_FILE_NAME: usize = 255;
+
 /// One file name per artifact name: everything but `[A-Za-z0-9_.-]` is percent-escaped, so
-/// slashes cannot leave the run's directory and no two names collide.
+/// slashes cannot leave the run's directory and no two names collide. A name whose escaped
+/// form would be longer than a file name may be is stored under `h` and the SHA-256 of the
+/// name instead (escaped names start with `a`, so the two forms never meet).
 fn file_name(name: &str) -> String {
+    let escaped = escaped_name(name);
+    if escaped.len() <= MAX_FILE_NAME {
+        return escaped;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    let mut res = String::with_capacity(65);
+    res.push('h');
+    for byte in digest {
+        res.push_str(&format!("{byte:02x}"));
+    }
+    res
+}
+
+fn escaped_name(name: &str) -> String {
     let mut res = String::with_capacity(name.len() + 1);
     // A leading marker keeps names like `.` and `..` ordinary files.
     res.push('a');
@@ -232,6 +296,47 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_name_too_long_for_a_file_is_stored_under_a_fixed_length_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::local(dir.path()).unwrap();
+        // 255 bytes that each escape to three: far past the file system's 255.
+        let long = "%".repeat(255);
+        assert_eq!(file_name(&long).len(), 65);
+        assert_ne!(file_name(&long), file_name(&"%".repeat(254)), "different names, different files");
+        assert!(file_name("public/a").starts_with('a'), "short names are escaped as before");
+        let key = BlobKey { task_id: "fN1S_sG4TTu5SNmTb0Xd6A", run_id: 0, name: &long };
+        let mut writer = blobs.writer(&key).await.unwrap();
+        writer.write(b"bytes").await.unwrap();
+        writer.finish().await.unwrap();
+        let (_, size) = blobs.open(&key).await.unwrap().expect("stored");
+        assert_eq!(size, 5);
+    }
+
+    #[tokio::test]
+    async fn stale_temporary_uploads_are_removed_and_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::local(dir.path()).unwrap();
+        let key = |name| BlobKey { task_id: "fN1S_sG4TTu5SNmTb0Xd6A", run_id: 0, name };
+        // An upload left by a killed process (written to two hours ago), and one in progress.
+        let left = blobs.writer(&key("public/left")).await.unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        let old = std::time::SystemTime::now() - 2 * hour;
+        std::fs::File::options().write(true).open(&left.temp).unwrap().set_modified(old).unwrap();
+        let mut live = blobs.writer(&key("public/live")).await.unwrap();
+        let mut done = blobs.writer(&key("public/done")).await.unwrap();
+        done.write(b"x").await.unwrap();
+        done.finish().await.unwrap();
+        assert_eq!(blobs.remove_stale_uploads(hour).unwrap(), 1);
+        assert!(!left.temp.exists(), "the stale upload is gone");
+        assert!(live.temp.exists(), "the upload in progress stays");
+        live.write(b"y").await.unwrap();
+        live.finish().await.unwrap();
+        assert!(blobs.open(&key("public/done")).await.unwrap().is_some(), "finished blobs are kept");
+        assert_eq!(blobs.remove_stale_uploads(hour).unwrap(), 0);
+        drop(left);
+    }
 
     #[tokio::test]
     async fn writes_appear_only_when_finished() {

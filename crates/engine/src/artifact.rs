@@ -132,6 +132,19 @@ impl Artifact {
         Ok(())
     }
 
+    /// Whether bytes may be uploaded for this artifact now: a blob, not uploaded yet (its
+    /// bytes are written once, so nobody replaces what readers already fetched).
+    ///
+    /// # Errors
+    /// Conflict for another kind, or a blob whose bytes are there.
+    pub fn check_writable(&self) -> Result<(), Rejection> {
+        self.check_upload()?;
+        if self.present {
+            return Err(Conflict::AlreadyUploaded(self.name.clone()).into());
+        }
+        Ok(())
+    }
+
     /// Whether this artifact takes uploaded bytes (a blob).
     ///
     /// # Errors
@@ -142,6 +155,28 @@ impl Artifact {
         }
         Ok(())
     }
+}
+
+/// Longest reference URL: it comes back as a `Location` header, which clients and proxies
+/// limit to a few kilobytes.
+pub const MAX_URL_BYTES: usize = 4096;
+
+/// Checks a reference artifact's URL: http or https, at most [`MAX_URL_BYTES`], and no
+/// control characters (CR or LF would end the `Location` header it is served in).
+///
+/// # Errors
+/// Invalid naming `url` and the rule.
+pub fn check_reference_url(url: &str) -> Result<(), Rejection> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(Rejection::invalid("url", "must be an http:// or https:// URL"));
+    }
+    if url.len() > MAX_URL_BYTES {
+        return Err(Rejection::invalid("url", format!("must be at most {MAX_URL_BYTES} bytes")));
+    }
+    if url.chars().any(char::is_control) {
+        return Err(Rejection::invalid("url", "must not contain control characters (CR, LF, NUL, ...)"));
+    }
+    Ok(())
 }
 
 /// Checks an artifact name: printable ASCII, 1 to 1024 bytes.
@@ -185,9 +220,7 @@ impl ArtifactRequest {
             return Err(Rejection::invalid("expires", format!("must not be after the task expires ({task_expires})")));
         }
         match &self.kind {
-            ArtifactKind::Reference { url, .. } if !(url.starts_with("http://") || url.starts_with("https://")) => {
-                return Err(Rejection::invalid("url", "must be an http:// or https:// URL"));
-            }
+            ArtifactKind::Reference { url, .. } => check_reference_url(url)?,
             ArtifactKind::Link { artifact } => check_name(artifact)
                 .map_err(|_| Rejection::invalid("artifact", "must be 1 to 1024 printable ASCII characters"))?,
             ArtifactKind::LiveLog => {
@@ -313,8 +346,13 @@ mod tests {
         let mut stored = blob().apply("public/b", &running, TASK_EXPIRES, None, NOW).unwrap();
         assert!(stored.check_upload().is_ok());
         assert_eq!(stored.check_finished().unwrap_err(), Rejection::Conflict(Conflict::NotUploaded("public/b".into())));
+        assert!(stored.check_writable().is_ok());
         stored.present = true;
         assert!(stored.check_finished().is_ok());
+        assert_eq!(
+            stored.check_writable().unwrap_err(),
+            Rejection::Conflict(Conflict::AlreadyUploaded("public/b".into()))
+        );
         let reference = request(
             json!({"storageType": "reference", "expires": "2026-01-02T00:00:00Z", "contentType": "text/plain", "url": "https://x"}),
         )
@@ -440,5 +478,17 @@ mod tests {
             json!({"storageType": "reference", "expires": "2026-01-02T00:00:00Z", "contentType": "x", "url": "ftp://x"}),
         );
         assert!(bad_url.apply("a", &running, TASK_EXPIRES, None, NOW).is_err());
+        for url in [
+            "https://x/\r\nSet-Cookie: a=b".to_owned(),
+            "https://x/\0".to_owned(),
+            format!("https://x/{}", "a".repeat(5000)),
+        ] {
+            let refused = request(
+                json!({"storageType": "reference", "expires": "2026-01-02T00:00:00Z", "contentType": "x", "url": url}),
+            )
+            .apply("a", &running, TASK_EXPIRES, None, NOW)
+            .unwrap_err();
+            assert!(matches!(&refused, Rejection::Invalid { field, .. } if field == "url"), "{refused}");
+        }
     }
 }

@@ -129,6 +129,9 @@ pub enum Conflict {
     /// finishArtifact before the bytes are there.
     #[error("artifact {0} has not been uploaded; PUT its bytes to the putUrl first")]
     NotUploaded(String),
+    /// Bytes sent again for an upload whose bytes are there.
+    #[error("artifact {0} is already uploaded; its bytes are written once")]
+    AlreadyUploaded(String),
     /// Live-log output for a run that ended.
     #[error("run {0} is not running; its log is closed")]
     LogClosed(u32),

@@ -34,7 +34,7 @@ impl Queue {
     /// NotFound for an unknown artifact or run; Conflict for another kind of artifact or a run
     /// that takes no more artifacts.
     pub async fn begin_upload(&self, key: ArtifactKey) -> Result<Upload, StoreError> {
-        self.blob_record(&key).await?;
+        self.blob_record(&key).await?.check_writable()?;
         let task_id = key.task_id;
         let record = self.store().read(move |reads| reads.task(task_id)).await?;
         let run = record

@@ -395,6 +395,10 @@ struct RunningServer {
     store: Store,
 }
 
+/// How long a temporary upload file must have gone unwritten before a starting server
+/// removes it as left behind (an upload in progress writes as its bytes arrive).
+const STALE_UPLOAD: Duration = Duration::from_secs(3600);
+
 impl RunningServer {
     async fn start(config: &ServerConfig) -> anyhow::Result<RunningServer> {
         let store = config.open_store().await?;
@@ -402,6 +406,14 @@ impl RunningServer {
         let blobs_dir = config.data_dir.join("blobs");
         let blobs =
             Blobs::local(&blobs_dir).with_context(|| format!("opening blob storage {}", blobs_dir.display()))?;
+        // Uploads a killed process left half-written; in the background, since a large data
+        // dir takes a while to walk.
+        let sweep = blobs.clone();
+        tokio::task::spawn_blocking(move || match sweep.remove_stale_uploads(STALE_UPLOAD) {
+            Ok(0) => {}
+            Ok(n_removed) => tracing::info!(n_removed, "removed temporary uploads left by a stopped server"),
+            Err(err) => tracing::warn!(error = %err, "looking for temporary uploads left behind failed"),
+        });
         let queue = Queue::new(store.clone(), blobs, queue_config);
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

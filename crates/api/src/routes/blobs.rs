@@ -44,5 +44,14 @@ pub(crate) async fn get_blob(State(state): State<AppState>, params: Params) -> R
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     res.headers_mut().insert(header::CONTENT_TYPE, content_type);
     res.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    sandbox(res.headers_mut());
     Ok(res)
+}
+
+/// Marks a response as content someone uploaded: a browser shows it without running it as a
+/// page of this origin (an HTML artifact's scripts would otherwise run with the origin of the
+/// API and its UI), and without guessing another type than the one declared.
+pub(crate) fn sandbox(headers: &mut axum::http::HeaderMap) {
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
 }

@@ -63,6 +63,7 @@ pub(crate) async fn read_log(
     let headers = res.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    crate::routes::blobs::sandbox(headers);
     Ok(res)
 }
 

@@ -148,3 +148,50 @@ async fn expired_artifacts_and_their_bytes_are_removed() {
     let blob = shoal_blobs::BlobKey { task_id: &task_id, run_id: 0, name: "public/old.txt" };
     assert!(app.queue.blobs().open(&blob).await.unwrap().is_none(), "and so are the bytes");
 }
+
+#[tokio::test]
+async fn hostile_uploads_and_names_are_refused_or_contained() {
+    let app = TestApp::start().await;
+    let task_id = running_task(&app).await;
+    // A name whose file name would be far too long for the file system still works.
+    let long_name = format!("public/{}", "%".repeat(600));
+    let path = format!("/task/{task_id}/runs/0/artifacts/{}", long_name.replace('%', "%25"));
+    let (status, created) = app.post(&path, blob_request("text/html")).await;
+    assert_eq!(status, StatusCode::OK, "{created}");
+    let put_url = created["putUrl"].as_str().unwrap().to_owned();
+    let page = b"<script>document.cookie</script>".to_vec();
+    assert_eq!(app.raw(Method::PUT, &put_url, Some(page.clone())).await.status(), StatusCode::OK);
+
+    // Uploaded bytes are written once.
+    let again = app.raw(Method::PUT, &put_url, Some(b"replaced".to_vec())).await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    let body: Value = again.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().contains("written once"), "{body}");
+
+    // Served as uploaded content: never run as a page of the API's origin.
+    let download = app.raw(Method::GET, &put_url, None).await;
+    assert_eq!(download.status(), StatusCode::OK);
+    assert_eq!(download.headers()["content-security-policy"], "sandbox");
+    assert_eq!(download.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(download.bytes().await.unwrap().to_vec(), page, "the first upload's bytes");
+
+    // A reference URL that would break or bloat the Location header is refused, naming the field.
+    let base = format!("/task/{task_id}/runs/0/artifacts");
+    for url in
+        ["https://example.com/\r\nSet-Cookie: a=b".to_owned(), format!("https://example.com/{}", "a".repeat(100_000))]
+    {
+        let reference =
+            json!({"storageType": "reference", "expires": from_now(3600), "contentType": "text/plain", "url": url});
+        let (status, body) = app.post(&format!("{base}/public/ref"), reference).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body["message"].as_str().unwrap().starts_with("url: "), "{body}");
+    }
+
+    // A body cut short is named as the body.
+    let res = app
+        .raw(Method::POST, &format!("{}{base}/public/cut", app.base), Some(br#"{"storageType": "s3", "exp"#.to_vec()))
+        .await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let body: Value = res.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().starts_with("body: must be a JSON document"), "{body}");
+}
