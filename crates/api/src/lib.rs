@@ -6,6 +6,9 @@ pub mod endpoints;
 pub mod error;
 pub mod extract;
 mod routes;
+mod serve;
+
+pub use serve::ConnectionLimits;
 
 use std::future::Future;
 use std::time::Instant;
@@ -101,7 +104,8 @@ async fn add_request_info(name: &'static str, req: Request, next: Next) -> Respo
     (err.status, axum::Json(body)).into_response()
 }
 
-/// Serves `router(state)` on `listener` until `shutdown` resolves, then finishes open requests.
+/// Serves `router(state)` on `listener` under the default [`ConnectionLimits`] until
+/// `shutdown` resolves, then finishes open requests.
 ///
 /// # Errors
 /// When the listener fails.
@@ -110,5 +114,18 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    serve_with(listener, state, ConnectionLimits::default(), shutdown).await
+}
+
+/// [`serve`] under `limits`.
+///
+/// # Errors
+/// When the listener fails.
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve::serve(listener, router(state), limits, shutdown).await
 }

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 mod cli;
 mod dev;
 mod graph;
+mod limits;
 
 // The server allocates many small, short-lived buffers per request (JSON, headers);
 // mimalloc serves them with less CPU than glibc's allocator.
@@ -182,6 +183,10 @@ struct ServerArgs {
     /// The schedulerId of task-graph tasks (`/api/scheduler/v1/`) [default: task-graph-scheduler].
     #[arg(long, env = "SHOAL_SCHEDULER_ID")]
     scheduler_id: Option<String>,
+    /// Most client connections open at once; more are answered 503 and closed
+    /// [default: the open-descriptor limit, raised at start where allowed, less 256].
+    #[arg(long, env = "SHOAL_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -197,6 +202,7 @@ struct ServerConfig {
     database: Option<String>,
     database_timeout: u64,
     scheduler_id: String,
+    max_connections: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -211,6 +217,7 @@ impl Default for ServerConfig {
             database: None,
             database_timeout: shoal_store::PG_REQUEST_TIMEOUT.as_secs(),
             scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+            max_connections: None,
         }
     }
 }
@@ -288,6 +295,9 @@ impl ServerConfig {
         if let Some(scheduler_id) = &args.scheduler_id {
             config.scheduler_id.clone_from(scheduler_id);
         }
+        if let Some(max_connections) = args.max_connections {
+            config.max_connections = Some(max_connections);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -296,6 +306,10 @@ impl ServerConfig {
         anyhow::ensure!((1..=86_400).contains(&self.claim_timeout), "claim-timeout must be 1..=86400 seconds");
         anyhow::ensure!(self.claim_wait <= 300, "claim-wait must be 0..=300 seconds");
         anyhow::ensure!((1..=600).contains(&self.database_timeout), "database-timeout must be 1..=600 seconds");
+        anyhow::ensure!(
+            self.max_connections.is_none_or(|max| (16..=10_000_000).contains(&max)),
+            "max-connections must be 16..=10000000"
+        );
         anyhow::ensure!(
             shoal_engine::id::is_identifier(&self.scheduler_id),
             "scheduler-id must be 1 to 38 characters of [a-zA-Z0-9-_]"
@@ -426,7 +440,13 @@ impl RunningServer {
         let publisher =
             tokio::spawn(shoal_service::run_publisher(store.clone(), config.bus()?, stopped(stop_rx.clone())));
         let state = AppState { queue: queue.clone(), started: Instant::now(), root_url: root_url.clone() };
-        let serving = tokio::spawn(shoal_api::serve(listener, state, stopped(stop_rx)));
+        let descriptors = limits::raise_descriptor_limit();
+        let connection_limits = shoal_api::ConnectionLimits {
+            max_connections: limits::max_connections(config.max_connections, descriptors),
+            ..shoal_api::ConnectionLimits::default()
+        };
+        tracing::debug!(max_connections = connection_limits.max_connections, descriptors, "connection limits");
+        let serving = tokio::spawn(shoal_api::serve_with(listener, state, connection_limits, stopped(stop_rx)));
         Ok(RunningServer { local, root_url, stop, serving, due, publisher, queue, store })
     }
 
@@ -517,6 +537,7 @@ mod tests {
             database: None,
             database_timeout: None,
             scheduler_id: None,
+            max_connections: None,
         }
     }
 

@@ -8,6 +8,7 @@ mod pg;
 
 mod artifacts;
 mod claims;
+mod connections;
 mod errors;
 mod events;
 mod graphs;
@@ -59,11 +60,16 @@ fn open_store(dir: &std::path::Path, claim_timeout_secs: i64) -> Store {
 pub(crate) struct Settings {
     pub(crate) claim_timeout_secs: i64,
     pub(crate) claim_wait: Duration,
+    pub(crate) limits: shoal_api::ConnectionLimits,
 }
 
 impl Default for Settings {
     fn default() -> Settings {
-        Settings { claim_timeout_secs: 1200, claim_wait: Duration::from_secs(20) }
+        Settings {
+            claim_timeout_secs: 1200,
+            claim_wait: Duration::from_secs(20),
+            limits: shoal_api::ConnectionLimits::default(),
+        }
     }
 }
 
@@ -92,7 +98,7 @@ impl TestApp {
         }));
         let state = AppState { queue: queue.clone(), started: Instant::now(), root_url };
         let closing = queue.clone();
-        tokio::spawn(shoal_api::serve(listener, state, async move {
+        tokio::spawn(shoal_api::serve_with(listener, state, settings.limits, async move {
             let _ = stopped.await;
             closing.close_subscriptions();
             let _ = due_stop.send(());
