@@ -41,8 +41,19 @@ impl Default for ConnectionLimits {
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// What a connection over the cap is told before it is closed.
-const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n\
-content-length: 99\r\n\r\n{\"code\":\"ServiceUnavailable\",\"message\":\"too many open connections; retry later\",\"requestInfo\":{}}";
+fn busy() -> &'static [u8] {
+    static BUSY: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+        let body =
+            r#"{"code":"ServiceUnavailable","message":"too many open connections; retry later","requestInfo":{}}"#;
+        format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    });
+    &BUSY
+}
 
 /// Serves `app` on `listener` under `limits` until `shutdown` resolves, then waits for the open
 /// connections' requests to finish.
@@ -93,7 +104,7 @@ pub(crate) async fn serve(
 
 /// Tells a connection over the cap that the server is busy, and closes it.
 async fn refuse(mut stream: TcpStream) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(busy())).await;
     let _ = stream.shutdown().await;
 }
 
@@ -103,7 +114,7 @@ mod tests {
 
     #[test]
     fn the_busy_answer_is_well_formed() {
-        let text = std::str::from_utf8(BUSY).unwrap();
+        let text = std::str::from_utf8(busy()).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         let length: usize =
             head.lines().find_map(|line| line.strip_prefix("content-length: ")).unwrap().parse().unwrap();
