@@ -33,7 +33,13 @@ pub struct AppState {
     pub started: Instant,
     /// The server's public root URL (no trailing slash), for URLs it hands out.
     pub root_url: String,
+    /// Open event streams per client address.
+    pub subscribers: Subscribers,
 }
+
+/// Open event streams per client address, so that no one client holds them all.
+#[derive(Clone, Default)]
+pub struct Subscribers(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
 
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {

@@ -15,6 +15,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+/// The address a request's connection came from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub(crate) std::net::IpAddr);
+
 /// Limits on connections.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionLimits {
@@ -74,9 +78,9 @@ pub(crate) async fn serve(
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok(accepted) => accepted,
                 Err(err) => {
                     tracing::warn!(error = %err, "accepting a connection failed; retrying shortly");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -90,7 +94,8 @@ pub(crate) async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        // Handlers that limit per client (event streams) read the peer from the request.
+        let service = TowerToHyperService::new(app.clone().layer(axum::Extension(PeerAddr(peer.ip()))));
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             // A connection closed by a timeout or by its client is an ordinary end.

@@ -439,7 +439,12 @@ impl RunningServer {
         let due = tokio::spawn(shoal_service::run_due_loop(queue.clone(), stopped(stop_rx.clone())));
         let publisher =
             tokio::spawn(shoal_service::run_publisher(store.clone(), config.bus()?, stopped(stop_rx.clone())));
-        let state = AppState { queue: queue.clone(), started: Instant::now(), root_url: root_url.clone() };
+        let state = AppState {
+            queue: queue.clone(),
+            started: Instant::now(),
+            root_url: root_url.clone(),
+            subscribers: shoal_api::Subscribers::default(),
+        };
         let descriptors = limits::raise_descriptor_limit();
         let connection_limits = shoal_api::ConnectionLimits {
             max_connections: limits::max_connections(config.max_connections, descriptors),

@@ -67,3 +67,13 @@ async fn a_stalled_body_is_cut_off() {
     let (status, _) = app.get("/ping").await;
     assert_eq!(status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn an_idle_kept_alive_connection_is_closed() {
+    let app = TestApp::with(Settings { limits: limits(300, 60_000, 64), ..Settings::default() }).await;
+    let mut stream = connect(&app).await;
+    stream.write_all(b"GET /api/queue/v1/ping HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    // The answer comes, then the connection stays open for a next request that never comes.
+    let answer = until_closed(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}

@@ -217,3 +217,25 @@ async fn bad_bindings_are_refused_naming_the_field() {
     let body: Value = res.json().await.unwrap();
     assert!(body["message"].as_str().unwrap().contains("bindings"), "{body}");
 }
+
+#[tokio::test]
+async fn one_client_address_holds_a_bounded_number_of_streams() {
+    let app = TestApp::start().await;
+    let bindings = r##"{"bindings": [{"exchange": "task-pending", "routingKeyPattern": "#"}]}"##;
+    let mut open = Vec::new();
+    for _ in 0..31 {
+        let stream = connect(&app, bindings).await;
+        assert_eq!(stream.status(), StatusCode::OK);
+        open.push(stream);
+    }
+    let mut listener = Listener::connect(&app, &[("task-pending", "#")]).await;
+    let refused = connect(&app, bindings).await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let body: Value = refused.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().contains("at most 32 event streams"), "{body}");
+    // The open streams still carry messages.
+    let task_id = slugid();
+    app.create(&task_id, json!({})).await;
+    assert_eq!(listener.next_message().await["payload"]["status"]["taskId"], task_id.as_str());
+    drop(open);
+}

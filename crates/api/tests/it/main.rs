@@ -96,7 +96,8 @@ impl TestApp {
         tokio::spawn(shoal_service::run_publisher(queue.store().clone(), shoal_bus::Bus::Local, async {
             let _ = publisher_stopped.await;
         }));
-        let state = AppState { queue: queue.clone(), started: Instant::now(), root_url };
+        let state =
+            AppState { queue: queue.clone(), started: Instant::now(), root_url, subscribers: Default::default() };
         let closing = queue.clone();
         tokio::spawn(shoal_api::serve_with(listener, state, settings.limits, async move {
             let _ = stopped.await;
