@@ -139,6 +139,25 @@ impl<S: Send + Sync> FromRequestParts<S> for LogQuery {
     }
 }
 
+/// A body's bytes, at most [`MAX_BODY_BYTES`]; a larger one is refused with Taskcluster's
+/// error body (413 `InputTooLarge`), not axum's plain text.
+#[derive(Debug, Clone)]
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<RawBody, ApiError> {
+        match Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(RawBody(bytes)),
+            Err(rejection) if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::too_large(format!("body: must be at most {MAX_BODY_BYTES} bytes")))
+            }
+            Err(rejection) => Err(ApiError::invalid_input(format!("body: {}", rejection.body_text()))),
+        }
+    }
+}
+
 /// A JSON body of type `T`; a body that does not fit names the field and the problem.
 #[derive(Debug, Clone)]
 pub struct Body<T>(pub T);
@@ -147,9 +166,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Body<T>, ApiError> {
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|_| ApiError::too_large(format!("request body must be at most {MAX_BODY_BYTES} bytes")))?;
+        let RawBody(bytes) = RawBody::from_request(req, state).await?;
         parse_json(&bytes).map(Body)
     }
 }

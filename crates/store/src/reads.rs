@@ -17,6 +17,8 @@ use crate::{
 pub(crate) trait ReadDb {
     /// Tasks as `query` selects them, in its order, at most `limit`, with their definitions.
     fn tasks(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<StoredTask>, StoreError>;
+    /// The sizes in bytes of the definitions of the tasks `tasks` would return, in its order.
+    fn task_sizes(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<u64>, StoreError>;
     /// A queue's pending and running counts.
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError>;
     /// Task queues after `after`, by id, at most `limit`.
@@ -136,8 +138,8 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         limit: usize,
     ) -> Result<Page<TaskRecord>, StoreError> {
         let after = task_token(after)?;
-        let found = self.0.tasks(TaskQuery::Group(group, &after), limit + 1)?;
-        Ok(page(found.into_iter().map(record).collect(), limit, |task| task.status.task_id.to_string()))
+        let (found, more) = self.bounded(TaskQuery::Group(group, &after), limit)?;
+        Ok(page(found.into_iter().map(record).collect(), more, |task| task.status.task_id.to_string()))
     }
 
     fn list_dependents(
@@ -147,8 +149,8 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         limit: usize,
     ) -> Result<Page<TaskRecord>, StoreError> {
         let after = task_token(after)?;
-        let found = self.0.tasks(TaskQuery::Dependents(task_id, &after), limit + 1)?;
-        Ok(page(found.into_iter().map(record).collect(), limit, |task| task.status.task_id.to_string()))
+        let (found, more) = self.bounded(TaskQuery::Dependents(task_id, &after), limit)?;
+        Ok(page(found.into_iter().map(record).collect(), more, |task| task.status.task_id.to_string()))
     }
 
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError> {
@@ -161,7 +163,7 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<PendingListing>, StoreError> {
-        let found = self.0.tasks(TaskQuery::Pending(task_queue_id, parse_seq(after)?), limit + 1)?;
+        let (found, more) = self.bounded(TaskQuery::Pending(task_queue_id, parse_seq(after)?), limit)?;
         let listed = found
             .into_iter()
             .map(|StoredTask { row, definition }| {
@@ -175,7 +177,7 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
                 (row.pending_seq.unwrap_or(0), listing)
             })
             .collect();
-        let page = page(listed, limit, |(seq, _)| seq.to_string());
+        let page = page(listed, more, |(seq, _)| seq.to_string());
         Ok(Page { items: page.items.into_iter().map(|(_, item)| item).collect(), continuation: page.continuation })
     }
 
@@ -186,7 +188,7 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         limit: usize,
     ) -> Result<Page<ClaimedRun>, StoreError> {
         let after = task_token(after)?;
-        let found = self.0.tasks(TaskQuery::Claimed(task_queue_id, &after), limit + 1)?;
+        let (found, more) = self.bounded(TaskQuery::Claimed(task_queue_id, &after), limit)?;
         let mut listed = Vec::with_capacity(found.len());
         for StoredTask { row, definition } in found {
             let Some(run) = row.task.runs().last() else {
@@ -201,12 +203,14 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
                 task: definition,
             });
         }
-        Ok(page(listed, limit, |claimed| claimed.task_id.to_string()))
+        Ok(page(listed, more, |claimed| claimed.task_id.to_string()))
     }
 
     fn list_task_queues(&self, after: Option<&str>, limit: usize) -> Result<Page<TaskQueueInfo>, StoreError> {
-        let found = self.0.task_queues(after.unwrap_or(""), limit + 1)?;
-        Ok(page(found, limit, |queue| queue.task_queue_id.clone()))
+        let mut found = self.0.task_queues(after.unwrap_or(""), limit + 1)?;
+        let more = found.len() > limit;
+        found.truncate(limit);
+        Ok(page(found, more, |queue| queue.task_queue_id.clone()))
     }
 
     fn task_queue(&self, task_queue_id: &str) -> Result<Option<TaskQueueInfo>, StoreError> {
@@ -219,6 +223,19 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
 }
 
 impl<D: ReadDb> ReadsOver<D> {
+    /// The first tasks `query` finds, at most `limit` and, beyond the first, at most
+    /// [`MAX_PAGE_BYTES`] of definitions; and whether more follow. The sizes are read first,
+    /// so a page never holds more than that in memory however large each definition is.
+    fn bounded(&self, query: TaskQuery<'_>, limit: usize) -> Result<(Vec<StoredTask>, bool), StoreError> {
+        let sizes = self.0.task_sizes(query, limit + 1)?;
+        let fitting = fitting(&sizes, limit);
+        let more = sizes.len() > fitting;
+        let mut found = self.0.tasks(query, fitting)?;
+        // A task committed between the two reads may have joined the range: keep the count.
+        found.truncate(fitting);
+        Ok((found, more))
+    }
+
     /// The run's live log, derived from the run (claimed runs have one).
     fn implicit_live_log(&self, task_id: TaskId, run_id: u32) -> Result<Option<Artifact>, StoreError> {
         let Some(found) = self.0.tasks(TaskQuery::Id(task_id), 1)?.into_iter().next() else { return Ok(None) };
@@ -231,11 +248,26 @@ fn record(found: StoredTask) -> TaskRecord {
     TaskRecord { status: found.row.task.status(), task: found.definition }
 }
 
-/// A page of at most `limit` from up to `limit + 1` items; the extra one says there is more,
-/// and the last kept one's `token` continues.
-fn page<T>(mut items: Vec<T>, limit: usize, token: impl Fn(&T) -> String) -> Page<T> {
-    let more = items.len() > limit;
-    items.truncate(limit);
+/// Most bytes of task definitions one page of a listing holds (a page has at least one task).
+pub(crate) const MAX_PAGE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// How many of the tasks of `sizes` (bytes of each definition, in order) go on a page of at
+/// most `limit`: as many as fit in [`MAX_PAGE_BYTES`], and always the first.
+fn fitting(sizes: &[u64], limit: usize) -> usize {
+    let mut total = 0;
+    let mut n = 0;
+    for &size in sizes.iter().take(limit) {
+        if n > 0 && total + size > MAX_PAGE_BYTES {
+            break;
+        }
+        total += size;
+        n += 1;
+    }
+    n
+}
+
+/// A page of `items`; when `more` follow, the last one's `token` continues.
+fn page<T>(items: Vec<T>, more: bool, token: impl Fn(&T) -> String) -> Page<T> {
     let continuation = if more { items.last().map(token) } else { None };
     Page { items, continuation }
 }
@@ -243,4 +275,18 @@ fn page<T>(mut items: Vec<T>, limit: usize, token: impl Fn(&T) -> String) -> Pag
 /// A task-id continuation token as the id to list after ("" for the first page).
 fn task_token(after: Option<&str>) -> Result<String, StoreError> {
     Ok(parse_task_id(after)?.map(|task_id| task_id.to_string()).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_holds_what_fits_and_always_its_first_task() {
+        const MB: u64 = 1024 * 1024;
+        assert_eq!(fitting(&[10, 10, 10], 2), 2, "by count");
+        assert_eq!(fitting(&[3 * MB, 3 * MB, 3 * MB, 3 * MB], 1000), 2, "by bytes");
+        assert_eq!(fitting(&[20 * MB, 1], 1000), 1, "a task larger than a page comes alone");
+        assert_eq!(fitting(&[], 1000), 0);
+    }
 }

@@ -2,7 +2,6 @@
 //! content descriptions, listings and infos.
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -13,7 +12,7 @@ use shoal_store::{ArtifactKey, StoreError};
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::extract::{Paging, Params, parse_json};
+use crate::extract::{Paging, Params, RawBody, parse_json};
 use crate::routes::with_continuation;
 
 /// How long the upload URL of a blob artifact is said to be valid (Taskcluster: 45 minutes).
@@ -45,7 +44,7 @@ fn content_url(state: &AppState, task_id: TaskId, run_id: u32, artifact: &Artifa
 pub(crate) async fn create_artifact(
     State(state): State<AppState>,
     params: Params,
-    body: Bytes,
+    RawBody(body): RawBody,
 ) -> Result<Json<Value>, ApiError> {
     let key = ArtifactKey { task_id: params.task_id()?, run_id: params.run_id()?, name: artifact_name(&params)? };
     let request: ArtifactRequest = parse_json(&body)?;

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::extract::{LogQuery, Params};
+use crate::extract::{LogQuery, Params, RawBody};
 
 /// Largest chunk a worker may send at once.
 pub(crate) const MAX_CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -29,7 +29,7 @@ pub(crate) async fn append_log(
     State(state): State<AppState>,
     params: Params,
     query: LogQuery,
-    body: Bytes,
+    RawBody(body): RawBody,
 ) -> Result<Json<Value>, ApiError> {
     let (task_id, run_id) = (params.task_id()?, params.run_id()?);
     match state.queue.append_log(task_id, run_id, query.offset, &body).await? {

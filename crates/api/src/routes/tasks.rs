@@ -12,7 +12,7 @@ use shoal_store::{StoreError, TaskRecord};
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::extract::{Body, Paging, Params, parse_json};
+use crate::extract::{Body, Paging, Params, RawBody, parse_json};
 use crate::routes::{StatusBody, status_body, with_continuation};
 
 /// Most ids one tasks/statuses call may name.
@@ -98,7 +98,7 @@ pub(crate) async fn get_statuses(
 pub(crate) async fn create_task(
     State(state): State<AppState>,
     params: Params,
-    body: axum::body::Bytes,
+    RawBody(body): RawBody,
 ) -> Result<Json<StatusBody>, ApiError> {
     let task_id = params.task_id()?;
     let input: TaskDefinitionInput = parse_json(&body)?;

@@ -194,3 +194,38 @@ async fn health_and_reference() {
         assert!(names.contains(&name), "{name} missing from the reference");
     }
 }
+
+#[tokio::test]
+async fn listings_page_by_bytes_as_well_as_by_count() {
+    let app = TestApp::start().await;
+    let group = slugid();
+    // Three tasks of ~3.5 MB each: a page holds 8 MB of definitions, so two, then one.
+    let blob = "x".repeat(3_500_000);
+    let mut created = Vec::new();
+    for _ in 0..3 {
+        let task_id = slugid();
+        app.create(&task_id, json!({"taskGroupId": group, "payload": {"blob": blob}})).await;
+        created.push(task_id);
+    }
+    created.sort_unstable();
+    let (status, first) = app.get(&format!("/task-group/{group}/list")).await;
+    assert_eq!(status, StatusCode::OK);
+    let ids = |page: &serde_json::Value| -> Vec<String> {
+        page["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|task| task["status"]["taskId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&first), created[..2], "two definitions fill the page");
+    let token = first["continuationToken"].as_str().expect("more to come");
+    let (_, second) = app.get(&format!("/task-group/{group}/list?continuationToken={token}")).await;
+    assert_eq!(ids(&second), created[2..]);
+    assert!(second.get("continuationToken").is_none());
+    // A request body over the limit is refused whole.
+    let huge = "x".repeat(11 * 1024 * 1024);
+    let (status, body) =
+        app.put(&format!("/task/{}", slugid()), crate::task_def(json!({"payload": {"blob": huge}}))).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+}

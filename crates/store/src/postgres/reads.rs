@@ -27,32 +27,45 @@ impl PgReads<'_> {
     }
 }
 
-/// The statements of [`TaskQuery`]'s kinds: a task by id, the others binding (key, after, limit).
+/// The statements of [`TaskQuery`]'s kinds selecting `select` (`select_t` where the tasks
+/// table is `t`): a task by id, the others binding (key, after, limit).
+fn task_statements(select: &str, select_t: &str) -> [String; 5] {
+    [
+        format!("SELECT {select} FROM tasks WHERE task_id = $1"),
+        format!(
+            "SELECT {select} FROM tasks WHERE task_group_id = $1 AND task_id > $2 \
+             ORDER BY task_id LIMIT $3"
+        ),
+        format!(
+            "SELECT {select_t} FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id \
+             WHERE d.required_task_id = $1 AND d.dependent_task_id > $2 ORDER BY d.dependent_task_id LIMIT $3"
+        ),
+        format!(
+            "SELECT {select} FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
+             AND pending_seq > $2::text::int8 ORDER BY pending_seq LIMIT $3"
+        ),
+        // Running tasks are found by tasks_taken_until (migration 6): they are the rows
+        // with a claim-expiry time.
+        format!(
+            "SELECT {select} FROM tasks WHERE taken_until IS NOT NULL AND task_queue_id = $1 \
+             AND state = 'running' AND task_id > $2 ORDER BY task_id LIMIT $3"
+        ),
+    ]
+}
+
+/// The statement reading the tasks of `query`, with their definitions.
 fn task_sql(query: &TaskQuery<'_>) -> &'static str {
     static SQL: std::sync::LazyLock<[String; 5]> = std::sync::LazyLock::new(|| {
         let prefixed: Vec<String> = TASK_COLUMNS.split(", ").map(|column| format!("t.{column}")).collect();
-        let prefixed = prefixed.join(", ");
-        [
-            format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = $1"),
-            format!(
-                "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_group_id = $1 AND task_id > $2 \
-                 ORDER BY task_id LIMIT $3"
-            ),
-            format!(
-                "SELECT {prefixed}, t.definition FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id \
-                 WHERE d.required_task_id = $1 AND d.dependent_task_id > $2 ORDER BY d.dependent_task_id LIMIT $3"
-            ),
-            format!(
-                "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
-                 AND pending_seq > $2::text::int8 ORDER BY pending_seq LIMIT $3"
-            ),
-            // Running tasks are found by tasks_taken_until (migration 6): they are the rows
-            // with a claim-expiry time.
-            format!(
-                "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE taken_until IS NOT NULL AND task_queue_id = $1 \
-                 AND state = 'running' AND task_id > $2 ORDER BY task_id LIMIT $3"
-            ),
-        ]
+        task_statements(&format!("{TASK_COLUMNS}, definition"), &format!("{}, t.definition", prefixed.join(", ")))
+    });
+    &SQL[query.kind()]
+}
+
+/// The statement reading the sizes of the definitions of the tasks of `query`.
+fn size_sql(query: &TaskQuery<'_>) -> &'static str {
+    static SQL: std::sync::LazyLock<[String; 5]> = std::sync::LazyLock::new(|| {
+        task_statements("octet_length(definition)::int8", "octet_length(t.definition)::int8")
     });
     &SQL[query.kind()]
 }
@@ -68,6 +81,16 @@ impl ReadDb for PgReads<'_> {
         rows.iter()
             .map(|row| Ok(StoredTask { row: task_from_row(row)?, definition: raw_json(row, N_TASK_COLUMNS)? }))
             .collect()
+    }
+
+    fn task_sizes(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<u64>, StoreError> {
+        let (key, after) = query.params();
+        let limit = limit as i64;
+        let rows = match query {
+            TaskQuery::Id(_) => self.query(size_sql(&query), &[&key])?,
+            _ => self.query(size_sql(&query), &[&key, &after, &limit])?,
+        };
+        rows.iter().map(|row| Ok(row.try_get::<_, i64>(0)? as u64)).collect()
     }
 
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError> {

@@ -15,30 +15,43 @@ use crate::{ArtifactKey, QueueCounts, TaskGroup, TaskQueueInfo};
 /// A read-only connection.
 pub(crate) struct ReadConn<'a>(pub(crate) &'a Connection);
 
-/// The statements of [`TaskQuery`]'s kinds: a task by id, the others binding (key, after, limit).
+/// The statements of [`TaskQuery`]'s kinds selecting `select` (`select_t` where the tasks
+/// table is `t`): a task by id, the others binding (key, after, limit).
+fn task_statements(select: &str, select_t: &str) -> [String; 5] {
+    [
+        format!("SELECT {select} FROM tasks WHERE task_id = ?1"),
+        format!(
+            "SELECT {select} FROM tasks WHERE task_group_id = ?1 AND task_id > ?2 \
+             ORDER BY task_id LIMIT ?3"
+        ),
+        format!(
+            "SELECT {select_t} FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id \
+             WHERE d.required_task_id = ?1 AND d.dependent_task_id > ?2 ORDER BY d.dependent_task_id LIMIT ?3"
+        ),
+        format!(
+            "SELECT {select} FROM tasks WHERE task_queue_id = ?1 AND state = 'pending' \
+             AND pending_seq > CAST(?2 AS INTEGER) ORDER BY pending_seq LIMIT ?3"
+        ),
+        format!(
+            "SELECT {select} FROM tasks WHERE task_queue_id = ?1 AND state = 'running' \
+             AND task_id > ?2 ORDER BY task_id LIMIT ?3"
+        ),
+    ]
+}
+
+/// The statement reading the tasks of `query`, with their definitions.
 fn task_sql(query: &TaskQuery<'_>) -> &'static str {
     static SQL: std::sync::LazyLock<[String; 5]> = std::sync::LazyLock::new(|| {
         let prefixed: Vec<String> = TASK_COLUMNS.split(", ").map(|column| format!("t.{column}")).collect();
-        let prefixed = prefixed.join(", ");
-        [
-            format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ?1"),
-            format!(
-                "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_group_id = ?1 AND task_id > ?2 \
-                 ORDER BY task_id LIMIT ?3"
-            ),
-            format!(
-                "SELECT {prefixed}, t.definition FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id \
-                 WHERE d.required_task_id = ?1 AND d.dependent_task_id > ?2 ORDER BY d.dependent_task_id LIMIT ?3"
-            ),
-            format!(
-                "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = ?1 AND state = 'pending' \
-                 AND pending_seq > CAST(?2 AS INTEGER) ORDER BY pending_seq LIMIT ?3"
-            ),
-            format!(
-                "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = ?1 AND state = 'running' \
-                 AND task_id > ?2 ORDER BY task_id LIMIT ?3"
-            ),
-        ]
+        task_statements(&format!("{TASK_COLUMNS}, definition"), &format!("{}, t.definition", prefixed.join(", ")))
+    });
+    &SQL[query.kind()]
+}
+
+/// The statement reading the sizes of the definitions of the tasks of `query`.
+fn size_sql(query: &TaskQuery<'_>) -> &'static str {
+    static SQL: std::sync::LazyLock<[String; 5]> = std::sync::LazyLock::new(|| {
+        task_statements("length(CAST(definition AS BLOB))", "length(CAST(t.definition AS BLOB))")
     });
     &SQL[query.kind()]
 }
@@ -56,6 +69,18 @@ impl ReadDb for ReadConn<'_> {
             found.push(StoredTask { row: task_from_row(row)?, definition: raw_json(row, N_TASK_COLUMNS)? });
         }
         Ok(found)
+    }
+
+    fn task_sizes(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<u64>, StoreError> {
+        let (key, after) = query.params();
+        let mut stmt = self.0.prepare_cached(size_sql(&query))?;
+        let sizes = match query {
+            TaskQuery::Id(_) => stmt.query_map([key], |row| row.get::<_, i64>(0))?.collect::<Result<Vec<_>, _>>()?,
+            _ => stmt
+                .query_map(params![key, after, limit as i64], |row| row.get::<_, i64>(0))?
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        Ok(sizes.into_iter().map(|size| size as u64).collect())
     }
 
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError> {
