@@ -79,6 +79,38 @@ impl TaskQuery<'_> {
     }
 }
 
+/// A backend's statements for each kind of [`TaskQuery`], built once: reading the tasks with
+/// their definitions, and reading only their definitions' sizes.
+pub(crate) struct TaskStatements {
+    tasks: [String; 5],
+    sizes: [String; 5],
+}
+
+impl TaskStatements {
+    /// From `build` (the five statements selecting its first argument, or its second where the
+    /// tasks table is `t`), the task columns `columns`, and the size expressions.
+    pub(crate) fn new(
+        build: fn(&str, &str) -> [String; 5],
+        columns: &str,
+        size: &str,
+        size_of_t: &str,
+    ) -> TaskStatements {
+        let prefixed: Vec<String> = columns.split(", ").map(|column| format!("t.{column}")).collect();
+        let tasks = build(&format!("{columns}, definition"), &format!("{}, t.definition", prefixed.join(", ")));
+        TaskStatements { tasks, sizes: build(size, size_of_t) }
+    }
+
+    /// The statement reading the tasks of `query`, with their definitions.
+    pub(crate) fn tasks(&self, query: &TaskQuery<'_>) -> &str {
+        &self.tasks[query.kind()]
+    }
+
+    /// The statement reading the sizes of the definitions of the tasks of `query`.
+    pub(crate) fn sizes(&self, query: &TaskQuery<'_>) -> &str {
+        &self.sizes[query.kind()]
+    }
+}
+
 /// A task as a read found it.
 pub(crate) struct StoredTask {
     pub(crate) row: TaskRow,

@@ -14,7 +14,7 @@ use crate::postgres::row::{
     GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, artifact_from_row, raw_json, task_from_row, task_group_from_row,
 };
 use crate::postgres::{PgConn, graph};
-use crate::reads::{ReadDb, StoredTask, TaskQuery};
+use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
 use crate::row::corrupt;
 use crate::{ArtifactKey, QueueCounts, StoreError, TaskGroup, TaskQueueInfo};
 
@@ -53,30 +53,23 @@ fn task_statements(select: &str, select_t: &str) -> [String; 5] {
     ]
 }
 
-/// The statement reading the tasks of `query`, with their definitions.
-fn task_sql(query: &TaskQuery<'_>) -> &'static str {
-    static SQL: std::sync::LazyLock<[String; 5]> = std::sync::LazyLock::new(|| {
-        let prefixed: Vec<String> = TASK_COLUMNS.split(", ").map(|column| format!("t.{column}")).collect();
-        task_statements(&format!("{TASK_COLUMNS}, definition"), &format!("{}, t.definition", prefixed.join(", ")))
-    });
-    &SQL[query.kind()]
-}
-
-/// The statement reading the sizes of the definitions of the tasks of `query`.
-fn size_sql(query: &TaskQuery<'_>) -> &'static str {
-    static SQL: std::sync::LazyLock<[String; 5]> = std::sync::LazyLock::new(|| {
-        task_statements("octet_length(definition)::int8", "octet_length(t.definition)::int8")
-    });
-    &SQL[query.kind()]
-}
+/// This backend's statements for each kind of [`TaskQuery`].
+static STATEMENTS: std::sync::LazyLock<TaskStatements> = std::sync::LazyLock::new(|| {
+    TaskStatements::new(
+        task_statements,
+        TASK_COLUMNS,
+        "octet_length(definition)::int8",
+        "octet_length(t.definition)::int8",
+    )
+});
 
 impl ReadDb for PgReads<'_> {
     fn tasks(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<StoredTask>, StoreError> {
         let (key, after) = query.params();
         let limit = limit as i64;
         let rows = match query {
-            TaskQuery::Id(_) => self.query(task_sql(&query), &[&key])?,
-            _ => self.query(task_sql(&query), &[&key, &after, &limit])?,
+            TaskQuery::Id(_) => self.query(STATEMENTS.tasks(&query), &[&key])?,
+            _ => self.query(STATEMENTS.tasks(&query), &[&key, &after, &limit])?,
         };
         rows.iter()
             .map(|row| Ok(StoredTask { row: task_from_row(row)?, definition: raw_json(row, N_TASK_COLUMNS)? }))
@@ -87,8 +80,8 @@ impl ReadDb for PgReads<'_> {
         let (key, after) = query.params();
         let limit = limit as i64;
         let rows = match query {
-            TaskQuery::Id(_) => self.query(size_sql(&query), &[&key])?,
-            _ => self.query(size_sql(&query), &[&key, &after, &limit])?,
+            TaskQuery::Id(_) => self.query(STATEMENTS.sizes(&query), &[&key])?,
+            _ => self.query(STATEMENTS.sizes(&query), &[&key, &after, &limit])?,
         };
         rows.iter().map(|row| Ok(row.try_get::<_, i64>(0)? as u64)).collect()
     }

@@ -7,7 +7,7 @@ use shoal_engine::{TaskId, Timestamp};
 use crate::StoreError;
 use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
-use crate::reads::{ReadDb, StoredTask, TaskQuery};
+use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{artifacts, graph, outbox};
 use crate::{ArtifactKey, QueueCounts, TaskGroup, TaskQueueInfo};
@@ -39,27 +39,20 @@ fn task_statements(select: &str, select_t: &str) -> [String; 5] {
     ]
 }
 
-/// The statement reading the tasks of `query`, with their definitions.
-fn task_sql(query: &TaskQuery<'_>) -> &'static str {
-    static SQL: std::sync::LazyLock<[String; 5]> = std::sync::LazyLock::new(|| {
-        let prefixed: Vec<String> = TASK_COLUMNS.split(", ").map(|column| format!("t.{column}")).collect();
-        task_statements(&format!("{TASK_COLUMNS}, definition"), &format!("{}, t.definition", prefixed.join(", ")))
-    });
-    &SQL[query.kind()]
-}
-
-/// The statement reading the sizes of the definitions of the tasks of `query`.
-fn size_sql(query: &TaskQuery<'_>) -> &'static str {
-    static SQL: std::sync::LazyLock<[String; 5]> = std::sync::LazyLock::new(|| {
-        task_statements("length(CAST(definition AS BLOB))", "length(CAST(t.definition AS BLOB))")
-    });
-    &SQL[query.kind()]
-}
+/// This backend's statements for each kind of [`TaskQuery`].
+static STATEMENTS: std::sync::LazyLock<TaskStatements> = std::sync::LazyLock::new(|| {
+    TaskStatements::new(
+        task_statements,
+        TASK_COLUMNS,
+        "length(CAST(definition AS BLOB))",
+        "length(CAST(t.definition AS BLOB))",
+    )
+});
 
 impl ReadDb for ReadConn<'_> {
     fn tasks(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<StoredTask>, StoreError> {
         let (key, after) = query.params();
-        let mut stmt = self.0.prepare_cached(task_sql(&query))?;
+        let mut stmt = self.0.prepare_cached(STATEMENTS.tasks(&query))?;
         let mut rows = match query {
             TaskQuery::Id(_) => stmt.query([key])?,
             _ => stmt.query(params![key, after, limit as i64])?,
@@ -73,7 +66,7 @@ impl ReadDb for ReadConn<'_> {
 
     fn task_sizes(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<u64>, StoreError> {
         let (key, after) = query.params();
-        let mut stmt = self.0.prepare_cached(size_sql(&query))?;
+        let mut stmt = self.0.prepare_cached(STATEMENTS.sizes(&query))?;
         let sizes = match query {
             TaskQuery::Id(_) => stmt.query_map([key], |row| row.get::<_, i64>(0))?.collect::<Result<Vec<_>, _>>()?,
             _ => stmt
