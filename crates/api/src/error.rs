@@ -45,6 +45,7 @@ impl From<Rejection> for ApiError {
             Rejection::Input(_) => (StatusCode::BAD_REQUEST, "InputError"),
             Rejection::Conflict(_) => (StatusCode::CONFLICT, "RequestConflict"),
             Rejection::NotFound(_) => (StatusCode::NOT_FOUND, "ResourceNotFound"),
+            Rejection::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "InputTooLarge"),
         };
         ApiError { status, code, message: rejection.to_string() }
     }

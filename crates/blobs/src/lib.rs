@@ -82,6 +82,31 @@ impl Blobs {
         }
     }
 
+    /// The bytes of the blobs of run `run_id` of `task_id` stored so far (uploads in progress
+    /// not counted).
+    ///
+    /// # Errors
+    /// When the run's directory exists but cannot be read.
+    pub async fn run_bytes(&self, task_id: &str, run_id: u32) -> io::Result<u64> {
+        match self {
+            Blobs::Local(local) => {
+                let dir = local.root.join(task_id).join(run_id.to_string());
+                let mut entries = match tokio::fs::read_dir(&dir).await {
+                    Ok(entries) => entries,
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(0),
+                    Err(err) => return Err(err),
+                };
+                let mut total = 0;
+                while let Some(entry) = entries.next_entry().await? {
+                    if !entry.file_name().to_string_lossy().starts_with(UPLOAD_PREFIX) {
+                        total += entry.metadata().await?.len();
+                    }
+                }
+                Ok(total)
+            }
+        }
+    }
+
     /// Deletes the blob `key` if it exists.
     ///
     /// # Errors

@@ -157,6 +157,18 @@ impl Artifact {
     }
 }
 
+/// How far bytes written to `what` may go: `size` bytes would be there after a write, and
+/// `limit` is what it may hold.
+///
+/// # Errors
+/// TooLarge naming `what` and its limit.
+pub fn check_size(what: impl FnOnce() -> String, size: u64, limit: u64) -> Result<(), Rejection> {
+    if size > limit {
+        return Err(Rejection::TooLarge { what: what(), limit });
+    }
+    Ok(())
+}
+
 /// Longest reference URL: it comes back as a `Location` header, which clients and proxies
 /// limit to a few kilobytes.
 pub const MAX_URL_BYTES: usize = 4096;
@@ -339,6 +351,14 @@ mod tests {
     }
 
     const TASK_EXPIRES: Timestamp = Timestamp(1_767_225_600_000 + 365 * 24 * 3600 * 1000);
+
+    #[test]
+    fn bytes_past_a_limit_are_refused_naming_it() {
+        assert!(check_size(|| "artifact a".into(), 10, 10).is_ok());
+        let refused = check_size(|| "artifact a".into(), 11, 10).unwrap_err();
+        assert_eq!(refused, Rejection::TooLarge { what: "artifact a".into(), limit: 10 });
+        assert_eq!(refused.to_string(), "artifact a may hold at most 10 bytes");
+    }
 
     #[test]
     fn only_blobs_take_bytes_and_finish_once_their_bytes_are_there() {

@@ -22,6 +22,14 @@ pub enum Rejection {
     /// The command names something that does not exist (404 ResourceNotFound).
     #[error(transparent)]
     NotFound(#[from] Missing),
+    /// Bytes beyond a size limit (413 InputTooLarge).
+    #[error("{what} may hold at most {limit} bytes")]
+    TooLarge {
+        /// What is full, e.g. `artifact public/build.tar`.
+        what: String,
+        /// Its limit.
+        limit: u64,
+    },
 }
 
 impl Rejection {

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shoal_blobs::{BlobKey, Blobs};
-use shoal_engine::artifact::check_run_takes_output;
 use shoal_engine::artifact::{Artifact, ArtifactRequest};
+use shoal_engine::artifact::{check_run_takes_output, check_size};
 use shoal_engine::command::TaskCommand;
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::event::Event;
@@ -47,11 +47,35 @@ pub struct QueueConfig {
     pub claim_wait: Duration,
     /// How often due times are checked.
     pub due_interval: Duration,
+    /// How many bytes artifacts and live logs may hold.
+    pub sizes: SizeLimits,
 }
 
 impl Default for QueueConfig {
     fn default() -> QueueConfig {
-        QueueConfig { claim_wait: Duration::from_secs(20), due_interval: Duration::from_millis(250) }
+        QueueConfig {
+            claim_wait: Duration::from_secs(20),
+            due_interval: Duration::from_millis(250),
+            sizes: SizeLimits::default(),
+        }
+    }
+}
+
+/// How many bytes uploads may store, so that anyone allowed to upload cannot fill the disk.
+#[derive(Debug, Clone, Copy)]
+pub struct SizeLimits {
+    /// One artifact's bytes.
+    pub artifact_bytes: u64,
+    /// All the artifact bytes of one run.
+    pub run_bytes: u64,
+    /// One run's live log.
+    pub log_bytes: u64,
+}
+
+impl Default for SizeLimits {
+    fn default() -> SizeLimits {
+        const GIB: u64 = 1024 * 1024 * 1024;
+        SizeLimits { artifact_bytes: 8 * GIB, run_bytes: 32 * GIB, log_bytes: GIB }
     }
 }
 
@@ -155,6 +179,8 @@ impl Queue {
         bytes: &[u8],
     ) -> Result<Appended, StoreError> {
         check_run_takes_output(&self.run(task_id, run_id).await?)?;
+        let limit = self.inner.config.sizes.log_bytes;
+        check_size(|| format!("the live log of run {run_id} of task {task_id}"), offset + bytes.len() as u64, limit)?;
         let (log, _) = self.inner.live.entry(task_id, run_id);
         // One append at a time per run: the size check and the write must not interleave.
         let _guard = log.append.lock().await;

@@ -2,7 +2,7 @@
 
 use shoal_blobs::{BlobKey, BlobWriter};
 use shoal_engine::Rejection;
-use shoal_engine::artifact::{Artifact, check_run_takes_artifacts};
+use shoal_engine::artifact::{Artifact, check_run_takes_artifacts, check_size};
 use shoal_engine::rejection::Missing;
 use shoal_store::{ArtifactKey, StoreError};
 use tokio::fs::File;
@@ -14,14 +14,35 @@ use crate::{Queue, now};
 pub struct Upload {
     key: ArtifactKey,
     writer: BlobWriter,
+    /// Bytes written so far.
+    written: u64,
+    /// Most bytes it may hold: the artifact's limit, or what the run's has left.
+    limit: u64,
+    /// What the limit is, for the refusal.
+    limited_by: Limited,
+}
+
+/// Which size limit bounds an upload.
+#[derive(Debug, Clone, Copy)]
+enum Limited {
+    Artifact,
+    Run,
 }
 
 impl Upload {
-    /// Appends bytes.
+    /// Appends bytes, within the artifact's and the run's size limits.
     ///
     /// # Errors
-    /// Unavailable when the bytes cannot be stored.
+    /// TooLarge past a limit (nothing of the upload is kept); Unavailable when the bytes
+    /// cannot be stored.
     pub async fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.written += bytes.len() as u64;
+        let (key, limited_by) = (&self.key, self.limited_by);
+        let what = || match limited_by {
+            Limited::Artifact => format!("artifact {}", key.name),
+            Limited::Run => format!("the artifacts of run {} of task {} together", key.run_id, key.task_id),
+        };
+        check_size(what, self.written, self.limit)?;
         self.writer.write(bytes).await.map_err(blob_error)
     }
 }
@@ -43,8 +64,15 @@ impl Queue {
             .ok_or_else(|| Rejection::from(Missing::Run { task_id: key.task_id, run_id: key.run_id }))?;
         check_run_takes_artifacts(run, now())?;
         let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
+        let sizes = self.config().sizes;
+        let stored = self.blobs().run_bytes(key.task_id.as_str(), key.run_id).await.map_err(blob_error)?;
+        let run_left = sizes.run_bytes.saturating_sub(stored);
+        let (limit, limited_by) = match run_left < sizes.artifact_bytes {
+            true => (run_left, Limited::Run),
+            false => (sizes.artifact_bytes, Limited::Artifact),
+        };
         let writer = self.blobs().writer(&blob).await.map_err(blob_error)?;
-        Ok(Upload { key, writer })
+        Ok(Upload { key, writer, written: 0, limit, limited_by })
     }
 
     /// Makes the uploaded bytes durable and visible, and records the artifact as present.

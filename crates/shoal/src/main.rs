@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use shoal_api::AppState;
 use shoal_blobs::Blobs;
 use shoal_bus::{AmqpBus, Bus};
-use shoal_service::{Queue, QueueConfig};
+use shoal_service::{Queue, QueueConfig, SizeLimits};
 use shoal_store::{PgConfig, PgStore, SqliteConfig, SqliteStore, Store};
 use tokio::sync::watch;
 
@@ -187,6 +187,15 @@ struct ServerArgs {
     /// [default: the open-descriptor limit, raised at start where allowed, less 256].
     #[arg(long, env = "SHOAL_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
+    /// Most bytes one artifact's upload may hold [default: 8 GiB].
+    #[arg(long, env = "SHOAL_MAX_ARTIFACT_BYTES")]
+    max_artifact_bytes: Option<u64>,
+    /// Most bytes one run's artifacts may hold together [default: 32 GiB].
+    #[arg(long, env = "SHOAL_MAX_RUN_BYTES")]
+    max_run_bytes: Option<u64>,
+    /// Most bytes one run's live log may hold [default: 1 GiB].
+    #[arg(long, env = "SHOAL_MAX_LOG_BYTES")]
+    max_log_bytes: Option<u64>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -203,6 +212,9 @@ struct ServerConfig {
     database_timeout: u64,
     scheduler_id: String,
     max_connections: Option<usize>,
+    max_artifact_bytes: u64,
+    max_run_bytes: u64,
+    max_log_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -218,6 +230,9 @@ impl Default for ServerConfig {
             database_timeout: shoal_store::PG_REQUEST_TIMEOUT.as_secs(),
             scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
             max_connections: None,
+            max_artifact_bytes: SizeLimits::default().artifact_bytes,
+            max_run_bytes: SizeLimits::default().run_bytes,
+            max_log_bytes: SizeLimits::default().log_bytes,
         }
     }
 }
@@ -298,6 +313,15 @@ impl ServerConfig {
         if let Some(max_connections) = args.max_connections {
             config.max_connections = Some(max_connections);
         }
+        if let Some(bytes) = args.max_artifact_bytes {
+            config.max_artifact_bytes = bytes;
+        }
+        if let Some(bytes) = args.max_run_bytes {
+            config.max_run_bytes = bytes;
+        }
+        if let Some(bytes) = args.max_log_bytes {
+            config.max_log_bytes = bytes;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -310,6 +334,13 @@ impl ServerConfig {
             self.max_connections.is_none_or(|max| (16..=10_000_000).contains(&max)),
             "max-connections must be 16..=10000000"
         );
+        for (name, bytes) in [
+            ("max-artifact-bytes", self.max_artifact_bytes),
+            ("max-run-bytes", self.max_run_bytes),
+            ("max-log-bytes", self.max_log_bytes),
+        ] {
+            anyhow::ensure!(bytes >= 1024, "{name} must be at least 1024 bytes");
+        }
         anyhow::ensure!(
             shoal_engine::id::is_identifier(&self.scheduler_id),
             "scheduler-id must be 1 to 38 characters of [a-zA-Z0-9-_]"
@@ -416,7 +447,15 @@ const STALE_UPLOAD: Duration = Duration::from_secs(3600);
 impl RunningServer {
     async fn start(config: &ServerConfig) -> anyhow::Result<RunningServer> {
         let store = config.open_store().await?;
-        let queue_config = QueueConfig { claim_wait: Duration::from_secs(config.claim_wait), ..QueueConfig::default() };
+        let queue_config = QueueConfig {
+            claim_wait: Duration::from_secs(config.claim_wait),
+            sizes: SizeLimits {
+                artifact_bytes: config.max_artifact_bytes,
+                run_bytes: config.max_run_bytes,
+                log_bytes: config.max_log_bytes,
+            },
+            ..QueueConfig::default()
+        };
         let blobs_dir = config.data_dir.join("blobs");
         let blobs =
             Blobs::local(&blobs_dir).with_context(|| format!("opening blob storage {}", blobs_dir.display()))?;
@@ -543,6 +582,9 @@ mod tests {
             database_timeout: None,
             scheduler_id: None,
             max_connections: None,
+            max_artifact_bytes: None,
+            max_run_bytes: None,
+            max_log_bytes: None,
         }
     }
 

@@ -195,3 +195,41 @@ async fn hostile_uploads_and_names_are_refused_or_contained() {
     let body: Value = res.json().await.unwrap();
     assert!(body["message"].as_str().unwrap().starts_with("body: must be a JSON document"), "{body}");
 }
+
+#[tokio::test]
+async fn uploads_and_live_logs_stay_within_their_size_limits() {
+    let sizes = shoal_service::SizeLimits { artifact_bytes: 1000, run_bytes: 1500, log_bytes: 500 };
+    let app = TestApp::with(crate::Settings { sizes, ..crate::Settings::default() }).await;
+    let task_id = running_task(&app).await;
+    let put_url = |name: &str| {
+        let path = format!("/task/{task_id}/runs/0/artifacts/{name}");
+        let app = &app;
+        async move {
+            let (status, created) = app.post(&path, blob_request("application/octet-stream")).await;
+            assert_eq!(status, StatusCode::OK, "{created}");
+            created["putUrl"].as_str().unwrap().to_owned()
+        }
+    };
+    // Past the artifact's limit: refused, nothing kept.
+    let too_big = put_url("public/big").await;
+    let res = app.raw(Method::PUT, &too_big, Some(vec![7; 1001])).await;
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["code"], "InputTooLarge");
+    assert!(body["message"].as_str().unwrap().contains("artifact public/big may hold at most 1000 bytes"), "{body}");
+    assert_eq!(app.raw(Method::GET, &too_big, None).await.status(), StatusCode::NOT_FOUND);
+    // Within it, then past what the run has left.
+    let first = put_url("public/first").await;
+    assert_eq!(app.raw(Method::PUT, &first, Some(vec![1; 900])).await.status(), StatusCode::OK);
+    let second = put_url("public/second").await;
+    let res = app.raw(Method::PUT, &second, Some(vec![2; 900])).await;
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = res.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().contains("may hold at most 600 bytes"), "the run's remainder: {body}");
+    assert_eq!(app.raw(Method::PUT, &second, Some(vec![2; 600])).await.status(), StatusCode::OK);
+    // The live log.
+    let log = format!("{}/logs/v1/{task_id}/0", app.root);
+    assert_eq!(app.raw(Method::POST, &format!("{log}?offset=0"), Some(vec![b'a'; 400])).await.status(), StatusCode::OK);
+    let res = app.raw(Method::POST, &format!("{log}?offset=400"), Some(vec![b'b'; 101])).await;
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}

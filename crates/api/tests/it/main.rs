@@ -61,6 +61,7 @@ pub(crate) struct Settings {
     pub(crate) claim_timeout_secs: i64,
     pub(crate) claim_wait: Duration,
     pub(crate) limits: shoal_api::ConnectionLimits,
+    pub(crate) sizes: shoal_service::SizeLimits,
 }
 
 impl Default for Settings {
@@ -69,6 +70,7 @@ impl Default for Settings {
             claim_timeout_secs: 1200,
             claim_wait: Duration::from_secs(20),
             limits: shoal_api::ConnectionLimits::default(),
+            sizes: shoal_service::SizeLimits::default(),
         }
     }
 }
@@ -81,7 +83,11 @@ impl TestApp {
     pub(crate) async fn with(settings: Settings) -> TestApp {
         let dir = tempfile::tempdir().unwrap();
         let store = open_store(dir.path(), settings.claim_timeout_secs);
-        let queue_config = QueueConfig { claim_wait: settings.claim_wait, due_interval: Duration::from_millis(50) };
+        let queue_config = QueueConfig {
+            claim_wait: settings.claim_wait,
+            due_interval: Duration::from_millis(50),
+            sizes: settings.sizes,
+        };
         let blobs = shoal_blobs::Blobs::local(&dir.path().join("blobs")).unwrap();
         let queue = Queue::new(store, blobs, queue_config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
