@@ -13,6 +13,7 @@
 
 mod events;
 mod graph;
+mod hostile;
 mod http1;
 mod server;
 mod timings;
@@ -125,6 +126,16 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         chunk_kb: usize,
     },
+    /// What hostile clients do to a server: costly event-stream patterns against long routes,
+    /// slow connections, listings of large definitions; ping latency and memory under each.
+    Hostile {
+        /// Tasks carrying 64 long routes each.
+        #[arg(long, default_value_t = 2)]
+        tasks: usize,
+        /// Connections holding half a request head.
+        #[arg(long, default_value_t = 800)]
+        slow_connections: usize,
+    },
     /// A task graph from submission to finished with trivial workers.
     Graph {
         #[arg(long, value_enum, default_value = "chain")]
@@ -182,6 +193,7 @@ fn main() -> anyhow::Result<()> {
             Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
             Command::Chatty { megabytes } => chatty(megabytes).await?,
             Command::Scale { pending, claims } => scale(&pending, claims).await?,
+            Command::Hostile { tasks, slow_connections } => hostile::hostile(tasks, slow_connections).await?,
             Command::Graph { shape, tasks, workers } => {
                 graph::graph_bench(shape, tasks, workers).await?;
             }
