@@ -1,6 +1,7 @@
 //! Topic routing: the routing keys Shoal publishes under and the one function that matches
 //! them against AMQP-style binding patterns (`*` is exactly one word, `#` zero or more).
-//! Everything that matches topics (the embedded event stream, tests, tools) uses [`matches`].
+//! Everything that matches topics goes through [`Pattern`] (compiled once per binding) and
+//! [`Key`] (split once per routing key); [`matches`] does both for one pattern and one key.
 
 use crate::message::{Exchange, Message};
 use crate::{Rejection, TaskId};
@@ -89,8 +90,14 @@ impl Pattern {
     }
 }
 
-/// A routing key split into words once, with where each distinct word stands, so that any
-/// number of patterns match it without comparing words again.
+/// The keys a message is routed under, prepared for matching: its routing key, then its CC keys.
+#[must_use]
+pub fn message_keys(message: &Message) -> Vec<Key<'_>> {
+    std::iter::once(&message.routing_key).chain(&message.cc).map(|key| Key::new(key)).collect()
+}
+
+/// A routing key split into words once, with where each distinct word stands (sorted by
+/// word), so that any number of patterns match it without comparing words again.
 #[derive(Debug)]
 pub struct Key<'a> {
     words: Vec<&'a str>,
@@ -103,12 +110,15 @@ impl<'a> Key<'a> {
     #[must_use]
     pub fn new(routing_key: &'a str) -> Key<'a> {
         let words: Vec<&str> = routing_key.split('.').collect();
+        // Sorted, so that a key of many distinct words (a client chooses its routes) costs
+        // n log n to prepare and log n per lookup, never a scan per word.
+        let mut sorted: Vec<(&str, usize)> = words.iter().copied().zip(0..).collect();
+        sorted.sort_unstable();
         let mut at: Vec<(&str, Bits)> = Vec::new();
-        for (index, word) in words.iter().enumerate() {
-            // Keys have few distinct words; a linear search beats hashing them.
-            match at.iter_mut().find(|(known, _)| known == word) {
-                Some((_, bits)) => bits.set(index),
-                None => {
+        for (word, index) in sorted {
+            match at.last_mut() {
+                Some((last, bits)) if *last == word => bits.set(index),
+                _ => {
                     let mut bits = Bits::new(words.len() + 1);
                     bits.set(index);
                     at.push((word, bits));
@@ -119,7 +129,8 @@ impl<'a> Key<'a> {
     }
 
     fn positions_of(&self, word: &str) -> Option<&Bits> {
-        self.at.iter().find(|(known, _)| *known == word).map(|(_, bits)| bits)
+        let found = self.at.binary_search_by(|(known, _)| (*known).cmp(word)).ok()?;
+        Some(&self.at[found].1)
     }
 }
 
@@ -279,8 +290,7 @@ impl Binding {
     /// Whether `message` is delivered through this binding.
     #[must_use]
     pub fn matches(&self, message: &Message) -> bool {
-        self.exchange == message.exchange
-            && std::iter::once(&message.routing_key).chain(&message.cc).any(|key| self.compiled.matches(&Key::new(key)))
+        self.matches_keys(message.exchange, &message_keys(message))
     }
 
     /// Whether a message of `exchange` under the prepared `keys` (its routing key and CC
@@ -396,6 +406,20 @@ mod tests {
     }
 
     #[test]
+    fn a_key_of_many_distinct_words_is_looked_up_by_word() {
+        let words: Vec<String> = (0..124).map(|n| format!("w{n}")).collect();
+        let key = words.join(".");
+        let prepared = Key::new(&key);
+        assert!(Pattern::new("#.w123").matches(&prepared));
+        assert!(Pattern::new("#.w50.#").matches(&prepared));
+        assert!(Pattern::new("w0.*.w2.#").matches(&prepared));
+        assert!(!Pattern::new("#.w124").matches(&prepared), "a word the key lacks");
+        assert!(!Pattern::new("w1.#").matches(&prepared), "a word out of place");
+        let (matched, steps) = Pattern::new(&format!("{}w99", "#.".repeat(126))).matches_counting(&prepared);
+        assert_eq!((matched, steps), (false, 2));
+    }
+
+    #[test]
     fn bindings_match_primary_and_cc_keys_of_their_exchange() {
         let message = Message {
             exchange: Exchange::TaskCompleted,
@@ -408,8 +432,7 @@ mod tests {
         assert!(binding("exchange/taskcluster-queue/v1/task-completed", "route.index.#").matches(&message));
         assert!(!binding("task-failed", "#").matches(&message), "another exchange");
         assert!(!binding("task-completed", "route.other.#").matches(&message));
-        let keys: Vec<Key<'_>> =
-            std::iter::once(&message.routing_key).chain(&message.cc).map(|key| Key::new(key)).collect();
+        let keys = message_keys(&message);
         assert!(binding("task-completed", "route.index.#").matches_keys(message.exchange, &keys));
         assert!(!binding("task-failed", "#").matches_keys(message.exchange, &keys));
         let bad = Binding::parse("task-done", "#").unwrap_err();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use shoal_bus::Bus;
 use shoal_engine::message::Message;
-use shoal_engine::topic::{Binding, Key};
+use shoal_engine::topic::{Binding, message_keys};
 use shoal_store::Store;
 use shoal_store::outbox::{Next, OutboxEntry};
 use tokio::sync::{broadcast, watch};
@@ -139,8 +139,7 @@ impl Subscription {
         if !self.bindings.iter().any(|binding| binding.exchange == message.exchange) {
             return false;
         }
-        let keys: Vec<Key<'_>> =
-            std::iter::once(&message.routing_key).chain(&message.cc).map(|key| Key::new(key)).collect();
+        let keys = message_keys(message);
         self.bindings.iter().any(|binding| binding.matches_keys(message.exchange, &keys))
     }
 
