@@ -94,8 +94,14 @@ pub(crate) async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        // Handlers that limit per client (event streams) read the peer from the request.
-        let service = TowerToHyperService::new(app.clone().layer(axum::Extension(PeerAddr(peer.ip()))));
+        // Handlers that limit per client (event streams) read the peer from the request. The
+        // router is shared, not layered per connection (that would rebuild every route).
+        let router = TowerToHyperService::new(app.clone());
+        let peer = PeerAddr(peer.ip());
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(peer);
+            hyper::service::Service::call(&router, req)
+        });
         let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             // A connection closed by a timeout or by its client is an ordinary end.
