@@ -18,15 +18,8 @@ pub struct Upload {
     written: u64,
     /// Most bytes it may hold: the artifact's limit, or what the run's has left.
     limit: u64,
-    /// What the limit is, for the refusal.
-    limited_by: Limited,
-}
-
-/// Which size limit bounds an upload.
-#[derive(Debug, Clone, Copy)]
-enum Limited {
-    Artifact,
-    Run,
+    /// What the limit bounds, as the refusal names it.
+    limited: String,
 }
 
 impl Upload {
@@ -37,12 +30,7 @@ impl Upload {
     /// cannot be stored.
     pub async fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
         self.written += bytes.len() as u64;
-        let (key, limited_by) = (&self.key, self.limited_by);
-        let what = || match limited_by {
-            Limited::Artifact => format!("artifact {}", key.name),
-            Limited::Run => format!("the artifacts of run {} of task {} together", key.run_id, key.task_id),
-        };
-        check_size(what, self.written, self.limit)?;
+        check_size(|| self.limited.clone(), self.written, self.limit)?;
         self.writer.write(bytes).await.map_err(blob_error)
     }
 }
@@ -67,12 +55,12 @@ impl Queue {
         let sizes = self.config().sizes;
         let stored = self.blobs().run_bytes(key.task_id.as_str(), key.run_id).await.map_err(blob_error)?;
         let run_left = sizes.run_bytes.saturating_sub(stored);
-        let (limit, limited_by) = match run_left < sizes.artifact_bytes {
-            true => (run_left, Limited::Run),
-            false => (sizes.artifact_bytes, Limited::Artifact),
+        let (limit, limited) = match run_left < sizes.artifact_bytes {
+            true => (run_left, format!("the artifacts of run {} of task {} together", key.run_id, key.task_id)),
+            false => (sizes.artifact_bytes, format!("artifact {}", key.name)),
         };
         let writer = self.blobs().writer(&blob).await.map_err(blob_error)?;
-        Ok(Upload { key, writer, written: 0, limit, limited_by })
+        Ok(Upload { key, writer, written: 0, limit, limited })
     }
 
     /// Makes the uploaded bytes durable and visible, and records the artifact as present.
