@@ -25,6 +25,7 @@
 //! ```
 
 pub mod artifact;
+pub mod auth;
 pub mod command;
 pub mod definition;
 pub mod dimensions;
