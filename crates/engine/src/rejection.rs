@@ -146,6 +146,12 @@ pub enum Conflict {
     /// An artifact for a resolved run.
     #[error("run {0} is resolved; it takes no more artifacts")]
     RunResolved(u32),
+    /// A client or role created under an id already taken.
+    #[error("client {0} already exists")]
+    ClientExists(String),
+    /// A role created under an id already taken.
+    #[error("role {0} already exists")]
+    RoleExists(String),
     /// Live-log output sent past the log's end.
     #[error("offset {offset} is past the end of the log ({size} bytes); send from offset {size}")]
     LogGap {
@@ -186,6 +192,12 @@ pub enum Missing {
         /// The artifact.
         name: String,
     },
+    /// A client.
+    #[error("client {0} not found")]
+    Client(String),
+    /// A role.
+    #[error("role {0} not found")]
+    Role(String),
     /// An artifact a link names.
     #[error("artifact {0} not found")]
     LinkTarget(String),

@@ -13,6 +13,7 @@ mod row;
 mod sqlite;
 mod types;
 
+pub use ops::auth::{AuthChange, AuthOutcome, ClientEdit};
 pub use ops::graph::{GraphNode, GraphRecord, GraphRequest};
 pub use page::Page;
 pub use postgres::{
@@ -30,7 +31,7 @@ use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::ops::ready;
+use crate::ops::{WriteTx, ready};
 
 /// The storage backends.
 #[derive(Clone)]
@@ -185,6 +186,34 @@ impl Store {
                     .await
             }
         }
+    }
+
+    /// Creates, changes or deletes a client or role.
+    ///
+    /// # Errors
+    /// Rejected for an id taken (create), missing (update), or roles that expand without end.
+    pub async fn change_auth(&self, change: AuthChange, now: Timestamp) -> Result<AuthOutcome, StoreError> {
+        let committed = match self {
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::auth::change(tx, &change, now))).await?,
+            Store::Postgres(store) => {
+                store.write(change, move |tx, change| Box::pin(ops::auth::change(tx, change, now))).await?
+            }
+        };
+        Ok(committed.value)
+    }
+
+    /// The token the servers sign with: the stored one, or `candidate` stored now.
+    ///
+    /// # Errors
+    /// Unavailable or Other on storage failure.
+    pub async fn signing_token(&self, candidate: String) -> Result<String, StoreError> {
+        let committed = match self {
+            Store::Sqlite(store) => store.write(move |tx| ready(tx.signing_token(&candidate))).await?,
+            Store::Postgres(store) => {
+                store.write(candidate, move |tx, candidate| Box::pin(tx.signing_token(candidate))).await?
+            }
+        };
+        Ok(committed.value)
     }
 
     /// Fires due claim expiries and deadlines, at most `limit` of each; says how many fired.

@@ -5,12 +5,14 @@ use serde_json::value::RawValue;
 use shoal_engine::artifact::{Artifact, LIVE_LOG_NAME, implicit_live_log};
 use shoal_engine::{TaskId, Timestamp};
 
+use crate::ops::auth::AuthKind;
 use crate::ops::graph::{GraphNode, GraphRecord, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::page::{artifact_page, parse_seq, parse_task_id};
 use crate::row::TaskRow;
 use crate::{
-    ArtifactKey, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup, TaskQueueInfo, TaskRecord,
+    ArtifactKey, AuthSnapshot, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup,
+    TaskQueueInfo, TaskRecord,
 };
 
 /// What a backend's read connection offers: one query each, on committed state.
@@ -39,6 +41,8 @@ pub(crate) trait ReadDb {
     fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<GraphNode>, StoreError>;
     /// Outbox messages from sequence `from` on, in order, at most `limit`.
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError>;
+    /// The auth generation, and every stored JSON of a kind (with `Some`), by id.
+    fn auth(&self, kind: Option<AuthKind>) -> Result<(i64, Vec<String>), StoreError>;
 }
 
 /// Which tasks a listing reads.
@@ -252,6 +256,20 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         self.0.outbox(from, limit)
     }
+
+    fn auth_generation(&self) -> Result<i64, StoreError> {
+        Ok(self.0.auth(None)?.0)
+    }
+
+    fn auth_snapshot(&self) -> Result<AuthSnapshot, StoreError> {
+        let (generation, clients) = self.0.auth(Some(AuthKind::Client))?;
+        let (_, roles) = self.0.auth(Some(AuthKind::Role))?;
+        Ok(AuthSnapshot {
+            generation,
+            clients: clients.iter().map(|body| decode_auth("client", body)).collect::<Result<_, _>>()?,
+            roles: roles.iter().map(|body| decode_auth("role", body)).collect::<Result<_, _>>()?,
+        })
+    }
 }
 
 impl<D: ReadDb> ReadsOver<D> {
@@ -274,6 +292,10 @@ impl<D: ReadDb> ReadsOver<D> {
         let task = &found.row.task;
         Ok(task.runs().get(run_id as usize).and_then(|run| implicit_live_log(run, task.meta.expires)))
     }
+}
+
+fn decode_auth<T: serde::de::DeserializeOwned>(kind: &str, body: &str) -> Result<T, StoreError> {
+    serde_json::from_str(body).map_err(|err| crate::row::corrupt(format!("{kind} record: {err}")))
 }
 
 fn record(found: StoredTask) -> TaskRecord {

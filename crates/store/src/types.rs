@@ -242,4 +242,25 @@ pub trait Reads {
     /// # Errors
     /// Storage failure.
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<crate::outbox::OutboxEntry>, StoreError>;
+    /// The auth generation: it moves on with every change to clients and roles.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn auth_generation(&self) -> Result<i64, StoreError>;
+    /// Every client and role, with the generation they are of.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn auth_snapshot(&self) -> Result<AuthSnapshot, StoreError>;
+}
+
+/// Every client and role as stored.
+#[derive(Debug, Clone, Default)]
+pub struct AuthSnapshot {
+    /// The auth generation they are of.
+    pub generation: i64,
+    /// Clients, by id.
+    pub clients: Vec<shoal_engine::auth::client::Client>,
+    /// Roles, by id.
+    pub roles: Vec<shoal_engine::auth::client::Role>,
 }

@@ -95,7 +95,7 @@ macro_rules! conformance {
 }
 
 conformance! {
-    current_thread: create_claim_complete, create_is_idempotent_and_conflicts_on_difference, failed_create_leaves_nothing_behind, dependencies_release_in_the_resolving_step, claims_go_by_priority_then_age_and_match_dimensions, priority_change_reorders_pending_work, claim_expiry_retries_then_gives_up, deadline_resolves_every_unresolved_state, a_groups_later_deadline_fires_after_its_earlier_task_resolved, a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own, groups_seal_and_cancel, restart_rebuilds_the_pending_index, concurrent_claims_hand_out_each_run_once, racing_identical_creates_all_succeed_and_define_the_task_once, a_failed_operation_takes_only_its_batch_down, artifacts_are_recorded_uploaded_listed_and_expired, every_transition_leaves_its_messages_in_the_outbox_in_order, unpublished_messages_survive_a_restart_and_published_ones_are_deleted, a_group_is_resolved_each_time_its_last_task_resolves, a_refused_graph_leaves_nothing_behind, matching_work_behind_many_tasks_for_other_workers_is_claimed, a_group_resolves_only_when_nothing_in_it_is_left_unresolved, a_graph_reruns_a_failure_blocks_then_finishes_once_run_again, concurrent_completions_of_a_graphs_tasks_are_each_counted_once;
+    current_thread: create_claim_complete, create_is_idempotent_and_conflicts_on_difference, failed_create_leaves_nothing_behind, dependencies_release_in_the_resolving_step, claims_go_by_priority_then_age_and_match_dimensions, priority_change_reorders_pending_work, claim_expiry_retries_then_gives_up, deadline_resolves_every_unresolved_state, a_groups_later_deadline_fires_after_its_earlier_task_resolved, a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own, groups_seal_and_cancel, restart_rebuilds_the_pending_index, concurrent_claims_hand_out_each_run_once, racing_identical_creates_all_succeed_and_define_the_task_once, a_failed_operation_takes_only_its_batch_down, artifacts_are_recorded_uploaded_listed_and_expired, every_transition_leaves_its_messages_in_the_outbox_in_order, unpublished_messages_survive_a_restart_and_published_ones_are_deleted, a_group_is_resolved_each_time_its_last_task_resolves, a_refused_graph_leaves_nothing_behind, matching_work_behind_many_tasks_for_other_workers_is_claimed, a_group_resolves_only_when_nothing_in_it_is_left_unresolved, a_graph_reruns_a_failure_blocks_then_finishes_once_run_again, concurrent_completions_of_a_graphs_tasks_are_each_counted_once, clients_and_roles_are_kept_changed_and_deleted;
     multi_thread: writes_arriving_together_are_each_judged_alone,
 }
 
@@ -836,4 +836,70 @@ async fn concurrent_completions_of_a_graphs_tasks_are_each_counted_once(name: &s
     let record = store.read(move |reads| reads.task_graph(graph)).await.unwrap().unwrap();
     assert_eq!((record.tally.open, record.status.state), (0, GraphState::Finished), "{name}");
     assert_eq!(graph_exchanges(&unpublished(store).await), ["task-graph-running", "task-graph-finished"], "{name}");
+}
+
+fn client(client_id: &str, scopes: &[&str]) -> shoal_engine::auth::client::Client {
+    shoal_engine::auth::client::Client {
+        client_id: client_id.to_owned(),
+        access_token: format!("token-of-{client_id}"),
+        description: "a test client".into(),
+        scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+        expires: at(3600),
+        disabled: false,
+        delete_on_expiration: false,
+        created: at(0),
+        last_modified: at(0),
+        last_rotated: at(0),
+    }
+}
+
+fn role(role_id: &str, scopes: &[&str]) -> shoal_engine::auth::client::Role {
+    shoal_engine::auth::client::Role {
+        role_id: role_id.to_owned(),
+        scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+        description: "a test role".into(),
+        created: at(0),
+        last_modified: at(0),
+    }
+}
+
+async fn clients_and_roles_are_kept_changed_and_deleted(name: &str, backend: Backend) {
+    use shoal_store::{AuthChange, AuthOutcome, ClientEdit};
+    let store = &backend.store;
+    let generation = || store.read(|reads| reads.auth_generation());
+    let start = generation().await.unwrap();
+    store.change_auth(AuthChange::CreateClient(client("ci/one", &["queue:a"])), at(0)).await.unwrap();
+    let taken = store.change_auth(AuthChange::CreateClient(client("ci/one", &[])), at(1)).await;
+    assert!(matches!(taken, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}: {taken:?}");
+    let disabled =
+        store.change_auth(AuthChange::UpdateClient("ci/one".into(), ClientEdit::Disabled(true)), at(2)).await;
+    assert!(matches!(disabled, Ok(AuthOutcome::Client(ref c)) if c.disabled && c.last_modified == at(2)), "{name}");
+    let missing = store.change_auth(AuthChange::UpdateClient("nobody".into(), ClientEdit::Disabled(true)), at(2)).await;
+    assert!(matches!(missing, Err(StoreError::Rejected(Rejection::NotFound(_)))), "{name}: {missing:?}");
+
+    store.change_auth(AuthChange::CreateRole(role("team", &["queue:b", "assume:other"])), at(3)).await.unwrap();
+    store.change_auth(AuthChange::CreateRole(role("other", &["queue:c"])), at(3)).await.unwrap();
+    let runaway = store.change_auth(AuthChange::CreateRole(role("loop*", &["assume:loopx<..>"])), at(4)).await;
+    assert!(matches!(runaway, Err(StoreError::Rejected(Rejection::Invalid { .. }))), "{name}: {runaway:?}");
+    store.change_auth(AuthChange::UpdateRole(role("other", &["queue:d"])), at(5)).await.unwrap();
+    store.change_auth(AuthChange::DeleteRole("team".into()), at(6)).await.unwrap();
+
+    let snapshot = store.read(|reads| reads.auth_snapshot()).await.unwrap();
+    assert_eq!(snapshot.clients.len(), 1, "{name}");
+    assert!(snapshot.clients[0].disabled, "{name}");
+    assert_eq!(snapshot.roles.len(), 1, "{name}: the refused role left nothing");
+    assert_eq!((snapshot.roles[0].role_id.as_str(), snapshot.roles[0].created), ("other", at(3)), "{name}");
+    assert_eq!(snapshot.roles[0].scopes, ["queue:d"], "{name}");
+    assert_eq!(snapshot.generation, start + 6, "{name}: each change that was made moved the generation on");
+
+    let first = store.signing_token("first".into()).await.unwrap();
+    assert_eq!(first, "first", "{name}");
+    assert_eq!(store.signing_token("second".into()).await.unwrap(), "first", "{name}: the stored token stays");
+    store.change_auth(AuthChange::DeleteClient("ci/one".into()), at(7)).await.unwrap();
+    backend.store.close().await;
+    let reopened = backend.reopen();
+    let snapshot = reopened.read(|reads| reads.auth_snapshot()).await.unwrap();
+    assert!(snapshot.clients.is_empty(), "{name}");
+    assert_eq!(reopened.signing_token("third".into()).await.unwrap(), "first", "{name}: kept across a restart");
+    reopened.close().await;
 }

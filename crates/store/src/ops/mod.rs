@@ -11,6 +11,7 @@
 //! [`ready`]. PostgreSQL's awaits its statements.
 
 pub(crate) mod artifacts;
+pub(crate) mod auth;
 pub(crate) mod graph;
 pub(crate) mod groups;
 mod step;
@@ -127,6 +128,17 @@ pub(crate) trait WriteTx {
     async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError>;
     /// When a stored task expires (None when there is no such task).
     async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError>;
+
+    /// A client's or role's stored JSON.
+    async fn load_auth(&mut self, kind: auth::AuthKind, id: &str) -> Result<Option<String>, StoreError>;
+    /// Every stored JSON of a kind.
+    async fn all_auth(&mut self, kind: auth::AuthKind) -> Result<Vec<String>, StoreError>;
+    /// Stores (or with `None` deletes) a client's or role's JSON.
+    async fn save_auth(&mut self, kind: auth::AuthKind, id: &str, body: Option<&str>) -> Result<(), StoreError>;
+    /// Moves the auth generation on, so that every server reloads clients and roles.
+    async fn bump_auth_generation(&mut self) -> Result<(), StoreError>;
+    /// The server's signing token: the one stored, or `candidate` stored now.
+    async fn signing_token(&mut self, candidate: &str) -> Result<String, StoreError>;
 }
 
 /// What createTask learns before judging a task.

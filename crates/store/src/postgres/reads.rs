@@ -7,6 +7,7 @@ use postgres::types::ToSql;
 use shoal_engine::artifact::Artifact;
 use shoal_engine::{TaskId, Timestamp};
 
+use crate::ops::auth::AuthKind;
 use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::outbox::format::append_row;
@@ -180,6 +181,15 @@ impl ReadDb for PgReads<'_> {
             append_row(&mut entries, stored, from, limit)?;
         }
         Ok(entries)
+    }
+
+    fn auth(&self, kind: Option<AuthKind>) -> Result<(i64, Vec<String>), StoreError> {
+        let rows = self.query("SELECT generation FROM auth_state", &[])?;
+        let generation: i64 = rows.first().ok_or_else(|| StoreError::Other("no auth_state row".into()))?.try_get(0)?;
+        let Some(kind) = kind else { return Ok((generation, Vec::new())) };
+        let rows = self.query("SELECT body FROM auth_entities WHERE kind = $1 ORDER BY id", &[&kind.as_str()])?;
+        let bodies = rows.iter().map(|row| row.try_get(0)).collect::<Result<_, _>>()?;
+        Ok((generation, bodies))
     }
 }
 

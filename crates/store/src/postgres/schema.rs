@@ -158,6 +158,22 @@ $$;
 DROP INDEX tasks_running;
 ALTER TABLE tasks SET (fillfactor = 50);
 "#,
+    // 7: clients and roles (the Auth API), and the generation every change moves on so
+    // servers know to reload them; the servers' shared signing token.
+    r#"
+CREATE TABLE auth_entities (
+    kind TEXT NOT NULL,
+    id   TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (kind, id)
+);
+CREATE TABLE auth_state (
+    only_row      BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (only_row),
+    generation    BIGINT NOT NULL,
+    signing_token TEXT
+);
+INSERT INTO auth_state (generation, signing_token) VALUES (0, NULL);
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

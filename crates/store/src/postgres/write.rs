@@ -11,6 +11,7 @@ use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use crate::ops::auth::AuthKind;
 use crate::ops::graph::{NewNode, StoredGraph};
 use crate::ops::{Aftermath, CreateLookup, Due, RowChange, WriteTx};
 use crate::postgres::graph::{GRAPH_COLUMNS, graph_from_row, parse_id};
@@ -377,6 +378,52 @@ impl WriteTx for PgTx {
     async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError> {
         let row = self.query_opt("SELECT expires FROM tasks WHERE task_id = $1", &[&task_id.as_str()]).await?;
         row.map(|row| Ok(Timestamp(row.try_get(0)?))).transpose()
+    }
+
+    async fn load_auth(&mut self, kind: AuthKind, id: &str) -> Result<Option<String>, StoreError> {
+        let row = self
+            .query_opt("SELECT body FROM auth_entities WHERE kind = $1 AND id = $2 FOR UPDATE", &[&kind.as_str(), &id])
+            .await?;
+        Ok(row.map(|row| row.try_get(0)).transpose()?)
+    }
+
+    async fn all_auth(&mut self, kind: AuthKind) -> Result<Vec<String>, StoreError> {
+        let rows = self.query("SELECT body FROM auth_entities WHERE kind = $1 ORDER BY id", &[&kind.as_str()]).await?;
+        Ok(rows.iter().map(|row| row.try_get(0)).collect::<Result<_, _>>()?)
+    }
+
+    async fn save_auth(&mut self, kind: AuthKind, id: &str, body: Option<&str>) -> Result<(), StoreError> {
+        match body {
+            Some(body) => {
+                self.defer(
+                    "INSERT INTO auth_entities (kind, id, body) VALUES ($1, $2, $3) \
+                     ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body",
+                    vec![Box::new(kind.as_str()), Box::new(id.to_owned()), Box::new(body.to_owned())],
+                )
+                .await
+            }
+            None => {
+                self.defer(
+                    "DELETE FROM auth_entities WHERE kind = $1 AND id = $2",
+                    vec![Box::new(kind.as_str()), Box::new(id.to_owned())],
+                )
+                .await
+            }
+        }
+    }
+
+    async fn bump_auth_generation(&mut self) -> Result<(), StoreError> {
+        self.defer("UPDATE auth_state SET generation = generation + 1", vec![]).await
+    }
+
+    async fn signing_token(&mut self, candidate: &str) -> Result<String, StoreError> {
+        let row = self
+            .query_one(
+                "UPDATE auth_state SET signing_token = coalesce(signing_token, $1) RETURNING signing_token",
+                &[&candidate],
+            )
+            .await?;
+        Ok(row.try_get(0)?)
     }
 }
 

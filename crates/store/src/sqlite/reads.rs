@@ -5,6 +5,7 @@ use shoal_engine::artifact::Artifact;
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
+use crate::ops::auth::AuthKind;
 use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
@@ -135,6 +136,15 @@ impl ReadDb for ReadConn<'_> {
 
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         outbox::read(self.0, from, limit)
+    }
+
+    fn auth(&self, kind: Option<AuthKind>) -> Result<(i64, Vec<String>), StoreError> {
+        let generation: i64 =
+            self.0.prepare_cached("SELECT generation FROM auth_state")?.query_row([], |row| row.get(0))?;
+        let Some(kind) = kind else { return Ok((generation, Vec::new())) };
+        let mut stmt = self.0.prepare_cached("SELECT body FROM auth_entities WHERE kind = ?1 ORDER BY id")?;
+        let bodies = stmt.query_map([kind.as_str()], |row| row.get(0))?.collect::<Result<_, _>>()?;
+        Ok((generation, bodies))
     }
 }
 

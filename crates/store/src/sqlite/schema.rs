@@ -129,6 +129,21 @@ CREATE TABLE graph_tasks (
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX graph_tasks_label ON graph_tasks (task_graph_id, label);
 ",
+    // 6: clients and roles (the Auth API), and the generation every change moves on so
+    // servers know to reload them; the server's signing token.
+    r"
+CREATE TABLE auth_entities (
+    kind TEXT NOT NULL,   -- client or role
+    id   TEXT NOT NULL,
+    body TEXT NOT NULL,   -- JSON of the client or role
+    PRIMARY KEY (kind, id)
+) WITHOUT ROWID;
+CREATE TABLE auth_state (
+    generation    INTEGER NOT NULL,
+    signing_token TEXT
+);
+INSERT INTO auth_state (generation, signing_token) VALUES (0, NULL);
+",
 ];
 
 /// Brings the database to the newest schema, one migration per transaction.

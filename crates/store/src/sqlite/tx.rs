@@ -13,6 +13,7 @@ use shoal_engine::message::Message;
 use shoal_engine::status::TaskState;
 use shoal_engine::{TaskId, Timestamp};
 
+use crate::ops::auth::AuthKind;
 use crate::ops::graph::{NewNode, StoredGraph};
 use crate::ops::{
     Aftermath, CreateLookup, Due, Place, QUEUE_RETENTION_MS, QUEUE_TOUCH_INTERVAL_MS, RowChange, Waiting, WriteTx,
@@ -451,6 +452,49 @@ impl WriteTx for Tx<'_> {
             .query_row([task_id.as_str()], |row| row.get(0))
             .optional()?
             .map(Timestamp))
+    }
+
+    async fn load_auth(&mut self, kind: AuthKind, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT body FROM auth_entities WHERE kind = ?1 AND id = ?2")?
+            .query_row([kind.as_str(), id], |row| row.get(0))
+            .optional()?)
+    }
+
+    async fn all_auth(&mut self, kind: AuthKind) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self.conn.prepare_cached("SELECT body FROM auth_entities WHERE kind = ?1 ORDER BY id")?;
+        let rows = stmt.query_map([kind.as_str()], |row| row.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    async fn save_auth(&mut self, kind: AuthKind, id: &str, body: Option<&str>) -> Result<(), StoreError> {
+        match body {
+            Some(body) => self
+                .conn
+                .prepare_cached(
+                    "INSERT INTO auth_entities (kind, id, body) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body",
+                )?
+                .execute(params![kind.as_str(), id, body])?,
+            None => self
+                .conn
+                .prepare_cached("DELETE FROM auth_entities WHERE kind = ?1 AND id = ?2")?
+                .execute([kind.as_str(), id])?,
+        };
+        Ok(())
+    }
+
+    async fn bump_auth_generation(&mut self) -> Result<(), StoreError> {
+        self.conn.prepare_cached("UPDATE auth_state SET generation = generation + 1")?.execute([])?;
+        Ok(())
+    }
+
+    async fn signing_token(&mut self, candidate: &str) -> Result<String, StoreError> {
+        self.conn
+            .prepare_cached("UPDATE auth_state SET signing_token = ?1 WHERE signing_token IS NULL")?
+            .execute([candidate])?;
+        Ok(self.conn.prepare_cached("SELECT signing_token FROM auth_state")?.query_row([], |row| row.get(0))?)
     }
 }
 
