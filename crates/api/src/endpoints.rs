@@ -1,11 +1,12 @@
 //! Every endpoint, declared once: name, method, route, scopes, stability. The router, the
-//! API reference (`GET /api/queue/v1/reference`) and, later, authorization derive from it.
+//! API reference (`GET /api/<service>/v1/reference`) and authorization derive from it.
 
 use axum::routing::{MethodFilter, MethodRouter, on};
 use serde::Serialize;
 
 use crate::AppState;
-use crate::routes::{artifacts, claims, graphs, groups, meta, queues, tasks};
+use crate::auth::Scopes::{self, AllOf, AnyOf, For, Public, Scope};
+use crate::routes::{artifacts, auth, blobs, claims, events, graphs, groups, logs, meta, queues, tasks};
 
 /// How settled an endpoint's shape is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -29,8 +30,8 @@ pub struct Endpoint {
     /// Route under the API's base (`/api/queue/v1`, `/api/scheduler/v1`), in axum syntax; `{queue}` stands for a taskQueueId, which
     /// also matches raw as `{queue}/{queue_wt}`.
     pub route: &'static str,
-    /// Scope expression the caller will need (not enforced yet).
-    pub scopes: &'static str,
+    /// What the caller must hold, with placeholders the handler fills in.
+    pub scopes: Scopes,
     /// Stability.
     pub stability: Stability,
     /// Builds the method router for `method`.
@@ -39,7 +40,7 @@ pub struct Endpoint {
 }
 
 macro_rules! endpoint {
-    ($name:literal, $method:literal, $route:literal, $scopes:literal, $stability:ident, $handler:path) => {
+    ($name:literal, $method:literal, $route:literal, $scopes:expr, $stability:ident, $handler:path) => {
         Endpoint {
             name: $name,
             method: $method,
@@ -51,70 +52,76 @@ macro_rules! endpoint {
     };
 }
 
+/// Requiring `queue:<verb>:<schedulerId>/<taskGroupId>/<taskId>`, or the verb in the task's
+/// project, or (legacy) the verb with the scheduler's role, as Taskcluster's task commands do.
+macro_rules! task_command {
+    ($verb:literal) => {
+        AnyOf(&[
+            Scope(concat!("queue:", $verb, ":<schedulerId>/<taskGroupId>/<taskId>")),
+            Scope(concat!("queue:", $verb, "-in-project:<projectId>")),
+            AllOf(&[Scope(concat!("queue:", $verb)), Scope("assume:scheduler-id:<schedulerId>/<taskGroupId>")]),
+        ])
+    };
+}
+
+/// createTask: the task's own scopes, each route's, its project's and scheduler's, and its
+/// priority (or a more urgent one) on its queue.
+pub const CREATE_TASK: Scopes = AllOf(&[
+    For { var: "scope", list: "scopes", each: &Scope("<scope>") },
+    For { var: "route", list: "routes", each: &Scope("queue:route:<route>") },
+    Scope("queue:create-task:project:<projectId>"),
+    Scope("queue:scheduler-id:<schedulerId>"),
+    AnyOf(&[For { var: "priority", list: "priorities", each: &Scope("queue:create-task:<priority>:<taskQueueId>") }]),
+]);
+
+/// A task graph: what creating each of its tasks needs.
+const GRAPH_TASKS: Scopes = For { var: "task", list: "tasks", each: &CREATE_TASK };
+
+/// Writing a run's artifacts and log.
+const CREATE_ARTIFACT: Scopes = Scope("queue:create-artifact:<taskId>/<runId>");
+
+/// Reading an artifact outside `public/` (each name a link leads through).
+const GET_ARTIFACT: Scopes = For { var: "name", list: "privateNames", each: &Scope("queue:get-artifact:<name>") };
+
 /// The queue API v1.
 pub const ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", "GET", "/ping", "", Stable, meta::ping),
-    endpoint!("lbheartbeat", "GET", "/__lbheartbeat__", "", Stable, meta::lbheartbeat),
-    endpoint!("version", "GET", "/__version__", "", Stable, meta::version),
-    endpoint!("heartbeat", "GET", "/__heartbeat__", "", Stable, meta::heartbeat),
-    endpoint!("reference", "GET", "/reference", "", Experimental, meta::reference),
-    endpoint!("task", "GET", "/task/{task_id}", "queue:get-task:<taskId>", Stable, tasks::get_task),
-    endpoint!("tasks", "POST", "/tasks", "queue:get-task:<taskId> for each", Experimental, tasks::get_tasks),
-    endpoint!("statuses", "POST", "/tasks/status", "queue:status:<taskId> for each", Experimental, tasks::get_statuses),
-    endpoint!("status", "GET", "/task/{task_id}/status", "queue:status:<taskId>", Stable, tasks::get_status),
-    endpoint!(
-        "createTask",
-        "PUT",
-        "/task/{task_id}",
-        "queue:create-task:<priority>:<taskQueueId> ...",
-        Stable,
-        tasks::create_task
-    ),
+    endpoint!("ping", "GET", "/ping", Public, Stable, meta::ping),
+    endpoint!("lbheartbeat", "GET", "/__lbheartbeat__", Public, Stable, meta::lbheartbeat),
+    endpoint!("version", "GET", "/__version__", Public, Stable, meta::version),
+    endpoint!("heartbeat", "GET", "/__heartbeat__", Public, Stable, meta::heartbeat),
+    endpoint!("reference", "GET", "/reference", Public, Experimental, meta::reference),
+    endpoint!("task", "GET", "/task/{task_id}", Public, Stable, tasks::get_task),
+    endpoint!("tasks", "POST", "/tasks", Public, Experimental, tasks::get_tasks),
+    endpoint!("statuses", "POST", "/tasks/status", Public, Experimental, tasks::get_statuses),
+    endpoint!("status", "GET", "/task/{task_id}/status", Public, Stable, tasks::get_status),
+    endpoint!("createTask", "PUT", "/task/{task_id}", CREATE_TASK, Stable, tasks::create_task),
     endpoint!(
         "scheduleTask",
         "POST",
         "/task/{task_id}/schedule",
-        "queue:schedule-task:<schedulerId>/<taskGroupId>/<taskId>",
+        task_command!("schedule-task"),
         Stable,
         tasks::schedule_task
     ),
-    endpoint!(
-        "rerunTask",
-        "POST",
-        "/task/{task_id}/rerun",
-        "queue:rerun-task:<schedulerId>/<taskGroupId>/<taskId>",
-        Stable,
-        tasks::rerun_task
-    ),
-    endpoint!(
-        "cancelTask",
-        "POST",
-        "/task/{task_id}/cancel",
-        "queue:cancel-task:<schedulerId>/<taskGroupId>/<taskId>",
-        Stable,
-        tasks::cancel_task
-    ),
+    endpoint!("rerunTask", "POST", "/task/{task_id}/rerun", task_command!("rerun-task"), Stable, tasks::rerun_task),
+    endpoint!("cancelTask", "POST", "/task/{task_id}/cancel", task_command!("cancel-task"), Stable, tasks::cancel_task),
     endpoint!(
         "changeTaskPriority",
         "POST",
         "/task/{task_id}/priority",
-        "queue:change-task-priority:<taskId>",
+        AnyOf(&[
+            Scope("queue:change-task-priority:<taskId>"),
+            Scope("queue:change-task-priority-in-queue:<taskQueueId>")
+        ]),
         Experimental,
         tasks::change_task_priority
     ),
-    endpoint!(
-        "listDependentTasks",
-        "GET",
-        "/task/{task_id}/dependents",
-        "queue:list-dependent-tasks:<taskId>",
-        Stable,
-        tasks::list_dependent_tasks
-    ),
+    endpoint!("listDependentTasks", "GET", "/task/{task_id}/dependents", Public, Stable, tasks::list_dependent_tasks),
     endpoint!(
         "claimWork",
         "POST",
         "/claim-work/{queue}",
-        "queue:claim-work:<taskQueueId> + queue:worker-id:<workerGroup>/<workerId>",
+        AllOf(&[Scope("queue:claim-work:<taskQueueId>"), Scope("queue:worker-id:<workerGroup>/<workerId>")]),
         Stable,
         claims::claim_work
     ),
@@ -122,7 +129,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "claimTask",
         "POST",
         "/task/{task_id}/runs/{run_id}/claim",
-        "queue:claim-task:<taskQueueId> + queue:worker-id:<workerGroup>/<workerId>",
+        AllOf(&[Scope("queue:claim-task:<taskQueueId>"), Scope("queue:worker-id:<workerGroup>/<workerId>")]),
         Deprecated,
         claims::claim_task
     ),
@@ -130,7 +137,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "reclaimTask",
         "POST",
         "/task/{task_id}/runs/{run_id}/reclaim",
-        "queue:reclaim-task:<taskId>/<runId>",
+        Scope("queue:reclaim-task:<taskId>/<runId>"),
         Stable,
         claims::reclaim_task
     ),
@@ -138,7 +145,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "reportCompleted",
         "POST",
         "/task/{task_id}/runs/{run_id}/completed",
-        "queue:resolve-task:<taskId>/<runId>",
+        Scope("queue:resolve-task:<taskId>/<runId>"),
         Stable,
         claims::report_completed
     ),
@@ -146,7 +153,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "reportFailed",
         "POST",
         "/task/{task_id}/runs/{run_id}/failed",
-        "queue:resolve-task:<taskId>/<runId>",
+        Scope("queue:resolve-task:<taskId>/<runId>"),
         Stable,
         claims::report_failed
     ),
@@ -154,7 +161,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "reportException",
         "POST",
         "/task/{task_id}/runs/{run_id}/exception",
-        "queue:resolve-task:<taskId>/<runId>",
+        Scope("queue:resolve-task:<taskId>/<runId>"),
         Stable,
         claims::report_exception
     ),
@@ -162,7 +169,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "createArtifact",
         "POST",
         "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
-        "queue:create-artifact:<taskId>/<runId>",
+        CREATE_ARTIFACT,
         Stable,
         artifacts::create_artifact
     ),
@@ -170,7 +177,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "finishArtifact",
         "PUT",
         "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
-        "queue:create-artifact:<taskId>/<runId>",
+        CREATE_ARTIFACT,
         Stable,
         artifacts::finish_artifact
     ),
@@ -178,7 +185,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "getArtifact",
         "GET",
         "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
-        "queue:get-artifact:<name>",
+        GET_ARTIFACT,
         Stable,
         artifacts::get_artifact
     ),
@@ -186,7 +193,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "getLatestArtifact",
         "GET",
         "/task/{task_id}/artifacts/{*name}",
-        "queue:get-artifact:<name>",
+        GET_ARTIFACT,
         Stable,
         artifacts::get_latest_artifact
     ),
@@ -194,7 +201,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "listArtifacts",
         "GET",
         "/task/{task_id}/runs/{run_id}/artifacts",
-        "queue:list-artifacts:<taskId>:<runId>",
+        Public,
         Stable,
         artifacts::list_artifacts
     ),
@@ -202,7 +209,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "listLatestArtifacts",
         "GET",
         "/task/{task_id}/artifacts",
-        "queue:list-artifacts:<taskId>",
+        Public,
         Stable,
         artifacts::list_latest_artifacts
     ),
@@ -210,7 +217,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "artifactInfo",
         "GET",
         "/task/{task_id}/runs/{run_id}/artifact-info/{*name}",
-        "queue:list-artifacts:<taskId>:<runId>",
+        Public,
         Stable,
         artifacts::artifact_info
     ),
@@ -218,7 +225,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "latestArtifactInfo",
         "GET",
         "/task/{task_id}/artifact-info/{*name}",
-        "queue:list-artifacts:<taskId>",
+        Public,
         Stable,
         artifacts::latest_artifact_info
     ),
@@ -226,7 +233,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "artifact",
         "GET",
         "/task/{task_id}/runs/{run_id}/artifact-content/{*name}",
-        "queue:get-artifact:<name>",
+        GET_ARTIFACT,
         Stable,
         artifacts::artifact_content
     ),
@@ -234,31 +241,17 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "latestArtifact",
         "GET",
         "/task/{task_id}/artifact-content/{*name}",
-        "queue:get-artifact:<name>",
+        GET_ARTIFACT,
         Stable,
         artifacts::latest_artifact_content
     ),
-    endpoint!(
-        "listTaskGroup",
-        "GET",
-        "/task-group/{group}/list",
-        "queue:list-task-group:<taskGroupId>",
-        Stable,
-        groups::list_task_group
-    ),
-    endpoint!(
-        "getTaskGroup",
-        "GET",
-        "/task-group/{group}",
-        "queue:list-task-group:<taskGroupId>",
-        Stable,
-        groups::get_task_group
-    ),
+    endpoint!("listTaskGroup", "GET", "/task-group/{group}/list", Public, Stable, groups::list_task_group),
+    endpoint!("getTaskGroup", "GET", "/task-group/{group}", Public, Stable, groups::get_task_group),
     endpoint!(
         "sealTaskGroup",
         "POST",
         "/task-group/{group}/seal",
-        "queue:seal-task-group:<schedulerId>/<taskGroupId>",
+        Scope("queue:seal-task-group:<schedulerId>/<taskGroupId>"),
         Experimental,
         groups::seal_task_group
     ),
@@ -266,7 +259,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "cancelTaskGroup",
         "POST",
         "/task-group/{group}/cancel",
-        "queue:cancel-task-group:<schedulerId>/<taskGroupId>",
+        Scope("queue:cancel-task-group:<schedulerId>/<taskGroupId>"),
         Experimental,
         groups::cancel_task_group
     ),
@@ -274,31 +267,17 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "changeTaskGroupPriority",
         "POST",
         "/task-group/{group}/priority",
-        "queue:change-task-group-priority:<schedulerId>/<taskGroupId>",
+        Scope("queue:change-task-group-priority:<schedulerId>/<taskGroupId>"),
         Experimental,
         groups::change_task_group_priority
     ),
-    endpoint!(
-        "pendingTasks",
-        "GET",
-        "/pending/{queue}",
-        "queue:pending-count:<taskQueueId>",
-        Deprecated,
-        queues::pending_tasks
-    ),
-    endpoint!(
-        "taskQueueCounts",
-        "GET",
-        "/task-queues/{queue}/counts",
-        "queue:pending-count:<taskQueueId> + queue:claimed-count:<taskQueueId>",
-        Stable,
-        queues::task_queue_counts
-    ),
+    endpoint!("pendingTasks", "GET", "/pending/{queue}", Public, Deprecated, queues::pending_tasks),
+    endpoint!("taskQueueCounts", "GET", "/task-queues/{queue}/counts", Public, Stable, queues::task_queue_counts),
     endpoint!(
         "listPendingTasks",
         "GET",
         "/task-queues/{queue}/pending",
-        "queue:pending-list:<taskQueueId>",
+        Public,
         Experimental,
         queues::list_pending_tasks
     ),
@@ -306,43 +285,146 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "listClaimedTasks",
         "GET",
         "/task-queues/{queue}/claimed",
-        "queue:claimed-list:<taskQueueId>",
+        Public,
         Experimental,
         queues::list_claimed_tasks
     ),
-    endpoint!("listTaskQueues", "GET", "/task-queues", "queue:list-task-queues", Stable, queues::list_task_queues),
-    endpoint!(
-        "getTaskQueue",
-        "GET",
-        "/task-queues/{queue}",
-        "queue:get-task-queue:<taskQueueId>",
-        Stable,
-        queues::get_task_queue
-    ),
+    endpoint!("listTaskQueues", "GET", "/task-queues", Public, Stable, queues::list_task_queues),
+    endpoint!("getTaskQueue", "GET", "/task-queues/{queue}", Public, Stable, queues::get_task_queue),
 ];
 
 /// The task-graph scheduler API v1 (seed 000), under `/api/scheduler/v1`.
 pub const SCHEDULER_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", "GET", "/ping", "", Stable, meta::ping),
-    endpoint!("reference", "GET", "/reference", "", Experimental, meta::reference),
-    endpoint!(
-        "createTaskGraph",
-        "PUT",
-        "/task-graph/{graph}",
-        "scheduler:create-task-graph",
-        Experimental,
-        graphs::create_task_graph
-    ),
+    endpoint!("ping", "GET", "/ping", Public, Stable, meta::ping),
+    endpoint!("reference", "GET", "/reference", Public, Experimental, meta::reference),
+    endpoint!("createTaskGraph", "PUT", "/task-graph/{graph}", GRAPH_TASKS, Experimental, graphs::create_task_graph),
     endpoint!(
         "extendTaskGraph",
         "POST",
         "/task-graph/{graph}/extend",
-        "scheduler:extend-task-graph:<taskGraphId>",
+        GRAPH_TASKS,
         Experimental,
         graphs::extend_task_graph
     ),
-    endpoint!("status", "GET", "/task-graph/{graph}/status", "", Experimental, graphs::status),
-    endpoint!("info", "GET", "/task-graph/{graph}/info", "", Experimental, graphs::info),
-    endpoint!("inspect", "GET", "/task-graph/{graph}/inspect", "", Experimental, graphs::inspect),
-    endpoint!("inspectTask", "GET", "/task-graph/{graph}/inspect/{task_id}", "", Experimental, graphs::inspect_task),
+    endpoint!("status", "GET", "/task-graph/{graph}/status", Public, Experimental, graphs::status),
+    endpoint!("info", "GET", "/task-graph/{graph}/info", Public, Experimental, graphs::info),
+    endpoint!("inspect", "GET", "/task-graph/{graph}/inspect", Public, Experimental, graphs::inspect),
+    endpoint!(
+        "inspectTask",
+        "GET",
+        "/task-graph/{graph}/inspect/{task_id}",
+        Public,
+        Experimental,
+        graphs::inspect_task
+    ),
+];
+
+/// The Auth API v1 (clients, roles, scopes), under `/api/auth/v1`.
+pub const AUTH_ENDPOINTS: &[Endpoint] = &[
+    endpoint!("ping", "GET", "/ping", Public, Stable, meta::ping),
+    endpoint!("reference", "GET", "/reference", Public, Experimental, meta::reference),
+    endpoint!("listClients", "GET", "/clients/", Public, Stable, auth::list_clients),
+    endpoint!("getClient", "GET", "/clients/{client_id}", Public, Stable, auth::get_client),
+    endpoint!(
+        "createClient",
+        "PUT",
+        "/clients/{client_id}",
+        AllOf(&[Scope("auth:create-client:<clientId>"), For { var: "scope", list: "scopes", each: &Scope("<scope>") }]),
+        Stable,
+        auth::create_client
+    ),
+    endpoint!(
+        "resetAccessToken",
+        "POST",
+        "/clients/{client_id}/reset",
+        Scope("auth:reset-access-token:<clientId>"),
+        Stable,
+        auth::reset_access_token
+    ),
+    endpoint!(
+        "updateClient",
+        "POST",
+        "/clients/{client_id}",
+        AllOf(&[
+            Scope("auth:update-client:<clientId>"),
+            For { var: "scope", list: "scopesAdded", each: &Scope("<scope>") },
+        ]),
+        Stable,
+        auth::update_client
+    ),
+    endpoint!(
+        "enableClient",
+        "POST",
+        "/clients/{client_id}/enable",
+        AllOf(&[Scope("auth:enable-client:<clientId>"), For { var: "scope", list: "scopes", each: &Scope("<scope>") }]),
+        Stable,
+        auth::enable_client
+    ),
+    endpoint!(
+        "disableClient",
+        "POST",
+        "/clients/{client_id}/disable",
+        Scope("auth:disable-client:<clientId>"),
+        Stable,
+        auth::disable_client
+    ),
+    endpoint!(
+        "deleteClient",
+        "DELETE",
+        "/clients/{client_id}",
+        Scope("auth:delete-client:<clientId>"),
+        Stable,
+        auth::delete_client
+    ),
+    endpoint!("listRoles", "GET", "/roles/", Public, Stable, auth::list_roles),
+    endpoint!("listRoleIds", "GET", "/roleids/", Public, Stable, auth::list_role_ids),
+    endpoint!("getRole", "GET", "/roles/{role_id}", Public, Stable, auth::get_role),
+    endpoint!(
+        "createRole",
+        "PUT",
+        "/roles/{role_id}",
+        AllOf(&[Scope("auth:create-role:<roleId>"), For { var: "scope", list: "scopes", each: &Scope("<scope>") }]),
+        Stable,
+        auth::create_role
+    ),
+    endpoint!(
+        "updateRole",
+        "POST",
+        "/roles/{role_id}",
+        AllOf(&[
+            Scope("auth:update-role:<roleId>"),
+            For { var: "scope", list: "scopesAdded", each: &Scope("<scope>") }
+        ]),
+        Stable,
+        auth::update_role
+    ),
+    endpoint!(
+        "deleteRole",
+        "DELETE",
+        "/roles/{role_id}",
+        Scope("auth:delete-role:<roleId>"),
+        Stable,
+        auth::delete_role
+    ),
+    endpoint!("expandScopes", "POST", "/scopes/expand", Public, Stable, auth::expand_scopes),
+    endpoint!("currentScopes", "GET", "/scopes/current", Public, Stable, auth::current_scopes),
+    endpoint!("testAuthenticate", "POST", "/test-authenticate", Public, Stable, auth::test_authenticate),
+];
+
+/// The server's own blob endpoint, where putUrls and artifact redirects point (`/blobs/v1`).
+pub const BLOB_ENDPOINTS: &[Endpoint] = &[
+    endpoint!("getBlob", "GET", "/{task_id}/{run_id}/{*name}", GET_ARTIFACT, Experimental, blobs::get_blob),
+    endpoint!("putBlob", "PUT", "/{task_id}/{run_id}/{*name}", CREATE_ARTIFACT, Experimental, blobs::put_blob),
+];
+
+/// Live logs (`/logs/v1`): read by anyone, appended by the run's worker.
+pub const LOG_ENDPOINTS: &[Endpoint] = &[
+    endpoint!("readLog", "GET", "/{task_id}/{run_id}", Public, Experimental, logs::read_log),
+    endpoint!("appendLog", "POST", "/{task_id}/{run_id}", CREATE_ARTIFACT, Experimental, logs::append_log),
+];
+
+/// The event stream (`/api/events/v1`).
+pub const EVENT_ENDPOINTS: &[Endpoint] = &[
+    endpoint!("connect", "GET", "/connect", Public, Experimental, events::connect),
+    endpoint!("connect", "GET", "/connect/", Public, Experimental, events::connect),
 ];

@@ -32,6 +32,37 @@ impl ApiError {
         ApiError { status: StatusCode::NOT_FOUND, code: "ResourceNotFound", message: message.into() }
     }
 
+    /// 401 AuthenticationFailed: the credentials are refused.
+    pub fn unauthorized(failure: &shoal_engine::auth::AuthFailure) -> ApiError {
+        ApiError { status: StatusCode::UNAUTHORIZED, code: "AuthenticationFailed", message: failure.to_string() }
+    }
+
+    /// 403 InsufficientScopes: the caller lacks `missing` of `required`.
+    pub fn insufficient_scopes(
+        client_id: Option<&str>,
+        required: &shoal_engine::auth::ScopeExpr,
+        missing: &shoal_engine::auth::ScopeExpr,
+    ) -> ApiError {
+        let who = match client_id {
+            Some(client_id) => format!("Client ID {client_id}"),
+            None => "An anonymous caller (no credentials given)".to_owned(),
+        };
+        let message = format!(
+            "{who} does not have sufficient scopes and is missing the following scopes:\n\n```\n{missing}\n```\n\n\
+             This request requires the client to satisfy the following scope expression:\n\n```\n{required}\n```"
+        );
+        ApiError { status: StatusCode::FORBIDDEN, code: "InsufficientScopes", message }
+    }
+
+    /// 500 InternalServerError, the details in the server's log.
+    pub fn internal() -> ApiError {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "InternalServerError",
+            message: "internal error; see the server log".into(),
+        }
+    }
+
     /// 413 InputTooLarge.
     pub fn too_large(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "InputTooLarge", message: message.into() }

@@ -2,6 +2,7 @@
 //! endpoint table in [`endpoints`]. Handlers parse input into typed values, call the queue
 //! service once, and render its answer; this crate never touches storage directly.
 
+pub mod auth;
 pub mod endpoints;
 pub mod error;
 pub mod extract;
@@ -11,17 +12,22 @@ mod serve;
 pub use serve::ConnectionLimits;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use shoal_service::Queue;
+use shoal_service::{Authority, Queue};
 use tokio::net::TcpListener;
 
-use crate::endpoints::{ENDPOINTS, Endpoint, SCHEDULER_ENDPOINTS};
+use crate::auth::nonces::Nonces;
+use crate::auth::{Caller, Scopes};
+use crate::endpoints::{
+    AUTH_ENDPOINTS, BLOB_ENDPOINTS, ENDPOINTS, EVENT_ENDPOINTS, Endpoint, LOG_ENDPOINTS, SCHEDULER_ENDPOINTS,
+};
 use crate::error::ApiError;
 
 /// What every handler can reach.
@@ -29,6 +35,10 @@ use crate::error::ApiError;
 pub struct AppState {
     /// The queue service.
     pub queue: Queue,
+    /// Clients, roles and the server's signing key.
+    pub auth: Authority,
+    /// Nonces of signed requests seen lately.
+    pub nonces: Arc<Nonces>,
     /// When the server started (for ping's uptime).
     pub started: Instant,
     /// The server's public root URL (no trailing slash), for URLs it hands out.
@@ -43,69 +53,100 @@ pub struct Subscribers(std::sync::Arc<std::sync::Mutex<std::collections::HashMap
 
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {
-    let api = api_router(ENDPOINTS, "queue");
-    let scheduler = api_router(SCHEDULER_ENDPOINTS, "scheduler")
+    let api = api_router(&state, ENDPOINTS, Some("queue"), extract::MAX_BODY_BYTES);
+    let scheduler = api_router(&state, SCHEDULER_ENDPOINTS, Some("scheduler"), routes::graphs::MAX_GRAPH_BYTES)
         // A graph carries up to 20,000 task definitions at once.
         .layer(DefaultBodyLimit::max(routes::graphs::MAX_GRAPH_BYTES));
-    let blob_routes = axum::routing::get(routes::blobs::get_blob)
-        .put(routes::blobs::put_blob)
-        // Artifact uploads stream to disk; they are not held to the JSON body limit.
-        .layer(DefaultBodyLimit::disable());
+    let auth = api_router(&state, AUTH_ENDPOINTS, Some("auth"), extract::MAX_BODY_BYTES);
+    // Artifact uploads stream to disk; they are not held to the JSON body limit.
+    let blobs = api_router(&state, BLOB_ENDPOINTS, None, extract::MAX_BODY_BYTES).layer(DefaultBodyLimit::disable());
+    let logs = api_router(&state, LOG_ENDPOINTS, None, routes::logs::MAX_CHUNK_BYTES)
+        .layer(DefaultBodyLimit::max(routes::logs::MAX_CHUNK_BYTES));
+    let events = api_router(&state, EVENT_ENDPOINTS, None, extract::MAX_BODY_BYTES);
     Router::new()
         .nest("/api/queue/v1", api)
         .nest("/api/scheduler/v1", scheduler)
-        .route("/blobs/v1/{task_id}/{run_id}/{*name}", blob_routes)
-        .route("/api/events/v1/connect", axum::routing::get(routes::events::connect))
-        .route("/api/events/v1/connect/", axum::routing::get(routes::events::connect))
-        .route(
-            "/logs/v1/{task_id}/{run_id}",
-            axum::routing::get(routes::logs::read_log)
-                .post(routes::logs::append_log)
-                .layer(DefaultBodyLimit::max(routes::logs::MAX_CHUNK_BYTES)),
-        )
+        .nest("/api/auth/v1", auth)
+        .nest("/blobs/v1", blobs)
+        .nest("/logs/v1", logs)
+        .nest("/api/events/v1", events)
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .with_state(state)
 }
 
-/// One API's routes from its endpoint table, each reporting its endpoint's name in errors,
-/// with its reference document.
-fn api_router(endpoints: &'static [Endpoint], service_name: &str) -> Router<AppState> {
+/// One API's routes from its endpoint table, each authenticating its caller and reporting
+/// its endpoint's name in errors, with the API's reference document when it has a name.
+fn api_router(
+    state: &AppState,
+    endpoints: &'static [Endpoint],
+    service_name: Option<&str>,
+    max_body: usize,
+) -> Router<AppState> {
     let mut api: Router<AppState> = Router::new();
     for endpoint in endpoints {
         let filter = match endpoint.method {
             "GET" => axum::routing::MethodFilter::GET,
             "PUT" => axum::routing::MethodFilter::PUT,
+            "DELETE" => axum::routing::MethodFilter::DELETE,
             _ => axum::routing::MethodFilter::POST,
         };
-        let name = endpoint.name;
-        let routed = (endpoint.handler)(filter)
-            .layer(middleware::from_fn(move |req: Request, next: Next| add_request_info(name, req, next)));
+        let routed = (endpoint.handler)(filter).layer(middleware::from_fn_with_state(
+            state.clone(),
+            move |State(state): State<AppState>, req: Request, next: Next| {
+                around_endpoint(state, endpoint, max_body, req, next)
+            },
+        ));
         let raw = endpoint.route.replace("{queue}", "{queue}/{queue_wt}");
         if raw != endpoint.route {
             api = api.route(&raw, routed.clone());
         }
         api = api.route(endpoint.route, routed);
     }
-    api.layer(axum::Extension(routes::meta::Reference(std::sync::Arc::new(json!({
-        "apiVersion": "v1",
-        "serviceName": service_name,
-        "entries": endpoints,
-    })))))
+    match service_name {
+        None => api,
+        Some(service_name) => api.layer(axum::Extension(routes::meta::Reference(Arc::new(json!({
+            "apiVersion": "v1",
+            "serviceName": service_name,
+            "entries": endpoints,
+        }))))),
+    }
 }
 
-/// Renders an [`ApiError`] left by a handler as Taskcluster's error body with `requestInfo`.
-async fn add_request_info(name: &'static str, req: Request, next: Next) -> Response {
+/// Authenticates the caller, runs the handler, and renders an [`ApiError`] it left as
+/// Taskcluster's error body with `requestInfo`.
+async fn around_endpoint(
+    state: AppState,
+    endpoint: &'static Endpoint,
+    max_body: usize,
+    req: Request,
+    next: Next,
+) -> Response {
     // A refcount bump, not a copy: most requests never need it.
     let uri = req.uri().clone();
-    let res = next.run(req).await;
+    let res = match auth::authenticate(&state, endpoint, req, max_body).await {
+        Err(err) => err.into_response(),
+        Ok(req) => {
+            let checked = req.extensions().get::<Caller>().map(|caller| Arc::clone(&caller.checked));
+            let res = next.run(req).await;
+            let unchecked = !matches!(endpoint.scopes, Scopes::Public)
+                && !checked.is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Relaxed));
+            if unchecked && !res.status().is_client_error() && !res.status().is_server_error() {
+                // Fail closed: an endpoint with scopes whose handler never asked for them.
+                tracing::error!(endpoint = endpoint.name, "handler answered without checking scopes");
+                ApiError::internal().into_response()
+            } else {
+                res
+            }
+        }
+    };
     let Some(err) = res.extensions().get::<ApiError>().cloned() else {
         return res;
     };
     let body = json!({
         "code": err.code,
         "message": err.message,
-        "requestInfo": {"method": name, "path": uri.path(), "time": shoal_service::now()},
+        "requestInfo": {"method": endpoint.name, "path": uri.path(), "time": shoal_service::now()},
     });
     (err.status, axum::Json(body)).into_response()
 }

@@ -2,6 +2,7 @@
 //! it, as a remote worker on another machine would. Calls are retried with capped
 //! exponential backoff on transport errors and 5xx answers, as Taskcluster's clients do.
 
+mod credentials;
 mod events;
 
 use std::time::Duration;
@@ -16,6 +17,7 @@ use shoal_engine::status::{TaskState, TaskStatus};
 pub use shoal_engine::graph::GraphState;
 pub use shoal_engine::message::GraphStatus;
 
+pub use credentials::Credentials;
 pub use events::{EventStream, StreamEvent};
 
 /// Attempts per call before giving up on transport errors and 5xx answers.
@@ -107,6 +109,9 @@ pub struct Claim {
     pub taken_until: Timestamp,
     /// The task definition (the payload is in `task["payload"]`).
     pub task: Value,
+    /// Credentials for this run: reclaim, resolve, artifacts and log.
+    #[serde(default)]
+    pub credentials: Option<Credentials>,
 }
 
 /// A client of one Shoal server.
@@ -114,6 +119,9 @@ pub struct Claim {
 pub struct Client {
     http: reqwest::Client,
     root_url: String,
+    /// Shared by the clones of one `with_credentials`, so that renewed run credentials
+    /// reach every part of a worker that uses them.
+    credentials: Option<std::sync::Arc<std::sync::RwLock<Credentials>>>,
 }
 
 impl Client {
@@ -127,7 +135,27 @@ impl Client {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|err| ClientError::Transport(err.to_string()))?;
-        Ok(Client { http, root_url: root_url.trim_end_matches('/').to_owned() })
+        Ok(Client { http, root_url: root_url.trim_end_matches('/').to_owned(), credentials: None })
+    }
+
+    /// This client signing its calls with `credentials` (or anonymous with `None`).
+    #[must_use]
+    pub fn with_credentials(&self, credentials: Option<Credentials>) -> Client {
+        let credentials = credentials.map(|credentials| std::sync::Arc::new(std::sync::RwLock::new(credentials)));
+        Client { credentials, ..self.clone() }
+    }
+
+    /// Replaces the credentials this client (and its clones) sign with: those a reclaim renewed.
+    pub fn renew_credentials(&self, renewed: Credentials) {
+        if let Some(credentials) = &self.credentials {
+            *credentials.write().unwrap_or_else(std::sync::PoisonError::into_inner) = renewed;
+        }
+    }
+
+    /// The server's root URL.
+    #[must_use]
+    pub fn root_url(&self) -> &str {
+        &self.root_url
     }
 
     fn queue(&self, path: &str) -> String {
@@ -176,12 +204,25 @@ impl Client {
     ) -> Result<(StatusCode, Vec<u8>), ClientError> {
         let mut backoff = BACKOFF;
         let mut attempt = 1;
+        let body = match &body {
+            Some(Body::Json(value)) => Some((
+                "application/json",
+                serde_json::to_vec(value).map_err(|err| ClientError::Decode(format!("request body: {err}")))?,
+            )),
+            Some(Body::Bytes(bytes)) => Some(("application/octet-stream", bytes.to_vec())),
+            None => None,
+        };
         loop {
             let mut request = self.http.request(method.clone(), url);
-            match &body {
-                Some(Body::Json(value)) => request = request.json(value),
-                Some(Body::Bytes(bytes)) => request = request.body(bytes.to_vec()),
-                None => {}
+            if let Some((content_type, bytes)) = &body {
+                request = request.header(reqwest::header::CONTENT_TYPE, *content_type).body(bytes.clone());
+            }
+            if let Some(credentials) = &self.credentials {
+                // Signed anew each attempt: a retry must not reuse the nonce.
+                let signed = body.as_ref().map(|(content_type, bytes)| (*content_type, bytes.as_slice()));
+                let credentials = credentials.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+                let authorization = credentials.authorization(method.as_str(), url, signed)?;
+                request = request.header(reqwest::header::AUTHORIZATION, authorization);
             }
             let failure = match request.send().await {
                 Ok(res) => {
@@ -249,15 +290,17 @@ impl Client {
     ///
     /// # Errors
     /// As the server answers.
-    pub async fn reclaim(&self, task_id: &str, run_id: u32) -> Result<Timestamp, ClientError> {
+    pub async fn reclaim(&self, task_id: &str, run_id: u32) -> Result<(Timestamp, Option<Credentials>), ClientError> {
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
         struct Answer {
             taken_until: Timestamp,
+            #[serde(default)]
+            credentials: Option<Credentials>,
         }
         let url = self.queue(&format!("/task/{task_id}/runs/{run_id}/reclaim"));
         let answer: Answer = self.call(Method::POST, &url, None).await?;
-        Ok(answer.taken_until)
+        Ok((answer.taken_until, answer.credentials))
     }
 
     /// reportCompleted, reportFailed or reportException.

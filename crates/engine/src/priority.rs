@@ -61,6 +61,18 @@ impl Priority {
             Priority::Numeric(n) => n,
         }
     }
+
+    /// The priorities whose createTask scope lets a task have this one: every name at least
+    /// as urgent, and a number itself (`queue:create-task:<priority>:<taskQueueId>`).
+    #[must_use]
+    pub fn scope_names(self) -> Vec<String> {
+        let mut names: Vec<String> =
+            NAMED.iter().filter(|(_, rank)| *rank <= self.rank()).map(|(name, _)| (*name).to_owned()).collect();
+        if let Priority::Numeric(n) = self {
+            names.push(n.to_string());
+        }
+        names
+    }
 }
 
 impl fmt::Display for Priority {
@@ -103,6 +115,13 @@ mod tests {
         assert_eq!(Priority::LOWEST, lowest);
         assert_eq!(serde_json::to_value(swarming).unwrap(), json!(100));
         assert_eq!(serde_json::to_value(highest).unwrap(), json!("highest"));
+    }
+
+    #[test]
+    fn a_priority_is_allowed_by_the_scopes_of_as_urgent_ones() {
+        assert_eq!(Priority::parse("p", &json!("high")).unwrap().scope_names(), ["highest", "very-high", "high"]);
+        assert_eq!(Priority::LOWEST.scope_names().len(), 7);
+        assert_eq!(Priority::Numeric(70).scope_names(), ["highest", "very-high", "70"]);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! Every operation is one store step; what the step committed decides which waiting workers
 //! to wake. This is also the only place that reads the clock.
 
+pub mod auth;
 mod clock;
 mod due;
 mod live;
@@ -30,6 +31,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 use shoal_store::{ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskGroup};
 use tokio::sync::watch;
 
+pub use auth::{Authority, run_auth_refresh};
 pub use clock::now;
 pub use due::run_due_loop;
 pub use live::LogProgress;

@@ -10,19 +10,7 @@ use serde_json::{Value, json};
 use shoal_client::{Client, GroupMember};
 use shoal_engine::status::TaskState;
 
-/// Where the server is.
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct ServerAddress {
-    /// The server's root URL.
-    #[arg(long, env = "SHOAL_ROOT_URL", default_value = "http://127.0.0.1:8080", global = true)]
-    root_url: String,
-}
-
-impl ServerAddress {
-    pub(crate) fn client(&self) -> anyhow::Result<Client> {
-        Client::new(&self.root_url).context("building the HTTP client")
-    }
-}
+pub(crate) use crate::credentials::ServerAddress;
 
 /// `shoal task …`.
 #[derive(Debug, clap::Subcommand)]

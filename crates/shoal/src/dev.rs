@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::json;
-use shoal_client::Client;
+use shoal_client::{Client, Credentials};
 use tokio::sync::watch;
 
 use crate::{RunningServer, ServerConfig, ShutdownSignal, stopped};
@@ -44,12 +44,21 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
     let config = ServerConfig { listen: args.listen, data_dir, claim_timeout: 120, ..ServerConfig::default() };
     let server = RunningServer::start(&config).await?;
     let root = server.root_url.clone();
+    let root_credentials = Credentials {
+        client_id: shoal_engine::auth::ROOT_CLIENT_ID.to_owned(),
+        access_token: server.root_token.0.clone(),
+        certificate: None,
+    };
     println!("Shoal is running at {root}  (rootUrl for Taskcluster clients; queue API at {root}/api/queue/v1/)");
+    println!("For the CLI and Taskcluster clients in another shell (the root client holds every scope):");
+    println!("  export TASKCLUSTER_ROOT_URL={root}");
+    println!("  export TASKCLUSTER_CLIENT_ID={}", root_credentials.client_id);
+    println!("  export TASKCLUSTER_ACCESS_TOKEN={}", root_credentials.access_token);
 
     let (stop_workers, workers_stop) = watch::channel(false);
     let mut workers = tokio::task::JoinSet::new();
     for idx in 0..args.workers {
-        let client = Client::new(&root)?;
+        let client = Client::new(&root)?.with_credentials(Some(root_credentials.clone()));
         let config = shoal_worker::WorkerConfig {
             task_queue_id: DEV_QUEUE.into(),
             worker_group: "dev".into(),
@@ -65,7 +74,7 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
 
     let mut all_completed = true;
     if args.example {
-        let client = Client::new(&root)?;
+        let client = Client::new(&root)?.with_credentials(Some(root_credentials.clone()));
         let graph = crate::graph::parse_graph(EXAMPLE, Some(DEV_QUEUE)).context("the example graph")?;
         let task_graph_id = slugid::nice();
         client.create_task_graph(&task_graph_id, &graph).await.context("submitting the example graph")?;

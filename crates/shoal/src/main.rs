@@ -10,11 +10,12 @@ use clap::{Parser, Subcommand};
 use shoal_api::AppState;
 use shoal_blobs::Blobs;
 use shoal_bus::{AmqpBus, Bus};
-use shoal_service::{Queue, QueueConfig, SizeLimits};
+use shoal_service::{Authority, Queue, QueueConfig, SizeLimits};
 use shoal_store::{PgConfig, PgStore, SqliteConfig, SqliteStore, Store};
 use tokio::sync::watch;
 
 mod cli;
+mod credentials;
 mod dev;
 mod graph;
 mod limits;
@@ -117,9 +118,10 @@ enum GroupCommand {
 /// Flags of `shoal worker`.
 #[derive(Debug, Clone, clap::Args)]
 struct WorkerArgs {
-    /// The server's root URL.
-    #[arg(long, env = "SHOAL_ROOT_URL", default_value = "http://127.0.0.1:8080")]
-    root_url: String,
+    /// The server and the worker's credentials (it needs queue:claim-work:<queue> and
+    /// queue:worker-id:<group>/<id>; each claimed run brings its own).
+    #[command(flatten)]
+    address: cli::ServerAddress,
     /// The task queue to claim from, `provisionerId/workerType`.
     #[arg(long)]
     queue: String,
@@ -196,6 +198,10 @@ struct ServerArgs {
     /// Most bytes one run's live log may hold [default: 1 GiB].
     #[arg(long, env = "SHOAL_MAX_LOG_BYTES")]
     max_log_bytes: Option<u64>,
+    /// The root client's access token [default: made on first start and kept in
+    /// <data-dir>/root-access-token].
+    #[arg(long, env = "SHOAL_ROOT_ACCESS_TOKEN", hide_env_values = true)]
+    root_access_token: Option<String>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -215,6 +221,7 @@ struct ServerConfig {
     max_artifact_bytes: u64,
     max_run_bytes: u64,
     max_log_bytes: u64,
+    root_access_token: Option<credentials::Secret>,
 }
 
 impl Default for ServerConfig {
@@ -233,6 +240,7 @@ impl Default for ServerConfig {
             max_artifact_bytes: SizeLimits::default().artifact_bytes,
             max_run_bytes: SizeLimits::default().run_bytes,
             max_log_bytes: SizeLimits::default().log_bytes,
+            root_access_token: None,
         }
     }
 }
@@ -322,6 +330,9 @@ impl ServerConfig {
         if let Some(bytes) = args.max_log_bytes {
             config.max_log_bytes = bytes;
         }
+        if let Some(token) = &args.root_access_token {
+            config.root_access_token = Some(credentials::Secret(token.clone()));
+        }
         config.validate()?;
         Ok(config)
     }
@@ -350,6 +361,9 @@ impl ServerConfig {
                 root_url.starts_with("http://") || root_url.starts_with("https://"),
                 "root-url must be an http:// or https:// URL"
             );
+        }
+        if let Some(credentials::Secret(token)) = &self.root_access_token {
+            credentials::check_root_token(token)?;
         }
         if let Some(amqp_url) = &self.amqp_url {
             AmqpBus::new(amqp_url).map_err(|err| anyhow::anyhow!("amqp-url: {err}"))?;
@@ -432,10 +446,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
 struct RunningServer {
     local: SocketAddr,
     root_url: String,
+    /// The root client's access token (for `shoal dev`'s own workers and its exports).
+    root_token: credentials::Secret,
     stop: watch::Sender<bool>,
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
     due: tokio::task::JoinHandle<()>,
     publisher: tokio::task::JoinHandle<()>,
+    auth_refresh: tokio::task::JoinHandle<()>,
     queue: Queue,
     store: Store,
 }
@@ -467,6 +484,12 @@ impl RunningServer {
             Ok(n_removed) => tracing::info!(n_removed, "removed temporary uploads left by a stopped server"),
             Err(err) => tracing::warn!(error = %err, "looking for temporary uploads left behind failed"),
         });
+        let (root_token, kept) = credentials::root_access_token(config.root_access_token.as_ref(), &config.data_dir)?;
+        if let Some(path) = &kept {
+            tracing::info!(path = %path.display(), "the root client's access token is in this file (clientId root)");
+        }
+        let root_token_copy = root_token.clone();
+        let auth = Authority::open(store.clone(), root_token).await.context("loading clients and roles")?;
         let queue = Queue::new(store.clone(), blobs, queue_config);
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -478,8 +501,11 @@ impl RunningServer {
         let due = tokio::spawn(shoal_service::run_due_loop(queue.clone(), stopped(stop_rx.clone())));
         let publisher =
             tokio::spawn(shoal_service::run_publisher(store.clone(), config.bus()?, stopped(stop_rx.clone())));
+        let auth_refresh = tokio::spawn(shoal_service::run_auth_refresh(auth.clone(), stopped(stop_rx.clone())));
         let state = AppState {
             queue: queue.clone(),
+            auth,
+            nonces: Default::default(),
             started: Instant::now(),
             root_url: root_url.clone(),
             subscribers: shoal_api::Subscribers::default(),
@@ -491,7 +517,18 @@ impl RunningServer {
         };
         tracing::debug!(max_connections = connection_limits.max_connections, descriptors, "connection limits");
         let serving = tokio::spawn(shoal_api::serve_with(listener, state, connection_limits, stopped(stop_rx)));
-        Ok(RunningServer { local, root_url, stop, serving, due, publisher, queue, store })
+        Ok(RunningServer {
+            local,
+            root_url,
+            root_token: credentials::Secret(root_token_copy),
+            stop,
+            serving,
+            due,
+            publisher,
+            auth_refresh,
+            queue,
+            store,
+        })
     }
 
     /// Stops in stages: no new requests, open ones finish, the due loop stops, the store
@@ -503,6 +540,7 @@ impl RunningServer {
         self.queue.close_subscriptions();
         self.serving.await.context("server task")?.context("serving")?;
         self.due.await.context("due loop")?;
+        self.auth_refresh.await.context("auth refresh")?;
         // Unpublished messages stay in the outbox for the next start.
         self.publisher.await.context("publisher")?;
         self.store.close().await;
@@ -513,7 +551,7 @@ impl RunningServer {
 
 async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let shutdown = ShutdownSignal::install()?;
-    let client = shoal_client::Client::new(&args.root_url).context("building the HTTP client")?;
+    let client = args.address.client()?;
     let mut dimensions = serde_json::Map::new();
     for (key, value) in args.dimensions {
         let values = dimensions.entry(key).or_insert_with(|| serde_json::Value::Array(Vec::new()));
@@ -585,6 +623,7 @@ mod tests {
             max_artifact_bytes: None,
             max_run_bytes: None,
             max_log_bytes: None,
+            root_access_token: None,
         }
     }
 

@@ -188,6 +188,15 @@ impl Store {
         }
     }
 
+    /// The scheduler id the task-graph scheduler gives its tasks.
+    #[must_use]
+    pub fn graph_scheduler_id(&self) -> &str {
+        match self {
+            Store::Sqlite(store) => store.graph_scheduler_id(),
+            Store::Postgres(store) => store.graph_scheduler_id(),
+        }
+    }
+
     /// Creates, changes or deletes a client or role.
     ///
     /// # Errors

@@ -73,7 +73,13 @@ pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Out
                         tracing::error!(task.id = %claim.status.task_id, "more runs claimed than free slots; the run will expire");
                         continue;
                     };
-                    let (client, config, stopping) = (client.clone(), config.clone(), stopping.clone());
+                    // The run's own credentials, when the server handed them out; the worker's
+                    // otherwise (a server without them).
+                    let client = match &claim.credentials {
+                        Some(credentials) => client.with_credentials(Some(credentials.clone())),
+                        None => client.clone(),
+                    };
+                    let (config, stopping) = (config.clone(), stopping.clone());
                     running.spawn(async move {
                         run::run_claim(client, config, claim, slot, stopping).await;
                         slot

@@ -178,7 +178,12 @@ async fn keep_claim(
         let wait = Duration::from_millis((remaining / 3).max(200)).min(MAX_RECLAIM_INTERVAL);
         tokio::time::sleep(wait).await;
         match client.reclaim(&task_id, run_id).await {
-            Ok(until) => taken_until = until,
+            Ok((until, renewed)) => {
+                taken_until = until;
+                if let Some(renewed) = renewed {
+                    client.renew_credentials(renewed);
+                }
+            }
             Err(err) if err.is_conflict() => {
                 tracing::info!(task.id = %task_id, run.id = run_id, "the run was canceled or expired; stopping it");
                 revoked.cancel();

@@ -1,6 +1,8 @@
 //! Artifacts: creating them, and serving them by run or from the latest run, as redirects,
 //! content descriptions, listings and infos.
 
+use std::time::{Duration, SystemTime};
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -11,12 +13,14 @@ use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, check_name
 use shoal_store::{ArtifactKey, StoreError};
 
 use crate::AppState;
+use crate::auth::hawk::sign_url;
+use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
 use crate::extract::{Paging, Params, RawBody, parse_json};
 use crate::routes::with_continuation;
 
-/// How long the upload URL of a blob artifact is said to be valid (Taskcluster: 45 minutes).
-const PUT_URL_VALID_MS: i64 = 45 * 60 * 1000;
+/// How long the upload URL of a blob artifact is valid (Taskcluster: 45 minutes).
+const PUT_URL_VALID: Duration = Duration::from_secs(45 * 60);
 
 fn artifact_name(params: &Params) -> Result<String, ApiError> {
     let name = params.0.get("name").cloned().unwrap_or_default();
@@ -32,21 +36,60 @@ pub(crate) fn blob_url(root_url: &str, task_id: TaskId, run_id: u32, name: &str)
     format!("{root_url}/blobs/v1/{task_id}/{run_id}/{}", percent_encoding::utf8_percent_encode(name, PATH))
 }
 
-/// Where an artifact's content is: a blob or live log on this server, or a reference's URL.
-fn content_url(state: &AppState, task_id: TaskId, run_id: u32, artifact: &Artifact) -> String {
-    match &artifact.kind {
+/// How long a signed download URL works (Taskcluster's signed S3 URLs: 30 minutes).
+const GET_URL_VALID: Duration = Duration::from_secs(30 * 60);
+
+/// A blob's URL on this server signed for `method` until `valid` from now: the bewit lets
+/// the holder read (or upload) that one blob and nothing else.
+pub(crate) fn signed_blob_url(
+    state: &AppState,
+    method: &str,
+    task_id: TaskId,
+    run_id: u32,
+    name: &str,
+    valid: Duration,
+) -> Result<String, ApiError> {
+    let url = blob_url(&state.root_url, task_id, run_id, name);
+    let parsed = url::Url::parse(&url).map_err(|_| StoreError::Other(format!("unusable root URL {url}")))?;
+    let host = parsed.host_str().unwrap_or_default();
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    let resource = &parsed[url::Position::BeforePath..];
+    let signer = (shoal_engine::auth::QUEUE_CLIENT_ID, state.auth.signing_token());
+    let signed = sign_url((host, port), method, resource, signer, SystemTime::now() + valid)
+        .ok_or_else(|| StoreError::Other("signing a URL".into()))?;
+    Ok(format!("{}{signed}", &parsed[..url::Position::BeforePath]))
+}
+
+/// Where an artifact's content is: a blob (by a signed URL) or live log on this server, or
+/// a reference's URL.
+fn content_url(state: &AppState, task_id: TaskId, run_id: u32, artifact: &Artifact) -> Result<String, ApiError> {
+    Ok(match &artifact.kind {
         ArtifactKind::Reference { url, .. } => url.clone(),
         ArtifactKind::LiveLog => format!("{}/logs/v1/{task_id}/{run_id}?follow=1", state.root_url),
-        _ => blob_url(&state.root_url, task_id, run_id, &artifact.name),
-    }
+        _ => signed_blob_url(state, "GET", task_id, run_id, &artifact.name, GET_URL_VALID)?,
+    })
+}
+
+/// Artifact names outside `public/`: reading each needs `queue:get-artifact:<name>`.
+pub(crate) fn private_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut private: Vec<String> =
+        names.into_iter().filter(|name| !name.starts_with("public/")).map(str::to_owned).collect();
+    private.dedup();
+    private
+}
+
+fn run_vars(params: &Params) -> Result<Vars, ApiError> {
+    Ok(Vars::new().one("taskId", params.task_id()?).one("runId", params.run_id()?))
 }
 
 pub(crate) async fn create_artifact(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>, ApiError> {
     let key = ArtifactKey { task_id: params.task_id()?, run_id: params.run_id()?, name: artifact_name(&params)? };
+    caller.authorize(&run_vars(&params)?)?;
     let request: ArtifactRequest = parse_json(&body)?;
     let (task_id, run_id, name) = (key.task_id, key.run_id, key.name.clone());
     let artifact = state.queue.create_artifact(key, request).await?;
@@ -54,8 +97,8 @@ pub(crate) async fn create_artifact(
         ArtifactKind::Blob { content_type, .. } => json!({
             "storageType": "s3",
             "contentType": content_type,
-            "expires": shoal_service::now().plus_millis(PUT_URL_VALID_MS),
-            "putUrl": blob_url(&state.root_url, task_id, run_id, &name),
+            "expires": shoal_service::now().plus_millis(PUT_URL_VALID.as_millis() as i64),
+            "putUrl": signed_blob_url(&state, "PUT", task_id, run_id, &name, PUT_URL_VALID)?,
         }),
         other => json!({ "storageType": other.storage_type() }),
     };
@@ -63,8 +106,13 @@ pub(crate) async fn create_artifact(
 }
 
 /// finishArtifact: for a blob, confirms its bytes are complete.
-pub(crate) async fn finish_artifact(State(state): State<AppState>, params: Params) -> Result<StatusCode, ApiError> {
+pub(crate) async fn finish_artifact(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<StatusCode, ApiError> {
     let (task_id, run_id, name) = (params.task_id()?, params.run_id()?, artifact_name(&params)?);
+    caller.authorize(&run_vars(&params)?)?;
     let found = state.queue.store().read(move |reads| reads.artifact(task_id, run_id, &name)).await?;
     match found {
         None => Err(ApiError::not_found("artifact not found")),
@@ -108,16 +156,31 @@ fn storage_header(res: &mut Response, artifact: &Artifact) {
         .insert("x-taskcluster-artifact-storage-type", HeaderValue::from_static(artifact.kind.storage_type()));
 }
 
+/// The artifact a read names, once the caller may read it (and every link it leads through).
+async fn readable(
+    state: &AppState,
+    caller: &Caller,
+    params: &Params,
+    latest: bool,
+) -> Result<(TaskId, u32, Artifact), ApiError> {
+    let name = artifact_name(params)?;
+    // Private names are refused before anything is looked up, so that a refusal tells nothing.
+    caller.authorize(&Vars::new().many("privateNames", private_names([name.as_str()])))?;
+    let (task_id, run_id) = run_of(state, params, latest).await?;
+    let artifact = resolve(state, task_id, run_id, name.clone()).await?;
+    caller.authorize(&Vars::new().many("privateNames", private_names([name.as_str(), artifact.name.as_str()])))?;
+    Ok((task_id, run_id, artifact))
+}
+
 /// 303 to the content (a blob on this server, or a reference's URL), 424 for an error artifact.
-async fn redirect(state: AppState, params: Params, latest: bool) -> Result<Response, ApiError> {
-    let (task_id, run_id) = run_of(&state, &params, latest).await?;
-    let artifact = resolve(&state, task_id, run_id, artifact_name(&params)?).await?;
+async fn redirect(state: AppState, caller: Caller, params: Params, latest: bool) -> Result<Response, ApiError> {
+    let (task_id, run_id, artifact) = readable(&state, &caller, &params, latest).await?;
     let mut res = match &artifact.kind {
         ArtifactKind::Error { reason, message } => {
             (StatusCode::FAILED_DEPENDENCY, Json(json!({ "reason": reason, "message": message }))).into_response()
         }
         kind => {
-            let url = content_url(&state, task_id, run_id, &artifact);
+            let url = content_url(&state, task_id, run_id, &artifact)?;
             let location =
                 HeaderValue::from_str(&url).map_err(|_| StoreError::Other("unusable artifact URL".into()))?;
             let body = Json(json!({ "storageType": kind.storage_type(), "url": url }));
@@ -130,36 +193,51 @@ async fn redirect(state: AppState, params: Params, latest: bool) -> Result<Respo
     Ok(res)
 }
 
-pub(crate) async fn get_artifact(State(state): State<AppState>, params: Params) -> Result<Response, ApiError> {
-    redirect(state, params, false).await
+pub(crate) async fn get_artifact(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Response, ApiError> {
+    redirect(state, caller, params, false).await
 }
 
-pub(crate) async fn get_latest_artifact(State(state): State<AppState>, params: Params) -> Result<Response, ApiError> {
-    redirect(state, params, true).await
+pub(crate) async fn get_latest_artifact(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Response, ApiError> {
+    redirect(state, caller, params, true).await
 }
 
 /// How to fetch the content, as JSON (the official clients' download helpers use this).
-async fn content(state: AppState, params: Params, latest: bool) -> Result<Json<Value>, ApiError> {
-    let (task_id, run_id) = run_of(&state, &params, latest).await?;
-    let artifact = resolve(&state, task_id, run_id, artifact_name(&params)?).await?;
+async fn content(state: AppState, caller: Caller, params: Params, latest: bool) -> Result<Json<Value>, ApiError> {
+    let (task_id, run_id, artifact) = readable(&state, &caller, &params, latest).await?;
     Ok(Json(match &artifact.kind {
         ArtifactKind::Error { reason, message } => {
             json!({ "storageType": "error", "reason": reason, "message": message })
         }
         ArtifactKind::Reference { url, .. } => json!({ "storageType": "reference", "url": url }),
-        _ => json!({ "storageType": "s3", "url": blob_url(&state.root_url, task_id, run_id, &artifact.name) }),
+        _ => json!({
+            "storageType": "s3",
+            "url": signed_blob_url(&state, "GET", task_id, run_id, &artifact.name, GET_URL_VALID)?,
+        }),
     }))
 }
 
-pub(crate) async fn artifact_content(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
-    content(state, params, false).await
+pub(crate) async fn artifact_content(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    content(state, caller, params, false).await
 }
 
 pub(crate) async fn latest_artifact_content(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
-    content(state, params, true).await
+    content(state, caller, params, true).await
 }
 
 fn info_body(artifact: &Artifact) -> Value {

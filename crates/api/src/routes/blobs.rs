@@ -9,8 +9,10 @@ use http_body_util::BodyExt;
 use shoal_store::ArtifactKey;
 
 use crate::AppState;
+use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
 use crate::extract::Params;
+use crate::routes::artifacts::private_names;
 
 fn key_of(params: &Params) -> Result<ArtifactKey, ApiError> {
     let name = params.0.get("name").cloned().unwrap_or_default();
@@ -21,10 +23,13 @@ fn key_of(params: &Params) -> Result<ArtifactKey, ApiError> {
 /// Receives a blob artifact's bytes, then marks it uploaded.
 pub(crate) async fn put_blob(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     mut body: Body,
 ) -> Result<StatusCode, ApiError> {
-    let mut upload = state.queue.begin_upload(key_of(&params)?).await?;
+    let key = key_of(&params)?;
+    caller.authorize(&Vars::new().one("taskId", key.task_id).one("runId", key.run_id))?;
+    let mut upload = state.queue.begin_upload(key).await?;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|err| ApiError::invalid_input(format!("body: upload interrupted: {err}")))?;
         if let Some(data) = frame.data_ref() {
@@ -36,8 +41,14 @@ pub(crate) async fn put_blob(
 }
 
 /// Serves a blob artifact's bytes with its content type.
-pub(crate) async fn get_blob(State(state): State<AppState>, params: Params) -> Result<Response, ApiError> {
-    let (artifact, file, size) = state.queue.open_blob(&key_of(&params)?).await?;
+pub(crate) async fn get_blob(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Response, ApiError> {
+    let key = key_of(&params)?;
+    caller.authorize(&Vars::new().many("privateNames", private_names([key.name.as_str()])))?;
+    let (artifact, file, size) = state.queue.open_blob(&key).await?;
     let stream = tokio_util::io::ReaderStream::new(file);
     let mut res = Body::from_stream(stream).into_response();
     let content_type = HeaderValue::from_str(artifact.kind.content_type())

@@ -15,8 +15,10 @@ use shoal_engine::{TaskId, Timestamp};
 use shoal_store::{Claim, ClaimRequest};
 
 use crate::AppState;
+use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
 use crate::extract::{Body, Params};
+use crate::routes::tasks::status_of;
 use crate::routes::{StatusBody, status_body};
 
 /// Most tasks one claimWork may ask for.
@@ -47,23 +49,37 @@ fn check_worker(worker_group: &str, worker_id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Temporary credentials in Taskcluster's shape. Shoal does not check signatures yet, so
-/// these only let clients that expect them carry on; they grant nothing.
+/// Temporary credentials for one run, in Taskcluster's shape: the worker signs its calls on
+/// the run with them (reclaim, resolve, artifacts, log) until the claim's takenUntil.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Credentials {
     client_id: String,
-    access_token: &'static str,
-    certificate: &'static str,
+    access_token: String,
+    certificate: String,
 }
 
-fn credentials(task_id: TaskId, run_id: u32, worker_group: &str, worker_id: &str, until: Timestamp) -> Credentials {
-    let expiry = until.millis() / 1000;
-    Credentials {
-        client_id: format!("task-client/{task_id}/{run_id}/on/{worker_group}/{worker_id}/until/{expiry}"),
-        access_token: "",
-        certificate: "",
-    }
+/// Just the scopes of a stored definition.
+#[derive(Deserialize)]
+struct TaskScopes {
+    #[serde(default)]
+    scopes: Vec<String>,
+}
+
+fn task_scopes(definition: &str) -> Vec<String> {
+    serde_json::from_str::<TaskScopes>(definition).map(|task| task.scopes).unwrap_or_default()
+}
+
+fn credentials(
+    state: &AppState,
+    task_id: TaskId,
+    run_id: u32,
+    worker: (&str, &str),
+    definition: &str,
+    until: Timestamp,
+) -> Credentials {
+    let issued = state.auth.run_credentials(task_id, run_id, worker, &task_scopes(definition), until);
+    Credentials { client_id: issued.client_id, access_token: issued.access_token, certificate: issued.certificate }
 }
 
 /// One claim as claimWork and claimTask answer it.
@@ -74,9 +90,15 @@ pub(crate) struct ClaimBody {
     credentials: Credentials,
 }
 
-fn claim_body(claim: Claim) -> ClaimBody {
-    let credentials =
-        credentials(claim.status.task_id, claim.run_id, &claim.worker_group, &claim.worker_id, claim.taken_until);
+fn claim_body(state: &AppState, claim: Claim) -> ClaimBody {
+    let credentials = credentials(
+        state,
+        claim.status.task_id,
+        claim.run_id,
+        (&claim.worker_group, &claim.worker_id),
+        claim.task.get(),
+        claim.taken_until,
+    );
     ClaimBody { claim, credentials }
 }
 
@@ -86,13 +108,19 @@ pub(crate) struct ClaimWorkAnswer {
     tasks: Vec<ClaimBody>,
 }
 
+fn worker_vars(task_queue_id: &str, worker_group: &str, worker_id: &str) -> Vars {
+    Vars::new().one("taskQueueId", task_queue_id).one("workerGroup", worker_group).one("workerId", worker_id)
+}
+
 pub(crate) async fn claim_work(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     Body(body): Body<ClaimWorkBody>,
 ) -> Result<Json<ClaimWorkAnswer>, ApiError> {
     let task_queue_id = params.task_queue_id()?;
     check_worker(&body.worker_group, &body.worker_id)?;
+    caller.authorize(&worker_vars(&task_queue_id, &body.worker_group, &body.worker_id))?;
     if !(1..=MAX_CLAIM).contains(&body.tasks) {
         return Err(ApiError::invalid_input(format!("tasks: must be an integer 1..={MAX_CLAIM}")));
     }
@@ -105,7 +133,7 @@ pub(crate) async fn claim_work(
     };
     let wait: Duration = state.queue.config().claim_wait;
     let claims = state.queue.claim_work(request, wait).await?;
-    Ok(Json(ClaimWorkAnswer { tasks: claims.into_iter().map(claim_body).collect() }))
+    Ok(Json(ClaimWorkAnswer { tasks: claims.into_iter().map(|claim| claim_body(&state, claim)).collect() }))
 }
 
 #[derive(Deserialize)]
@@ -117,50 +145,75 @@ pub(crate) struct ClaimTaskBody {
 
 pub(crate) async fn claim_task(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     Body(body): Body<ClaimTaskBody>,
 ) -> Result<Json<ClaimBody>, ApiError> {
     let task_id = params.task_id()?;
     let run_id = params.run_id()?;
     check_worker(&body.worker_group, &body.worker_id)?;
+    let status = status_of(&state, task_id).await?;
+    caller.authorize(&worker_vars(&status.task_queue_id, &body.worker_group, &body.worker_id))?;
     let claim = state.queue.claim_task(task_id, run_id, body.worker_group, body.worker_id).await?;
-    Ok(Json(claim_body(claim)))
+    Ok(Json(claim_body(&state, claim)))
 }
 
-pub(crate) async fn reclaim_task(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
-    let task_id = params.task_id()?;
-    let run_id = params.run_id()?;
+fn run_vars(params: &Params) -> Result<(TaskId, u32, Vars), ApiError> {
+    let (task_id, run_id) = (params.task_id()?, params.run_id()?);
+    Ok((task_id, run_id, Vars::new().one("taskId", task_id).one("runId", run_id)))
+}
+
+pub(crate) async fn reclaim_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let (task_id, run_id, vars) = run_vars(&params)?;
+    caller.authorize(&vars)?;
     let status = state.queue.apply(task_id, TaskCommand::Reclaim { run_id }).await?;
     let run = status.runs.get(run_id as usize).cloned().ok_or_else(|| ApiError::not_found("run vanished"))?;
     let worker_group = run.worker_group.unwrap_or_default();
     let worker_id = run.worker_id.unwrap_or_default();
     let taken_until = run.taken_until.unwrap_or(Timestamp(0));
+    let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
+    let definition = record.map(|record| record.task.get().to_owned()).unwrap_or_default();
+    let credentials = credentials(&state, task_id, run_id, (&worker_group, &worker_id), &definition, taken_until);
     Ok(Json(json!({
         "status": status,
         "runId": run_id,
         "workerGroup": worker_group,
         "workerId": worker_id,
         "takenUntil": taken_until,
-        "credentials": credentials(task_id, run_id, &worker_group, &worker_id, taken_until),
+        "credentials": credentials,
     })))
 }
 
-async fn resolve(state: &AppState, params: &Params, resolution: Resolution) -> Result<Json<StatusBody>, ApiError> {
-    let task_id = params.task_id()?;
-    let run_id = params.run_id()?;
+async fn resolve(
+    state: &AppState,
+    caller: &Caller,
+    params: &Params,
+    resolution: Resolution,
+) -> Result<Json<StatusBody>, ApiError> {
+    let (task_id, run_id, vars) = run_vars(params)?;
+    caller.authorize(&vars)?;
     let status = state.queue.apply(task_id, TaskCommand::Resolve { run_id, resolution }).await?;
     Ok(status_body(status))
 }
 
 pub(crate) async fn report_completed(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
 ) -> Result<Json<StatusBody>, ApiError> {
-    resolve(&state, &params, Resolution::Completed).await
+    resolve(&state, &caller, &params, Resolution::Completed).await
 }
 
-pub(crate) async fn report_failed(State(state): State<AppState>, params: Params) -> Result<Json<StatusBody>, ApiError> {
-    resolve(&state, &params, Resolution::Failed).await
+pub(crate) async fn report_failed(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<StatusBody>, ApiError> {
+    resolve(&state, &caller, &params, Resolution::Failed).await
 }
 
 #[derive(Deserialize)]
@@ -171,6 +224,7 @@ pub(crate) struct ExceptionBody {
 
 pub(crate) async fn report_exception(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     Body(body): Body<ExceptionBody>,
 ) -> Result<Json<StatusBody>, ApiError> {
@@ -179,5 +233,5 @@ pub(crate) async fn report_exception(
             "reason: must be one of worker-shutdown, malformed-payload, resource-unavailable, internal-error, superseded, intermittent-task",
         )
     })?;
-    resolve(&state, &params, resolution).await
+    resolve(&state, &caller, &params, resolution).await
 }

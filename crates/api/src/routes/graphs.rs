@@ -7,14 +7,16 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shoal_engine::TaskId;
-use shoal_engine::graph::{ExtensionInput, GraphInput};
+use shoal_engine::graph::{ExtensionInput, GraphInput, Labelled};
+use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskState;
 use shoal_store::{GraphNode, GraphRecord, GraphRequest};
 
 use crate::AppState;
+use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
 use crate::extract::{Params, parse_json};
 
@@ -31,14 +33,67 @@ fn body<T: serde::de::DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) ->
     parse_json(&bytes)
 }
 
+/// What createTask's scopes need of a submitted task, as submitted (defaults as the queue's).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SubmittedTask {
+    #[serde(default)]
+    scopes: Vec<String>,
+    #[serde(default)]
+    routes: Vec<String>,
+    #[serde(default = "no_project")]
+    project_id: String,
+    task_queue_id: Option<String>,
+    provisioner_id: Option<String>,
+    worker_type: Option<String>,
+    #[serde(default)]
+    priority: Option<Value>,
+}
+
+fn no_project() -> String {
+    "none".to_owned()
+}
+
+/// Checks that the caller may create every task of a submission, as the graph's scheduler
+/// would create them.
+fn authorize_tasks(state: &AppState, caller: &Caller, tasks: &Labelled) -> Result<(), ApiError> {
+    let scheduler_id = state.queue.store().graph_scheduler_id();
+    let mut records = Vec::with_capacity(tasks.0.len());
+    for (label, node) in &tasks.0 {
+        let task: SubmittedTask = serde_json::from_value(node.task.clone())
+            .map_err(|err| ApiError::invalid_input(format!("tasks.{label}.task: {err}")))?;
+        let task_queue_id = match (task.task_queue_id, task.provisioner_id, task.worker_type) {
+            (Some(id), _, _) => id,
+            (None, Some(provisioner), Some(worker_type)) => format!("{provisioner}/{worker_type}"),
+            _ => return Err(ApiError::invalid_input(format!("tasks.{label}.task.taskQueueId: is required"))),
+        };
+        let priority = match &task.priority {
+            None => Priority::LOWEST,
+            Some(value) => Priority::parse(&format!("tasks.{label}.task.priority"), value)?,
+        };
+        records.push(
+            Vars::new()
+                .many("scopes", task.scopes)
+                .many("routes", task.routes)
+                .one("projectId", task.project_id)
+                .one("schedulerId", scheduler_id)
+                .one("taskQueueId", task_queue_id)
+                .many("priorities", priority.scope_names()),
+        );
+    }
+    caller.authorize(&Vars::new().records("tasks", records))
+}
+
 /// `PUT /task-graph/<taskGraphId>`: creates the graph and its tasks.
 pub(crate) async fn create_task_graph(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let task_graph_id = graph_id(&params)?;
     let input: GraphInput = body(bytes)?;
+    authorize_tasks(&state, &caller, &input.tasks)?;
     let status = state.queue.create_graph(GraphRequest { task_graph_id, input }).await?;
     Ok(Json(json!({ "status": status })))
 }
@@ -46,11 +101,13 @@ pub(crate) async fn create_task_graph(
 /// `POST /task-graph/<taskGraphId>/extend`: adds tasks.
 pub(crate) async fn extend_task_graph(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let task_graph_id = graph_id(&params)?;
     let input: ExtensionInput = body(bytes)?;
+    authorize_tasks(&state, &caller, &input.tasks)?;
     let status = state.queue.extend_graph(task_graph_id, input).await?;
     Ok(Json(json!({ "status": status })))
 }

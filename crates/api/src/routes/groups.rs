@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use shoal_engine::TaskId;
 
 use crate::AppState;
+use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
 use crate::extract::{Body, Paging, Params};
 use crate::routes::tasks::{NewPriority, parse_priority};
@@ -42,23 +43,44 @@ pub(crate) async fn get_task_group(State(state): State<AppState>, params: Params
     Ok(Json(json!(found)))
 }
 
-pub(crate) async fn seal_task_group(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
-    let group = state.queue.seal_task_group(group_id(&params)?).await?;
+/// Checks the caller's scopes on an existing group (its scheduler's).
+async fn authorize(state: &AppState, caller: &Caller, group: TaskId) -> Result<(), ApiError> {
+    let found = state.queue.store().read(move |reads| reads.task_group(group)).await?;
+    let found = found.ok_or_else(|| ApiError::not_found(format!("task group {group} not found")))?;
+    caller.authorize(&Vars::new().one("schedulerId", &found.scheduler_id).one("taskGroupId", group))
+}
+
+pub(crate) async fn seal_task_group(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let group = group_id(&params)?;
+    authorize(&state, &caller, group).await?;
+    let group = state.queue.seal_task_group(group).await?;
     Ok(Json(json!(group)))
 }
 
-pub(crate) async fn cancel_task_group(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
-    let cancellation = state.queue.cancel_task_group(group_id(&params)?).await?;
+pub(crate) async fn cancel_task_group(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let group = group_id(&params)?;
+    authorize(&state, &caller, group).await?;
+    let cancellation = state.queue.cancel_task_group(group).await?;
     Ok(Json(json!(cancellation)))
 }
 
 pub(crate) async fn change_task_group_priority(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     Body(body): Body<NewPriority>,
 ) -> Result<Json<Value>, ApiError> {
     let group = group_id(&params)?;
     let priority = parse_priority(&body.new_priority)?;
+    authorize(&state, &caller, group).await?;
     let task_ids = state.queue.change_task_group_priority(group, priority).await?;
     Ok(Json(json!({ "taskGroupId": group, "newPriority": priority, "taskIds": task_ids })))
 }

@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::watch;
 
 use crate::AppState;
+use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
 use crate::extract::{LogQuery, Params, RawBody};
 
@@ -27,11 +28,13 @@ const READ_BYTES: usize = 256 * 1024;
 /// size to resend from.
 pub(crate) async fn append_log(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     query: LogQuery,
     RawBody(body): RawBody,
 ) -> Result<Json<Value>, ApiError> {
     let (task_id, run_id) = (params.task_id()?, params.run_id()?);
+    caller.authorize(&Vars::new().one("taskId", task_id).one("runId", run_id))?;
     match state.queue.append_log(task_id, run_id, query.offset, &body).await? {
         Appended::Size(size) => Ok(Json(json!({ "size": size }))),
         Appended::Gap(size) => Err(Rejection::from(Conflict::LogGap { offset: query.offset, size }).into()),

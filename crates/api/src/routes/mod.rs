@@ -1,6 +1,7 @@
 //! Handlers, one module per resource.
 
 pub(crate) mod artifacts;
+pub(crate) mod auth;
 pub(crate) mod blobs;
 pub(crate) mod claims;
 pub(crate) mod events;

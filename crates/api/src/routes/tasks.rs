@@ -6,11 +6,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use shoal_engine::TaskId;
 use shoal_engine::command::TaskCommand;
-use shoal_engine::definition::TaskDefinitionInput;
+use shoal_engine::definition::{TaskDefinition, TaskDefinitionInput};
 use shoal_engine::priority::Priority;
+use shoal_engine::status::TaskStatus;
 use shoal_store::{StoreError, TaskRecord};
 
 use crate::AppState;
+use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
 use crate::extract::{Body, Paging, Params, RawBody, parse_json};
 use crate::routes::{StatusBody, status_body, with_continuation};
@@ -95,34 +97,81 @@ pub(crate) async fn get_statuses(
     Ok(Json(json!({ "statuses": statuses })))
 }
 
+/// What createTask's scopes are filled in with for `definition`.
+pub(crate) fn create_task_vars(definition: &TaskDefinition) -> Vars {
+    Vars::new()
+        .many("scopes", definition.scopes.clone())
+        .many("routes", definition.routes.clone())
+        .one("projectId", &definition.project_id)
+        .one("schedulerId", &definition.scheduler_id)
+        .one("taskQueueId", &definition.task_queue_id)
+        .many("priorities", definition.priority.scope_names())
+}
+
 pub(crate) async fn create_task(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     RawBody(body): RawBody,
 ) -> Result<Json<StatusBody>, ApiError> {
     let task_id = params.task_id()?;
     let input: TaskDefinitionInput = parse_json(&body)?;
     let definition = input.validate(task_id, shoal_service::now())?;
+    caller.authorize(&create_task_vars(&definition))?;
     let status = state.queue.create_task(task_id, definition).await?;
     Ok(status_body(status))
 }
 
-async fn command(state: &AppState, params: &Params, command: TaskCommand) -> Result<Json<StatusBody>, ApiError> {
+/// A task's status, which must exist (for the scopes of commands on it).
+pub(crate) async fn status_of(state: &AppState, task_id: TaskId) -> Result<TaskStatus, ApiError> {
+    let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
+    Ok(record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?.status)
+}
+
+/// What the scopes of a command on a task are filled in with.
+pub(crate) fn task_vars(status: &TaskStatus) -> Vars {
+    Vars::new()
+        .one("taskId", status.task_id)
+        .one("schedulerId", &status.scheduler_id)
+        .one("taskGroupId", status.task_group_id)
+        .one("projectId", &status.project_id)
+        .one("taskQueueId", &status.task_queue_id)
+}
+
+async fn command(
+    state: &AppState,
+    caller: &Caller,
+    params: &Params,
+    command: TaskCommand,
+) -> Result<Json<StatusBody>, ApiError> {
     let task_id = params.task_id()?;
+    caller.authorize(&task_vars(&status_of(state, task_id).await?))?;
     let status = state.queue.apply(task_id, command).await?;
     Ok(status_body(status))
 }
 
-pub(crate) async fn schedule_task(State(state): State<AppState>, params: Params) -> Result<Json<StatusBody>, ApiError> {
-    command(&state, &params, TaskCommand::Schedule).await
+pub(crate) async fn schedule_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<StatusBody>, ApiError> {
+    command(&state, &caller, &params, TaskCommand::Schedule).await
 }
 
-pub(crate) async fn rerun_task(State(state): State<AppState>, params: Params) -> Result<Json<StatusBody>, ApiError> {
-    command(&state, &params, TaskCommand::Rerun).await
+pub(crate) async fn rerun_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<StatusBody>, ApiError> {
+    command(&state, &caller, &params, TaskCommand::Rerun).await
 }
 
-pub(crate) async fn cancel_task(State(state): State<AppState>, params: Params) -> Result<Json<StatusBody>, ApiError> {
-    command(&state, &params, TaskCommand::Cancel).await
+pub(crate) async fn cancel_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<StatusBody>, ApiError> {
+    command(&state, &caller, &params, TaskCommand::Cancel).await
 }
 
 #[derive(Deserialize)]
@@ -133,11 +182,12 @@ pub(crate) struct NewPriority {
 
 pub(crate) async fn change_task_priority(
     State(state): State<AppState>,
+    caller: Caller,
     params: Params,
     Body(body): Body<NewPriority>,
 ) -> Result<Json<StatusBody>, ApiError> {
     let priority = parse_priority(&body.new_priority)?;
-    command(&state, &params, TaskCommand::ChangePriority(priority)).await
+    command(&state, &caller, &params, TaskCommand::ChangePriority(priority)).await
 }
 
 pub(crate) fn parse_priority(value: &Value) -> Result<Priority, ApiError> {

@@ -14,6 +14,11 @@ async fn running_task(app: &TestApp) -> String {
     task_id
 }
 
+/// A signed URL without its signature (a public blob needs none to be read).
+pub(crate) fn unsigned(url: &str) -> String {
+    url.split_once('?').map_or(url, |(path, _)| path).to_owned()
+}
+
 fn blob_request(content_type: &str) -> Value {
     json!({"storageType": "s3", "expires": from_now(3600), "contentType": content_type})
 }
@@ -31,12 +36,14 @@ async fn a_blob_uploads_and_downloads_byte_exact() {
 
     let (code, body) = app.call(Method::PUT, &path, Some(json!({}))).await;
     assert_eq!(code, StatusCode::CONFLICT, "finishArtifact before the upload: {body}");
-    assert_eq!(app.raw(Method::GET, &put_url, None).await.status(), StatusCode::NOT_FOUND);
+    // The putUrl is signed for uploading only; the public blob itself is not there yet.
+    assert_eq!(app.raw(Method::GET, &put_url, None).await.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(app.raw(Method::GET, &unsigned(&put_url), None).await.status(), StatusCode::NOT_FOUND);
 
     let bytes: Vec<u8> = (0..300_000u32).map(|n| (n.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     let res = app.raw(Method::PUT, &put_url, Some(bytes.clone())).await;
     assert_eq!(res.status(), StatusCode::OK);
-    let res = app.raw(Method::PUT, &format!("{}{path}", app.base), Some(b"{}".to_vec())).await;
+    let res = app.signed_raw(Method::PUT, &format!("{}{path}", app.base), Some(b"{}".to_vec())).await;
     assert_eq!(res.status(), StatusCode::NO_CONTENT, "finishArtifact after the upload");
 
     let res = app.raw(Method::GET, &format!("{}{path}", app.base), None).await;
@@ -169,7 +176,7 @@ async fn hostile_uploads_and_names_are_refused_or_contained() {
     assert!(body["message"].as_str().unwrap().contains("written once"), "{body}");
 
     // Served as uploaded content: never run as a page of the API's origin.
-    let download = app.raw(Method::GET, &put_url, None).await;
+    let download = app.raw(Method::GET, &unsigned(&put_url), None).await;
     assert_eq!(download.status(), StatusCode::OK);
     assert_eq!(download.headers()["content-security-policy"], "sandbox");
     assert_eq!(download.headers()["x-content-type-options"], "nosniff");
@@ -189,7 +196,11 @@ async fn hostile_uploads_and_names_are_refused_or_contained() {
 
     // A body cut short is named as the body.
     let res = app
-        .raw(Method::POST, &format!("{}{base}/public/cut", app.base), Some(br#"{"storageType": "s3", "exp"#.to_vec()))
+        .signed_raw(
+            Method::POST,
+            &format!("{}{base}/public/cut", app.base),
+            Some(br#"{"storageType": "s3", "exp"#.to_vec()),
+        )
         .await;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let body: Value = res.json().await.unwrap();
@@ -217,7 +228,7 @@ async fn uploads_and_live_logs_stay_within_their_size_limits() {
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["code"], "InputTooLarge");
     assert!(body["message"].as_str().unwrap().contains("artifact public/big may hold at most 1000 bytes"), "{body}");
-    assert_eq!(app.raw(Method::GET, &too_big, None).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(app.raw(Method::GET, &unsigned(&too_big), None).await.status(), StatusCode::NOT_FOUND);
     // Within it, then past what the run has left.
     let first = put_url("public/first").await;
     assert_eq!(app.raw(Method::PUT, &first, Some(vec![1; 900])).await.status(), StatusCode::OK);
@@ -229,7 +240,8 @@ async fn uploads_and_live_logs_stay_within_their_size_limits() {
     assert_eq!(app.raw(Method::PUT, &second, Some(vec![2; 600])).await.status(), StatusCode::OK);
     // The live log.
     let log = format!("{}/logs/v1/{task_id}/0", app.root);
-    assert_eq!(app.raw(Method::POST, &format!("{log}?offset=0"), Some(vec![b'a'; 400])).await.status(), StatusCode::OK);
-    let res = app.raw(Method::POST, &format!("{log}?offset=400"), Some(vec![b'b'; 101])).await;
+    let append = app.signed_raw(Method::POST, &format!("{log}?offset=0"), Some(vec![b'a'; 400])).await;
+    assert_eq!(append.status(), StatusCode::OK);
+    let res = app.signed_raw(Method::POST, &format!("{log}?offset=400"), Some(vec![b'b'; 101])).await;
     assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }

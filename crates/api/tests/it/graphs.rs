@@ -13,10 +13,7 @@ impl TestApp {
     /// A call on the scheduler API.
     async fn scheduler(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         let url = format!("{}/api/scheduler/v1{path}", self.root);
-        let res = self.raw(method, &url, body.map(|body| serde_json::to_vec(&body).unwrap())).await;
-        let status = res.status();
-        let text = res.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path} answered non-JSON: {text}")))
+        self.call_as(Some(&crate::root_credentials()), method, &url, body).await
     }
 
     async fn create_graph(&self, graph_id: &str, graph: Value) -> (StatusCode, Value) {
@@ -347,7 +344,7 @@ async fn bad_graphs_are_refused_naming_the_problem_and_leave_nothing_behind() {
     let url = format!("{}/api/scheduler/v1/task-graph/{}", app.root, slugid());
     let task = task_def(json!({}));
     let raw = format!(r#"{{"routing": "r", "tasks": {{"a": {{"task": {task}}}, "a": {{"task": {task}}}}}}}"#);
-    let res = app.raw(reqwest::Method::PUT, &url, Some(raw.into_bytes())).await;
+    let res = app.signed_raw(reqwest::Method::PUT, &url, Some(raw.into_bytes())).await;
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let body: Value = res.json().await.unwrap();
     assert!(body["message"].as_str().unwrap().contains("duplicate label `a`"), "{body}");

@@ -14,7 +14,7 @@ async fn running_task(app: &TestApp) -> String {
 
 async fn append(app: &TestApp, task_id: &str, offset: u64, bytes: &[u8]) -> (StatusCode, Value) {
     let url = format!("{}/logs/v1/{task_id}/0?offset={offset}", app.root);
-    let res = app.raw(Method::POST, &url, Some(bytes.to_vec())).await;
+    let res = app.signed_raw(Method::POST, &url, Some(bytes.to_vec())).await;
     let status = res.status();
     (status, res.json().await.unwrap())
 }

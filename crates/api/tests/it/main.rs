@@ -102,8 +102,15 @@ impl TestApp {
         tokio::spawn(shoal_service::run_publisher(queue.store().clone(), shoal_bus::Bus::Local, async {
             let _ = publisher_stopped.await;
         }));
-        let state =
-            AppState { queue: queue.clone(), started: Instant::now(), root_url, subscribers: Default::default() };
+        let auth = shoal_service::Authority::open(queue.store().clone(), ROOT_TOKEN.to_owned()).await.unwrap();
+        let state = AppState {
+            queue: queue.clone(),
+            auth,
+            nonces: Default::default(),
+            started: Instant::now(),
+            root_url,
+            subscribers: Default::default(),
+        };
         let closing = queue.clone();
         tokio::spawn(shoal_api::serve_with(listener, state, settings.limits, async move {
             let _ = stopped.await;
@@ -117,15 +124,36 @@ impl TestApp {
         TestApp { base, root, queue, client, _dir: dir, stop: Some(stop) }
     }
 
+    /// A queue call signed as the root client.
     pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut req = self.client.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            req = req.json(&body);
+        self.call_as(Some(&root_credentials()), method, &format!("{}{path}", self.base), body).await
+    }
+
+    /// A call on an absolute URL signed with `credentials` (anonymous with `None`).
+    pub(crate) async fn call_as(
+        &self,
+        credentials: Option<&shoal_client::Credentials>,
+        method: reqwest::Method,
+        url: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.client.request(method.clone(), url);
+        let bytes = body.map(|body| serde_json::to_vec(&body).unwrap());
+        if let Some(bytes) = &bytes {
+            req = req.header("content-type", "application/json").body(bytes.clone());
+        }
+        if let Some(credentials) = credentials {
+            let signed = bytes.as_deref().map(|bytes| ("application/json", bytes));
+            req = req.header("authorization", credentials.authorization(method.as_str(), url, signed).unwrap());
         }
         let res = req.send().await.unwrap();
         let status = res.status();
         let text = res.text().await.unwrap();
-        let value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path} answered non-JSON: {text}"));
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("{url} answered non-JSON: {text}"))
+        };
         (status, value)
     }
 
@@ -134,6 +162,24 @@ impl TestApp {
         let mut req = self.client.request(method, url);
         if let Some(body) = body {
             req = req.body(body);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// The raw response to a request on an absolute URL, signed as the root client (a body
+    /// is sent as `application/octet-stream`).
+    pub(crate) async fn signed_raw(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        body: Option<Vec<u8>>,
+    ) -> reqwest::Response {
+        let mut req = self.client.request(method.clone(), url);
+        let signed = body.as_deref().map(|bytes| ("application/octet-stream", bytes));
+        let authorization = root_credentials().authorization(method.as_str(), url, signed).unwrap();
+        req = req.header("authorization", authorization);
+        if let Some(body) = body {
+            req = req.header("content-type", "application/octet-stream").body(body);
         }
         req.send().await.unwrap()
     }
@@ -178,6 +224,14 @@ impl Drop for TestApp {
             let _ = stop.send(());
         }
     }
+}
+
+/// The root client's access token on every test server.
+pub(crate) const ROOT_TOKEN: &str = "test-root-access-token";
+
+/// The root client's credentials.
+pub(crate) fn root_credentials() -> shoal_client::Credentials {
+    shoal_client::Credentials { client_id: "root".into(), access_token: ROOT_TOKEN.into(), certificate: None }
 }
 
 /// A fresh slugid.

@@ -112,7 +112,19 @@ impl ScopeExpr {
         match self {
             ScopeExpr::Scope(scope) => (!held.satisfies(scope)).then(|| self.clone()),
             ScopeExpr::AllOf(all) => {
-                let mut missing: Vec<ScopeExpr> = all.iter().filter_map(|expr| expr.unsatisfied(held)).collect();
+                // Nested AllOfs read as one list, each missing expression named once.
+                let mut missing: Vec<ScopeExpr> = Vec::new();
+                for lacking in all.iter().filter_map(|expr| expr.unsatisfied(held)) {
+                    let parts = match lacking {
+                        ScopeExpr::AllOf(parts) => parts,
+                        other => vec![other],
+                    };
+                    for part in parts {
+                        if !missing.contains(&part) {
+                            missing.push(part);
+                        }
+                    }
+                }
                 match missing.len() {
                     0 => None,
                     1 => missing.pop(),
@@ -211,6 +223,11 @@ mod tests {
             r#"{"AllOf":["a","b"]}"#
         );
         assert!(ScopeExpr::AllOf(vec![]).satisfied_by(&ScopeSet::default()));
+        let nested = ScopeExpr::AllOf(vec![
+            ScopeExpr::AllOf(vec![ScopeExpr::Scope("a".into()), ScopeExpr::Scope("b".into())]),
+            ScopeExpr::AllOf(vec![ScopeExpr::Scope("a".into())]),
+        ]);
+        assert_eq!(nested.unsatisfied(&ScopeSet::default()).unwrap().to_string(), r#"{"AllOf":["a","b"]}"#);
     }
 
     #[test]

@@ -92,6 +92,11 @@ impl Drop for PgInner {
 }
 
 impl PgStore {
+    /// The scheduler id of task-graph tasks.
+    pub(crate) fn graph_scheduler_id(&self) -> &str {
+        &self.inner.shared.graph_scheduler_id
+    }
+
     /// Connects, migrates, and picks up the outbox where the database has it.
     ///
     /// # Errors

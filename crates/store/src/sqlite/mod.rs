@@ -66,6 +66,7 @@ struct Inner {
     checkpointer: Mutex<checkpoint::Checkpointer>,
     readers: ReaderPool,
     feed: Arc<OutboxFeed>,
+    graph_scheduler_id: String,
 }
 
 /// Answers a job's caller once its batch committed (`Ok`) or failed (`Err(reason)`).
@@ -181,8 +182,14 @@ impl SqliteStore {
                 checkpointer: Mutex::new(checkpointer),
                 readers: ReaderPool { path: config.path.clone(), idle: Mutex::new(Vec::new()) },
                 feed,
+                graph_scheduler_id: config.graph_scheduler_id.clone(),
             }),
         })
+    }
+
+    /// The scheduler id of task-graph tasks.
+    pub(crate) fn graph_scheduler_id(&self) -> &str {
+        &self.inner.graph_scheduler_id
     }
 
     /// Runs `op` in the writer's next batch; answers once that batch committed.

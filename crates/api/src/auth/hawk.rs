@@ -1,0 +1,125 @@
+//! Checking a request's Hawk signature: the `Authorization: Hawk …` header (with its
+//! payload hash when it has one) or a `bewit` in the URL, under the key its credentials
+//! stand for.
+
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hawk::{Bewit, Header, Key, PayloadHasher, RequestBuilder, SHA256};
+use shoal_engine::auth::{AuthFailure, Ext, Principal, TIMESTAMP_SKEW_SECS, principal};
+use shoal_service::auth::AuthState;
+
+use crate::auth::nonces::Nonces;
+
+/// What a signature covers of a request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) method: &'a str,
+    pub(crate) host: &'a str,
+    pub(crate) port: u16,
+    /// Path and query, as sent.
+    pub(crate) resource: &'a str,
+}
+
+fn key(token: &str) -> Result<Key, AuthFailure> {
+    Key::new(token.as_bytes(), SHA256).map_err(|err| AuthFailure::Malformed(format!("key: {err}")))
+}
+
+fn seconds(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs())
+}
+
+fn lookup(name: &str, ext: Option<&str>, state: &AuthState, now: SystemTime) -> Result<Principal, AuthFailure> {
+    let ext = ext.map(Ext::parse).transpose()?;
+    let now_ms = i64::try_from(now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())).unwrap_or(i64::MAX);
+    principal(name, ext.as_ref(), |id| state.clients.get(id), &state.expander, now_ms)
+}
+
+/// The header's `hash` attribute, if any, without checking anything else.
+pub(crate) fn payload_hash_of(authorization: &str) -> Option<Vec<u8>> {
+    let attributes = authorization.strip_prefix("Hawk ")?;
+    Header::from_str(attributes).ok()?.hash
+}
+
+/// Checks an `Authorization: Hawk …` header; `body` is the request's content type and
+/// bytes when the header signs a payload hash.
+pub(crate) fn check_header(
+    authorization: &str,
+    target: Target<'_>,
+    body: Option<(&str, &[u8])>,
+    state: &AuthState,
+    nonces: &Nonces,
+    now: SystemTime,
+) -> Result<Principal, AuthFailure> {
+    let attributes = authorization.strip_prefix("Hawk ").ok_or(AuthFailure::NotHawk)?;
+    let header = Header::from_str(attributes).map_err(|err| AuthFailure::Malformed(format!("Hawk header: {err}")))?;
+    let (Some(id), Some(ts), Some(nonce), Some(_)) = (&header.id, header.ts, &header.nonce, &header.mac) else {
+        return Err(AuthFailure::Malformed("Hawk header: id, ts, nonce and mac are required".into()));
+    };
+    let skew = match now.duration_since(ts) {
+        Ok(behind) => behind,
+        Err(ahead) => ahead.duration(),
+    };
+    if skew > Duration::from_secs(TIMESTAMP_SKEW_SECS) {
+        return Err(AuthFailure::StaleTimestamp);
+    }
+    let found = lookup(id, header.ext.as_deref(), state, now)?;
+    let request = RequestBuilder::new(target.method, target.host, target.port, target.resource).request();
+    // The MAC covers the header's hash; the body is compared with it below.
+    if !request.validate_header(&header, &key(&found.key)?, Duration::from_secs(TIMESTAMP_SKEW_SECS)) {
+        return Err(AuthFailure::BadMac);
+    }
+    if let Some(signed) = &header.hash {
+        let (content_type, bytes) = body.unwrap_or(("", &[]));
+        let computed = PayloadHasher::hash(media_type(content_type), SHA256, bytes)
+            .map_err(|err| AuthFailure::Malformed(format!("payload hash: {err}")))?;
+        if !ring_eq(&computed, signed) {
+            return Err(AuthFailure::BadPayloadHash);
+        }
+    }
+    if !nonces.first_use(id, nonce, seconds(ts), seconds(now)) {
+        return Err(AuthFailure::Replayed);
+    }
+    Ok(found)
+}
+
+/// Checks the `bewit` of a signed URL.
+pub(crate) fn check_bewit(target: Target<'_>, state: &AuthState, now: SystemTime) -> Result<Principal, AuthFailure> {
+    let mut bewit: Option<Bewit<'_>> = None;
+    let builder = RequestBuilder::new(target.method, target.host, target.port, target.resource)
+        .extract_bewit(&mut bewit)
+        .map_err(|err| AuthFailure::Malformed(format!("bewit: {err}")))?;
+    let bewit = bewit.ok_or_else(|| AuthFailure::Malformed("bewit: missing".into()))?;
+    if bewit.exp() < now {
+        return Err(AuthFailure::BewitExpired);
+    }
+    let found = lookup(bewit.id(), bewit.ext(), state, now)?;
+    if !builder.request().validate_bewit(&bewit, &key(&found.key)?) {
+        return Err(AuthFailure::BadMac);
+    }
+    Ok(found)
+}
+
+/// A signed URL for `method` on `resource` of the server at (host, port), valid until `exp`:
+/// `resource` with a `bewit` added to its query.
+pub(crate) fn sign_url(
+    (host, port): (&str, u16),
+    method: &str,
+    resource: &str,
+    (client_id, token): (&str, &str),
+    exp: SystemTime,
+) -> Option<String> {
+    let credentials = hawk::Credentials { id: client_id.to_owned(), key: key(token).ok()? };
+    let bewit = RequestBuilder::new(method, host, port, resource).request().make_bewit(&credentials, exp).ok()?;
+    let separator = if resource.contains('?') { '&' } else { '?' };
+    Some(format!("{resource}{separator}bewit={}", bewit.to_str()))
+}
+
+/// A content type as Hawk hashes it: the media type, lower case, without parameters.
+fn media_type(content_type: &str) -> String {
+    content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase()
+}
+
+fn ring_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,171 @@
+//! Who is calling, and whether they may: each request's credentials are checked before its
+//! handler runs ([`authenticate`]); the handler then fills in its endpoint's scope template
+//! with what the request names and asks [`Caller::authorize`].
+
+pub(crate) mod hawk;
+pub mod nonces;
+pub mod template;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, header};
+use shoal_engine::auth::{AuthFailure, KnownClient, ScopeExpr, ScopeSet};
+use shoal_service::auth::AuthState;
+
+use crate::AppState;
+use crate::endpoints::Endpoint;
+use crate::error::ApiError;
+pub use template::{Scopes, Vars};
+
+/// The caller of one request: who, what they hold, and the endpoint they called.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The client id the request was signed under; `None` for anonymous callers.
+    pub client_id: Option<String>,
+    /// What the request may do.
+    pub scopes: Arc<ScopeSet>,
+    endpoint: &'static Endpoint,
+    /// Set once the handler asked for the endpoint's scopes.
+    pub(crate) checked: Arc<AtomicBool>,
+}
+
+impl Caller {
+    /// Checks the endpoint's scopes with `vars` filled in.
+    ///
+    /// # Errors
+    /// 403 InsufficientScopes naming what is missing.
+    pub fn authorize(&self, vars: &Vars) -> Result<(), ApiError> {
+        let required = self.endpoint.scopes.render(vars).map_err(|err| {
+            tracing::error!(endpoint = self.endpoint.name, error = %err, "scope template");
+            ApiError::internal()
+        })?;
+        self.require(&required)
+    }
+
+    /// Checks an expression of the handler's own (beyond the endpoint's template).
+    ///
+    /// # Errors
+    /// 403 InsufficientScopes naming what is missing.
+    pub fn require(&self, required: &ScopeExpr) -> Result<(), ApiError> {
+        self.checked.store(true, Ordering::Relaxed);
+        match required.unsatisfied(&self.scopes) {
+            None => Ok(()),
+            Some(missing) => Err(ApiError::insufficient_scopes(self.client_id.as_deref(), required, &missing)),
+        }
+    }
+
+    /// Whether the caller holds `scope`.
+    #[must_use]
+    pub fn holds(&self, scope: &str) -> bool {
+        self.scopes.satisfies(scope)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Caller, ApiError> {
+        parts.extensions.get::<Caller>().cloned().ok_or_else(ApiError::internal)
+    }
+}
+
+/// Where the client sent the request, as it signed it: the Host header's name and port,
+/// the port told by a proxy in front (`X-Forwarded-Port`, or 443 for
+/// `X-Forwarded-Proto: https`), else 80.
+fn host_and_port(headers: &HeaderMap, uri: &axum::http::Uri) -> (String, u16) {
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).or_else(|| uri.authority().map(|a| a.as_str()));
+    let host = host.unwrap_or("");
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) if !port.contains(']') => (name, port.parse().ok()),
+        _ => (host, None),
+    };
+    let forwarded_port = headers.get("x-forwarded-port").and_then(|v| v.to_str().ok()?.parse().ok());
+    let https = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|v| v == "https");
+    let port = forwarded_port.or(if https { Some(443) } else { None }).or(port).unwrap_or(80);
+    (name.to_owned(), port)
+}
+
+/// The Auth API's call that authenticates against a fake client described in its own body.
+const TEST_AUTHENTICATE: &str = "testAuthenticate";
+
+/// What testAuthenticate authenticates against: only the client `tester` (access token
+/// `no-secret`) holding the body's `clientScopes`.
+fn tester(body: &[u8]) -> AuthState {
+    let scopes = serde_json::from_slice::<crate::routes::auth::TestAuthenticate>(body)
+        .map(|body| body.client_scopes)
+        .unwrap_or_default();
+    let client = KnownClient {
+        access_token: "no-secret".into(),
+        scopes: ScopeSet::new(scopes),
+        expires: i64::MAX,
+        disabled: false,
+    };
+    AuthState { clients: [("tester".to_owned(), client)].into_iter().collect(), ..AuthState::default() }
+}
+
+fn has_bewit(uri: &axum::http::Uri) -> bool {
+    uri.query().is_some_and(|query| query.split('&').any(|pair| pair.starts_with("bewit=")))
+}
+
+/// Authenticates `req` for `endpoint`: inserts its [`Caller`], with the body read back into
+/// the request when its payload hash had to be checked.
+///
+/// # Errors
+/// 401 AuthenticationFailed saying why; 413 for a signed body over `max_body` bytes.
+pub(crate) async fn authenticate(
+    state: &AppState,
+    endpoint: &'static Endpoint,
+    req: Request,
+    max_body: usize,
+) -> Result<Request, ApiError> {
+    let now = SystemTime::now();
+    let authorization = req.headers().get(header::AUTHORIZATION).map(|v| v.to_str().map(str::to_owned));
+    let (parts, body) = req.into_parts();
+    let testing = endpoint.name == TEST_AUTHENTICATE;
+    let signs_body = matches!(&authorization, Some(Ok(value)) if hawk::payload_hash_of(value).is_some());
+    // The body is read here only when the signature covers it (or it says who `tester` is).
+    let (bytes, body) = if signs_body || testing {
+        let bytes = axum::body::to_bytes(body, max_body)
+            .await
+            .map_err(|_| ApiError::too_large(format!("body: must be at most {max_body} bytes")))?;
+        (Some(bytes.clone()), Body::from(bytes))
+    } else {
+        (None, body)
+    };
+    let auth = if testing { Arc::new(tester(bytes.as_deref().unwrap_or_default())) } else { state.auth.current() };
+    // Inside a nested router the URI lacks the API's prefix; the signature covers all of it.
+    let uri = parts.extensions.get::<axum::extract::OriginalUri>().map_or(&parts.uri, |original| &original.0);
+    let (host, port) = host_and_port(&parts.headers, uri);
+    let resource = uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let target = hawk::Target { method: parts.method.as_str(), host: &host, port, resource };
+    let principal = match authorization {
+        Some(Err(_)) => Err(AuthFailure::Malformed("Authorization header: must be ASCII".into())),
+        Some(Ok(authorization)) => {
+            let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let signed_body = bytes.as_ref().filter(|_| signs_body).map(|bytes| (content_type, bytes.as_ref()));
+            hawk::check_header(&authorization, target, signed_body, &auth, &state.nonces, now).map(Some)
+        }
+        None if has_bewit(uri) => hawk::check_bewit(target, &auth, now).map(Some),
+        None => Ok(None),
+    };
+    let caller = match principal {
+        Ok(Some(found)) => Caller {
+            client_id: Some(found.client_id),
+            scopes: Arc::new(found.scopes),
+            endpoint,
+            checked: Arc::default(),
+        },
+        Ok(None) => {
+            Caller { client_id: None, scopes: Arc::new(auth.anonymous.clone()), endpoint, checked: Arc::default() }
+        }
+        Err(failure) => return Err(ApiError::unauthorized(&failure)),
+    };
+    let mut req = Request::from_parts(parts, body);
+    req.extensions_mut().insert(caller);
+    Ok(req)
+}

@@ -1,0 +1,76 @@
+//! Signing requests with Hawk, as Taskcluster's clients do: a client id and access token,
+//! or temporary credentials (with their certificate in `ext`).
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use hawk::{Key, PayloadHasher, RequestBuilder, SHA256};
+
+use crate::ClientError;
+
+/// A client's credentials.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Credentials {
+    /// The client id.
+    pub client_id: String,
+    /// Its access token (the Hawk key).
+    pub access_token: String,
+    /// The certificate of temporary credentials, as JSON text.
+    #[serde(default, deserialize_with = "empty_is_none")]
+    pub certificate: Option<String>,
+}
+
+fn empty_is_none<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<String>, D::Error> {
+    let text: Option<String> = serde::Deserialize::deserialize(de)?;
+    Ok(text.filter(|text| !text.is_empty()))
+}
+
+impl Credentials {
+    /// Credentials from Taskcluster's variables `TASKCLUSTER_CLIENT_ID`,
+    /// `TASKCLUSTER_ACCESS_TOKEN` and `TASKCLUSTER_CERTIFICATE`; `None` when no client id is set.
+    #[must_use]
+    pub fn from_env() -> Option<Credentials> {
+        let client_id = std::env::var("TASKCLUSTER_CLIENT_ID").ok().filter(|id| !id.is_empty())?;
+        Some(Credentials {
+            client_id,
+            access_token: std::env::var("TASKCLUSTER_ACCESS_TOKEN").unwrap_or_default(),
+            certificate: std::env::var("TASKCLUSTER_CERTIFICATE").ok().filter(|cert| !cert.is_empty()),
+        })
+    }
+
+    /// The `ext` attribute carrying the certificate, when there is one.
+    fn ext(&self) -> Result<Option<String>, ClientError> {
+        let Some(certificate) = &self.certificate else { return Ok(None) };
+        let certificate: serde_json::Value = serde_json::from_str(certificate)
+            .map_err(|err| ClientError::Decode(format!("certificate: not JSON: {err}")))?;
+        let ext = serde_json::json!({ "certificate": certificate });
+        Ok(Some(STANDARD.encode(ext.to_string())))
+    }
+
+    /// The `Authorization` header for `method` on `url` with `body` (its content type and
+    /// bytes, hashed when given).
+    ///
+    /// # Errors
+    /// When the URL or the credentials cannot be used.
+    pub fn authorization(&self, method: &str, url: &str, body: Option<(&str, &[u8])>) -> Result<String, ClientError> {
+        let unusable =
+            |what: &str, err: &dyn std::fmt::Display| ClientError::Transport(format!("signing {what}: {err}"));
+        let parsed = url::Url::parse(url).map_err(|err| unusable("a bad URL", &err))?;
+        let key = Key::new(self.access_token.as_bytes(), SHA256).map_err(|err| unusable("with the key", &err))?;
+        let credentials = hawk::Credentials { id: self.client_id.clone(), key };
+        let hash = match body {
+            Some((content_type, bytes)) => {
+                Some(PayloadHasher::hash(content_type, SHA256, bytes).map_err(|err| unusable("the body", &err))?)
+            }
+            None => None,
+        };
+        let ext = self.ext()?;
+        let request = RequestBuilder::from_url(method, &parsed)
+            .map_err(|err| unusable("a bad URL", &err))?
+            .hash(hash.as_deref())
+            .ext(ext.as_deref())
+            .request();
+        let header = request.make_header(&credentials).map_err(|err| unusable("the request", &err))?;
+        Ok(format!("Hawk {header}"))
+    }
+}
