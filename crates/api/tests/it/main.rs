@@ -7,6 +7,7 @@
 mod pg;
 
 mod artifacts;
+mod auth;
 mod claims;
 mod connections;
 mod errors;
