@@ -10,13 +10,18 @@ import taskcluster
 from taskcluster import slugid
 
 
+# The root client of the suite's server.
+ROOT_TOKEN = "python-suite-root-access-token"
+
+
 def _start(extra_args):
     binary = os.environ.get("SHOAL_BIN", "shoal")
     data_dir = tempfile.mkdtemp(prefix="shoal-py-")
     proc = subprocess.Popen(
         [binary, "server", "--listen", "127.0.0.1:0", "--data-dir", data_dir, *extra_args],
+        # Not on the command line: a token there would show in the process list.
         stdout=subprocess.PIPE,
-        env={**os.environ, "SHOAL_LOG": "warn"},
+        env={**os.environ, "SHOAL_LOG": "warn", "SHOAL_ROOT_ACCESS_TOKEN": ROOT_TOKEN},
         text=True,
     )
     line = proc.stdout.readline()
@@ -35,8 +40,23 @@ def server():
 
 
 @pytest.fixture
-def queue(server):
+def root_credentials():
+    return {"clientId": "root", "accessToken": ROOT_TOKEN}
+
+
+@pytest.fixture
+def queue(server, root_credentials):
+    return taskcluster.Queue({"rootUrl": server, "credentials": root_credentials})
+
+
+@pytest.fixture
+def anonymous_queue(server):
     return taskcluster.Queue({"rootUrl": server})
+
+
+@pytest.fixture
+def auth(server, root_credentials):
+    return taskcluster.Auth({"rootUrl": server, "credentials": root_credentials})
 
 
 @pytest.fixture

@@ -424,7 +424,5 @@ pub const LOG_ENDPOINTS: &[Endpoint] = &[
 ];
 
 /// The event stream (`/api/events/v1`).
-pub const EVENT_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("connect", "GET", "/connect", Public, Experimental, events::connect),
-    endpoint!("connect", "GET", "/connect/", Public, Experimental, events::connect),
-];
+pub const EVENT_ENDPOINTS: &[Endpoint] =
+    &[endpoint!("connect", "GET", "/connect/", Public, Experimental, events::connect)];

@@ -101,6 +101,10 @@ fn api_router(
         if raw != endpoint.route {
             api = api.route(&raw, routed.clone());
         }
+        // Taskcluster's clients drop a route's trailing slash (`/clients/` is sent as `/clients`).
+        if let Some(bare) = endpoint.route.strip_suffix('/').filter(|bare| !bare.is_empty()) {
+            api = api.route(bare, routed.clone());
+        }
         api = api.route(endpoint.route, routed);
     }
     match service_name {

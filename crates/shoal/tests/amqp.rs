@@ -160,7 +160,7 @@ fn definition(queue: &str, routes: &[&str]) -> Value {
 }
 
 async fn call(http: &reqwest::Client, method: reqwest::Method, url: String, body: Value) -> Value {
-    let res = http.request(method, &url).json(&body).send().await.unwrap();
+    let res = support::signed(http, method, &url, Some(&body)).send().await.unwrap();
     assert!(res.status().is_success(), "{url}: {}", res.status());
     res.json().await.unwrap()
 }
@@ -291,7 +291,7 @@ async fn servers_on_one_database_publish_each_message_once_and_stream_each_other
     let bases: Vec<String> = roots.iter().map(|root| format!("{root}/api/queue/v1")).collect();
     let mut streams = Vec::new();
     for root in &roots {
-        let client = shoal_client::Client::new(root).unwrap();
+        let client = support::client(root);
         let bindings = [(format!("{Q}task-completed"), "#".to_owned())];
         streams.push(client.listen(&bindings).await.expect("subscribed"));
     }

@@ -10,6 +10,7 @@ use tokio::process::{Child, Command};
 fn shoal() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_shoal"));
     command.env("SHOAL_LOG", "warn").kill_on_drop(true);
+    support::as_root(&mut command);
     command
 }
 

@@ -6,8 +6,6 @@
 mod pg;
 mod support;
 
-use shoal_client::Client;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_get_503_after_the_database_timeout_while_it_hangs_and_work_again_after() {
     let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
@@ -15,7 +13,7 @@ async fn requests_get_503_after_the_database_timeout_while_it_hangs_and_work_aga
     let dir = tempfile::tempdir().unwrap();
     let args = ["--database", &proxy.url, "--database-timeout", "1"];
     let (_server, root) = support::start_server(dir.path(), &args).await;
-    let client = Client::new(&root).unwrap();
+    let client = support::client(&root);
     let before = slugid::nice();
     client
         .create_task(&before, &support::plain_task("outage/linux"))
@@ -27,9 +25,8 @@ async fn requests_get_503_after_the_database_timeout_while_it_hangs_and_work_aga
     let http = reqwest::Client::new();
     let refused = tokio::time::timeout(std::time::Duration::from_secs(60), async {
         let during = slugid::nice();
-        let created = http
-            .put(format!("{root}/api/queue/v1/task/{during}"))
-            .json(&support::plain_task("outage/linux"))
+        let url = format!("{root}/api/queue/v1/task/{during}");
+        let created = support::signed(&http, reqwest::Method::PUT, &url, Some(&support::plain_task("outage/linux")))
             .send()
             .await
             .unwrap();

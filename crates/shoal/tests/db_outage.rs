@@ -6,14 +6,12 @@
 mod pg;
 mod support;
 
-use shoal_client::Client;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_get_503_while_the_database_is_away_and_work_again_after() {
     let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (_server, root) = support::start_server(dir.path(), &["--database", &url]).await;
-    let client = Client::new(&root).unwrap();
+    let client = support::client(&root);
     let before = slugid::nice();
     client.create_task(&before, &support::plain_task("outage/linux")).await.expect("created while the database is up");
 
@@ -21,9 +19,8 @@ async fn requests_get_503_while_the_database_is_away_and_work_again_after() {
     // One plain request each (the client would retry a 503 a few times, as Taskcluster's do).
     let http = reqwest::Client::new();
     let during = slugid::nice();
-    let refused = http
-        .put(format!("{root}/api/queue/v1/task/{during}"))
-        .json(&support::plain_task("outage/linux"))
+    let url = format!("{root}/api/queue/v1/task/{during}");
+    let refused = support::signed(&http, reqwest::Method::PUT, &url, Some(&support::plain_task("outage/linux")))
         .send()
         .await
         .unwrap();

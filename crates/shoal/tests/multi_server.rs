@@ -41,7 +41,7 @@ async fn three_servers_on_one_database_run_every_task_exactly_once() {
         // lets them notice the end of the test sooner.
         servers.push(support::start_server(dir.path(), &["--database", &url, "--claim-wait", "2"]).await);
     }
-    let clients: Vec<Client> = servers.iter().map(|(_, root)| Client::new(root).unwrap()).collect();
+    let clients: Vec<Client> = servers.iter().map(|(_, root)| support::client(root)).collect();
 
     // Creators: each chain is created in order (a dependency must exist first), chains
     // spread over the servers.
@@ -115,7 +115,7 @@ async fn two_servers(claim_wait: &str) -> (Running, Client, Client) {
         let dir = tempfile::tempdir().unwrap();
         let (child, root) =
             support::start_server(dir.path(), &["--database", url.as_str(), "--claim-wait", claim_wait]).await;
-        clients.push(Client::new(&root).unwrap());
+        clients.push(support::client(&root));
         running.push((child, dir));
     }
     let b = clients.pop().unwrap();

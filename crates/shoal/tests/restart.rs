@@ -52,7 +52,9 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
         load.spawn(async move {
             loop {
                 let task_id = slugid::nice();
-                let Ok(res) = client.put(format!("{base}/task/{task_id}")).json(&definition()).send().await else {
+                let url = format!("{base}/task/{task_id}");
+                let Ok(res) = support::signed(&client, reqwest::Method::PUT, &url, Some(&definition())).send().await
+                else {
                     return;
                 };
                 if res.status().is_success() {
@@ -70,7 +72,8 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
         load.spawn(async move {
             let body = json!({"workerGroup": "g", "workerId": format!("w{w}"), "tasks": 4});
             loop {
-                let Ok(res) = client.post(format!("{base}/claim-work/crash%2Ftest")).json(&body).send().await else {
+                let url = format!("{base}/claim-work/crash%2Ftest");
+                let Ok(res) = support::signed(&client, reqwest::Method::POST, &url, Some(&body)).send().await else {
                     return;
                 };
                 let Ok(claims) = res.json::<Value>().await else {
@@ -79,7 +82,7 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
                 for claim in claims["tasks"].as_array().cloned().unwrap_or_default() {
                     let task_id = claim["status"]["taskId"].as_str().unwrap().to_owned();
                     let url = format!("{base}/task/{task_id}/runs/0/completed");
-                    let Ok(res) = client.post(url).send().await else {
+                    let Ok(res) = support::signed(&client, reqwest::Method::POST, &url, None).send().await else {
                         return;
                     };
                     if res.status().is_success() {
@@ -117,15 +120,14 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
     let mut claimed = HashSet::new();
     loop {
         let body = json!({"workerGroup": "g", "workerId": "after", "tasks": 32});
-        let res: Value = client
-            .post(format!("{base}/claim-work/crash%2Ftest"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let res: Value =
+            support::signed(&client, reqwest::Method::POST, &format!("{base}/claim-work/crash%2Ftest"), Some(&body))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
         let claims = res["tasks"].as_array().cloned().unwrap_or_default();
         if claims.is_empty() {
             break;

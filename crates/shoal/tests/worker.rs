@@ -26,6 +26,8 @@ fn worker(root: &str, queue: &str, id: &str, work_dir: &Path) -> Child {
         .args(["worker", "--root-url", root, "--queue", queue, "--worker-id", id, "--grace", "2", "--work-dir"])
         .arg(work_dir)
         .env("SHOAL_LOG", "warn")
+        .env("TASKCLUSTER_CLIENT_ID", "root")
+        .env("TASKCLUSTER_ACCESS_TOKEN", support::ROOT_TOKEN)
         .kill_on_drop(true)
         .spawn()
         .unwrap()
@@ -47,12 +49,9 @@ fn definition(queue: &str, payload: Value) -> Value {
 
 async fn create(server: &Server, queue: &str, payload: Value) -> String {
     let task_id = slugid::nice();
-    let res = reqwest::Client::new()
-        .put(format!("{}/task/{task_id}", server.api))
-        .json(&definition(queue, payload))
-        .send()
-        .await
-        .unwrap();
+    let url = format!("{}/task/{task_id}", server.api);
+    let body = definition(queue, payload);
+    let res = support::signed(&reqwest::Client::new(), reqwest::Method::PUT, &url, Some(&body)).send().await.unwrap();
     assert!(res.status().is_success(), "{}", res.text().await.unwrap());
     task_id
 }
@@ -240,7 +239,8 @@ async fn cancel_stops_the_process_and_a_dead_worker_is_replaced() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let res = reqwest::Client::new().post(format!("{}/task/{long}/cancel", server.api)).send().await.unwrap();
+    let url = format!("{}/task/{long}/cancel", server.api);
+    let res = support::signed(&reqwest::Client::new(), reqwest::Method::POST, &url, None).send().await.unwrap();
     assert!(res.status().is_success());
     // The worker learns of the cancel at its next reclaim (claims last 3 s here) and stops
     // the process group: SIGTERM, then SIGKILL after the 2 s grace.

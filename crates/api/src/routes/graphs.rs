@@ -33,16 +33,15 @@ fn body<T: serde::de::DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) ->
     parse_json(&bytes)
 }
 
-/// What createTask's scopes need of a submitted task, as submitted (defaults as the queue's).
-#[derive(Deserialize)]
+/// What createTask's scopes need of a submitted task, as submitted.
+#[derive(Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SubmittedTask {
     #[serde(default)]
     scopes: Vec<String>,
     #[serde(default)]
     routes: Vec<String>,
-    #[serde(default = "no_project")]
-    project_id: String,
+    project_id: Option<String>,
     task_queue_id: Option<String>,
     provisioner_id: Option<String>,
     worker_type: Option<String>,
@@ -50,37 +49,32 @@ struct SubmittedTask {
     priority: Option<Value>,
 }
 
-fn no_project() -> String {
-    "none".to_owned()
-}
-
 /// Checks that the caller may create every task of a submission, as the graph's scheduler
-/// would create them.
+/// would create them. A field that is missing or malformed here is named by the graph's own
+/// checks afterwards; for the scopes it counts as its default (or as nothing).
 fn authorize_tasks(state: &AppState, caller: &Caller, tasks: &Labelled) -> Result<(), ApiError> {
     let scheduler_id = state.queue.store().graph_scheduler_id();
-    let mut records = Vec::with_capacity(tasks.0.len());
-    for (label, node) in &tasks.0 {
-        let task: SubmittedTask = serde_json::from_value(node.task.clone())
-            .map_err(|err| ApiError::invalid_input(format!("tasks.{label}.task: {err}")))?;
-        let task_queue_id = match (task.task_queue_id, task.provisioner_id, task.worker_type) {
-            (Some(id), _, _) => id,
-            (None, Some(provisioner), Some(worker_type)) => format!("{provisioner}/{worker_type}"),
-            _ => return Err(ApiError::invalid_input(format!("tasks.{label}.task.taskQueueId: is required"))),
-        };
-        let priority = match &task.priority {
-            None => Priority::LOWEST,
-            Some(value) => Priority::parse(&format!("tasks.{label}.task.priority"), value)?,
-        };
-        records.push(
+    let records = tasks
+        .0
+        .iter()
+        .map(|(_, node)| {
+            let task: SubmittedTask = serde_json::from_value(node.task.clone()).unwrap_or_default();
+            let task_queue_id = match (task.task_queue_id, task.provisioner_id, task.worker_type) {
+                (Some(id), _, _) => id,
+                (None, Some(provisioner), Some(worker_type)) => format!("{provisioner}/{worker_type}"),
+                _ => String::new(),
+            };
+            let priority =
+                task.priority.and_then(|value| Priority::parse("priority", &value).ok()).unwrap_or(Priority::LOWEST);
             Vars::new()
                 .many("scopes", task.scopes)
                 .many("routes", task.routes)
-                .one("projectId", task.project_id)
+                .one("projectId", task.project_id.unwrap_or_else(|| "none".to_owned()))
                 .one("schedulerId", scheduler_id)
                 .one("taskQueueId", task_queue_id)
-                .many("priorities", priority.scope_names()),
-        );
-    }
+                .many("priorities", priority.scope_names())
+        })
+        .collect();
     caller.authorize(&Vars::new().records("tasks", records))
 }
 

@@ -10,7 +10,7 @@ use tokio::process::{Child, Command};
 /// the process (killed when dropped) and its root URL, read from the line it prints.
 pub(crate) async fn start_server(data_dir: &Path, extra_args: &[&str]) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args(["server", "--listen", "127.0.0.1:0", "--root-access-token", ROOT_TOKEN, "--data-dir"])
         .arg(data_dir)
         .args(extra_args)
         // SHOAL_TEST_LOG raises the servers' log level when a test needs looking into.
@@ -23,6 +23,46 @@ pub(crate) async fn start_server(data_dir: &Path, extra_args: &[&str]) -> (Child
     let line = BufReader::new(stdout).lines().next_line().await.unwrap().expect("the listening line");
     let root = line.split("rootUrl ").nth(1).expect("rootUrl in the listening line").trim_end_matches(')');
     (child, root.to_owned())
+}
+
+/// The root client's access token of every test server.
+pub(crate) const ROOT_TOKEN: &str = "test-root-access-token-of-the-binary";
+
+/// The root client's credentials.
+#[allow(dead_code)]
+pub(crate) fn root() -> shoal_client::Credentials {
+    shoal_client::Credentials { client_id: "root".into(), access_token: ROOT_TOKEN.into(), certificate: None }
+}
+
+/// A client of the server at `root_url` signing as the root client.
+#[allow(dead_code)]
+pub(crate) fn client(root_url: &str) -> shoal_client::Client {
+    shoal_client::Client::new(root_url).expect("client").with_credentials(Some(root()))
+}
+
+/// `method` on `url` with a JSON `body`, signed as the root client.
+#[allow(dead_code)]
+pub(crate) fn signed(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<&serde_json::Value>,
+) -> reqwest::RequestBuilder {
+    let bytes = body.map(|body| serde_json::to_vec(body).expect("JSON"));
+    let authorization = root()
+        .authorization(method.as_str(), url, bytes.as_deref().map(|bytes| ("application/json", bytes)))
+        .expect("signing");
+    let mut request = http.request(method, url).header("authorization", authorization);
+    if let Some(bytes) = bytes {
+        request = request.header("content-type", "application/json").body(bytes);
+    }
+    request
+}
+
+/// Sets the root client's credentials in Taskcluster's variables of a command.
+#[allow(dead_code)]
+pub(crate) fn as_root(command: &mut tokio::process::Command) -> &mut tokio::process::Command {
+    command.env("TASKCLUSTER_CLIENT_ID", "root").env("TASKCLUSTER_ACCESS_TOKEN", ROOT_TOKEN)
 }
 
 /// A task definition on `queue` with an empty payload, created now, due in an hour.
