@@ -8,12 +8,15 @@ use hyper::Request;
 use hyper::body::Bytes;
 use hyper::client::conn::http1::{Connection, SendRequest, handshake};
 use hyper_util::rt::TokioIo;
+use shoal_client::Credentials;
 use tokio::net::TcpStream;
 
 /// One connection to a server, used by one client at a time.
 pub(crate) struct Conn {
     host: String,
     prefix: String,
+    /// Signs every request when set (the benchmark's root credentials, unless `--unsigned`).
+    credentials: Option<Credentials>,
     sender: SendRequest<Full<Bytes>>,
     connection: Connection<TokioIo<TcpStream>, Full<Bytes>>,
     closed: bool,
@@ -33,16 +36,46 @@ impl Conn {
         let stream = TcpStream::connect(authority).await?;
         stream.set_nodelay(true)?;
         let (sender, connection) = handshake(TokioIo::new(stream)).await?;
-        Ok(Conn { host: authority.to_owned(), prefix: prefix.to_owned(), sender, connection, closed: false })
+        let credentials = crate::root_credentials();
+        Ok(Conn {
+            host: authority.to_owned(),
+            prefix: prefix.to_owned(),
+            credentials,
+            sender,
+            connection,
+            closed: false,
+        })
+    }
+
+    /// Whether requests are signed.
+    pub(crate) fn signs(&self) -> bool {
+        self.credentials.is_some()
     }
 
     /// Sends `method` to `path` under the prefix with `body` (JSON when not empty) and waits
     /// for the whole answer.
     pub(crate) async fn send(&mut self, method: &str, path: &str, body: Bytes) -> anyhow::Result<Answer> {
-        let mut request =
-            Request::builder().method(method).uri(format!("{}{path}", self.prefix)).header("host", &self.host);
+        let credentials = self.credentials.clone();
+        self.send_as(credentials.as_ref(), method, path, body).await
+    }
+
+    /// [`Conn::send`] signed with `credentials` (or not at all with `None`).
+    pub(crate) async fn send_as(
+        &mut self,
+        credentials: Option<&Credentials>,
+        method: &str,
+        path: &str,
+        body: Bytes,
+    ) -> anyhow::Result<Answer> {
+        let uri = format!("{}{path}", self.prefix);
+        let mut request = Request::builder().method(method).uri(&uri).header("host", &self.host);
         if !body.is_empty() {
             request = request.header("content-type", "application/json");
+        }
+        if let Some(credentials) = credentials {
+            let url = format!("http://{}{uri}", self.host);
+            let signed = (!body.is_empty()).then_some(("application/json", &body[..]));
+            request = request.header("authorization", credentials.authorization(method, &url, signed)?);
         }
         let request = request.body(Full::new(body))?;
         anyhow::ensure!(!self.closed, "the server closed the connection");

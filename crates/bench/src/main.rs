@@ -44,6 +44,8 @@ struct ClaimAnswer {
 struct ClaimedRun {
     status: ClaimedStatus,
     run_id: u32,
+    /// The run's own credentials: a worker reports with them.
+    credentials: Option<shoal_client::Credentials>,
 }
 
 #[derive(serde::Deserialize)]
@@ -55,8 +57,27 @@ struct ClaimedStatus {
 #[derive(Debug, Parser)]
 #[command(about = "Benchmarks of a real shoal server over loopback")]
 struct Cli {
+    /// Send every request unsigned, as an anonymous caller (the benchmark's servers let
+    /// anonymous callers do everything): what authentication costs, by comparison.
+    #[arg(long, global = true)]
+    unsigned: bool,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// The root client's access token of the benchmark's servers.
+pub(crate) const ROOT_TOKEN: &str = "shoal-bench-root-access-token";
+
+/// Whether the benchmark signs its requests (`--unsigned` turns it off).
+static SIGNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// The credentials the load generator signs with, unless `--unsigned`.
+pub(crate) fn root_credentials() -> Option<shoal_client::Credentials> {
+    SIGNED.load(Ordering::Relaxed).then(|| shoal_client::Credentials {
+        client_id: "root".into(),
+        access_token: ROOT_TOKEN.into(),
+        certificate: None,
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -156,12 +177,14 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    SIGNED.store(!cli.unsigned, Ordering::Relaxed);
     // One runtime thread: the load generator shares the machine with what it measures, and
     // on one thread its clients wake each other without crossing threads (its CPU per task
     // ~0.84x, throughput on PostgreSQL 1.08x median of 8 interleaved pairs; README).
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     runtime.block_on(async {
         println!("machine: {} cores, {}", std::thread::available_parallelism().map_or(0, |n| n.get()), cpu_model());
+        println!("requests: {}", if cli.unsigned { "unsigned (anonymous)" } else { "signed (Hawk)" });
         match cli.command.unwrap_or(Command::All) {
             Command::All => {
                 throughput(50_000, 32, 32, 8, None).await?;
@@ -408,7 +431,9 @@ async fn trivial_worker(
         for claim in answer.tasks {
             let path = format!("/task/{}/runs/{}/completed", claim.status.task_id, claim.run_id);
             let sent = Instant::now();
-            let res = conn.send("POST", &path, hyper::body::Bytes::new()).await?;
+            // A worker reports with the run's credentials, not its own.
+            let credentials = claim.credentials.as_ref().filter(|_| conn.signs());
+            let res = conn.send_as(credentials, "POST", &path, hyper::body::Bytes::new()).await?;
             anyhow::ensure!(
                 (200..300).contains(&res.status),
                 "reportCompleted: {}",

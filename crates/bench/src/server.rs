@@ -29,7 +29,7 @@ impl Server {
             }
         };
         let mut child = Command::new(server_binary()?)
-            .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["server", "--listen", "127.0.0.1:0", "--root-access-token", crate::ROOT_TOKEN, "--data-dir"])
             .arg(&path)
             .args(extra_args)
             .env("SHOAL_LOG", "warn")
@@ -42,7 +42,37 @@ impl Server {
         let line = lines.next_line().await?.context("server exited before listening")?;
         let addr =
             line.split("http://").nth(1).and_then(|rest| rest.split_whitespace().next()).context("no address")?;
-        Ok(Server { base: format!("http://{addr}/api/queue/v1"), child, _dir: dir })
+        let server = Server { base: format!("http://{addr}/api/queue/v1"), child, _dir: dir };
+        server.let_anonymous_callers_do_everything().await?;
+        Ok(server)
+    }
+
+    /// Gives the `anonymous` role `*`, so that scenarios measuring other things than
+    /// authentication need not sign (those that do still have every signature checked).
+    async fn let_anonymous_callers_do_everything(&self) -> anyhow::Result<()> {
+        let url = self.base.replace("/api/queue/v1", "/api/auth/v1/roles/anonymous");
+        let body = serde_json::to_vec(&serde_json::json!({"description": "benchmark", "scopes": ["*"]}))?;
+        let root = shoal_client::Credentials {
+            client_id: "root".into(),
+            access_token: crate::ROOT_TOKEN.into(),
+            certificate: None,
+        };
+        let authorization = root.authorization("PUT", &url, Some(("application/json", &body)))?;
+        let res = self
+            .client()
+            .put(&url)
+            .header("authorization", authorization)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await?;
+        // On a database other servers share, the role may be there already.
+        anyhow::ensure!(
+            res.status().is_success() || res.status() == 409,
+            "granting the anonymous role: {}",
+            res.status()
+        );
+        Ok(())
     }
 
     /// A pooled HTTP client.
