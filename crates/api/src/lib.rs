@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -91,12 +91,11 @@ fn api_router(
             "DELETE" => axum::routing::MethodFilter::DELETE,
             _ => axum::routing::MethodFilter::POST,
         };
-        let routed = (endpoint.handler)(filter).layer(middleware::from_fn_with_state(
-            state.clone(),
-            move |State(state): State<AppState>, req: Request, next: Next| {
-                around_endpoint(state, endpoint, max_body, req, next)
-            },
-        ));
+        // Only what authentication needs, so a request clones two handles, not the state.
+        let gate = auth::Gate { auth: state.auth.clone(), nonces: Arc::clone(&state.nonces) };
+        let routed = (endpoint.handler)(filter).layer(middleware::from_fn(move |req: Request, next: Next| {
+            around_endpoint(gate.clone(), endpoint, max_body, req, next)
+        }));
         let raw = endpoint.route.replace("{queue}", "{queue}/{queue_wt}");
         if raw != endpoint.route {
             api = api.route(&raw, routed.clone());
@@ -120,7 +119,7 @@ fn api_router(
 /// Authenticates the caller, runs the handler, and renders an [`ApiError`] it left as
 /// Taskcluster's error body with `requestInfo`.
 async fn around_endpoint(
-    state: AppState,
+    gate: auth::Gate,
     endpoint: &'static Endpoint,
     max_body: usize,
     req: Request,
@@ -128,7 +127,7 @@ async fn around_endpoint(
 ) -> Response {
     // A refcount bump, not a copy: most requests never need it.
     let uri = req.uri().clone();
-    let res = match auth::authenticate(&state, endpoint, req, max_body).await {
+    let res = match auth::authenticate(&gate, endpoint, req, max_body).await {
         Err(err) => err.into_response(),
         Ok(req) => {
             let checked = req.extensions().get::<Caller>().map(|caller| Arc::clone(&caller.checked));

@@ -73,9 +73,15 @@ impl Conn {
             request = request.header("content-type", "application/json");
         }
         if let Some(credentials) = credentials {
-            let url = format!("http://{}{uri}", self.host);
+            let (host, port) = self.host.rsplit_once(':').unwrap_or((&self.host, "80"));
             let signed = (!body.is_empty()).then_some(("application/json", &body[..]));
-            request = request.header("authorization", credentials.authorization(method, &url, signed)?);
+            // The certificate's ext is made once per credentials, as a worker would.
+            let ext = match &credentials.certificate {
+                None => None,
+                Some(_) => Some(credentials.ext()?.unwrap_or_default()),
+            };
+            let header = credentials.authorization_for(method, (host, port.parse()?), &uri, signed, ext.as_deref())?;
+            request = request.header("authorization", header);
         }
         let request = request.body(Full::new(body))?;
         anyhow::ensure!(!self.closed, "the server closed the connection");

@@ -18,10 +18,19 @@ use crate::clock::now;
 /// How often a server looks whether another changed clients or roles.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 
-/// A fresh secret: 44 characters of base64url (two v4 slugids, as Taskcluster makes them).
+/// A fresh secret: 44 characters of base64url (264 random bits, as long as Taskcluster's
+/// two slugids), from the system's random source.
 #[must_use]
 pub fn new_secret() -> String {
-    format!("{}{}", slugid::v4(), slugid::v4())
+    use base64::Engine;
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 33];
+    // The system's random source does not fail once the system is up; if it did, two
+    // slugids (also random) stand in.
+    match ring::rand::SystemRandom::new().fill(&mut bytes) {
+        Ok(()) => base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+        Err(_) => format!("{}{}", slugid::v4(), slugid::v4()),
+    }
 }
 
 /// What authentication holds at one moment.
@@ -38,7 +47,7 @@ pub struct AuthState {
     /// The roles, ready to expand scopes.
     pub expander: Roles,
     /// What anonymous callers hold.
-    pub anonymous: ScopeSet,
+    pub anonymous: Arc<ScopeSet>,
 }
 
 impl AuthState {
@@ -96,12 +105,12 @@ impl Authority {
     async fn reload(&self) -> Result<(), StoreError> {
         let snapshot = self.inner.store.read(|reads| reads.auth_snapshot()).await?;
         let expander = Roles::new(snapshot.roles.iter().map(|role| (role.role_id.clone(), role.scopes.clone())));
-        let everything = ScopeSet::new(["*".to_owned()]);
+        let everything = Arc::new(ScopeSet::new(["*".to_owned()]));
         let mut clients = HashMap::with_capacity(snapshot.clients.len() + 2);
         for client in &snapshot.clients {
             let known = KnownClient {
                 access_token: client.access_token.clone(),
-                scopes: expand_with_anonymous(&expander, client.scopes.iter().cloned()),
+                scopes: Arc::new(expand_with_anonymous(&expander, client.scopes.iter().cloned())),
                 expires: client.expires.millis(),
                 disabled: client.disabled,
             };
@@ -118,7 +127,7 @@ impl Authority {
             };
             clients.insert(client_id.to_owned(), known);
         }
-        let anonymous = expand_with_anonymous(&expander, std::iter::empty());
+        let anonymous = Arc::new(expand_with_anonymous(&expander, std::iter::empty()));
         let state = AuthState {
             generation: snapshot.generation,
             clients,

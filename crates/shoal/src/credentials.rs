@@ -24,6 +24,14 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Secret, Self::Err> {
+        Ok(Secret(text.to_owned()))
+    }
+}
+
 /// Checks a configured root token.
 pub(crate) fn check_root_token(token: &str) -> anyhow::Result<()> {
     anyhow::ensure!(
@@ -61,7 +69,7 @@ pub(crate) fn root_access_token(
 }
 
 /// Where a server is and who calls it: Taskcluster's variables, or flags.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Clone, clap::Args)]
 pub(crate) struct ServerAddress {
     /// The server's root URL [default: TASKCLUSTER_ROOT_URL, else http://127.0.0.1:8080].
     #[arg(long, env = "SHOAL_ROOT_URL", global = true)]
@@ -75,6 +83,12 @@ pub(crate) struct ServerAddress {
     /// The certificate of temporary credentials (JSON).
     #[arg(long, env = "TASKCLUSTER_CERTIFICATE", hide_env_values = true, global = true)]
     certificate: Option<String>,
+}
+
+impl std::fmt::Debug for ServerAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerAddress").field("root_url", &self.root_url).field("client_id", &self.client_id).finish()
+    }
 }
 
 impl ServerAddress {

@@ -201,7 +201,7 @@ struct ServerArgs {
     /// The root client's access token [default: made on first start and kept in
     /// <data-dir>/root-access-token].
     #[arg(long, env = "SHOAL_ROOT_ACCESS_TOKEN", hide_env_values = true)]
-    root_access_token: Option<String>,
+    root_access_token: Option<credentials::Secret>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -331,7 +331,7 @@ impl ServerConfig {
             config.max_log_bytes = bytes;
         }
         if let Some(token) = &args.root_access_token {
-            config.root_access_token = Some(credentials::Secret(token.clone()));
+            config.root_access_token = Some(token.clone());
         }
         config.validate()?;
         Ok(config)

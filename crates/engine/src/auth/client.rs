@@ -27,8 +27,8 @@ pub fn is_role_id(role_id: &str) -> bool {
 }
 
 /// A stored client. The access token is the Hawk key; it is never shown after creation
-/// or reset.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// or reset (nor by `Debug`).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Client {
     /// Its id.
@@ -51,6 +51,17 @@ pub struct Client {
     pub last_modified: Timestamp,
     /// When its access token was last set.
     pub last_rotated: Timestamp,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("client_id", &self.client_id)
+            .field("scopes", &self.scopes)
+            .field("expires", &self.expires)
+            .field("disabled", &self.disabled)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A stored role.

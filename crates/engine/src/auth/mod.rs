@@ -7,6 +7,8 @@ pub mod client;
 pub mod roles;
 pub mod scope;
 
+use std::sync::Arc;
+
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
@@ -118,12 +120,12 @@ impl Ext {
 }
 
 /// A client as authentication needs it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KnownClient {
     /// Its Hawk key.
     pub access_token: String,
     /// Its scopes, expanded through roles, with the anonymous role's.
-    pub scopes: ScopeSet,
+    pub scopes: Arc<ScopeSet>,
     /// Until when it works (ms since the epoch).
     pub expires: i64,
     /// Whether it is disabled.
@@ -132,14 +134,27 @@ pub struct KnownClient {
 
 /// Credentials that passed every check but the signature: the key to check it with and the
 /// scopes the request holds.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Principal {
     /// The client id the request was signed under.
     pub client_id: String,
     /// The key the signature must verify with.
     pub key: String,
     /// What the request may do.
-    pub scopes: ScopeSet,
+    pub scopes: Arc<ScopeSet>,
+}
+
+// Keys stay out of `Debug`, and so out of any log.
+impl std::fmt::Debug for KnownClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KnownClient").field("scopes", &self.scopes).field("disabled", &self.disabled).finish()
+    }
+}
+
+impl std::fmt::Debug for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Principal").field("client_id", &self.client_id).field("scopes", &self.scopes).finish()
+    }
 }
 
 /// The credentials presented as `name` (with `ext`) stand for, at `now` (ms since the
@@ -165,11 +180,11 @@ pub fn principal<'a>(
         return Err(AuthFailure::Expired(issuer.to_owned()));
     }
     let mut key = client.access_token.clone();
-    let mut scopes = client.scopes.clone();
+    let mut scopes = Arc::clone(&client.scopes);
     if let Some(cert) = certificate {
         let granted = certificate::check(cert, name, issuer, &client.access_token, &client.scopes, now)?;
         key = granted.access_token;
-        scopes = expand_with_anonymous(roles, cert.scopes.iter().cloned());
+        scopes = Arc::new(expand_with_anonymous(roles, cert.scopes.iter().cloned()));
     }
     if let Some(authorized) = ext.and_then(|ext| ext.authorized_scopes.as_ref()) {
         scope::check_scopes("authorizedScopes", authorized)
@@ -178,7 +193,7 @@ pub fn principal<'a>(
         if let Some(missing) = wanted.unsatisfied(&scopes) {
             return Err(AuthFailure::AuthorizedScopes(missing));
         }
-        scopes = expand_with_anonymous(roles, authorized.iter().cloned());
+        scopes = Arc::new(expand_with_anonymous(roles, authorized.iter().cloned()));
     }
     Ok(Principal { client_id: name.to_owned(), key, scopes })
 }
@@ -218,7 +233,7 @@ mod tests {
     fn known(token: &str, scopes: &[&str]) -> KnownClient {
         KnownClient {
             access_token: token.into(),
-            scopes: ScopeSet::new(scopes.iter().map(|s| (*s).to_owned())),
+            scopes: Arc::new(ScopeSet::new(scopes.iter().map(|s| (*s).to_owned()))),
             expires: i64::MAX,
             disabled: false,
         }

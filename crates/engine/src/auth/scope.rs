@@ -57,6 +57,12 @@ impl ScopeSet {
             || self.stars.iter().any(|&i| satisfies(&self.scopes[i], required))
     }
 
+    /// Whether the set holds `*`, and so satisfies every scope.
+    #[must_use]
+    pub fn holds_everything(&self) -> bool {
+        self.scopes.first().is_some_and(|first| first == "*")
+    }
+
     /// Whether every scope of `required` is satisfied.
     #[must_use]
     pub fn satisfies_all<'a>(&self, required: impl IntoIterator<Item = &'a str>) -> bool {
@@ -205,6 +211,7 @@ mod tests {
         assert!(held.satisfies("b"));
         assert!(!held.satisfies("d"));
         assert_eq!(set(&["*", "x"]).as_slice(), ["*"]);
+        assert!(set(&["*", "x"]).holds_everything() && !held.holds_everything());
     }
 
     #[test]
