@@ -64,28 +64,27 @@ def test_clients_roles_and_scopes(server, auth, make_task, task_queue_id):
     assert err.value.status_code == 404
 
 
-def test_temporary_credentials(server, root_credentials, make_task):
-    temp = taskcluster.createTemporaryCredentials(
+def temporary(root_credentials, **name):
+    """Temporary credentials for an hour from root, as Taskcluster's helper makes them."""
+    return taskcluster.createTemporaryCredentials(
         root_credentials["clientId"],
         root_credentials["accessToken"],
         datetime.datetime.utcnow() - datetime.timedelta(minutes=1),
         datetime.datetime.utcnow() + datetime.timedelta(hours=1),
         ["queue:create-task:*", "queue:scheduler-id:*"],
+        **name,
     )
+
+
+def test_temporary_credentials(server, root_credentials, make_task):
+    temp = temporary(root_credentials)
     queue = taskcluster.Queue({"rootUrl": server, "credentials": temp})
     queue.createTask(slugid.nice(), make_task())
     with pytest.raises(TaskclusterRestFailure) as err:
         queue.createTask(slugid.nice(), make_task(routes=["index.anything"]))
     assert err.value.status_code == 403, "the certificate's scopes, not root's"
 
-    named = taskcluster.createTemporaryCredentials(
-        root_credentials["clientId"],
-        root_credentials["accessToken"],
-        datetime.datetime.utcnow() - datetime.timedelta(minutes=1),
-        datetime.datetime.utcnow() + datetime.timedelta(hours=1),
-        ["queue:create-task:*", "queue:scheduler-id:*"],
-        name="temporary/builder",
-    )
+    named = temporary(root_credentials, name="temporary/builder")
     auth = taskcluster.Auth({"rootUrl": server, "credentials": named})
     assert auth.currentScopes()["scopes"][:2] == ["assume:anonymous", "queue:create-task:*"]
 

@@ -187,14 +187,6 @@ impl Authority {
         expect_client(self.change(AuthChange::UpdateClient(client_id, edit)).await?)
     }
 
-    /// Gives a client a new access token; answers it with the token.
-    ///
-    /// # Errors
-    /// NotFound when there is no such client.
-    pub async fn reset_access_token(&self, client_id: String) -> Result<Client, StoreError> {
-        self.update_client(client_id, ClientEdit::AccessToken(new_secret())).await
-    }
-
     /// Deletes a client (nothing when there is none).
     ///
     /// # Errors

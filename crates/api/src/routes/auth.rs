@@ -165,16 +165,31 @@ pub(crate) async fn update_client(
     Ok(Json(client_body(&state.auth.current(), &client, false)))
 }
 
+/// Changes a stored client once the caller holds the endpoint's scopes for it (with the
+/// client's own scopes as `scopes` when `with_scopes`: enabling it gives them back).
+async fn edit_client(
+    state: &AppState,
+    caller: &Caller,
+    params: &Params,
+    with_scopes: bool,
+    edit: ClientEdit,
+) -> Result<Client, ApiError> {
+    let client_id = client_id(params)?;
+    let mut vars = Vars::new().one("clientId", &client_id);
+    if with_scopes {
+        vars = vars.many("scopes", find_client(&state.auth.current(), &client_id)?.scopes);
+    }
+    caller.authorize(&vars)?;
+    check_client_id(&client_id)?;
+    Ok(state.auth.update_client(client_id, edit).await?)
+}
+
 pub(crate) async fn enable_client(
     State(state): State<AppState>,
     caller: Caller,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
-    let client_id = client_id(&params)?;
-    let current = find_client(&state.auth.current(), &client_id)?;
-    caller.authorize(&Vars::new().one("clientId", &client_id).many("scopes", current.scopes))?;
-    check_client_id(&client_id)?;
-    let client = state.auth.update_client(client_id, ClientEdit::Disabled(false)).await?;
+    let client = edit_client(&state, &caller, &params, true, ClientEdit::Disabled(false)).await?;
     Ok(Json(client_body(&state.auth.current(), &client, false)))
 }
 
@@ -183,10 +198,7 @@ pub(crate) async fn disable_client(
     caller: Caller,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
-    let client_id = client_id(&params)?;
-    caller.authorize(&Vars::new().one("clientId", &client_id))?;
-    check_client_id(&client_id)?;
-    let client = state.auth.update_client(client_id, ClientEdit::Disabled(true)).await?;
+    let client = edit_client(&state, &caller, &params, false, ClientEdit::Disabled(true)).await?;
     Ok(Json(client_body(&state.auth.current(), &client, false)))
 }
 
@@ -195,10 +207,8 @@ pub(crate) async fn reset_access_token(
     caller: Caller,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
-    let client_id = client_id(&params)?;
-    caller.authorize(&Vars::new().one("clientId", &client_id))?;
-    check_client_id(&client_id)?;
-    let client = state.auth.reset_access_token(client_id).await?;
+    let token = shoal_service::auth::new_secret();
+    let client = edit_client(&state, &caller, &params, false, ClientEdit::AccessToken(token)).await?;
     Ok(Json(client_body(&state.auth.current(), &client, true)))
 }
 
