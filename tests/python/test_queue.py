@@ -191,3 +191,25 @@ def test_artifacts(queue, make_task, task_queue_id):
     with pytest.raises(TaskclusterRestFailure) as err:
         queue.getArtifact(task_id, "0", "public/missing")
     assert err.value.status_code == 424
+
+
+def test_counts_batch_and_group_priority_answer_taskclusters_fields(queue, make_task, task_queue_id):
+    group = slugid.nice()
+    for _ in range(2):
+        queue.createTask(slugid.nice(), make_task(taskGroupId=group))
+    counts = queue.taskQueueCounts(task_queue_id)
+    assert (counts["provisionerId"], counts["pendingTasks"]) == (task_queue_id.split("/")[0], 2)
+    batch = queue.taskQueueCountsBatch({"taskQueueIds": [task_queue_id]})
+    assert batch["taskQueueCounts"] == [counts]
+    changed = queue.changeTaskGroupPriority(group, {"newPriority": "high"})
+    assert (changed["schedulerId"], changed["tasksAffected"], changed["newPriority"]) == ("-", 2, "high")
+
+
+def test_rerun_schedules_an_unscheduled_task(queue, make_task):
+    blocker = slugid.nice()
+    queue.createTask(blocker, make_task())
+    waiting = slugid.nice()
+    queue.createTask(waiting, make_task(dependencies=[blocker]))
+    status = queue.rerunTask(waiting)["status"]
+    assert status["state"] == "pending"
+    assert status["runs"][0]["reasonCreated"] == "rerun"

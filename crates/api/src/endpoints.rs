@@ -274,6 +274,14 @@ pub const ENDPOINTS: &[Endpoint] = &[
     endpoint!("pendingTasks", "GET", "/pending/{queue}", Public, Deprecated, queues::pending_tasks),
     endpoint!("taskQueueCounts", "GET", "/task-queues/{queue}/counts", Public, Stable, queues::task_queue_counts),
     endpoint!(
+        "taskQueueCountsBatch",
+        "POST",
+        "/task-queues/counts",
+        Public,
+        Experimental,
+        queues::task_queue_counts_batch
+    ),
+    endpoint!(
         "listPendingTasks",
         "GET",
         "/task-queues/{queue}/pending",

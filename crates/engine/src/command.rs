@@ -52,7 +52,6 @@ impl TaskCommand {
 mod tests {
     use super::*;
     use crate::definition::TaskDefinitionInput;
-    use crate::rejection::Conflict;
     use crate::status::TaskState;
     use crate::{TaskId, Timestamp};
 
@@ -73,8 +72,6 @@ mod tests {
     #[test]
     fn each_command_runs_its_transition() {
         let (mut task, now) = task();
-        let rerun = TaskCommand::Rerun.apply(&mut task, now, 60).unwrap_err();
-        assert_eq!(rerun, Rejection::Conflict(Conflict::RerunUnscheduled(task.task_id)));
         let _scheduled = TaskCommand::Schedule.apply(&mut task, now, 60).unwrap();
         assert_eq!(task.state(), TaskState::Pending);
         let _claimed = task.claim(0, "g", "w", now, 60).unwrap();

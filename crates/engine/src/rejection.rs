@@ -70,9 +70,6 @@ pub enum Conflict {
     /// A task graph extended after its group was sealed.
     #[error("task group {0} is sealed: the graph cannot gain tasks")]
     GraphSealed(TaskId),
-    /// rerunTask of a task that never ran.
-    #[error("task {0} is unscheduled and cannot be rerun")]
-    RerunUnscheduled(TaskId),
     /// A task at its limit of runs.
     #[error("task {task_id} already has {max} runs")]
     TooManyRuns {

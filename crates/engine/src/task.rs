@@ -284,19 +284,16 @@ impl Task {
         Ok(self.end_unresolved(ReasonResolved::Canceled, now))
     }
 
-    /// Starts a new run of a resolved task and resets its retry budget; a pending or
+    /// Starts a new run of a resolved task, or schedules an unscheduled one (its
+    /// dependencies aside, as Taskcluster does), and resets its retry budget; a pending or
     /// running task is left as it is.
     ///
     /// # Errors
-    /// Conflict for an unscheduled task, past the deadline, or at the run limit.
+    /// Conflict past the deadline or at the run limit.
     pub fn rerun(&mut self, now: Timestamp) -> Result<Effects, Rejection> {
         self.check_deadline(now)?;
-        match self.state() {
-            TaskState::Unscheduled => {
-                return Err(Conflict::RerunUnscheduled(self.task_id).into());
-            }
-            TaskState::Pending | TaskState::Running => return Ok(Effects::none()),
-            TaskState::Completed | TaskState::Failed | TaskState::Exception => {}
+        if matches!(self.state(), TaskState::Pending | TaskState::Running) {
+            return Ok(Effects::none());
         }
         if self.runs.len() >= MAX_RUNS {
             return Err(Conflict::TooManyRuns { task_id: self.task_id, max: MAX_RUNS }.into());

@@ -43,11 +43,12 @@ pub(crate) async fn get_task_group(State(state): State<AppState>, params: Params
     Ok(Json(json!(found)))
 }
 
-/// Checks the caller's scopes on an existing group (its scheduler's).
-async fn authorize(state: &AppState, caller: &Caller, group: TaskId) -> Result<(), ApiError> {
+/// Checks the caller's scopes on an existing group (its scheduler's); answers its scheduler.
+async fn authorize(state: &AppState, caller: &Caller, group: TaskId) -> Result<String, ApiError> {
     let found = state.queue.store().read(move |reads| reads.task_group(group)).await?;
     let found = found.ok_or_else(|| ApiError::not_found(format!("task group {group} not found")))?;
-    caller.authorize(&Vars::new().one("schedulerId", &found.scheduler_id).one("taskGroupId", group))
+    caller.authorize(&Vars::new().one("schedulerId", &found.scheduler_id).one("taskGroupId", group))?;
+    Ok(found.scheduler_id)
 }
 
 pub(crate) async fn seal_task_group(
@@ -80,7 +81,13 @@ pub(crate) async fn change_task_group_priority(
 ) -> Result<Json<Value>, ApiError> {
     let group = group_id(&params)?;
     let priority = parse_priority(&body.new_priority)?;
-    authorize(&state, &caller, group).await?;
+    let scheduler_id = authorize(&state, &caller, group).await?;
     let task_ids = state.queue.change_task_group_priority(group, priority).await?;
-    Ok(Json(json!({ "taskGroupId": group, "newPriority": priority, "taskIds": task_ids })))
+    Ok(Json(json!({
+        "taskGroupId": group,
+        "schedulerId": scheduler_id,
+        "newPriority": priority,
+        "tasksAffected": task_ids.len(),
+        "taskIds": task_ids,
+    })))
 }

@@ -79,6 +79,14 @@ async fn schedule_cancel_rerun_and_priority() {
     assert_eq!(rerun["status"]["runs"][1]["reasonCreated"], "rerun");
     let claims = app.claim("prov/wt", "w", 1).await;
     assert_eq!(claims[0]["status"]["taskId"], waiting.as_str(), "very-high before lowest");
+
+    // An unscheduled task is scheduled by a rerun, as Taskcluster does.
+    let unscheduled = slugid();
+    app.create(&unscheduled, json!({"dependencies": [blocker]})).await;
+    let (code, rerun) = app.post(&format!("/task/{unscheduled}/rerun"), json!({})).await;
+    assert_eq!(code, StatusCode::OK, "{rerun}");
+    assert_eq!(rerun["status"]["state"], "pending");
+    assert_eq!(rerun["status"]["runs"][0]["reasonCreated"], "rerun");
 }
 
 #[tokio::test]
@@ -111,6 +119,7 @@ async fn task_groups_list_seal_and_cancel() {
 
     let (_, priority) = app.post(&format!("/task-group/{group}/priority"), json!({"newPriority": "high"})).await;
     assert_eq!(priority["taskIds"].as_array().unwrap().len(), 5);
+    assert_eq!((priority["tasksAffected"].as_u64(), priority["schedulerId"].as_str()), (Some(5), Some("sched")));
     let (_, canceled) = app.post(&format!("/task-group/{group}/cancel"), json!({})).await;
     assert_eq!(canceled["taskGroupSize"], 5);
     assert_eq!(canceled["cancelledCount"], 5);
@@ -125,6 +134,14 @@ async fn queue_counts_and_listings() {
     let claims = app.claim("prov/q", "w7", 1).await;
     let (_, counts) = app.get("/task-queues/prov%2Fq/counts").await;
     assert_eq!((counts["pendingTasks"].as_u64(), counts["claimedTasks"].as_u64()), (Some(2), Some(1)));
+    assert_eq!((counts["provisionerId"].as_str(), counts["workerType"].as_str()), (Some("prov"), Some("q")));
+    let (status, batch) = app.post("/task-queues/counts", json!({"taskQueueIds": ["prov/q", "prov/empty"]})).await;
+    assert_eq!(status, StatusCode::OK, "{batch}");
+    assert_eq!(batch["taskQueueCounts"][0], counts, "the batch answers each queue as taskQueueCounts does");
+    assert_eq!(batch["taskQueueCounts"][1]["pendingTasks"], 0);
+    let (status, bad) = app.post("/task-queues/counts", json!({"taskQueueIds": ["prov/q", "no-slash"]})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(bad["message"].as_str().unwrap().starts_with("taskQueueIds[1]: "), "{bad}");
     let (_, legacy) = app.get("/pending/prov/q").await;
     assert_eq!(legacy["pendingTasks"], 2);
     assert_eq!(legacy["workerType"], "q");

@@ -220,15 +220,15 @@ fn rerun_and_priority_rules() {
          priority low
          rerun
          rerun",
-        "rerun -> rejected: task fN1S_sG4TTu5SNmTb0Xd6A is unscheduled and cannot be rerun
-         schedule -> [Pending { run_id: 0 }] | pending retries=5 [pending/scheduled]
-         priority high -> [PriorityChanged { old: Named(6), new: Named(2) }] | pending retries=5 [pending/scheduled]
-         priority high -> [] | pending retries=5 [pending/scheduled]
-         claim 0 -> [Running { run_id: 0 }] | running retries=5 [running/scheduled]
-         complete 0 -> [Completed { run_id: 0 }] | completed retries=5 [completed/scheduled/completed]
+        "rerun -> [Pending { run_id: 0 }] | pending retries=5 [pending/rerun]
+         schedule -> [] | pending retries=5 [pending/rerun]
+         priority high -> [PriorityChanged { old: Named(6), new: Named(2) }] | pending retries=5 [pending/rerun]
+         priority high -> [] | pending retries=5 [pending/rerun]
+         claim 0 -> [Running { run_id: 0 }] | running retries=5 [running/rerun]
+         complete 0 -> [Completed { run_id: 0 }] | completed retries=5 [completed/rerun/completed]
          priority low -> rejected: task fN1S_sG4TTu5SNmTb0Xd6A is resolved; its priority cannot change
-         rerun -> [Pending { run_id: 1 }] | pending retries=5 [completed/scheduled/completed, pending/rerun]
-         rerun -> [] | pending retries=5 [completed/scheduled/completed, pending/rerun]",
+         rerun -> [Pending { run_id: 1 }] | pending retries=5 [completed/rerun/completed, pending/rerun]
+         rerun -> [] | pending retries=5 [completed/rerun/completed, pending/rerun]",
     );
 }
 
