@@ -17,10 +17,14 @@ pub struct AmqpBus {
 }
 
 struct Link {
-    // Kept so the channel's connection lives as long as the link.
-    _connection: Connection,
+    connection: Connection,
     channel: Channel,
 }
+
+/// How often a connection is looked at while it is up.
+const HEALTH_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+/// Longest wait between attempts to reach a broker that is down.
+const MAX_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl AmqpBus {
     /// A bus publishing to the broker at `url` (`amqp://user:pass@host:port/vhost`, or `amqps://`).
@@ -49,9 +53,9 @@ impl AmqpBus {
     /// Publishes `messages` in order and waits until the broker confirmed every one.
     pub(crate) async fn publish(&self, messages: &[&Message]) -> Result<(), BusError> {
         let mut link = self.link.lock().await;
-        if link.is_none() {
+        if !link.as_ref().is_some_and(Link::is_up) {
             *link = Some(self.connect().await?);
-            tracing::info!(broker = %self.redacted_url(), "connected to the broker");
+            tracing::info!(broker = %self.redacted_url(), "connected to the broker; exchanges declared");
         }
         let channel = link.as_ref().map(|link| link.channel.clone()).ok_or_else(|| unavailable("no channel"))?;
         let res = publish_confirmed(&channel, messages).await;
@@ -74,7 +78,49 @@ impl AmqpBus {
                 .await
                 .map_err(unavailable)?;
         }
-        Ok(Link { _connection: connection, channel })
+        Ok(Link { connection, channel })
+    }
+
+    /// Keeps a connection to the broker, with the exchanges declared: at once, again after
+    /// every reconnect, retrying with backoff while the broker is down. Consumers may then
+    /// bind their queues before anything was published. Never returns.
+    pub(crate) async fn keep_connected(&self) {
+        let mut retry = std::time::Duration::from_secs(1);
+        loop {
+            let up = {
+                let mut link = self.link.lock().await;
+                if link.as_ref().is_some_and(Link::is_up) {
+                    true
+                } else {
+                    match self.connect().await {
+                        Ok(connected) => {
+                            *link = Some(connected);
+                            tracing::info!(broker = %self.redacted_url(), "connected to the broker; exchanges declared");
+                            true
+                        }
+                        Err(err) => {
+                            *link = None;
+                            tracing::warn!(broker = %self.redacted_url(), error = %err, "cannot reach the broker; retrying");
+                            false
+                        }
+                    }
+                }
+            };
+            let wait = if up {
+                retry = std::time::Duration::from_secs(1);
+                HEALTH_CHECK
+            } else {
+                retry = (retry * 2).min(MAX_RETRY);
+                retry
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+impl Link {
+    fn is_up(&self) -> bool {
+        self.connection.status().connected() && self.channel.status().connected()
     }
 }
 

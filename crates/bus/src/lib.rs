@@ -42,6 +42,15 @@ impl Bus {
         }
     }
 
+    /// Keeps the bus connected with its exchanges declared (a broker's; nothing for the
+    /// local bus). Never returns; run it beside the publisher.
+    pub async fn keep_connected(&self) {
+        match self {
+            Bus::Local => std::future::pending().await,
+            Bus::Amqp(bus) => bus.keep_connected().await,
+        }
+    }
+
     /// A short description for logs.
     #[must_use]
     pub fn describe(&self) -> String {

@@ -22,8 +22,18 @@ const TRIM_EVERY: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// Publishes every committed message to `bus` until `shutdown` resolves; what is left is
-/// published after the next start.
+/// published after the next start. Meanwhile the bus is kept connected with its exchanges
+/// declared, so consumers can bind before the first message (a broker that is down is
+/// retried in the background; nothing else waits for it).
 pub async fn run_publisher(store: Store, bus: Bus, shutdown: impl Future<Output = ()>) {
+    tokio::select! {
+        () = publish(store, &bus, shutdown) => {}
+        () = bus.keep_connected() => {}
+    }
+}
+
+/// [`run_publisher`]'s publishing loop.
+async fn publish(store: Store, bus: &Bus, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     tracing::info!(bus = %bus.describe(), "publishing events");
     let feed = store.outbox();
@@ -84,7 +94,7 @@ pub async fn run_publisher(store: Store, bus: Bus, shutdown: impl Future<Output 
             let Some(last) = entries.last().map(|entry| entry.seq) else { continue };
             tokio::select! {
                 () = &mut shutdown => return,
-                () = publish_until_taken(&bus, &entries) => {}
+                () = publish_until_taken(bus, &entries) => {}
             }
             feed.published(last);
             untrimmed = true;

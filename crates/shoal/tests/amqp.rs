@@ -339,3 +339,53 @@ async fn servers_on_one_database_publish_each_message_once_and_stream_each_other
         child.kill().await.unwrap();
     }
 }
+
+/// Waits until the broker has exchange `name` (declared by someone else), trying passively:
+/// there is no event to await for another process's declaration.
+async fn exchange_appears(connection: &Connection, name: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        // A failed passive declare closes its channel: each try takes a fresh one.
+        let channel = connection.create_channel().await.unwrap();
+        let options = ExchangeDeclareOptions { passive: true, ..Default::default() };
+        if channel.exchange_declare(name.into(), ExchangeKind::Topic, options, FieldTable::default()).await.is_ok() {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the server never declared {name}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_binds_before_anything_is_published() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = server(&dir.path().join("data"), &broker.url).await;
+    let connection = Connection::connect(&broker.url, ConnectionProperties::default()).await.unwrap();
+    let exchange = format!("{Q}task-defined");
+    exchange_appears(&connection, &exchange).await;
+    // Bound without declaring anything, as Taskcluster's consumers do.
+    let channel = connection.create_channel().await.unwrap();
+    let queue_options = QueueDeclareOptions { durable: true, ..Default::default() };
+    channel.queue_declare("early".into(), queue_options, FieldTable::default()).await.unwrap();
+    channel
+        .queue_bind(
+            "early".into(),
+            exchange.as_str().into(),
+            "#".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let mut consumer = channel
+        .basic_consume("early".into(), "test".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .await
+        .unwrap();
+    let task_id = slugid::nice();
+    call(&reqwest::Client::new(), reqwest::Method::PUT, format!("{base}/task/{task_id}"), definition("early/q", &[]))
+        .await;
+    let got = receive(&mut consumer).await;
+    assert_eq!(got.exchange, "task-defined");
+    assert_eq!(got.body["status"]["taskId"], task_id.as_str());
+}
