@@ -213,3 +213,25 @@ def test_rerun_schedules_an_unscheduled_task(queue, make_task):
     status = queue.rerunTask(waiting)["status"]
     assert status["state"] == "pending"
     assert status["runs"][0]["reasonCreated"] == "rerun"
+
+
+def test_every_method_of_the_official_client_is_served(server, queue):
+    import requests
+
+    reference = requests.get(server + "/api/queue/v1/reference").json()
+    served = {entry["name"] for entry in reference["entries"]}
+    missing = sorted(set(taskcluster.Queue.funcinfo) - served)
+    assert missing == [], f"methods of taskcluster.Queue without an endpoint: {missing}"
+
+
+def test_worker_registry_calls_say_what_to_use_instead(queue):
+    for call in (
+        lambda: queue.listProvisioners(),
+        lambda: queue.listWorkerTypes("prov"),
+        lambda: queue.listWorkers("prov", "wt"),
+        lambda: queue.getWorker("prov", "wt", "g", "w"),
+    ):
+        with pytest.raises(TaskclusterRestFailure) as err:
+            call()
+        assert err.value.status_code == 404
+        assert "listTaskQueues" in err.value.body["message"]

@@ -298,6 +298,63 @@ pub const ENDPOINTS: &[Endpoint] = &[
         queues::list_claimed_tasks
     ),
     endpoint!("listTaskQueues", "GET", "/task-queues", Public, Stable, queues::list_task_queues),
+    endpoint!("listProvisioners", "GET", "/provisioners", Public, Deprecated, meta::no_provisioner_registry),
+    endpoint!(
+        "getProvisioner",
+        "GET",
+        "/provisioners/{provisioner}",
+        Public,
+        Deprecated,
+        meta::no_provisioner_registry
+    ),
+    endpoint!(
+        "listWorkerTypes",
+        "GET",
+        "/provisioners/{provisioner}/worker-types",
+        Public,
+        Deprecated,
+        meta::no_provisioner_registry
+    ),
+    endpoint!(
+        "getWorkerType",
+        "GET",
+        "/provisioners/{provisioner}/worker-types/{worker_type}",
+        Public,
+        Deprecated,
+        meta::no_provisioner_registry
+    ),
+    endpoint!(
+        "listWorkers",
+        "GET",
+        "/provisioners/{provisioner}/worker-types/{worker_type}/workers",
+        Public,
+        Deprecated,
+        meta::no_worker_registry
+    ),
+    endpoint!(
+        "getWorker",
+        "GET",
+        "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}",
+        Public,
+        Deprecated,
+        meta::no_worker_registry
+    ),
+    endpoint!(
+        "quarantineWorker",
+        "PUT",
+        "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}",
+        Public,
+        Experimental,
+        meta::no_worker_registry
+    ),
+    endpoint!(
+        "declareWorker",
+        "PUT",
+        "/provisioners/{provisioner}/worker-types/{worker_type}/{worker_group}/{worker_id}",
+        Public,
+        Experimental,
+        meta::no_worker_registry
+    ),
     endpoint!("getTaskQueue", "GET", "/task-queues/{queue}", Public, Stable, queues::get_task_queue),
 ];
 

@@ -90,6 +90,12 @@ pub(crate) async fn create_artifact(
 ) -> Result<Json<Value>, ApiError> {
     let key = ArtifactKey { task_id: params.task_id()?, run_id: params.run_id()?, name: artifact_name(&params)? };
     caller.authorize(&run_vars(&params)?)?;
+    if parse_json::<Value>(&body).is_ok_and(|value| value["storageType"] == "object") {
+        return Err(ApiError::invalid_input(
+            "storageType: `object` (Taskcluster's object service) is not offered by Shoal; use `s3`, \
+             whose putUrl uploads the bytes to this server",
+        ));
+    }
     let request: ArtifactRequest = parse_json(&body)?;
     let (task_id, run_id, name) = (key.task_id, key.run_id, key.name.clone());
     let artifact = state.queue.create_artifact(key, request).await?;

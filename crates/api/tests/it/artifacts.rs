@@ -121,6 +121,7 @@ async fn artifact_rules_through_http() {
     let (code, body) =
         app.post(&path, json!({"storageType": "object", "expires": from_now(3600), "contentType": "x"})).await;
     assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("use `s3`"), "says what to use instead: {body}");
     let (code, body) =
         app.post(&path, json!({"storageType": "s3", "expires": "2020-01-01T00:00:00.000Z", "contentType": "x"})).await;
     assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
