@@ -107,6 +107,26 @@ impl Blobs {
         }
     }
 
+    /// Deletes what is left of a task's files: the live logs of its `runs` runs and its
+    /// directory of artifact bytes (those expire before the task, so it is normally empty).
+    ///
+    /// # Errors
+    /// When something exists but cannot be removed.
+    pub async fn delete_task(&self, task_id: &str, runs: u32) -> io::Result<()> {
+        let gone = |res: io::Result<()>| match res {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
+            _ => Ok(()),
+        };
+        match self {
+            Blobs::Local(local) => {
+                for run_id in 0..runs {
+                    gone(tokio::fs::remove_file(local.log_path(task_id, run_id)).await)?;
+                }
+                gone(tokio::fs::remove_dir_all(local.root.join(task_id)).await)
+            }
+        }
+    }
+
     /// Deletes the blob `key` if it exists.
     ///
     /// # Errors

@@ -1,5 +1,5 @@
 //! The loop that fires claim expiries and deadlines from the store's due-time indexes, and
-//! removes expired artifacts.
+//! removes expired artifacts and tasks.
 
 use std::future::Future;
 
@@ -20,6 +20,10 @@ pub async fn run_due_loop(queue: Queue, shutdown: impl Future<Output = ()>) {
         }
         if let Err(err) = queue.expire_artifacts(now(), DUE_BATCH).await {
             tracing::warn!(error = %err, "expiring artifacts failed; retrying next tick");
+        }
+        // Bounded per tick: a backlog of expired tasks drains over several ticks.
+        if let Err(err) = queue.expire_tasks(now(), DUE_BATCH).await {
+            tracing::warn!(error = %err, "expiring tasks failed; retrying next tick");
         }
         loop {
             match queue.fire_due(now(), DUE_BATCH).await {

@@ -365,6 +365,26 @@ impl Queue {
         Ok(self.committed(committed))
     }
 
+    /// Deletes resolved tasks past their `expires`: their files first (live logs, what is left
+    /// of their artifacts' bytes), then their records, the groups and graphs they leave
+    /// empty, and task queues past their retention; returns how many tasks were deleted.
+    ///
+    /// # Errors
+    /// As the store, or Unavailable when files cannot be deleted.
+    pub async fn expire_tasks(&self, at: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let expired = self.inner.store.read(move |reads| reads.expired_tasks(at, limit)).await?;
+        let mut task_ids = Vec::with_capacity(expired.len());
+        for (task_id, runs) in expired {
+            self.inner
+                .blobs
+                .delete_task(task_id.as_str(), runs)
+                .await
+                .map_err(|err| StoreError::Unavailable(format!("deleting an expired task's files: {err}")))?;
+            task_ids.push(task_id);
+        }
+        self.inner.store.forget_tasks(task_ids, at, limit).await
+    }
+
     /// Fires what is due now; returns how many transitions fired.
     ///
     /// # Errors

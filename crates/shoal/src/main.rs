@@ -17,6 +17,7 @@ use tokio::sync::watch;
 mod cli;
 mod credentials;
 mod dev;
+mod expire;
 mod graph;
 mod limits;
 
@@ -70,6 +71,8 @@ enum Command {
         #[command(subcommand)]
         command: graph::GraphCommand,
     },
+    /// What expired and will be deleted by the servers' next sweep (`--dry-run`).
+    Expire(expire::ExpireArgs),
     /// Apply pending schema migrations to a PostgreSQL database (servers also do so at start).
     Migrate {
         /// postgres://user[:password]@host[:port]/database
@@ -402,6 +405,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     match cli.command {
         Command::Migrate { .. } => Ok(()),
+        Command::Expire(args) => runtime.block_on(expire::expire(args)),
         Command::Server(args) => runtime.block_on(server(args)),
         Command::Worker(args) => runtime.block_on(worker(args)),
         Command::Dev(args) => {

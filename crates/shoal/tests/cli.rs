@@ -204,3 +204,39 @@ async fn graph_submit_waits_for_a_finished_graph_and_fails_on_a_blocked_one() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cycle: a -> a"), "the server's reason reaches the user: {stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expire_dry_run_lists_what_the_next_sweep_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (mut first, root) = server(&data).await;
+    let client = support::client(&root);
+    let task_id = slugid::nice();
+    let now = shoal_client::now();
+    let mut definition = support::plain_task("cli/expire");
+    definition["deadline"] = serde_json::Value::from(now.plus_secs(1).to_string());
+    definition["expires"] = definition["deadline"].clone();
+    client.create_task(&task_id, &definition).await.unwrap();
+    let claims = client.claim_work("cli/expire", "g", "w", 1, &serde_json::json!({})).await.unwrap();
+    client.report(&task_id, claims[0].run_id, &shoal_client::Outcome::Completed).await.unwrap();
+    // Stopped before the task expires, so that no sweep deletes it first.
+    first.kill().await.unwrap();
+    while shoal_client::now() <= now.plus_secs(1) {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let data_dir = data.to_str().unwrap();
+    let (code, listed) = verb(&root, &["expire", "--dry-run", "--data-dir", data_dir]).await;
+    assert_eq!(code, 0, "{listed}");
+    assert!(listed.contains(&format!("task {task_id} (1 run(s))")), "{listed}");
+    let (code, refused) = verb(&root, &["expire", "--data-dir", data_dir]).await;
+    assert_eq!(code, 1, "without --dry-run: {refused}");
+
+    // The next server deletes it, and the next dry run has nothing to tell.
+    let (_second, root) = server(&data).await;
+    let client = support::client(&root);
+    while client.task_status(&task_id).await.is_ok() {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, listed) = verb(&root, &["expire", "--dry-run", "--data-dir", data_dir]).await;
+    assert!(listed.contains("0 task(s)"), "{listed}");
+}

@@ -330,6 +330,26 @@ impl Store {
         }
     }
 
+    /// Deletes the tasks `task_ids` that are resolved and expired at `now` (with their
+    /// dependency rows, artifact records and graph nodes), the groups and graphs left empty,
+    /// and up to `limit` task-queue records past their retention; says how many tasks went.
+    ///
+    /// # Errors
+    /// Unavailable or Other on storage failure.
+    pub async fn forget_tasks(&self, task_ids: Vec<TaskId>, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let committed = match self {
+            Store::Sqlite(store) => {
+                store.write(move |tx| ready(ops::expire::forget_tasks(tx, &task_ids, now, limit))).await?
+            }
+            Store::Postgres(store) => {
+                store
+                    .write(task_ids, move |tx, task_ids| Box::pin(ops::expire::forget_tasks(tx, task_ids, now, limit)))
+                    .await?
+            }
+        };
+        Ok(committed.value)
+    }
+
     /// Queues that gained pending work through another server's commit (or [`WAKE_ALL`]);
     /// `None` when no other server can write (embedded SQLite).
     #[must_use]

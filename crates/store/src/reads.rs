@@ -41,6 +41,9 @@ pub(crate) trait ReadDb {
     fn graph_nodes(&self, task_graph_id: TaskId) -> Result<Vec<GraphNode>, StoreError>;
     /// Outbox messages from sequence `from` on, in order, at most `limit`.
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError>;
+    /// Resolved tasks expired at `now`, earliest first, at most `limit`, each with its number
+    /// of runs.
+    fn expired_tasks(&self, now: Timestamp, limit: usize) -> Result<Vec<(TaskId, u32)>, StoreError>;
     /// The auth generation, and every stored JSON of a kind (with `Some`), by id.
     fn auth(&self, kind: Option<AuthKind>) -> Result<(i64, Vec<String>), StoreError>;
 }
@@ -255,6 +258,10 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
 
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         self.0.outbox(from, limit)
+    }
+
+    fn expired_tasks(&self, now: Timestamp, limit: usize) -> Result<Vec<(TaskId, u32)>, StoreError> {
+        self.0.expired_tasks(now, limit)
     }
 
     fn auth_generation(&self) -> Result<i64, StoreError> {

@@ -242,6 +242,12 @@ pub trait Reads {
     /// # Errors
     /// Storage failure.
     fn outbox(&self, from: u64, limit: usize) -> Result<Vec<crate::outbox::OutboxEntry>, StoreError>;
+    /// Resolved tasks expired at `now`, earliest first, at most `limit`, each with its number
+    /// of runs (whose live logs go with it).
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn expired_tasks(&self, now: Timestamp, limit: usize) -> Result<Vec<(TaskId, u32)>, StoreError>;
     /// The auth generation: it moves on with every change to clients and roles.
     ///
     /// # Errors

@@ -95,7 +95,7 @@ macro_rules! conformance {
 }
 
 conformance! {
-    current_thread: create_claim_complete, create_is_idempotent_and_conflicts_on_difference, failed_create_leaves_nothing_behind, dependencies_release_in_the_resolving_step, claims_go_by_priority_then_age_and_match_dimensions, priority_change_reorders_pending_work, claim_expiry_retries_then_gives_up, deadline_resolves_every_unresolved_state, a_groups_later_deadline_fires_after_its_earlier_task_resolved, a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own, groups_seal_and_cancel, restart_rebuilds_the_pending_index, concurrent_claims_hand_out_each_run_once, racing_identical_creates_all_succeed_and_define_the_task_once, a_failed_operation_takes_only_its_batch_down, artifacts_are_recorded_uploaded_listed_and_expired, every_transition_leaves_its_messages_in_the_outbox_in_order, unpublished_messages_survive_a_restart_and_published_ones_are_deleted, a_group_is_resolved_each_time_its_last_task_resolves, a_refused_graph_leaves_nothing_behind, matching_work_behind_many_tasks_for_other_workers_is_claimed, a_group_resolves_only_when_nothing_in_it_is_left_unresolved, a_graph_reruns_a_failure_blocks_then_finishes_once_run_again, concurrent_completions_of_a_graphs_tasks_are_each_counted_once, clients_and_roles_are_kept_changed_and_deleted;
+    current_thread: create_claim_complete, create_is_idempotent_and_conflicts_on_difference, failed_create_leaves_nothing_behind, dependencies_release_in_the_resolving_step, claims_go_by_priority_then_age_and_match_dimensions, priority_change_reorders_pending_work, claim_expiry_retries_then_gives_up, deadline_resolves_every_unresolved_state, a_groups_later_deadline_fires_after_its_earlier_task_resolved, a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own, groups_seal_and_cancel, restart_rebuilds_the_pending_index, concurrent_claims_hand_out_each_run_once, racing_identical_creates_all_succeed_and_define_the_task_once, a_failed_operation_takes_only_its_batch_down, artifacts_are_recorded_uploaded_listed_and_expired, every_transition_leaves_its_messages_in_the_outbox_in_order, unpublished_messages_survive_a_restart_and_published_ones_are_deleted, a_group_is_resolved_each_time_its_last_task_resolves, a_refused_graph_leaves_nothing_behind, matching_work_behind_many_tasks_for_other_workers_is_claimed, a_group_resolves_only_when_nothing_in_it_is_left_unresolved, a_graph_reruns_a_failure_blocks_then_finishes_once_run_again, concurrent_completions_of_a_graphs_tasks_are_each_counted_once, clients_and_roles_are_kept_changed_and_deleted, expired_tasks_are_forgotten_with_what_hangs_on_them;
     multi_thread: writes_arriving_together_are_each_judged_alone,
 }
 
@@ -902,4 +902,51 @@ async fn clients_and_roles_are_kept_changed_and_deleted(name: &str, backend: Bac
     assert!(snapshot.clients.is_empty(), "{name}");
     assert_eq!(reopened.signing_token("third".into()).await.unwrap(), "first", "{name}: kept across a restart");
     reopened.close().await;
+}
+
+async fn expired_tasks_are_forgotten_with_what_hangs_on_them(name: &str, backend: Backend) {
+    let store = &backend.store;
+    let (short, dependent, kept) = (id(1), id(2), id(3));
+    let expires = json!({"expires": "2026-01-01T02:00:00.000Z"});
+    create(store, short, expires.clone(), at(0)).await;
+    create(store, dependent, json!({"dependencies": [short.to_string()]}), at(0)).await;
+    create(store, kept, json!({}), at(0)).await;
+    assert_eq!(claim_ids(store, worker(3), at(1)).await, vec![short, kept], "{name}");
+    let blob = json!({"storageType": "error", "expires": "2026-01-01T01:30:00.000Z", "reason": "file-missing-on-worker", "message": "no"});
+    let _ = store.create_artifact(key(short, 0, "public/e"), artifact_request(blob), at(2)).await.unwrap();
+    for task_id in [short, kept] {
+        apply(store, task_id, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(3)).await;
+    }
+    assert_eq!(state_of(store, dependent).await, TaskState::Pending, "{name}");
+
+    let before = store.read(|reads| reads.expired_tasks(at(3 * 3600), 10)).await.unwrap();
+    assert_eq!(before, vec![(short, 1)], "{name}: only the resolved task past its expiry, with its one run");
+    assert!(store.read(|reads| reads.expired_tasks(at(3600), 10)).await.unwrap().is_empty(), "{name}: not yet");
+    // Named, but not past its expiry: not forgotten.
+    let forgotten = store.forget_tasks(vec![kept], at(3 * 3600), 10).await.unwrap();
+    assert_eq!(forgotten, 0, "{name}: a task not expired is left alone");
+
+    assert_eq!(store.forget_tasks(vec![short], at(3 * 3600), 10).await.unwrap(), 1, "{name}");
+    let (task, group, artifact) = store
+        .read(move |reads| {
+            Ok((
+                reads.task(short)?.is_some(),
+                reads.task_group(short)?.is_some(),
+                reads.artifact(short, 0, "public/e")?,
+            ))
+        })
+        .await
+        .unwrap();
+    assert_eq!((task, group, artifact), (false, false, None), "{name}: the task, its group and its artifacts went");
+    assert_eq!(state_of(store, dependent).await, TaskState::Pending, "{name}: a dependent keeps its state");
+    assert_eq!(state_of(store, kept).await, TaskState::Completed, "{name}");
+    let dependents = store.read(move |reads| reads.list_dependents(short, None, 10)).await.unwrap();
+    assert!(dependents.items.is_empty(), "{name}: no dependency row is left");
+
+    // Task queues are forgotten once their retention (5 days after last use) is over.
+    let queue = |reads: &dyn shoal_store::Reads| reads.task_queue("prov/wt");
+    store.forget_tasks(vec![], at(3 * 86_400), 10).await.unwrap();
+    assert!(store.read(move |reads| queue(reads)).await.unwrap().is_some(), "{name}");
+    store.forget_tasks(vec![], at(6 * 86_400), 10).await.unwrap();
+    assert!(store.read(move |reads| queue(reads)).await.unwrap().is_none(), "{name}: unseen for 5 days");
 }

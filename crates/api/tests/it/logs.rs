@@ -85,3 +85,33 @@ async fn a_follower_sees_output_while_the_run_goes_on_and_ends_with_it() {
     let unknown = format!("{}/logs/v1/{}/0", app.root, slugid());
     assert_eq!(app.raw(Method::GET, &unknown, None).await.status(), StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn an_expired_task_goes_with_its_live_log() {
+    let app = TestApp::start().await;
+    let task_id = slugid();
+    // Expiring as soon as its deadline (a second away) has passed.
+    let soon = crate::from_now(1);
+    app.create(&task_id, json!({"deadline": soon, "expires": soon})).await;
+    app.claim("prov/wt", "w", 1).await;
+    assert_eq!(append(&app, &task_id, 0, b"some output").await.0, StatusCode::OK);
+    app.report(&task_id, 0, "completed").await;
+    assert_eq!(read(&app, &task_id, 0).await, "some output");
+    let log_files = || std::fs::read_dir(app.data_dir().join("blobs/.live")).unwrap().count();
+    assert_eq!(log_files(), 1);
+    // The due loop (every 50 ms here) deletes it once `expires` has passed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, _) = app.get(&format!("/task/{task_id}")).await;
+        if status == StatusCode::NOT_FOUND {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the expired task was never deleted");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let url = format!("{}/logs/v1/{task_id}/0", app.root);
+    assert_eq!(app.raw(Method::GET, &url, None).await.status(), StatusCode::NOT_FOUND, "its log went too");
+    assert_eq!(log_files(), 0, "the log's file was deleted");
+    let (status, _) = app.get(&format!("/task-group/{task_id}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "and its group, left empty");
+}

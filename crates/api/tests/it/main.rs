@@ -125,6 +125,11 @@ impl TestApp {
         TestApp { base, root, queue, client, _dir: dir, stop: Some(stop) }
     }
 
+    /// Where the server keeps its files.
+    pub(crate) fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     /// A queue call signed as the root client.
     pub(crate) async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         self.call_as(Some(&root_credentials()), method, &format!("{}{path}", self.base), body).await

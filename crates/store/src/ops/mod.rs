@@ -12,6 +12,7 @@
 
 pub(crate) mod artifacts;
 pub(crate) mod auth;
+pub(crate) mod expire;
 pub(crate) mod graph;
 pub(crate) mod groups;
 mod step;
@@ -128,6 +129,15 @@ pub(crate) trait WriteTx {
     async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError>;
     /// When a stored task expires (None when there is no such task).
     async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Deletes a task that is resolved and expired at `now`, with its dependency rows (both
+    /// ways), artifact records and graph node; answers its group, or `None` when it was not
+    /// there or not expired.
+    async fn delete_expired_task(&mut self, task_id: TaskId, now: Timestamp) -> Result<Option<TaskId>, StoreError>;
+    /// Deletes a group, and the graph of the same id, once no task is left in it.
+    async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError>;
+    /// Deletes up to `limit` task-queue records whose retention ended at `now`.
+    async fn delete_expired_queues(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError>;
 
     /// A client's or role's stored JSON.
     async fn load_auth(&mut self, kind: auth::AuthKind, id: &str) -> Result<Option<String>, StoreError>;

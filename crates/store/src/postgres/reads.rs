@@ -183,6 +183,21 @@ impl ReadDb for PgReads<'_> {
         Ok(entries)
     }
 
+    fn expired_tasks(&self, now: Timestamp, limit: usize) -> Result<Vec<(TaskId, u32)>, StoreError> {
+        let rows = self.query(
+            "SELECT task_id, json_array_length(runs::json) FROM tasks WHERE expires <= $1 AND deadline_due IS NULL \
+             ORDER BY expires LIMIT $2",
+            &[&now.millis(), &(limit as i64)],
+        )?;
+        rows.iter()
+            .map(|row| {
+                let id: &str = row.try_get(0)?;
+                let task_id = TaskId::parse(id).ok_or_else(|| corrupt(format!("task id {id}")))?;
+                Ok((task_id, row.try_get::<_, i32>(1)? as u32))
+            })
+            .collect()
+    }
+
     fn auth(&self, kind: Option<AuthKind>) -> Result<(i64, Vec<String>), StoreError> {
         let rows = self.query("SELECT generation FROM auth_state", &[])?;
         let generation: i64 = rows.first().ok_or_else(|| StoreError::Other("no auth_state row".into()))?.try_get(0)?;

@@ -174,6 +174,10 @@ CREATE TABLE auth_state (
 );
 INSERT INTO auth_state (generation, signing_token) VALUES (0, NULL);
 "#,
+    // 8: tasks are deleted once past `expires` (resolved ones only), found by this index.
+    r#"
+CREATE INDEX tasks_expires ON tasks (expires) WHERE deadline_due IS NULL;
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

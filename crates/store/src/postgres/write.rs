@@ -380,6 +380,52 @@ impl WriteTx for PgTx {
         row.map(|row| Ok(Timestamp(row.try_get(0)?))).transpose()
     }
 
+    async fn delete_expired_task(&mut self, task_id: TaskId, now: Timestamp) -> Result<Option<TaskId>, StoreError> {
+        let row = self
+            .query_opt(
+                "DELETE FROM tasks WHERE task_id = $1 AND expires <= $2 AND deadline_due IS NULL \
+                 RETURNING task_group_id",
+                &[&task_id.as_str(), &now.millis()],
+            )
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let group: String = row.try_get(0)?;
+        for sql in [
+            "DELETE FROM task_dependencies WHERE required_task_id = $1",
+            "DELETE FROM task_dependencies WHERE dependent_task_id = $1",
+            "DELETE FROM artifacts WHERE task_id = $1",
+            "DELETE FROM graph_tasks WHERE task_id = $1",
+        ] {
+            self.defer(sql, vec![Box::new(task_id.as_str().to_owned())]).await?;
+        }
+        Ok(Some(parse_id(&group)?))
+    }
+
+    async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError> {
+        let id = group.as_str().to_owned();
+        self.defer(
+            "DELETE FROM task_groups WHERE task_group_id = $1 \
+             AND NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = $1)",
+            vec![Box::new(id.clone())],
+        )
+        .await?;
+        self.defer(
+            "DELETE FROM task_graphs WHERE task_graph_id = $1 \
+             AND NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = $1)",
+            vec![Box::new(id)],
+        )
+        .await
+    }
+
+    async fn delete_expired_queues(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError> {
+        self.defer(
+            "DELETE FROM task_queues WHERE task_queue_id IN \
+             (SELECT task_queue_id FROM task_queues WHERE expires <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            vec![Box::new(now.millis()), Box::new(limit as i64)],
+        )
+        .await
+    }
+
     async fn load_auth(&mut self, kind: AuthKind, id: &str) -> Result<Option<String>, StoreError> {
         let row = self
             .query_opt("SELECT body FROM auth_entities WHERE kind = $1 AND id = $2 FOR UPDATE", &[&kind.as_str(), &id])

@@ -138,6 +138,22 @@ impl ReadDb for ReadConn<'_> {
         outbox::read(self.0, from, limit)
     }
 
+    fn expired_tasks(&self, now: Timestamp, limit: usize) -> Result<Vec<(TaskId, u32)>, StoreError> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT task_id, json_array_length(runs) FROM tasks WHERE expires <= ?1 AND deadline_due IS NULL \
+             ORDER BY expires LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(params![now.millis(), limit as i64], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })?;
+        rows.map(|row| {
+            let (id, runs) = row?;
+            let task_id = TaskId::parse(&id).ok_or_else(|| crate::row::corrupt(format!("task id {id}")))?;
+            Ok((task_id, runs as u32))
+        })
+        .collect()
+    }
+
     fn auth(&self, kind: Option<AuthKind>) -> Result<(i64, Vec<String>), StoreError> {
         let generation: i64 =
             self.0.prepare_cached("SELECT generation FROM auth_state")?.query_row([], |row| row.get(0))?;

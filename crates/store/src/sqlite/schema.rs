@@ -144,6 +144,10 @@ CREATE TABLE auth_state (
 );
 INSERT INTO auth_state (generation, signing_token) VALUES (0, NULL);
 ",
+    // 7: tasks are deleted once past `expires` (resolved ones only), found by this index.
+    r"
+CREATE INDEX tasks_expires ON tasks (expires) WHERE deadline_due IS NULL;
+",
 ];
 
 /// Brings the database to the newest schema, one migration per transaction.

@@ -454,6 +454,49 @@ impl WriteTx for Tx<'_> {
             .map(Timestamp))
     }
 
+    async fn delete_expired_task(&mut self, task_id: TaskId, now: Timestamp) -> Result<Option<TaskId>, StoreError> {
+        let group: Option<String> = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM tasks WHERE task_id = ?1 AND expires <= ?2 AND deadline_due IS NULL \
+                 RETURNING task_group_id",
+            )?
+            .query_row(params![task_id.as_str(), now.millis()], |row| row.get(0))
+            .optional()?;
+        let Some(group) = group else { return Ok(None) };
+        for sql in [
+            "DELETE FROM task_dependencies WHERE required_task_id = ?1",
+            "DELETE FROM task_dependencies WHERE dependent_task_id = ?1",
+            "DELETE FROM artifacts WHERE task_id = ?1",
+            "DELETE FROM graph_tasks WHERE task_id = ?1",
+        ] {
+            self.conn.prepare_cached(sql)?.execute([task_id.as_str()])?;
+        }
+        Ok(Some(TaskId::parse(&group).ok_or_else(|| corrupt(format!("task group id {group}")))?))
+    }
+
+    async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError> {
+        let empty = self
+            .conn
+            .prepare_cached("SELECT NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = ?1)")?
+            .query_row([group.as_str()], |row| row.get::<_, bool>(0))?;
+        if empty {
+            self.conn.prepare_cached("DELETE FROM task_groups WHERE task_group_id = ?1")?.execute([group.as_str()])?;
+            self.conn.prepare_cached("DELETE FROM task_graphs WHERE task_graph_id = ?1")?.execute([group.as_str()])?;
+        }
+        Ok(())
+    }
+
+    async fn delete_expired_queues(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "DELETE FROM task_queues WHERE task_queue_id IN \
+                 (SELECT task_queue_id FROM task_queues WHERE expires <= ?1 LIMIT ?2)",
+            )?
+            .execute(params![now.millis(), limit as i64])?;
+        Ok(())
+    }
+
     async fn load_auth(&mut self, kind: AuthKind, id: &str) -> Result<Option<String>, StoreError> {
         Ok(self
             .conn

@@ -1,0 +1,35 @@
+//! Forgetting what expired: resolved tasks past their `expires` with everything that hangs
+//! on them (dependency rows, artifact records, graph nodes), then the groups and graphs they
+//! leave empty, and task queues not seen for their retention.
+
+use shoal_engine::{TaskId, Timestamp};
+
+use crate::StoreError;
+use crate::ops::WriteTx;
+
+/// Deletes the tasks `task_ids` that are (still) resolved and expired at `now`, the groups
+/// and graphs that are left without tasks, and up to `limit` expired task-queue records;
+/// says how many tasks went.
+pub(crate) async fn forget_tasks(
+    tx: &mut impl WriteTx,
+    task_ids: &[TaskId],
+    now: Timestamp,
+    limit: usize,
+) -> Result<usize, StoreError> {
+    let mut groups: Vec<TaskId> = Vec::new();
+    let mut n_deleted = 0;
+    for &task_id in task_ids {
+        // Checked again here: a task rerun since it was listed is not expired any more.
+        if let Some(group) = tx.delete_expired_task(task_id, now).await? {
+            n_deleted += 1;
+            if !groups.contains(&group) {
+                groups.push(group);
+            }
+        }
+    }
+    for group in groups {
+        tx.delete_group_if_empty(group).await?;
+    }
+    tx.delete_expired_queues(now, limit).await?;
+    Ok(n_deleted)
+}
