@@ -16,6 +16,7 @@ mod graph;
 mod hostile;
 mod http1;
 mod server;
+mod soak;
 mod timings;
 
 use std::sync::Arc;
@@ -166,6 +167,19 @@ enum Command {
         #[arg(long, default_value_t = 16)]
         workers: usize,
     },
+    /// A constant load whose tasks expire a minute after creation: the database and data
+    /// directory sizes over time (they should level off once expiry keeps up).
+    Soak {
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+        #[arg(long, default_value_t = 300)]
+        rate: usize,
+        #[arg(long, default_value_t = 60)]
+        expires_after: i64,
+        /// Seconds between size reports.
+        #[arg(long, default_value_t = 30)]
+        every: u64,
+    },
     /// Claim cost and memory with many pending tasks.
     Scale {
         #[arg(long, value_delimiter = ',', default_value = "1000,1000000")]
@@ -216,6 +230,9 @@ fn main() -> anyhow::Result<()> {
             Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
             Command::Chatty { megabytes } => chatty(megabytes).await?,
             Command::Scale { pending, claims } => scale(&pending, claims).await?,
+            Command::Soak { seconds, rate, expires_after, every } => {
+                soak::soak(seconds, rate, expires_after, every).await?;
+            }
             Command::Hostile { tasks, slow_connections } => hostile::hostile(tasks, slow_connections).await?,
             Command::Graph { shape, tasks, workers } => {
                 graph::graph_bench(shape, tasks, workers).await?;
