@@ -128,6 +128,7 @@ pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result
         path: dir.join("shoal.db"),
         claim_timeout_secs: 1200,
         graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+        queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
     };
     let store = Store::Sqlite(SqliteStore::open(&config)?);
     let n_loaders = 64;

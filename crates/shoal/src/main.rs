@@ -205,6 +205,9 @@ struct ServerArgs {
     /// <data-dir>/root-access-token].
     #[arg(long, env = "SHOAL_ROOT_ACCESS_TOKEN", hide_env_values = true)]
     root_access_token: Option<credentials::Secret>,
+    /// Seconds a task queue's record is kept after it was last used [default: 5 days].
+    #[arg(long, env = "SHOAL_QUEUE_RETENTION")]
+    queue_retention: Option<i64>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -225,6 +228,7 @@ struct ServerConfig {
     max_run_bytes: u64,
     max_log_bytes: u64,
     root_access_token: Option<credentials::Secret>,
+    queue_retention: i64,
 }
 
 impl Default for ServerConfig {
@@ -244,6 +248,7 @@ impl Default for ServerConfig {
             max_run_bytes: SizeLimits::default().run_bytes,
             max_log_bytes: SizeLimits::default().log_bytes,
             root_access_token: None,
+            queue_retention: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
         }
     }
 }
@@ -257,6 +262,7 @@ impl ServerConfig {
                 path: path.clone(),
                 claim_timeout_secs: self.claim_timeout,
                 graph_scheduler_id: self.scheduler_id.clone(),
+                queue_retention_secs: self.queue_retention,
             })
             .with_context(|| format!("opening the database {}", path.display()))?;
             return Ok(Store::Sqlite(store));
@@ -281,6 +287,7 @@ impl ServerConfig {
         pg.claim_timeout_secs = self.claim_timeout;
         pg.request_timeout = Duration::from_secs(self.database_timeout);
         pg.graph_scheduler_id.clone_from(&self.scheduler_id);
+        pg.queue_retention_secs = self.queue_retention;
         pg
     }
 
@@ -336,6 +343,9 @@ impl ServerConfig {
         if let Some(token) = &args.root_access_token {
             config.root_access_token = Some(token.clone());
         }
+        if let Some(secs) = args.queue_retention {
+            config.queue_retention = secs;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -343,6 +353,10 @@ impl ServerConfig {
     fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!((1..=86_400).contains(&self.claim_timeout), "claim-timeout must be 1..=86400 seconds");
         anyhow::ensure!(self.claim_wait <= 300, "claim-wait must be 0..=300 seconds");
+        anyhow::ensure!(
+            (3600..=31_536_000).contains(&self.queue_retention),
+            "queue-retention must be 3600..=31536000 seconds (an hour to a year)"
+        );
         anyhow::ensure!((1..=600).contains(&self.database_timeout), "database-timeout must be 1..=600 seconds");
         anyhow::ensure!(
             self.max_connections.is_none_or(|max| (16..=10_000_000).contains(&max)),
@@ -628,6 +642,7 @@ mod tests {
             max_run_bytes: None,
             max_log_bytes: None,
             root_access_token: None,
+            queue_retention: None,
         }
     }
 
@@ -663,6 +678,9 @@ mod tests {
         std::fs::write(&path, "database-timeout = 0\n").unwrap();
         let err = ServerConfig::resolve(&args(Some(path.clone()), None)).unwrap_err();
         assert!(format!("{err:#}").contains("database-timeout must be 1..=600"), "{err:#}");
+        std::fs::write(&path, "queue-retention = 60\n").unwrap();
+        let err = ServerConfig::resolve(&args(Some(path.clone()), None)).unwrap_err();
+        assert!(format!("{err:#}").contains("queue-retention must be"), "{err:#}");
         std::fs::write(&path, "colour = \"blue\"\n").unwrap();
         let err = ServerConfig::resolve(&args(Some(path), None)).unwrap_err();
         assert!(format!("{err:#}").contains("colour"), "{err:#}");

@@ -13,6 +13,7 @@ mod row;
 mod sqlite;
 mod types;
 
+pub use ops::DEFAULT_QUEUE_RETENTION_SECS;
 pub use ops::auth::{AuthChange, AuthOutcome, ClientEdit};
 pub use ops::graph::{GraphNode, GraphRecord, GraphRequest};
 pub use page::Page;

@@ -44,6 +44,7 @@ fn sqlite_in(dir: &std::path::Path) -> Store {
         path: dir.join("shoal.db"),
         claim_timeout_secs: CLAIM_TIMEOUT,
         graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+        queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
     };
     Store::Sqlite(SqliteStore::open(&config).expect("open sqlite"))
 }
@@ -942,6 +943,20 @@ async fn expired_tasks_are_forgotten_with_what_hangs_on_them(name: &str, backend
     assert_eq!(state_of(store, kept).await, TaskState::Completed, "{name}");
     let dependents = store.read(move |reads| reads.list_dependents(short, None, 10)).await.unwrap();
     assert!(dependents.items.is_empty(), "{name}: no dependency row is left");
+
+    // A graph goes with its last task.
+    let graph = id(902);
+    let input = graph_input(json!({"only": {"task": {"expires": "2026-01-01T02:00:00.000Z"}}}));
+    let _ = store.create_graph(shoal_store::GraphRequest { task_graph_id: graph, input }, at(0)).await.unwrap();
+    let node = store.read(move |reads| reads.graph_nodes(graph)).await.unwrap()[0].task_id;
+    assert!(claim_ids(store, worker(5), at(4)).await.contains(&node), "{name}");
+    apply(store, node, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(5)).await;
+    assert_eq!(store.forget_tasks(vec![node], at(3 * 3600), 10).await.unwrap(), 1, "{name}");
+    let (graph_left, group_left) = store
+        .read(move |reads| Ok((reads.task_graph(graph)?.is_some(), reads.task_group(graph)?.is_some())))
+        .await
+        .unwrap();
+    assert_eq!((graph_left, group_left), (false, false), "{name}: the graph and its group went with its last task");
 
     // Task queues are forgotten once their retention (5 days after last use) is over.
     let queue = |reads: &dyn shoal_store::Reads| reads.task_queue("prov/wt");

@@ -43,6 +43,7 @@ fn open_store(dir: &std::path::Path, claim_timeout_secs: i64) -> Store {
                 path: dir.join("shoal.db"),
                 claim_timeout_secs,
                 graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+                queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
             };
             Store::Sqlite(SqliteStore::open(&config).unwrap())
         }

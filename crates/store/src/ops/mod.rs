@@ -36,8 +36,9 @@ use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
 /// How often at most a queue's last-active time is written.
 pub(crate) const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
-/// How long a queue is remembered after it was last active (Taskcluster's retention).
-pub(crate) const QUEUE_RETENTION_MS: i64 = 5 * 24 * 3600 * 1000;
+/// How long a queue is remembered after it was last active, unless set otherwise
+/// (Taskcluster's retention).
+pub const DEFAULT_QUEUE_RETENTION_SECS: i64 = 5 * 24 * 3600;
 
 /// A backend's write transaction: the reads and writes the operations are made of. Rows a
 /// method loads are locked until the commit where the backend locks rows.

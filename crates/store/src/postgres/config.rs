@@ -94,6 +94,8 @@ pub struct PgConfig {
     pub claim_timeout_secs: i64,
     /// The task-graph scheduler's id, set on every graph task.
     pub graph_scheduler_id: String,
+    /// Seconds a task queue is remembered after it was last used.
+    pub queue_retention_secs: i64,
 }
 
 impl PgConfig {
@@ -107,6 +109,7 @@ impl PgConfig {
             request_timeout: REQUEST_TIMEOUT,
             claim_timeout_secs: 1200,
             graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+            queue_retention_secs: crate::DEFAULT_QUEUE_RETENTION_SECS,
         }
     }
 

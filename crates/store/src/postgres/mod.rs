@@ -142,6 +142,7 @@ impl PgStore {
             shared: Arc::new(TxShared {
                 claim_timeout_secs: config.claim_timeout_secs,
                 graph_scheduler_id: config.graph_scheduler_id.clone(),
+                queue_retention_ms: config.queue_retention_secs.saturating_mul(1000),
                 queues_touched: std::sync::Mutex::default(),
                 staged: staged_here,
             }),

@@ -16,7 +16,7 @@ use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
-use crate::ops::{self, Aftermath, Place, QUEUE_RETENTION_MS, QUEUE_TOUCH_INTERVAL_MS, Waiting, WriteTx, pending_run};
+use crate::ops::{self, Aftermath, Place, QUEUE_TOUCH_INTERVAL_MS, Waiting, WriteTx, pending_run};
 use crate::outbox::format::encode;
 use crate::postgres::outbox;
 use crate::postgres::pipeline::{
@@ -32,6 +32,8 @@ pub(crate) struct TxShared {
     pub(crate) claim_timeout_secs: i64,
     /// The scheduler id of task-graph tasks: only their resolutions are shown to the scheduler.
     pub(crate) graph_scheduler_id: String,
+    /// How long a task queue is remembered after it was last used.
+    pub(crate) queue_retention_ms: i64,
     /// When this server last recorded each queue as active (saves a read per operation).
     pub(crate) queues_touched: std::sync::Mutex<HashMap<String, i64>>,
     /// What this server staged in the outbox, kept for its tail.
@@ -573,7 +575,7 @@ impl PgTx {
              last_date_active = excluded.last_date_active",
             vec![
                 Box::new(task_queue_id.to_owned()),
-                Box::new(now.millis() + QUEUE_RETENTION_MS),
+                Box::new(now.millis() + self.shared.queue_retention_ms),
                 Box::new(now.millis()),
             ],
         )

@@ -52,6 +52,8 @@ pub struct SqliteConfig {
     pub claim_timeout_secs: i64,
     /// The task-graph scheduler's id, set on every graph task.
     pub graph_scheduler_id: String,
+    /// Seconds a task queue is remembered after it was last used.
+    pub queue_retention_secs: i64,
 }
 
 /// The SQLite store; cheap to clone.
@@ -167,6 +169,7 @@ impl SqliteStore {
             bounds.last,
             Arc::clone(&feed),
             config.graph_scheduler_id.clone(),
+            config.queue_retention_secs,
         );
         let wal_frames = Arc::new(AtomicI64::new(0));
         let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal_frames))?;
@@ -449,6 +452,7 @@ mod tests {
             path: dir.path().join("shoal.db"),
             claim_timeout_secs: 60,
             graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
+            queue_retention_secs: crate::DEFAULT_QUEUE_RETENTION_SECS,
         })
         .unwrap()
     }

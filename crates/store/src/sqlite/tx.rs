@@ -16,8 +16,7 @@ use shoal_engine::{TaskId, Timestamp};
 use crate::ops::auth::AuthKind;
 use crate::ops::graph::{NewNode, StoredGraph};
 use crate::ops::{
-    Aftermath, CreateLookup, Due, Place, QUEUE_RETENTION_MS, QUEUE_TOUCH_INTERVAL_MS, RowChange, Waiting, WriteTx,
-    pending_run,
+    Aftermath, CreateLookup, Due, Place, QUEUE_TOUCH_INTERVAL_MS, RowChange, Waiting, WriteTx, pending_run,
 };
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::row::{TaskRow, corrupt, json};
@@ -40,6 +39,8 @@ pub(crate) struct WriterState {
     pub(crate) feed: Arc<OutboxFeed>,
     /// The scheduler id of task-graph tasks: only their resolutions are shown to the scheduler.
     pub(crate) graph_scheduler_id: String,
+    /// How long a task queue is remembered after it was last used.
+    pub(crate) queue_retention_ms: i64,
 }
 
 impl WriterState {
@@ -55,6 +56,7 @@ impl WriterState {
         outbox_seq: u64,
         feed: Arc<OutboxFeed>,
         graph_scheduler_id: String,
+        queue_retention_secs: i64,
     ) -> WriterState {
         let outbox_trimmed = feed.published_upto();
         WriterState {
@@ -66,6 +68,7 @@ impl WriterState {
             outbox_trimmed,
             feed,
             graph_scheduler_id,
+            queue_retention_ms: queue_retention_secs.saturating_mul(1000),
         }
     }
 }
@@ -109,7 +112,7 @@ impl Tx<'_> {
              ON CONFLICT (task_queue_id) DO UPDATE SET expires = excluded.expires, \
              last_date_active = excluded.last_date_active",
         )?;
-        stmt.execute(params![task_queue_id, now.millis() + QUEUE_RETENTION_MS, now.millis()])?;
+        stmt.execute(params![task_queue_id, now.millis() + self.state.queue_retention_ms, now.millis()])?;
         self.state.queue_touched.insert(task_queue_id.to_owned(), now.millis());
         Ok(())
     }
