@@ -69,6 +69,10 @@ struct Cli {
 /// The root client's access token of the benchmark's servers.
 pub(crate) const ROOT_TOKEN: &str = "shoal-bench-root-access-token";
 
+/// Seconds after creation at which throughput tasks expire (0: the default, a year after
+/// the deadline).
+static EXPIRES_AFTER: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
 /// Whether the benchmark signs its requests (`--unsigned` turns it off).
 static SIGNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
@@ -108,6 +112,10 @@ enum Command {
         /// 0: each task its own group (Taskcluster's default taskGroupId).
         #[arg(long, default_value_t = 0)]
         group_size: usize,
+        /// Tasks expire (and are deleted by the server) this many seconds after creation,
+        /// so the expiry sweep runs beside the load [default: a year after the deadline].
+        #[arg(long)]
+        expires_after: Option<i64>,
     },
     /// Outbox -> RabbitMQ messages/s with confirms, and the throughput benchmark with and
     /// without a broker (starts a private RabbitMQ; needs rabbitmq-server installed).
@@ -210,7 +218,18 @@ fn main() -> anyhow::Result<()> {
                 graph::graph_bench(graph::Shape::Fan, 10_000, 16).await?;
                 scale(&[1_000, 1_000_000], 20_000).await?;
             }
-            Command::Throughput { tasks, creators, workers, batch, amqp_url, database, servers, group_size } => {
+            Command::Throughput {
+                tasks,
+                creators,
+                workers,
+                batch,
+                amqp_url,
+                database,
+                servers,
+                group_size,
+                expires_after,
+            } => {
+                EXPIRES_AFTER.store(expires_after.unwrap_or(0), Ordering::Relaxed);
                 anyhow::ensure!(servers == 1 || database.is_some(), "servers: more than one needs --database");
                 let mut args = Vec::new();
                 if let Some(url) = &amqp_url {
@@ -299,7 +318,18 @@ fn spawn_creators(
             let template = body;
             let mut body = hyper::body::Bytes::from(template.clone());
             let mut left_in_group = 0;
+            let expires_after = EXPIRES_AFTER.load(Ordering::Relaxed);
+            let mut refreshed: Option<Instant> = None;
             while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
+                if expires_after > 0 && refreshed.is_none_or(|at| at.elapsed() >= Duration::from_millis(100)) {
+                    // Deadline and expiry move with the clock: each task is deleted that long
+                    // after it was made (while the load goes on).
+                    let mut definition: Value = serde_json::from_slice(&template)?;
+                    definition["deadline"] = Value::from(now().plus_secs(expires_after).to_string());
+                    definition["expires"] = definition["deadline"].clone();
+                    body = hyper::body::Bytes::from(bytes_of(&definition)?);
+                    refreshed = Some(Instant::now());
+                }
                 if group_size > 0 {
                     if left_in_group == 0 {
                         let mut definition: Value = serde_json::from_slice(&template)?;
