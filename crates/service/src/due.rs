@@ -3,7 +3,28 @@
 
 use std::future::Future;
 
+use shoal_store::StoreError;
+
 use crate::{Queue, now};
+
+/// Runs `step` (one batch) again at once while it fills a batch, at most `max_batches` times:
+/// a full batch means more is waiting.
+async fn drain<F, Fut>(max_batches: usize, mut step: F, what: &str)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<usize, StoreError>>,
+{
+    for _ in 0..max_batches {
+        match step().await {
+            Ok(n_done) if n_done >= DUE_BATCH => {}
+            Ok(_) => return,
+            Err(err) => {
+                tracing::warn!(error = %err, "{what} failed; retrying next tick");
+                return;
+            }
+        }
+    }
+}
 
 /// Due transitions fired per store step; more are fired at once in the next step.
 const DUE_BATCH: usize = 500;
@@ -24,28 +45,10 @@ pub async fn run_due_loop(queue: Queue, shutdown: impl Future<Output = ()>) {
         if let Err(err) = queue.expire_artifacts(now(), DUE_BATCH).await {
             tracing::warn!(error = %err, "expiring artifacts failed; retrying next tick");
         }
-        // In batches, again at once after a full one (up to a bound per tick): deleting must
-        // keep up with creating, or the disk fills; a larger backlog drains over several ticks.
-        for _ in 0..EXPIRY_BATCHES_PER_TICK {
-            match queue.expire_tasks(now(), DUE_BATCH).await {
-                Ok(n_deleted) if n_deleted >= DUE_BATCH => continue,
-                Ok(_) => break,
-                Err(err) => {
-                    tracing::warn!(error = %err, "expiring tasks failed; retrying next tick");
-                    break;
-                }
-            }
-        }
-        loop {
-            match queue.fire_due(now(), DUE_BATCH).await {
-                // A full batch means more may be due: go again without waiting.
-                Ok(n_fired) if n_fired >= DUE_BATCH => continue,
-                Ok(_) => break,
-                Err(err) => {
-                    tracing::warn!(error = %err, "firing due transitions failed; retrying next tick");
-                    break;
-                }
-            }
-        }
+        // Deleting must keep up with creating, or the disk fills; a larger backlog of expired
+        // tasks drains over several ticks.
+        let expire = || queue.expire_tasks(now(), DUE_BATCH);
+        drain(EXPIRY_BATCHES_PER_TICK, expire, "expiring tasks").await;
+        drain(usize::MAX, || queue.fire_due(now(), DUE_BATCH), "firing due transitions").await;
     }
 }
