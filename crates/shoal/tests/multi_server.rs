@@ -163,3 +163,67 @@ async fn a_live_log_followed_on_one_server_ends_when_its_run_ends_through_anothe
         .unwrap();
     assert!(rest.is_empty(), "nothing was written after the first chunk");
 }
+
+/// createTask through `root` signed as `credentials`; answers the HTTP status.
+async fn create_as(root: &str, credentials: &shoal_client::Credentials) -> u16 {
+    let url = format!("{root}/api/queue/v1/task/{}", slugid::nice());
+    let body = definition(&[]);
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let authorization = credentials.authorization("PUT", &url, Some(("application/json", &bytes))).unwrap();
+    let res = reqwest::Client::new()
+        .put(&url)
+        .header("authorization", authorization)
+        .header("content-type", "application/json")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    res.status().as_u16()
+}
+
+/// Calls `create_as` until it answers `want` (another server reloads clients within about
+/// a second of a change; there is no event to await across processes).
+async fn until_create_answers(root: &str, credentials: &shoal_client::Credentials, want: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let status = create_as(root, credentials).await;
+        if status == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {status}, not {want}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_made_on_one_server_works_on_another_until_deleted() {
+    let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_a, root_a) = support::start_server(dir_a.path(), &["--database", &url]).await;
+    let (_b, root_b) = support::start_server(dir_b.path(), &["--database", &url]).await;
+    let body = json!({
+        "description": "made on server A",
+        "expires": shoal_client::now().plus_secs(3600).to_string(),
+        "scopes": ["queue:create-task:*", "queue:scheduler-id:*"],
+    });
+    let url_a = format!("{root_a}/api/auth/v1/clients/fleet%2Fsubmitter");
+    let made: Value = support::signed(&reqwest::Client::new(), reqwest::Method::PUT, &url_a, Some(&body))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let submitter = shoal_client::Credentials {
+        client_id: "fleet/submitter".into(),
+        access_token: made["accessToken"].as_str().expect("a token").to_owned(),
+        certificate: None,
+    };
+    assert_eq!(create_as(&root_a, &submitter).await, 200, "at once on the server that made it");
+    until_create_answers(&root_b, &submitter, 200).await;
+
+    let deleted = support::signed(&reqwest::Client::new(), reqwest::Method::DELETE, &url_a, None).send().await.unwrap();
+    assert_eq!(deleted.status().as_u16(), 204);
+    assert_eq!(create_as(&root_a, &submitter).await, 401);
+    until_create_answers(&root_b, &submitter, 401).await;
+}
