@@ -318,6 +318,16 @@ pub fn check_run_takes_artifacts(run: &Run, now: Timestamp) -> Result<(), Reject
     Err(Conflict::RunResolved(run.run_id).into())
 }
 
+/// The names among `names` that are not public (outside `public/`): reading each needs
+/// `queue:get-artifact:<name>`; public ones anyone may read.
+#[must_use]
+pub fn private_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut private: Vec<String> =
+        names.into_iter().filter(|name| !name.starts_with("public/")).map(str::to_owned).collect();
+    private.dedup();
+    private
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

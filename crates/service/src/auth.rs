@@ -50,14 +50,6 @@ pub struct AuthState {
     pub anonymous: Arc<ScopeSet>,
 }
 
-impl AuthState {
-    /// `scopes` expanded through the roles (with the anonymous role's).
-    #[must_use]
-    pub fn expand(&self, scopes: &[String]) -> ScopeSet {
-        expand_with_anonymous(&self.expander, scopes.iter().cloned())
-    }
-}
-
 /// The clients, roles and signing keys of this server; cheap to clone.
 #[derive(Clone)]
 pub struct Authority {

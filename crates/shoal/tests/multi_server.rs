@@ -166,19 +166,11 @@ async fn a_live_log_followed_on_one_server_ends_when_its_run_ends_through_anothe
 
 /// createTask through `root` signed as `credentials`; answers the HTTP status.
 async fn create_as(root: &str, credentials: &shoal_client::Credentials) -> u16 {
-    let url = format!("{root}/api/queue/v1/task/{}", slugid::nice());
-    let body = definition(&[]);
-    let bytes = serde_json::to_vec(&body).unwrap();
-    let authorization = credentials.authorization("PUT", &url, Some(("application/json", &bytes))).unwrap();
-    let res = reqwest::Client::new()
-        .put(&url)
-        .header("authorization", authorization)
-        .header("content-type", "application/json")
-        .body(bytes)
-        .send()
-        .await
-        .unwrap();
-    res.status().as_u16()
+    let client = Client::new(root).unwrap().with_credentials(Some(credentials.clone()));
+    match client.create_task(&slugid::nice(), &definition(&[])).await {
+        Ok(_) => 200,
+        Err(err) => err.status().map_or(0, |status| status.as_u16()),
+    }
 }
 
 /// Calls `create_as` until it answers `want` (another server reloads clients within about

@@ -71,12 +71,6 @@ impl Caller {
             Some(missing) => Err(ApiError::insufficient_scopes(self.client_id.as_deref(), required, &missing)),
         }
     }
-
-    /// Whether the caller holds `scope`.
-    #[must_use]
-    pub fn holds(&self, scope: &str) -> bool {
-        self.scopes.satisfies(scope)
-    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {

@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use shoal_engine::TaskId;
-use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, check_name, follow_links};
+use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, check_name, follow_links, private_names};
 use shoal_store::{ArtifactKey, StoreError};
 
 use crate::AppState;
@@ -68,14 +68,6 @@ fn content_url(state: &AppState, task_id: TaskId, run_id: u32, artifact: &Artifa
         ArtifactKind::LiveLog => format!("{}/logs/v1/{task_id}/{run_id}?follow=1", state.root_url),
         _ => signed_blob_url(state, "GET", task_id, run_id, &artifact.name, GET_URL_VALID)?,
     })
-}
-
-/// Artifact names outside `public/`: reading each needs `queue:get-artifact:<name>`.
-pub(crate) fn private_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    let mut private: Vec<String> =
-        names.into_iter().filter(|name| !name.starts_with("public/")).map(str::to_owned).collect();
-    private.dedup();
-    private
 }
 
 fn run_vars(params: &Params) -> Result<Vars, ApiError> {

@@ -12,7 +12,7 @@ use crate::AppState;
 use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
 use crate::extract::Params;
-use crate::routes::artifacts::private_names;
+use shoal_engine::artifact::private_names;
 
 fn key_of(params: &Params) -> Result<ArtifactKey, ApiError> {
     let name = params.0.get("name").cloned().unwrap_or_default();

@@ -111,12 +111,6 @@ impl Ext {
         let bytes = STANDARD.decode(ext.trim()).map_err(|_| AuthFailure::Ext("not base64".into()))?;
         serde_json::from_slice(&bytes).map_err(|err| AuthFailure::Ext(err.to_string()))
     }
-
-    /// Whether it restricts or replaces the client's credentials at all.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.certificate.is_none() && self.authorized_scopes.is_none()
-    }
 }
 
 /// A client as authentication needs it.

@@ -74,18 +74,6 @@ impl ScopeSet {
     pub fn as_slice(&self) -> &[String] {
         &self.scopes
     }
-
-    /// The union of this set and `more`.
-    #[must_use]
-    pub fn union(&self, more: impl IntoIterator<Item = String>) -> ScopeSet {
-        ScopeSet::new(self.scopes.iter().cloned().chain(more))
-    }
-
-    /// Whether the set holds nothing.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.scopes.is_empty()
-    }
 }
 
 /// A scope expression: a scope, or all of / any of several expressions.
