@@ -40,6 +40,7 @@ pub mod status;
 pub mod task;
 pub mod timestamp;
 pub mod topic;
+pub mod worker;
 
 pub use id::TaskId;
 pub use rejection::Rejection;

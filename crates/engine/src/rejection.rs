@@ -204,4 +204,10 @@ pub enum Missing {
     /// An upload whose bytes are not there.
     #[error("artifact {0} has not been uploaded")]
     NotUploaded(String),
+    /// A worker of a task queue.
+    #[error("worker {0} not found")]
+    Worker(crate::worker::WorkerKey),
+    /// A task queue.
+    #[error("task queue {0} not found")]
+    TaskQueue(String),
 }

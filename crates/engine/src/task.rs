@@ -160,6 +160,13 @@ impl Task {
         self.runs.last().filter(|run| run.state == RunState::Running).and_then(|run| run.taken_until)
     }
 
+    /// The worker running the last run (`workerGroup/workerId`), while it runs.
+    #[must_use]
+    pub fn running_worker(&self) -> Option<String> {
+        let run = self.runs.last().filter(|run| run.state == RunState::Running)?;
+        Some(crate::worker::worker_name(run.worker_group.as_deref()?, run.worker_id.as_deref()?))
+    }
+
     /// The status structure.
     #[must_use]
     pub fn status(&self) -> TaskStatus {
@@ -258,6 +265,14 @@ impl Task {
         if !expired {
             return None;
         }
+        self.lose_claim(now)
+    }
+
+    /// Ends the running last run at once because its worker was found missing (Swarming's
+    /// BOT_DIED), as a claim expiry does: `claim-expired`, retried while retries remain;
+    /// `None` when the last run is not running.
+    pub fn lose_claim(&mut self, now: Timestamp) -> Option<Effects> {
+        self.running_until()?;
         if self.meta.deadline <= now {
             return Some(self.end_unresolved(ReasonResolved::DeadlineExceeded, now));
         }
