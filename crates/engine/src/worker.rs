@@ -354,7 +354,10 @@ impl Worker {
             return Vec::new();
         }
         self.termination = Termination::Requested { at: now, client_id: client_id.to_owned() };
-        vec![WorkerEvent { client_id: Some(client_id.to_owned()), ..WorkerEvent::at(WorkerEventKind::Terminating, now) }]
+        vec![WorkerEvent {
+            client_id: Some(client_id.to_owned()),
+            ..WorkerEvent::at(WorkerEventKind::Terminating, now)
+        }]
     }
 
     /// The worker says it exited after being asked to (nothing otherwise).
@@ -443,8 +446,8 @@ impl Worker {
 pub fn run_events(key: &WorkerKey, runs: &[(TaskId, Run)]) -> Vec<WorkerEvent> {
     let mut events = Vec::new();
     for (task_id, run) in runs {
-        let ours = run.worker_group.as_deref() == Some(&key.worker_group)
-            && run.worker_id.as_deref() == Some(&key.worker_id);
+        let ours =
+            run.worker_group.as_deref() == Some(&key.worker_group) && run.worker_id.as_deref() == Some(&key.worker_id);
         let Some(started) = run.started.filter(|_| ours) else { continue };
         let of_run = |kind, at, detail| WorkerEvent {
             detail,

@@ -16,6 +16,7 @@ mod types;
 pub use ops::DEFAULT_QUEUE_RETENTION_SECS;
 pub use ops::auth::{AuthChange, AuthOutcome, ClientEdit};
 pub use ops::graph::{GraphNode, GraphRecord, GraphRequest};
+pub use ops::workers::WorkerChange;
 pub use page::Page;
 pub use postgres::{
     PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, REQUEST_TIMEOUT as PG_REQUEST_TIMEOUT, WAKE_ALL,
@@ -30,6 +31,7 @@ use shoal_engine::dimensions::Dimensions;
 use shoal_engine::message::GraphStatus;
 use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
+use shoal_engine::worker::{Sighting, Worker, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::ops::{WriteTx, ready};
@@ -75,6 +77,18 @@ pub struct ClaimRequest {
     pub dimensions: Dimensions,
     /// Most tasks to claim.
     pub count: usize,
+}
+
+impl ClaimRequest {
+    /// The claiming worker.
+    #[must_use]
+    pub fn worker_key(&self) -> WorkerKey {
+        WorkerKey {
+            task_queue_id: self.task_queue_id.clone(),
+            worker_group: self.worker_group.clone(),
+            worker_id: self.worker_id.clone(),
+        }
+    }
 }
 
 impl Store {
@@ -210,6 +224,71 @@ impl Store {
             }
         };
         Ok(committed.value)
+    }
+
+    /// Records that worker `key` called, as `sighting` describes it; answers its record.
+    ///
+    /// # Errors
+    /// Rejected for a bad sighting (naming the field); Unavailable or Other on storage failure.
+    pub async fn worker_seen(&self, key: WorkerKey, sighting: Sighting, now: Timestamp) -> Result<Worker, StoreError> {
+        let committed = match self {
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::workers::seen(tx, &key, sighting, now))).await?,
+            Store::Postgres(store) => {
+                store
+                    .write((key, sighting), move |tx, (key, sighting)| {
+                        Box::pin(ops::workers::seen(tx, key, sighting.clone(), now))
+                    })
+                    .await?
+            }
+        };
+        Ok(committed.value)
+    }
+
+    /// Quarantines, terminates or declares a worker (see [`WorkerChange`]); answers its record.
+    ///
+    /// # Errors
+    /// NotFound for an unknown worker (but declare creates it); Rejected for a bad change.
+    pub async fn change_worker(
+        &self,
+        key: WorkerKey,
+        change: WorkerChange,
+        client_id: String,
+        now: Timestamp,
+    ) -> Result<Worker, StoreError> {
+        let committed = match self {
+            Store::Sqlite(store) => {
+                store.write(move |tx| ready(ops::workers::change(tx, &key, &change, &client_id, now))).await?
+            }
+            Store::Postgres(store) => {
+                store
+                    .write((key, change, client_id), move |tx, (key, change, client_id)| {
+                        Box::pin(ops::workers::change(tx, key, change, client_id, now))
+                    })
+                    .await?
+            }
+        };
+        Ok(committed.value)
+    }
+
+    /// Marks missing the heartbeating workers silent since before `cutoff` (at most `limit`)
+    /// and ends their runs; says how many it marked.
+    ///
+    /// # Errors
+    /// Unavailable or Other on storage failure.
+    pub async fn lose_silent_workers(
+        &self,
+        cutoff: Timestamp,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Committed<usize>, StoreError> {
+        match self {
+            Store::Sqlite(store) => {
+                store.write(move |tx| ready(ops::workers::lose_silent(tx, cutoff, now, limit))).await
+            }
+            Store::Postgres(store) => {
+                store.write((), move |tx, ()| Box::pin(ops::workers::lose_silent(tx, cutoff, now, limit))).await
+            }
+        }
     }
 
     /// The token the servers sign with: the stored one, or `candidate` stored now.

@@ -3,7 +3,9 @@
 
 use serde_json::value::RawValue;
 use shoal_engine::artifact::{Artifact, LIVE_LOG_NAME, implicit_live_log};
-use shoal_engine::{TaskId, Timestamp};
+use shoal_engine::id::is_identifier;
+use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey, run_events, worker_name};
+use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::auth::AuthKind;
 use crate::ops::graph::{GraphNode, GraphRecord, StoredGraph};
@@ -12,7 +14,7 @@ use crate::page::{artifact_page, parse_seq, parse_task_id};
 use crate::row::TaskRow;
 use crate::{
     ArtifactKey, AuthSnapshot, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup,
-    TaskQueueInfo, TaskRecord,
+    TaskQueueInfo, TaskRecord, WorkerListing,
 };
 
 /// What a backend's read connection offers: one query each, on committed state.
@@ -46,6 +48,14 @@ pub(crate) trait ReadDb {
     fn expired_tasks(&self, now: Timestamp, limit: usize) -> Result<Vec<(TaskId, u32)>, StoreError>;
     /// The auth generation, and every stored JSON of a kind (with `Some`), by id.
     fn auth(&self, kind: Option<AuthKind>) -> Result<(i64, Vec<String>), StoreError>;
+    /// A worker's record.
+    fn worker(&self, key: &WorkerKey) -> Result<Option<Worker>, StoreError>;
+    /// A queue's workers after `(group, id)`, by group then id, at most `limit`.
+    fn workers(&self, task_queue_id: &str, after: (&str, &str), limit: usize) -> Result<Vec<Worker>, StoreError>;
+    /// A queue's running runs: the worker holding each (`group/id`) and its task.
+    fn running_by_worker(&self, task_queue_id: &str) -> Result<Vec<(String, TaskId)>, StoreError>;
+    /// A worker's kept events numbered before `before`, newest first, at most `limit`.
+    fn worker_events(&self, key: &WorkerKey, before: u64, limit: usize) -> Result<Vec<(u64, WorkerEvent)>, StoreError>;
 }
 
 /// Which tasks a listing reads.
@@ -277,9 +287,86 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
             roles: roles.iter().map(|body| decode_auth("role", body)).collect::<Result<_, _>>()?,
         })
     }
+
+    fn worker(&self, key: &WorkerKey) -> Result<Option<(Worker, Vec<TaskId>)>, StoreError> {
+        self.worker_read(key)
+    }
+
+    fn list_workers(
+        &self,
+        task_queue_id: &str,
+        after: Option<&str>,
+        limit: usize,
+        keep: &dyn Fn(&Worker, bool) -> bool,
+    ) -> Result<Page<WorkerListing>, StoreError> {
+        self.workers_listed(task_queue_id, after, limit, keep)
+    }
+
+    fn worker_events(&self, key: &WorkerKey) -> Result<Vec<WorkerEvent>, StoreError> {
+        self.worker_history(key)
+    }
 }
 
 impl<D: ReadDb> ReadsOver<D> {
+    fn worker_read(&self, key: &WorkerKey) -> Result<Option<(Worker, Vec<TaskId>)>, StoreError> {
+        let Some(worker) = self.0.worker(key)? else { return Ok(None) };
+        let name = worker_name(&key.worker_group, &key.worker_id);
+        let running = self.0.running_by_worker(&key.task_queue_id)?;
+        let tasks = running.into_iter().filter(|(holder, _)| *holder == name).map(|(_, task_id)| task_id).collect();
+        Ok(Some((worker, tasks)))
+    }
+
+    fn workers_listed(
+        &self,
+        task_queue_id: &str,
+        after: Option<&str>,
+        limit: usize,
+        keep: &dyn Fn(&Worker, bool) -> bool,
+    ) -> Result<Page<WorkerListing>, StoreError> {
+        let (mut group, mut id) = worker_token(after)?;
+        let busy: std::collections::HashSet<String> =
+            self.0.running_by_worker(task_queue_id)?.into_iter().map(|(worker, _)| worker).collect();
+        let mut listed = Vec::new();
+        // Filters drop workers after reading: read on until the page is full or none are left.
+        loop {
+            let batch = self.0.workers(task_queue_id, (&group, &id), (limit + 1).max(100))?;
+            let exhausted = batch.len() < (limit + 1).max(100);
+            for worker in batch {
+                (group, id) = (worker.key.worker_group.clone(), worker.key.worker_id.clone());
+                let busy = busy.contains(&worker_name(&group, &id));
+                if keep(&worker, busy) {
+                    listed.push(WorkerListing { worker, busy });
+                    if listed.len() > limit {
+                        listed.truncate(limit);
+                        return Ok(page(listed, true, |w| {
+                            worker_name(&w.worker.key.worker_group, &w.worker.key.worker_id)
+                        }));
+                    }
+                }
+            }
+            if exhausted {
+                return Ok(page(listed, false, |_| String::new()));
+            }
+        }
+    }
+
+    fn worker_history(&self, key: &WorkerKey) -> Result<Vec<WorkerEvent>, StoreError> {
+        let mut events: Vec<WorkerEvent> =
+            self.0.worker_events(key, u64::MAX, KEPT_EVENTS as usize)?.into_iter().map(|(_, event)| event).collect();
+        let Some(worker) = self.0.worker(key)? else { return Ok(events) };
+        let mut runs = Vec::new();
+        for recent in &worker.recent_tasks {
+            let Some(found) = self.0.tasks(TaskQuery::Id(recent.task_id), 1)?.into_iter().next() else { continue };
+            if let Some(run) = found.row.task.runs().get(recent.run_id as usize) {
+                runs.push((recent.task_id, run.clone()));
+            }
+        }
+        events.extend(run_events(key, &runs));
+        // Stable: of events at the same time, the stored order (newest first) holds.
+        events.sort_by_key(|event| std::cmp::Reverse(event.at));
+        Ok(events)
+    }
+
     /// The first tasks `query` finds, at most `limit` and, beyond the first, at most
     /// [`MAX_PAGE_BYTES`] of definitions; and whether more follow. The sizes are read first,
     /// so a page never holds more than that in memory however large each definition is.
@@ -331,6 +418,17 @@ fn fitting(sizes: &[u64], limit: usize) -> usize {
 fn page<T>(items: Vec<T>, more: bool, token: impl Fn(&T) -> String) -> Page<T> {
     let continuation = if more { items.last().map(token) } else { None };
     Page { items, continuation }
+}
+
+/// A worker-listing token (`group/id` of the last worker listed) as where to list after.
+fn worker_token(after: Option<&str>) -> Result<(String, String), StoreError> {
+    match after {
+        None | Some("") => Ok((String::new(), String::new())),
+        Some(token) => match token.split_once('/') {
+            Some((group, id)) if is_identifier(group) && is_identifier(id) => Ok((group.to_owned(), id.to_owned())),
+            _ => Err(Rejection::invalid("continuationToken", "is not a token this listing issued").into()),
+        },
+    }
 }
 
 /// A task-id continuation token as the id to list after ("" for the first page).

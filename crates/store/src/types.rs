@@ -5,6 +5,7 @@ use serde_json::value::RawValue;
 use shoal_engine::artifact::Artifact;
 use shoal_engine::event::Event;
 use shoal_engine::status::TaskStatus;
+use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::{Page, StoreError};
@@ -258,6 +259,41 @@ pub trait Reads {
     /// # Errors
     /// Storage failure.
     fn auth_snapshot(&self) -> Result<AuthSnapshot, StoreError>;
+
+    /// A worker, with the tasks whose running runs it holds.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn worker(&self, key: &WorkerKey) -> Result<Option<(Worker, Vec<TaskId>)>, StoreError>;
+
+    /// A queue's workers by group and id that `keep` keeps (given each with whether it holds
+    /// a running run), a page of at most `limit` after `after` (a token of this listing).
+    ///
+    /// # Errors
+    /// Invalid for a token this listing did not issue; storage failure.
+    fn list_workers(
+        &self,
+        task_queue_id: &str,
+        after: Option<&str>,
+        limit: usize,
+        keep: &dyn Fn(&Worker, bool) -> bool,
+    ) -> Result<Page<WorkerListing>, StoreError>;
+
+    /// A worker's history, newest first: its kept lifecycle events, and the claims and
+    /// resolutions of its recent tasks' runs.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn worker_events(&self, key: &WorkerKey) -> Result<Vec<WorkerEvent>, StoreError>;
+}
+
+/// A worker as listings show it.
+#[derive(Debug, Clone)]
+pub struct WorkerListing {
+    /// The record.
+    pub worker: Worker,
+    /// Whether it holds a running run.
+    pub busy: bool,
 }
 
 /// Every client and role as stored.

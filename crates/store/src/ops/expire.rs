@@ -31,5 +31,6 @@ pub(crate) async fn forget_tasks(
         tx.delete_group_if_empty(group).await?;
     }
     tx.delete_expired_queues(now, limit).await?;
+    tx.delete_expired_workers(now, limit).await?;
     Ok(n_deleted)
 }

@@ -17,6 +17,7 @@ pub(crate) mod graph;
 pub(crate) mod groups;
 mod step;
 pub(crate) mod tasks;
+pub(crate) mod workers;
 
 use serde_json::value::RawValue;
 use shoal_engine::artifact::Artifact;
@@ -27,6 +28,7 @@ use shoal_engine::priority::Priority;
 use shoal_engine::rejection::Missing;
 use shoal_engine::status::{RunState, TaskState, TaskStatus};
 use shoal_engine::task::Task;
+use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 pub(crate) use step::{record, release_dependents, step};
@@ -47,6 +49,8 @@ pub(crate) trait WriteTx {
     fn claim_timeout_secs(&self) -> i64;
     /// The scheduler id graph tasks carry (tasks with another are never looked up).
     fn graph_scheduler_id(&self) -> &str;
+    /// How long a task queue, or a worker, is kept after it was last seen.
+    fn queue_retention_ms(&self) -> i64;
     /// Adds a message to this transaction's outbox.
     fn publish(&mut self, message: Message);
     /// The events this transaction recorded, in order.
@@ -150,6 +154,19 @@ pub(crate) trait WriteTx {
     async fn bump_auth_generation(&mut self) -> Result<(), StoreError>;
     /// The server's signing token: the one stored, or `candidate` stored now.
     async fn signing_token(&mut self, candidate: &str) -> Result<String, StoreError>;
+
+    /// A worker's record.
+    async fn load_worker(&mut self, key: &WorkerKey) -> Result<Option<Worker>, StoreError>;
+    /// Stores a worker's record (inserted or replaced) and its new numbered events, deleting
+    /// those older than the [`KEPT_EVENTS`](shoal_engine::worker::KEPT_EVENTS) latest.
+    async fn save_worker(&mut self, worker: &Worker, events: &[(u64, WorkerEvent)]) -> Result<(), StoreError>;
+    /// Workers that silence makes missing ([`Worker::watched`]) last seen before `cutoff`, at
+    /// most `limit`, longest silent first.
+    async fn silent_workers(&mut self, cutoff: Timestamp, limit: usize) -> Result<Vec<WorkerKey>, StoreError>;
+    /// The tasks whose running run worker `key` holds.
+    async fn worker_runs(&mut self, key: &WorkerKey) -> Result<Vec<TaskId>, StoreError>;
+    /// Deletes up to `limit` worker records (with their events) expired at `now`.
+    async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError>;
 }
 
 /// What createTask learns before judging a task.

@@ -11,9 +11,11 @@ use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::step::insert_stepped;
+use crate::ops::workers;
 use crate::ops::{Before, CreateLookup, WriteTx, load_existing, record, step};
 use crate::row::{TaskRow, json};
 use crate::{Claim, ClaimRequest, StoreError};
+use shoal_engine::worker::WorkerKey;
 
 /// createTask: defines a task (idempotent for an equal definition) and schedules it when it
 /// has no unmet dependencies.
@@ -122,6 +124,7 @@ pub(crate) async fn claim_candidates(
             Err(err) => return Err(err),
         }
     }
+    workers::record_claims(tx, &request.worker_key(), &claims, now).await?;
     Ok(claims)
 }
 
@@ -137,7 +140,14 @@ pub(crate) async fn claim_task(
     let Some((row, definition)) = tx.load_with_definition(task_id).await? else {
         return Err(Rejection::from(Missing::Task(task_id)).into());
     };
-    claim_loaded(tx, row, definition, run_id, worker_group, worker_id, now).await
+    let claim = claim_loaded(tx, row, definition, run_id, worker_group, worker_id, now).await?;
+    let key = WorkerKey {
+        task_queue_id: claim.status.task_queue_id.clone(),
+        worker_group: worker_group.to_owned(),
+        worker_id: worker_id.to_owned(),
+    };
+    workers::record_claims(tx, &key, std::slice::from_ref(&claim), now).await?;
+    Ok(claim)
 }
 
 /// Claims run `run_id` of a task already loaded with its definition.

@@ -539,6 +539,7 @@ async fn claim_all(
                 let fresh = |task_id| taken.insert(task_id);
                 runs.extend(claim_found(tx, found, request, *now, fresh).await?);
             }
+            ops::workers::record_claims(tx, &request.worker_key(), &runs, *now).await?;
             claimed.push((index, runs, tx.events.len() - events_before));
         }
     }

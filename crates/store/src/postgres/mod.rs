@@ -18,6 +18,7 @@ mod reads;
 mod row;
 mod schema;
 mod tx;
+mod workers;
 mod write;
 
 use std::cell::RefCell;

@@ -127,7 +127,7 @@ const INSERT_MANY: &str = "INSERT INTO tasks (task_id, task_queue_id, scheduler_
 /// Writes one task row's new state and tells its place in line: only this form can draw a new
 /// place ('back'), since the caller needs it at once.
 pub(crate) const UPDATE_ONE: &str = "UPDATE tasks SET retries_left = $2, runs = $3, state = $4, taken_until = $5, \
-     deadline_due = $6, \
+     deadline_due = $6, worker = $11, \
      pending_seq = CASE $7 WHEN 'keep' THEN pending_seq WHEN 'back' THEN nextval('tasks_pending_seq') END, \
      priority = $8::text, priority_rank = $9, \
      definition = CASE WHEN $10 THEN jsonb_set(definition::jsonb, '{priority}', $8::text::jsonb)::text \
@@ -137,15 +137,15 @@ pub(crate) const UPDATE_ONE: &str = "UPDATE tasks SET retries_left = $2, runs = 
 /// Writes several task rows' new states ('keep' or 'none' only), given column by column.
 /// Each task appears once: a row matched twice would take one of the two arbitrarily.
 const UPDATE_MANY: &str = "UPDATE tasks SET retries_left = u.retries_left, runs = u.runs, state = u.state, \
-     taken_until = u.taken_until, deadline_due = u.deadline_due, \
+     taken_until = u.taken_until, deadline_due = u.deadline_due, worker = u.worker, \
      pending_seq = CASE u.place WHEN 'keep' THEN tasks.pending_seq END, \
      priority = u.priority, priority_rank = u.priority_rank, \
      definition = CASE WHEN u.priority_changed \
      THEN jsonb_set(tasks.definition::jsonb, '{priority}', u.priority::jsonb)::text ELSE tasks.definition END \
      FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::text[], \
-     $8::text[], $9::int2[], $10::bool[]) \
+     $8::text[], $9::int2[], $10::bool[], $11::text[]) \
      AS u(task_id, retries_left, runs, state, taken_until, deadline_due, place, priority, priority_rank, \
-     priority_changed) \
+     priority_changed, worker) \
      WHERE tasks.task_id = u.task_id";
 
 /// A run of held-back writes sent as one statement: task rows inserted, task rows updated
@@ -265,7 +265,7 @@ fn renumber(sql: &str, offset: usize) -> String {
 /// Parameters of [`INSERT_MANY`].
 const N_INSERT_PARAMS: usize = 21;
 /// Parameters of [`UPDATE_MANY`].
-const N_UPDATE_PARAMS: usize = 10;
+const N_UPDATE_PARAMS: usize = 11;
 
 /// One array parameter per named field of `rows`, in the order named.
 macro_rules! columns {
@@ -323,6 +323,8 @@ pub(crate) struct RowUpdate {
     pub(crate) priority_rank: i16,
     /// Whether the stored definition's priority is rewritten too.
     pub(crate) priority_changed: bool,
+    /// The worker running its last run (`group/id`), while it runs.
+    pub(crate) worker: Option<String>,
 }
 
 impl RowUpdate {
@@ -339,13 +341,14 @@ impl RowUpdate {
             Box::new(self.priority),
             Box::new(self.priority_rank),
             Box::new(self.priority_changed),
+            Box::new(self.worker),
         ]
     }
 
     /// The parameters of [`UPDATE_MANY`]: one array per column.
     pub(crate) fn columns(rows: Vec<RowUpdate>) -> Vec<Param> {
         columns!(rows; task_id, retries_left, runs, state, taken_until, deadline_due, place, priority, priority_rank,
-            priority_changed)
+            priority_changed, worker)
     }
 }
 
@@ -391,6 +394,7 @@ mod tests {
             priority: "\"lowest\"".into(),
             priority_rank: 0,
             priority_changed: false,
+            worker: None,
         }
     }
 
@@ -446,12 +450,14 @@ mod tests {
         let all = fused_sql(true, true, true);
         assert!(all.starts_with("WITH i AS (INSERT INTO tasks"), "{all}");
         assert!(all.contains("$21::text[]") && all.contains("$22::text[]") && all.contains("$31::bool[]"), "{all}");
-        assert!(all.ends_with("SELECT nextval('outbox_ids'), $32, $33, $34, $35 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
+        assert!(all.contains("$32::text[]"), "{all}");
+        assert!(all.ends_with("SELECT nextval('outbox_ids'), $33, $34, $35, $36 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
         let updates = fused_sql(false, true, true);
         assert!(
             updates.contains("$1::text[]")
                 && updates.contains("$10::bool[]")
-                && updates.contains("$11, $12, $13, $14 FROM"),
+                && updates.contains("$11::text[]")
+                && updates.contains("$12, $13, $14, $15 FROM"),
             "{updates}"
         );
         assert_eq!(fused_sql(true, false, false), INSERT_MANY);

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use postgres::Row;
 use postgres::types::ToSql;
 use shoal_engine::artifact::Artifact;
+use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::ops::auth::AuthKind;
@@ -23,7 +24,7 @@ use crate::{ArtifactKey, QueueCounts, StoreError, TaskGroup, TaskQueueInfo};
 pub(crate) struct PgReads<'a>(pub(crate) RefCell<&'a mut PgConn>);
 
 impl PgReads<'_> {
-    fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, StoreError> {
+    pub(crate) fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, StoreError> {
         Ok(self.0.borrow_mut().query(sql, params)?)
     }
 }
@@ -205,6 +206,22 @@ impl ReadDb for PgReads<'_> {
         let rows = self.query("SELECT body FROM auth_entities WHERE kind = $1 ORDER BY id", &[&kind.as_str()])?;
         let bodies = rows.iter().map(|row| row.try_get(0)).collect::<Result<_, _>>()?;
         Ok((generation, bodies))
+    }
+
+    fn worker(&self, key: &WorkerKey) -> Result<Option<Worker>, StoreError> {
+        self.worker_record(key)
+    }
+
+    fn workers(&self, task_queue_id: &str, after: (&str, &str), limit: usize) -> Result<Vec<Worker>, StoreError> {
+        self.worker_records(task_queue_id, after, limit)
+    }
+
+    fn running_by_worker(&self, task_queue_id: &str) -> Result<Vec<(String, TaskId)>, StoreError> {
+        self.running_runs(task_queue_id)
+    }
+
+    fn worker_events(&self, key: &WorkerKey, before: u64, limit: usize) -> Result<Vec<(u64, WorkerEvent)>, StoreError> {
+        self.worker_event_rows(key, before, limit)
     }
 }
 

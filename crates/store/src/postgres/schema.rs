@@ -178,6 +178,35 @@ INSERT INTO auth_state (generation, signing_token) VALUES (0, NULL);
     r#"
 CREATE INDEX tasks_expires ON tasks (expires) WHERE deadline_due IS NULL;
 "#,
+    // 9: the worker registry (each worker's record as JSON, its lifecycle events), and the
+    // worker running a task's last run (`workerGroup/workerId`, while it runs; not indexed, so
+    // that claims and reports keep their heap-only updates: a worker's runs are found among
+    // the running tasks through tasks_taken_until).
+    r#"
+CREATE TABLE workers (
+    task_queue_id TEXT NOT NULL,
+    worker_group  TEXT NOT NULL,
+    worker_id     TEXT NOT NULL,
+    record        TEXT NOT NULL,
+    last_seen     BIGINT NOT NULL,
+    watched       BOOLEAN NOT NULL,
+    expires       BIGINT NOT NULL,
+    PRIMARY KEY (task_queue_id, worker_group, worker_id)
+);
+CREATE INDEX workers_watched ON workers (last_seen) WHERE watched;
+CREATE INDEX workers_expires ON workers (expires);
+CREATE TABLE worker_events (
+    task_queue_id TEXT NOT NULL,
+    worker_group  TEXT NOT NULL,
+    worker_id     TEXT NOT NULL,
+    seq           BIGINT NOT NULL,
+    event         TEXT NOT NULL,
+    PRIMARY KEY (task_queue_id, worker_group, worker_id, seq)
+);
+ALTER TABLE tasks ADD COLUMN worker TEXT;
+UPDATE tasks SET worker = (runs::jsonb -> -1 ->> 'workerGroup') || '/' || (runs::jsonb -> -1 ->> 'workerId')
+    WHERE taken_until IS NOT NULL;
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

@@ -515,6 +515,7 @@ impl PgTx {
             priority: json(&task.meta.priority)?,
             priority_rank: i16::from(task.meta.priority.rank()),
             priority_changed,
+            worker: task.running_worker(),
         };
         self.writes += 1;
         match place {

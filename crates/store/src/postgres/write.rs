@@ -7,6 +7,7 @@ use shoal_engine::definition::TaskDefinition;
 use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
 use shoal_engine::status::TaskState;
+use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -30,6 +31,10 @@ impl WriteTx for PgTx {
 
     fn graph_scheduler_id(&self) -> &str {
         &self.shared.graph_scheduler_id
+    }
+
+    fn queue_retention_ms(&self) -> i64 {
+        self.shared.queue_retention_ms
     }
 
     /// Staged in the outbox with the commit.
@@ -470,6 +475,26 @@ impl WriteTx for PgTx {
             )
             .await?;
         Ok(row.try_get(0)?)
+    }
+
+    async fn load_worker(&mut self, key: &WorkerKey) -> Result<Option<Worker>, StoreError> {
+        self.lock_worker(key).await
+    }
+
+    async fn save_worker(&mut self, worker: &Worker, events: &[(u64, WorkerEvent)]) -> Result<(), StoreError> {
+        self.store_worker(worker, events).await
+    }
+
+    async fn silent_workers(&mut self, cutoff: Timestamp, limit: usize) -> Result<Vec<WorkerKey>, StoreError> {
+        self.silent_workers_before(cutoff, limit).await
+    }
+
+    async fn worker_runs(&mut self, key: &WorkerKey) -> Result<Vec<TaskId>, StoreError> {
+        self.runs_of_worker(key).await
+    }
+
+    async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError> {
+        self.delete_workers_expired(now, limit).await
     }
 }
 

@@ -15,6 +15,7 @@ mod reads;
 mod row;
 mod schema;
 mod tx;
+mod workers;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -2,6 +2,7 @@
 
 use rusqlite::{Connection, Row, params};
 use shoal_engine::artifact::Artifact;
+use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
@@ -10,7 +11,7 @@ use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
-use crate::sqlite::{artifacts, graph, outbox};
+use crate::sqlite::{artifacts, graph, outbox, workers};
 use crate::{ArtifactKey, QueueCounts, TaskGroup, TaskQueueInfo};
 
 /// A read-only connection.
@@ -161,6 +162,22 @@ impl ReadDb for ReadConn<'_> {
         let mut stmt = self.0.prepare_cached("SELECT body FROM auth_entities WHERE kind = ?1 ORDER BY id")?;
         let bodies = stmt.query_map([kind.as_str()], |row| row.get(0))?.collect::<Result<_, _>>()?;
         Ok((generation, bodies))
+    }
+
+    fn worker(&self, key: &WorkerKey) -> Result<Option<Worker>, StoreError> {
+        workers::load(self.0, key)
+    }
+
+    fn workers(&self, task_queue_id: &str, after: (&str, &str), limit: usize) -> Result<Vec<Worker>, StoreError> {
+        workers::list(self.0, task_queue_id, after, limit)
+    }
+
+    fn running_by_worker(&self, task_queue_id: &str) -> Result<Vec<(String, TaskId)>, StoreError> {
+        workers::running(self.0, task_queue_id)
+    }
+
+    fn worker_events(&self, key: &WorkerKey, before: u64, limit: usize) -> Result<Vec<(u64, WorkerEvent)>, StoreError> {
+        workers::events(self.0, key, before, limit)
     }
 }
 

@@ -148,6 +148,33 @@ INSERT INTO auth_state (generation, signing_token) VALUES (0, NULL);
     r"
 CREATE INDEX tasks_expires ON tasks (expires) WHERE deadline_due IS NULL;
 ",
+    // 8: the worker registry (each worker's record as JSON, its lifecycle events), and the
+    // worker running a task's last run (`workerGroup/workerId`, while it runs).
+    r"
+CREATE TABLE workers (
+    task_queue_id TEXT NOT NULL,
+    worker_group  TEXT NOT NULL,
+    worker_id     TEXT NOT NULL,
+    record        TEXT NOT NULL,     -- JSON of the worker
+    last_seen     INTEGER NOT NULL,
+    watched       INTEGER NOT NULL,  -- 1 while silence would make it missing
+    expires       INTEGER NOT NULL,
+    PRIMARY KEY (task_queue_id, worker_group, worker_id)
+) WITHOUT ROWID;
+CREATE INDEX workers_watched ON workers (last_seen) WHERE watched = 1;
+CREATE INDEX workers_expires ON workers (expires);
+CREATE TABLE worker_events (
+    task_queue_id TEXT NOT NULL,
+    worker_group  TEXT NOT NULL,
+    worker_id     TEXT NOT NULL,
+    seq           INTEGER NOT NULL,
+    event         TEXT NOT NULL,     -- JSON of the event
+    PRIMARY KEY (task_queue_id, worker_group, worker_id, seq)
+) WITHOUT ROWID;
+ALTER TABLE tasks ADD COLUMN worker TEXT;
+UPDATE tasks SET worker = json_extract(runs, '$[#-1].workerGroup') || '/' || json_extract(runs, '$[#-1].workerId')
+    WHERE state = 'running';
+",
 ];
 
 /// Brings the database to the newest schema, one migration per transaction.

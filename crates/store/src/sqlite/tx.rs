@@ -11,6 +11,7 @@ use shoal_engine::definition::TaskDefinition;
 use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
 use shoal_engine::status::TaskState;
+use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey, worker_name};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::ops::auth::AuthKind;
@@ -22,7 +23,7 @@ use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::row::{TaskRow, corrupt, json};
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
-use crate::sqlite::{artifacts, graph};
+use crate::sqlite::{artifacts, graph, workers};
 use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
 /// State the writer thread keeps between transactions.
@@ -133,6 +134,10 @@ impl WriteTx for Tx<'_> {
         &self.state.graph_scheduler_id
     }
 
+    fn queue_retention_ms(&self) -> i64 {
+        self.state.queue_retention_ms
+    }
+
     /// Gives the message its sequence number; it is written with this transaction's batch and
     /// published once that commits.
     fn publish(&mut self, message: Message) {
@@ -229,7 +234,7 @@ impl WriteTx for Tx<'_> {
         let state = task.state();
         let mut stmt = self.conn.prepare_cached(
             "UPDATE tasks SET retries_left = ?2, runs = ?3, state = ?4, taken_until = ?5, deadline_due = ?6, \
-             pending_seq = ?7 WHERE task_id = ?1",
+             pending_seq = ?7, worker = ?8 WHERE task_id = ?1",
         )?;
         stmt.execute(params![
             task.task_id.as_str(),
@@ -239,6 +244,7 @@ impl WriteTx for Tx<'_> {
             task.running_until().map(Timestamp::millis),
             (!state.is_resolved()).then_some(task.meta.deadline.millis()),
             row.pending_seq.map(|seq| seq as i64),
+            task.running_worker(),
         ])?;
         if change.priority_changed {
             let mut stmt = self.conn.prepare_cached(
@@ -541,6 +547,30 @@ impl WriteTx for Tx<'_> {
             .prepare_cached("UPDATE auth_state SET signing_token = ?1 WHERE signing_token IS NULL")?
             .execute([candidate])?;
         Ok(self.conn.prepare_cached("SELECT signing_token FROM auth_state")?.query_row([], |row| row.get(0))?)
+    }
+
+    async fn load_worker(&mut self, key: &WorkerKey) -> Result<Option<Worker>, StoreError> {
+        workers::load(self.conn, key)
+    }
+
+    async fn save_worker(&mut self, worker: &Worker, events: &[(u64, WorkerEvent)]) -> Result<(), StoreError> {
+        workers::save(self.conn, worker, events)
+    }
+
+    async fn silent_workers(&mut self, cutoff: Timestamp, limit: usize) -> Result<Vec<WorkerKey>, StoreError> {
+        workers::silent(self.conn, cutoff, limit)
+    }
+
+    async fn worker_runs(&mut self, key: &WorkerKey) -> Result<Vec<TaskId>, StoreError> {
+        let name = worker_name(&key.worker_group, &key.worker_id);
+        self.ids(
+            "SELECT task_id FROM tasks WHERE state = 'running' AND task_queue_id = ?1 AND worker = ?2",
+            params![key.task_queue_id, name],
+        )
+    }
+
+    async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError> {
+        workers::delete_expired(self.conn, now, limit)
     }
 }
 

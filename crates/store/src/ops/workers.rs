@@ -1,0 +1,150 @@
+//! The worker registry: sightings, claims, quarantine, termination, and workers found missing
+//! (whose runs end at once). Each change stores the record and its new lifecycle events.
+
+use shoal_engine::event::Effects;
+use shoal_engine::rejection::Missing;
+use shoal_engine::worker::{Sighting, TaskRun, Worker, WorkerEvent, WorkerKey, worker_name};
+use shoal_engine::{Rejection, Timestamp};
+
+use crate::ops::{WriteTx, load_existing, step};
+use crate::{Claim, StoreError};
+
+/// A change an operator (or the worker itself) makes to a worker.
+#[derive(Debug, Clone)]
+pub enum WorkerChange {
+    /// Taskcluster's quarantineWorker: no claims until `until` (a time not ahead lifts it).
+    Quarantine {
+        /// The quarantine's end.
+        until: Timestamp,
+        /// Why.
+        info: String,
+    },
+    /// Finish the runs, take no more, exit.
+    Terminate,
+    /// The worker says it exited after being asked to terminate.
+    Exited,
+    /// Taskcluster's declareWorker: recorded (created when unknown), kept until `expires`.
+    Declare {
+        /// When the record may be deleted, if given.
+        expires: Option<Timestamp>,
+    },
+}
+
+/// Stores `worker` with `events`, numbered on from those it recorded before.
+async fn save(tx: &mut impl WriteTx, worker: &mut Worker, events: Vec<WorkerEvent>) -> Result<(), StoreError> {
+    let first = worker.events_recorded + 1;
+    worker.events_recorded += events.len() as u64;
+    let numbered: Vec<(u64, WorkerEvent)> = (first..).zip(events).collect();
+    tx.save_worker(worker, &numbered).await
+}
+
+/// The worker `key` called: recorded (first seen, or seen again), as it is now.
+pub(crate) async fn seen(
+    tx: &mut impl WriteTx,
+    key: &WorkerKey,
+    sighting: Sighting,
+    now: Timestamp,
+) -> Result<Worker, StoreError> {
+    sighting.check()?;
+    let expires = now.plus_millis(tx.queue_retention_ms());
+    let (mut worker, events) = match tx.load_worker(key).await? {
+        Some(mut worker) => {
+            let events = worker.seen(sighting, now, expires);
+            (worker, events)
+        }
+        None => Worker::first(key.clone(), sighting, now, expires),
+    };
+    save(tx, &mut worker, events).await?;
+    Ok(worker)
+}
+
+/// Adds what `key` just claimed to its recent tasks (recording the worker if it is new).
+pub(crate) async fn record_claims(
+    tx: &mut impl WriteTx,
+    key: &WorkerKey,
+    claims: &[Claim],
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    if claims.is_empty() {
+        return Ok(());
+    }
+    let expires = now.plus_millis(tx.queue_retention_ms());
+    let (mut worker, mut events) = match tx.load_worker(key).await? {
+        Some(worker) => (worker, Vec::new()),
+        None => Worker::first(key.clone(), Sighting::default(), now, expires),
+    };
+    events.extend(worker.seen(Sighting::default(), now, expires));
+    let runs = claims.iter().map(|claim| TaskRun { task_id: claim.status.task_id, run_id: claim.run_id });
+    worker.claimed(runs, now);
+    save(tx, &mut worker, events).await
+}
+
+/// Applies `change` to worker `key` on behalf of `client_id`.
+pub(crate) async fn change(
+    tx: &mut impl WriteTx,
+    key: &WorkerKey,
+    change: &WorkerChange,
+    client_id: &str,
+    now: Timestamp,
+) -> Result<Worker, StoreError> {
+    let loaded = tx.load_worker(key).await?;
+    let (mut worker, events) = match (change, loaded) {
+        (WorkerChange::Declare { expires }, loaded) => {
+            let expires = expires.unwrap_or_else(|| now.plus_millis(tx.queue_retention_ms()));
+            let (mut worker, mut events) = match loaded {
+                Some(worker) => (worker, Vec::new()),
+                None => Worker::first(key.clone(), Sighting::default(), now, expires),
+            };
+            events.extend(worker.seen(Sighting::default(), now, expires));
+            worker.expires = expires;
+            (worker, events)
+        }
+        (_, None) => return Err(Rejection::from(Missing::Worker(key.clone())).into()),
+        (WorkerChange::Quarantine { until, info }, Some(mut worker)) => {
+            let events = worker.quarantine(*until, info.clone(), client_id, now)?;
+            (worker, events)
+        }
+        (WorkerChange::Terminate, Some(mut worker)) => {
+            let events = worker.request_termination(client_id, now);
+            (worker, events)
+        }
+        (WorkerChange::Exited, Some(mut worker)) => {
+            let events = worker.exited(now);
+            (worker, events)
+        }
+    };
+    save(tx, &mut worker, events).await?;
+    Ok(worker)
+}
+
+/// Marks missing the heartbeating workers silent since before `cutoff` (at most `limit`) and
+/// ends their running runs at once (`claim-expired`, retried while retries remain); says how
+/// many workers it marked.
+pub(crate) async fn lose_silent(
+    tx: &mut impl WriteTx,
+    cutoff: Timestamp,
+    now: Timestamp,
+    limit: usize,
+) -> Result<usize, StoreError> {
+    let silent = tx.silent_workers(cutoff, limit).await?;
+    let mut lost = 0;
+    for key in silent {
+        let Some(mut worker) = tx.load_worker(&key).await? else { continue };
+        let events = worker.lose(cutoff, now);
+        if events.is_empty() {
+            continue;
+        }
+        lost += 1;
+        save(tx, &mut worker, events).await?;
+        let name = worker_name(&key.worker_group, &key.worker_id);
+        for task_id in tx.worker_runs(&key).await? {
+            let mut row = load_existing(tx, task_id).await?;
+            step(tx, &mut row, now, |task| {
+                let ours = task.running_worker().as_deref() == Some(name.as_str());
+                Ok(ours.then(|| task.lose_claim(now)).flatten().unwrap_or_else(Effects::none))
+            })
+            .await?;
+        }
+    }
+    Ok(lost)
+}

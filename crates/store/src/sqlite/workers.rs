@@ -1,0 +1,138 @@
+//! The worker registry's statements on SQLite, for the writer and the readers.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey};
+use shoal_engine::{TaskId, Timestamp};
+
+use crate::StoreError;
+use crate::row::{corrupt, json};
+
+fn decode<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|err| corrupt(format!("{what}: {err}")))
+}
+
+/// A worker's record.
+pub(crate) fn load(conn: &Connection, key: &WorkerKey) -> Result<Option<Worker>, StoreError> {
+    let record: Option<String> = conn
+        .prepare_cached("SELECT record FROM workers WHERE task_queue_id = ?1 AND worker_group = ?2 AND worker_id = ?3")?
+        .query_row(params![key.task_queue_id, key.worker_group, key.worker_id], |row| row.get(0))
+        .optional()?;
+    record.map(|record| decode("worker", &record)).transpose()
+}
+
+/// Stores a worker's record and its new events, keeping the latest [`KEPT_EVENTS`].
+pub(crate) fn save(conn: &Connection, worker: &Worker, events: &[(u64, WorkerEvent)]) -> Result<(), StoreError> {
+    let key = &worker.key;
+    conn.prepare_cached(
+        "INSERT INTO workers (task_queue_id, worker_group, worker_id, record, last_seen, watched, expires) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (task_queue_id, worker_group, worker_id) DO UPDATE \
+         SET record = excluded.record, last_seen = excluded.last_seen, watched = excluded.watched, \
+         expires = excluded.expires",
+    )?
+    .execute(params![
+        key.task_queue_id,
+        key.worker_group,
+        key.worker_id,
+        json(worker)?,
+        worker.last_seen.millis(),
+        worker.watched(),
+        worker.expires.millis(),
+    ])?;
+    let Some(&(last, _)) = events.last() else { return Ok(()) };
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO worker_events (task_queue_id, worker_group, worker_id, seq, event) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for (seq, event) in events {
+        insert.execute(params![key.task_queue_id, key.worker_group, key.worker_id, *seq as i64, json(event)?])?;
+    }
+    conn.prepare_cached(
+        "DELETE FROM worker_events WHERE task_queue_id = ?1 AND worker_group = ?2 AND worker_id = ?3 AND seq <= ?4",
+    )?
+    .execute(params![key.task_queue_id, key.worker_group, key.worker_id, last as i64 - KEPT_EVENTS as i64])?;
+    Ok(())
+}
+
+fn key_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<WorkerKey> {
+    Ok(WorkerKey { task_queue_id: row.get(0)?, worker_group: row.get(1)?, worker_id: row.get(2)? })
+}
+
+/// Watched workers last seen before `cutoff`.
+pub(crate) fn silent(conn: &Connection, cutoff: Timestamp, limit: usize) -> Result<Vec<WorkerKey>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT task_queue_id, worker_group, worker_id FROM workers WHERE watched = 1 AND last_seen < ?1 \
+         ORDER BY last_seen LIMIT ?2",
+    )?;
+    let keys = stmt.query_map(params![cutoff.millis(), limit as i64], key_from_row)?;
+    Ok(keys.collect::<Result<_, _>>()?)
+}
+
+/// Deletes up to `limit` expired workers and their events.
+pub(crate) fn delete_expired(conn: &Connection, now: Timestamp, limit: usize) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT task_queue_id, worker_group, worker_id FROM workers WHERE expires <= ?1 ORDER BY expires LIMIT ?2",
+    )?;
+    let keys: Vec<WorkerKey> =
+        stmt.query_map(params![now.millis(), limit as i64], key_from_row)?.collect::<Result<_, _>>()?;
+    for key in keys {
+        let key = params![key.task_queue_id, key.worker_group, key.worker_id];
+        conn.prepare_cached(
+            "DELETE FROM worker_events WHERE task_queue_id = ?1 AND worker_group = ?2 AND worker_id = ?3",
+        )?
+        .execute(key)?;
+        conn.prepare_cached("DELETE FROM workers WHERE task_queue_id = ?1 AND worker_group = ?2 AND worker_id = ?3")?
+            .execute(key)?;
+    }
+    Ok(())
+}
+
+/// A queue's workers after `(group, id)`, by group and id, at most `limit`.
+pub(crate) fn list(
+    conn: &Connection,
+    task_queue_id: &str,
+    after: (&str, &str),
+    limit: usize,
+) -> Result<Vec<Worker>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT record FROM workers WHERE task_queue_id = ?1 AND (worker_group, worker_id) > (?2, ?3) \
+         ORDER BY worker_group, worker_id LIMIT ?4",
+    )?;
+    let records = stmt.query_map(params![task_queue_id, after.0, after.1, limit as i64], |row| row.get(0))?;
+    records.map(|record: rusqlite::Result<String>| decode("worker", &record?)).collect()
+}
+
+/// The workers (`group/id`) holding running runs of a queue, and the tasks each runs.
+pub(crate) fn running(conn: &Connection, task_queue_id: &str) -> Result<Vec<(String, TaskId)>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT worker, task_id FROM tasks WHERE task_queue_id = ?1 AND state = 'running' AND worker IS NOT NULL",
+    )?;
+    let rows = stmt.query_map([task_queue_id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+    rows.map(|row| {
+        let (worker, task_id) = row?;
+        let task_id = TaskId::parse(&task_id).ok_or_else(|| corrupt(format!("task id {task_id}")))?;
+        Ok((worker, task_id))
+    })
+    .collect()
+}
+
+/// A worker's events numbered before `before`, newest first, at most `limit`.
+pub(crate) fn events(
+    conn: &Connection,
+    key: &WorkerKey,
+    before: u64,
+    limit: usize,
+) -> Result<Vec<(u64, WorkerEvent)>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, event FROM worker_events WHERE task_queue_id = ?1 AND worker_group = ?2 AND worker_id = ?3 \
+         AND seq < ?4 ORDER BY seq DESC LIMIT ?5",
+    )?;
+    let before = i64::try_from(before).unwrap_or(i64::MAX);
+    let rows = stmt
+        .query_map(params![key.task_queue_id, key.worker_group, key.worker_id, before, limit as i64], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+        })?;
+    rows.map(|row| {
+        let (seq, event) = row?;
+        Ok((seq as u64, decode("worker event", &event)?))
+    })
+    .collect()
+}

@@ -1,0 +1,125 @@
+//! The worker registry's scenarios (run per backend by the suite's macro).
+
+use serde_json::json;
+use shoal_engine::command::TaskCommand;
+use shoal_engine::rejection::Missing;
+use shoal_engine::status::{ReasonCreated, ReasonResolved, TaskState};
+use shoal_engine::task::Resolution;
+use shoal_engine::worker::{KEPT_EVENTS, Sighting, WorkerEventKind, WorkerKey, WorkerState};
+use shoal_engine::{Rejection, Timestamp};
+use shoal_store::{Store, StoreError, WorkerChange};
+
+use super::{Backend, apply, at, claim_ids, create, id, state_of, worker};
+
+fn key(n: usize) -> WorkerKey {
+    let request = worker(n);
+    request.worker_key()
+}
+
+fn heartbeat() -> Sighting {
+    Sighting { heartbeat: true, ..Sighting::default() }
+}
+
+async fn kinds(store: &Store, key: WorkerKey) -> Vec<WorkerEventKind> {
+    let events = store.read(move |reads| reads.worker_events(&key)).await.unwrap();
+    events.iter().map(|event| event.kind).collect()
+}
+
+async fn quarantine(store: &Store, n: usize, until: Timestamp, now: Timestamp) -> Result<(), StoreError> {
+    let change = WorkerChange::Quarantine { until, info: "bad disk".into() };
+    store.change_worker(key(n), change, "admin".into(), now).await.map(|_| ())
+}
+
+pub(crate) async fn workers_are_recorded_with_their_claims_and_history(name: &str, backend: Backend) {
+    let store = &backend.store;
+    let seen = store.worker_seen(key(1), heartbeat(), at(0)).await.unwrap();
+    assert_eq!((seen.first_seen, seen.heartbeats), (at(0), true), "{name}");
+    create(store, id(1), json!({}), at(1)).await;
+    claim_ids(store, worker(1), at(2)).await;
+    let (record, running) = store.read(|reads| reads.worker(&key(1))).await.unwrap().expect("recorded");
+    assert_eq!(record.recent_tasks.len(), 1, "{name}");
+    assert_eq!(running, vec![id(1)], "{name}: its current run");
+    assert_eq!(record.first_claim, Some(at(2)), "{name}");
+    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+    apply(store, id(1), done, at(3)).await;
+    let (_, running) = store.read(|reads| reads.worker(&key(1))).await.unwrap().expect("recorded");
+    assert!(running.is_empty(), "{name}: no run once it resolved");
+    assert_eq!(
+        kinds(store, key(1)).await,
+        vec![WorkerEventKind::Resolved, WorkerEventKind::Claimed, WorkerEventKind::FirstSeen],
+        "{name}: newest first, runs read from the tasks"
+    );
+    // Unknown workers: quarantine is a 404, declare records.
+    let refused = quarantine(store, 9, at(100), at(4)).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Rejected(Rejection::NotFound(Missing::Worker(_)))), "{name}: {refused:?}");
+    let declared = WorkerChange::Declare { expires: Some(at(5000)) };
+    let record = store.change_worker(key(9), declared, "admin".into(), at(5)).await.unwrap();
+    assert_eq!(record.expires, at(5000), "{name}");
+}
+
+pub(crate) async fn listing_workers_pages_and_filters(name: &str, backend: Backend) {
+    let store = &backend.store;
+    for n in 1..=5 {
+        store.worker_seen(key(n), Sighting::default(), at(0)).await.unwrap();
+    }
+    quarantine(store, 2, at(100), at(1)).await.unwrap();
+    let all = |after: Option<String>| {
+        store.read(move |reads| reads.list_workers("prov/wt", after.as_deref(), 2, &|_, _| true))
+    };
+    let first = all(None).await.unwrap();
+    assert_eq!(first.items.len(), 2, "{name}");
+    let second = all(first.continuation.clone()).await.unwrap();
+    let third = all(second.continuation.clone()).await.unwrap();
+    assert_eq!((third.items.len(), third.continuation.is_none()), (1, true), "{name}");
+    let ids: Vec<String> =
+        [first.items, second.items, third.items].concat().into_iter().map(|l| l.worker.key.worker_id).collect();
+    assert_eq!(ids, ["w1", "w2", "w3", "w4", "w5"], "{name}");
+    let quarantined = store
+        .read(|reads| reads.list_workers("prov/wt", None, 1, &|worker, _| worker.is_quarantined(at(2))))
+        .await
+        .unwrap();
+    let ids: Vec<&str> = quarantined.items.iter().map(|l| l.worker.key.worker_id.as_str()).collect();
+    assert_eq!((ids, quarantined.continuation), (vec!["w2"], None), "{name}: filtered pages fill from later rows");
+    let bad = store.read(|reads| reads.list_workers("prov/wt", Some("nope"), 2, &|_, _| true)).await.unwrap_err();
+    assert!(matches!(bad, StoreError::Rejected(Rejection::Invalid { .. })), "{name}: {bad:?}");
+}
+
+pub(crate) async fn a_silent_worker_goes_missing_and_its_runs_are_retried_at_once(name: &str, backend: Backend) {
+    let store = &backend.store;
+    store.worker_seen(key(1), heartbeat(), at(0)).await.unwrap();
+    store.worker_seen(key(2), Sighting::default(), at(0)).await.unwrap();
+    create(store, id(1), json!({"retries": 1}), at(0)).await;
+    create(store, id(2), json!({}), at(0)).await;
+    claim_ids(store, worker(1), at(1)).await;
+    claim_ids(store, worker(2), at(1)).await;
+    assert_eq!(store.lose_silent_workers(at(0), at(30), 10).await.unwrap().value, 0, "{name}: not silent yet");
+    let lost = store.lose_silent_workers(at(20), at(130), 10).await.unwrap();
+    assert_eq!(lost.value, 1, "{name}: only the heartbeating worker");
+    let status = store.read(|reads| reads.task(id(1))).await.unwrap().unwrap().status;
+    assert_eq!(status.runs[0].reason_resolved, Some(ReasonResolved::ClaimExpired), "{name}");
+    assert_eq!(status.runs[1].reason_created, ReasonCreated::Retry, "{name}");
+    assert_eq!(state_of(store, id(2)).await, TaskState::Running, "{name}: takenUntil rules the other");
+    let (record, running) = store.read(|reads| reads.worker(&key(1))).await.unwrap().unwrap();
+    assert!(record.missing && running.is_empty(), "{name}");
+    assert_eq!(record.state(at(130), 120_000, false), WorkerState::Missing, "{name}");
+    assert_eq!(store.lose_silent_workers(at(100), at(131), 10).await.unwrap().value, 0, "{name}: once");
+    store.worker_seen(key(1), heartbeat(), at(140)).await.unwrap();
+    assert_eq!(kinds(store, key(1)).await[0], WorkerEventKind::Back, "{name}");
+    assert_eq!(claim_ids(store, worker(1), at(141)).await, vec![id(1)], "{name}: the retry runs again");
+}
+
+pub(crate) async fn a_workers_history_is_bounded_and_it_expires(name: &str, backend: Backend) {
+    let store = &backend.store;
+    store.worker_seen(key(1), Sighting::default(), at(0)).await.unwrap();
+    for n in 0..KEPT_EVENTS as i64 {
+        let until = if n % 2 == 0 { at(1000) } else { at(0) };
+        quarantine(store, 1, until, at(1 + n)).await.unwrap();
+    }
+    let events = kinds(store, key(1)).await;
+    assert_eq!(events.len(), KEPT_EVENTS as usize, "{name}: the first-seen event made room");
+    assert!(!events.contains(&WorkerEventKind::FirstSeen), "{name}");
+    let retention = shoal_store::DEFAULT_QUEUE_RETENTION_SECS;
+    store.forget_tasks(Vec::new(), at(retention + 200), 100).await.unwrap();
+    assert!(store.read(|reads| reads.worker(&key(1))).await.unwrap().is_none(), "{name}: expired");
+    assert!(kinds(store, key(1)).await.is_empty(), "{name}: with its events");
+}
