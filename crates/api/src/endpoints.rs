@@ -6,7 +6,9 @@ use serde::Serialize;
 
 use crate::AppState;
 use crate::auth::Scopes::{self, AllOf, AnyOf, For, Public, Scope};
-use crate::routes::{artifacts, auth, blobs, claims, events, graphs, groups, logs, meta, queues, tasks};
+use crate::routes::{
+    artifacts, auth, blobs, claims, events, graphs, groups, logs, meta, provisioners, queues, tasks, workers,
+};
 
 /// How settled an endpoint's shape is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -298,14 +300,14 @@ pub const ENDPOINTS: &[Endpoint] = &[
         queues::list_claimed_tasks
     ),
     endpoint!("listTaskQueues", "GET", "/task-queues", Public, Stable, queues::list_task_queues),
-    endpoint!("listProvisioners", "GET", "/provisioners", Public, Deprecated, meta::no_provisioner_registry),
+    endpoint!("listProvisioners", "GET", "/provisioners", Public, Deprecated, provisioners::list_provisioners),
     endpoint!(
         "getProvisioner",
         "GET",
         "/provisioners/{provisioner}",
         Public,
         Deprecated,
-        meta::no_provisioner_registry
+        provisioners::get_provisioner
     ),
     endpoint!(
         "listWorkerTypes",
@@ -313,7 +315,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types",
         Public,
         Deprecated,
-        meta::no_provisioner_registry
+        provisioners::list_worker_types
     ),
     endpoint!(
         "getWorkerType",
@@ -321,7 +323,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}",
         Public,
         Deprecated,
-        meta::no_provisioner_registry
+        provisioners::get_worker_type
     ),
     endpoint!(
         "listWorkers",
@@ -329,7 +331,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers",
         Public,
         Deprecated,
-        meta::no_worker_registry
+        workers::list_workers
     ),
     endpoint!(
         "getWorker",
@@ -337,23 +339,59 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}",
         Public,
         Deprecated,
-        meta::no_worker_registry
+        workers::get_worker
     ),
     endpoint!(
         "quarantineWorker",
         "PUT",
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}",
-        Public,
+        Scope("queue:quarantine-worker:<provisionerId>/<workerType>/<workerGroup>/<workerId>"),
         Experimental,
-        meta::no_worker_registry
+        workers::quarantine_worker
     ),
     endpoint!(
         "declareWorker",
         "PUT",
         "/provisioners/{provisioner}/worker-types/{worker_type}/{worker_group}/{worker_id}",
+        AllOf(&[For {
+            var: "property",
+            list: "properties",
+            each: &Scope("queue:declare-worker:<provisionerId>/<workerType>/<workerGroup>/<workerId>#<property>"),
+        }]),
+        Experimental,
+        workers::declare_worker
+    ),
+    endpoint!(
+        "workerEvents",
+        "GET",
+        "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/events",
         Public,
         Experimental,
-        meta::no_worker_registry
+        workers::worker_events
+    ),
+    endpoint!(
+        "terminateWorker",
+        "POST",
+        "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/terminate",
+        Scope("queue:terminate-worker:<provisionerId>/<workerType>/<workerGroup>/<workerId>"),
+        Experimental,
+        workers::terminate_worker
+    ),
+    endpoint!(
+        "workerHeartbeat",
+        "POST",
+        "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/heartbeat",
+        AllOf(&[Scope("queue:claim-work:<taskQueueId>"), Scope("queue:worker-id:<workerGroup>/<workerId>")]),
+        Experimental,
+        workers::heartbeat
+    ),
+    endpoint!(
+        "taskQueueDimensions",
+        "GET",
+        "/task-queues/{queue}/dimensions",
+        Public,
+        Experimental,
+        workers::queue_dimensions
     ),
     endpoint!("getTaskQueue", "GET", "/task-queues/{queue}", Public, Stable, queues::get_task_queue),
 ];

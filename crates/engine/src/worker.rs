@@ -460,8 +460,8 @@ pub fn run_events(key: &WorkerKey, runs: &[(TaskId, Run)]) -> Vec<WorkerEvent> {
             let state = run.state.task_state().as_str();
             let reason = run.reason_resolved.and_then(|reason| serde_json::to_value(reason).ok());
             let detail = match reason.as_ref().and_then(serde_json::Value::as_str) {
-                Some(reason) => format!("{state} ({reason})"),
-                None => state.to_owned(),
+                Some(reason) if reason != state => format!("{state} ({reason})"),
+                _ => state.to_owned(),
             };
             events.push(of_run(WorkerEventKind::Resolved, resolved, Some(detail)));
         }

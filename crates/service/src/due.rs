@@ -1,5 +1,5 @@
-//! The loop that fires claim expiries and deadlines from the store's due-time indexes, and
-//! removes expired artifacts and tasks.
+//! The loop that fires claim expiries and deadlines from the store's due-time indexes, ends
+//! the runs of workers gone silent, and removes expired artifacts and tasks.
 
 use std::future::Future;
 
@@ -49,6 +49,7 @@ pub async fn run_due_loop(queue: Queue, shutdown: impl Future<Output = ()>) {
         // tasks drains over several ticks.
         let expire = || queue.expire_tasks(now(), DUE_BATCH);
         drain(EXPIRY_BATCHES_PER_TICK, expire, "expiring tasks").await;
+        drain(usize::MAX, || queue.lose_silent_workers(DUE_BATCH), "finding missing workers").await;
         drain(usize::MAX, || queue.fire_due(now(), DUE_BATCH), "firing due transitions").await;
     }
 }

@@ -7,10 +7,12 @@
 pub mod auth;
 mod clock;
 mod due;
+mod fleet;
 mod live;
 mod publish;
 mod upload;
 mod wakers;
+mod workers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +29,7 @@ use shoal_engine::priority::Priority;
 use shoal_engine::rejection::Missing;
 use shoal_engine::status::Run;
 use shoal_engine::status::TaskStatus;
+use shoal_engine::worker::Sighting;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 use shoal_store::{ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskGroup};
 use tokio::sync::watch;
@@ -34,13 +37,24 @@ use tokio::sync::watch;
 pub use auth::{Authority, run_auth_refresh};
 pub use clock::now;
 pub use due::run_due_loop;
+pub use fleet::Standing;
 pub use live::LogProgress;
 pub use publish::{Delivery, Subscription, run_publisher};
 pub use shoal_blobs::Appended;
 pub use upload::Upload;
 
+use crate::fleet::Fleet;
 use crate::live::LiveLogs;
 use crate::wakers::Wakers;
+
+/// What a claimWork got: its claims, and the worker's standing.
+#[derive(Debug)]
+pub struct ClaimOutcome {
+    /// The runs claimed.
+    pub claims: Vec<Claim>,
+    /// Whether the worker may claim (the claims are empty when it may not).
+    pub standing: Standing,
+}
 
 /// Settings of the queue service.
 #[derive(Debug, Clone)]
@@ -51,6 +65,23 @@ pub struct QueueConfig {
     pub due_interval: Duration,
     /// How many bytes artifacts and live logs may hold.
     pub sizes: SizeLimits,
+    /// How long a heartbeating worker may stay silent before it is missing and its runs end.
+    pub worker_dead_after: Duration,
+}
+
+impl QueueConfig {
+    /// How often at most a worker's sighting is written (unless what it says changed): often
+    /// enough that a live worker never looks silent, rarely enough that idle polls cost little.
+    #[must_use]
+    pub fn sighting_interval(&self) -> Duration {
+        (self.worker_dead_after / 8).clamp(Duration::from_millis(100), Duration::from_secs(15))
+    }
+
+    /// How often a heartbeating worker should call.
+    #[must_use]
+    pub fn heartbeat_every(&self) -> Duration {
+        (self.worker_dead_after / 4).clamp(Duration::from_millis(250), Duration::from_secs(30))
+    }
 }
 
 impl Default for QueueConfig {
@@ -59,6 +90,7 @@ impl Default for QueueConfig {
             claim_wait: Duration::from_secs(20),
             due_interval: Duration::from_millis(250),
             sizes: SizeLimits::default(),
+            worker_dead_after: Duration::from_secs(shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS as u64),
         }
     }
 }
@@ -94,6 +126,7 @@ struct Inner {
     blobs: Blobs,
     wakers: Wakers,
     live: LiveLogs,
+    fleet: Fleet,
     config: QueueConfig,
 }
 
@@ -103,7 +136,9 @@ impl Queue {
     pub fn new(store: Store, blobs: Blobs, config: QueueConfig) -> Queue {
         let closing = watch::channel(false).0;
         let elsewhere = store.pending_elsewhere();
-        let inner = Inner { closing, store, blobs, wakers: Wakers::default(), live: LiveLogs::default(), config };
+        let fleet = Fleet::new(config.sighting_interval().as_millis() as i64);
+        let inner =
+            Inner { closing, store, blobs, wakers: Wakers::default(), live: LiveLogs::default(), fleet, config };
         let queue = Queue { inner: Arc::new(inner) };
         if let Some(elsewhere) = elsewhere {
             tokio::spawn(wake_on_remote_work(Arc::downgrade(&queue.inner), elsewhere));
@@ -256,26 +291,48 @@ impl Queue {
         Ok(self.committed(committed))
     }
 
-    /// claimWork: claims what is there, or waits until matching work appears or `wait` passes.
+    /// claimWork: claims what is there, or waits until matching work appears or `wait` passes;
+    /// a quarantined worker gets nothing, and one asked to terminate is told at once.
     ///
     /// # Errors
     /// As the store.
-    pub async fn claim_work(&self, request: ClaimRequest, wait: Duration) -> Result<Vec<Claim>, StoreError> {
+    pub async fn claim_work(
+        &self,
+        request: ClaimRequest,
+        sighting: Sighting,
+        wait: Duration,
+    ) -> Result<ClaimOutcome, StoreError> {
         let give_up = tokio::time::Instant::now() + wait;
         let notify = self.inner.wakers.get(&request.task_queue_id);
+        let key = request.worker_key();
         loop {
             // Register before looking, so work that appears between the look and the wait
             // still wakes us.
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let claims = self.committed(self.inner.store.claim_work(request.clone(), now()).await?);
-            if !claims.is_empty() {
-                return Ok(claims);
+            let standing = self.worker_seen(&key, sighting.clone()).await?;
+            if standing.terminate {
+                return Ok(ClaimOutcome { claims: Vec::new(), standing });
+            }
+            let mut until = give_up;
+            if let Some(end) = standing.quarantine_until {
+                // Waits out the quarantine (or the poll), then looks again.
+                let left = u64::try_from(end.millis().saturating_sub(now().millis())).unwrap_or(0);
+                until = until.min(tokio::time::Instant::now() + Duration::from_millis(left));
+            } else {
+                let claims = self.committed(self.inner.store.claim_work(request.clone(), now()).await?);
+                if !claims.is_empty() {
+                    return Ok(ClaimOutcome { claims, standing });
+                }
             }
             tokio::select! {
                 () = &mut notified => {}
-                () = tokio::time::sleep_until(give_up) => return Ok(Vec::new()),
+                () = tokio::time::sleep_until(until) => {
+                    if until == give_up {
+                        return Ok(ClaimOutcome { claims: Vec::new(), standing });
+                    }
+                }
             }
         }
     }

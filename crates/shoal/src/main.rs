@@ -208,6 +208,10 @@ struct ServerArgs {
     /// Seconds a task queue's record is kept after it was last used [default: 5 days].
     #[arg(long, env = "SHOAL_QUEUE_RETENTION")]
     queue_retention: Option<i64>,
+    /// Seconds a heartbeating worker (`shoal worker`) may stay silent before it is marked
+    /// missing and its runs end at once, retried elsewhere [default: 120].
+    #[arg(long, env = "SHOAL_WORKER_DEAD_AFTER")]
+    worker_dead_after: Option<u64>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -229,6 +233,7 @@ struct ServerConfig {
     max_log_bytes: u64,
     root_access_token: Option<credentials::Secret>,
     queue_retention: i64,
+    worker_dead_after: u64,
 }
 
 impl Default for ServerConfig {
@@ -249,6 +254,7 @@ impl Default for ServerConfig {
             max_log_bytes: SizeLimits::default().log_bytes,
             root_access_token: None,
             queue_retention: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
+            worker_dead_after: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS as u64,
         }
     }
 }
@@ -346,6 +352,9 @@ impl ServerConfig {
         if let Some(secs) = args.queue_retention {
             config.queue_retention = secs;
         }
+        if let Some(secs) = args.worker_dead_after {
+            config.worker_dead_after = secs;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -358,6 +367,7 @@ impl ServerConfig {
             "queue-retention must be 3600..=31536000 seconds (an hour to a year)"
         );
         anyhow::ensure!((1..=600).contains(&self.database_timeout), "database-timeout must be 1..=600 seconds");
+        anyhow::ensure!((1..=86_400).contains(&self.worker_dead_after), "worker-dead-after must be 1..=86400 seconds");
         anyhow::ensure!(
             self.max_connections.is_none_or(|max| (16..=10_000_000).contains(&max)),
             "max-connections must be 16..=10000000"
@@ -489,6 +499,7 @@ impl RunningServer {
                 run_bytes: config.max_run_bytes,
                 log_bytes: config.max_log_bytes,
             },
+            worker_dead_after: Duration::from_secs(config.worker_dead_after),
             ..QueueConfig::default()
         };
         let blobs_dir = config.data_dir.join("blobs");
@@ -643,6 +654,7 @@ mod tests {
             max_log_bytes: None,
             root_access_token: None,
             queue_retention: None,
+            worker_dead_after: None,
         }
     }
 

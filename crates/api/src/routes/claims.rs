@@ -11,6 +11,7 @@ use shoal_engine::command::TaskCommand;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::id::is_identifier;
 use shoal_engine::task::Resolution;
+use shoal_engine::worker::{Sighting, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 use shoal_store::{Claim, ClaimRequest};
 
@@ -33,6 +34,9 @@ pub(crate) struct ClaimWorkBody {
     tasks: u32,
     #[serde(default)]
     dimensions: BTreeMap<String, Vec<String>>,
+    /// The worker's software version (Shoal's), kept in the worker registry.
+    #[serde(default)]
+    version: Option<String>,
 }
 
 fn one() -> u32 {
@@ -102,10 +106,12 @@ fn claim_body(state: &AppState, claim: Claim) -> ClaimBody {
     ClaimBody { claim, credentials }
 }
 
-/// claimWork's answer.
+/// claimWork's answer; Shoal adds `terminate` when the worker was asked to stop.
 #[derive(Serialize)]
 pub(crate) struct ClaimWorkAnswer {
     tasks: Vec<ClaimBody>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    terminate: bool,
 }
 
 fn worker_vars(task_queue_id: &str, worker_group: &str, worker_id: &str) -> Vars {
@@ -124,16 +130,20 @@ pub(crate) async fn claim_work(
     if !(1..=MAX_CLAIM).contains(&body.tasks) {
         return Err(ApiError::invalid_input(format!("tasks: must be an integer 1..={MAX_CLAIM}")));
     }
+    let dimensions = Dimensions::parse("dimensions", body.dimensions)?;
+    let sighting = Sighting { dimensions: Some(dimensions.clone()), version: body.version, heartbeat: false };
+    sighting.check()?;
     let request = ClaimRequest {
         task_queue_id,
         worker_group: body.worker_group,
         worker_id: body.worker_id,
-        dimensions: Dimensions::parse("dimensions", body.dimensions)?,
+        dimensions,
         count: body.tasks as usize,
     };
     let wait: Duration = state.queue.config().claim_wait;
-    let claims = state.queue.claim_work(request, wait).await?;
-    Ok(Json(ClaimWorkAnswer { tasks: claims.into_iter().map(|claim| claim_body(&state, claim)).collect() }))
+    let outcome = state.queue.claim_work(request, sighting, wait).await?;
+    let tasks = outcome.claims.into_iter().map(|claim| claim_body(&state, claim)).collect();
+    Ok(Json(ClaimWorkAnswer { tasks, terminate: outcome.standing.terminate }))
 }
 
 #[derive(Deserialize)]
@@ -175,6 +185,13 @@ pub(crate) async fn reclaim_task(
     let worker_group = run.worker_group.unwrap_or_default();
     let worker_id = run.worker_id.unwrap_or_default();
     let taken_until = run.taken_until.unwrap_or(Timestamp(0));
+    // A reclaim says its worker is alive (Taskcluster's lastDateActive).
+    let key = WorkerKey {
+        task_queue_id: status.task_queue_id.clone(),
+        worker_group: worker_group.clone(),
+        worker_id: worker_id.clone(),
+    };
+    state.queue.worker_seen(&key, Sighting::default()).await?;
     let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
     let definition = record.map(|record| record.task.get().to_owned()).unwrap_or_default();
     let credentials = credentials(&state, task_id, run_id, (&worker_group, &worker_id), &definition, taken_until);

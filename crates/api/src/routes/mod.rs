@@ -9,8 +9,10 @@ pub(crate) mod graphs;
 pub(crate) mod groups;
 pub(crate) mod logs;
 pub(crate) mod meta;
+pub(crate) mod provisioners;
 pub(crate) mod queues;
 pub(crate) mod tasks;
+pub(crate) mod workers;
 
 use axum::Json;
 use serde::Serialize;

@@ -355,6 +355,10 @@ fn route_of(route: &str, task_id: &str) -> String {
         .replace("{graph}", &slugid())
         .replace("{client_id}", "someone")
         .replace("{role_id}", "somerole")
+        .replace("{provisioner}", "prov")
+        .replace("{worker_type}", "wt")
+        .replace("{worker_group}", "g")
+        .replace("{worker_id}", "w")
 }
 
 fn body_of(name: &str) -> Option<Value> {
@@ -368,6 +372,9 @@ fn body_of(name: &str) -> Option<Value> {
         "createRole" | "updateRole" => json!({"description": "d", "scopes": []}),
         "createTaskGraph" => json!({"routing": "r", "tasks": {"a": {"task": task_def(json!({}))}}}),
         "extendTaskGraph" => json!({"tasks": {"a": {"task": task_def(json!({}))}}}),
+        "quarantineWorker" => json!({"quarantineUntil": from_now(60)}),
+        "declareWorker" => json!({"expires": from_now(60)}),
+        "workerHeartbeat" => json!({}),
         _ => return None,
     })
 }

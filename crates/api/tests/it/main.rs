@@ -15,6 +15,7 @@ mod events;
 mod graphs;
 mod logs;
 mod tasks;
+mod workers;
 
 use std::time::{Duration, Instant};
 
@@ -64,6 +65,7 @@ pub(crate) struct Settings {
     pub(crate) claim_wait: Duration,
     pub(crate) limits: shoal_api::ConnectionLimits,
     pub(crate) sizes: shoal_service::SizeLimits,
+    pub(crate) worker_dead_after: Duration,
 }
 
 impl Default for Settings {
@@ -73,6 +75,7 @@ impl Default for Settings {
             claim_wait: Duration::from_secs(20),
             limits: shoal_api::ConnectionLimits::default(),
             sizes: shoal_service::SizeLimits::default(),
+            worker_dead_after: Duration::from_secs(120),
         }
     }
 }
@@ -89,6 +92,7 @@ impl TestApp {
             claim_wait: settings.claim_wait,
             due_interval: Duration::from_millis(50),
             sizes: settings.sizes,
+            worker_dead_after: settings.worker_dead_after,
         };
         let blobs = shoal_blobs::Blobs::local(&dir.path().join("blobs")).unwrap();
         let queue = Queue::new(store, blobs, queue_config);

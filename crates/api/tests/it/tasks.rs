@@ -246,20 +246,3 @@ async fn listings_page_by_bytes_as_well_as_by_count() {
         app.put(&format!("/task/{}", slugid()), crate::task_def(json!({"payload": {"blob": huge}}))).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
 }
-
-#[tokio::test]
-async fn worker_registry_calls_say_what_to_use_instead() {
-    let app = TestApp::start().await;
-    for (method, path) in [
-        (reqwest::Method::GET, "/provisioners"),
-        (reqwest::Method::GET, "/provisioners/prov/worker-types/wt"),
-        (reqwest::Method::GET, "/provisioners/prov/worker-types/wt/workers"),
-        (reqwest::Method::PUT, "/provisioners/prov/worker-types/wt/workers/g/w"),
-        (reqwest::Method::PUT, "/provisioners/prov/worker-types/wt/g/w"),
-    ] {
-        let (status, body) = app.call(method, path, Some(json!({}))).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
-        assert!(body["message"].as_str().unwrap().contains("listTaskQueues"), "{path}: {body}");
-        assert_ne!(body["requestInfo"]["method"], json!(null), "{path}: answered by its endpoint, {body}");
-    }
-}

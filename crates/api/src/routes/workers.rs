@@ -1,0 +1,344 @@
+//! The worker registry: Taskcluster's worker calls, and Shoal's (events, terminate,
+//! heartbeat, a queue's dimensions).
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use shoal_engine::dimensions::Dimensions;
+use shoal_engine::id::{is_identifier, split_task_queue_id};
+use shoal_engine::worker::{Sighting, Worker, WorkerKey, WorkerState};
+use shoal_engine::{TaskId, Timestamp};
+use shoal_service::{Standing, now};
+use shoal_store::WorkerChange;
+
+use crate::AppState;
+use crate::auth::{Caller, Vars};
+use crate::error::ApiError;
+use crate::extract::{Body, Paging, Params};
+use crate::routes::with_continuation;
+
+/// The task queue a worker route names by provisionerId and workerType.
+pub(crate) fn queue_of(params: &Params) -> Result<String, ApiError> {
+    let provisioner = params.0.get("provisioner").map(String::as_str).unwrap_or_default();
+    let worker_type = params.0.get("worker_type").map(String::as_str).unwrap_or_default();
+    let task_queue_id = format!("{provisioner}/{worker_type}");
+    match split_task_queue_id(&task_queue_id) {
+        Some(_) => Ok(task_queue_id),
+        None => Err(ApiError::bad_argument(format!(
+            "provisionerId/workerType `{task_queue_id}` must match ^[a-zA-Z0-9-_]{{1,38}}/[a-z]([-a-z0-9]{{0,36}}[a-z0-9])?$"
+        ))),
+    }
+}
+
+/// The worker a route names.
+fn key_of(params: &Params) -> Result<WorkerKey, ApiError> {
+    let task_queue_id = queue_of(params)?;
+    let part = |name: &str, wire: &str| {
+        let value = params.0.get(name).cloned().unwrap_or_default();
+        match is_identifier(&value) {
+            true => Ok(value),
+            false => Err(ApiError::bad_argument(format!("{wire} `{value}` must match ^[a-zA-Z0-9-_]{{1,38}}$"))),
+        }
+    };
+    let worker_group = part("worker_group", "workerGroup")?;
+    let worker_id = part("worker_id", "workerId")?;
+    Ok(WorkerKey { task_queue_id, worker_group, worker_id })
+}
+
+/// The scope variables of a worker route.
+fn vars_of(key: &WorkerKey) -> Vars {
+    let (provisioner_id, worker_type) = key.task_queue_id.split_once('/').unwrap_or_default();
+    Vars::new()
+        .one("taskQueueId", &key.task_queue_id)
+        .one("provisionerId", provisioner_id)
+        .one("workerType", worker_type)
+        .one("workerGroup", &key.worker_group)
+        .one("workerId", &key.worker_id)
+}
+
+fn dead_after_ms(state: &AppState) -> i64 {
+    i64::try_from(state.queue.config().worker_dead_after.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A worker in Taskcluster's getWorker shape, with Shoal's fields (`state`, `dimensions`,
+/// `version`, `firstSeen`, `runningTasks`, `terminating`).
+fn worker_body(worker: &Worker, running: &[TaskId], state: &AppState) -> Value {
+    let now = now();
+    let key = &worker.key;
+    let (provisioner_id, worker_type) = key.task_queue_id.split_once('/').unwrap_or_default();
+    let worker_state = worker.state(now, dead_after_ms(state), !running.is_empty());
+    let mut body = json!({
+        "provisionerId": provisioner_id,
+        "workerType": worker_type,
+        "taskQueueId": key.task_queue_id,
+        "workerGroup": key.worker_group,
+        "workerId": key.worker_id,
+        "recentTasks": worker.recent_tasks,
+        "expires": worker.expires,
+        "quarantineDetails": worker.quarantine_details,
+        "firstClaim": worker.first_claim.unwrap_or(worker.first_seen),
+        "lastDateActive": worker.last_seen,
+        "actions": [],
+        "state": worker_state,
+        "dimensions": worker.dimensions,
+        "firstSeen": worker.first_seen,
+        "runningTasks": running,
+        "terminating": worker.terminating(),
+    });
+    if let Some(until) = worker.quarantine_until {
+        body["quarantineUntil"] = json!(until);
+    }
+    if let Some(version) = &worker.version {
+        body["version"] = json!(version);
+    }
+    body
+}
+
+async fn read_worker(state: &AppState, key: WorkerKey) -> Result<(Worker, Vec<TaskId>), ApiError> {
+    let lookup = key.clone();
+    let found = state.queue.store().read(move |reads| reads.worker(&lookup)).await?;
+    found.ok_or_else(|| ApiError::not_found(format!("worker {key} not found")))
+}
+
+pub(crate) async fn get_worker(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
+    let (worker, running) = read_worker(&state, key_of(&params)?).await?;
+    Ok(Json(worker_body(&worker, &running, &state)))
+}
+
+/// listWorkers' query: Taskcluster's `quarantined`, and Shoal's `dimension=key:value`
+/// (repeatable, all must match) and `state`.
+#[derive(Debug, Default)]
+struct WorkerFilter {
+    quarantined: Option<bool>,
+    dimensions: Vec<(String, String)>,
+    state: Option<WorkerState>,
+}
+
+fn worker_filter(pairs: Vec<(String, String)>) -> Result<WorkerFilter, ApiError> {
+    let mut filter = WorkerFilter::default();
+    for (name, value) in pairs {
+        match name.as_str() {
+            "quarantined" => {
+                filter.quarantined = Some(match value.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(ApiError::bad_argument("quarantined must be true or false")),
+                });
+            }
+            "dimension" => match value.split_once(':') {
+                Some((key, wanted)) if !key.is_empty() && !wanted.is_empty() => {
+                    filter.dimensions.push((key.to_owned(), wanted.to_owned()));
+                }
+                _ => return Err(ApiError::bad_argument(format!("dimension `{value}` must be key:value"))),
+            },
+            "state" => {
+                filter.state = Some(WorkerState::from_name(&value).ok_or_else(|| {
+                    ApiError::bad_argument(format!(
+                        "state `{value}` must be one of idle, busy, quarantined, missing, terminated"
+                    ))
+                })?);
+            }
+            _ => {}
+        }
+    }
+    Ok(filter)
+}
+
+pub(crate) async fn list_workers(
+    State(state): State<AppState>,
+    params: Params,
+    paging: Paging,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let task_queue_id = queue_of(&params)?;
+    let filter = worker_filter(query)?;
+    let (now, dead_after) = (now(), dead_after_ms(&state));
+    let queue = task_queue_id.clone();
+    let page = state
+        .queue
+        .store()
+        .read(move |reads| {
+            let keep = |worker: &Worker, busy: bool| {
+                filter.quarantined.is_none_or(|wanted| worker.is_quarantined(now) == wanted)
+                    && worker.has_dimensions(&filter.dimensions)
+                    && filter.state.is_none_or(|wanted| worker.state(now, dead_after, busy) == wanted)
+            };
+            reads.list_workers(&queue, paging.continuation.as_deref(), paging.limit, &keep)
+        })
+        .await?;
+    let workers: Vec<Value> = page
+        .items
+        .iter()
+        .map(|listed| {
+            let worker = &listed.worker;
+            let mut entry = json!({
+                "workerGroup": worker.key.worker_group,
+                "workerId": worker.key.worker_id,
+                "firstClaim": worker.first_claim.unwrap_or(worker.first_seen),
+                "lastDateActive": worker.last_seen,
+                "state": worker.state(now, dead_after, listed.busy),
+                "dimensions": worker.dimensions,
+            });
+            if let Some(latest) = worker.recent_tasks.last() {
+                entry["latestTask"] = json!(latest);
+            }
+            if let Some(until) = worker.quarantine_until.filter(|&until| until > now) {
+                entry["quarantineUntil"] = json!(until);
+            }
+            entry
+        })
+        .collect();
+    Ok(with_continuation(json!({ "workers": workers }), page.continuation))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct QuarantineBody {
+    quarantine_until: String,
+    #[serde(default)]
+    quarantine_info: String,
+}
+
+fn client_of(caller: &Caller) -> String {
+    caller.client_id.clone().unwrap_or_else(|| "anonymous".into())
+}
+
+async fn changed(
+    state: &AppState,
+    key: WorkerKey,
+    change: WorkerChange,
+    caller: &Caller,
+) -> Result<Json<Value>, ApiError> {
+    let worker = state.queue.change_worker(key.clone(), change, client_of(caller)).await?;
+    let (worker, running) = match state.queue.store().read(move |reads| reads.worker(&key)).await? {
+        Some(found) => found,
+        None => (worker, Vec::new()),
+    };
+    Ok(Json(worker_body(&worker, &running, state)))
+}
+
+fn timestamp(field: &str, text: &str) -> Result<Timestamp, ApiError> {
+    Timestamp::parse(text)
+        .ok_or_else(|| ApiError::invalid_input(format!("{field}: `{text}` must be an RFC 3339 date-time")))
+}
+
+pub(crate) async fn quarantine_worker(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+    Body(body): Body<QuarantineBody>,
+) -> Result<Json<Value>, ApiError> {
+    let key = key_of(&params)?;
+    caller.authorize(&vars_of(&key))?;
+    let until = timestamp("quarantineUntil", &body.quarantine_until)?;
+    changed(&state, key, WorkerChange::Quarantine { until, info: body.quarantine_info }, &caller).await
+}
+
+pub(crate) async fn declare_worker(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+    Body(body): Body<BTreeMap<String, Value>>,
+) -> Result<Json<Value>, ApiError> {
+    let key = key_of(&params)?;
+    caller.authorize(&vars_of(&key).many("properties", body.keys().cloned().collect()))?;
+    let mut expires = None;
+    for (name, value) in &body {
+        match (name.as_str(), value.as_str()) {
+            ("expires", Some(text)) => expires = Some(timestamp("expires", text)?),
+            ("expires", None) => return Err(ApiError::invalid_input("expires: must be an RFC 3339 date-time")),
+            _ => return Err(ApiError::invalid_input(format!("{name}: is not a property of a worker (expires is)"))),
+        }
+    }
+    changed(&state, key, WorkerChange::Declare { expires }, &caller).await
+}
+
+pub(crate) async fn terminate_worker(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
+    let key = key_of(&params)?;
+    caller.authorize(&vars_of(&key))?;
+    changed(&state, key, WorkerChange::Terminate, &caller).await
+}
+
+pub(crate) async fn worker_events(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
+    let key = key_of(&params)?;
+    read_worker(&state, key.clone()).await?;
+    let events = state.queue.store().read(move |reads| reads.worker_events(&key)).await?;
+    Ok(Json(json!({ "events": events })))
+}
+
+/// A heartbeat's body: what the worker has, and whether it is exiting.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(crate) struct HeartbeatBody {
+    #[serde(default)]
+    dimensions: Option<BTreeMap<String, Vec<String>>>,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    exiting: bool,
+}
+
+/// What a worker is told after it called: whether to stop, until when it is quarantined,
+/// and how often to heartbeat.
+pub(crate) fn standing_body(standing: Standing, state: &AppState) -> Value {
+    let every = state.queue.config().heartbeat_every();
+    let mut body = json!({
+        "terminate": standing.terminate,
+        "heartbeatEvery": every.as_secs_f64(),
+    });
+    if let Some(until) = standing.quarantine_until {
+        body["quarantineUntil"] = json!(until);
+    }
+    body
+}
+
+pub(crate) async fn heartbeat(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+    Body(body): Body<HeartbeatBody>,
+) -> Result<Json<Value>, ApiError> {
+    let key = key_of(&params)?;
+    caller.authorize(&vars_of(&key))?;
+    let dimensions = body.dimensions.map(|raw| Dimensions::parse("dimensions", raw)).transpose()?;
+    let sighting = Sighting { dimensions, version: body.version, heartbeat: true };
+    let standing = state.queue.heartbeat(&key, sighting, body.exiting).await?;
+    Ok(Json(standing_body(standing, &state)))
+}
+
+/// Most workers one dimension summary reads.
+const MAX_SUMMARY_WORKERS: usize = 100_000;
+
+pub(crate) async fn queue_dimensions(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
+    let task_queue_id = params.task_queue_id()?;
+    let (now, dead_after) = (now(), dead_after_ms(&state));
+    let queue = task_queue_id.clone();
+    let live = state
+        .queue
+        .store()
+        .read(move |reads| {
+            let keep = |worker: &Worker, _: bool| worker.is_live(now, dead_after);
+            reads.list_workers(&queue, None, MAX_SUMMARY_WORKERS, &keep)
+        })
+        .await?;
+    let mut counts: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+    for listed in &live.items {
+        for (key, values) in listed.worker.dimensions.iter() {
+            for value in values {
+                *counts.entry(key).or_default().entry(value).or_default() += 1;
+            }
+        }
+    }
+    Ok(Json(json!({
+        "taskQueueId": task_queue_id,
+        "liveWorkers": live.items.len(),
+        "dimensions": counts,
+    })))
+}

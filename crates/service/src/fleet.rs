@@ -1,0 +1,151 @@
+//! The workers as this server sees them: when each sighting was last written (so that a busy
+//! fleet's calls write each worker's record at most every few seconds) and whether each may
+//! claim, as its record said then.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+
+use shoal_engine::Timestamp;
+use shoal_engine::worker::{Sighting, Worker, WorkerKey};
+
+/// Whether a worker may claim, as its record says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Standing {
+    /// The end of its quarantine, while one lasts.
+    pub quarantine_until: Option<Timestamp>,
+    /// Whether it was asked to terminate.
+    pub terminate: bool,
+}
+
+impl Standing {
+    /// The standing `worker` has at `now`.
+    #[must_use]
+    pub fn of(worker: &Worker, now: Timestamp) -> Standing {
+        Standing {
+            quarantine_until: worker.quarantine_until.filter(|&until| until > now),
+            terminate: worker.terminating(),
+        }
+    }
+
+    /// Whether its claims get nothing at `now`.
+    #[must_use]
+    pub fn barred(&self, now: Timestamp) -> bool {
+        self.terminate || self.quarantine_until.is_some_and(|until| until > now)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    written: Timestamp,
+    told: Told,
+    standing: Standing,
+}
+
+/// What the written sightings told, as hashes: a sighting telling nothing new need not be
+/// written again before the interval ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Told {
+    dimensions: Option<u64>,
+    version: Option<u64>,
+    heartbeat: bool,
+}
+
+fn hash_of(value: &impl Hash) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl Told {
+    fn of(sighting: &Sighting) -> Told {
+        Told {
+            dimensions: sighting.dimensions.as_ref().map(hash_of),
+            version: sighting.version.as_ref().map(hash_of),
+            heartbeat: sighting.heartbeat,
+        }
+    }
+
+    /// Whether `other` tells nothing this did not.
+    fn covers(&self, other: &Told) -> bool {
+        other.dimensions.is_none_or(|hash| self.dimensions == Some(hash))
+            && other.version.is_none_or(|hash| self.version == Some(hash))
+            && (self.heartbeat || !other.heartbeat)
+    }
+
+    fn merged(self, newer: Told) -> Told {
+        Told {
+            dimensions: newer.dimensions.or(self.dimensions),
+            version: newer.version.or(self.version),
+            heartbeat: self.heartbeat || newer.heartbeat,
+        }
+    }
+}
+
+/// Sightings written lately, by worker.
+#[derive(Debug)]
+pub(crate) struct Fleet {
+    seen: Mutex<HashMap<WorkerKey, Seen>>,
+    interval_ms: i64,
+}
+
+impl Fleet {
+    /// Sightings are written at most every `interval_ms` per worker, unless they change.
+    pub(crate) fn new(interval_ms: i64) -> Fleet {
+        Fleet { seen: Mutex::new(HashMap::new()), interval_ms }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerKey, Seen>> {
+        self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The standing written for an equal sighting within the interval, if any.
+    pub(crate) fn fresh(&self, key: &WorkerKey, sighting: &Sighting, now: Timestamp) -> Option<Standing> {
+        let seen = *self.lock().get(key)?;
+        let fresh = seen.told.covers(&Told::of(sighting)) && seen.written.plus_millis(self.interval_ms) > now;
+        fresh.then_some(seen.standing)
+    }
+
+    /// Remembers that `sighting` was written at `now`, leaving the record `worker`.
+    pub(crate) fn written(&self, sighting: &Sighting, worker: &Worker, now: Timestamp) {
+        let mut map = self.lock();
+        let told = map.get(&worker.key).map_or_else(Told::default, |seen| seen.told).merged(Told::of(sighting));
+        map.insert(worker.key.clone(), Seen { written: now, told, standing: Standing::of(worker, now) });
+        // Workers gone for good are forgotten now and then.
+        if map.len().is_power_of_two() && map.len() >= 1024 {
+            let horizon = self.interval_ms.saturating_mul(20);
+            map.retain(|_, seen| seen.written.plus_millis(horizon) > now);
+        }
+    }
+
+    /// A change made here: the standing it left, with no sighting written.
+    pub(crate) fn changed(&self, worker: &Worker, now: Timestamp) {
+        if let Some(seen) = self.lock().get_mut(&worker.key) {
+            seen.standing = Standing::of(worker, now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_equal_sighting_within_the_interval_is_not_written_again() {
+        let fleet = Fleet::new(5_000);
+        let key = WorkerKey { task_queue_id: "p/w".into(), worker_group: "g".into(), worker_id: "i".into() };
+        let sighting = Sighting { heartbeat: true, ..Sighting::default() };
+        assert_eq!(fleet.fresh(&key, &sighting, Timestamp(0)), None, "never written");
+        let (mut worker, _) = Worker::first(key.clone(), sighting.clone(), Timestamp(0), Timestamp(10_000));
+        fleet.written(&sighting, &worker, Timestamp(0));
+        assert_eq!(fleet.fresh(&key, &sighting, Timestamp(4_999)), Some(Standing::default()));
+        assert_eq!(fleet.fresh(&key, &sighting, Timestamp(5_000)), None, "stale");
+        let changed = Sighting { version: Some("2".into()), ..sighting.clone() };
+        assert_eq!(fleet.fresh(&key, &changed, Timestamp(1)), None, "a new version is written at once");
+        let plain = Sighting::default();
+        assert!(fleet.fresh(&key, &plain, Timestamp(1)).is_some(), "a sighting telling less is not written");
+        worker.request_termination("admin", Timestamp(2));
+        fleet.changed(&worker, Timestamp(2));
+        assert!(fleet.fresh(&key, &sighting, Timestamp(3)).is_some_and(|standing| standing.barred(Timestamp(3))));
+    }
+}

@@ -1,0 +1,70 @@
+//! The queue's worker calls: sightings (claims, heartbeats, reclaims), operators' changes, and
+//! heartbeating workers found missing.
+
+use shoal_engine::Timestamp;
+use shoal_engine::worker::{Sighting, Worker, WorkerKey};
+use shoal_store::{StoreError, WorkerChange};
+
+use crate::fleet::Standing;
+use crate::{Queue, now};
+
+impl Queue {
+    /// Records that worker `key` called, as `sighting` says (written at most every
+    /// [`sighting_interval`](crate::QueueConfig::sighting_interval) unless it changed); answers
+    /// whether it may claim.
+    ///
+    /// # Errors
+    /// As the store (Invalid for a bad sighting).
+    pub async fn worker_seen(&self, key: &WorkerKey, sighting: Sighting) -> Result<Standing, StoreError> {
+        let now = now();
+        if let Some(standing) = self.inner.fleet.fresh(key, &sighting, now) {
+            return Ok(standing);
+        }
+        let worker = self.inner.store.worker_seen(key.clone(), sighting.clone(), now).await?;
+        self.inner.fleet.written(&sighting, &worker, now);
+        Ok(Standing::of(&worker, now))
+    }
+
+    /// A worker's heartbeat; `exiting` says it exits now, as it was asked to.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn heartbeat(&self, key: &WorkerKey, sighting: Sighting, exiting: bool) -> Result<Standing, StoreError> {
+        if exiting {
+            let worker = self.change_worker(key.clone(), WorkerChange::Exited, String::new()).await?;
+            return Ok(Standing::of(&worker, now()));
+        }
+        self.worker_seen(key, sighting).await
+    }
+
+    /// Quarantines, terminates or declares a worker on behalf of `client_id`; the claims its
+    /// queue's workers are waiting on look again, so a worker asked to stop hears it at once.
+    ///
+    /// # Errors
+    /// As the store (NotFound for an unknown worker, but declare creates it).
+    pub async fn change_worker(
+        &self,
+        key: WorkerKey,
+        change: WorkerChange,
+        client_id: String,
+    ) -> Result<Worker, StoreError> {
+        let now = now();
+        let worker = self.inner.store.change_worker(key, change, client_id, now).await?;
+        self.inner.fleet.changed(&worker, now);
+        self.inner.wakers.wake(&worker.key.task_queue_id);
+        Ok(worker)
+    }
+
+    /// Marks missing the heartbeating workers silent past the dead-after time (at most
+    /// `limit`) and ends their runs at once, retried elsewhere; says how many it marked.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn lose_silent_workers(&self, limit: usize) -> Result<usize, StoreError> {
+        let now = now();
+        let dead_after = i64::try_from(self.inner.config.worker_dead_after.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = Timestamp(now.millis().saturating_sub(dead_after));
+        let committed = self.inner.store.lose_silent_workers(cutoff, now, limit).await?;
+        Ok(self.committed(committed))
+    }
+}
