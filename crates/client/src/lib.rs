@@ -97,6 +97,26 @@ pub struct GraphTask {
     pub reruns_left: u32,
 }
 
+/// What claimWork answered Shoal's worker.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClaimAnswer {
+    /// The runs claimed.
+    pub tasks: Vec<Claim>,
+    /// Whether the worker was asked to terminate (finish its runs, take no more, exit).
+    #[serde(default)]
+    pub terminate: bool,
+}
+
+/// What a heartbeat answered.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Standing {
+    /// Whether the worker was asked to terminate.
+    pub terminate: bool,
+    /// Seconds until the next heartbeat is due.
+    pub heartbeat_every: f64,
+}
+
 /// One claimed run, as claimWork hands it out.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -275,15 +295,51 @@ impl Client {
         count: u32,
         dimensions: &Value,
     ) -> Result<Vec<Claim>, ClientError> {
-        #[derive(Deserialize)]
-        struct Answer {
-            tasks: Vec<Claim>,
-        }
+        Ok(self.claim_for_worker(task_queue_id, worker_group, worker_id, count, dimensions).await?.tasks)
+    }
+
+    /// claimWork as Shoal's worker makes it: with its version, and told whether to stop.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn claim_for_worker(
+        &self,
+        task_queue_id: &str,
+        worker_group: &str,
+        worker_id: &str,
+        count: u32,
+        dimensions: &Value,
+    ) -> Result<ClaimAnswer, ClientError> {
         let url = self.queue(&format!("/claim-work/{}", task_queue_id.replace('/', "%2F")));
-        let body =
-            json!({"workerGroup": worker_group, "workerId": worker_id, "tasks": count, "dimensions": dimensions});
-        let answer: Answer = self.call(Method::POST, &url, Some(Body::Json(&body))).await?;
-        Ok(answer.tasks)
+        let body = json!({
+            "workerGroup": worker_group,
+            "workerId": worker_id,
+            "tasks": count,
+            "dimensions": dimensions,
+            "version": env!("CARGO_PKG_VERSION"),
+        });
+        self.call(Method::POST, &url, Some(Body::Json(&body))).await
+    }
+
+    /// A worker's heartbeat (Shoal's): says it is alive (and, with `exiting`, that it exits as
+    /// it was asked to); the answer says whether to stop and when to call again.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn heartbeat(
+        &self,
+        task_queue_id: &str,
+        worker_group: &str,
+        worker_id: &str,
+        dimensions: &Value,
+        exiting: bool,
+    ) -> Result<Standing, ClientError> {
+        let (provisioner_id, worker_type) = task_queue_id.split_once('/').unwrap_or((task_queue_id, ""));
+        let url = self.queue(&format!(
+            "/provisioners/{provisioner_id}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/heartbeat"
+        ));
+        let body = json!({"dimensions": dimensions, "version": env!("CARGO_PKG_VERSION"), "exiting": exiting});
+        self.call(Method::POST, &url, Some(Body::Json(&body))).await
     }
 
     /// reclaimTask: extends the claim; a 409 means the run is over (canceled, expired).

@@ -134,10 +134,11 @@ struct WorkerArgs {
     /// Most tasks run at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=32))]
     capacity: u32,
-    /// Worker group.
+    /// Worker group [default: local].
     #[arg(long, default_value = "local")]
     worker_group: String,
-    /// Worker id [default: worker-<process id>].
+    /// Worker id, unique within its group: one worker process per id [default: the host's
+    /// name, as an identifier].
     #[arg(long)]
     worker_id: Option<String>,
     /// Where task directories are made [default: <temp dir>/shoal-work].
@@ -591,7 +592,7 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let config = shoal_worker::WorkerConfig {
         task_queue_id: args.queue,
         worker_group: args.worker_group,
-        worker_id: args.worker_id.unwrap_or_else(|| format!("worker-{}", std::process::id())),
+        worker_id: args.worker_id.unwrap_or_else(host_worker_id),
         dimensions: serde_json::Value::Object(dimensions),
         capacity: args.capacity,
         work_dir: args.work_dir.unwrap_or_else(|| std::env::temp_dir().join("shoal-work")),
@@ -601,6 +602,19 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     shoal_worker::run(client, config, shutdown.received()).await;
     tracing::info!("worker stopped");
     Ok(())
+}
+
+/// The host's name as a worker id: its first label, other characters than letters, digits,
+/// `-` and `_` as `-`, at most 38 characters.
+fn host_worker_id() -> String {
+    let name = nix::unistd::gethostname().ok().and_then(|name| name.into_string().ok()).unwrap_or_default();
+    let label = name.split('.').next().unwrap_or_default();
+    let id: String = label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .take(38)
+        .collect();
+    if id.is_empty() { "worker".to_owned() } else { id }
 }
 
 async fn stopped(mut stop: watch::Receiver<bool>) {

@@ -1,9 +1,12 @@
 //! Shoal's generic worker: long-polls claimWork for its queue, runs up to `capacity` tasks at
 //! once, streams their output to the server, uploads their artifacts and reports how they
 //! ended. It reaches the server only through the HTTP client, as a worker on another machine
-//! would. On shutdown it stops claiming and hands its runs back (`worker-shutdown`, retried).
+//! would. On shutdown it stops claiming and hands its runs back (`worker-shutdown`, retried);
+//! asked by the server to terminate, it finishes its runs first. It heartbeats, and hears of
+//! its runs' cancels on the event stream (`control.rs`).
 
 mod artifacts;
+mod control;
 mod logsink;
 pub mod payload;
 mod process;
@@ -16,6 +19,8 @@ use std::time::Duration;
 use serde_json::Value;
 use shoal_client::Client;
 use tokio_util::sync::CancellationToken;
+
+use crate::control::Held;
 
 /// Settings of one worker.
 #[derive(Debug, Clone)]
@@ -39,34 +44,48 @@ pub struct WorkerConfig {
 /// Pause after a failed claim before trying again.
 const CLAIM_RETRY: Duration = Duration::from_secs(1);
 
-/// Claims and runs tasks until `shutdown` resolves, then hands back what is running.
+/// Claims and runs tasks until `shutdown` resolves (then hands back what is running) or the
+/// server asks this worker to terminate (then finishes what is running, says it exits, and
+/// returns).
 pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     let stopping = CancellationToken::new();
+    let terminate = CancellationToken::new();
+    let done = CancellationToken::new();
+    let held = Held::default();
+    tokio::spawn(control::heartbeat(client.clone(), config.clone(), terminate.clone(), done.clone()));
+    tokio::spawn(control::listen_for_exceptions(client.clone(), config.clone(), held.clone(), done.clone()));
     let mut running = tokio::task::JoinSet::new();
     // Each running task has a slot (and the slot's directory); finished tasks give theirs back.
     let mut free_slots: Vec<usize> = (0..config.capacity as usize).rev().collect();
-    loop {
+    let shut_down = loop {
         while let Some(done) = running.try_join_next() {
             free_slots.extend(done.ok());
         }
         let free = free_slots.len() as u32;
         if free == 0 {
             tokio::select! {
-                () = &mut shutdown => break,
+                () = &mut shutdown => break true,
+                () = terminate.cancelled() => break false,
                 done = running.join_next() => {
                     free_slots.extend(done.and_then(Result::ok));
                     continue;
                 }
             }
         }
-        let claims = tokio::select! {
-            () = &mut shutdown => break,
-            claims = client.claim_work(&config.task_queue_id, &config.worker_group, &config.worker_id, free, &config.dimensions) => claims,
+        let (queue, group, id) = (&config.task_queue_id, &config.worker_group, &config.worker_id);
+        let answer = tokio::select! {
+            () = &mut shutdown => break true,
+            () = terminate.cancelled() => break false,
+            answer = client.claim_for_worker(queue, group, id, free, &config.dimensions) => answer,
         };
-        match claims {
-            Ok(claims) => {
-                for claim in claims {
+        match answer {
+            Ok(answer) => {
+                if answer.terminate {
+                    tracing::info!("the server asks this worker to terminate: finishing the running tasks");
+                    terminate.cancel();
+                }
+                for claim in answer.tasks {
                     tracing::info!(task.id = %claim.status.task_id, run.id = claim.run_id, "claimed");
                     // claimWork hands out at most `free` runs, one per free slot.
                     let Some(slot) = free_slots.pop() else {
@@ -79,9 +98,9 @@ pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Out
                         Some(credentials) => client.with_credentials(Some(credentials.clone())),
                         None => client.clone(),
                     };
-                    let (config, stopping) = (config.clone(), stopping.clone());
+                    let (config, stopping, held) = (config.clone(), stopping.clone(), held.clone());
                     running.spawn(async move {
-                        run::run_claim(client, config, claim, slot, stopping).await;
+                        run::run_claim(client, config, claim, slot, stopping, held).await;
                         slot
                     });
                 }
@@ -89,14 +108,31 @@ pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Out
             Err(err) => {
                 tracing::warn!(error = %err, "claimWork failed; retrying");
                 tokio::select! {
-                    () = &mut shutdown => break,
+                    () = &mut shutdown => break true,
                     () = tokio::time::sleep(CLAIM_RETRY) => {}
                 }
             }
         }
+    };
+    let shut_down = shut_down || {
+        tracing::info!(running = running.len(), "terminating: waiting for the running tasks");
+        let finished = async { while running.join_next().await.is_some() {} };
+        tokio::select! {
+            () = &mut shutdown => true,
+            () = finished => false,
+        }
+    };
+    if shut_down {
+        while running.try_join_next().is_some() {}
+        tracing::info!(running = running.len(), "shutting down: stopping running tasks and handing them back");
+        stopping.cancel();
+        while running.join_next().await.is_some() {}
+    } else {
+        let (queue, group, id) = (&config.task_queue_id, &config.worker_group, &config.worker_id);
+        match client.heartbeat(queue, group, id, &config.dimensions, true).await {
+            Ok(_) => tracing::info!("terminated as asked"),
+            Err(err) => tracing::warn!(error = %err, "telling the server this worker exits failed"),
+        }
     }
-    while running.try_join_next().is_some() {}
-    tracing::info!(running = running.len(), "shutting down: stopping running tasks and handing them back");
-    stopping.cancel();
-    while running.join_next().await.is_some() {}
+    done.cancel();
 }

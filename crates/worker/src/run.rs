@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::WorkerConfig;
 use crate::artifacts::{self, Target};
+use crate::control::Held;
 use crate::logsink::LogSink;
 use crate::payload::{self, Payload};
 use crate::process::{self, Exit, Limits};
@@ -34,6 +35,7 @@ pub(crate) async fn run_claim(
     claim: Claim,
     slot: usize,
     shutdown: CancellationToken,
+    held: Held,
 ) {
     let task_id = claim.status.task_id.to_string();
     let run_id = claim.run_id;
@@ -52,9 +54,10 @@ pub(crate) async fn run_claim(
         }
     };
 
-    // Stops the commands when the worker shuts down or the server revokes the run.
+    // Stops the commands when the worker shuts down or the server revokes the run (a refused
+    // reclaim, or an exception on the event stream).
     let stop = shutdown.child_token();
-    let revoked = CancellationToken::new();
+    let revoked = held.hold(&task_id, run_id);
     let reclaimer = tokio::spawn(keep_claim(
         client.clone(),
         task_id.clone(),
@@ -75,6 +78,7 @@ pub(crate) async fn run_claim(
         other => other,
     };
     reclaimer.abort();
+    held.release(&task_id, run_id);
 
     if matches!(ending, Ending::Success | Ending::Failure(_) | Ending::Retry(_)) {
         let target = Target { client: &client, task_id: &task_id, run_id, expires: &expires };
@@ -158,12 +162,13 @@ async fn run_commands(
     Ending::Success
 }
 
-/// Longest time between reclaims: a cancel reaches the worker as a refused reclaim, so this
-/// bounds how long a canceled task keeps running (until events can tell the worker at once).
+/// Longest time between reclaims: when the event stream is down, a cancel reaches the worker
+/// as a refused reclaim, so this bounds how long a canceled task keeps running then.
 const MAX_RECLAIM_INTERVAL: Duration = Duration::from_secs(15);
 
-/// Reclaims at a third of the remaining claim (at least every 15 s); a refusal means the run
-/// is over, so the commands are stopped and nothing more is reported.
+/// Reclaims at a third of the remaining claim (at least every 15 s); a refusal, or `revoked`
+/// cancelled by the event stream, means the run is over, so the commands are stopped and
+/// nothing more is reported.
 async fn keep_claim(
     client: Client,
     task_id: String,
@@ -176,7 +181,13 @@ async fn keep_claim(
         let now = shoal_client::now();
         let remaining = (taken_until.millis() - now.millis()).max(0) as u64;
         let wait = Duration::from_millis((remaining / 3).max(200)).min(MAX_RECLAIM_INTERVAL);
-        tokio::time::sleep(wait).await;
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = revoked.cancelled() => {
+                stop.cancel();
+                return;
+            }
+        }
         match client.reclaim(&task_id, run_id).await {
             Ok((until, renewed)) => {
                 taken_until = until;

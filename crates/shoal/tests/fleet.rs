@@ -1,0 +1,214 @@
+//! The fleet end to end: real `shoal worker` processes in the worker registry; quarantine,
+//! terminate, a worker killed mid-task found missing, and cancels reaching the process at once.
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const QUEUE: &str = "fleet/linux";
+const WORKERS: &str = "/provisioners/fleet/worker-types/linux/workers";
+
+struct Server {
+    _child: Child,
+    root: String,
+    api: String,
+}
+
+/// A server whose claims hold for 20 minutes (Taskcluster's default): only the worker's
+/// silence or the event stream can end a run early.
+async fn server(data_dir: &Path) -> Server {
+    let (child, root) = support::start_server(data_dir, &["--worker-dead-after", "3"]).await;
+    let api = format!("{root}/api/queue/v1");
+    Server { _child: child, root, api }
+}
+
+fn worker(root: &str, id: &str, work_dir: &Path, log: &str) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    command
+        .args(["worker", "--root-url", root, "--queue", QUEUE, "--worker-id", id, "--grace", "2"])
+        .args(["--dimension", "os=Linux", "--dimension", "os=Ubuntu", "--dimension", "pool=ci", "--work-dir"])
+        .arg(work_dir)
+        .env("SHOAL_LOG", log)
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    support::as_root(&mut command).spawn().unwrap()
+}
+
+async fn call(server: &Server, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+    let url = format!("{}{path}", server.api);
+    let res = support::signed(&reqwest::Client::new(), method, &url, body.as_ref()).send().await.unwrap();
+    let status = res.status();
+    let body: Value = res.json().await.unwrap();
+    assert!(status.is_success(), "{path}: {body}");
+    body
+}
+
+async fn get(server: &Server, path: &str) -> Value {
+    call(server, reqwest::Method::GET, path, None).await
+}
+
+async fn create(server: &Server, payload: Value) -> String {
+    let task_id = slugid::nice();
+    let mut definition = support::plain_task(QUEUE);
+    definition["payload"] = payload;
+    call(server, reqwest::Method::PUT, &format!("/task/{task_id}"), Some(definition)).await;
+    task_id
+}
+
+async fn status(server: &Server, task_id: &str) -> Value {
+    get(server, &format!("/task/{task_id}/status")).await["status"].clone()
+}
+
+/// Waits (bounded) until `check` holds for the task's status; the workers report over HTTP,
+/// so the status is the event to wait for.
+async fn until_status(server: &Server, task_id: &str, check: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..1200 {
+        let status = status(server, task_id).await;
+        if check(&status) {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("task {task_id} never got there: {}", status(server, task_id).await);
+}
+
+fn resolved(status: &Value) -> bool {
+    ["completed", "failed", "exception"].contains(&status["state"].as_str().unwrap_or(""))
+}
+
+fn gated(gate: &Path) -> Value {
+    json!({
+        "command": ["while [ ! -f \"$GATE\" ]; do sleep 0.05; done; echo through"],
+        "env": {"GATE": gate.to_string_lossy()},
+        "maxRunTime": 120
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_are_registered_quarantined_and_terminated() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let mut w1 = worker(&server.root, "w1", &dir.path().join("work"), "warn");
+    let first = create(&server, json!({"command": ["true"], "maxRunTime": 30})).await;
+    until_status(&server, &first, resolved).await;
+
+    let record = get(&server, &format!("{WORKERS}/local/w1")).await;
+    assert_eq!(record["dimensions"], json!({"os": ["Linux", "Ubuntu"], "pool": ["ci"]}), "{record}");
+    assert_eq!(record["recentTasks"][0]["taskId"], json!(first), "{record}");
+    assert_eq!(record["version"], env!("CARGO_PKG_VERSION"), "{record}");
+    let listed = get(&server, &format!("{WORKERS}?dimension=os:Ubuntu&dimension=pool:ci")).await;
+    assert_eq!(listed["workers"][0]["workerId"], "w1", "{listed}");
+
+    // Quarantined, it takes nothing; released, it runs what waited.
+    call(
+        &server,
+        reqwest::Method::PUT,
+        &format!("{WORKERS}/local/w1"),
+        Some(json!({"quarantineUntil": "2100-01-01T00:00:00.000Z"})),
+    )
+    .await;
+    let held = create(&server, json!({"command": ["true"], "maxRunTime": 30})).await;
+    assert_eq!(status(&server, &held).await["state"], "pending");
+    let now = shoal_engine::Timestamp(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64,
+    );
+    call(
+        &server,
+        reqwest::Method::PUT,
+        &format!("{WORKERS}/local/w1"),
+        Some(json!({"quarantineUntil": now.to_string()})),
+    )
+    .await;
+    let done = until_status(&server, &held, resolved).await;
+    assert_eq!(done["runs"][0]["workerId"], "w1", "{done}");
+
+    // Asked to terminate, it finishes its task, takes no more and exits.
+    let gate = dir.path().join("gate");
+    let last = create(&server, gated(&gate)).await;
+    until_status(&server, &last, |status| status["state"] == "running").await;
+    call(&server, reqwest::Method::POST, &format!("{WORKERS}/local/w1/terminate"), Some(json!({}))).await;
+    let after = create(&server, json!({"command": ["true"], "maxRunTime": 30})).await;
+    std::fs::write(&gate, b"go").unwrap();
+    let exit = w1.wait().await.unwrap();
+    assert!(exit.success(), "exits cleanly: {exit:?}");
+    assert_eq!(status(&server, &last).await["state"], "completed", "its task finished first");
+    assert_eq!(status(&server, &after).await["state"], "pending", "it took nothing more");
+    let record = get(&server, &format!("{WORKERS}/local/w1")).await;
+    assert_eq!(record["state"], "terminated", "{record}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_task_is_missing_and_its_task_runs_elsewhere_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let mut doomed = worker(&server.root, "doomed", &dir.path().join("work1"), "warn");
+    let task_id = create(&server, json!({"command": ["sleep 2; echo survived"], "maxRunTime": 60})).await;
+    let running = until_status(&server, &task_id, |status| status["state"] == "running").await;
+    doomed.start_kill().unwrap();
+    doomed.wait().await.unwrap();
+    let _heir = worker(&server.root, "heir", &dir.path().join("work2"), "warn");
+    let done =
+        until_status(&server, &task_id, |status| resolved(status) && status["runs"].as_array().unwrap().len() == 2)
+            .await;
+    assert_eq!(done["runs"][0]["reasonResolved"], "claim-expired", "{done}");
+    assert_eq!(done["runs"][1]["workerId"], "heir", "{done}");
+    assert_eq!(done["state"], "completed", "{done}");
+    // Its claim held for 20 minutes: the worker's silence ended the run, not takenUntil.
+    let ended = shoal_engine::Timestamp::parse(done["runs"][0]["resolved"].as_str().unwrap()).unwrap();
+    let taken_until = shoal_engine::Timestamp::parse(running["runs"][0]["takenUntil"].as_str().unwrap()).unwrap();
+    assert!(ended < taken_until, "{done}");
+    let record = get(&server, &format!("{WORKERS}/local/doomed")).await;
+    assert_eq!(record["state"], "missing", "{record}");
+    let events = get(&server, &format!("{WORKERS}/local/doomed/events")).await;
+    assert!(events["events"].as_array().unwrap().iter().any(|e| e["kind"] == "missing"), "{events}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reaches_the_running_process_through_the_event_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let mut w = worker(&server.root, "w", &dir.path().join("work"), "info");
+    let mut lines = BufReader::new(w.stderr.take().unwrap()).lines();
+    let pid_file = dir.path().join("pid");
+    let task_id = create(
+        &server,
+        json!({
+            "command": ["echo $$ > \"$PID_FILE\"; exec sleep 300"],
+            "env": {"PID_FILE": pid_file.to_string_lossy()},
+            "maxRunTime": 600
+        }),
+    )
+    .await;
+    until_status(&server, &task_id, |status| status["state"] == "running").await;
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse::<i32>().ok()) {
+            break pid;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    call(&server, reqwest::Method::POST, &format!("/task/{task_id}/cancel"), None).await;
+    // The worker says how it learned: from the event stream, not a refused reclaim (the
+    // first reclaim of a 20-minute claim comes after 15 s).
+    loop {
+        let line = lines.next_line().await.unwrap().expect("the worker's log ended");
+        assert!(!line.contains("canceled or expired"), "learned by reclaim: {line}");
+        if line.contains("ended by an exception") {
+            break;
+        }
+    }
+    let alive = |pid: i32| Path::new(&format!("/proc/{pid}")).exists();
+    for _ in 0..200 {
+        if !alive(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!alive(pid), "the canceled task's process is gone");
+    assert_eq!(status(&server, &task_id).await["runs"][0]["reasonResolved"], "canceled", "nothing else was reported");
+}

@@ -1,0 +1,127 @@
+//! What the server tells a running worker besides work: heartbeats answer whether to
+//! terminate, and the event stream says at once when a run this worker holds ended by an
+//! exception (canceled, deadline, a blocked graph), so its process stops within a second
+//! rather than at the next reclaim.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use shoal_client::Client;
+use tokio_util::sync::CancellationToken;
+
+use crate::WorkerConfig;
+
+/// Pause before calling again after a failed heartbeat or a lost event stream.
+const RETRY: Duration = Duration::from_secs(1);
+/// Heartbeat interval until the server says otherwise.
+const FIRST_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The runs this worker holds, each with the token that revokes it.
+#[derive(Clone, Default)]
+pub(crate) struct Held(Arc<Mutex<HashMap<(String, u32), CancellationToken>>>);
+
+impl Held {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), CancellationToken>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Holds a run; the token is cancelled when the server revokes it.
+    pub(crate) fn hold(&self, task_id: &str, run_id: u32) -> CancellationToken {
+        let token = CancellationToken::new();
+        self.lock().insert((task_id.to_owned(), run_id), token.clone());
+        token
+    }
+
+    /// Lets a run go (it was reported or revoked).
+    pub(crate) fn release(&self, task_id: &str, run_id: u32) {
+        self.lock().remove(&(task_id.to_owned(), run_id));
+    }
+
+    /// Revokes a run, when it is held.
+    fn revoke(&self, task_id: &str, run_id: u32) {
+        if let Some(token) = self.lock().get(&(task_id.to_owned(), run_id)) {
+            token.cancel();
+        }
+    }
+}
+
+/// Heartbeats until `done`, at the interval the server asks for; cancels `terminate` when
+/// the server asks this worker to stop.
+pub(crate) async fn heartbeat(
+    client: Client,
+    config: WorkerConfig,
+    terminate: CancellationToken,
+    done: CancellationToken,
+) {
+    let mut every = FIRST_INTERVAL;
+    loop {
+        let beat =
+            client.heartbeat(&config.task_queue_id, &config.worker_group, &config.worker_id, &config.dimensions, false);
+        let wait = match beat.await {
+            Ok(standing) => {
+                if standing.terminate && !terminate.is_cancelled() {
+                    tracing::info!("the server asks this worker to terminate: finishing the running tasks");
+                    terminate.cancel();
+                }
+                every = Duration::from_secs_f64(standing.heartbeat_every.clamp(0.1, 600.0));
+                every
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "heartbeat failed; retrying");
+                RETRY.min(every)
+            }
+        };
+        tokio::select! {
+            () = done.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Revokes at once each held run the event stream says ended by an exception; reconnects
+/// after a lost stream (meanwhile refused reclaims still revoke runs) until `done`.
+pub(crate) async fn listen_for_exceptions(client: Client, config: WorkerConfig, held: Held, done: CancellationToken) {
+    let (provisioner_id, worker_type) = config.task_queue_id.split_once('/').unwrap_or_default();
+    let pattern = format!("primary.*.*.{}.{}.{provisioner_id}.{worker_type}.#", config.worker_group, config.worker_id);
+    let bindings = [("task-exception".to_owned(), pattern)];
+    loop {
+        let connected = tokio::select! {
+            () = done.cancelled() => return,
+            connected = client.listen(&bindings) => connected,
+        };
+        match connected {
+            Ok(mut stream) => loop {
+                let next = tokio::select! {
+                    () = done.cancelled() => return,
+                    next = stream.next_message() => next,
+                };
+                match next {
+                    Ok(Some(message)) => {
+                        let payload = &message["payload"];
+                        let task_id = payload["status"]["taskId"].as_str().unwrap_or_default();
+                        let run_id = payload["runId"].as_u64().and_then(|run| u32::try_from(run).ok());
+                        if let Some(run_id) = run_id {
+                            tracing::info!(
+                                task.id = task_id,
+                                run.id = run_id,
+                                "the run ended by an exception; stopping it"
+                            );
+                            held.revoke(task_id, run_id);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "the event stream failed; reconnecting");
+                        break;
+                    }
+                }
+            },
+            Err(err) => tracing::warn!(error = %err, "cannot listen for canceled runs; retrying"),
+        }
+        tokio::select! {
+            () = done.cancelled() => return,
+            () = tokio::time::sleep(RETRY) => {}
+        }
+    }
+}
