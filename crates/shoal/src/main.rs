@@ -20,6 +20,7 @@ mod dev;
 mod expire;
 mod graph;
 mod limits;
+mod workers;
 
 // The server allocates many small, short-lived buffers per request (JSON, headers);
 // mimalloc serves them with less CPU than glibc's allocator.
@@ -70,6 +71,13 @@ enum Command {
         address: cli::ServerAddress,
         #[command(subcommand)]
         command: graph::GraphCommand,
+    },
+    /// The worker registry: list, show, quarantine, release and terminate workers.
+    Workers {
+        #[command(flatten)]
+        address: cli::ServerAddress,
+        #[command(subcommand)]
+        command: workers::WorkersCommand,
     },
     /// What expired and will be deleted by the servers' next sweep (`--dry-run`).
     Expire(expire::ExpireArgs),
@@ -440,6 +448,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Task { address, command } => runtime.block_on(cli::task(&address, command)),
+        Command::Workers { address, command } => runtime.block_on(workers::workers(&address, command)),
         Command::Graph { address, command } => {
             if !runtime.block_on(graph::graph(&address, command))? {
                 std::process::exit(1);

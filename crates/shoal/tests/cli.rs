@@ -240,3 +240,59 @@ async fn expire_dry_run_lists_what_the_next_sweep_deletes() {
     let (_, listed) = verb(&root, &["expire", "--dry-run", "--data-dir", data_dir]).await;
     assert!(listed.contains("0 task(s)"), "{listed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_verbs_list_show_quarantine_release_and_terminate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, root) = server(&dir.path().join("data")).await;
+    let mut worker = shoal()
+        .args(["worker", "--queue", "cli/fleet", "--worker-id", "box1", "--dimension", "os=Linux", "--root-url", &root])
+        .arg("--work-dir")
+        .arg(dir.path().join("work"))
+        .spawn()
+        .unwrap();
+    let client = support::client(&root);
+    let task_id = slugid::nice();
+    client.create_task(&task_id, &support::plain_task("cli/fleet")).await.unwrap();
+    // The worker's first claim records it (and runs the task).
+    let status = loop {
+        let status = client.task_status(&task_id).await.unwrap();
+        if status.state.is_resolved() {
+            break status;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.runs[0].worker_id.as_deref(), Some("box1"));
+
+    let (code, table) = verb(&root, &["workers", "list", "--queue", "cli/fleet"]).await;
+    assert_eq!(code, 0, "{table}");
+    let mut lines = table.lines();
+    assert!(lines.next().unwrap().starts_with("WORKER"), "{table}");
+    let row = lines.next().unwrap();
+    assert!(row.starts_with("local/box1") && row.contains("idle") && row.contains("os=Linux"), "{table}");
+    let (_, none) = verb(&root, &["workers", "list", "--queue", "cli/fleet", "--dimension", "os:Mac", "--json"]).await;
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&none).unwrap()["workers"], serde_json::json!([]));
+
+    let (code, shown) = verb(&root, &["workers", "show", "--queue", "cli/fleet", "box1"]).await;
+    assert_eq!(code, 0, "{shown}");
+    assert!(shown.contains(&format!("{task_id}/0")) && shown.contains("first-seen"), "{shown}");
+
+    let quarantine =
+        ["workers", "quarantine", "--queue", "cli/fleet", "box1", "--for", "2h", "--reason", "disk", "--json"];
+    let (code, out) = verb(&root, &quarantine).await;
+    assert_eq!(code, 0, "{out}");
+    let record: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (record["state"].as_str(), record["quarantineDetails"][0]["quarantineInfo"].as_str()),
+        (Some("quarantined"), Some("disk"))
+    );
+    let (_, out) = verb(&root, &["workers", "release", "--queue", "cli/fleet", "box1", "--json"]).await;
+    assert_ne!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["state"], "quarantined", "{out}");
+
+    let (code, out) = verb(&root, &["workers", "terminate", "--queue", "cli/fleet", "box1"]).await;
+    assert_eq!(code, 0, "{out}");
+    let exit = worker.wait().await.unwrap();
+    assert!(exit.success(), "the worker exits when told: {exit:?}");
+    let (code, _) = verb(&root, &["workers", "show", "--queue", "cli/fleet", "nobody"]).await;
+    assert_ne!(code, 0, "an unknown worker is an error");
+}
