@@ -224,14 +224,49 @@ def test_every_method_of_the_official_client_is_served(server, queue):
     assert missing == [], f"methods of taskcluster.Queue without an endpoint: {missing}"
 
 
-def test_worker_registry_calls_say_what_to_use_instead(queue):
-    for call in (
-        lambda: queue.listProvisioners(),
-        lambda: queue.listWorkerTypes("prov"),
-        lambda: queue.listWorkers("prov", "wt"),
-        lambda: queue.getWorker("prov", "wt", "g", "w"),
-    ):
-        with pytest.raises(TaskclusterRestFailure) as err:
-            call()
-        assert err.value.status_code == 404
-        assert "listTaskQueues" in err.value.body["message"]
+def test_worker_registry(queue, make_task, task_queue_id):
+    provisioner, worker_type = task_queue_id.split("/")
+    task_id = slugid.nice()
+    queue.createTask(task_id, make_task())
+    claim = queue.claimWork(task_queue_id, {"workerGroup": "g", "workerId": "py1", "tasks": 1})
+    assert claim["tasks"][0]["status"]["taskId"] == task_id
+
+    provisioners = [p["provisionerId"] for p in queue.listProvisioners()["provisioners"]]
+    assert provisioner in provisioners
+    assert queue.getProvisioner(provisioner)["provisionerId"] == provisioner
+    types = queue.listWorkerTypes(provisioner)["workerTypes"]
+    assert [t["workerType"] for t in types] == [worker_type]
+    assert queue.getWorkerType(provisioner, worker_type)["taskQueueId"] == task_queue_id
+
+    workers = queue.listWorkers(provisioner, worker_type)["workers"]
+    assert [(w["workerGroup"], w["workerId"]) for w in workers] == [("g", "py1")]
+    assert workers[0]["latestTask"] == {"taskId": task_id, "runId": 0}
+    worker = queue.getWorker(provisioner, worker_type, "g", "py1")
+    assert worker["recentTasks"] == [{"taskId": task_id, "runId": 0}]
+    assert "firstClaim" in worker and "expires" in worker
+
+    until = taskcluster.stringDate(taskcluster.fromNow("1 hour"))
+    quarantined = queue.quarantineWorker(
+        provisioner, worker_type, "g", "py1", {"quarantineUntil": until, "quarantineInfo": "flaky"}
+    )
+    assert quarantined["quarantineDetails"][-1]["quarantineInfo"] == "flaky"
+    queue.createTask(slugid.nice(), make_task())
+    assert queue.claimWork(task_queue_id, {"workerGroup": "g", "workerId": "py1", "tasks": 1})["tasks"] == []
+    listed = queue.listWorkers(provisioner, worker_type, query={"quarantined": "true"})["workers"]
+    assert [w["workerId"] for w in listed] == ["py1"]
+    assert "quarantineUntil" in listed[0]
+    queue.quarantineWorker(provisioner, worker_type, "g", "py1", {"quarantineUntil": taskcluster.stringDate(taskcluster.fromNow("0 seconds"))})
+    assert len(queue.claimWork(task_queue_id, {"workerGroup": "g", "workerId": "py1", "tasks": 1})["tasks"]) == 1
+
+    declared = queue.declareWorker(provisioner, worker_type, "g", "py2", {"expires": until})
+    assert declared["workerId"] == "py2"
+    with pytest.raises(TaskclusterRestFailure) as err:
+        queue.getWorker(provisioner, worker_type, "g", "nobody")
+    assert err.value.status_code == 404
+
+
+def test_worker_calls_need_scopes(anonymous_queue, task_queue_id):
+    provisioner, worker_type = task_queue_id.split("/")
+    with pytest.raises(TaskclusterRestFailure) as err:
+        anonymous_queue.quarantineWorker(provisioner, worker_type, "g", "w", {"quarantineUntil": "2100-01-01T00:00:00.000Z"})
+    assert err.value.status_code == 403
