@@ -6,12 +6,15 @@
 //! - scale: claim cost and server memory with 10^3 and 10^6 pending tasks;
 //! - graph: a whole task graph (a deep chain, a wide fan-out) from submission to finished;
 //! - events: messages/s from the outbox to RabbitMQ with publisher confirms, and what
-//!   publishing to a broker costs the throughput benchmark.
+//!   publishing to a broker costs the throughput benchmark;
+//! - cancel and fleet: cancelTask to the process gone; listWorkers and claimWork with many
+//!   registered workers.
 //!
 //! The server binary is the `shoal` next to this one (build both with `--bins`).
 #![expect(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 
 mod events;
+mod fleet;
 mod graph;
 mod hostile;
 mod http1;
@@ -188,6 +191,18 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         every: u64,
     },
+    /// cancelTask sent -> the running task's process gone, through a real `shoal worker`.
+    Cancel {
+        #[arg(long, default_value_t = 100)]
+        samples: usize,
+    },
+    /// listWorkers, a dimension summary and claimWork with this many registered workers.
+    Fleet {
+        #[arg(long, value_delimiter = ',', default_value = "10,10000")]
+        workers: Vec<usize>,
+        #[arg(long, default_value_t = 2000)]
+        claims: usize,
+    },
     /// Claim cost and memory with many pending tasks.
     Scale {
         #[arg(long, value_delimiter = ',', default_value = "1000,1000000")]
@@ -217,6 +232,8 @@ fn main() -> anyhow::Result<()> {
                 graph::graph_bench(graph::Shape::Chain, 1000, 16).await?;
                 graph::graph_bench(graph::Shape::Fan, 10_000, 16).await?;
                 scale(&[1_000, 1_000_000], 20_000).await?;
+                fleet::cancel(100).await?;
+                fleet::registry(&[10, 10_000], 2000).await?;
             }
             Command::Throughput {
                 tasks,
@@ -249,6 +266,8 @@ fn main() -> anyhow::Result<()> {
             Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
             Command::Chatty { megabytes } => chatty(megabytes).await?,
             Command::Scale { pending, claims } => scale(&pending, claims).await?,
+            Command::Cancel { samples } => fleet::cancel(samples).await?,
+            Command::Fleet { workers, claims } => fleet::registry(&workers, claims).await?,
             Command::Soak { seconds, rate, expires_after, every } => {
                 soak::soak(seconds, rate, expires_after, every).await?;
             }

@@ -335,6 +335,8 @@ impl Worker {
         let excess = self.quarantine_details.len().saturating_sub(KEPT_QUARANTINE_DETAILS);
         self.quarantine_details.drain(..excess);
         self.quarantine_until = Some(until);
+        // A quarantined worker stays listed until its quarantine ends, as Taskcluster's.
+        self.expires = self.expires.max(until);
         let kind = match (was, self.is_quarantined(now)) {
             (_, true) => WorkerEventKind::Quarantined,
             (true, false) => WorkerEventKind::Released,
@@ -519,6 +521,8 @@ mod tests {
         assert_eq!(events[0].kind, WorkerEventKind::Released);
         assert_eq!(worker.barred_until(at(4)), None);
         assert_eq!(worker.quarantine_details.len(), 2);
+        worker.quarantine(at(5000), String::new(), "admin", at(4)).unwrap();
+        assert_eq!(worker.expires, at(5000), "kept while quarantined");
         let long = "x".repeat(MAX_QUARANTINE_INFO + 1);
         assert!(matches!(worker.quarantine(at(9), long, "a", at(5)), Err(Rejection::Invalid { .. })));
     }

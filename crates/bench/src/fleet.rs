@@ -1,0 +1,166 @@
+//! The fleet: how long a cancel takes to stop a worker's process, and what many registered
+//! workers cost listWorkers and claimWork.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::server::{Server, start_worker};
+use crate::{definition, percentile};
+
+/// Whether process `pid` has exited (gone, or a zombie not yet reaped).
+fn exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// The PID a task wrote to `path`, once it has.
+async fn pid_in(path: &Path) -> i32 {
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()) {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// cancelTask sent -> the task's process gone, `samples` times, through one `shoal worker`.
+pub(crate) async fn cancel(samples: usize) -> anyhow::Result<()> {
+    let server = Server::start(None, &[]).await?;
+    let work = tempfile::tempdir()?;
+    let root = server.base.replace("/api/queue/v1", "");
+    let _worker = start_worker(&root, "bench/cancel", 1, &work.path().join("work"))?;
+    let client = server.client();
+    let mut latencies = Vec::with_capacity(samples);
+    for n in 0..samples {
+        let pid_file = work.path().join(format!("pid-{n}"));
+        let mut task = definition("bench/cancel");
+        task["payload"] = json!({
+            "command": ["echo $$ > \"$PID_FILE\"; exec sleep 300"],
+            "env": {"PID_FILE": pid_file.to_string_lossy()},
+            "maxRunTime": 600
+        });
+        let task_id = slugid::nice();
+        let res = client.put(format!("{}/task/{task_id}", server.base)).json(&task).send().await?;
+        anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
+        let pid = pid_in(&pid_file).await;
+        let sent = Instant::now();
+        let res = client.post(format!("{}/task/{task_id}/cancel", server.base)).send().await?;
+        anyhow::ensure!(res.status().is_success(), "cancelTask: {}", res.text().await?);
+        while !exited(pid) {
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        latencies.push(sent.elapsed());
+    }
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "cancel: cancelTask sent -> the running process gone (SIGTERM; `sleep` needs no grace), {samples} cancels: \
+         p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        ms(percentile(&latencies, 0.5)),
+        ms(percentile(&latencies, 0.99)),
+        ms(latencies.last().copied().unwrap_or_default()),
+    );
+    server.stop().await;
+    Ok(())
+}
+
+/// Times `samples` GETs of `url` (each must succeed); the median.
+async fn median_get(client: &reqwest::Client, url: &str, samples: usize) -> anyhow::Result<(Duration, Value)> {
+    let mut times = Vec::with_capacity(samples);
+    let mut last = Value::Null;
+    for _ in 0..samples {
+        let sent = Instant::now();
+        let res = client.get(url).send().await?;
+        anyhow::ensure!(res.status().is_success(), "{url}: {}", res.status());
+        last = res.json().await?;
+        times.push(sent.elapsed());
+    }
+    times.sort();
+    Ok((percentile(&times, 0.5), last))
+}
+
+/// With `n` workers registered (by heartbeats, varied dimensions): listWorkers' first page,
+/// a filtered listing, a queue's dimension summary, and `claims` claimWork calls.
+async fn registry_with(n: usize, claims: usize) -> anyhow::Result<Duration> {
+    let server = Server::start(None, &[]).await?;
+    let client = server.client();
+    let base = server.base.clone();
+    let workers = format!("{base}/provisioners/bench/worker-types/fleet/workers");
+    let registered = Instant::now();
+    futures_util::stream::iter(0..n)
+        .map(|i| {
+            let (client, workers) = (client.clone(), workers.clone());
+            async move {
+                let os = ["Linux", "Windows", "Mac"][i % 3];
+                let body = json!({"dimensions": {"os": [os], "pool": [format!("p{}", i % 10)]}});
+                let res = client.post(format!("{workers}/g/w{i:05}/heartbeat")).json(&body).send().await?;
+                anyhow::ensure!(res.status().is_success(), "heartbeat: {}", res.status());
+                Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<anyhow::Result<()>>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<()>>()?;
+    let registering = registered.elapsed();
+    let (page, body) = median_get(&client, &format!("{workers}?limit=1000"), 20).await?;
+    let listed = body["workers"].as_array().map_or(0, Vec::len);
+    let (filtered, _) = median_get(&client, &format!("{workers}?dimension=pool:p3&limit=100"), 20).await?;
+    let (summary, _) = median_get(&client, &format!("{base}/task-queues/bench%2Ffleet/dimensions"), 20).await?;
+
+    for _ in 0..claims {
+        let res = client.put(format!("{base}/task/{}", slugid::nice())).json(&definition("bench/fleet")).send().await?;
+        anyhow::ensure!(res.status().is_success(), "createTask: {}", res.status());
+    }
+    let mut times = Vec::with_capacity(claims);
+    let body =
+        json!({"workerGroup": "g", "workerId": "w00003", "tasks": 1, "dimensions": {"os": ["Mac"], "pool": ["p3"]}});
+    for _ in 0..claims {
+        let sent = Instant::now();
+        let res: Value =
+            client.post(format!("{base}/claim-work/bench%2Ffleet")).json(&body).send().await?.json().await?;
+        times.push(sent.elapsed());
+        anyhow::ensure!(res["tasks"].as_array().is_some_and(|t| t.len() == 1), "claimWork came back empty: {res}");
+    }
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let claim_p99 = percentile(&times, 0.99);
+    println!(
+        "fleet of {n}: registered at {:.0} workers/s; listWorkers page of {listed} {:.1} ms, filtered by a dimension \
+         {:.1} ms, dimension summary {:.1} ms (medians of 20); {claims} claimWork p50 {:.2} ms, p99 {:.2} ms; server RSS {} MB",
+        n as f64 / registering.as_secs_f64(),
+        ms(page),
+        ms(filtered),
+        ms(summary),
+        ms(percentile(&times, 0.5)),
+        ms(claim_p99),
+        server.rss_mb(),
+    );
+    server.stop().await;
+    Ok(claim_p99)
+}
+
+/// [`registry_with`] for each size; the claim p99 of the largest over the smallest's.
+pub(crate) async fn registry(sizes: &[usize], claims: usize) -> anyhow::Result<()> {
+    let mut p99s = Vec::new();
+    for &n in sizes {
+        p99s.push(registry_with(n, claims).await.with_context(|| format!("fleet of {n}"))?);
+    }
+    if let (Some(first), Some(last)) = (p99s.first(), p99s.last()) {
+        println!(
+            "fleet: claimWork p99 with {} workers / with {}: {:.2}x",
+            sizes[sizes.len() - 1],
+            sizes[0],
+            last.as_secs_f64() / first.as_secs_f64().max(1e-9)
+        );
+    }
+    Ok(())
+}
