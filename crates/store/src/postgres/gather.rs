@@ -47,6 +47,7 @@ use super::{PgInner, PgStore};
 use crate::ops::{self, CreateLookup, Waiting, WriteTx};
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_from_row, task_group_from_row};
 use crate::postgres::tx::{Known, PgTx};
+use crate::postgres::workers;
 use crate::postgres::write::{candidate, claimable};
 use crate::row::{TaskRow, json};
 use crate::{Claim, ClaimRequest, Committed, StoreError, TaskGroup};
@@ -396,7 +397,10 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
         .iter()
         .map(|line| [&line.task_queue_id as _, &line.limit as _, &line.dimensions as _, &commanded as _])
         .collect();
-    let mut queries: Vec<(&str, crate::postgres::pipeline::Params<'_>)> = Vec::with_capacity(5 + lines.len());
+    // The claiming workers' records, locked in key order: each claim adds what it took.
+    let worker_keys = workers::worker_columns(claims.iter().map(|job| job.request.worker_key()));
+    let worker_params: [&(dyn ToSql + Sync); 3] = [&worker_keys[0], &worker_keys[1], &worker_keys[2]];
+    let mut queries: Vec<(&str, crate::postgres::pipeline::Params<'_>)> = Vec::with_capacity(6 + lines.len());
     if !commanded.is_empty() {
         queries.push((&lock_tasks, &commanded_params));
     }
@@ -412,6 +416,9 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
     }
     if !created.is_empty() {
         queries.push((&existing, &created_params));
+    }
+    if !claims.is_empty() {
+        queries.push((workers::LOCK_WORKERS, &worker_params));
     }
     for params in &line_params {
         queries.push((claimable, params));
@@ -442,6 +449,9 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
             let found = task_from_row(row)?;
             stored.insert(found.task.task_id, (found, row.try_get(N_TASK_COLUMNS)?));
         }
+    }
+    if !claims.is_empty() {
+        workers::keep_read_workers(tx, &answers.next().unwrap_or_default())?;
     }
     tx.gather_resolutions();
     let mut outcomes = Vec::with_capacity(jobs.len());

@@ -12,6 +12,7 @@ use deadpool_postgres::Object;
 use serde_json::value::RawValue;
 use shoal_engine::message::{self, Message};
 use shoal_engine::status::TaskState;
+use shoal_engine::worker::{Worker, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
@@ -71,6 +72,8 @@ pub(crate) struct PgTx {
     /// Queues whose activity this transaction took it upon itself to record
     /// ([`PgTx::touch_queue`]), with the time it put in the server's map.
     touched: Vec<(String, i64)>,
+    /// Worker records a gathering locked and read ahead of its claims (each taken once).
+    pub(crate) workers_read: HashMap<WorkerKey, Worker>,
 }
 
 /// A task that resolved, whose group and dependents are yet to hear of it.
@@ -109,6 +112,7 @@ impl PgTx {
             staged: false,
             resolutions: None,
             touched: Vec::new(),
+            workers_read: HashMap::new(),
         }
     }
 

@@ -26,6 +26,9 @@ fn task_id_from_row(row: &Row, column: usize) -> Result<TaskId, StoreError> {
 impl PgTx {
     /// A worker's record, locked until the commit.
     pub(crate) async fn lock_worker(&mut self, key: &WorkerKey) -> Result<Option<Worker>, StoreError> {
+        if let Some(worker) = self.workers_read.remove(key) {
+            return Ok(Some(worker));
+        }
         let row = self
             .query_opt(
                 "SELECT record FROM workers WHERE task_queue_id = $1 AND worker_group = $2 AND worker_id = $3 \
@@ -126,6 +129,34 @@ impl PgTx {
         )
         .await
     }
+}
+
+/// Locks and reads the records of the workers with these keys (sorted), in key order.
+pub(crate) const LOCK_WORKERS: &str = "SELECT record FROM workers WHERE (task_queue_id, worker_group, worker_id) IN \
+     (SELECT * FROM unnest($1::text[], $2::text[], $3::text[])) \
+     ORDER BY task_queue_id, worker_group, worker_id FOR UPDATE";
+
+/// The claiming workers of a gathering as [`LOCK_WORKERS`]'s parameters: sorted, once each.
+pub(crate) fn worker_columns(keys: impl Iterator<Item = WorkerKey>) -> [Vec<String>; 3] {
+    let mut keys: Vec<WorkerKey> = keys.collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut columns = [Vec::new(), Vec::new(), Vec::new()];
+    for key in keys {
+        columns[0].push(key.task_queue_id);
+        columns[1].push(key.worker_group);
+        columns[2].push(key.worker_id);
+    }
+    columns
+}
+
+/// Keeps the records [`LOCK_WORKERS`] read, for the claims' [`PgTx::lock_worker`].
+pub(crate) fn keep_read_workers(tx: &mut PgTx, rows: &[Row]) -> Result<(), StoreError> {
+    for row in rows {
+        let worker: Worker = decode("worker", row.try_get::<_, &str>(0)?)?;
+        tx.workers_read.insert(worker.key.clone(), worker);
+    }
+    Ok(())
 }
 
 impl PgReads<'_> {
