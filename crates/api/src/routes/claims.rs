@@ -164,6 +164,12 @@ pub(crate) async fn claim_task(
     check_worker(&body.worker_group, &body.worker_id)?;
     let status = status_of(&state, task_id).await?;
     caller.authorize(&worker_vars(&status.task_queue_id, &body.worker_group, &body.worker_id))?;
+    let key = WorkerKey {
+        task_queue_id: status.task_queue_id.clone(),
+        worker_group: body.worker_group.clone(),
+        worker_id: body.worker_id.clone(),
+    };
+    state.queue.worker_seen(&key, Sighting::default()).await?;
     let claim = state.queue.claim_task(task_id, run_id, body.worker_group, body.worker_id).await?;
     Ok(Json(claim_body(&state, claim)))
 }

@@ -59,6 +59,7 @@ pub(crate) async fn seen(
 }
 
 /// Adds what `key` just claimed to its recent tasks (recording the worker if it is new).
+/// Runs on every claimWork that took something.
 pub(crate) async fn record_claims(
     tx: &mut impl WriteTx,
     key: &WorkerKey,
@@ -68,12 +69,12 @@ pub(crate) async fn record_claims(
     if claims.is_empty() {
         return Ok(());
     }
-    let expires = now.plus_millis(tx.queue_retention_ms());
-    let (mut worker, mut events) = match tx.load_worker(key).await? {
+    // Only the record changes (the claim's sighting was written by the service, at most every
+    // few seconds): its indexed columns stay as they are, which keeps this write small.
+    let (mut worker, events) = match tx.load_worker(key).await? {
         Some(worker) => (worker, Vec::new()),
-        None => Worker::first(key.clone(), Sighting::default(), now, expires),
+        None => Worker::first(key.clone(), Sighting::default(), now, now.plus_millis(tx.queue_retention_ms())),
     };
-    events.extend(worker.seen(Sighting::default(), now, expires));
     let runs = claims.iter().map(|claim| TaskRun { task_id: claim.status.task_id, run_id: claim.run_id });
     worker.claimed(runs, now);
     save(tx, &mut worker, events).await

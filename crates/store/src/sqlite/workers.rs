@@ -23,21 +23,33 @@ pub(crate) fn load(conn: &Connection, key: &WorkerKey) -> Result<Option<Worker>,
 /// Stores a worker's record and its new events, keeping the latest [`KEPT_EVENTS`].
 pub(crate) fn save(conn: &Connection, worker: &Worker, events: &[(u64, WorkerEvent)]) -> Result<(), StoreError> {
     let key = &worker.key;
-    conn.prepare_cached(
-        "INSERT INTO workers (task_queue_id, worker_group, worker_id, record, last_seen, watched, expires) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (task_queue_id, worker_group, worker_id) DO UPDATE \
-         SET record = excluded.record, last_seen = excluded.last_seen, watched = excluded.watched, \
-         expires = excluded.expires",
-    )?
-    .execute(params![
+    let record = json(worker)?;
+    let row = params![
         key.task_queue_id,
         key.worker_group,
         key.worker_id,
-        json(worker)?,
+        record,
         worker.last_seen.millis(),
         worker.watched(),
         worker.expires.millis(),
-    ])?;
+    ];
+    // When only the record changed (a claim's recent tasks, on every claimWork that took
+    // something), an update of it alone leaves the indexes' pages as they are.
+    let changed = conn
+        .prepare_cached(
+            "UPDATE workers SET record = ?4 WHERE task_queue_id = ?1 AND worker_group = ?2 AND worker_id = ?3 \
+             AND last_seen = ?5 AND watched = ?6 AND expires = ?7",
+        )?
+        .execute(row)?;
+    if changed == 0 {
+        conn.prepare_cached(
+            "INSERT INTO workers (task_queue_id, worker_group, worker_id, record, last_seen, watched, expires) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (task_queue_id, worker_group, worker_id) DO UPDATE \
+             SET record = excluded.record, last_seen = excluded.last_seen, watched = excluded.watched, \
+             expires = excluded.expires",
+        )?
+        .execute(row)?;
+    }
     let Some(&(last, _)) = events.last() else { return Ok(()) };
     let mut insert = conn.prepare_cached(
         "INSERT INTO worker_events (task_queue_id, worker_group, worker_id, seq, event) VALUES (?1, ?2, ?3, ?4, ?5)",
