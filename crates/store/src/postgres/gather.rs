@@ -397,10 +397,7 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
         .iter()
         .map(|line| [&line.task_queue_id as _, &line.limit as _, &line.dimensions as _, &commanded as _])
         .collect();
-    // The claiming workers' records, locked in key order: each claim adds what it took.
-    let worker_keys = workers::worker_columns(claims.iter().map(|job| job.request.worker_key()));
-    let worker_params: [&(dyn ToSql + Sync); 3] = [&worker_keys[0], &worker_keys[1], &worker_keys[2]];
-    let mut queries: Vec<(&str, crate::postgres::pipeline::Params<'_>)> = Vec::with_capacity(6 + lines.len());
+    let mut queries: Vec<(&str, crate::postgres::pipeline::Params<'_>)> = Vec::with_capacity(5 + lines.len());
     if !commanded.is_empty() {
         queries.push((&lock_tasks, &commanded_params));
     }
@@ -416,9 +413,6 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
     }
     if !created.is_empty() {
         queries.push((&existing, &created_params));
-    }
-    if !claims.is_empty() {
-        queries.push((workers::LOCK_WORKERS, &worker_params));
     }
     for params in &line_params {
         queries.push((claimable, params));
@@ -449,9 +443,6 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
             let found = task_from_row(row)?;
             stored.insert(found.task.task_id, (found, row.try_get(N_TASK_COLUMNS)?));
         }
-    }
-    if !claims.is_empty() {
-        workers::keep_read_workers(tx, &answers.next().unwrap_or_default())?;
     }
     tx.gather_resolutions();
     let mut outcomes = Vec::with_capacity(jobs.len());
@@ -549,8 +540,16 @@ async fn claim_all(
                 let fresh = |task_id| taken.insert(task_id);
                 runs.extend(claim_found(tx, found, request, *now, fresh).await?);
             }
-            ops::workers::record_claims(tx, &request.worker_key(), &runs, *now).await?;
             claimed.push((index, runs, tx.events.len() - events_before));
+        }
+    }
+    // The workers that took something record it; their records are read in one round trip.
+    let took: Vec<usize> = claimed.iter().filter(|(_, runs, _)| !runs.is_empty()).map(|(index, ..)| *index).collect();
+    workers::read_workers(tx, took.iter().map(|&index| claims[index].request.worker_key()).collect()).await?;
+    for (index, runs, _) in &claimed {
+        if !runs.is_empty() {
+            let ClaimJob { request, now, .. } = &claims[*index];
+            ops::workers::record_claims(tx, &request.worker_key(), runs, *now).await?;
         }
     }
     // Each queue recorded as active, as a claim alone does.

@@ -29,13 +29,7 @@ impl PgTx {
         if let Some(worker) = self.workers_read.remove(key) {
             return Ok(Some(worker));
         }
-        let row = self
-            .query_opt(
-                "SELECT record FROM workers WHERE task_queue_id = $1 AND worker_group = $2 AND worker_id = $3 \
-                 FOR UPDATE",
-                &[&key.task_queue_id, &key.worker_group, &key.worker_id],
-            )
-            .await?;
+        let row = self.query_opt(LOCK_WORKER, &[&key.task_queue_id, &key.worker_group, &key.worker_id]).await?;
         row.map(|row| decode("worker", row.try_get::<_, &str>(0)?)).transpose()
     }
 
@@ -131,30 +125,28 @@ impl PgTx {
     }
 }
 
-/// Locks and reads the records of the workers with these keys (sorted), in key order.
-pub(crate) const LOCK_WORKERS: &str = "SELECT record FROM workers WHERE (task_queue_id, worker_group, worker_id) IN \
-     (SELECT * FROM unnest($1::text[], $2::text[], $3::text[])) \
-     ORDER BY task_queue_id, worker_group, worker_id FOR UPDATE";
+/// Locks and reads one worker's record.
+const LOCK_WORKER: &str = "SELECT record FROM workers WHERE task_queue_id = $1 AND worker_group = $2 AND worker_id = $3 \
+     FOR UPDATE";
 
-/// The claiming workers of a gathering as [`LOCK_WORKERS`]'s parameters: sorted, once each.
-pub(crate) fn worker_columns(keys: impl Iterator<Item = WorkerKey>) -> [Vec<String>; 3] {
-    let mut keys: Vec<WorkerKey> = keys.collect();
+/// Locks and reads the records of `keys` in one round trip (in key order, so that two
+/// transactions never wait on each other's), for [`PgTx::lock_worker`] to take.
+pub(crate) async fn read_workers(tx: &mut PgTx, mut keys: Vec<WorkerKey>) -> Result<(), StoreError> {
     keys.sort_unstable();
     keys.dedup();
-    let mut columns = [Vec::new(), Vec::new(), Vec::new()];
-    for key in keys {
-        columns[0].push(key.task_queue_id);
-        columns[1].push(key.worker_group);
-        columns[2].push(key.worker_id);
+    if keys.is_empty() {
+        return Ok(());
     }
-    columns
-}
-
-/// Keeps the records [`LOCK_WORKERS`] read, for the claims' [`PgTx::lock_worker`].
-pub(crate) fn keep_read_workers(tx: &mut PgTx, rows: &[Row]) -> Result<(), StoreError> {
-    for row in rows {
-        let worker: Worker = decode("worker", row.try_get::<_, &str>(0)?)?;
-        tx.workers_read.insert(worker.key.clone(), worker);
+    let params: Vec<[&(dyn ToSql + Sync); 3]> =
+        keys.iter().map(|key| [&key.task_queue_id as _, &key.worker_group as _, &key.worker_id as _]).collect();
+    let queries: Vec<(&str, crate::postgres::pipeline::Params<'_>)> =
+        params.iter().map(|params| (LOCK_WORKER, &params[..])).collect();
+    let answers = tx.pipeline(&queries).await?;
+    for rows in answers {
+        if let Some(row) = rows.first() {
+            let worker: Worker = decode("worker", row.try_get::<_, &str>(0)?)?;
+            tx.workers_read.insert(worker.key.clone(), worker);
+        }
     }
     Ok(())
 }
