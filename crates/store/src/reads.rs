@@ -289,26 +289,6 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
     }
 
     fn worker(&self, key: &WorkerKey) -> Result<Option<(Worker, Vec<TaskId>)>, StoreError> {
-        self.worker_read(key)
-    }
-
-    fn list_workers(
-        &self,
-        task_queue_id: &str,
-        after: Option<&str>,
-        limit: usize,
-        keep: &dyn Fn(&Worker, bool) -> bool,
-    ) -> Result<Page<WorkerListing>, StoreError> {
-        self.workers_listed(task_queue_id, after, limit, keep)
-    }
-
-    fn worker_events(&self, key: &WorkerKey) -> Result<Vec<WorkerEvent>, StoreError> {
-        self.worker_history(key)
-    }
-}
-
-impl<D: ReadDb> ReadsOver<D> {
-    fn worker_read(&self, key: &WorkerKey) -> Result<Option<(Worker, Vec<TaskId>)>, StoreError> {
         let Some(worker) = self.0.worker(key)? else { return Ok(None) };
         let name = worker_name(&key.worker_group, &key.worker_id);
         let running = self.0.running_by_worker(&key.task_queue_id)?;
@@ -316,7 +296,7 @@ impl<D: ReadDb> ReadsOver<D> {
         Ok(Some((worker, tasks)))
     }
 
-    fn workers_listed(
+    fn list_workers(
         &self,
         task_queue_id: &str,
         after: Option<&str>,
@@ -350,7 +330,7 @@ impl<D: ReadDb> ReadsOver<D> {
         }
     }
 
-    fn worker_history(&self, key: &WorkerKey) -> Result<Vec<WorkerEvent>, StoreError> {
+    fn worker_events(&self, key: &WorkerKey) -> Result<Vec<WorkerEvent>, StoreError> {
         let mut events: Vec<WorkerEvent> =
             self.0.worker_events(key, u64::MAX, KEPT_EVENTS as usize)?.into_iter().map(|(_, event)| event).collect();
         let Some(worker) = self.0.worker(key)? else { return Ok(events) };
@@ -366,7 +346,9 @@ impl<D: ReadDb> ReadsOver<D> {
         events.sort_by_key(|event| std::cmp::Reverse(event.at));
         Ok(events)
     }
+}
 
+impl<D: ReadDb> ReadsOver<D> {
     /// The first tasks `query` finds, at most `limit` and, beyond the first, at most
     /// [`MAX_PAGE_BYTES`] of definitions; and whether more follow. The sizes are read first,
     /// so a page never holds more than that in memory however large each definition is.
