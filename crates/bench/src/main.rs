@@ -13,6 +13,7 @@
 //! The server binary is the `shoal` next to this one (build both with `--bins`).
 #![expect(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 
+mod dimensions;
 mod events;
 mod fleet;
 mod graph;
@@ -203,6 +204,13 @@ enum Command {
         #[arg(long, default_value_t = 2000)]
         claims: usize,
     },
+    /// claimWork with many distinct dimension sets pending and many workers each matching few.
+    Dimensions {
+        #[arg(long, default_value_t = 50_000)]
+        tasks: usize,
+        #[arg(long, default_value_t = 10_000)]
+        workers: usize,
+    },
     /// Claim cost and memory with many pending tasks.
     Scale {
         #[arg(long, value_delimiter = ',', default_value = "1000,1000000")]
@@ -266,6 +274,7 @@ fn main() -> anyhow::Result<()> {
             Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
             Command::Chatty { megabytes } => chatty(megabytes).await?,
             Command::Scale { pending, claims } => scale(&pending, claims).await?,
+            Command::Dimensions { tasks, workers } => dimensions::dimensions(tasks, workers).await?,
             Command::Cancel { samples } => fleet::cancel(samples).await?,
             Command::Fleet { workers, claims } => fleet::registry(&workers, claims).await?,
             Command::Soak { seconds, rate, expires_after, every } => {

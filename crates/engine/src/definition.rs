@@ -262,7 +262,7 @@ impl TaskDefinitionInput {
         if !self.extra.is_object() {
             return Err(Rejection::invalid("extra", "must be a JSON object"));
         }
-        let dimensions = Dimensions::parse("dimensions", self.dimensions)?;
+        let dimensions = Dimensions::parse_required("dimensions", self.dimensions)?;
         Ok(TaskDefinition {
             provisioner_id,
             worker_type,

@@ -264,11 +264,15 @@ async fn matching_work_behind_many_tasks_for_other_workers_is_claimed(name: &str
             if n % 2 == 0 { json!({"dimensions": {"gpu": ["yes"]}}) } else { json!({"dimensions": {"os": ["mac"]}}) };
         create(store, id(n), patch, at(0)).await;
     }
-    create(store, id(41), json!({"dimensions": {"os": ["linux", "mac"]}}), at(1)).await;
+    create(store, id(41), json!({"dimensions": {"os": ["linux|mac"]}}), at(1)).await;
     create(store, id(42), json!({}), at(2)).await;
-    let mut linux = worker(2);
+    create(store, id(43), json!({"dimensions": {"os": ["linux", "ubuntu"]}}), at(2)).await;
+    let mut linux = worker(3);
     linux.dimensions = dims(&[("os", &["linux"]), ("cpu", &["x86"])]);
-    assert_eq!(claim_ids(store, linux, at(3)).await, vec![id(41), id(42)], "{name}");
+    assert_eq!(claim_ids(store, linux, at(3)).await, vec![id(41), id(42)], "{name}: `|` is OR, a key repeated AND");
+    let mut ubuntu = worker(3);
+    ubuntu.dimensions = dims(&[("os", &["linux", "ubuntu"])]);
+    assert_eq!(claim_ids(store, ubuntu, at(3)).await, vec![id(43)], "{name}");
     let mut mac_gpu = worker(40);
     mac_gpu.dimensions = dims(&[("os", &["mac"]), ("gpu", &["yes", "no"])]);
     assert_eq!(claim_ids(store, mac_gpu, at(4)).await.len(), 40, "{name}: every key matched by one value");

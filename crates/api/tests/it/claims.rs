@@ -133,14 +133,22 @@ async fn worker_exceptions_retry_or_resolve() {
 async fn dimensions_decide_which_worker_gets_a_task() {
     let app = TestApp::with(Settings { claim_wait: Duration::ZERO, ..Settings::default() }).await;
     let gpu_task = slugid();
-    app.create(&gpu_task, json!({"dimensions": {"gpu": ["nvidia", "amd"], "os": ["linux"]}})).await;
+    app.create(&gpu_task, json!({"dimensions": {"gpu": ["nvidia|amd"], "os": ["linux"]}})).await;
+    let ubuntu_task = slugid();
+    app.create(&ubuntu_task, json!({"dimensions": {"os": ["linux", "ubuntu"]}})).await;
     let plain = json!({"workerGroup": "g", "workerId": "plain", "dimensions": {"os": ["linux"]}});
     let (_, body) = app.post("/claim-work/prov%2Fwt", plain).await;
     assert_eq!(body["tasks"].as_array().unwrap().len(), 0, "lacks gpu");
     let gpu = json!({"workerGroup": "g", "workerId": "gpu", "dimensions": {"os": ["linux"], "gpu": ["amd"]}});
     let (_, body) = app.post("/claim-work/prov%2Fwt", gpu).await;
     assert_eq!(body["tasks"][0]["status"]["taskId"], gpu_task.as_str());
-    assert_eq!(body["tasks"][0]["task"]["dimensions"]["gpu"], json!(["amd", "nvidia"]));
+    assert_eq!(body["tasks"][0]["task"]["dimensions"]["gpu"], json!(["amd|nvidia"]), "alternatives sorted");
+    let gpu = json!({"workerGroup": "g", "workerId": "gpu", "dimensions": {"os": ["linux"], "gpu": ["amd"]}});
+    let (_, body) = app.post("/claim-work/prov%2Fwt", gpu).await;
+    assert_eq!(body["tasks"].as_array().unwrap().len(), 0, "the ubuntu task needs both values of os");
+    let ubuntu = json!({"workerGroup": "g", "workerId": "u", "dimensions": {"os": ["ubuntu", "linux"]}});
+    let (_, body) = app.post("/claim-work/prov%2Fwt", ubuntu).await;
+    assert_eq!(body["tasks"][0]["status"]["taskId"], ubuntu_task.as_str());
 }
 
 #[tokio::test]

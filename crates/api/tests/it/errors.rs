@@ -16,6 +16,8 @@ async fn bad_definitions_name_the_field() {
         (json!({"routes": ["a", "a"]}), "routes[1]"),
         (json!({"dependencies": ["not-a-slugid"]}), "dependencies[0]"),
         (json!({"dimensions": {"os": []}}), "dimensions.os"),
+        (json!({"dimensions": {"os": ["linux|"]}}), "dimensions.os"),
+        (json!({"dimensions": {"a": ["1|2|3"], "b": ["1|2|3"]}}), "dimensions"),
         (json!({"unknownField": 1}), "unknownField"),
         (json!({"retries": "five"}), "retries"),
         (json!({"metadata": null}), "metadata"),
@@ -77,6 +79,11 @@ async fn worker_input_is_checked() {
             "/claim-work/prov%2Fwt",
             json!({"workerGroup": "g", "workerId": "w", "dimensions": {"os": "linux"}}),
             "dimensions",
+        ),
+        (
+            "/claim-work/prov%2Fwt",
+            json!({"workerGroup": "g", "workerId": "w", "dimensions": {"os": ["linux|mac"]}}),
+            "dimensions.os",
         ),
         ("/claim-work/prov%2FWT", json!({"workerGroup": "g", "workerId": "w"}), "taskQueueId"),
     ];

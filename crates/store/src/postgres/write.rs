@@ -510,14 +510,14 @@ pub(crate) fn claimable(excluding: bool) -> &'static str {
 
 fn claimable_sql(excluding: bool) -> String {
     // The dimension rule of `Dimensions::matched_by`, in SQL, so that matching work behind
-    // any number of tasks this worker cannot run is found: every key the task names must be
-    // among the worker's with at least one value the task accepts.
+    // any number of tasks this worker cannot run is found: every value of every key the task
+    // names must be among the worker's, by one of its `|` alternatives.
     format!(
         "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
          AND (dimensions IS NULL OR NOT EXISTS ( \
-             SELECT 1 FROM jsonb_each(dimensions) AS wanted(key, accepted) WHERE NOT EXISTS ( \
-                 SELECT 1 FROM jsonb_array_elements_text($3::text::jsonb -> wanted.key) AS have(value) \
-                 WHERE wanted.accepted ? have.value))) {}\
+             SELECT 1 FROM jsonb_each(dimensions) AS wanted(key, required), \
+                 jsonb_array_elements_text(wanted.required) AS one(value) \
+             WHERE NOT COALESCE(($3::text::jsonb -> wanted.key) ?| string_to_array(one.value, '|'), false))) {}\
          ORDER BY priority_rank, pending_seq LIMIT $2 FOR UPDATE SKIP LOCKED",
         if excluding { "AND NOT task_id = ANY($4) " } else { "" }
     )

@@ -1,9 +1,12 @@
 //! The pending index: which runs wait in which queue, grouped by dimension set, in claim order.
 //!
 //! Tasks with equal dimensions share one group (Swarming's task queues), so a claim looks at
-//! each group a worker matches once, not at every pending task; which groups a worker matches
-//! is cached per worker dimension set until a new group appears. Within a group entries are
-//! ordered by (priority rank, sequence): most urgent first, then oldest.
+//! each group a worker matches once, not at every pending task. Each group is filed under the
+//! alternatives of one of its required values (its anchor, the one whose alternatives have
+//! the fewest groups filed when it appeared); a worker looks only at the groups filed under
+//! the values it has, and at those requiring nothing. A group is dropped when it empties.
+//! Within a group entries are ordered by (priority rank, sequence): most urgent first, then
+//! oldest.
 //!
 //! Changes are recorded in an undo log so the store can roll the index back together with a
 //! failed transaction.
@@ -11,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use shoal_engine::TaskId;
-use shoal_engine::dimensions::Dimensions;
+use shoal_engine::dimensions::{Dimensions, alternatives};
 
 /// Where one pending run sits in the index.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,9 +38,6 @@ pub(crate) struct PendingRun {
     pub run_id: u32,
 }
 
-/// Cache entries kept per queue before the match cache is dropped and rebuilt.
-const MATCH_CACHE_LIMIT: usize = 4096;
-
 /// Every pending run, by queue and dimension set.
 #[derive(Debug, Default)]
 pub(crate) struct PendingIndex {
@@ -48,16 +48,22 @@ pub(crate) struct PendingIndex {
 
 #[derive(Debug, Default)]
 struct QueueIndex {
-    groups: Vec<Group>,
+    /// Slots; a dropped group's slot is `None` until reused.
+    groups: Vec<Option<Group>>,
+    free: Vec<usize>,
     group_of: HashMap<Dimensions, usize>,
-    /// Worker dimensions -> indexes of the groups they match; valid while `groups.len()` is
-    /// what it was when computed (groups are only ever added).
-    match_cache: HashMap<Dimensions, (usize, Vec<usize>)>,
+    /// Key -> value -> the groups anchored on it.
+    anchored: HashMap<String, HashMap<String, Vec<usize>>>,
+    /// The groups requiring nothing.
+    unconstrained: Vec<usize>,
 }
 
 #[derive(Debug)]
 struct Group {
     dimensions: Dimensions,
+    /// The required value (key, `a|b` alternatives) the group is filed under; none if it
+    /// requires nothing.
+    anchor: Option<(String, String)>,
     entries: BTreeMap<(u8, u64), PendingRun>,
 }
 
@@ -109,14 +115,15 @@ impl PendingIndex {
         while res.len() < n {
             let best = matching
                 .iter()
-                .filter_map(|&group_idx| {
-                    queue.groups[group_idx].entries.first_key_value().map(|(order, _)| (*order, group_idx))
+                .filter_map(|&slot| {
+                    let group = queue.groups[slot].as_ref()?;
+                    group.entries.first_key_value().map(|(order, _)| (*order, slot))
                 })
                 .min();
-            let Some((order, group_idx)) = best else {
+            let Some((order, slot)) = best else {
                 break;
             };
-            let group = &mut queue.groups[group_idx];
+            let Some(group) = queue.groups[slot].as_mut() else { break };
             let Some(run) = group.entries.remove(&order) else {
                 break;
             };
@@ -129,6 +136,10 @@ impl PendingIndex {
             self.len -= 1;
             self.undo.push(Undo::Removed(key.clone(), run));
             res.push((key, run));
+        }
+        // Dropped after the loop: `matching` holds slots a drop would free for reuse.
+        for slot in matching {
+            queue.drop_if_empty(slot);
         }
         res
     }
@@ -163,46 +174,111 @@ impl PendingIndex {
             self.queues.insert(key.task_queue_id.clone(), QueueIndex::default());
         }
         let Some(queue) = self.queues.get_mut(&key.task_queue_id) else { return };
-        let group_idx = match queue.group_of.get(&key.dimensions) {
-            Some(&idx) => idx,
-            None => {
-                queue.groups.push(Group { dimensions: key.dimensions.clone(), entries: BTreeMap::new() });
-                queue.group_of.insert(key.dimensions.clone(), queue.groups.len() - 1);
-                queue.groups.len() - 1
-            }
+        let slot = match queue.group_of.get(&key.dimensions) {
+            Some(&slot) => slot,
+            None => queue.add_group(&key.dimensions),
         };
-        if queue.groups[group_idx].entries.insert((key.rank, key.seq), run).is_none() {
+        let Some(group) = queue.groups[slot].as_mut() else { return };
+        if group.entries.insert((key.rank, key.seq), run).is_none() {
             self.len += 1;
         }
     }
 
     fn remove_raw(&mut self, key: &PendingKey) -> Option<PendingRun> {
         let queue = self.queues.get_mut(&key.task_queue_id)?;
-        let group_idx = *queue.group_of.get(&key.dimensions)?;
-        let run = queue.groups[group_idx].entries.remove(&(key.rank, key.seq))?;
+        let slot = *queue.group_of.get(&key.dimensions)?;
+        let run = queue.groups[slot].as_mut()?.entries.remove(&(key.rank, key.seq))?;
+        queue.drop_if_empty(slot);
         self.len -= 1;
         Some(run)
     }
 }
 
 impl QueueIndex {
-    fn matching_groups(&mut self, worker: &Dimensions) -> Vec<usize> {
-        let n_groups = self.groups.len();
-        if let Some((seen, cached)) = self.match_cache.get_mut(worker) {
-            if *seen < n_groups {
-                let new = (*seen..n_groups).filter(|&idx| self.groups[idx].dimensions.matched_by(worker));
-                cached.extend(new);
-                *seen = n_groups;
+    /// The slots of the groups whose dimensions `worker` matches.
+    fn matching_groups(&self, worker: &Dimensions) -> Vec<usize> {
+        let mut matching: Vec<usize> = self.unconstrained.clone();
+        for (key, values) in worker.iter() {
+            let Some(by_value) = self.anchored.get(key) else { continue };
+            for value in values {
+                let Some(slots) = by_value.get(value) else { continue };
+                matching.extend(slots.iter().copied().filter(|&slot| {
+                    self.groups[slot].as_ref().is_some_and(|group| group.dimensions.matched_by(worker))
+                }));
             }
-            return cached.clone();
         }
-        if self.match_cache.len() >= MATCH_CACHE_LIMIT {
-            self.match_cache.clear();
-        }
-        let matching: Vec<usize> =
-            (0..n_groups).filter(|&idx| self.groups[idx].dimensions.matched_by(worker)).collect();
-        self.match_cache.insert(worker.clone(), (n_groups, matching.clone()));
+        // A worker having two alternatives of one anchor finds its group twice.
+        matching.sort_unstable();
+        matching.dedup();
         matching
+    }
+
+    fn add_group(&mut self, dimensions: &Dimensions) -> usize {
+        // The anchor: the required value whose alternatives have the fewest groups filed.
+        let filed = |key: &str, value: &str| -> usize {
+            alternatives(value)
+                .map(|one| self.anchored.get(key).and_then(|by_value| by_value.get(one)).map_or(0, Vec::len))
+                .sum()
+        };
+        let anchor = dimensions
+            .iter()
+            .flat_map(|(key, values)| values.iter().map(move |value| (key, value.as_str())))
+            .min_by_key(|(key, value)| filed(key, value))
+            .map(|(key, value)| (key.to_owned(), value.to_owned()));
+        let group = Group { dimensions: dimensions.clone(), anchor, entries: BTreeMap::new() };
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.groups.push(None);
+                self.groups.len() - 1
+            }
+        };
+        match &group.anchor {
+            None => self.unconstrained.push(slot),
+            Some((key, value)) => {
+                let by_value = self.anchored.entry(key.clone()).or_default();
+                for one in alternatives(value) {
+                    by_value.entry(one.to_owned()).or_default().push(slot);
+                }
+            }
+        }
+        self.group_of.insert(dimensions.clone(), slot);
+        self.groups[slot] = Some(group);
+        slot
+    }
+
+    /// Drops the group in `slot` if it holds nothing, so groups of dimension sets no longer
+    /// pending cost later claims nothing.
+    fn drop_if_empty(&mut self, slot: usize) {
+        if !self.groups[slot].as_ref().is_some_and(|group| group.entries.is_empty()) {
+            return;
+        }
+        let Some(group) = self.groups[slot].take() else { return };
+        self.group_of.remove(&group.dimensions);
+        let unfile = |slots: &mut Vec<usize>| {
+            if let Some(at) = slots.iter().position(|&s| s == slot) {
+                slots.swap_remove(at);
+            }
+        };
+        match &group.anchor {
+            None => unfile(&mut self.unconstrained),
+            Some((key, value)) => {
+                if let Some(by_value) = self.anchored.get_mut(key.as_str()) {
+                    for one in alternatives(value) {
+                        if let Some(slots) = by_value.get_mut(one) {
+                            unfile(slots);
+                            if slots.is_empty() {
+                                by_value.remove(one);
+                            }
+                        }
+                    }
+                    if by_value.is_empty() {
+                        self.anchored.remove(key.as_str());
+                    }
+                }
+            }
+        }
+        self.free.push(slot);
     }
 }
 
@@ -271,5 +347,32 @@ mod tests {
         assert_eq!(index.pop_matching("p/w", &worker, 1).len(), 1);
         index.insert(key(&dims(&[("os", "linux")]), 1, 2), PendingRun { task_id: id(2), run_id: 0 });
         assert_eq!(index.pop_matching("p/w", &worker, 1).len(), 1, "a group added after caching is seen");
+    }
+
+    #[test]
+    fn groups_are_found_through_any_alternative_and_dropped_when_empty() {
+        let mut index = PendingIndex::default();
+        let raw =
+            BTreeMap::from([("os".to_owned(), vec!["mac|win".to_owned()]), ("pool".to_owned(), vec!["ci".to_owned()])]);
+        let either = Dimensions::parse_required("dimensions", raw).unwrap();
+        for seq in 1..=3 {
+            index.insert(key(&either, 1, seq), PendingRun { task_id: id(seq as u8), run_id: 0 });
+        }
+        index.insert(key(&dims(&[("pool", "ci")]), 1, 4), PendingRun { task_id: id(4), run_id: 0 });
+        index.commit();
+        let mark = index.mark();
+        let linux = dims(&[("os", "linux"), ("pool", "ci")]);
+        assert_eq!(index.pop_matching("p/w", &linux, 5).len(), 1, "only the pool-only task");
+        assert_eq!(index.pop_matching("p/w", &dims(&[("os", "win")]), 5).len(), 0, "pool is required too");
+        let both = dims(&[("os", "mac"), ("os", "win"), ("pool", "ci")]);
+        assert_eq!(index.pop_matching("p/w", &both, 1)[0].1.task_id, id(1), "found once, in order");
+        index.remove(&key(&either, 1, 2));
+        assert_eq!(index.pop_matching("p/w", &dims(&[("os", "mac"), ("pool", "ci")]), 5)[0].1.task_id, id(3));
+        let queue = &index.queues["p/w"];
+        assert!(queue.groups.iter().all(Option::is_none), "every group emptied is dropped");
+        assert!(queue.anchored.is_empty() && queue.unconstrained.is_empty() && queue.group_of.is_empty());
+        index.rollback_to(mark);
+        assert_eq!(index.len(), 4, "a rollback brings dropped groups back");
+        assert_eq!(index.pop_matching("p/w", &both, 5).len(), 4);
     }
 }
