@@ -43,10 +43,9 @@ where
         .collect()
 }
 
-/// `tasks` pending tasks with distinct dimension sets, then `workers` workers (a tenth of
-/// the pending count by default) each claiming once, 32 at a time, in an order unrelated to
-/// the tasks'.
-pub(crate) async fn dimensions(tasks: usize, workers: usize) -> anyhow::Result<()> {
+/// `tasks` pending tasks with distinct dimension sets, then `workers` workers each claiming
+/// once, `concurrency` at a time, in an order unrelated to the tasks'.
+pub(crate) async fn dimensions(tasks: usize, workers: usize, concurrency: usize) -> anyhow::Result<()> {
     anyhow::ensure!(workers * DEVICES <= tasks, "--workers must be at most --tasks / {DEVICES}");
     let server = Server::start(None, &[]).await?;
     let client = server.client();
@@ -67,7 +66,7 @@ pub(crate) async fn dimensions(tasks: usize, workers: usize) -> anyhow::Result<(
     // A stride coprime with the worker count visits every worker once, far from task order.
     let stride = (7919..).find(|s| gcd(*s, workers) == 1).unwrap_or(1);
     let started = Instant::now();
-    let mut times = each(workers, 32, |n| {
+    let mut times = each(workers, concurrency, |n| {
         let (client, base) = (client.clone(), base.clone());
         let w = (n * stride) % workers;
         async move {
@@ -91,7 +90,7 @@ pub(crate) async fn dimensions(tasks: usize, workers: usize) -> anyhow::Result<(
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "dimensions: {tasks} distinct dimension sets pending in one queue (created at {:.0}/s), {workers} workers \
-         with their own dimensions each claiming once, 32 at a time: claimWork p50 {:.2} ms, p99 {:.2} ms, \
+         with their own dimensions each claiming once, {concurrency} at a time: claimWork p50 {:.2} ms, p99 {:.2} ms, \
          max {:.2} ms; {:.0} claims/s; server RSS {} MB",
         tasks as f64 / creating.as_secs_f64(),
         ms(percentile(&times, 0.5)),

@@ -210,6 +210,9 @@ enum Command {
         tasks: usize,
         #[arg(long, default_value_t = 10_000)]
         workers: usize,
+        /// Claims in flight at once.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
     },
     /// Claim cost and memory with many pending tasks.
     Scale {
@@ -274,7 +277,9 @@ fn main() -> anyhow::Result<()> {
             Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
             Command::Chatty { megabytes } => chatty(megabytes).await?,
             Command::Scale { pending, claims } => scale(&pending, claims).await?,
-            Command::Dimensions { tasks, workers } => dimensions::dimensions(tasks, workers).await?,
+            Command::Dimensions { tasks, workers, concurrency } => {
+                dimensions::dimensions(tasks, workers, concurrency).await?
+            }
             Command::Cancel { samples } => fleet::cancel(samples).await?,
             Command::Fleet { workers, claims } => fleet::registry(&workers, claims).await?,
             Command::Soak { seconds, rate, expires_after, every } => {

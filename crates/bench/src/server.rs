@@ -129,6 +129,7 @@ pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result
         claim_timeout_secs: 1200,
         graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
         queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
+        worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
     };
     let store = Store::Sqlite(SqliteStore::open(&config)?);
     let n_loaders = 64;

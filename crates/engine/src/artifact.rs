@@ -349,6 +349,7 @@ mod tests {
             scheduled: NOW,
             started: Some(NOW),
             resolved: resolved_ago_ms.map(|ago| NOW.plus_millis(-ago)),
+            slice: None,
         }
     }
 

@@ -4,6 +4,7 @@ use crate::Timestamp;
 use crate::event::Effects;
 use crate::priority::Priority;
 use crate::rejection::Rejection;
+use crate::slice::Capacity;
 use crate::task::{Resolution, Task};
 
 /// A command on one existing task.
@@ -32,13 +33,20 @@ pub enum TaskCommand {
 }
 
 impl TaskCommand {
-    /// Runs the command's transition on `task`; a claim renewed by it holds `claim_timeout_secs`.
+    /// Runs the command's transition on `task`; a claim renewed by it holds `claim_timeout_secs`;
+    /// `capacity` judges the slices of a task scheduled by it.
     ///
     /// # Errors
     /// The transition's rejection.
-    pub fn apply(&self, task: &mut Task, now: Timestamp, claim_timeout_secs: i64) -> Result<Effects, Rejection> {
+    pub fn apply(
+        &self,
+        task: &mut Task,
+        now: Timestamp,
+        claim_timeout_secs: i64,
+        capacity: &Capacity,
+    ) -> Result<Effects, Rejection> {
         match *self {
-            TaskCommand::Schedule => task.schedule(now),
+            TaskCommand::Schedule => task.schedule(now, capacity),
             TaskCommand::Reclaim { run_id } => task.reclaim(run_id, now, claim_timeout_secs),
             TaskCommand::Resolve { run_id, resolution } => task.resolve(run_id, resolution, now),
             TaskCommand::Cancel => task.cancel(now),
@@ -52,6 +60,7 @@ impl TaskCommand {
 mod tests {
     use super::*;
     use crate::definition::TaskDefinitionInput;
+    use crate::slice::Capacity;
     use crate::status::TaskState;
     use crate::{TaskId, Timestamp};
 
@@ -72,17 +81,20 @@ mod tests {
     #[test]
     fn each_command_runs_its_transition() {
         let (mut task, now) = task();
-        let _scheduled = TaskCommand::Schedule.apply(&mut task, now, 60).unwrap();
+        let _scheduled = TaskCommand::Schedule.apply(&mut task, now, 60, &Capacity::Assumed).unwrap();
         assert_eq!(task.state(), TaskState::Pending);
         let _claimed = task.claim(0, "g", "w", now, 60).unwrap();
-        let _reclaimed = TaskCommand::Reclaim { run_id: 0 }.apply(&mut task, now.plus_secs(10), 60).unwrap();
+        let _reclaimed =
+            TaskCommand::Reclaim { run_id: 0 }.apply(&mut task, now.plus_secs(10), 60, &Capacity::Assumed).unwrap();
         assert_eq!(task.running_until(), Some(now.plus_secs(70)), "the claim renewed for the timeout given");
-        let _resolved =
-            TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }.apply(&mut task, now, 60).unwrap();
+        let _resolved = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }
+            .apply(&mut task, now, 60, &Capacity::Assumed)
+            .unwrap();
         assert_eq!(task.state(), TaskState::Completed);
-        let late = TaskCommand::ChangePriority(Priority::Named(2)).apply(&mut task, now, 60).unwrap_err();
+        let late =
+            TaskCommand::ChangePriority(Priority::Named(2)).apply(&mut task, now, 60, &Capacity::Assumed).unwrap_err();
         assert_eq!(late.to_string(), format!("task {} is resolved; its priority cannot change", task.task_id));
-        let _canceled = TaskCommand::Cancel.apply(&mut task, now, 60).unwrap();
+        let _canceled = TaskCommand::Cancel.apply(&mut task, now, 60, &Capacity::Assumed).unwrap();
         assert_eq!(task.state(), TaskState::Completed, "a resolved task stays as it is");
     }
 }

@@ -8,6 +8,7 @@ use crate::dimensions::Dimensions;
 use crate::id::{is_identifier, is_worker_type, split_task_queue_id};
 use crate::priority::Priority;
 use crate::rejection::Conflict;
+use crate::slice::{Slice, SliceInput, parse_slices};
 use crate::status::TaskState;
 use crate::{Rejection, TaskId, Timestamp};
 
@@ -118,6 +119,8 @@ pub struct TaskDefinitionInput {
     /// Worker dimensions required beyond the queue (Shoal's extension).
     #[serde(default)]
     pub dimensions: BTreeMap<String, Vec<String>>,
+    /// Swarming's slices: alternative dimension sets tried in order (Shoal's extension).
+    pub slices: Option<Vec<SliceInput>>,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -184,6 +187,9 @@ pub struct TaskDefinition {
     /// Required worker dimensions (absent when none).
     #[serde(default, skip_serializing_if = "Dimensions::is_empty")]
     pub dimensions: Dimensions,
+    /// Slices (absent when none; then `dimensions` hold).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slices: Vec<Slice>,
 }
 
 /// Whether createTask may define `task_id` again as `submitted` when it is stored as
@@ -262,6 +268,7 @@ impl TaskDefinitionInput {
         if !self.extra.is_object() {
             return Err(Rejection::invalid("extra", "must be a JSON object"));
         }
+        let slices = parse_slices(self.slices, !self.dimensions.is_empty())?;
         let dimensions = Dimensions::parse_required("dimensions", self.dimensions)?;
         Ok(TaskDefinition {
             provisioner_id,
@@ -284,6 +291,7 @@ impl TaskDefinitionInput {
             tags: self.tags,
             extra: self.extra,
             dimensions,
+            slices,
         })
     }
 

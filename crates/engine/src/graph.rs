@@ -506,6 +506,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::slice::Capacity;
 
     const GRAPH_ID: &str = "fN1S_sG4TTu5SNmTb0Xd6A";
 
@@ -664,7 +665,7 @@ mod tests {
             let _ = task.resolve(run_id, crate::task::Resolution::Failed, now).unwrap();
             react(task, was, node, tally, now)
         };
-        let _ = task.schedule(now).unwrap();
+        let _ = task.schedule(now, &Capacity::Assumed).unwrap();
         assert_eq!(fail(&mut task, &mut node, &mut tally), Reaction::Rerun);
         assert_eq!((node.reruns_left, tally.state()), (0, GraphState::Running));
         let _ = task.rerun(now).unwrap();
@@ -692,7 +693,7 @@ mod tests {
         let planned = plan_of(json!({"t": {"reruns": 3, "task": task(json!({}))}})).unwrap();
         let now = context().now;
         let mut task = Task::new(planned[0].task_id, &planned[0].definition);
-        let _ = task.schedule(now).unwrap();
+        let _ = task.schedule(now, &Capacity::Assumed).unwrap();
         let _ = task.cancel(now).unwrap();
         let mut node = NodeProgress { reruns_left: 3, failed: false };
         let mut tally = Tally { open: 1, failed: 0 };

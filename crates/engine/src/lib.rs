@@ -17,7 +17,7 @@
 //! let task_id = TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6A").unwrap();
 //! let definition = input.validate(task_id, now).unwrap();
 //! let mut task = Task::new(task_id, &definition);
-//! task.schedule(now).unwrap();
+//! task.schedule(now, &shoal_engine::slice::Capacity::Assumed).unwrap();
 //! let effects = task.claim(0, "group", "worker", now, 1200).unwrap();
 //! assert_eq!(effects.0, vec![shoal_engine::event::Event::Running { run_id: 0 }]);
 //! task.resolve(0, Resolution::Completed, now).unwrap();
@@ -36,6 +36,7 @@ pub mod id;
 pub mod message;
 pub mod priority;
 pub mod rejection;
+pub mod slice;
 pub mod status;
 pub mod task;
 pub mod timestamp;

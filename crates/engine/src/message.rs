@@ -397,6 +397,7 @@ mod tests {
 
     use super::*;
     use crate::definition::TaskDefinitionInput;
+    use crate::slice::Capacity;
     use crate::status::ReasonResolved;
     use crate::task::Resolution;
 
@@ -441,7 +442,7 @@ mod tests {
         assert_eq!(defined["task"], json!({"tags": {"kind": "build"}}));
         assert!(defined.get("runId").is_none());
 
-        let effects = task.schedule(at(1)).unwrap();
+        let effects = task.schedule(at(1), &Capacity::Assumed).unwrap();
         let pending = &task_messages(&task, &effects.0)[0];
         assert_eq!(pending.exchange, Exchange::TaskPending);
         assert!(pending.routing_key.starts_with("primary.dJ0Bhn5BQGuyTK2nR0iEmg.0._._.proj.linux."));
@@ -473,7 +474,7 @@ mod tests {
         let mut task = task(&[]);
         let task_id = task.task_id;
         assert_eq!(task_messages(&task, &[Event::Defined])[0].ended_run(), None);
-        let effects = task.schedule(at(1)).unwrap();
+        let effects = task.schedule(at(1), &Capacity::Assumed).unwrap();
         assert_eq!(task_messages(&task, &effects.0)[0].ended_run(), None, "pending");
         let effects = task.claim(0, "wg", "w1", at(2), 1200).unwrap();
         assert_eq!(task_messages(&task, &effects.0)[0].ended_run(), None, "running");
@@ -489,7 +490,7 @@ mod tests {
     #[test]
     fn a_deadline_on_a_pending_run_has_a_run_but_no_worker() {
         let mut task = task(&[]);
-        let _ = task.schedule(at(1)).unwrap();
+        let _ = task.schedule(at(1), &Capacity::Assumed).unwrap();
         let effects = task.exceed_deadline(at(3601)).unwrap();
         let exception = &task_messages(&task, &effects.0)[0];
         assert_eq!(exception.exchange, Exchange::TaskException);
@@ -504,7 +505,7 @@ mod tests {
     #[test]
     fn a_retried_exception_is_two_messages_with_the_final_status() {
         let mut task = task(&[]);
-        let _ = task.schedule(at(1)).unwrap();
+        let _ = task.schedule(at(1), &Capacity::Assumed).unwrap();
         let _ = task.claim(0, "wg", "w1", at(2), 1200).unwrap();
         let effects = task.resolve(0, Resolution::Exception(ReasonResolved::WorkerShutdown), at(3)).unwrap();
         let messages = task_messages(&task, &effects.0);

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::priority::Priority;
+use crate::slice::SliceAt;
 use crate::{TaskId, Timestamp};
 
 /// State of a task: that of its last run, or `unscheduled` before the first.
@@ -170,6 +171,9 @@ pub struct Run {
     /// When it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved: Option<Timestamp>,
+    /// The slice it waited on (or ran on), for a task with slices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice: Option<SliceAt>,
 }
 
 /// The status structure every status-returning call sends.
@@ -202,4 +206,7 @@ pub struct TaskStatus {
     pub state: TaskState,
     /// Runs, oldest first.
     pub runs: Vec<Run>,
+    /// For a task with slices, the index of the slice its last run waits or ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_slice: Option<u32>,
 }

@@ -10,6 +10,7 @@ use crate::dimensions::Dimensions;
 use crate::event::{Effects, Event};
 use crate::priority::Priority;
 use crate::rejection::{Conflict, Missing};
+use crate::slice::{self, Capacity, Slice, SliceAt};
 use crate::status::{ReasonCreated, ReasonResolved, Run, RunState, TaskState, TaskStatus};
 use crate::{Rejection, TaskId, Timestamp};
 
@@ -37,8 +38,10 @@ pub struct TaskMeta {
     pub expires: Timestamp,
     /// When dependencies count as satisfied.
     pub requires: Requires,
-    /// Required worker dimensions.
+    /// Required worker dimensions: the current slice's, for a task with slices.
     pub dimensions: Dimensions,
+    /// Swarming's slices (empty when none).
+    pub slices: Vec<Slice>,
     /// Routes its messages are also published under (`route.<r>`).
     pub routes: Vec<String>,
     /// Tags its messages carry.
@@ -59,7 +62,11 @@ impl TaskMeta {
             deadline: definition.deadline,
             expires: definition.expires,
             requires: definition.requires,
-            dimensions: definition.dimensions.clone(),
+            dimensions: definition
+                .slices
+                .first()
+                .map_or_else(|| definition.dimensions.clone(), |s| s.dimensions.clone()),
+            slices: definition.slices.clone(),
             routes: definition.routes.clone(),
             tags: definition.tags.clone(),
         }
@@ -186,20 +193,85 @@ impl Task {
             retries_left: self.retries_left,
             state: self.state(),
             runs: self.runs.clone(),
+            current_slice: self.status_slice(),
         }
     }
 
     /// Makes the first run pending (dependencies met, or scheduleTask); a task that already
-    /// has a run is left as it is.
+    /// has a run is left as it is. A task with slices waits on the first that could run
+    /// (`capacity`: whether a live worker matches dimensions), or ends `resource-unavailable`
+    /// when none could.
     ///
     /// # Errors
     /// Conflict once the deadline has passed.
-    pub fn schedule(&mut self, now: Timestamp) -> Result<Effects, Rejection> {
+    pub fn schedule(&mut self, now: Timestamp, capacity: &Capacity) -> Result<Effects, Rejection> {
         self.check_deadline(now)?;
         if !self.runs.is_empty() {
             return Ok(Effects::none());
         }
-        Ok(self.push_pending(ReasonCreated::Scheduled, now))
+        if self.meta.slices.is_empty() {
+            return Ok(self.push_pending(ReasonCreated::Scheduled, now));
+        }
+        match slice::next_runnable(&self.meta.slices, 0, capacity) {
+            Some(index) => {
+                self.enter_slice(index);
+                Ok(self.push_pending(ReasonCreated::Scheduled, now))
+            }
+            None => Ok(self.end_unresolved(ReasonResolved::ResourceUnavailable, now)),
+        }
+    }
+
+    /// Moves a pending task whose slice has waited its `expiresAfter` on to the next slice
+    /// that could run, keeping its place in line (the pending message is sent again); past
+    /// the last, it ends `deadline-exceeded`. `None` when no slice is due.
+    pub fn expire_slice(&mut self, now: Timestamp, capacity: &Capacity) -> Option<Effects> {
+        let due = self.slice_due()?;
+        if now < due {
+            return None;
+        }
+        let run = self.runs.last()?;
+        let (run_id, from) = (run.run_id, run.slice?.index as usize + 1);
+        match slice::next_runnable(&self.meta.slices, from, capacity) {
+            Some(index) => {
+                self.enter_slice(index);
+                if let Some(run) = self.runs.last_mut() {
+                    run.slice = Some(SliceAt { index: index as u32, since: now });
+                }
+                Some(Effects(vec![Event::Pending { run_id }]))
+            }
+            None => Some(self.end_unresolved(ReasonResolved::DeadlineExceeded, now)),
+        }
+    }
+
+    /// The slice the last run waits or ran on, for a task with slices.
+    #[must_use]
+    pub fn status_slice(&self) -> Option<u32> {
+        self.runs.last().and_then(|run| run.slice).map(|at| at.index)
+    }
+
+    /// When the pending run's current slice has waited its `expiresAfter`.
+    #[must_use]
+    pub fn slice_due(&self) -> Option<Timestamp> {
+        let run = self.runs.last().filter(|run| run.state == RunState::Pending)?;
+        let at = run.slice?;
+        let slice = self.meta.slices.get(at.index as usize)?;
+        Some(at.since.plus_secs(i64::from(slice.expires_after)))
+    }
+
+    /// When the queue must next look at this unresolved task on its own: its deadline, or
+    /// sooner its pending slice's expiry; `None` once resolved.
+    #[must_use]
+    pub fn deadline_due(&self) -> Option<Timestamp> {
+        if self.state().is_resolved() {
+            return None;
+        }
+        Some(self.slice_due().map_or(self.meta.deadline, |due| due.min(self.meta.deadline)))
+    }
+
+    fn enter_slice(&mut self, index: usize) {
+        if let Some(slice) = self.meta.slices.get(index) {
+            self.meta.dimensions = slice.dimensions.clone();
+        }
     }
 
     /// Hands pending run `run_id` to a worker until `now + claim_timeout_secs`.
@@ -359,6 +431,11 @@ impl Task {
 
     fn push_pending(&mut self, reason: ReasonCreated, now: Timestamp) -> Effects {
         let run_id = self.runs.len() as u32;
+        // A retry or rerun waits on the slice its task is at (the one chosen when scheduled).
+        let slice = (!self.meta.slices.is_empty()).then(|| {
+            let index = self.meta.slices.iter().position(|s| s.dimensions == self.meta.dimensions).unwrap_or(0);
+            SliceAt { index: index as u32, since: now }
+        });
         self.runs.push(Run {
             run_id,
             state: RunState::Pending,
@@ -370,6 +447,7 @@ impl Task {
             scheduled: now,
             started: None,
             resolved: None,
+            slice,
         });
         Effects(vec![Event::Pending { run_id }])
     }
@@ -412,6 +490,7 @@ impl Task {
                 scheduled: now,
                 started: None,
                 resolved: Some(now),
+                slice: None,
             });
             return Effects(vec![Event::Exception { run_id }]);
         }

@@ -278,6 +278,7 @@ impl ServerConfig {
                 claim_timeout_secs: self.claim_timeout,
                 graph_scheduler_id: self.scheduler_id.clone(),
                 queue_retention_secs: self.queue_retention,
+                worker_dead_after_secs: self.worker_dead_after as i64,
             })
             .with_context(|| format!("opening the database {}", path.display()))?;
             return Ok(Store::Sqlite(store));
@@ -303,6 +304,7 @@ impl ServerConfig {
         pg.request_timeout = Duration::from_secs(self.database_timeout);
         pg.graph_scheduler_id.clone_from(&self.scheduler_id);
         pg.queue_retention_secs = self.queue_retention;
+        pg.worker_dead_after_secs = self.worker_dead_after as i64;
         pg
     }
 

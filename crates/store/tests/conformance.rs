@@ -4,10 +4,13 @@
 //! Time is an argument of every store call, so claim expiry and deadlines are tested by
 //! passing a later `now`, never by sleeping.
 
+#[path = "conformance/scheduling.rs"]
+mod scheduling;
 mod support;
 #[path = "conformance/workers.rs"]
 mod workers;
 
+use scheduling::*;
 use workers::*;
 
 use serde_json::json;
@@ -49,6 +52,7 @@ fn sqlite_in(dir: &std::path::Path) -> Store {
         claim_timeout_secs: CLAIM_TIMEOUT,
         graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
         queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
+        worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
     };
     Store::Sqlite(SqliteStore::open(&config).expect("open sqlite"))
 }
@@ -100,7 +104,7 @@ macro_rules! conformance {
 }
 
 conformance! {
-    current_thread: create_claim_complete, create_is_idempotent_and_conflicts_on_difference, failed_create_leaves_nothing_behind, dependencies_release_in_the_resolving_step, claims_go_by_priority_then_age_and_match_dimensions, priority_change_reorders_pending_work, claim_expiry_retries_then_gives_up, deadline_resolves_every_unresolved_state, a_groups_later_deadline_fires_after_its_earlier_task_resolved, a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own, groups_seal_and_cancel, restart_rebuilds_the_pending_index, concurrent_claims_hand_out_each_run_once, racing_identical_creates_all_succeed_and_define_the_task_once, a_failed_operation_takes_only_its_batch_down, artifacts_are_recorded_uploaded_listed_and_expired, every_transition_leaves_its_messages_in_the_outbox_in_order, unpublished_messages_survive_a_restart_and_published_ones_are_deleted, a_group_is_resolved_each_time_its_last_task_resolves, a_refused_graph_leaves_nothing_behind, matching_work_behind_many_tasks_for_other_workers_is_claimed, a_group_resolves_only_when_nothing_in_it_is_left_unresolved, a_graph_reruns_a_failure_blocks_then_finishes_once_run_again, concurrent_completions_of_a_graphs_tasks_are_each_counted_once, clients_and_roles_are_kept_changed_and_deleted, expired_tasks_are_forgotten_with_what_hangs_on_them, workers_are_recorded_with_their_claims_and_history, listing_workers_pages_and_filters, a_silent_worker_goes_missing_and_its_runs_are_retried_at_once, a_workers_history_is_bounded_and_it_expires;
+    current_thread: create_claim_complete, create_is_idempotent_and_conflicts_on_difference, failed_create_leaves_nothing_behind, dependencies_release_in_the_resolving_step, claims_go_by_priority_then_age_and_match_dimensions, priority_change_reorders_pending_work, claim_expiry_retries_then_gives_up, deadline_resolves_every_unresolved_state, a_groups_later_deadline_fires_after_its_earlier_task_resolved, a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own, groups_seal_and_cancel, restart_rebuilds_the_pending_index, concurrent_claims_hand_out_each_run_once, racing_identical_creates_all_succeed_and_define_the_task_once, a_failed_operation_takes_only_its_batch_down, artifacts_are_recorded_uploaded_listed_and_expired, every_transition_leaves_its_messages_in_the_outbox_in_order, unpublished_messages_survive_a_restart_and_published_ones_are_deleted, a_group_is_resolved_each_time_its_last_task_resolves, a_refused_graph_leaves_nothing_behind, matching_work_behind_many_tasks_for_other_workers_is_claimed, a_group_resolves_only_when_nothing_in_it_is_left_unresolved, a_graph_reruns_a_failure_blocks_then_finishes_once_run_again, concurrent_completions_of_a_graphs_tasks_are_each_counted_once, clients_and_roles_are_kept_changed_and_deleted, expired_tasks_are_forgotten_with_what_hangs_on_them, workers_are_recorded_with_their_claims_and_history, listing_workers_pages_and_filters, a_silent_worker_goes_missing_and_its_runs_are_retried_at_once, a_workers_history_is_bounded_and_it_expires, slices_skip_without_capacity_and_fall_back_when_they_expire;
     multi_thread: writes_arriving_together_are_each_judged_alone,
 }
 

@@ -45,6 +45,7 @@ fn open_store(dir: &std::path::Path, claim_timeout_secs: i64) -> Store {
                 claim_timeout_secs,
                 graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
                 queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
+                worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
             };
             Store::Sqlite(SqliteStore::open(&config).unwrap())
         }

@@ -32,7 +32,7 @@ fn apply(task: &mut Task, now: &mut Timestamp, line: &str) -> String {
             *now = now.plus_secs(secs);
             return format!("now +{}s", (now.millis() - T0) / 1000);
         }
-        ["schedule"] => task.schedule(*now),
+        ["schedule"] => task.schedule(*now, &Capacity::Assumed),
         ["claim", _] => task.claim(run(1), "g", "w", *now, 60),
         ["reclaim", _] => task.reclaim(run(1), *now, 60),
         ["complete", _] => task.resolve(run(1), Resolution::Completed, *now),
@@ -276,7 +276,7 @@ proptest! {
             // A reclaim moves takenUntil and publishes nothing; every other change has an event.
             let silent_change_allowed = matches!(cmd, Cmd::Reclaim(_));
             let res = match cmd {
-                Cmd::Schedule => task.schedule(now),
+                Cmd::Schedule => task.schedule(now, &Capacity::Assumed),
                 Cmd::Claim(run) => task.claim(run, "g", "w", now, 60),
                 Cmd::Reclaim(run) => task.reclaim(run, now, 60),
                 Cmd::Resolve(run, how) => {
@@ -334,4 +334,67 @@ fn claim_expiry_past_the_deadline_is_a_deadline() {
          now +3600s
          expire-claims -> [Exception { run_id: 0 }] | exception retries=5 [exception/scheduled/deadline-exceeded]",
     );
+}
+
+fn sliced_task() -> Task {
+    let input: TaskDefinitionInput = serde_json::from_value(json!({
+        "taskQueueId": "prov/wt",
+        "created": "2026-01-01T00:00:00.000Z",
+        "deadline": "2026-01-01T01:00:00.000Z",
+        "retries": 1,
+        "payload": {},
+        "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"},
+        "slices": [
+            {"dimensions": {"os": ["Mac"]}, "expiresAfter": 60},
+            {"dimensions": {"os": ["Linux"]}, "expiresAfter": 120},
+            {"dimensions": {"os": ["Windows"]}, "expiresAfter": 30, "waitForCapacity": true}
+        ]
+    }))
+    .unwrap();
+    let task_id = TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6A").unwrap();
+    Task::new(task_id, &input.validate(task_id, Timestamp(T0)).unwrap())
+}
+
+fn workers(oses: &[&str]) -> Capacity {
+    let one = |os: &str| {
+        crate::dimensions::Dimensions::parse("w", BTreeMap::from([("os".to_owned(), vec![os.to_owned()])])).unwrap()
+    };
+    Capacity::Workers(oses.iter().map(|os| one(os)).collect())
+}
+
+#[test]
+fn slices_fall_back_in_order_keeping_the_run() {
+    let t0 = Timestamp(T0);
+    let mut task = sliced_task();
+    let linux = workers(&["Linux"]);
+    let _ = task.schedule(t0, &linux).unwrap();
+    assert_eq!(task.status().current_slice, Some(1), "no Mac worker: the first slice is skipped at once");
+    assert_eq!(task.meta.dimensions, task.meta.slices[1].dimensions);
+    assert_eq!(task.deadline_due(), Some(t0.plus_secs(120)));
+    assert!(task.expire_slice(t0.plus_secs(119), &linux).is_none(), "not yet");
+    let effects = task.expire_slice(t0.plus_secs(120), &workers(&[])).unwrap();
+    assert_eq!(effects.0, vec![Event::Pending { run_id: 0 }], "the same run, announced again");
+    assert_eq!(task.status().current_slice, Some(2), "waitForCapacity waits without workers");
+    assert_eq!(task.runs()[0].slice.map(|at| at.since), Some(t0.plus_secs(120)));
+    let effects = task.expire_slice(t0.plus_secs(150), &linux).unwrap();
+    assert_eq!(effects.0, vec![Event::Exception { run_id: 0 }]);
+    assert_eq!(task.runs()[0].reason_resolved, Some(ReasonResolved::DeadlineExceeded), "after the last slice");
+    assert_eq!(task.deadline_due(), None);
+}
+
+#[test]
+fn a_task_no_slice_can_run_is_resource_unavailable_and_retries_keep_the_slice() {
+    let t0 = Timestamp(T0);
+    let mut input = sliced_task();
+    input.meta.slices[2].wait_for_capacity = false;
+    let mut task = input.clone();
+    let _ = task.schedule(t0, &workers(&["BeOS"])).unwrap();
+    assert_eq!(task.state(), TaskState::Exception);
+    assert_eq!(task.runs()[0].reason_resolved, Some(ReasonResolved::ResourceUnavailable));
+    let mut task = input;
+    let _ = task.schedule(t0, &workers(&["Linux"])).unwrap();
+    let _ = task.claim(0, "g", "w", t0, 60).unwrap();
+    let _ = task.resolve(0, Resolution::Exception(ReasonResolved::WorkerShutdown), t0.plus_secs(5)).unwrap();
+    assert_eq!(task.status().current_slice, Some(1), "the retry waits on the slice that ran");
+    assert_eq!(task.deadline_due(), Some(t0.plus_secs(125)), "counted from the retry");
 }

@@ -22,10 +22,12 @@ pub(crate) mod workers;
 use serde_json::value::RawValue;
 use shoal_engine::artifact::Artifact;
 use shoal_engine::definition::{Requires, TaskDefinition};
+use shoal_engine::dimensions::Dimensions;
 use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
 use shoal_engine::priority::Priority;
 use shoal_engine::rejection::Missing;
+use shoal_engine::slice::Capacity;
 use shoal_engine::status::{RunState, TaskState, TaskStatus};
 use shoal_engine::task::Task;
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
@@ -51,6 +53,8 @@ pub(crate) trait WriteTx {
     fn graph_scheduler_id(&self) -> &str;
     /// How long a task queue, or a worker, is kept after it was last seen.
     fn queue_retention_ms(&self) -> i64;
+    /// How long a worker counts as live after it was last seen.
+    fn worker_dead_after_ms(&self) -> i64;
     /// Adds a message to this transaction's outbox.
     fn publish(&mut self, message: Message);
     /// The events this transaction recorded, in order.
@@ -163,6 +167,12 @@ pub(crate) trait WriteTx {
     /// Workers that silence makes missing ([`Worker::watched`]) last seen before `cutoff`, at
     /// most `limit`, longest silent first.
     async fn silent_workers(&mut self, cutoff: Timestamp, limit: usize) -> Result<Vec<WorkerKey>, StoreError>;
+    /// The dimensions of the workers of `task_queue_id` seen at or after `since`.
+    async fn live_worker_dimensions(
+        &mut self,
+        task_queue_id: &str,
+        since: Timestamp,
+    ) -> Result<Vec<Dimensions>, StoreError>;
     /// The tasks whose running run worker `key` holds.
     async fn worker_runs(&mut self, key: &WorkerKey) -> Result<Vec<TaskId>, StoreError>;
     /// Deletes up to `limit` worker records (with their events) expired at `now`.
@@ -224,6 +234,8 @@ pub(crate) struct RowChange {
     pub(crate) place: Place,
     /// Whether its priority changed (the stored definition is rewritten).
     pub(crate) priority_changed: bool,
+    /// The dimensions it required before its pending run moved to another slice.
+    pub(crate) moved_from: Option<Dimensions>,
 }
 
 /// What a row was before a transition.
@@ -233,12 +245,29 @@ pub(crate) struct Before {
     /// Its pending run, if its last run was pending.
     pub(crate) pending_run: Option<u32>,
     pub(crate) priority: Priority,
+    /// The slice its last run was at, for a task with slices.
+    pub(crate) slice: Option<u32>,
 }
 
 impl Before {
     pub(crate) fn of(task: &Task) -> Before {
-        Before { state: task.state(), pending_run: pending_run(task), priority: task.meta.priority }
+        Before {
+            state: task.state(),
+            pending_run: pending_run(task),
+            priority: task.meta.priority,
+            slice: task.status_slice(),
+        }
     }
+}
+
+/// What the queue knows of the live workers that could run `task`: read only for a task
+/// with slices (the others are never judged by capacity).
+pub(crate) async fn capacity_for(tx: &mut impl WriteTx, task: &Task, now: Timestamp) -> Result<Capacity, StoreError> {
+    if task.meta.slices.is_empty() {
+        return Ok(Capacity::Assumed);
+    }
+    let since = now.plus_millis(-tx.worker_dead_after_ms());
+    Ok(Capacity::Workers(tx.live_worker_dimensions(&task.meta.task_queue_id, since).await?))
 }
 
 /// What happens to a row's place in the claim line.

@@ -12,7 +12,7 @@ use shoal_engine::status::TaskState;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::ops::{Before, Place, RowChange, Waiting, WriteTx, graph};
+use crate::ops::{Before, Place, RowChange, Waiting, WriteTx, capacity_for, graph};
 use crate::row::TaskRow;
 use crate::{StoreError, TaskEvent};
 
@@ -89,10 +89,19 @@ async fn persist(
         match new.take() {
             Some(definition) => tx.insert_task(row, definition).await?,
             None => {
+                let place = Place::after(&before, &row.task);
+                let slice = row.task.status_slice();
+                let moved_from = match (place, before.slice) {
+                    (Place::Keep, Some(old)) if Some(old) != slice => {
+                        row.task.meta.slices.get(old as usize).map(|s| s.dimensions.clone())
+                    }
+                    _ => None,
+                };
                 let change = RowChange {
                     before,
-                    place: Place::after(&before, &row.task),
+                    place,
                     priority_changed: before.priority != row.task.meta.priority,
+                    moved_from,
                 };
                 tx.update_task(row, &change).await?;
             }
@@ -151,7 +160,8 @@ async fn schedule_released(tx: &mut impl WriteTx, released: Vec<TaskRow>, now: T
     while let Some(mut row) = queue.pop_front() {
         let before = Before::of(&row.task);
         // Past its deadline the dependent is left for the deadline to resolve.
-        let Ok(effects) = row.task.schedule(now) else { continue };
+        let capacity = capacity_for(tx, &row.task, now).await?;
+        let Ok(effects) = row.task.schedule(now, &capacity) else { continue };
         persist(tx, &mut row, now, before, effects, None, &mut more).await?;
         queue.extend(more.drain(..));
     }

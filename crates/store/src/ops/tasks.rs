@@ -6,13 +6,14 @@ use shoal_engine::definition::{TaskDefinition, check_redefinition};
 use shoal_engine::event::{Effects, Event};
 use shoal_engine::group::{TaskGroup, dependencies_satisfied, group_expiry};
 use shoal_engine::rejection::Missing;
+use shoal_engine::slice::Capacity;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::step::insert_stepped;
 use crate::ops::workers;
-use crate::ops::{Before, CreateLookup, WriteTx, load_existing, record, step};
+use crate::ops::{Before, CreateLookup, WriteTx, capacity_for, load_existing, record, step};
 use crate::row::{TaskRow, json};
 use crate::{Claim, ClaimRequest, StoreError};
 use shoal_engine::worker::WorkerKey;
@@ -51,7 +52,10 @@ pub(crate) async fn create_looked_up(
     let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
     let before = Before::of(&row.task);
     let scheduled = match satisfied.iter().all(|done| *done) {
-        true => Some(row.task.schedule(now)?),
+        true => {
+            let capacity = capacity_for(tx, &row.task, now).await?;
+            Some(row.task.schedule(now, &capacity)?)
+        }
         false => None,
     };
     match &lookup.group {
@@ -90,7 +94,11 @@ pub(crate) async fn apply_loaded(
     now: Timestamp,
 ) -> Result<TaskStatus, StoreError> {
     let claim_timeout = tx.claim_timeout_secs();
-    step(tx, row, now, |task| command.apply(task, now, claim_timeout)).await?;
+    let capacity = match command {
+        TaskCommand::Schedule => capacity_for(tx, &row.task, now).await?,
+        _ => Capacity::Assumed,
+    };
+    step(tx, row, now, |task| command.apply(task, now, claim_timeout, &capacity)).await?;
     Ok(row.task.status())
 }
 
@@ -181,9 +189,14 @@ pub(crate) async fn fire_due(tx: &mut impl WriteTx, now: Timestamp, limit: usize
         // An out-of-date due time (cannot happen while rows are written by `step`) is rewritten.
         step(tx, &mut row, now, |task| Ok(task.expire_claim(now).unwrap_or_else(Effects::none))).await?;
     }
+    // Due: a deadline, or a slice that waited its time.
     for task_id in due.late {
         let mut row = load_existing(tx, task_id).await?;
-        step(tx, &mut row, now, |task| Ok(task.exceed_deadline(now).unwrap_or_else(Effects::none))).await?;
+        let capacity = capacity_for(tx, &row.task, now).await?;
+        step(tx, &mut row, now, |task| {
+            Ok(task.exceed_deadline(now).or_else(|| task.expire_slice(now, &capacity)).unwrap_or_else(Effects::none))
+        })
+        .await?;
     }
     Ok(n_fired)
 }

@@ -96,6 +96,8 @@ pub struct PgConfig {
     pub graph_scheduler_id: String,
     /// Seconds a task queue is remembered after it was last used.
     pub queue_retention_secs: i64,
+    /// Seconds a worker counts as live after it was last seen (slices' capacity).
+    pub worker_dead_after_secs: i64,
 }
 
 impl PgConfig {
@@ -110,6 +112,7 @@ impl PgConfig {
             claim_timeout_secs: 1200,
             graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
             queue_retention_secs: crate::DEFAULT_QUEUE_RETENTION_SECS,
+            worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
         }
     }
 

@@ -112,17 +112,17 @@ pub(crate) fn place_name(place: Place) -> &'static str {
 /// Inserts task rows given column by column, in order (their places in line follow it).
 const INSERT_MANY: &str = "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
      priority, priority_rank, retries, retries_left, deadline, expires, requires, dimensions, runs, state, \
-     taken_until, deadline_due, pending_seq, definition, routes, tags) \
+     taken_until, deadline_due, pending_seq, definition, routes, tags, slices) \
      SELECT r.task_id, r.task_queue_id, r.scheduler_id, r.project_id, r.task_group_id, r.priority, \
      r.priority_rank, r.retries, r.retries_left, r.deadline, r.expires, r.requires, r.dimensions::jsonb, r.runs, \
      r.state, r.taken_until, r.deadline_due, CASE WHEN r.pending THEN nextval('tasks_pending_seq') END, \
-     r.definition, r.routes, r.tags \
+     r.definition, r.routes, r.tags, r.slices \
      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int2[], \
      $8::int4[], $9::int4[], $10::int8[], $11::int8[], $12::text[], $13::text[], $14::text[], $15::text[], \
-     $16::int8[], $17::int8[], $18::bool[], $19::text[], $20::text[], $21::text[]) WITH ORDINALITY \
+     $16::int8[], $17::int8[], $18::bool[], $19::text[], $20::text[], $21::text[], $22::text[]) WITH ORDINALITY \
      AS r(task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, priority_rank, retries, \
      retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, deadline_due, pending, \
-     definition, routes, tags, n) ORDER BY r.n";
+     definition, routes, tags, slices, n) ORDER BY r.n";
 
 /// Writes one task row's new state and tells its place in line: only this form can draw a new
 /// place ('back'), since the caller needs it at once.
@@ -131,7 +131,8 @@ pub(crate) const UPDATE_ONE: &str = "UPDATE tasks SET retries_left = $2, runs = 
      pending_seq = CASE $7 WHEN 'keep' THEN pending_seq WHEN 'back' THEN nextval('tasks_pending_seq') END, \
      priority = $8::text, priority_rank = $9, \
      definition = CASE WHEN $10 THEN jsonb_set(definition::jsonb, '{priority}', $8::text::jsonb)::text \
-     ELSE definition END \
+     ELSE definition END, \
+     dimensions = CASE WHEN $12::text IS NULL THEN dimensions ELSE NULLIF($12::text, '{}')::jsonb END \
      WHERE task_id = $1 RETURNING pending_seq";
 
 /// Writes several task rows' new states ('keep' or 'none' only), given column by column.
@@ -141,11 +142,12 @@ const UPDATE_MANY: &str = "UPDATE tasks SET retries_left = u.retries_left, runs 
      pending_seq = CASE u.place WHEN 'keep' THEN tasks.pending_seq END, \
      priority = u.priority, priority_rank = u.priority_rank, \
      definition = CASE WHEN u.priority_changed \
-     THEN jsonb_set(tasks.definition::jsonb, '{priority}', u.priority::jsonb)::text ELSE tasks.definition END \
+     THEN jsonb_set(tasks.definition::jsonb, '{priority}', u.priority::jsonb)::text ELSE tasks.definition END, \
+     dimensions = CASE WHEN u.dimensions IS NULL THEN tasks.dimensions ELSE NULLIF(u.dimensions, '{}')::jsonb END \
      FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::text[], \
-     $8::text[], $9::int2[], $10::bool[], $11::text[]) \
+     $8::text[], $9::int2[], $10::bool[], $11::text[], $12::text[]) \
      AS u(task_id, retries_left, runs, state, taken_until, deadline_due, place, priority, priority_rank, \
-     priority_changed, worker) \
+     priority_changed, worker, dimensions) \
      WHERE tasks.task_id = u.task_id";
 
 /// A run of held-back writes sent as one statement: task rows inserted, task rows updated
@@ -263,9 +265,9 @@ fn renumber(sql: &str, offset: usize) -> String {
 }
 
 /// Parameters of [`INSERT_MANY`].
-const N_INSERT_PARAMS: usize = 21;
+const N_INSERT_PARAMS: usize = 22;
 /// Parameters of [`UPDATE_MANY`].
-const N_UPDATE_PARAMS: usize = 11;
+const N_UPDATE_PARAMS: usize = 12;
 
 /// One array parameter per named field of `rows`, in the order named.
 macro_rules! columns {
@@ -298,6 +300,7 @@ pub(crate) struct NewRow {
     pub(crate) definition: String,
     pub(crate) routes: Option<String>,
     pub(crate) tags: Option<String>,
+    pub(crate) slices: Option<String>,
 }
 
 impl NewRow {
@@ -305,7 +308,7 @@ impl NewRow {
     pub(crate) fn columns(rows: Vec<NewRow>) -> Vec<Param> {
         columns!(rows; task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, priority_rank,
             retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, deadline_due,
-            pending, definition, routes, tags)
+            pending, definition, routes, tags, slices)
     }
 }
 
@@ -325,6 +328,8 @@ pub(crate) struct RowUpdate {
     pub(crate) priority_changed: bool,
     /// The worker running its last run (`group/id`), while it runs.
     pub(crate) worker: Option<String>,
+    /// Its new dimensions (`{}` for none) when its pending run moved to another slice.
+    pub(crate) dimensions: Option<String>,
 }
 
 impl RowUpdate {
@@ -342,13 +347,14 @@ impl RowUpdate {
             Box::new(self.priority_rank),
             Box::new(self.priority_changed),
             Box::new(self.worker),
+            Box::new(self.dimensions),
         ]
     }
 
     /// The parameters of [`UPDATE_MANY`]: one array per column.
     pub(crate) fn columns(rows: Vec<RowUpdate>) -> Vec<Param> {
         columns!(rows; task_id, retries_left, runs, state, taken_until, deadline_due, place, priority, priority_rank,
-            priority_changed, worker)
+            priority_changed, worker, dimensions)
     }
 }
 
@@ -379,6 +385,7 @@ mod tests {
             definition: "{}".into(),
             routes: None,
             tags: None,
+            slices: None,
         }
     }
 
@@ -395,6 +402,7 @@ mod tests {
             priority_rank: 0,
             priority_changed: false,
             worker: None,
+            dimensions: None,
         }
     }
 
@@ -449,15 +457,15 @@ mod tests {
         );
         let all = fused_sql(true, true, true);
         assert!(all.starts_with("WITH i AS (INSERT INTO tasks"), "{all}");
-        assert!(all.contains("$21::text[]") && all.contains("$22::text[]") && all.contains("$31::bool[]"), "{all}");
-        assert!(all.contains("$32::text[]"), "{all}");
-        assert!(all.ends_with("SELECT nextval('outbox_ids'), $33, $34, $35, $36 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
+        assert!(all.contains("$22::text[]") && all.contains("$23::text[]") && all.contains("$32::bool[]"), "{all}");
+        assert!(all.contains("$34::text[]"), "{all}");
+        assert!(all.ends_with("SELECT nextval('outbox_ids'), $35, $36, $37, $38 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
         let updates = fused_sql(false, true, true);
         assert!(
             updates.contains("$1::text[]")
                 && updates.contains("$10::bool[]")
-                && updates.contains("$11::text[]")
-                && updates.contains("$12, $13, $14, $15 FROM"),
+                && updates.contains("$12::text[]")
+                && updates.contains("$13, $14, $15, $16 FROM"),
             "{updates}"
         );
         assert_eq!(fused_sql(true, false, false), INSERT_MANY);

@@ -207,6 +207,10 @@ ALTER TABLE tasks ADD COLUMN worker TEXT;
 UPDATE tasks SET worker = (runs::jsonb -> -1 ->> 'workerGroup') || '/' || (runs::jsonb -> -1 ->> 'workerId')
     WHERE taken_until IS NOT NULL;
 "#,
+    // 10: Swarming's slices of a task (JSON, NULL when none); `dimensions` holds the current one's.
+    r#"
+ALTER TABLE tasks ADD COLUMN slices TEXT;
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

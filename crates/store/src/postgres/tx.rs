@@ -35,6 +35,8 @@ pub(crate) struct TxShared {
     pub(crate) graph_scheduler_id: String,
     /// How long a task queue is remembered after it was last used.
     pub(crate) queue_retention_ms: i64,
+    /// How long a worker counts as live after it was last seen.
+    pub(crate) worker_dead_after_ms: i64,
     /// When this server last recorded each queue as active (saves a read per operation).
     pub(crate) queues_touched: std::sync::Mutex<HashMap<String, i64>>,
     /// What this server staged in the outbox, kept for its tail.
@@ -340,11 +342,12 @@ impl PgTx {
             runs: json(task.runs())?,
             state: state.as_str(),
             taken_until: task.running_until().map(Timestamp::millis),
-            deadline_due: (!state.is_resolved()).then_some(meta.deadline.millis()),
+            deadline_due: task.deadline_due().map(Timestamp::millis),
             pending: pending_run(task).is_some(),
             definition: definition.to_owned(),
             routes: (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?,
             tags: (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?,
+            slices: (!meta.slices.is_empty()).then(|| json(&meta.slices)).transpose()?,
         };
         self.writes += 1;
         match batch_for(&self.held_back, &new.task_id, true) {
@@ -505,6 +508,7 @@ impl PgTx {
         row: &mut TaskRow,
         place: Place,
         priority_changed: bool,
+        moved: bool,
     ) -> Result<(), StoreError> {
         let task = &row.task;
         let state = task.state();
@@ -514,12 +518,13 @@ impl PgTx {
             runs: json(task.runs())?,
             state: state.as_str(),
             taken_until: task.running_until().map(Timestamp::millis),
-            deadline_due: (!state.is_resolved()).then_some(task.meta.deadline.millis()),
+            deadline_due: task.deadline_due().map(Timestamp::millis),
             place: place_name(place),
             priority: json(&task.meta.priority)?,
             priority_rank: i16::from(task.meta.priority.rank()),
             priority_changed,
             worker: task.running_worker(),
+            dimensions: moved.then(|| json(&task.meta.dimensions)).transpose()?,
         };
         self.writes += 1;
         match place {

@@ -1,5 +1,6 @@
 //! The worker registry's statements on PostgreSQL: the writer's ([`PgTx`]) and the readers'.
 
+use shoal_engine::dimensions::Dimensions;
 use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey, worker_name};
 use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::Row;
@@ -97,6 +98,27 @@ impl PgTx {
             )
             .await?;
         rows.iter().map(key_from_row).collect()
+    }
+
+    /// The dimensions of the workers of `task_queue_id` seen at or after `since`.
+    pub(crate) async fn live_dimensions(
+        &mut self,
+        task_queue_id: &str,
+        since: Timestamp,
+    ) -> Result<Vec<Dimensions>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT (record::jsonb -> 'dimensions')::text FROM workers WHERE task_queue_id = $1 AND last_seen >= $2",
+                &[&task_queue_id, &since.millis()],
+            )
+            .await?;
+        let mut res = Vec::with_capacity(rows.len());
+        for row in rows {
+            if let Some(text) = row.try_get::<_, Option<&str>>(0)? {
+                res.push(serde_json::from_str(text).map_err(corrupt)?);
+            }
+        }
+        Ok(res)
     }
 
     /// The tasks whose running run worker `key` holds.

@@ -4,6 +4,7 @@
 use serde_json::value::RawValue;
 use shoal_engine::artifact::Artifact;
 use shoal_engine::definition::TaskDefinition;
+use shoal_engine::dimensions::Dimensions;
 use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
 use shoal_engine::status::TaskState;
@@ -37,6 +38,10 @@ impl WriteTx for PgTx {
         self.shared.queue_retention_ms
     }
 
+    fn worker_dead_after_ms(&self) -> i64 {
+        self.shared.worker_dead_after_ms
+    }
+
     /// Staged in the outbox with the commit.
     fn publish(&mut self, message: Message) {
         self.messages.push(message);
@@ -68,7 +73,7 @@ impl WriteTx for PgTx {
     }
 
     async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError> {
-        self.save(row, change.place, change.priority_changed).await
+        self.save(row, change.place, change.priority_changed, change.moved_from.is_some()).await
     }
 
     /// One round trip: the dependencies, then the group, in the order locks are taken
@@ -487,6 +492,14 @@ impl WriteTx for PgTx {
 
     async fn silent_workers(&mut self, cutoff: Timestamp, limit: usize) -> Result<Vec<WorkerKey>, StoreError> {
         self.silent_workers_before(cutoff, limit).await
+    }
+
+    async fn live_worker_dimensions(
+        &mut self,
+        task_queue_id: &str,
+        since: Timestamp,
+    ) -> Result<Vec<Dimensions>, StoreError> {
+        self.live_dimensions(task_queue_id, since).await
     }
 
     async fn worker_runs(&mut self, key: &WorkerKey) -> Result<Vec<TaskId>, StoreError> {

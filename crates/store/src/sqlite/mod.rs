@@ -55,6 +55,8 @@ pub struct SqliteConfig {
     pub graph_scheduler_id: String,
     /// Seconds a task queue is remembered after it was last used.
     pub queue_retention_secs: i64,
+    /// Seconds a worker counts as live after it was last seen (slices' capacity).
+    pub worker_dead_after_secs: i64,
 }
 
 /// The SQLite store; cheap to clone.
@@ -163,15 +165,7 @@ impl SqliteStore {
             unpublished = bounds.unpublished(),
             "store opened"
         );
-        let state = WriterState::new(
-            index,
-            max_seq,
-            config.claim_timeout_secs,
-            bounds.last,
-            Arc::clone(&feed),
-            config.graph_scheduler_id.clone(),
-            config.queue_retention_secs,
-        );
+        let state = WriterState::new(index, max_seq, bounds.last, Arc::clone(&feed), config);
         let wal_frames = Arc::new(AtomicI64::new(0));
         let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal_frames))?;
         let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
@@ -454,6 +448,7 @@ mod tests {
             claim_timeout_secs: 60,
             graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
             queue_retention_secs: crate::DEFAULT_QUEUE_RETENTION_SECS,
+            worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
         })
         .unwrap()
     }

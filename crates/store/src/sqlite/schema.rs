@@ -175,6 +175,10 @@ ALTER TABLE tasks ADD COLUMN worker TEXT;
 UPDATE tasks SET worker = json_extract(runs, '$[#-1].workerGroup') || '/' || json_extract(runs, '$[#-1].workerId')
     WHERE state = 'running';
 ",
+    // 9: Swarming's slices of a task (JSON, NULL when none); `dimensions` holds the current one's.
+    r"
+ALTER TABLE tasks ADD COLUMN slices TEXT;
+",
 ];
 
 /// Brings the database to the newest schema, one migration per transaction.

@@ -8,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::value::RawValue;
 use shoal_engine::artifact::Artifact;
 use shoal_engine::definition::TaskDefinition;
+use shoal_engine::dimensions::Dimensions;
 use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
 use shoal_engine::status::TaskState;
@@ -23,7 +24,7 @@ use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::row::{TaskRow, corrupt, json};
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
-use crate::sqlite::{artifacts, graph, workers};
+use crate::sqlite::{SqliteConfig, artifacts, graph, workers};
 use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
 /// State the writer thread keeps between transactions.
@@ -42,6 +43,8 @@ pub(crate) struct WriterState {
     pub(crate) graph_scheduler_id: String,
     /// How long a task queue is remembered after it was last used.
     pub(crate) queue_retention_ms: i64,
+    /// How long a worker counts as live after it was last seen.
+    pub(crate) worker_dead_after_ms: i64,
 }
 
 impl WriterState {
@@ -50,26 +53,27 @@ impl WriterState {
         self.queue_touched.clear();
     }
 
+    /// The writer's state at start: the rebuilt index, the sequences where they stood, and
+    /// the settings of `config`.
     pub(crate) fn new(
         index: PendingIndex,
         next_seq: u64,
-        claim_timeout_secs: i64,
         outbox_seq: u64,
         feed: Arc<OutboxFeed>,
-        graph_scheduler_id: String,
-        queue_retention_secs: i64,
+        config: &SqliteConfig,
     ) -> WriterState {
         let outbox_trimmed = feed.published_upto();
         WriterState {
             index,
             next_seq,
-            claim_timeout_secs,
+            claim_timeout_secs: config.claim_timeout_secs,
             queue_touched: HashMap::new(),
             outbox_seq,
             outbox_trimmed,
             feed,
-            graph_scheduler_id,
-            queue_retention_ms: queue_retention_secs.saturating_mul(1000),
+            graph_scheduler_id: config.graph_scheduler_id.clone(),
+            queue_retention_ms: config.queue_retention_secs.saturating_mul(1000),
+            worker_dead_after_ms: config.worker_dead_after_secs.saturating_mul(1000),
         }
     }
 }
@@ -138,6 +142,10 @@ impl WriteTx for Tx<'_> {
         self.state.queue_retention_ms
     }
 
+    fn worker_dead_after_ms(&self) -> i64 {
+        self.state.worker_dead_after_ms
+    }
+
     /// Gives the message its sequence number; it is written with this transaction's batch and
     /// published once that commits.
     fn publish(&mut self, message: Message) {
@@ -180,8 +188,8 @@ impl WriteTx for Tx<'_> {
         let mut stmt = self.conn.prepare_cached(
             "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
              retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, \
-             deadline_due, pending_seq, definition, routes, tags) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+             deadline_due, pending_seq, definition, routes, tags, slices) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
         )?;
         stmt.execute(params![
             task.task_id.as_str(),
@@ -199,21 +207,28 @@ impl WriteTx for Tx<'_> {
             json(task.runs())?,
             state.as_str(),
             task.running_until().map(Timestamp::millis),
-            (!state.is_resolved()).then_some(meta.deadline.millis()),
+            task.deadline_due().map(Timestamp::millis),
             row.pending_seq.map(|seq| seq as i64),
             definition,
             (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?,
             (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?,
+            (!meta.slices.is_empty()).then(|| json(&meta.slices)).transpose()?,
         ])?;
         Ok(())
     }
 
     async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError> {
         let (old_rank, new_rank) = (change.before.priority.rank(), row.task.meta.priority.rank());
-        let old_key = change.before.pending_run.zip(row.pending_seq).map(|(_, seq)| pending_key(row, old_rank, seq));
+        let old_key = change.before.pending_run.zip(row.pending_seq).map(|(_, seq)| {
+            let mut key = pending_key(row, old_rank, seq);
+            if let Some(dimensions) = &change.moved_from {
+                key.dimensions.clone_from(dimensions);
+            }
+            key
+        });
         let new_run = pending_run(&row.task);
-        // The index moves only when the run's place or rank did.
-        if change.place != Place::Keep || old_rank != new_rank {
+        // The index moves only when the run's place, rank or dimensions did.
+        if change.place != Place::Keep || old_rank != new_rank || change.moved_from.is_some() {
             if let Some(key) = &old_key {
                 self.state.index.remove(key);
             }
@@ -242,10 +257,17 @@ impl WriteTx for Tx<'_> {
             json(task.runs())?,
             state.as_str(),
             task.running_until().map(Timestamp::millis),
-            (!state.is_resolved()).then_some(task.meta.deadline.millis()),
+            task.deadline_due().map(Timestamp::millis),
             row.pending_seq.map(|seq| seq as i64),
             task.running_worker(),
         ])?;
+        if change.moved_from.is_some() {
+            let dimensions = &task.meta.dimensions;
+            self.conn.prepare_cached("UPDATE tasks SET dimensions = ?2 WHERE task_id = ?1")?.execute(params![
+                task.task_id.as_str(),
+                (!dimensions.is_empty()).then(|| json(dimensions)).transpose()?
+            ])?;
+        }
         if change.priority_changed {
             let mut stmt = self.conn.prepare_cached(
                 "UPDATE tasks SET priority = ?2, definition = json_set(definition, '$.priority', json(?2)) \
@@ -559,6 +581,14 @@ impl WriteTx for Tx<'_> {
 
     async fn silent_workers(&mut self, cutoff: Timestamp, limit: usize) -> Result<Vec<WorkerKey>, StoreError> {
         workers::silent(self.conn, cutoff, limit)
+    }
+
+    async fn live_worker_dimensions(
+        &mut self,
+        task_queue_id: &str,
+        since: Timestamp,
+    ) -> Result<Vec<Dimensions>, StoreError> {
+        workers::live_dimensions(self.conn, task_queue_id, since)
     }
 
     async fn worker_runs(&mut self, key: &WorkerKey) -> Result<Vec<TaskId>, StoreError> {

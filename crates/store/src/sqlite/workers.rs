@@ -1,6 +1,7 @@
 //! The worker registry's statements on SQLite, for the writer and the readers.
 
 use rusqlite::{Connection, OptionalExtension, params};
+use shoal_engine::dimensions::Dimensions;
 use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
@@ -76,6 +77,25 @@ pub(crate) fn silent(conn: &Connection, cutoff: Timestamp, limit: usize) -> Resu
     )?;
     let keys = stmt.query_map(params![cutoff.millis(), limit as i64], key_from_row)?;
     Ok(keys.collect::<Result<_, _>>()?)
+}
+
+/// The dimensions of the workers of `task_queue_id` seen at or after `since`.
+pub(crate) fn live_dimensions(
+    conn: &Connection,
+    task_queue_id: &str,
+    since: Timestamp,
+) -> Result<Vec<Dimensions>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT json_extract(record, '$.dimensions') FROM workers WHERE task_queue_id = ?1 AND last_seen >= ?2",
+    )?;
+    let found = stmt.query_map(params![task_queue_id, since.millis()], |row| row.get::<_, Option<String>>(0))?;
+    let mut res = Vec::new();
+    for text in found {
+        if let Some(text) = text? {
+            res.push(serde_json::from_str(&text).map_err(corrupt)?);
+        }
+    }
+    Ok(res)
 }
 
 /// Deletes up to `limit` expired workers and their events.

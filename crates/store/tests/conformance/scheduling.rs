@@ -1,0 +1,66 @@
+//! Swarming's scheduling scenarios: slices, capacity (run per backend by the suite's macro).
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use shoal_engine::dimensions::Dimensions;
+use shoal_engine::status::{ReasonResolved, TaskState};
+use shoal_engine::worker::Sighting;
+use shoal_store::Store;
+
+use super::{Backend, at, claim_ids, create, id, state_of, worker};
+
+fn os(values: &[&str]) -> Dimensions {
+    let raw = BTreeMap::from([("os".to_owned(), values.iter().map(|v| (*v).to_owned()).collect())]);
+    Dimensions::parse("dimensions", raw).unwrap()
+}
+
+async fn seen(store: &Store, n: usize, dimensions: Dimensions, secs: i64) {
+    let sighting = Sighting { dimensions: Some(dimensions), ..Sighting::default() };
+    store.worker_seen(worker(n).worker_key(), sighting, at(secs)).await.unwrap();
+}
+
+async fn reason(store: &Store, n: u32) -> Option<ReasonResolved> {
+    let task = store.read(move |reads| reads.task(id(n))).await.unwrap().expect("task exists");
+    task.status.runs.last().and_then(|run| run.reason_resolved)
+}
+
+pub(crate) async fn slices_skip_without_capacity_and_fall_back_when_they_expire(name: &str, backend: Backend) {
+    let store = &backend.store;
+    seen(store, 1, os(&["Linux", "Ubuntu"]), 0).await;
+    let mac_then_linux = json!({"slices": [
+        {"dimensions": {"os": ["Mac"]}, "expiresAfter": 60},
+        {"dimensions": {"os": ["Linux"]}, "expiresAfter": 120}]});
+    let status = create(store, id(1), mac_then_linux, at(1)).await;
+    assert_eq!(status.current_slice, Some(1), "{name}: no Mac worker is live: skipped at once");
+    let nothing_can = json!({"slices": [{"dimensions": {"os": ["Mac"]}, "expiresAfter": 60}]});
+    create(store, id(2), nothing_can, at(1)).await;
+    assert_eq!(state_of(store, id(2)).await, TaskState::Exception, "{name}");
+    assert_eq!(reason(store, 2).await, Some(ReasonResolved::ResourceUnavailable), "{name}");
+    let waits = json!({"slices": [
+        {"dimensions": {"os": ["Linux", "Ubuntu"], "gpu": ["yes"]}, "expiresAfter": 10, "waitForCapacity": true},
+        {"dimensions": {"os": ["Ubuntu"]}, "expiresAfter": 60},
+        {"dimensions": {"os": ["Mac"]}, "expiresAfter": 60}]});
+    assert_eq!(create(store, id(3), waits, at(2)).await.current_slice, Some(0), "{name}: waits for capacity");
+    let mut mac = worker(2);
+    mac.dimensions = os(&["Mac"]);
+    assert!(claim_ids(store, mac, at(3)).await.is_empty(), "{name}: the Mac slices are not current");
+    let mut linux = worker(1);
+    linux.count = 1;
+    linux.dimensions = os(&["Linux", "Ubuntu"]);
+    assert_eq!(claim_ids(store, linux.clone(), at(4)).await, vec![id(1)], "{name}: slice 1 runs on Linux");
+    assert!(claim_ids(store, linux.clone(), at(5)).await.is_empty(), "{name}: slice 0 needs a gpu");
+    assert_eq!(store.fire_due(at(12), 100).await.unwrap().value, 1, "{name}: the slice expiry fires");
+    let task = store.read(|reads| reads.task(id(3))).await.unwrap().unwrap();
+    assert_eq!(task.status.current_slice, Some(1), "{name}: the next slice with capacity");
+    assert_eq!(task.status.runs.len(), 1, "{name}: the same run");
+    assert_eq!(claim_ids(store, linux.clone(), at(13)).await, vec![id(3)], "{name}");
+    // Past its last slice a task ends deadline-exceeded; a silent worker is no capacity.
+    let last = json!({"slices": [{"dimensions": {"os": ["Linux"]}, "expiresAfter": 30}]});
+    create(store, id(4), last, at(20)).await;
+    assert_eq!(store.fire_due(at(50), 100).await.unwrap().value, 1, "{name}");
+    assert_eq!(reason(store, 4).await, Some(ReasonResolved::DeadlineExceeded), "{name}");
+    let late = json!({"slices": [{"dimensions": {"os": ["Linux"]}, "expiresAfter": 30}]});
+    create(store, id(5), late, at(1000)).await;
+    assert_eq!(reason(store, 5).await, Some(ReasonResolved::ResourceUnavailable), "{name}: the worker went silent");
+}
