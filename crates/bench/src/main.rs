@@ -211,7 +211,7 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         workers: usize,
         /// Claims in flight at once.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 1)]
         concurrency: usize,
     },
     /// Claim cost and memory with many pending tasks.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use shoal_engine::Timestamp;
-use shoal_engine::status::{TaskState, TaskStatus};
+use shoal_engine::status::{RunStats, TaskState, TaskStatus};
 
 pub use shoal_engine::graph::GraphState;
 pub use shoal_engine::message::GraphStatus;
@@ -365,15 +365,32 @@ impl Client {
     /// # Errors
     /// As the server answers.
     pub async fn report(&self, task_id: &str, run_id: u32, outcome: &Outcome) -> Result<TaskStatus, ClientError> {
+        self.report_measured(task_id, run_id, outcome, None).await
+    }
+
+    /// [`Client::report`] with what the worker measured of the run (Shoal's `stats`).
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn report_measured(
+        &self,
+        task_id: &str,
+        run_id: u32,
+        outcome: &Outcome,
+        stats: Option<&RunStats>,
+    ) -> Result<TaskStatus, ClientError> {
         #[derive(Deserialize)]
         struct Answer {
             status: TaskStatus,
         }
-        let (path, body) = match outcome {
+        let (path, mut body) = match outcome {
             Outcome::Completed => ("completed", None),
             Outcome::Failed => ("failed", None),
             Outcome::Exception(reason) => ("exception", Some(json!({ "reason": reason }))),
         };
+        if let Some(stats) = stats {
+            body.get_or_insert_with(|| json!({}))["stats"] = json!(stats);
+        }
         let url = self.queue(&format!("/task/{task_id}/runs/{run_id}/{path}"));
         let answer: Answer = self.call(Method::POST, &url, body.as_ref().map(Body::Json)).await?;
         Ok(answer.status)

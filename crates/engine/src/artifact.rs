@@ -350,6 +350,7 @@ mod tests {
             started: Some(NOW),
             resolved: resolved_ago_ms.map(|ago| NOW.plus_millis(-ago)),
             slice: None,
+            stats: None,
         }
     }
 

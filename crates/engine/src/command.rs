@@ -5,6 +5,7 @@ use crate::event::Effects;
 use crate::priority::Priority;
 use crate::rejection::Rejection;
 use crate::slice::Capacity;
+use crate::status::RunStats;
 use crate::task::{Resolution, Task};
 
 /// A command on one existing task.
@@ -23,6 +24,8 @@ pub enum TaskCommand {
         run_id: u32,
         /// How it ended.
         resolution: Resolution,
+        /// What the worker measured of it (boxed: commands travel in queues, mostly without).
+        stats: Option<Box<RunStats>>,
     },
     /// cancelTask.
     Cancel,
@@ -45,13 +48,13 @@ impl TaskCommand {
         claim_timeout_secs: i64,
         capacity: &Capacity,
     ) -> Result<Effects, Rejection> {
-        match *self {
+        match self {
             TaskCommand::Schedule => task.schedule(now, capacity),
-            TaskCommand::Reclaim { run_id } => task.reclaim(run_id, now, claim_timeout_secs),
-            TaskCommand::Resolve { run_id, resolution } => task.resolve(run_id, resolution, now),
+            TaskCommand::Reclaim { run_id } => task.reclaim(*run_id, now, claim_timeout_secs),
+            TaskCommand::Resolve { run_id, resolution, stats } => task.resolve_measured(*run_id, *resolution, stats.as_deref().copied(), now),
             TaskCommand::Cancel => task.cancel(now),
             TaskCommand::Rerun => task.rerun(now),
-            TaskCommand::ChangePriority(priority) => task.change_priority(priority, now),
+            TaskCommand::ChangePriority(priority) => task.change_priority(*priority, now),
         }
     }
 }
@@ -87,7 +90,7 @@ mod tests {
         let _reclaimed =
             TaskCommand::Reclaim { run_id: 0 }.apply(&mut task, now.plus_secs(10), 60, &Capacity::Assumed).unwrap();
         assert_eq!(task.running_until(), Some(now.plus_secs(70)), "the claim renewed for the timeout given");
-        let _resolved = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }
+        let _resolved = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }
             .apply(&mut task, now, 60, &Capacity::Assumed)
             .unwrap();
         assert_eq!(task.state(), TaskState::Completed);

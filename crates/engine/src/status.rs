@@ -174,6 +174,33 @@ pub struct Run {
     /// The slice it waited on (or ran on), for a task with slices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slice: Option<SliceAt>,
+    /// What its worker measured (Swarming's performance stats), if it reported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<RunStats>,
+}
+
+/// What a worker measured of a run, as it reported them with the run's resolution.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RunStats {
+    /// Milliseconds from the claim to the first command's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_ms: Option<u64>,
+    /// Milliseconds the commands ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_ms: Option<u64>,
+    /// Milliseconds the artifacts took to upload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_ms: Option<u64>,
+    /// Bytes of artifacts uploaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_uploaded: Option<u64>,
+    /// The last command's exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The most memory the commands' processes held at once, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
 }
 
 /// The status structure every status-returning call sends.

@@ -11,7 +11,7 @@ use crate::event::{Effects, Event};
 use crate::priority::Priority;
 use crate::rejection::{Conflict, Missing};
 use crate::slice::{self, Capacity, Slice, SliceAt};
-use crate::status::{ReasonCreated, ReasonResolved, Run, RunState, TaskState, TaskStatus};
+use crate::status::{ReasonCreated, ReasonResolved, Run, RunState, RunStats, TaskState, TaskStatus};
 use crate::{Rejection, TaskId, Timestamp};
 
 /// A task may have at most this many runs; rerunTask refuses past it.
@@ -315,11 +315,28 @@ impl Task {
     /// # Errors
     /// NotFound for an unknown run; Conflict when the run is not running (or resolved differently).
     pub fn resolve(&mut self, run_id: u32, resolution: Resolution, now: Timestamp) -> Result<Effects, Rejection> {
+        self.resolve_measured(run_id, resolution, None, now)
+    }
+
+    /// [`Task::resolve`], keeping what the worker measured of the run.
+    ///
+    /// # Errors
+    /// As [`Task::resolve`].
+    pub fn resolve_measured(
+        &mut self,
+        run_id: u32,
+        resolution: Resolution,
+        stats: Option<RunStats>,
+        now: Timestamp,
+    ) -> Result<Effects, Rejection> {
         let run = self.run(run_id)?;
         if run.state == resolution.state() && run.reason_resolved == Some(resolution.reason()) {
             return Ok(Effects::none());
         }
-        self.last_run_in(run_id, RunState::Running, "is not running")?;
+        let run = self.last_run_in(run_id, RunState::Running, "is not running")?;
+        if stats.is_some() {
+            run.stats = stats;
+        }
         let retry = match resolution {
             Resolution::Exception(ReasonResolved::WorkerShutdown) => Some(ReasonCreated::Retry),
             Resolution::Exception(ReasonResolved::IntermittentTask) => Some(ReasonCreated::TaskRetry),
@@ -448,6 +465,7 @@ impl Task {
             started: None,
             resolved: None,
             slice,
+            stats: None,
         });
         Effects(vec![Event::Pending { run_id }])
     }
@@ -491,6 +509,7 @@ impl Task {
                 started: None,
                 resolved: Some(now),
                 slice: None,
+                stats: None,
             });
             return Effects(vec![Event::Exception { run_id }]);
         }

@@ -199,6 +199,13 @@ async fn artifacts_and_the_live_log() {
 
     let status = resolved(&server, &task_id, 1).await;
     assert_eq!(status["state"], "completed");
+    let stats = &status["runs"][0]["stats"];
+    assert_eq!(stats["bytesUploaded"], 200_000, "both files: {stats}");
+    assert_eq!(stats["exitCode"], 0, "{stats}");
+    for measured in ["setupMs", "runMs", "uploadMs"] {
+        assert!(stats[measured].is_u64(), "{measured}: {stats}");
+    }
+    assert!(stats["peakMemoryBytes"].as_u64().is_some_and(|bytes| bytes > 0), "{stats}");
     let get = |name: &str| {
         let url = format!("{}/task/{task_id}/artifacts/{name}", server.api);
         let client = client.clone();

@@ -173,7 +173,7 @@ async fn create_claim_complete(name: &str, backend: Backend) {
     assert_eq!(task["taskQueueId"], "prov/wt", "{name}: the claim carries the definition");
     assert!(store.claim_work(worker(1), at(1)).await.unwrap().value.is_empty(), "{name}: claimed once");
 
-    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
     let status = store.apply(task_id, done, at(2)).await.unwrap().value;
     assert_eq!(status.state, TaskState::Completed, "{name}");
     let counts = store.read(|reads| reads.queue_counts("prov/wt")).await.unwrap();
@@ -217,8 +217,10 @@ async fn dependencies_release_in_the_resolving_step(name: &str, backend: Backend
     assert_eq!(state_of(store, test).await, TaskState::Unscheduled, "{name}");
 
     assert_eq!(claim_ids(store, worker(5), at(1)).await, vec![build], "{name}");
-    let failed =
-        store.apply(build, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Failed }, at(2)).await.unwrap();
+    let failed = store
+        .apply(build, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Failed, stats: None }, at(2))
+        .await
+        .unwrap();
     let pending: Vec<TaskId> =
         failed.events.iter().filter(|e| matches!(e.event, Event::Pending { .. })).map(|e| e.task_id).collect();
     assert_eq!(pending, vec![report], "{name}: only the all-resolved dependent is released");
@@ -228,7 +230,7 @@ async fn dependencies_release_in_the_resolving_step(name: &str, backend: Backend
     apply(store, build, TaskCommand::Rerun, at(3)).await;
     let claim = store.claim_task(build, 1, "g".into(), "w1".into(), at(4)).await.unwrap().value;
     let run_id = claim.run_id;
-    apply(store, build, TaskCommand::Resolve { run_id, resolution: Resolution::Completed }, at(5)).await;
+    apply(store, build, TaskCommand::Resolve { run_id, resolution: Resolution::Completed, stats: None }, at(5)).await;
     assert_eq!(state_of(store, test).await, TaskState::Pending, "{name}");
 
     let dependents = store.read(move |reads| reads.list_dependents(build, None, 10)).await.unwrap();
@@ -321,7 +323,7 @@ async fn deadline_resolves_every_unresolved_state(name: &str, backend: Backend) 
     claim_ids(store, worker(1), at(0)).await;
     create(store, done, json!({}), at(0)).await;
     claim_ids(store, worker(1), at(0)).await;
-    apply(store, done, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(1)).await;
+    apply(store, done, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }, at(1)).await;
     create(store, pending, json!({}), at(0)).await;
     let self_dependent = json!({"dependencies": [unscheduled.to_string()]});
     create(store, unscheduled, self_dependent, at(0)).await;
@@ -346,7 +348,8 @@ async fn a_groups_later_deadline_fires_after_its_earlier_task_resolved(name: &st
     let two_hours = json!({"taskGroupId": group.to_string(), "deadline": "2026-01-01T02:00:00.000Z"});
     create(store, late, two_hours, at(0)).await;
     claim_ids(store, worker(1), at(1)).await;
-    apply(store, early, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(2)).await;
+    apply(store, early, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }, at(2))
+        .await;
     assert_eq!(store.fire_due(at(3601), 100).await.unwrap().value, 0, "{name}: nothing due at the first deadline");
     assert_eq!(store.fire_due(at(7201), 100).await.unwrap().value, 1, "{name}: the second deadline fires");
     let status = store.read(move |reads| reads.task(late)).await.unwrap().unwrap().status;
@@ -359,7 +362,8 @@ async fn a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own(
     let two_hours = json!({"taskGroupId": group.to_string(), "deadline": "2026-01-01T02:00:00.000Z"});
     create(store, first, two_hours, at(0)).await;
     claim_ids(store, worker(1), at(1)).await;
-    apply(store, first, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(2)).await;
+    apply(store, first, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }, at(2))
+        .await;
     create(store, second, json!({"taskGroupId": group.to_string()}), at(3)).await;
     // The group's only unresolved task passes its deadline: none is left after it.
     assert_eq!(store.fire_due(at(3601), 100).await.unwrap().value, 1, "{name}");
@@ -468,8 +472,9 @@ async fn a_failed_operation_takes_only_its_batch_down(name: &str, backend: Backe
     let store = &backend.store;
     create(store, id(1), json!({}), at(0)).await;
     // An unknown run is refused before anything is written, and the store goes on.
-    let refused =
-        store.apply(id(1), TaskCommand::Resolve { run_id: 7, resolution: Resolution::Completed }, at(1)).await;
+    let refused = store
+        .apply(id(1), TaskCommand::Resolve { run_id: 7, resolution: Resolution::Completed, stats: None }, at(1))
+        .await;
     assert!(matches!(refused, Err(StoreError::Rejected(Rejection::NotFound(_)))), "{name}: {refused:?}");
     assert_eq!(claim_ids(store, worker(1), at(2)).await, vec![id(1)], "{name}: the store still works");
 }
@@ -553,7 +558,8 @@ async fn every_transition_leaves_its_messages_in_the_outbox_in_order(name: &str,
     let refused = store.apply(task_id, TaskCommand::Reclaim { run_id: 0 }, at(1)).await;
     assert!(matches!(refused, Err(StoreError::Rejected(_))), "{name}");
     claim_ids(store, worker(1), at(1)).await;
-    apply(store, task_id, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(2)).await;
+    apply(store, task_id, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }, at(2))
+        .await;
 
     let entries = unpublished(store).await;
     assert_eq!(
@@ -611,7 +617,7 @@ async fn a_group_is_resolved_each_time_its_last_task_resolves(name: &str, backen
     assert_eq!(resolved(&unpublished(store).await), 1, "{name}");
     create(store, id(3), in_group(), at(3)).await;
     claim_ids(store, worker(1), at(4)).await;
-    apply(store, id(3), TaskCommand::Resolve { run_id: 0, resolution: Resolution::Failed }, at(5)).await;
+    apply(store, id(3), TaskCommand::Resolve { run_id: 0, resolution: Resolution::Failed, stats: None }, at(5)).await;
     let entries = unpublished(store).await;
     assert_eq!(resolved(&entries), 2, "{name}: resolved again after a task was added");
     let last = entries.last().unwrap();
@@ -650,7 +656,7 @@ async fn writes_arriving_together_are_each_judged_alone(name: &str, backend: Bac
 
     // Twenty reports at once, with two refused among them (a run that does not exist, a
     // task that does not exist).
-    let done = |run_id| TaskCommand::Resolve { run_id, resolution: Resolution::Completed };
+    let done = |run_id| TaskCommand::Resolve { run_id, resolution: Resolution::Completed, stats: None };
     let mut reports = tokio::task::JoinSet::new();
     for (n, run_id) in (1..=20).map(|n| (n, 0)).chain([(30, 4), (999, 0)]) {
         let store = store.clone();
@@ -695,7 +701,7 @@ async fn routed(store: &Store, exchange: &str) -> Vec<String> {
 }
 
 async fn a_group_resolves_only_when_nothing_in_it_is_left_unresolved(name: &str, backend: Backend) {
-    let done = |run_id| TaskCommand::Resolve { run_id, resolution: Resolution::Completed };
+    let done = |run_id| TaskCommand::Resolve { run_id, resolution: Resolution::Completed, stats: None };
     let store = backend.store.clone();
     // Two groups of five running tasks. At once: in the first, four completed and the
     // fifth reclaimed (still running) and reported on a run it does not have (refused);
@@ -783,7 +789,7 @@ async fn a_graph_reruns_a_failure_blocks_then_finishes_once_run_again(name: &str
     let nodes = graph_tasks(store, graph).await;
     let (a, b) = (nodes["a"].task_id, nodes["b"].task_id);
     assert_eq!((nodes["a"].state, nodes["b"].state), (TaskState::Pending, TaskState::Unscheduled), "{name}");
-    let fail = |run_id| TaskCommand::Resolve { run_id, resolution: Resolution::Failed };
+    let fail = |run_id| TaskCommand::Resolve { run_id, resolution: Resolution::Failed, stats: None };
 
     assert_eq!(claim_ids(store, worker(5), at(1)).await, vec![a], "{name}");
     let status = apply(store, a, fail(0), at(2)).await;
@@ -800,9 +806,9 @@ async fn a_graph_reruns_a_failure_blocks_then_finishes_once_run_again(name: &str
     apply(store, a, TaskCommand::Rerun, at(6)).await;
     assert_eq!(graph_state(store, graph).await, GraphState::Running, "{name}");
     assert_eq!(claim_ids(store, worker(5), at(7)).await, vec![a], "{name}");
-    apply(store, a, TaskCommand::Resolve { run_id: 2, resolution: Resolution::Completed }, at(8)).await;
+    apply(store, a, TaskCommand::Resolve { run_id: 2, resolution: Resolution::Completed, stats: None }, at(8)).await;
     assert_eq!(claim_ids(store, worker(5), at(9)).await, vec![b], "{name}");
-    apply(store, b, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(10)).await;
+    apply(store, b, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }, at(10)).await;
     assert_eq!(graph_state(store, graph).await, GraphState::Finished, "{name}");
     assert_eq!(
         graph_exchanges(&unpublished(store).await),
@@ -838,7 +844,7 @@ async fn concurrent_completions_of_a_graphs_tasks_are_each_counted_once(name: &s
     let _ = store.create_graph(shoal_store::GraphRequest { task_graph_id: graph, input }, at(0)).await.unwrap();
     let claimed = claim_ids(store, worker(24), at(1)).await;
     assert_eq!(claimed.len(), 24, "{name}");
-    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
     let completions = claimed.iter().map(|&task_id| {
         let (store, done) = (store.clone(), done.clone());
         tokio::spawn(async move { store.apply(task_id, done, at(2)).await })
@@ -928,7 +934,13 @@ async fn expired_tasks_are_forgotten_with_what_hangs_on_them(name: &str, backend
     let blob = json!({"storageType": "error", "expires": "2026-01-01T01:30:00.000Z", "reason": "file-missing-on-worker", "message": "no"});
     let _ = store.create_artifact(key(short, 0, "public/e"), artifact_request(blob), at(2)).await.unwrap();
     for task_id in [short, kept] {
-        apply(store, task_id, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(3)).await;
+        apply(
+            store,
+            task_id,
+            TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None },
+            at(3),
+        )
+        .await;
     }
     assert_eq!(state_of(store, dependent).await, TaskState::Pending, "{name}");
 
@@ -962,7 +974,7 @@ async fn expired_tasks_are_forgotten_with_what_hangs_on_them(name: &str, backend
     let _ = store.create_graph(shoal_store::GraphRequest { task_graph_id: graph, input }, at(0)).await.unwrap();
     let node = store.read(move |reads| reads.graph_nodes(graph)).await.unwrap()[0].task_id;
     assert!(claim_ids(store, worker(5), at(4)).await.contains(&node), "{name}");
-    apply(store, node, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed }, at(5)).await;
+    apply(store, node, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }, at(5)).await;
     assert_eq!(store.forget_tasks(vec![node], at(3 * 3600), 10).await.unwrap(), 1, "{name}");
     let (graph_left, group_left) = store
         .read(move |reads| Ok((reads.task_graph(graph)?.is_some(), reads.task_group(graph)?.is_some())))

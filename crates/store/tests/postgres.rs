@@ -290,7 +290,7 @@ async fn the_write_path_never_scans_the_task_tables_or_their_indexes_whole_as_th
         let request = claim_request(16);
         let claims = store.claim_work(request, at).await.unwrap().value;
         assert_eq!(claims.len(), 16);
-        let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+        let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
         let reports = claims.iter().map(|claim| store.apply(claim.status.task_id, done.clone(), at));
         for report in futures_util::future::join_all(reports).await {
             let _ = report.unwrap();
@@ -337,7 +337,7 @@ async fn creates_and_reports_written_together_keep_each_tasks_messages_in_order(
     assert_eq!(claims.len(), 32);
     // Reports and creates interleaved and in flight at once, so that gatherings hold both:
     // their rows are inserted, updated and their messages staged by one statement.
-    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
     let mut writes: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>> = Vec::new();
     let store_ref = &store;
     for (n, claim) in (32..).zip(&claims) {
@@ -555,7 +555,7 @@ async fn creates_and_reports_in_shared_groups_gathered_together_never_deadlock()
     // created and reported: a gathering that locked an older group for its reports and then
     // inserted the new one, against one that inserted the new group and then wanted the older.
     let group = |round: u32| Some(TaskId::parse(&format!("{:08}QxCxxxxxxxxxxw", 1000 - round)).unwrap());
-    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
     let mut n = 0;
     for round in 0..30u32 {
         let mut creates = Vec::new();

@@ -19,7 +19,8 @@ pub(crate) struct Target<'a> {
 
 /// Uploads every artifact the payload names; problems are recorded as error artifacts and
 /// logged, not fatal (as generic-worker does).
-pub(crate) async fn upload_all(target: &Target<'_>, specs: &[ArtifactSpec], dir: &Path, log: &LogSink) {
+pub(crate) async fn upload_all(target: &Target<'_>, specs: &[ArtifactSpec], dir: &Path, log: &LogSink) -> u64 {
+    let mut uploaded = 0;
     for spec in specs {
         let path = dir.join(&spec.path);
         let files = if spec.directory {
@@ -37,11 +38,13 @@ pub(crate) async fn upload_all(target: &Target<'_>, specs: &[ArtifactSpec], dir:
             continue;
         };
         for (file, name) in files {
-            if let Err(err) = upload(target, &file, &name, spec.content_type.as_deref()).await {
-                log.line(&format!("uploading {name} failed: {err}")).await;
+            match upload(target, &file, &name, spec.content_type.as_deref()).await {
+                Ok(size) => uploaded += size,
+                Err(err) => log.line(&format!("uploading {name} failed: {err}")).await,
             }
         }
     }
+    uploaded
 }
 
 async fn missing(target: &Target<'_>, spec: &ArtifactSpec, log: &LogSink) {
@@ -57,7 +60,8 @@ async fn missing(target: &Target<'_>, spec: &ArtifactSpec, log: &LogSink) {
     }
 }
 
-async fn upload(target: &Target<'_>, file: &Path, name: &str, content_type: Option<&str>) -> anyhow::Result<()> {
+/// Uploads one file; its size.
+async fn upload(target: &Target<'_>, file: &Path, name: &str, content_type: Option<&str>) -> anyhow::Result<u64> {
     let size = tokio::fs::metadata(file).await?.len();
     let content_type = content_type.unwrap_or_else(|| guess_content_type(name));
     let body = json!({
@@ -69,7 +73,7 @@ async fn upload(target: &Target<'_>, file: &Path, name: &str, content_type: Opti
     let created = target.client.create_artifact(target.task_id, target.run_id, name, &body).await?;
     let put_url = created["putUrl"].as_str().ok_or_else(|| anyhow::anyhow!("createArtifact gave no putUrl"))?;
     target.client.upload_file(put_url, file).await?;
-    Ok(())
+    Ok(size)
 }
 
 /// Every file under `dir` with its artifact name (`<prefix>/<relative path>`); `None` when

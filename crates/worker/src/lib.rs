@@ -8,6 +8,7 @@
 mod artifacts;
 mod control;
 mod logsink;
+mod memory;
 pub mod payload;
 mod process;
 mod run;

@@ -14,6 +14,7 @@ use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 use crate::logsink::LogSink;
+use crate::memory;
 use crate::payload::CommandSpec;
 
 /// How a command ended.
@@ -27,6 +28,17 @@ pub(crate) enum Exit {
     Silent,
     /// The run was stopped (canceled, or the worker is shutting down).
     Stopped,
+}
+
+/// How often a running command's memory is sampled.
+const MEMORY_EVERY: Duration = Duration::from_millis(100);
+
+/// How a command ended, and the most memory its processes were seen holding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ran {
+    pub(crate) exit: Exit,
+    /// Peak of the resident bytes of its process tree, sampled every [`MEMORY_EVERY`].
+    pub(crate) peak_memory: Option<u64>,
 }
 
 /// What a command runs with.
@@ -44,7 +56,7 @@ pub(crate) async fn run(
     env: &[(String, String)],
     log: &LogSink,
     limits: &Limits<'_>,
-) -> std::io::Result<Exit> {
+) -> std::io::Result<Ran> {
     let mut command = match spec {
         CommandSpec::Argv(argv) => {
             let mut command = Command::new(&argv[0]);
@@ -68,6 +80,9 @@ pub(crate) async fn run(
         .kill_on_drop(true);
     let mut child = command.spawn()?;
     let started = Instant::now();
+    let pid = child.id();
+    let mut peak_memory = pid.and_then(memory::tree_rss_bytes);
+    let mut sample = tokio::time::interval_at((started + MEMORY_EVERY).into(), MEMORY_EVERY);
     let last_output = Arc::new(AtomicI64::new(0));
     let mut pumps = tokio::task::JoinSet::new();
     if let Some(stdout) = child.stdout.take() {
@@ -85,6 +100,11 @@ pub(crate) async fn run(
         tokio::select! {
             status = child.wait() => break Exit::Code(code_of(status?)),
             () = limits.stop.cancelled() => break Exit::Stopped,
+            _ = sample.tick() => {
+                let now = pid.and_then(memory::tree_rss_bytes);
+                peak_memory = peak_memory.max(now);
+                continue;
+            }
             () = tokio::time::sleep_until(wake_at.into()) => {
                 if Instant::now() >= limits.deadline {
                     break Exit::TimedOut;
@@ -104,7 +124,7 @@ pub(crate) async fn run(
     }
     // Let the pumps deliver what the process wrote before it ended.
     while pumps.join_next().await.is_some() {}
-    Ok(exit)
+    Ok(Ran { exit, peak_memory })
 }
 
 /// SIGTERM to the whole group, then SIGKILL after the grace period.

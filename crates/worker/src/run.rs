@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use shoal_client::{Claim, Client, Outcome};
+use shoal_engine::status::RunStats;
 use tokio_util::sync::CancellationToken;
 
 use crate::WorkerConfig;
@@ -37,6 +38,7 @@ pub(crate) async fn run_claim(
     shutdown: CancellationToken,
     held: Held,
 ) {
+    let claimed = Instant::now();
     let task_id = claim.status.task_id.to_string();
     let run_id = claim.run_id;
     let expires = claim.task["expires"].as_str().unwrap_or_default().to_owned();
@@ -49,7 +51,8 @@ pub(crate) async fn run_claim(
             log.line(&format!("malformed payload: {message}")).await;
             drop(log);
             flusher.finish().await;
-            report(&client, &task_id, run_id, &Outcome::Exception("malformed-payload".into())).await;
+            let outcome = Outcome::Exception("malformed-payload".into());
+            report(&client, &task_id, run_id, &outcome, &RunStats::default()).await;
             return;
         }
     };
@@ -69,8 +72,15 @@ pub(crate) async fn run_claim(
 
     // One directory per slot, emptied after each run: cheaper than a new one per run.
     let dir = config.work_dir.join(format!("slot-{slot}"));
+    let mut stats = RunStats::default();
     let ending = match tokio::fs::create_dir_all(&dir).await {
-        Ok(()) => run_commands(&payload, &dir, &task_id, run_id, &log, &stop, config.grace).await,
+        Ok(()) => {
+            stats.setup_ms = Some(millis(claimed.elapsed()));
+            let started = Instant::now();
+            let ending = run_commands(&payload, &dir, &task_id, run_id, &log, &stop, config.grace, &mut stats).await;
+            stats.run_ms = Some(millis(started.elapsed()));
+            ending
+        }
         Err(err) => Ending::Failure(format!("cannot create the task directory {}: {err}", dir.display())),
     };
     let ending = match ending {
@@ -82,7 +92,9 @@ pub(crate) async fn run_claim(
 
     if matches!(ending, Ending::Success | Ending::Failure(_) | Ending::Retry(_)) {
         let target = Target { client: &client, task_id: &task_id, run_id, expires: &expires };
-        artifacts::upload_all(&target, &payload.artifacts, &dir, &log).await;
+        let started = Instant::now();
+        stats.bytes_uploaded = Some(artifacts::upload_all(&target, &payload.artifacts, &dir, &log).await);
+        stats.upload_ms = Some(millis(started.elapsed()));
     }
     let outcome = match &ending {
         Ending::Success => Some(Outcome::Completed),
@@ -103,9 +115,13 @@ pub(crate) async fn run_claim(
     drop(log);
     flusher.finish().await;
     if let Some(outcome) = outcome {
-        report(&client, &task_id, run_id, &outcome).await;
+        report(&client, &task_id, run_id, &outcome, &stats).await;
     }
     empty(&dir).await;
+}
+
+fn millis(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Removes everything in `dir`, keeping `dir`.
@@ -123,6 +139,8 @@ async fn empty(dir: &Path) {
     }
 }
 
+/// Runs the payload's commands in order; `stats` gets the last exit code and the peak memory.
+#[expect(clippy::too_many_arguments, reason = "one run's context, passed once")]
 async fn run_commands(
     payload: &Payload,
     dir: &Path,
@@ -131,6 +149,7 @@ async fn run_commands(
     log: &LogSink,
     stop: &CancellationToken,
     grace: Duration,
+    stats: &mut RunStats,
 ) -> Ending {
     let mut env: Vec<(String, String)> = payload.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     env.push(("TASK_ID".into(), task_id.to_owned()));
@@ -139,7 +158,13 @@ async fn run_commands(
         Limits { deadline: Instant::now() + payload.max_run_time, io_timeout: payload.io_timeout, stop, grace };
     for (idx, spec) in payload.commands.iter().enumerate() {
         let exit = match process::run(spec, dir, &env, log, &limits).await {
-            Ok(exit) => exit,
+            Ok(ran) => {
+                stats.peak_memory_bytes = stats.peak_memory_bytes.max(ran.peak_memory);
+                if let Exit::Code(code) = ran.exit {
+                    stats.exit_code = Some(code);
+                }
+                ran.exit
+            }
             Err(err) => return Ending::Failure(format!("command {idx} could not start: {err}")),
         };
         match exit {
@@ -206,8 +231,9 @@ async fn keep_claim(
     }
 }
 
-async fn report(client: &Client, task_id: &str, run_id: u32, outcome: &Outcome) {
-    match client.report(task_id, run_id, outcome).await {
+async fn report(client: &Client, task_id: &str, run_id: u32, outcome: &Outcome, stats: &RunStats) {
+    let stats = (*stats != RunStats::default()).then_some(stats);
+    match client.report_measured(task_id, run_id, outcome, stats).await {
         Ok(status) => tracing::info!(task.id = %task_id, run.id = run_id, state = status.state.as_str(), "reported"),
         Err(err) => tracing::warn!(task.id = %task_id, run.id = run_id, error = %err, "reporting failed"),
     }

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use shoal_engine::command::TaskCommand;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::id::is_identifier;
+use shoal_engine::status::RunStats;
 use shoal_engine::task::Resolution;
 use shoal_engine::worker::{Sighting, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
@@ -216,33 +217,47 @@ async fn resolve(
     caller: &Caller,
     params: &Params,
     resolution: Resolution,
+    stats: Option<RunStats>,
 ) -> Result<Json<StatusBody>, ApiError> {
     let (task_id, run_id, vars) = run_vars(params)?;
     caller.authorize(&vars)?;
-    let status = state.queue.apply(task_id, TaskCommand::Resolve { run_id, resolution }).await?;
+    let stats = stats.map(Box::new);
+    let status = state.queue.apply(task_id, TaskCommand::Resolve { run_id, resolution, stats }).await?;
     Ok(status_body(status))
+}
+
+/// reportCompleted's and reportFailed's optional body (Shoal's): what the worker measured.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReportBody {
+    #[serde(default)]
+    stats: Option<RunStats>,
 }
 
 pub(crate) async fn report_completed(
     State(state): State<AppState>,
     caller: Caller,
     params: Params,
+    Body(body): Body<ReportBody>,
 ) -> Result<Json<StatusBody>, ApiError> {
-    resolve(&state, &caller, &params, Resolution::Completed).await
+    resolve(&state, &caller, &params, Resolution::Completed, body.stats).await
 }
 
 pub(crate) async fn report_failed(
     State(state): State<AppState>,
     caller: Caller,
     params: Params,
+    Body(body): Body<ReportBody>,
 ) -> Result<Json<StatusBody>, ApiError> {
-    resolve(&state, &caller, &params, Resolution::Failed).await
+    resolve(&state, &caller, &params, Resolution::Failed, body.stats).await
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExceptionBody {
     reason: String,
+    #[serde(default)]
+    stats: Option<RunStats>,
 }
 
 pub(crate) async fn report_exception(
@@ -256,5 +271,5 @@ pub(crate) async fn report_exception(
             "reason: must be one of worker-shutdown, malformed-payload, resource-unavailable, internal-error, superseded, intermittent-task",
         )
     })?;
-    resolve(&state, &caller, &params, resolution).await
+    resolve(&state, &caller, &params, resolution, body.stats).await
 }

@@ -178,3 +178,24 @@ async fn deprecated_claim_task_claims_one_run() {
     let (status, _) = app.post(&format!("/task/{task_id}/runs/0/claim"), body).await;
     assert_eq!(status, StatusCode::CONFLICT);
 }
+
+#[tokio::test]
+async fn a_report_may_carry_what_the_worker_measured() {
+    let app = TestApp::start().await;
+    let task_id = slugid();
+    app.create(&task_id, json!({})).await;
+    app.claim("prov/wt", "w", 1).await;
+    let path = format!("/task/{task_id}/runs/0/failed");
+    let (code, body) = app.post(&path, json!({"stats": {"runMs": 5, "bogus": 1}})).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("stats"), "names the field: {body}");
+    let (code, body) = app.post(&path, json!({"stats": {"runMs": -1}})).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "durations are never negative: {body}");
+    let stats = json!({"setupMs": 3, "runMs": 1500, "uploadMs": 20, "bytesUploaded": 4096, "exitCode": 2,
+        "peakMemoryBytes": 1048576});
+    let (code, body) = app.post(&path, json!({"stats": stats})).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(body["status"]["runs"][0]["stats"], stats);
+    let (_, body) = app.get(&format!("/task/{task_id}/status")).await;
+    assert_eq!(body["status"]["runs"][0]["stats"]["exitCode"], 2, "kept with the run");
+}

@@ -40,7 +40,7 @@ pub(crate) async fn workers_are_recorded_with_their_claims_and_history(name: &st
     assert_eq!(record.recent_tasks.len(), 1, "{name}");
     assert_eq!(running, vec![id(1)], "{name}: its current run");
     assert_eq!(record.first_claim, Some(at(2)), "{name}");
-    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed };
+    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
     apply(store, id(1), done, at(3)).await;
     let (_, running) = store.read(|reads| reads.worker(&key(1))).await.unwrap().expect("recorded");
     assert!(running.is_empty(), "{name}: no run once it resolved");
