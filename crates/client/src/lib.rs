@@ -133,6 +133,9 @@ pub struct Claim {
     /// Credentials for this run: reclaim, resolve, artifacts and log.
     #[serde(default)]
     pub credentials: Option<Credentials>,
+    /// The task's secrets, if it has any (handed only to the claiming worker).
+    #[serde(default)]
+    pub secrets: Option<shoal_engine::secrets::Secrets>,
 }
 
 /// A client of one Shoal server.

@@ -51,7 +51,9 @@ impl TaskCommand {
         match self {
             TaskCommand::Schedule => task.schedule(now, capacity),
             TaskCommand::Reclaim { run_id } => task.reclaim(*run_id, now, claim_timeout_secs),
-            TaskCommand::Resolve { run_id, resolution, stats } => task.resolve_measured(*run_id, *resolution, stats.as_deref().copied(), now),
+            TaskCommand::Resolve { run_id, resolution, stats } => {
+                task.resolve_measured(*run_id, *resolution, stats.as_deref().copied(), now)
+            }
             TaskCommand::Cancel => task.cancel(now),
             TaskCommand::Rerun => task.rerun(now),
             TaskCommand::ChangePriority(priority) => task.change_priority(*priority, now),

@@ -8,6 +8,7 @@ use crate::dimensions::Dimensions;
 use crate::id::{is_identifier, is_worker_type, split_task_queue_id};
 use crate::priority::Priority;
 use crate::rejection::Conflict;
+use crate::secrets::Secrets;
 use crate::slice::{Slice, SliceInput, parse_slices};
 use crate::status::TaskState;
 use crate::{Rejection, TaskId, Timestamp};
@@ -121,6 +122,8 @@ pub struct TaskDefinitionInput {
     pub dimensions: BTreeMap<String, Vec<String>>,
     /// Swarming's slices: alternative dimension sets tried in order (Shoal's extension).
     pub slices: Option<Vec<SliceInput>>,
+    /// A JSON object handed only to the worker that claims a run (Shoal's extension).
+    pub secrets: Option<serde_json::Value>,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -190,6 +193,12 @@ pub struct TaskDefinition {
     /// Slices (absent when none; then `dimensions` hold).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slices: Vec<Slice>,
+    /// Whether the task has secrets (kept apart; only this flag is in the definition).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub has_secrets: bool,
+    /// The secrets themselves: never serialized with the definition.
+    #[serde(skip)]
+    pub secrets: Option<Secrets>,
 }
 
 /// Whether createTask may define `task_id` again as `submitted` when it is stored as
@@ -269,6 +278,7 @@ impl TaskDefinitionInput {
             return Err(Rejection::invalid("extra", "must be a JSON object"));
         }
         let slices = parse_slices(self.slices, !self.dimensions.is_empty())?;
+        let secrets = self.secrets.as_ref().map(Secrets::parse).transpose()?;
         let dimensions = Dimensions::parse_required("dimensions", self.dimensions)?;
         Ok(TaskDefinition {
             provisioner_id,
@@ -292,6 +302,8 @@ impl TaskDefinitionInput {
             extra: self.extra,
             dimensions,
             slices,
+            has_secrets: secrets.is_some(),
+            secrets,
         })
     }
 

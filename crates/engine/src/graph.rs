@@ -332,6 +332,13 @@ fn queue_definition(
         Some(_) => return Err(Rejection::invalid(field("routes"), "must be an array of strings")),
     };
     object.insert("routes".to_owned(), Value::Array(routes));
+    // The graph keeps each submitted node for its inspector: secrets would show there.
+    if object.contains_key("secrets") {
+        return Err(Rejection::invalid(
+            field("secrets"),
+            "is not accepted in a task graph (the graph keeps what was submitted); create the task with createTask",
+        ));
+    }
     let input: TaskDefinitionInput = serde_path_to_error::deserialize(task).map_err(|err| {
         let path = err.path().to_string();
         let at = if path == "." { field("") } else { field(&path) };
@@ -621,6 +628,8 @@ mod tests {
         let reruns = field_of(plan_of(json!({"a": {"reruns": 50, "task": task(json!({}))}})));
         assert_eq!(reruns.0, "tasks.a.reruns");
         assert_eq!(field_of(plan_of(json!({}))).0, "tasks");
+        let secrets = field_of(plan_of(json!({"a": {"task": task(json!({"secrets": {"k": "v"}}))}})));
+        assert_eq!(secrets.0, "tasks.a.task.secrets", "the graph would keep them: {}", secrets.1);
 
         let duplicate =
             serde_json::from_str::<GraphInput>(r#"{"routing": "r", "tasks": {"a": {"task": {}}, "a": {"task": {}}}}"#);

@@ -36,6 +36,7 @@ pub mod id;
 pub mod message;
 pub mod priority;
 pub mod rejection;
+pub mod secrets;
 pub mod slice;
 pub mod status;
 pub mod task;

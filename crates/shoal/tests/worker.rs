@@ -274,3 +274,115 @@ async fn cancel_stops_the_process_and_a_dead_worker_is_replaced() {
     assert_eq!(status["runs"][1]["workerId"], "heir");
     assert_eq!(status["state"], "completed");
 }
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        for entry in std::fs::read_dir(&current).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() { pending.push(path) } else { found.push(path) }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_reach_only_the_claiming_worker() {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = server(&data).await;
+    let (worker_out, worker_err) = (dir.path().join("worker.out"), dir.path().join("worker.err"));
+    let _worker = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["worker", "--root-url", &server.root, "--queue", "e2e/secret", "--worker-id", "w1", "--work-dir"])
+        .arg(dir.path().join("work"))
+        .env("SHOAL_LOG", "debug")
+        .env("TASKCLUSTER_CLIENT_ID", "root")
+        .env("TASKCLUSTER_ACCESS_TOKEN", support::ROOT_TOKEN)
+        .stdout(std::fs::File::create(&worker_out).unwrap())
+        .stderr(std::fs::File::create(&worker_err).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let exchanges = ["task-defined", "task-pending", "task-running", "artifact-created", "task-completed"];
+    let bindings: Vec<(String, String)> =
+        exchanges.iter().map(|name| (format!("exchange/taskcluster-queue/v1/{name}"), "#".to_owned())).collect();
+    let mut stream = support::client(&server.root).listen(&bindings).await.unwrap();
+
+    let secret = format!("sekrit-{}", slugid::nice());
+    let file = json!({"token": secret}).to_string();
+    let digest: String = sha2::Sha256::digest(file.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let mut seen = Vec::new();
+    let task_id = slugid::nice();
+    let mut body = definition(
+        "e2e/secret",
+        json!({
+            "command": [format!(
+                "test \"$(stat -c %a \"$SHOAL_SECRETS\")\" = 600 && test \"$(sha256sum < \"$SHOAL_SECRETS\" | cut -d' ' -f1)\" = {digest} && echo secrets-ok"
+            )],
+            "maxRunTime": 60,
+            "artifacts": [{"type": "directory", "path": ".", "name": "public/all"}]
+        }),
+    );
+    body["secrets"] = json!({"token": secret});
+    let url = format!("{}/task/{task_id}", server.api);
+    let http = reqwest::Client::new();
+    let res = support::signed(&http, reqwest::Method::PUT, &url, Some(&body)).send().await.unwrap();
+    assert!(res.status().is_success());
+    seen.push(res.text().await.unwrap());
+    // The completion message is the event to wait for; every message on the way is kept.
+    loop {
+        let message = stream.next_message().await.unwrap().expect("the stream goes on");
+        seen.push(message.to_string());
+        if message["exchange"].as_str().unwrap().ends_with("task-completed") {
+            break;
+        }
+    }
+    let log = log_of(&server, &task_id, 0).await;
+    assert!(log.contains("secrets-ok"), "the task read its secrets from $SHOAL_SECRETS: {log}");
+    seen.push(log);
+    for path in [
+        format!("/task/{task_id}"),
+        format!("/task/{task_id}/status"),
+        format!("/task/{task_id}/artifacts"),
+        format!("/task-group/{task_id}/list"),
+        "/pending/e2e%2Fsecret".to_owned(),
+    ] {
+        let res = reqwest::get(format!("{}{path}", server.api)).await.unwrap();
+        seen.push(res.text().await.unwrap());
+    }
+    assert!(
+        seen[seen.len() - 5].contains(r#""hasSecrets":true"#),
+        "task() says it has secrets: {}",
+        seen[seen.len() - 5]
+    );
+    // A bad definition's error quotes nothing of it.
+    body["secrets"] = json!([secret]);
+    let res =
+        support::signed(&http, reqwest::Method::PUT, &format!("{}/task/{}", server.api, slugid::nice()), Some(&body));
+    let res = res.send().await.unwrap();
+    assert_eq!(res.status(), reqwest::StatusCode::BAD_REQUEST);
+    seen.push(res.text().await.unwrap());
+    for text in &seen {
+        assert!(!text.contains(&secret), "the secret leaked into {text}");
+    }
+    // Nor in any file the server or the worker wrote, but the secrets database.
+    let mut files = files_under(&data);
+    files.extend(files_under(&dir.path().join("work")));
+    files.extend([worker_out, worker_err]);
+    assert!(files.iter().any(|f| f.file_name().is_some_and(|n| n == "shoal.db")), "{files:?}");
+    let mut kept_apart = false;
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        let found = bytes.windows(secret.len()).any(|window| window == secret.as_bytes());
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("secrets.db") {
+            kept_apart |= found;
+        } else {
+            assert!(!found, "the secret is in {}", file.display());
+        }
+    }
+    assert!(kept_apart, "the secrets database holds it");
+}

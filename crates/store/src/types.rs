@@ -4,6 +4,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use shoal_engine::artifact::Artifact;
 use shoal_engine::event::Event;
+use shoal_engine::secrets::Secrets;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
@@ -49,6 +50,9 @@ pub struct Claim {
     pub taken_until: Timestamp,
     /// The task definition, as stored.
     pub task: Box<RawValue>,
+    /// The task's secrets, handed only to the claiming worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Secrets>,
 }
 
 /// What cancelTaskGroup did.

@@ -73,16 +73,33 @@ pub(crate) async fn run_claim(
     // One directory per slot, emptied after each run: cheaper than a new one per run.
     let dir = config.work_dir.join(format!("slot-{slot}"));
     let mut stats = RunStats::default();
-    let ending = match tokio::fs::create_dir_all(&dir).await {
+    let mut run_env = vec![("TASK_ID".to_owned(), task_id.clone()), ("RUN_ID".to_owned(), run_id.to_string())];
+    // Beside the task directory, not in it: an artifact of the whole directory must not take it.
+    let secrets_file = config.work_dir.join(format!("secrets-{slot}.json"));
+    let prepared = async {
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|err| format!("cannot create the task directory {}: {err}", dir.display()))?;
+        if let Some(secrets) = &claim.secrets {
+            write_private(&secrets_file, secrets.expose().as_bytes())
+                .map_err(|err| format!("cannot write the secrets file {}: {err}", secrets_file.display()))?;
+            run_env.push(("SHOAL_SECRETS".to_owned(), secrets_file.to_string_lossy().into_owned()));
+        }
+        Ok::<(), String>(())
+    };
+    let ending = match prepared.await {
         Ok(()) => {
             stats.setup_ms = Some(millis(claimed.elapsed()));
             let started = Instant::now();
-            let ending = run_commands(&payload, &dir, &task_id, run_id, &log, &stop, config.grace, &mut stats).await;
+            let ending = run_commands(&payload, &dir, &run_env, &log, &stop, config.grace, &mut stats).await;
             stats.run_ms = Some(millis(started.elapsed()));
             ending
         }
-        Err(err) => Ending::Failure(format!("cannot create the task directory {}: {err}", dir.display())),
+        Err(reason) => Ending::Failure(reason),
     };
+    if claim.secrets.is_some() {
+        let _ = tokio::fs::remove_file(&secrets_file).await;
+    }
     let ending = match ending {
         Ending::Shutdown if revoked.is_cancelled() => Ending::Revoked,
         other => other,
@@ -139,21 +156,30 @@ async fn empty(dir: &Path) {
     }
 }
 
-/// Runs the payload's commands in order; `stats` gets the last exit code and the peak memory.
-#[expect(clippy::too_many_arguments, reason = "one run's context, passed once")]
+/// Writes `bytes` to a new file at `path` that only this user may read (replacing any left
+/// over from a crash).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// Runs the payload's commands in order, with the payload's environment and `run_env`;
+/// `stats` gets the last exit code and the peak memory.
 async fn run_commands(
     payload: &Payload,
     dir: &Path,
-    task_id: &str,
-    run_id: u32,
+    run_env: &[(String, String)],
     log: &LogSink,
     stop: &CancellationToken,
     grace: Duration,
     stats: &mut RunStats,
 ) -> Ending {
     let mut env: Vec<(String, String)> = payload.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    env.push(("TASK_ID".into(), task_id.to_owned()));
-    env.push(("RUN_ID".into(), run_id.to_string()));
+    env.extend(run_env.iter().cloned());
     let limits =
         Limits { deadline: Instant::now() + payload.max_run_time, io_timeout: payload.io_timeout, stop, grace };
     for (idx, spec) in payload.commands.iter().enumerate() {

@@ -27,6 +27,7 @@ use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
 use shoal_engine::priority::Priority;
 use shoal_engine::rejection::Missing;
+use shoal_engine::secrets::Secrets;
 use shoal_engine::slice::Capacity;
 use shoal_engine::status::{RunState, TaskState, TaskStatus};
 use shoal_engine::task::Task;
@@ -69,6 +70,10 @@ pub(crate) trait WriteTx {
     async fn claimable(&mut self, request: &ClaimRequest) -> Result<Vec<(TaskRow, Box<RawValue>)>, StoreError>;
     /// Inserts a new task row as it stands, joining the claim line when it is pending.
     async fn insert_task(&mut self, row: &mut TaskRow, definition: &str) -> Result<(), StoreError>;
+    /// Keeps a new task's secrets, apart from its row (SQLite: in their own database file).
+    async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError>;
+    /// A task's secrets, if it has any.
+    async fn load_secrets(&mut self, task_id: TaskId) -> Result<Option<Secrets>, StoreError>;
     /// Writes a stepped row's new state; `change` says what moved.
     async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError>;
 

@@ -66,6 +66,9 @@ pub(crate) async fn create_looked_up(
     if !definition.dependencies.is_empty() {
         tx.insert_dependencies(task_id, definition, &satisfied).await?;
     }
+    if let Some(secrets) = &definition.secrets {
+        tx.save_secrets(task_id, secrets).await?;
+    }
     record(tx, &row.task, vec![Event::Defined]);
     match scheduled {
         Some(effects) => insert_stepped(tx, &mut row, now, before, effects, &text).await?,
@@ -170,7 +173,14 @@ pub(crate) async fn claim_loaded(
 ) -> Result<Claim, StoreError> {
     let claim_timeout = tx.claim_timeout_secs();
     step(tx, &mut row, now, |task| task.claim(run_id, worker_group, worker_id, now, claim_timeout)).await?;
+    // Only a definition with the flag is looked up (a payload holding the same text costs a
+    // lookup that finds nothing).
+    let secrets = match definition.get().contains(r#""hasSecrets":true"#) {
+        true => tx.load_secrets(row.task.task_id).await?,
+        false => None,
+    };
     Ok(Claim {
+        secrets,
         taken_until: row.task.running_until().unwrap_or(now),
         status: row.task.status(),
         run_id,

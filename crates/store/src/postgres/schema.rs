@@ -211,6 +211,13 @@ UPDATE tasks SET worker = (runs::jsonb -> -1 ->> 'workerGroup') || '/' || (runs:
     r#"
 ALTER TABLE tasks ADD COLUMN slices TEXT;
 "#,
+    // 11: a task's secrets, apart from its row (read only by a claim).
+    r#"
+CREATE TABLE task_secrets (
+    task_id TEXT PRIMARY KEY,
+    secrets TEXT NOT NULL
+);
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

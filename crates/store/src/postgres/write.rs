@@ -7,6 +7,7 @@ use shoal_engine::definition::TaskDefinition;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
+use shoal_engine::secrets::Secrets;
 use shoal_engine::status::TaskState;
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
@@ -405,10 +406,21 @@ impl WriteTx for PgTx {
             "DELETE FROM task_dependencies WHERE dependent_task_id = $1",
             "DELETE FROM artifacts WHERE task_id = $1",
             "DELETE FROM graph_tasks WHERE task_id = $1",
+            "DELETE FROM task_secrets WHERE task_id = $1",
         ] {
             self.defer(sql, vec![Box::new(task_id.as_str().to_owned())]).await?;
         }
         Ok(Some(parse_id(&group)?))
+    }
+
+    async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError> {
+        let params: Vec<Param> = vec![Box::new(task_id.as_str().to_owned()), Box::new(secrets.expose().to_owned())];
+        self.defer("INSERT INTO task_secrets (task_id, secrets) VALUES ($1, $2)", params).await
+    }
+
+    async fn load_secrets(&mut self, task_id: TaskId) -> Result<Option<Secrets>, StoreError> {
+        let row = self.query_opt("SELECT secrets FROM task_secrets WHERE task_id = $1", &[&task_id.as_str()]).await?;
+        row.map(|row| Ok(Secrets::from_stored(row.try_get(0)?))).transpose()
     }
 
     async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError> {

@@ -156,6 +156,7 @@ impl SqliteStore {
         )?;
         conn.set_prepared_statement_cache_capacity(64);
         schema::migrate(&mut conn)?;
+        schema::attach_secrets(&conn, &config.path)?;
         let (index, max_seq) = load_pending(&conn)?;
         let bounds = outbox::bounds(&conn)?;
         let feed = Arc::new(OutboxFeed::new(bounds.first, bounds.last));

@@ -181,6 +181,19 @@ ALTER TABLE tasks ADD COLUMN slices TEXT;
 ",
 ];
 
+/// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its one
+/// table: tasks' secrets live in their own file, so the main database, its WAL and whatever
+/// copies of it are made never hold them.
+pub(crate) fn attach_secrets(conn: &Connection, path: &std::path::Path) -> rusqlite::Result<()> {
+    let secrets = path.with_file_name("secrets.db");
+    conn.execute("ATTACH DATABASE ?1 AS secrets", [secrets.to_string_lossy()])?;
+    conn.execute_batch(
+        "PRAGMA secrets.journal_mode = WAL; \
+         CREATE TABLE IF NOT EXISTS secrets.task_secrets (task_id TEXT PRIMARY KEY, secrets TEXT NOT NULL) \
+         WITHOUT ROWID;",
+    )
+}
+
 /// Brings the database to the newest schema, one migration per transaction.
 pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     let version: usize = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;

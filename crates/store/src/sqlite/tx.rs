@@ -11,6 +11,7 @@ use shoal_engine::definition::TaskDefinition;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
+use shoal_engine::secrets::Secrets;
 use shoal_engine::status::TaskState;
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey, worker_name};
 use shoal_engine::{TaskId, Timestamp};
@@ -500,10 +501,27 @@ impl WriteTx for Tx<'_> {
             "DELETE FROM task_dependencies WHERE dependent_task_id = ?1",
             "DELETE FROM artifacts WHERE task_id = ?1",
             "DELETE FROM graph_tasks WHERE task_id = ?1",
+            "DELETE FROM secrets.task_secrets WHERE task_id = ?1",
         ] {
             self.conn.prepare_cached(sql)?.execute([task_id.as_str()])?;
         }
         Ok(Some(TaskId::parse(&group).ok_or_else(|| corrupt(format!("task group id {group}")))?))
+    }
+
+    async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("INSERT INTO secrets.task_secrets (task_id, secrets) VALUES (?1, ?2)")?
+            .execute(params![task_id.as_str(), secrets.expose()])?;
+        Ok(())
+    }
+
+    async fn load_secrets(&mut self, task_id: TaskId) -> Result<Option<Secrets>, StoreError> {
+        let text: Option<String> = self
+            .conn
+            .prepare_cached("SELECT secrets FROM secrets.task_secrets WHERE task_id = ?1")?
+            .query_row([task_id.as_str()], |row| row.get(0))
+            .optional()?;
+        Ok(text.map(Secrets::from_stored))
     }
 
     async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError> {

@@ -64,3 +64,18 @@ pub(crate) async fn slices_skip_without_capacity_and_fall_back_when_they_expire(
     create(store, id(5), late, at(1000)).await;
     assert_eq!(reason(store, 5).await, Some(ReasonResolved::ResourceUnavailable), "{name}: the worker went silent");
 }
+
+pub(crate) async fn secrets_are_kept_apart_and_handed_to_the_claim(name: &str, backend: Backend) {
+    let store = &backend.store;
+    create(store, id(1), json!({"secrets": {"token": "s3cr3t"}}), at(1)).await;
+    create(store, id(2), json!({"payload": {"note": "\"hasSecrets\":true"}}), at(2)).await;
+    let task = store.read(|reads| reads.task(id(1))).await.unwrap().unwrap();
+    assert!(!task.task.get().contains("s3cr3t"), "{name}: not in the definition: {}", task.task.get());
+    assert!(task.task.get().contains(r#""hasSecrets":true"#), "{name}");
+    let mut request = worker(2);
+    request.count = 2;
+    let claims = store.claim_work(request, at(3)).await.unwrap().value;
+    let secrets: Vec<Option<String>> =
+        claims.iter().map(|claim| claim.secrets.as_ref().map(|s| s.expose().to_owned())).collect();
+    assert_eq!(secrets, vec![Some(r#"{"token":"s3cr3t"}"#.to_owned()), None], "{name}");
+}
