@@ -130,6 +130,7 @@ pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result
         graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
         queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
         worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
+        dedup_window_secs: shoal_engine::dedup::DEFAULT_WINDOW_SECS,
     };
     let store = Store::Sqlite(SqliteStore::open(&config)?);
     let n_loaders = 64;

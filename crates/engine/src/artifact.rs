@@ -351,6 +351,7 @@ mod tests {
             resolved: resolved_ago_ms.map(|ago| NOW.plus_millis(-ago)),
             slice: None,
             stats: None,
+            deduped_from: None,
         }
     }
 

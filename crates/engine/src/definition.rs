@@ -8,6 +8,7 @@ use crate::dimensions::Dimensions;
 use crate::id::{is_identifier, is_worker_type, split_task_queue_id};
 use crate::priority::Priority;
 use crate::rejection::Conflict;
+use crate::dedup::properties_hash;
 use crate::secrets::Secrets;
 use crate::slice::{Slice, SliceInput, parse_slices};
 use crate::status::TaskState;
@@ -124,6 +125,9 @@ pub struct TaskDefinitionInput {
     pub slices: Option<Vec<SliceInput>>,
     /// A JSON object handed only to the worker that claims a run (Shoal's extension).
     pub secrets: Option<serde_json::Value>,
+    /// Whether a recent completion of the same properties may stand for this task (Swarming's).
+    #[serde(default)]
+    pub idempotent: bool,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -199,6 +203,12 @@ pub struct TaskDefinition {
     /// The secrets themselves: never serialized with the definition.
     #[serde(skip)]
     pub secrets: Option<Secrets>,
+    /// Whether a recent completion of the same properties may stand for this task.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idempotent: bool,
+    /// For an idempotent task, the hash of its properties ([`crate::dedup`]); never serialized.
+    #[serde(skip)]
+    pub dedup_hash: Option<String>,
 }
 
 /// Whether createTask may define `task_id` again as `submitted` when it is stored as
@@ -280,6 +290,9 @@ impl TaskDefinitionInput {
         let slices = parse_slices(self.slices, !self.dimensions.is_empty())?;
         let secrets = self.secrets.as_ref().map(Secrets::parse).transpose()?;
         let dimensions = Dimensions::parse_required("dimensions", self.dimensions)?;
+        let dedup_hash = self
+            .idempotent
+            .then(|| properties_hash(&task_queue_id, &dimensions, &slices, &self.payload, secrets.as_ref()));
         Ok(TaskDefinition {
             provisioner_id,
             worker_type,
@@ -303,6 +316,8 @@ impl TaskDefinitionInput {
             dimensions,
             slices,
             has_secrets: secrets.is_some(),
+            dedup_hash,
+            idempotent: self.idempotent,
             secrets,
         })
     }

@@ -27,6 +27,7 @@
 pub mod artifact;
 pub mod auth;
 pub mod command;
+pub mod dedup;
 pub mod definition;
 pub mod dimensions;
 pub mod event;

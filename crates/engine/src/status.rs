@@ -177,6 +177,9 @@ pub struct Run {
     /// What its worker measured (Swarming's performance stats), if it reported them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<RunStats>,
+    /// The task whose completion stands for this run, which no worker ran (Swarming's dedup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deduped_from: Option<TaskId>,
 }
 
 /// What a worker measured of a run, as it reported them with the run's resolution.
@@ -236,4 +239,7 @@ pub struct TaskStatus {
     /// For a task with slices, the index of the slice its last run waits or ran on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_slice: Option<u32>,
+    /// For a deduped task, the task whose completion stands for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deduped_from: Option<TaskId>,
 }

@@ -42,6 +42,8 @@ pub struct TaskMeta {
     pub dimensions: Dimensions,
     /// Swarming's slices (empty when none).
     pub slices: Vec<Slice>,
+    /// For an idempotent task, the hash of its properties (`dedup`).
+    pub dedup_hash: Option<String>,
     /// Routes its messages are also published under (`route.<r>`).
     pub routes: Vec<String>,
     /// Tags its messages carry.
@@ -67,6 +69,7 @@ impl TaskMeta {
                 .first()
                 .map_or_else(|| definition.dimensions.clone(), |s| s.dimensions.clone()),
             slices: definition.slices.clone(),
+            dedup_hash: definition.dedup_hash.clone(),
             routes: definition.routes.clone(),
             tags: definition.tags.clone(),
         }
@@ -194,6 +197,7 @@ impl Task {
             state: self.state(),
             runs: self.runs.clone(),
             current_slice: self.status_slice(),
+            deduped_from: self.runs.last().and_then(|run| run.deduped_from),
         }
     }
 
@@ -241,6 +245,34 @@ impl Task {
             }
             None => Some(self.end_unresolved(ReasonResolved::DeadlineExceeded, now)),
         }
+    }
+
+    /// Resolves a task that has not run as `completed` at once, its result being `original`'s
+    /// (Swarming's dedup): one completed run that no worker ran.
+    ///
+    /// # Errors
+    /// Conflict once the deadline has passed; a task that already has a run is left as it is.
+    pub fn dedupe(&mut self, original: TaskId, now: Timestamp) -> Result<Effects, Rejection> {
+        self.check_deadline(now)?;
+        if !self.runs.is_empty() {
+            return Ok(Effects::none());
+        }
+        self.runs.push(Run {
+            run_id: 0,
+            state: RunState::Completed,
+            reason_created: ReasonCreated::Scheduled,
+            reason_resolved: Some(ReasonResolved::Completed),
+            worker_group: None,
+            worker_id: None,
+            taken_until: None,
+            scheduled: now,
+            started: Some(now),
+            resolved: Some(now),
+            slice: None,
+            stats: None,
+            deduped_from: Some(original),
+        });
+        Ok(Effects(vec![Event::Completed { run_id: 0 }]))
     }
 
     /// The slice the last run waits or ran on, for a task with slices.
@@ -466,6 +498,7 @@ impl Task {
             resolved: None,
             slice,
             stats: None,
+            deduped_from: None,
         });
         Effects(vec![Event::Pending { run_id }])
     }
@@ -510,6 +543,7 @@ impl Task {
                 resolved: Some(now),
                 slice: None,
                 stats: None,
+                deduped_from: None,
             });
             return Effects(vec![Event::Exception { run_id }]);
         }

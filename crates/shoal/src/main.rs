@@ -221,6 +221,9 @@ struct ServerArgs {
     /// missing and its runs end at once, retried elsewhere [default: 120].
     #[arg(long, env = "SHOAL_WORKER_DEAD_AFTER")]
     worker_dead_after: Option<u64>,
+    /// Seconds a completed idempotent task may stand for an identical new one [default: 7 days].
+    #[arg(long, env = "SHOAL_DEDUP_WINDOW")]
+    dedup_window: Option<i64>,
 }
 
 /// The settings of `shoal server`, as written in the config file; every default is local and safe.
@@ -243,6 +246,7 @@ struct ServerConfig {
     root_access_token: Option<credentials::Secret>,
     queue_retention: i64,
     worker_dead_after: u64,
+    dedup_window: i64,
 }
 
 impl Default for ServerConfig {
@@ -264,6 +268,7 @@ impl Default for ServerConfig {
             root_access_token: None,
             queue_retention: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
             worker_dead_after: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS as u64,
+            dedup_window: shoal_engine::dedup::DEFAULT_WINDOW_SECS,
         }
     }
 }
@@ -279,6 +284,7 @@ impl ServerConfig {
                 graph_scheduler_id: self.scheduler_id.clone(),
                 queue_retention_secs: self.queue_retention,
                 worker_dead_after_secs: self.worker_dead_after as i64,
+                dedup_window_secs: self.dedup_window,
             })
             .with_context(|| format!("opening the database {}", path.display()))?;
             return Ok(Store::Sqlite(store));
@@ -305,6 +311,7 @@ impl ServerConfig {
         pg.graph_scheduler_id.clone_from(&self.scheduler_id);
         pg.queue_retention_secs = self.queue_retention;
         pg.worker_dead_after_secs = self.worker_dead_after as i64;
+        pg.dedup_window_secs = self.dedup_window;
         pg
     }
 
@@ -366,6 +373,9 @@ impl ServerConfig {
         if let Some(secs) = args.worker_dead_after {
             config.worker_dead_after = secs;
         }
+        if let Some(secs) = args.dedup_window {
+            config.dedup_window = secs;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -379,6 +389,7 @@ impl ServerConfig {
         );
         anyhow::ensure!((1..=600).contains(&self.database_timeout), "database-timeout must be 1..=600 seconds");
         anyhow::ensure!((1..=86_400).contains(&self.worker_dead_after), "worker-dead-after must be 1..=86400 seconds");
+        anyhow::ensure!((1..=31_536_000).contains(&self.dedup_window), "dedup-window must be 1..=31536000 seconds");
         anyhow::ensure!(
             self.max_connections.is_none_or(|max| (16..=10_000_000).contains(&max)),
             "max-connections must be 16..=10000000"
@@ -680,6 +691,7 @@ mod tests {
             root_access_token: None,
             queue_retention: None,
             worker_dead_after: None,
+            dedup_window: None,
         }
     }
 

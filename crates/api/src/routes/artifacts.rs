@@ -143,10 +143,26 @@ async fn resolve(state: &AppState, task_id: TaskId, run_id: u32, name: String) -
     Ok(found?)
 }
 
+/// The run an artifact read means: the named one, or the task's last; a run that Swarming's
+/// dedup resolved reads through to the last run of the task whose completion stands for it.
 async fn run_of(state: &AppState, params: &Params, latest: bool) -> Result<(TaskId, u32), ApiError> {
     let task_id = params.task_id()?;
-    let run_id = if latest { latest_run(state, task_id).await? } else { params.run_id()? };
-    Ok((task_id, run_id))
+    let named = if latest { None } else { Some(params.run_id()?) };
+    let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
+    let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
+    let run = match named {
+        Some(run_id) => record.status.runs.get(run_id as usize),
+        None => record.status.runs.last(),
+    };
+    match (run, named) {
+        (Some(run), _) => match run.deduped_from {
+            Some(original) => Ok((original, latest_run(state, original).await?)),
+            None => Ok((task_id, run.run_id)),
+        },
+        // An unknown run: the read itself says it is not found.
+        (None, Some(run_id)) => Ok((task_id, run_id)),
+        (None, None) => Err(ApiError::not_found(format!("task {task_id} has no runs"))),
+    }
 }
 
 fn storage_header(res: &mut Response, artifact: &Artifact) {

@@ -246,3 +246,34 @@ async fn uploads_and_live_logs_stay_within_their_size_limits() {
     let res = app.signed_raw(Method::POST, &format!("{log}?offset=400"), Some(vec![b'b'; 101])).await;
     assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
+
+#[tokio::test]
+async fn a_deduped_task_reads_its_artifacts_through_the_original() {
+    let app = TestApp::start().await;
+    let same = json!({"taskQueueId": "art/dedup", "idempotent": true, "payload": {"command": ["make"]}});
+    let original = slugid();
+    app.create(&original, same.clone()).await;
+    app.claim("art/dedup", "w", 1).await;
+    let report = json!({"storageType": "reference", "expires": from_now(3600), "contentType": "text/plain", "url": "https://example.com/report"});
+    let base = format!("/task/{original}/runs/0/artifacts");
+    assert_eq!(app.post(&format!("{base}/public/report.txt"), report).await.0, StatusCode::OK);
+    app.report(&original, 0, "completed").await;
+
+    let copy = slugid();
+    let status = app.create(&copy, same).await;
+    assert_eq!(status["status"]["state"], "completed", "{status}");
+    assert_eq!(status["status"]["dedupedFrom"], original.as_str(), "{status}");
+    let (_, task) = app.get(&format!("/task/{copy}")).await;
+    assert_eq!(task["idempotent"], true, "{task}");
+    for path in [
+        format!("/task/{copy}/artifacts/public/report.txt"),
+        format!("/task/{copy}/runs/0/artifacts/public/report.txt"),
+    ] {
+        let res = app.raw(Method::GET, &format!("{}{path}", app.base), None).await;
+        assert_eq!(res.status(), StatusCode::SEE_OTHER, "{path}");
+        assert_eq!(res.headers()["location"], "https://example.com/report", "{path}: the original's artifact");
+    }
+    let (_, listed) = app.get(&format!("/task/{copy}/artifacts")).await;
+    let names: Vec<&str> = listed["artifacts"].as_array().unwrap().iter().filter_map(|a| a["name"].as_str()).collect();
+    assert!(names.contains(&"public/report.txt"), "{listed}");
+}

@@ -46,6 +46,7 @@ fn open_store(dir: &std::path::Path, claim_timeout_secs: i64) -> Store {
                 graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
                 queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
                 worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
+                dedup_window_secs: shoal_engine::dedup::DEFAULT_WINDOW_SECS,
             };
             Store::Sqlite(SqliteStore::open(&config).unwrap())
         }

@@ -29,6 +29,7 @@ use shoal_engine::priority::Priority;
 use shoal_engine::rejection::Missing;
 use shoal_engine::secrets::Secrets;
 use shoal_engine::slice::Capacity;
+use shoal_engine::event::Effects;
 use shoal_engine::status::{RunState, TaskState, TaskStatus};
 use shoal_engine::task::Task;
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
@@ -56,6 +57,8 @@ pub(crate) trait WriteTx {
     fn queue_retention_ms(&self) -> i64;
     /// How long a worker counts as live after it was last seen.
     fn worker_dead_after_ms(&self) -> i64;
+    /// How long a completed idempotent task may stand for new ones.
+    fn dedup_window_ms(&self) -> i64;
     /// Adds a message to this transaction's outbox.
     fn publish(&mut self, message: Message);
     /// The events this transaction recorded, in order.
@@ -74,6 +77,12 @@ pub(crate) trait WriteTx {
     async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError>;
     /// A task's secrets, if it has any.
     async fn load_secrets(&mut self, task_id: TaskId) -> Result<Option<Secrets>, StoreError>;
+    /// The task that last completed with properties `hash` at or after `since`, if any.
+    async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError>;
+    /// Records that `task_id`, with properties `hash`, completed at `at`.
+    async fn remember_completion(&mut self, hash: &str, task_id: TaskId, at: Timestamp) -> Result<(), StoreError>;
+    /// Forgets `task_id`'s completions (it is no longer completed, or it expired).
+    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError>;
     /// Writes a stepped row's new state; `change` says what moved.
     async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError>;
 
@@ -267,6 +276,39 @@ impl Before {
 
 /// What the queue knows of the live workers that could run `task`: read only for a task
 /// with slices (the others are never judged by capacity).
+/// Starts a task whose dependencies are met: an idempotent one whose properties completed
+/// within the dedup window resolves at once as that completion; any other is scheduled,
+/// its slices judged by the live workers.
+pub(crate) async fn start(tx: &mut impl WriteTx, task: &mut Task, now: Timestamp) -> Result<Effects, StoreError> {
+    if let Some(hash) = &task.meta.dedup_hash {
+        let since = now.plus_millis(-tx.dedup_window_ms());
+        if let Some(original) = tx.find_completion(hash, since).await? {
+            return Ok(task.dedupe(original, now)?);
+        }
+    }
+    let capacity = capacity_for(tx, task, now).await?;
+    Ok(task.schedule(now, &capacity)?)
+}
+
+/// Keeps the dedup table in step with an idempotent task's state: a completion it ran
+/// itself may stand for later tasks; once it is anything else (rerun, failed) it may not.
+pub(crate) async fn note_completion(
+    tx: &mut impl WriteTx,
+    task: &Task,
+    before: TaskState,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let Some(hash) = &task.meta.dedup_hash else { return Ok(()) };
+    let state = task.state();
+    let ran = task.runs().last().is_some_and(|run| run.deduped_from.is_none());
+    if state == TaskState::Completed && before != TaskState::Completed && ran {
+        tx.remember_completion(hash, task.task_id, now).await?;
+    } else if before == TaskState::Completed && state != TaskState::Completed {
+        tx.forget_completions(task.task_id).await?;
+    }
+    Ok(())
+}
+
 pub(crate) async fn capacity_for(tx: &mut impl WriteTx, task: &Task, now: Timestamp) -> Result<Capacity, StoreError> {
     if task.meta.slices.is_empty() {
         return Ok(Capacity::Assumed);

@@ -12,7 +12,7 @@ use shoal_engine::status::TaskState;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::ops::{Before, Place, RowChange, Waiting, WriteTx, capacity_for, graph};
+use crate::ops::{Before, Place, RowChange, Waiting, WriteTx, graph, start};
 use crate::row::TaskRow;
 use crate::{StoreError, TaskEvent};
 
@@ -107,6 +107,7 @@ async fn persist(
             }
         }
         record(tx, &row.task, effects.0);
+        crate::ops::note_completion(tx, &row.task, before.state, now).await?;
         let was_resolved = before.state.is_resolved();
         let state = row.task.state();
         if was_resolved != state.is_resolved()
@@ -160,8 +161,11 @@ async fn schedule_released(tx: &mut impl WriteTx, released: Vec<TaskRow>, now: T
     while let Some(mut row) = queue.pop_front() {
         let before = Before::of(&row.task);
         // Past its deadline the dependent is left for the deadline to resolve.
-        let capacity = capacity_for(tx, &row.task, now).await?;
-        let Ok(effects) = row.task.schedule(now, &capacity) else { continue };
+        let effects = match start(tx, &mut row.task, now).await {
+            Ok(effects) => effects,
+            Err(StoreError::Rejected(_)) => continue,
+            Err(err) => return Err(err),
+        };
         persist(tx, &mut row, now, before, effects, None, &mut more).await?;
         queue.extend(more.drain(..));
     }

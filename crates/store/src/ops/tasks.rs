@@ -13,7 +13,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::step::insert_stepped;
 use crate::ops::workers;
-use crate::ops::{Before, CreateLookup, WriteTx, capacity_for, load_existing, record, step};
+use crate::ops::{Before, CreateLookup, WriteTx, capacity_for, load_existing, record, start, step};
 use crate::row::{TaskRow, json};
 use crate::{Claim, ClaimRequest, StoreError};
 use shoal_engine::worker::WorkerKey;
@@ -52,10 +52,7 @@ pub(crate) async fn create_looked_up(
     let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
     let before = Before::of(&row.task);
     let scheduled = match satisfied.iter().all(|done| *done) {
-        true => {
-            let capacity = capacity_for(tx, &row.task, now).await?;
-            Some(row.task.schedule(now, &capacity)?)
-        }
+        true => Some(start(tx, &mut row.task, now).await?),
         false => None,
     };
     match &lookup.group {

@@ -145,6 +145,7 @@ impl PgStore {
                 graph_scheduler_id: config.graph_scheduler_id.clone(),
                 queue_retention_ms: config.queue_retention_secs.saturating_mul(1000),
                 worker_dead_after_ms: config.worker_dead_after_secs.saturating_mul(1000),
+                dedup_window_ms: config.dedup_window_secs.saturating_mul(1000),
                 queues_touched: std::sync::Mutex::default(),
                 staged: staged_here,
             }),

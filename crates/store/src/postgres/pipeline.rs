@@ -112,17 +112,18 @@ pub(crate) fn place_name(place: Place) -> &'static str {
 /// Inserts task rows given column by column, in order (their places in line follow it).
 const INSERT_MANY: &str = "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
      priority, priority_rank, retries, retries_left, deadline, expires, requires, dimensions, runs, state, \
-     taken_until, deadline_due, pending_seq, definition, routes, tags, slices) \
+     taken_until, deadline_due, pending_seq, definition, routes, tags, slices, dedup) \
      SELECT r.task_id, r.task_queue_id, r.scheduler_id, r.project_id, r.task_group_id, r.priority, \
      r.priority_rank, r.retries, r.retries_left, r.deadline, r.expires, r.requires, r.dimensions::jsonb, r.runs, \
      r.state, r.taken_until, r.deadline_due, CASE WHEN r.pending THEN nextval('tasks_pending_seq') END, \
-     r.definition, r.routes, r.tags, r.slices \
+     r.definition, r.routes, r.tags, r.slices, r.dedup \
      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int2[], \
      $8::int4[], $9::int4[], $10::int8[], $11::int8[], $12::text[], $13::text[], $14::text[], $15::text[], \
-     $16::int8[], $17::int8[], $18::bool[], $19::text[], $20::text[], $21::text[], $22::text[]) WITH ORDINALITY \
+     $16::int8[], $17::int8[], $18::bool[], $19::text[], $20::text[], $21::text[], $22::text[], \
+     $23::text[]) WITH ORDINALITY \
      AS r(task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, priority_rank, retries, \
      retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, deadline_due, pending, \
-     definition, routes, tags, slices, n) ORDER BY r.n";
+     definition, routes, tags, slices, dedup, n) ORDER BY r.n";
 
 /// Writes one task row's new state and tells its place in line: only this form can draw a new
 /// place ('back'), since the caller needs it at once.
@@ -265,7 +266,7 @@ fn renumber(sql: &str, offset: usize) -> String {
 }
 
 /// Parameters of [`INSERT_MANY`].
-const N_INSERT_PARAMS: usize = 22;
+const N_INSERT_PARAMS: usize = 23;
 /// Parameters of [`UPDATE_MANY`].
 const N_UPDATE_PARAMS: usize = 12;
 
@@ -301,6 +302,7 @@ pub(crate) struct NewRow {
     pub(crate) routes: Option<String>,
     pub(crate) tags: Option<String>,
     pub(crate) slices: Option<String>,
+    pub(crate) dedup: Option<String>,
 }
 
 impl NewRow {
@@ -308,7 +310,7 @@ impl NewRow {
     pub(crate) fn columns(rows: Vec<NewRow>) -> Vec<Param> {
         columns!(rows; task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, priority_rank,
             retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, deadline_due,
-            pending, definition, routes, tags, slices)
+            pending, definition, routes, tags, slices, dedup)
     }
 }
 
@@ -386,6 +388,7 @@ mod tests {
             routes: None,
             tags: None,
             slices: None,
+            dedup: None,
         }
     }
 
@@ -457,9 +460,9 @@ mod tests {
         );
         let all = fused_sql(true, true, true);
         assert!(all.starts_with("WITH i AS (INSERT INTO tasks"), "{all}");
-        assert!(all.contains("$22::text[]") && all.contains("$23::text[]") && all.contains("$32::bool[]"), "{all}");
-        assert!(all.contains("$34::text[]"), "{all}");
-        assert!(all.ends_with("SELECT nextval('outbox_ids'), $35, $36, $37, $38 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
+        assert!(all.contains("$23::text[]") && all.contains("$24::text[]") && all.contains("$33::bool[]"), "{all}");
+        assert!(all.contains("$35::text[]"), "{all}");
+        assert!(all.ends_with("SELECT nextval('outbox_ids'), $36, $37, $38, $39 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
         let updates = fused_sql(false, true, true);
         assert!(
             updates.contains("$1::text[]")

@@ -16,10 +16,10 @@ use shoal_engine::artifact::{Artifact, ArtifactKind};
 /// The columns `task_from_row` reads, in order; queries append their own after these.
 pub(crate) const TASK_COLUMNS: &str = "task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
      priority, retries, retries_left, deadline, expires, requires, dimensions::text, runs, pending_seq, routes, tags, \
-     slices";
+     slices, dedup";
 
 /// Number of columns in [`TASK_COLUMNS`].
-pub(crate) const N_TASK_COLUMNS: usize = 17;
+pub(crate) const N_TASK_COLUMNS: usize = 18;
 
 fn id(row: &Row, idx: usize) -> Result<TaskId, StoreError> {
     let raw: &str = row.try_get(idx)?;
@@ -51,6 +51,7 @@ pub(crate) fn task_from_row(row: &Row) -> Result<TaskRow, StoreError> {
         routes: optional_json(row, 14)?,
         tags: optional_json(row, 15)?,
         slices: optional_json(row, 16)?,
+        dedup_hash: row.get(17)?,
     };
     let retries_left = row.try_get::<_, i32>(7)? as u32;
     let pending_seq: Option<i64> = row.try_get(13)?;

@@ -218,6 +218,17 @@ CREATE TABLE task_secrets (
     secrets TEXT NOT NULL
 );
 "#,
+    // 12: Swarming's dedup: an idempotent task's properties hash, and the latest completion
+    // of each hash.
+    r#"
+ALTER TABLE tasks ADD COLUMN dedup TEXT;
+CREATE TABLE completions (
+    hash      TEXT PRIMARY KEY,
+    task_id   TEXT NOT NULL,
+    completed BIGINT NOT NULL
+);
+CREATE INDEX completions_task ON completions (task_id);
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

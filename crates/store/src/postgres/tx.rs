@@ -37,6 +37,8 @@ pub(crate) struct TxShared {
     pub(crate) queue_retention_ms: i64,
     /// How long a worker counts as live after it was last seen.
     pub(crate) worker_dead_after_ms: i64,
+    /// How long a completed idempotent task may stand for new ones.
+    pub(crate) dedup_window_ms: i64,
     /// When this server last recorded each queue as active (saves a read per operation).
     pub(crate) queues_touched: std::sync::Mutex<HashMap<String, i64>>,
     /// What this server staged in the outbox, kept for its tail.
@@ -348,6 +350,7 @@ impl PgTx {
             routes: (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?,
             tags: (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?,
             slices: (!meta.slices.is_empty()).then(|| json(&meta.slices)).transpose()?,
+            dedup: meta.dedup_hash.clone(),
         };
         self.writes += 1;
         match batch_for(&self.held_back, &new.task_id, true) {

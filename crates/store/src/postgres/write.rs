@@ -43,6 +43,10 @@ impl WriteTx for PgTx {
         self.shared.worker_dead_after_ms
     }
 
+    fn dedup_window_ms(&self) -> i64 {
+        self.shared.dedup_window_ms
+    }
+
     /// Staged in the outbox with the commit.
     fn publish(&mut self, message: Message) {
         self.messages.push(message);
@@ -407,6 +411,7 @@ impl WriteTx for PgTx {
             "DELETE FROM artifacts WHERE task_id = $1",
             "DELETE FROM graph_tasks WHERE task_id = $1",
             "DELETE FROM task_secrets WHERE task_id = $1",
+            "DELETE FROM completions WHERE task_id = $1",
         ] {
             self.defer(sql, vec![Box::new(task_id.as_str().to_owned())]).await?;
         }
@@ -421,6 +426,28 @@ impl WriteTx for PgTx {
     async fn load_secrets(&mut self, task_id: TaskId) -> Result<Option<Secrets>, StoreError> {
         let row = self.query_opt("SELECT secrets FROM task_secrets WHERE task_id = $1", &[&task_id.as_str()]).await?;
         row.map(|row| Ok(Secrets::from_stored(row.try_get(0)?))).transpose()
+    }
+
+    async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError> {
+        let row = self
+            .query_opt("SELECT task_id FROM completions WHERE hash = $1 AND completed >= $2", &[&hash, &since.millis()])
+            .await?;
+        row.map(|row| parse_id(row.try_get(0)?)).transpose()
+    }
+
+    async fn remember_completion(&mut self, hash: &str, task_id: TaskId, at: Timestamp) -> Result<(), StoreError> {
+        let params: Vec<Param> =
+            vec![Box::new(hash.to_owned()), Box::new(task_id.as_str().to_owned()), Box::new(at.millis())];
+        self.defer(
+            "INSERT INTO completions (hash, task_id, completed) VALUES ($1, $2, $3) \
+             ON CONFLICT (hash) DO UPDATE SET task_id = EXCLUDED.task_id, completed = EXCLUDED.completed",
+            params,
+        )
+        .await
+    }
+
+    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError> {
+        self.defer("DELETE FROM completions WHERE task_id = $1", vec![Box::new(task_id.as_str().to_owned())]).await
     }
 
     async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError> {

@@ -57,6 +57,8 @@ pub struct SqliteConfig {
     pub queue_retention_secs: i64,
     /// Seconds a worker counts as live after it was last seen (slices' capacity).
     pub worker_dead_after_secs: i64,
+    /// Seconds a completed idempotent task may stand for new ones.
+    pub dedup_window_secs: i64,
 }
 
 /// The SQLite store; cheap to clone.
@@ -450,6 +452,7 @@ mod tests {
             graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
             queue_retention_secs: crate::DEFAULT_QUEUE_RETENTION_SECS,
             worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
+            dedup_window_secs: shoal_engine::dedup::DEFAULT_WINDOW_SECS,
         })
         .unwrap()
     }

@@ -14,10 +14,10 @@ use crate::{StoreError, TaskGroup};
 /// The columns `task_from_row` reads, in order; queries append their own after these.
 pub(crate) const TASK_COLUMNS: &str = "task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
      priority, retries, retries_left, deadline, expires, requires, dimensions, runs, pending_seq, routes, tags, \
-     slices";
+     slices, dedup";
 
 /// Number of columns in [`TASK_COLUMNS`].
-pub(crate) const N_TASK_COLUMNS: usize = 17;
+pub(crate) const N_TASK_COLUMNS: usize = 18;
 
 pub(crate) fn task_from_row(row: &Row<'_>) -> Result<TaskRow, StoreError> {
     let text = |idx: usize| -> Result<String, StoreError> { row.get::<_, String>(idx).map_err(StoreError::from) };
@@ -47,6 +47,7 @@ pub(crate) fn task_from_row(row: &Row<'_>) -> Result<TaskRow, StoreError> {
         routes: optional_json(row, 14)?,
         tags: optional_json(row, 15)?,
         slices: optional_json(row, 16)?,
+        dedup_hash: row.get(17)?,
     };
     let retries_left: u32 = row.get(7)?;
     let pending_seq: Option<i64> = row.get(13)?;

@@ -179,6 +179,17 @@ UPDATE tasks SET worker = json_extract(runs, '$[#-1].workerGroup') || '/' || jso
     r"
 ALTER TABLE tasks ADD COLUMN slices TEXT;
 ",
+    // 10: Swarming's dedup: an idempotent task's properties hash, and the latest completion
+    // of each hash.
+    r"
+ALTER TABLE tasks ADD COLUMN dedup TEXT;
+CREATE TABLE completions (
+    hash      TEXT PRIMARY KEY,
+    task_id   TEXT NOT NULL,
+    completed INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX completions_task ON completions (task_id);
+",
 ];
 
 /// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its one

@@ -46,6 +46,8 @@ pub(crate) struct WriterState {
     pub(crate) queue_retention_ms: i64,
     /// How long a worker counts as live after it was last seen.
     pub(crate) worker_dead_after_ms: i64,
+    /// How long a completed idempotent task may stand for new ones.
+    pub(crate) dedup_window_ms: i64,
 }
 
 impl WriterState {
@@ -75,6 +77,7 @@ impl WriterState {
             graph_scheduler_id: config.graph_scheduler_id.clone(),
             queue_retention_ms: config.queue_retention_secs.saturating_mul(1000),
             worker_dead_after_ms: config.worker_dead_after_secs.saturating_mul(1000),
+            dedup_window_ms: config.dedup_window_secs.saturating_mul(1000),
         }
     }
 }
@@ -147,6 +150,10 @@ impl WriteTx for Tx<'_> {
         self.state.worker_dead_after_ms
     }
 
+    fn dedup_window_ms(&self) -> i64 {
+        self.state.dedup_window_ms
+    }
+
     /// Gives the message its sequence number; it is written with this transaction's batch and
     /// published once that commits.
     fn publish(&mut self, message: Message) {
@@ -189,8 +196,8 @@ impl WriteTx for Tx<'_> {
         let mut stmt = self.conn.prepare_cached(
             "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
              retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, \
-             deadline_due, pending_seq, definition, routes, tags, slices) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+             deadline_due, pending_seq, definition, routes, tags, slices, dedup) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
         )?;
         stmt.execute(params![
             task.task_id.as_str(),
@@ -214,6 +221,7 @@ impl WriteTx for Tx<'_> {
             (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?,
             (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?,
             (!meta.slices.is_empty()).then(|| json(&meta.slices)).transpose()?,
+            meta.dedup_hash,
         ])?;
         Ok(())
     }
@@ -502,6 +510,7 @@ impl WriteTx for Tx<'_> {
             "DELETE FROM artifacts WHERE task_id = ?1",
             "DELETE FROM graph_tasks WHERE task_id = ?1",
             "DELETE FROM secrets.task_secrets WHERE task_id = ?1",
+            "DELETE FROM completions WHERE task_id = ?1",
         ] {
             self.conn.prepare_cached(sql)?.execute([task_id.as_str()])?;
         }
@@ -522,6 +531,27 @@ impl WriteTx for Tx<'_> {
             .query_row([task_id.as_str()], |row| row.get(0))
             .optional()?;
         Ok(text.map(Secrets::from_stored))
+    }
+
+    async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError> {
+        let found: Option<String> = self
+            .conn
+            .prepare_cached("SELECT task_id FROM completions WHERE hash = ?1 AND completed >= ?2")?
+            .query_row(params![hash, since.millis()], |row| row.get(0))
+            .optional()?;
+        found.map(|id| TaskId::parse(&id).ok_or_else(|| corrupt(format!("task id {id}")))).transpose()
+    }
+
+    async fn remember_completion(&mut self, hash: &str, task_id: TaskId, at: Timestamp) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("INSERT OR REPLACE INTO completions (hash, task_id, completed) VALUES (?1, ?2, ?3)")?
+            .execute(params![hash, task_id.as_str(), at.millis()])?;
+        Ok(())
+    }
+
+    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError> {
+        self.conn.prepare_cached("DELETE FROM completions WHERE task_id = ?1")?.execute([task_id.as_str()])?;
+        Ok(())
     }
 
     async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError> {

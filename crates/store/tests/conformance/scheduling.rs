@@ -79,3 +79,36 @@ pub(crate) async fn secrets_are_kept_apart_and_handed_to_the_claim(name: &str, b
         claims.iter().map(|claim| claim.secrets.as_ref().map(|s| s.expose().to_owned())).collect();
     assert_eq!(secrets, vec![Some(r#"{"token":"s3cr3t"}"#.to_owned()), None], "{name}");
 }
+
+pub(crate) async fn an_idempotent_task_is_deduped_from_a_recent_completion(name: &str, backend: Backend) {
+    use shoal_engine::command::TaskCommand;
+    use shoal_engine::task::Resolution;
+    let store = &backend.store;
+    let same = json!({"idempotent": true, "payload": {"command": ["make"]}, "dimensions": {"os": ["Linux"]}});
+    let mut linux = worker(1);
+    linux.dimensions = os(&["Linux"]);
+    let finish = |task: u32, resolution: Resolution, secs: i64| async move {
+        let command = TaskCommand::Resolve { run_id: 0, resolution, stats: None };
+        store.apply(id(task), command, at(secs)).await.unwrap();
+    };
+    create(store, id(1), same.clone(), at(1)).await;
+    assert_eq!(claim_ids(store, linux.clone(), at(2)).await, vec![id(1)], "{name}");
+    create(store, id(2), same.clone(), at(3)).await;
+    assert_eq!(state_of(store, id(2)).await, TaskState::Pending, "{name}: a running original is never reused");
+    finish(1, Resolution::Failed, 4).await;
+    create(store, id(3), same.clone(), at(5)).await;
+    assert_eq!(state_of(store, id(3)).await, TaskState::Pending, "{name}: nor a failed one");
+    assert_eq!(claim_ids(store, linux.clone(), at(6)).await, vec![id(2)], "{name}");
+    finish(2, Resolution::Completed, 7).await;
+    let deduped = create(store, id(4), same.clone(), at(8)).await;
+    assert_eq!(deduped.state, TaskState::Completed, "{name}");
+    assert_eq!(deduped.deduped_from, Some(id(2)), "{name}");
+    assert!(deduped.runs[0].worker_id.is_none(), "{name}: no worker ran it");
+    let other = json!({"idempotent": true, "payload": {"command": ["make", "check"]}, "dimensions": {"os": ["Linux"]}});
+    assert_eq!(create(store, id(5), other, at(9)).await.state, TaskState::Pending, "{name}: other properties");
+    let not_idempotent = json!({"payload": {"command": ["make"]}, "dimensions": {"os": ["Linux"]}});
+    assert_eq!(create(store, id(6), not_idempotent, at(9)).await.state, TaskState::Pending, "{name}");
+    // A rerun of the original takes its completion back.
+    store.apply(id(2), TaskCommand::Rerun, at(10)).await.unwrap();
+    assert!(create(store, id(8), same, at(11)).await.deduped_from.is_none(), "{name}");
+}
