@@ -4,11 +4,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::dedup::properties_hash;
 use crate::dimensions::Dimensions;
 use crate::id::{is_identifier, is_worker_type, split_task_queue_id};
 use crate::priority::Priority;
 use crate::rejection::Conflict;
-use crate::dedup::properties_hash;
 use crate::secrets::Secrets;
 use crate::slice::{Slice, SliceInput, parse_slices};
 use crate::status::TaskState;

@@ -261,8 +261,8 @@ async fn a_deduped_task_reads_its_artifacts_through_the_original() {
 
     let copy = slugid();
     let status = app.create(&copy, same).await;
-    assert_eq!(status["status"]["state"], "completed", "{status}");
-    assert_eq!(status["status"]["dedupedFrom"], original.as_str(), "{status}");
+    assert_eq!(status["state"], "completed", "{status}");
+    assert_eq!(status["dedupedFrom"], original.as_str(), "{status}");
     let (_, task) = app.get(&format!("/task/{copy}")).await;
     assert_eq!(task["idempotent"], true, "{task}");
     for path in [

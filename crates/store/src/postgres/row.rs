@@ -51,7 +51,7 @@ pub(crate) fn task_from_row(row: &Row) -> Result<TaskRow, StoreError> {
         routes: optional_json(row, 14)?,
         tags: optional_json(row, 15)?,
         slices: optional_json(row, 16)?,
-        dedup_hash: row.get(17)?,
+        dedup_hash: row.try_get(17)?,
     };
     let retries_left = row.try_get::<_, i32>(7)? as u32;
     let pending_seq: Option<i64> = row.try_get(13)?;

@@ -89,7 +89,8 @@ pub(crate) async fn an_idempotent_task_is_deduped_from_a_recent_completion(name:
     linux.dimensions = os(&["Linux"]);
     let finish = |task: u32, resolution: Resolution, secs: i64| async move {
         let command = TaskCommand::Resolve { run_id: 0, resolution, stats: None };
-        store.apply(id(task), command, at(secs)).await.unwrap();
+        let status = store.apply(id(task), command, at(secs)).await.unwrap().value;
+        assert!(status.state.is_resolved());
     };
     create(store, id(1), same.clone(), at(1)).await;
     assert_eq!(claim_ids(store, linux.clone(), at(2)).await, vec![id(1)], "{name}");
@@ -109,6 +110,7 @@ pub(crate) async fn an_idempotent_task_is_deduped_from_a_recent_completion(name:
     let not_idempotent = json!({"payload": {"command": ["make"]}, "dimensions": {"os": ["Linux"]}});
     assert_eq!(create(store, id(6), not_idempotent, at(9)).await.state, TaskState::Pending, "{name}");
     // A rerun of the original takes its completion back.
-    store.apply(id(2), TaskCommand::Rerun, at(10)).await.unwrap();
+    let rerun = store.apply(id(2), TaskCommand::Rerun, at(10)).await.unwrap().value;
+    assert_eq!(rerun.state, TaskState::Pending, "{name}");
     assert!(create(store, id(8), same, at(11)).await.deduped_from.is_none(), "{name}");
 }
