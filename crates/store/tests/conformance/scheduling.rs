@@ -114,3 +114,62 @@ pub(crate) async fn an_idempotent_task_is_deduped_from_a_recent_completion(name:
     assert_eq!(rerun.state, TaskState::Pending, "{name}");
     assert!(create(store, id(8), same, at(11)).await.deduped_from.is_none(), "{name}");
 }
+
+/// The scenario Swarming's users know, end to end on one queue.
+pub(crate) async fn swarmings_own_scenario(name: &str, backend: Backend) {
+    use shoal_engine::command::TaskCommand;
+    use shoal_engine::task::Resolution;
+    let store = &backend.store;
+    let raw = BTreeMap::from([
+        ("pool".to_owned(), vec!["p".to_owned()]),
+        ("os".to_owned(), vec!["Linux".to_owned(), "Ubuntu".to_owned()]),
+    ]);
+    let bot = Dimensions::parse("dimensions", raw).unwrap();
+    let sighting = Sighting { dimensions: Some(bot.clone()), ..Sighting::default() };
+    store.worker_seen(worker(1).worker_key(), sighting, at(0)).await.unwrap();
+    let mut claim = worker(1);
+    claim.dimensions = bot;
+    claim.count = 1;
+
+    // Slices: the Mac one is skipped at once, the Linux one runs.
+    let sliced = json!({"idempotent": true, "payload": {"command": ["test"]}, "slices": [
+        {"dimensions": {"pool": ["p"], "os": ["Mac"]}, "expiresAfter": 60},
+        {"dimensions": {"pool": ["p"], "os": ["Linux"]}, "expiresAfter": 120}]});
+    assert_eq!(create(store, id(1), sliced.clone(), at(1)).await.current_slice, Some(1), "{name}");
+    assert_eq!(claim_ids(store, claim.clone(), at(2)).await, vec![id(1)], "{name}");
+    let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
+    assert!(store.apply(id(1), done, at(3)).await.unwrap().value.state.is_resolved(), "{name}");
+    // The same idempotent task again: deduped.
+    assert_eq!(create(store, id(2), sliced, at(4)).await.deduped_from, Some(id(1)), "{name}");
+
+    // Priorities 9, 8, 6, 7, 8 on one busy worker run as 6, 7, 8, 8, 9.
+    for (n, priority) in [(11, 9), (12, 8), (13, 6), (14, 7), (15, 8)] {
+        let task = json!({"priority": priority, "dimensions": {"pool": ["p"], "os": ["Linux|Mac"]}});
+        create(store, id(n), task, at(5)).await;
+    }
+    let mut order = Vec::new();
+    for n in 0..5 {
+        order.extend(claim_ids(store, claim.clone(), at(6 + n)).await);
+    }
+    assert_eq!(order, vec![id(13), id(14), id(12), id(15), id(11)], "{name}: by priority, then age");
+    for task in order {
+        let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
+        assert!(store.apply(task, done, at(11)).await.unwrap().value.state.is_resolved(), "{name}");
+    }
+
+    // Nothing can run it: resource-unavailable at once; waiting for capacity, it expires.
+    let nothing = json!({"slices": [{"dimensions": {"pool": ["p"], "os": ["Windows"]}, "expiresAfter": 60}]});
+    create(store, id(21), nothing, at(20)).await;
+    assert_eq!(reason(store, 21).await, Some(ReasonResolved::ResourceUnavailable), "{name}");
+    let waiting = json!({"slices": [
+        {"dimensions": {"pool": ["p"], "os": ["Windows"]}, "expiresAfter": 60, "waitForCapacity": true}]});
+    assert_eq!(create(store, id(22), waiting, at(20)).await.state, TaskState::Pending, "{name}");
+    assert_eq!(store.fire_due(at(80), 100).await.unwrap().value, 1, "{name}");
+    assert_eq!(reason(store, 22).await, Some(ReasonResolved::DeadlineExceeded), "{name}: expired");
+
+    // `a|b` is OR; a key repeated is AND.
+    create(store, id(31), json!({"dimensions": {"os": ["Ubuntu", "Linux"], "pool": ["p|q"]}}), at(90)).await;
+    create(store, id(32), json!({"dimensions": {"os": ["Ubuntu", "Debian"]}}), at(90)).await;
+    assert_eq!(claim_ids(store, claim.clone(), at(91)).await, vec![id(31)], "{name}");
+    assert!(claim_ids(store, claim, at(92)).await.is_empty(), "{name}: it has no Debian");
+}
