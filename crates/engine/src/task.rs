@@ -480,10 +480,12 @@ impl Task {
 
     fn push_pending(&mut self, reason: ReasonCreated, now: Timestamp) -> Effects {
         let run_id = self.runs.len() as u32;
-        // A retry or rerun waits on the slice its task is at (the one chosen when scheduled).
+        // A retry or rerun waits on the slice its last run was at; a first run, on the one
+        // `schedule` entered (its dimensions are the meta's).
         let slice = (!self.meta.slices.is_empty()).then(|| {
-            let index = self.meta.slices.iter().position(|s| s.dimensions == self.meta.dimensions).unwrap_or(0);
-            SliceAt { index: index as u32, since: now }
+            let last = self.runs.last().and_then(|run| run.slice).map(|at| at.index as usize);
+            let entered = || self.meta.slices.iter().position(|s| s.dimensions == self.meta.dimensions);
+            SliceAt { index: last.or_else(entered).unwrap_or(0) as u32, since: now }
         });
         self.runs.push(Run {
             run_id,
