@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::AppState;
 use crate::auth::Scopes::{self, AllOf, AnyOf, For, Public, Scope};
 use crate::routes::{
-    artifacts, auth, blobs, claims, events, graphs, groups, logs, meta, provisioners, queues, tasks, workers,
+    artifacts, auth, blobs, claims, events, graphs, groups, logs, meta, provisioners, queues, task_list, tasks, workers,
 };
 
 /// How settled an endpoint's shape is.
@@ -248,6 +248,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         artifacts::latest_artifact_content
     ),
     endpoint!("listTaskGroup", "GET", "/task-group/{group}/list", Public, Stable, groups::list_task_group),
+    endpoint!("listTasks", "GET", "/tasks", Public, Experimental, task_list::list_tasks),
+    endpoint!("countTasks", "GET", "/tasks/count", Public, Experimental, task_list::count_tasks),
     endpoint!("getTaskGroup", "GET", "/task-group/{group}", Public, Stable, groups::get_task_group),
     endpoint!(
         "sealTaskGroup",

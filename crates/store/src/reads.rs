@@ -13,7 +13,7 @@ use crate::outbox::OutboxEntry;
 use crate::page::{artifact_page, parse_seq, parse_task_id};
 use crate::row::TaskRow;
 use crate::{
-    ArtifactKey, AuthSnapshot, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TaskGroup,
+    ArtifactKey, AuthSnapshot, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TagQuery, TaskGroup,
     TaskQueueInfo, TaskRecord, WorkerListing,
 };
 
@@ -23,6 +23,8 @@ pub(crate) trait ReadDb {
     fn tasks(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<StoredTask>, StoreError>;
     /// The sizes in bytes of the definitions of the tasks `tasks` would return, in its order.
     fn task_sizes(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<u64>, StoreError>;
+    /// How many tasks `query` selects.
+    fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError>;
     /// A queue's pending and running counts.
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError>;
     /// Task queues after `after`, by id, at most `limit`.
@@ -71,6 +73,8 @@ pub(crate) enum TaskQuery<'a> {
     Pending(&'a str, u64),
     /// A queue's running tasks with ids after the second, by task id.
     Claimed(&'a str, &'a str),
+    /// The tasks filed under a tag before the second (`created:taskId`), newest first.
+    Tagged(&'a str, &'a str),
 }
 
 impl TaskQuery<'_> {
@@ -82,6 +86,7 @@ impl TaskQuery<'_> {
             TaskQuery::Dependents(..) => 2,
             TaskQuery::Pending(..) => 3,
             TaskQuery::Claimed(..) => 4,
+            TaskQuery::Tagged(..) => 5,
         }
     }
 
@@ -91,7 +96,7 @@ impl TaskQuery<'_> {
             TaskQuery::Id(task_id) => (task_id.as_str(), String::new()),
             TaskQuery::Group(key, after) | TaskQuery::Dependents(key, after) => (key.as_str(), (*after).to_owned()),
             TaskQuery::Pending(queue, after) => (queue, after.to_string()),
-            TaskQuery::Claimed(queue, after) => (queue, (*after).to_owned()),
+            TaskQuery::Claimed(queue, after) | TaskQuery::Tagged(queue, after) => (queue, (*after).to_owned()),
         }
     }
 }
@@ -99,15 +104,15 @@ impl TaskQuery<'_> {
 /// A backend's statements for each kind of [`TaskQuery`], built once: reading the tasks with
 /// their definitions, and reading only their definitions' sizes.
 pub(crate) struct TaskStatements {
-    tasks: [String; 5],
-    sizes: [String; 5],
+    tasks: [String; 6],
+    sizes: [String; 6],
 }
 
 impl TaskStatements {
     /// From `build` (the five statements selecting its first argument, or its second where the
     /// tasks table is `t`), the task columns `columns`, and the size expressions.
     pub(crate) fn new(
-        build: fn(&str, &str) -> [String; 5],
+        build: fn(&str, &str) -> [String; 6],
         columns: &str,
         size: &str,
         size_of_t: &str,
@@ -189,6 +194,40 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         let after = task_token(after)?;
         let (found, more) = self.bounded(TaskQuery::Group(group, &after), limit)?;
         Ok(page(found.into_iter().map(record).collect(), more, |task| task.status.task_id.to_string()))
+    }
+
+    fn list_tagged(&self, query: &TagQuery, after: Option<&str>, limit: usize) -> Result<Page<TaskRecord>, StoreError> {
+        let after = match after {
+            None | Some("") => format!("{}:", query.until.map_or(i64::MAX, |until| until.millis().saturating_add(1))),
+            Some(token) => match token.split_once(':') {
+                Some((created, task_id)) if created.parse::<i64>().is_ok() && TaskId::parse(task_id).is_some() => {
+                    token.to_owned()
+                }
+                _ => return Err(Rejection::invalid("continuationToken", "is not a token this listing issued").into()),
+            },
+        };
+        let (found, more) = self.bounded(TaskQuery::Tagged(&query.tag, &after), limit)?;
+        let mut items = Vec::with_capacity(found.len());
+        let mut last = None;
+        for task in found {
+            let created = created_of(&task)?;
+            // Newest first: past `since`, nothing further can be listed.
+            if query.since.is_some_and(|since| created < since) {
+                return Ok(Page { items, continuation: None });
+            }
+            last = Some(format!("{}:{}", created.millis(), task.row.task.task_id));
+            let status_matches = query.state.is_none_or(|state| task.row.task.state() == state);
+            let queue_matches =
+                query.task_queue_id.as_ref().is_none_or(|queue| *queue == task.row.task.meta.task_queue_id);
+            if status_matches && queue_matches {
+                items.push(record(task));
+            }
+        }
+        Ok(Page { items, continuation: if more { last } else { None } })
+    }
+
+    fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError> {
+        self.0.count_tagged(query)
     }
 
     fn list_dependents(
@@ -394,6 +433,16 @@ fn fitting(sizes: &[u64], limit: usize) -> usize {
         n += 1;
     }
     n
+}
+
+/// When a task was created (its definition's `created`, which its tags are filed at).
+fn created_of(task: &StoredTask) -> Result<Timestamp, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct Created {
+        created: Timestamp,
+    }
+    let created: Created = serde_json::from_str(task.definition.get()).map_err(crate::row::corrupt)?;
+    Ok(created.created)
 }
 
 /// A page of `items`; when `more` follow, the last one's `token` continues.

@@ -149,6 +149,22 @@ pub struct ArtifactKey {
 
 /// The read side: queries of committed state (each sees the commits made before it); runs on a
 /// blocking thread.
+/// Which tasks a tag listing selects (Swarming's task list): those filed under `tag`, of the
+/// queue and in the state given, created within `since..=until`.
+#[derive(Debug, Clone)]
+pub struct TagQuery {
+    /// `key:value`.
+    pub tag: String,
+    /// Only this queue's.
+    pub task_queue_id: Option<String>,
+    /// Only those in this state.
+    pub state: Option<shoal_engine::status::TaskState>,
+    /// Created at or after.
+    pub since: Option<Timestamp>,
+    /// Created at or before.
+    pub until: Option<Timestamp>,
+}
+
 pub trait Reads {
     /// One artifact of a run.
     ///
@@ -197,6 +213,17 @@ pub trait Reads {
     /// Storage failure or a bad continuation token.
     fn list_task_group(&self, group: TaskId, after: Option<&str>, limit: usize)
     -> Result<Page<TaskRecord>, StoreError>;
+    /// The tasks `query` selects, newest (by `created`) first. A page may hold fewer than
+    /// `limit` (those filtered out still count), so follow its continuation.
+    ///
+    /// # Errors
+    /// Storage failure or a bad continuation token.
+    fn list_tagged(&self, query: &TagQuery, after: Option<&str>, limit: usize) -> Result<Page<TaskRecord>, StoreError>;
+    /// How many tasks `query` selects.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError>;
     /// Tasks that depend on `task_id`, by task id.
     ///
     /// # Errors

@@ -11,6 +11,7 @@ pub(crate) mod logs;
 pub(crate) mod meta;
 pub(crate) mod provisioners;
 pub(crate) mod queues;
+pub(crate) mod task_list;
 pub(crate) mod tasks;
 pub(crate) mod workers;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::{TestApp, from_now, slugid};
+use crate::{Settings, TestApp, from_now, slugid};
 
 #[tokio::test]
 async fn definition_and_status_round_trip() {
@@ -245,4 +245,73 @@ async fn listings_page_by_bytes_as_well_as_by_count() {
     let (status, body) =
         app.put(&format!("/task/{}", slugid()), crate::task_def(json!({"payload": {"blob": huge}}))).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+}
+
+#[tokio::test]
+async fn tasks_are_listed_and_counted_by_tag_newest_first() {
+    let app = TestApp::with(Settings { claim_wait: std::time::Duration::ZERO, ..Settings::default() }).await;
+    let now = shoal_service::now();
+    let ago = |secs: i64| shoal_engine::Timestamp(now.millis() - secs * 1000).to_string();
+    let queue = "tags/q";
+    let mut ids = Vec::new();
+    for secs in [180, 120, 60] {
+        let task_id = slugid();
+        app.create(&task_id, json!({"taskQueueId": queue, "created": ago(secs), "tags": {"kind": "build"}})).await;
+        ids.push(task_id);
+    }
+    app.create(&slugid(), json!({"taskQueueId": queue, "tags": {"kind": "test"}})).await;
+    app.create(&slugid(), json!({"taskQueueId": "tags/other", "created": ago(30), "tags": {"kind": "build"}})).await;
+    assert_eq!(app.claim(queue, "w", 1).await[0]["status"]["taskId"], ids[0].as_str(), "the oldest runs");
+
+    let listed = |query: String| {
+        let app = &app;
+        async move {
+            let (code, body) = app.get(&format!("/tasks?{query}")).await;
+            assert_eq!(code, StatusCode::OK, "{query}: {body}");
+            let ids: Vec<String> = body["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|task| task["status"]["taskId"].as_str().unwrap().to_owned())
+                .collect();
+            (ids, body["continuationToken"].as_str().map(str::to_owned))
+        }
+    };
+    let (all, _) = listed(format!("tag=kind:build&taskQueueId={queue}")).await;
+    assert_eq!(all, vec![ids[2].clone(), ids[1].clone(), ids[0].clone()], "newest first");
+    let (pending, _) = listed(format!("tag=kind:build&taskQueueId={queue}&state=pending")).await;
+    assert_eq!(pending, vec![ids[2].clone(), ids[1].clone()]);
+    let (recent, _) = listed(format!("tag=kind:build&taskQueueId={queue}&since={}", ago(150))).await;
+    assert_eq!(recent, vec![ids[2].clone(), ids[1].clone()]);
+    let (older, _) = listed(format!("tag=kind:build&until={}", ago(150))).await;
+    assert_eq!(older, vec![ids[0].clone()]);
+    // Paged one at a time: every task once, in order.
+    let mut paged = Vec::new();
+    let mut token = None;
+    loop {
+        let more = token.as_ref().map_or(String::new(), |t: &String| format!("&continuationToken={t}"));
+        let (page, next) = listed(format!("tag=kind:build&limit=1{more}")).await;
+        paged.extend(page);
+        token = next;
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(paged.len(), 4, "both queues: {paged:?}");
+    assert_eq!(paged[1..], all[..], "the other queue's task is the newest");
+
+    let count = |query: &str| {
+        let app = &app;
+        let query = query.to_owned();
+        async move { app.get(&format!("/tasks/count?{query}")).await.1["count"].clone() }
+    };
+    assert_eq!(count("tag=kind:build").await, 4);
+    assert_eq!(count(&format!("tag=kind:build&taskQueueId={queue}&state=running")).await, 1);
+    assert_eq!(count("tag=kind:test").await, 1);
+    for bad in
+        ["", "tag=nokey", "tag=kind:build&state=done", "tag=kind:build&since=yesterday", "tag=a:b&continuationToken=x"]
+    {
+        let (code, body) = app.get(&format!("/tasks?{bad}")).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
 }

@@ -81,6 +81,13 @@ pub(crate) trait WriteTx {
     async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError>;
     /// Records that `task_id`, with properties `hash`, completed at `at`.
     async fn remember_completion(&mut self, hash: &str, task_id: TaskId, at: Timestamp) -> Result<(), StoreError>;
+    /// Files a new task under each of its tags (`key:value`), at its `created` time.
+    async fn index_tags(
+        &mut self,
+        task_id: TaskId,
+        created: Timestamp,
+        tags: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), StoreError>;
     /// Forgets `task_id`'s completions (it is no longer completed, or it expired).
     async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError>;
     /// Writes a stepped row's new state; `change` says what moved.

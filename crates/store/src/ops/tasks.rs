@@ -66,6 +66,9 @@ pub(crate) async fn create_looked_up(
     if let Some(secrets) = &definition.secrets {
         tx.save_secrets(task_id, secrets).await?;
     }
+    if !definition.tags.is_empty() {
+        tx.index_tags(task_id, definition.created, &definition.tags).await?;
+    }
     record(tx, &row.task, vec![Event::Defined]);
     match scheduled {
         Some(effects) => insert_stepped(tx, &mut row, now, before, effects, &text).await?,

@@ -18,7 +18,8 @@ use crate::postgres::row::{
 use crate::postgres::{PgConn, graph};
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
 use crate::row::corrupt;
-use crate::{ArtifactKey, QueueCounts, StoreError, TaskGroup, TaskQueueInfo};
+use crate::{ArtifactKey, QueueCounts, StoreError, TagQuery, TaskGroup, TaskQueueInfo};
+use shoal_engine::status::TaskState;
 
 /// A pooled connection; reads take `&self`, a query needs the connection mutably.
 pub(crate) struct PgReads<'a>(pub(crate) RefCell<&'a mut PgConn>);
@@ -31,7 +32,7 @@ impl PgReads<'_> {
 
 /// The statements of [`TaskQuery`]'s kinds selecting `select` (`select_t` where the tasks
 /// table is `t`): a task by id, the others binding (key, after, limit).
-fn task_statements(select: &str, select_t: &str) -> [String; 5] {
+fn task_statements(select: &str, select_t: &str) -> [String; 6] {
     [
         format!("SELECT {select} FROM tasks WHERE task_id = $1"),
         format!(
@@ -51,6 +52,11 @@ fn task_statements(select: &str, select_t: &str) -> [String; 5] {
         format!(
             "SELECT {select} FROM tasks WHERE taken_until IS NOT NULL AND task_queue_id = $1 \
              AND state = 'running' AND task_id > $2 ORDER BY task_id LIMIT $3"
+        ),
+        format!(
+            "SELECT {select_t} FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = $1 \
+             AND (g.created, g.task_id) < (split_part($2, ':', 1)::int8, split_part($2, ':', 2)) \
+             ORDER BY g.created DESC, g.task_id DESC LIMIT $3"
         ),
     ]
 }
@@ -86,6 +92,20 @@ impl ReadDb for PgReads<'_> {
             _ => self.query(STATEMENTS.sizes(&query), &[&key, &after, &limit])?,
         };
         rows.iter().map(|row| Ok(row.try_get::<_, i64>(0)? as u64)).collect()
+    }
+
+    fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError> {
+        let since = query.since.map_or(i64::MIN, Timestamp::millis);
+        let until = query.until.map_or(i64::MAX, Timestamp::millis);
+        let state = query.state.map(TaskState::as_str);
+        let rows = self.query(
+            "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = $1 \
+             AND g.created >= $2 AND g.created <= $3 AND ($4::text IS NULL OR t.state = $4) \
+             AND ($5::text IS NULL OR t.task_queue_id = $5)",
+            &[&query.tag, &since, &until, &state, &query.task_queue_id],
+        )?;
+        let n: i64 = rows.first().map(|row| row.try_get(0)).transpose()?.unwrap_or(0);
+        Ok(n as u64)
     }
 
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError> {

@@ -229,6 +229,21 @@ CREATE TABLE completions (
 );
 CREATE INDEX completions_task ON completions (task_id);
 "#,
+    // 13: tasks by tag (`key:value`), newest (by `created`) first; filled for existing tasks.
+    r#"
+CREATE TABLE task_tags (
+    tag     TEXT NOT NULL,
+    created BIGINT NOT NULL,
+    task_id TEXT NOT NULL,
+    PRIMARY KEY (tag, created, task_id)
+);
+CREATE INDEX task_tags_task ON task_tags (task_id);
+INSERT INTO task_tags (tag, created, task_id)
+    SELECT j.key || ':' || j.value,
+           (extract(epoch FROM (t.definition::jsonb ->> 'created')::timestamptz) * 1000)::bigint, t.task_id
+    FROM tasks t, jsonb_each_text(t.tags::jsonb) AS j(key, value) WHERE t.tags IS NOT NULL
+    ON CONFLICT DO NOTHING;
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

@@ -412,6 +412,7 @@ impl WriteTx for PgTx {
             "DELETE FROM graph_tasks WHERE task_id = $1",
             "DELETE FROM task_secrets WHERE task_id = $1",
             "DELETE FROM completions WHERE task_id = $1",
+            "DELETE FROM task_tags WHERE task_id = $1",
         ] {
             self.defer(sql, vec![Box::new(task_id.as_str().to_owned())]).await?;
         }
@@ -441,6 +442,22 @@ impl WriteTx for PgTx {
         self.defer(
             "INSERT INTO completions (hash, task_id, completed) VALUES ($1, $2, $3) \
              ON CONFLICT (hash) DO UPDATE SET task_id = EXCLUDED.task_id, completed = EXCLUDED.completed",
+            params,
+        )
+        .await
+    }
+
+    async fn index_tags(
+        &mut self,
+        task_id: TaskId,
+        created: Timestamp,
+        tags: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), StoreError> {
+        let tags: Vec<String> = tags.iter().map(|(key, value)| format!("{key}:{value}")).collect();
+        let params: Vec<Param> =
+            vec![Box::new(tags), Box::new(created.millis()), Box::new(task_id.as_str().to_owned())];
+        self.defer(
+            "INSERT INTO task_tags (tag, created, task_id) SELECT unnest($1::text[]), $2, $3 ON CONFLICT DO NOTHING",
             params,
         )
         .await

@@ -12,14 +12,15 @@ use crate::outbox::OutboxEntry;
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{artifacts, graph, outbox, workers};
-use crate::{ArtifactKey, QueueCounts, TaskGroup, TaskQueueInfo};
+use crate::{ArtifactKey, QueueCounts, TagQuery, TaskGroup, TaskQueueInfo};
+use shoal_engine::status::TaskState;
 
 /// A read-only connection.
 pub(crate) struct ReadConn<'a>(pub(crate) &'a Connection);
 
 /// The statements of [`TaskQuery`]'s kinds selecting `select` (`select_t` where the tasks
 /// table is `t`): a task by id, the others binding (key, after, limit).
-fn task_statements(select: &str, select_t: &str) -> [String; 5] {
+fn task_statements(select: &str, select_t: &str) -> [String; 6] {
     [
         format!("SELECT {select} FROM tasks WHERE task_id = ?1"),
         format!(
@@ -37,6 +38,11 @@ fn task_statements(select: &str, select_t: &str) -> [String; 5] {
         format!(
             "SELECT {select} FROM tasks WHERE task_queue_id = ?1 AND state = 'running' \
              AND task_id > ?2 ORDER BY task_id LIMIT ?3"
+        ),
+        format!(
+            "SELECT {select_t} FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = ?1 \
+             AND (g.created, g.task_id) < (CAST(substr(?2, 1, instr(?2, ':') - 1) AS INTEGER), \
+             substr(?2, instr(?2, ':') + 1)) ORDER BY g.created DESC, g.task_id DESC LIMIT ?3"
         ),
     ]
 }
@@ -76,6 +82,27 @@ impl ReadDb for ReadConn<'_> {
                 .collect::<Result<Vec<_>, _>>()?,
         };
         Ok(sizes.into_iter().map(|size| size as u64).collect())
+    }
+
+    fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .0
+            .prepare_cached(
+                "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = ?1 \
+                 AND g.created >= ?2 AND g.created <= ?3 AND (?4 IS NULL OR t.state = ?4) \
+                 AND (?5 IS NULL OR t.task_queue_id = ?5)",
+            )?
+            .query_row(
+                params![
+                    query.tag,
+                    query.since.map_or(i64::MIN, Timestamp::millis),
+                    query.until.map_or(i64::MAX, Timestamp::millis),
+                    query.state.map(TaskState::as_str),
+                    query.task_queue_id,
+                ],
+                |row| row.get(0),
+            )?;
+        Ok(n as u64)
     }
 
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError> {

@@ -190,6 +190,20 @@ CREATE TABLE completions (
 ) WITHOUT ROWID;
 CREATE INDEX completions_task ON completions (task_id);
 ",
+    // 11: tasks by tag (`key:value`), newest (by `created`) first; filled for existing tasks.
+    r"
+CREATE TABLE task_tags (
+    tag     TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    PRIMARY KEY (tag, created, task_id)
+) WITHOUT ROWID;
+CREATE INDEX task_tags_task ON task_tags (task_id);
+INSERT OR IGNORE INTO task_tags (tag, created, task_id)
+    SELECT j.key || ':' || j.value,
+           CAST((julianday(json_extract(t.definition, '$.created')) - 2440587.5) * 86400000 AS INTEGER), t.task_id
+    FROM tasks t, json_each(t.tags) j WHERE t.tags IS NOT NULL;
+",
 ];
 
 /// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its one

@@ -511,6 +511,7 @@ impl WriteTx for Tx<'_> {
             "DELETE FROM graph_tasks WHERE task_id = ?1",
             "DELETE FROM secrets.task_secrets WHERE task_id = ?1",
             "DELETE FROM completions WHERE task_id = ?1",
+            "DELETE FROM task_tags WHERE task_id = ?1",
         ] {
             self.conn.prepare_cached(sql)?.execute([task_id.as_str()])?;
         }
@@ -546,6 +547,20 @@ impl WriteTx for Tx<'_> {
         self.conn
             .prepare_cached("INSERT OR REPLACE INTO completions (hash, task_id, completed) VALUES (?1, ?2, ?3)")?
             .execute(params![hash, task_id.as_str(), at.millis()])?;
+        Ok(())
+    }
+
+    async fn index_tags(
+        &mut self,
+        task_id: TaskId,
+        created: Timestamp,
+        tags: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), StoreError> {
+        let mut stmt =
+            self.conn.prepare_cached("INSERT OR IGNORE INTO task_tags (tag, created, task_id) VALUES (?1, ?2, ?3)")?;
+        for (key, value) in tags {
+            stmt.execute(params![format!("{key}:{value}"), created.millis(), task_id.as_str()])?;
+        }
         Ok(())
     }
 

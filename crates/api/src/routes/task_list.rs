@@ -1,0 +1,69 @@
+//! Swarming's task list: tasks by tag, newest first, filtered by queue, state and time.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use serde_json::{Value, json};
+use shoal_engine::Timestamp;
+use shoal_engine::id::split_task_queue_id;
+use shoal_engine::status::TaskState;
+use shoal_store::TagQuery;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::Paging;
+use crate::routes::with_continuation;
+
+/// The query a listing or count names: `tag` (required, `key:value`), and optionally
+/// `taskQueueId`, `state`, `since` and `until` (RFC 3339).
+fn tag_query(query: Vec<(String, String)>) -> Result<TagQuery, ApiError> {
+    let mut found = TagQuery { tag: String::new(), task_queue_id: None, state: None, since: None, until: None };
+    for (key, value) in query {
+        let time = |value: &str| {
+            Timestamp::parse(value).ok_or_else(|| ApiError::invalid_input(format!("{key}: must be an RFC 3339 time")))
+        };
+        match key.as_str() {
+            "tag" if value.contains(':') => found.tag = value,
+            "tag" => return Err(ApiError::invalid_input("tag: must be key:value")),
+            "taskQueueId" if split_task_queue_id(&value).is_some() => found.task_queue_id = Some(value),
+            "taskQueueId" => return Err(ApiError::invalid_input("taskQueueId: must be provisionerId/workerType")),
+            "state" => {
+                found.state = Some(TaskState::from_name(&value).ok_or_else(|| {
+                    ApiError::invalid_input(
+                        "state: must be unscheduled, pending, running, completed, failed or exception",
+                    )
+                })?);
+            }
+            "since" => found.since = Some(time(&value)?),
+            "until" => found.until = Some(time(&value)?),
+            "limit" | "continuationToken" => {}
+            other => return Err(ApiError::invalid_input(format!("{other}: is not a parameter of this listing"))),
+        }
+    }
+    if found.tag.is_empty() {
+        return Err(ApiError::invalid_input("tag: is required (key:value); listings go by tag"));
+    }
+    Ok(found)
+}
+
+pub(crate) async fn list_tasks(
+    State(state): State<AppState>,
+    paging: Paging,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let query = tag_query(query)?;
+    let page = state
+        .queue
+        .store()
+        .read(move |reads| reads.list_tagged(&query, paging.continuation.as_deref(), paging.limit))
+        .await?;
+    Ok(with_continuation(json!({ "tasks": page.items }), page.continuation))
+}
+
+pub(crate) async fn count_tasks(
+    State(state): State<AppState>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let query = tag_query(query)?;
+    let count = state.queue.store().read(move |reads| reads.count_tagged(&query)).await?;
+    Ok(Json(json!({ "count": count })))
+}
