@@ -46,6 +46,9 @@ impl Backend {
     }
 }
 
+/// Seconds a completion stands for new idempotent tasks here: within the definitions' hour.
+const DEDUP_WINDOW: i64 = 600;
+
 fn sqlite_in(dir: &std::path::Path) -> Store {
     let config = SqliteConfig {
         path: dir.join("shoal.db"),
@@ -53,7 +56,7 @@ fn sqlite_in(dir: &std::path::Path) -> Store {
         graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
         queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
         worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
-        dedup_window_secs: shoal_engine::dedup::DEFAULT_WINDOW_SECS,
+        dedup_window_secs: DEDUP_WINDOW,
     };
     Store::Sqlite(SqliteStore::open(&config).expect("open sqlite"))
 }
@@ -61,6 +64,7 @@ fn sqlite_in(dir: &std::path::Path) -> Store {
 fn postgres_at(url: &str) -> Store {
     let mut config = PgConfig::new(url);
     config.claim_timeout_secs = CLAIM_TIMEOUT;
+    config.dedup_window_secs = DEDUP_WINDOW;
     // The blocking client must not start inside the test's runtime.
     let store = std::thread::spawn(move || PgStore::open(&config)).join().expect("no panic").expect("open postgres");
     Store::Postgres(store)

@@ -109,10 +109,17 @@ pub(crate) async fn an_idempotent_task_is_deduped_from_a_recent_completion(name:
     assert_eq!(create(store, id(5), other, at(9)).await.state, TaskState::Pending, "{name}: other properties");
     let not_idempotent = json!({"payload": {"command": ["make"]}, "dimensions": {"os": ["Linux"]}});
     assert_eq!(create(store, id(6), not_idempotent, at(9)).await.state, TaskState::Pending, "{name}");
-    // A rerun of the original takes its completion back.
-    let rerun = store.apply(id(2), TaskCommand::Rerun, at(10)).await.unwrap().value;
+    // The window (600 s here) counts from the completion, at 7.
+    assert_eq!(create(store, id(7), same.clone(), at(7 + 599)).await.deduped_from, Some(id(2)), "{name}");
+    let late = create(store, id(8), same.clone(), at(7 + 601)).await;
+    assert!(late.deduped_from.is_none(), "{name}: past the dedup window");
+    // A new completion stands until its task is rerun.
+    let claimed = store.claim_task(id(8), 0, "g".into(), "w1".into(), at(609)).await.unwrap().value;
+    assert_eq!(claimed.run_id, 0, "{name}");
+    finish(8, Resolution::Completed, 610).await;
+    let rerun = store.apply(id(8), TaskCommand::Rerun, at(611)).await.unwrap().value;
     assert_eq!(rerun.state, TaskState::Pending, "{name}");
-    assert!(create(store, id(8), same, at(11)).await.deduped_from.is_none(), "{name}");
+    assert!(create(store, id(9), same, at(612)).await.deduped_from.is_none(), "{name}: a rerun takes it back");
 }
 
 /// The scenario Swarming's users know, end to end on one queue.
