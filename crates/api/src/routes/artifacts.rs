@@ -145,7 +145,7 @@ async fn resolve(state: &AppState, task_id: TaskId, run_id: u32, name: String) -
 
 /// The run an artifact read means: the named one, or the task's last; a run that Swarming's
 /// dedup resolved reads through to the last run of the task whose completion stands for it.
-async fn run_of(state: &AppState, params: &Params, latest: bool) -> Result<(TaskId, u32), ApiError> {
+pub(crate) async fn run_of(state: &AppState, params: &Params, latest: bool) -> Result<(TaskId, u32), ApiError> {
     let task_id = params.task_id()?;
     let named = if latest { None } else { Some(params.run_id()?) };
     let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;

@@ -47,7 +47,8 @@ pub(crate) async fn read_log(
     params: Params,
     query: LogQuery,
 ) -> Result<Response, ApiError> {
-    let (task_id, run_id) = (params.task_id()?, params.run_id()?);
+    // A deduped run's log is its original's.
+    let (task_id, run_id) = crate::routes::artifacts::run_of(&state, &params, false).await?;
     let mut progress = state.queue.watch_log(task_id, run_id).await?;
     if !query.follow {
         // Not following: what is there now, and done.

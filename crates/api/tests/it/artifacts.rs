@@ -257,6 +257,9 @@ async fn a_deduped_task_reads_its_artifacts_through_the_original() {
     let report = json!({"storageType": "reference", "expires": from_now(3600), "contentType": "text/plain", "url": "https://example.com/report"});
     let base = format!("/task/{original}/runs/0/artifacts");
     assert_eq!(app.post(&format!("{base}/public/report.txt"), report).await.0, StatusCode::OK);
+    let log = format!("{}/logs/v1/{original}/0?offset=0", app.root);
+    let appended = app.signed_raw(Method::POST, &log, Some(b"built\n".to_vec())).await;
+    assert!(appended.status().is_success(), "{}", appended.status());
     app.report(&original, 0, "completed").await;
 
     let copy = slugid();
@@ -273,6 +276,8 @@ async fn a_deduped_task_reads_its_artifacts_through_the_original() {
         assert_eq!(res.status(), StatusCode::SEE_OTHER, "{path}");
         assert_eq!(res.headers()["location"], "https://example.com/report", "{path}: the original's artifact");
     }
+    let res = app.raw(Method::GET, &format!("{}/logs/v1/{copy}/0", app.root), None).await;
+    assert_eq!(res.text().await.unwrap(), "built\n", "the log is the original's");
     let (_, listed) = app.get(&format!("/task/{copy}/artifacts")).await;
     let names: Vec<&str> = listed["artifacts"].as_array().unwrap().iter().filter_map(|a| a["name"].as_str()).collect();
     assert!(names.contains(&"public/report.txt"), "{listed}");
