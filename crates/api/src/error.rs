@@ -87,6 +87,7 @@ impl From<StoreError> for ApiError {
         match err {
             StoreError::Rejected(rejection) => rejection.into(),
             StoreError::Unavailable(reason) | StoreError::Conflict(reason) => {
+                metrics::counter!("shoal_store_errors_total", "kind" => "unavailable").increment(1);
                 tracing::warn!(error = %reason, "storage unavailable");
                 ApiError {
                     status: StatusCode::SERVICE_UNAVAILABLE,
@@ -95,6 +96,7 @@ impl From<StoreError> for ApiError {
                 }
             }
             StoreError::Other(reason) => {
+                metrics::counter!("shoal_store_errors_total", "kind" => "internal").increment(1);
                 tracing::error!(error = %reason, "internal error");
                 ApiError {
                     status: StatusCode::INTERNAL_SERVER_ERROR,

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod endpoints;
 pub mod error;
 pub mod extract;
+pub mod prometheus;
 mod routes;
 mod serve;
 
@@ -53,6 +54,8 @@ pub struct Subscribers(std::sync::Arc<std::sync::Mutex<std::collections::HashMap
 
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {
+    // Installed before any request, so nothing counted is lost.
+    prometheus::handle();
     let api = api_router(&state, ENDPOINTS, Some("queue"), extract::MAX_BODY_BYTES);
     let scheduler = api_router(&state, SCHEDULER_ENDPOINTS, Some("scheduler"), routes::graphs::MAX_GRAPH_BYTES)
         // A graph carries up to 20,000 task definitions at once.
@@ -64,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(routes::logs::MAX_CHUNK_BYTES));
     let events = api_router(&state, EVENT_ENDPOINTS, None, extract::MAX_BODY_BYTES);
     Router::new()
+        .route("/metrics", axum::routing::get(prometheus::serve))
         .nest("/api/queue/v1", api)
         .nest("/api/scheduler/v1", scheduler)
         .nest("/api/auth/v1", auth)
@@ -127,6 +131,7 @@ async fn around_endpoint(
 ) -> Response {
     // A refcount bump, not a copy: most requests never need it.
     let uri = req.uri().clone();
+    let started = std::time::Instant::now();
     let res = match auth::authenticate(&gate, endpoint, req, max_body).await {
         Err(err) => err.into_response(),
         Ok(req) => {
@@ -143,6 +148,8 @@ async fn around_endpoint(
             }
         }
     };
+    metrics::histogram!("shoal_request_duration_seconds", "endpoint" => endpoint.name, "status" => status_class(res.status()))
+        .record(started.elapsed().as_secs_f64());
     let Some(err) = res.extensions().get::<ApiError>().cloned() else {
         return res;
     };
@@ -152,6 +159,17 @@ async fn around_endpoint(
         "requestInfo": {"method": endpoint.name, "path": uri.path(), "time": shoal_service::now()},
     });
     (err.status, axum::Json(body)).into_response()
+}
+
+/// A response's status as a label with few values: `2xx` … `5xx`.
+fn status_class(status: axum::http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
 }
 
 /// Serves `router(state)` on `listener` under the default [`ConnectionLimits`] until

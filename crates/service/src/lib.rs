@@ -6,6 +6,7 @@
 
 pub mod auth;
 mod clock;
+mod counts;
 mod due;
 mod fleet;
 mod live;
@@ -182,6 +183,7 @@ impl Queue {
     /// Wakes the workers waiting on every queue where a run became pending, and ends the
     /// live logs of runs that ended.
     fn committed<T>(&self, committed: Committed<T>) -> T {
+        counts::count(&committed.events);
         for event in &committed.events {
             match event.event {
                 Event::Pending { .. } => self.inner.wakers.wake(&event.task_queue_id),
@@ -323,6 +325,7 @@ impl Queue {
             } else {
                 let claims = self.committed(self.inner.store.claim_work(request.clone(), now()).await?);
                 if !claims.is_empty() {
+                    counts::claimed(&claims);
                     return Ok(ClaimOutcome { claims, standing });
                 }
             }

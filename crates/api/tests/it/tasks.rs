@@ -315,3 +315,24 @@ async fn tasks_are_listed_and_counted_by_tag_newest_first() {
         assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}: {body}");
     }
 }
+
+#[tokio::test]
+async fn metrics_count_what_happened() {
+    let app = TestApp::with(Settings { claim_wait: std::time::Duration::ZERO, ..Settings::default() }).await;
+    // A queue of its own: the counters are the process's, shared with other tests.
+    let queue = format!("metrics/q{}", slugid().to_lowercase().replace(['-', '_'], "").get(..8).unwrap());
+    let done = slugid();
+    app.create(&done, json!({"taskQueueId": queue})).await;
+    app.create(&slugid(), json!({"taskQueueId": queue})).await;
+    app.claim(&queue, "w", 1).await;
+    app.report(&done, 0, "completed").await;
+    let res = app.raw(reqwest::Method::GET, &format!("{}/metrics", app.root), None).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let text = res.text().await.unwrap();
+    let has = |line: &str| text.lines().any(|l| l == line);
+    assert!(has(&format!("shoal_tasks_created_total{{queue=\"{queue}\"}} 2")), "{text}");
+    assert!(has(&format!("shoal_tasks_resolved_total{{queue=\"{queue}\",outcome=\"completed\"}} 1")), "{text}");
+    assert!(has(&format!("shoal_pending_tasks{{queue=\"{queue}\"}} 1")), "{text}");
+    assert!(has(&format!("shoal_claim_wait_seconds_count{{queue=\"{queue}\"}} 1")), "{text}");
+    assert!(text.contains("shoal_request_duration_seconds_bucket{endpoint=\"createTask\",status=\"2xx\""), "{text}");
+}
