@@ -250,6 +250,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
     endpoint!("listTaskGroup", "GET", "/task-group/{group}/list", Public, Stable, groups::list_task_group),
     endpoint!("listTasks", "GET", "/tasks", Public, Experimental, task_list::list_tasks),
     endpoint!("countTasks", "GET", "/tasks/count", Public, Experimental, task_list::count_tasks),
+    endpoint!("listFailedTasks", "GET", "/tasks/failed", Public, Experimental, task_list::list_failed_tasks),
+    endpoint!("listTaskGroups", "GET", "/task-groups", Public, Experimental, task_list::list_task_groups),
     endpoint!("getTaskGroup", "GET", "/task-group/{group}", Public, Stable, groups::get_task_group),
     endpoint!(
         "sealTaskGroup",
@@ -411,6 +413,7 @@ pub const SCHEDULER_ENDPOINTS: &[Endpoint] = &[
         Experimental,
         graphs::extend_task_graph
     ),
+    endpoint!("listTaskGraphs", "GET", "/task-graphs", Public, Experimental, graphs::list_task_graphs),
     endpoint!("status", "GET", "/task-graph/{graph}/status", Public, Experimental, graphs::status),
     endpoint!("info", "GET", "/task-graph/{graph}/info", Public, Experimental, graphs::info),
     endpoint!("inspect", "GET", "/task-graph/{graph}/inspect", Public, Experimental, graphs::inspect),

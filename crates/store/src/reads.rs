@@ -13,8 +13,8 @@ use crate::outbox::OutboxEntry;
 use crate::page::{artifact_page, parse_seq, parse_task_id};
 use crate::row::TaskRow;
 use crate::{
-    ArtifactKey, AuthSnapshot, ClaimedRun, Page, PendingListing, QueueCounts, Reads, StoreError, TagQuery, TaskGroup,
-    TaskQueueInfo, TaskRecord, WorkerListing,
+    ArtifactKey, AuthSnapshot, ClaimedRun, Page, PendingListing, QueueCounts, Reads, RecentGraph, RecentGroup,
+    StoreError, TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing,
 };
 
 /// What a backend's read connection offers: one query each, on committed state.
@@ -25,6 +25,10 @@ pub(crate) trait ReadDb {
     fn task_sizes(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<u64>, StoreError>;
     /// How many tasks `query` selects.
     fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError>;
+    /// Groups created before `before` (`(created, id)`), newest first, at most `limit`.
+    fn recent_groups(&self, before: (i64, &str), limit: usize) -> Result<Vec<RecentGroup>, StoreError>;
+    /// Graphs created before `before` (`(created, id)`), newest first, at most `limit`.
+    fn recent_graphs(&self, before: (i64, &str), limit: usize) -> Result<Vec<(StoredGraph, Timestamp)>, StoreError>;
     /// A queue's pending and running counts.
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError>;
     /// Task queues after `after`, by id, at most `limit`.
@@ -197,14 +201,13 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
     }
 
     fn list_tagged(&self, query: &TagQuery, after: Option<&str>, limit: usize) -> Result<Page<TaskRecord>, StoreError> {
+        let first = query.until.map_or(i64::MAX, |until| until.millis().saturating_add(1));
         let after = match after {
-            None | Some("") => format!("{}:", query.until.map_or(i64::MAX, |until| until.millis().saturating_add(1))),
-            Some(token) => match token.split_once(':') {
-                Some((created, task_id)) if created.parse::<i64>().is_ok() && TaskId::parse(task_id).is_some() => {
-                    token.to_owned()
-                }
-                _ => return Err(Rejection::invalid("continuationToken", "is not a token this listing issued").into()),
-            },
+            None | Some("") => format!("{first}:"),
+            Some(token) => {
+                newest_first_token(Some(token))?;
+                token.to_owned()
+            }
         };
         let (found, more) = self.bounded(TaskQuery::Tagged(&query.tag, &after), limit)?;
         let mut items = Vec::with_capacity(found.len());
@@ -228,6 +231,26 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
 
     fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError> {
         self.0.count_tagged(query)
+    }
+
+    fn list_task_groups(&self, after: Option<&str>, limit: usize) -> Result<Page<RecentGroup>, StoreError> {
+        let (created, id) = newest_first_token(after)?;
+        let mut items = self.0.recent_groups((created, id), limit + 1)?;
+        let more = items.len() > limit;
+        items.truncate(limit);
+        Ok(page(items, more, |item| format!("{}:{}", item.created.millis(), item.group.task_group_id)))
+    }
+
+    fn list_task_graphs(&self, after: Option<&str>, limit: usize) -> Result<Page<RecentGraph>, StoreError> {
+        let (created, id) = newest_first_token(after)?;
+        let mut found = self.0.recent_graphs((created, id), limit + 1)?;
+        let more = found.len() > limit;
+        found.truncate(limit);
+        let items =
+            found.into_iter().map(|(graph, created)| RecentGraph { graph: graph.into_record(), created }).collect();
+        Ok(page(items, more, |item: &RecentGraph| {
+            format!("{}:{}", item.created.millis(), item.graph.status.task_graph_id)
+        }))
     }
 
     fn list_dependents(
@@ -436,6 +459,21 @@ fn fitting(sizes: &[u64], limit: usize) -> usize {
 }
 
 /// When a task was created (its definition's `created`, which its tags are filed at).
+/// A newest-first listing's continuation token (`created:id`) as the place it stopped; the
+/// first page starts after everything.
+fn newest_first_token(after: Option<&str>) -> Result<(i64, &str), StoreError> {
+    match after {
+        None | Some("") => Ok((i64::MAX, "")),
+        Some(token) => match token.split_once(':') {
+            Some((created, id)) if TaskId::parse(id).is_some() => match created.parse::<i64>() {
+                Ok(created) => Ok((created, id)),
+                Err(_) => Err(Rejection::invalid("continuationToken", "is not a token this listing issued").into()),
+            },
+            _ => Err(Rejection::invalid("continuationToken", "is not a token this listing issued").into()),
+        },
+    }
+}
+
 fn created_of(task: &StoredTask) -> Result<Timestamp, StoreError> {
     #[derive(serde::Deserialize)]
     struct Created {

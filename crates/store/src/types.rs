@@ -165,6 +165,32 @@ pub struct TagQuery {
     pub until: Option<Timestamp>,
 }
 
+/// The reserved tag failed tasks (failed or exception) are filed under, newest first; user tags
+/// are all `key:value`, so none can be it.
+pub const FAILED_TAG: &str = "failed";
+
+/// A group as the listing of recent groups shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentGroup {
+    /// The group.
+    #[serde(flatten)]
+    pub group: TaskGroup,
+    /// When its first task arrived (0 for groups made before Shoal dated them).
+    pub created: Timestamp,
+}
+
+/// A graph as the listing of recent graphs shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentGraph {
+    /// Its status, metadata and tags, as `/info` shows them.
+    #[serde(flatten)]
+    pub graph: crate::GraphRecord,
+    /// When it was created.
+    pub created: Timestamp,
+}
+
 pub trait Reads {
     /// One artifact of a run.
     ///
@@ -224,6 +250,16 @@ pub trait Reads {
     /// # Errors
     /// Storage failure.
     fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError>;
+    /// Task groups, newest first.
+    ///
+    /// # Errors
+    /// Storage failure or a bad continuation token.
+    fn list_task_groups(&self, after: Option<&str>, limit: usize) -> Result<Page<RecentGroup>, StoreError>;
+    /// Task graphs, newest first.
+    ///
+    /// # Errors
+    /// Storage failure or a bad continuation token.
+    fn list_task_graphs(&self, after: Option<&str>, limit: usize) -> Result<Page<RecentGraph>, StoreError>;
     /// Tasks that depend on `task_id`, by task id.
     ///
     /// # Errors

@@ -18,7 +18,7 @@ use shoal_store::{GraphNode, GraphRecord, GraphRequest};
 use crate::AppState;
 use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
-use crate::extract::{Params, parse_json};
+use crate::extract::{Paging, Params, parse_json};
 
 /// Largest graph submission: a graph holds up to 20,000 task definitions.
 pub(crate) const MAX_GRAPH_BYTES: usize = 64 * 1024 * 1024;
@@ -121,6 +121,16 @@ pub(crate) async fn status(State(state): State<AppState>, params: Params) -> Res
 pub(crate) async fn info(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let record = record(&state, graph_id(&params)?).await?;
     Ok(Json(json!(record)))
+}
+
+/// `GET /task-graphs`: graphs, newest first, each as `/info` shows it with its creation time.
+pub(crate) async fn list_task_graphs(State(state): State<AppState>, paging: Paging) -> Result<Json<Value>, ApiError> {
+    let page = state
+        .queue
+        .store()
+        .read(move |reads| reads.list_task_graphs(paging.continuation.as_deref(), paging.limit))
+        .await?;
+    Ok(crate::routes::with_continuation(json!({ "taskGraphs": page.items }), page.continuation))
 }
 
 /// One task as `/inspect` shows it.

@@ -1,4 +1,5 @@
-//! Swarming's task list: tasks by tag, newest first, filtered by queue, state and time.
+//! Swarming's task list: tasks by tag, newest first, filtered by queue, state and time; and
+//! the tasks that failed (failed or exception), newest first, as the overview shows them.
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -6,7 +7,7 @@ use serde_json::{Value, json};
 use shoal_engine::Timestamp;
 use shoal_engine::id::split_task_queue_id;
 use shoal_engine::status::TaskState;
-use shoal_store::TagQuery;
+use shoal_store::{FAILED_TAG, TagQuery};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -16,14 +17,23 @@ use crate::routes::with_continuation;
 /// The query a listing or count names: `tag` (required, `key:value`), and optionally
 /// `taskQueueId`, `state`, `since` and `until` (RFC 3339).
 fn tag_query(query: Vec<(String, String)>) -> Result<TagQuery, ApiError> {
+    let found = filters(query, true)?;
+    if found.tag.is_empty() {
+        return Err(ApiError::invalid_input("tag: is required (key:value); listings go by tag"));
+    }
+    Ok(found)
+}
+
+/// The filters of a listing; `tag` only where `tagged`.
+fn filters(query: Vec<(String, String)>, tagged: bool) -> Result<TagQuery, ApiError> {
     let mut found = TagQuery { tag: String::new(), task_queue_id: None, state: None, since: None, until: None };
     for (key, value) in query {
         let time = |value: &str| {
             Timestamp::parse(value).ok_or_else(|| ApiError::invalid_input(format!("{key}: must be an RFC 3339 time")))
         };
         match key.as_str() {
-            "tag" if value.contains(':') => found.tag = value,
-            "tag" => return Err(ApiError::invalid_input("tag: must be key:value")),
+            "tag" if tagged && value.contains(':') => found.tag = value,
+            "tag" if tagged => return Err(ApiError::invalid_input("tag: must be key:value")),
             "taskQueueId" if split_task_queue_id(&value).is_some() => found.task_queue_id = Some(value),
             "taskQueueId" => return Err(ApiError::invalid_input("taskQueueId: must be provisionerId/workerType")),
             "state" => {
@@ -38,9 +48,6 @@ fn tag_query(query: Vec<(String, String)>) -> Result<TagQuery, ApiError> {
             "limit" | "continuationToken" => {}
             other => return Err(ApiError::invalid_input(format!("{other}: is not a parameter of this listing"))),
         }
-    }
-    if found.tag.is_empty() {
-        return Err(ApiError::invalid_input("tag: is required (key:value); listings go by tag"));
     }
     Ok(found)
 }
@@ -66,4 +73,33 @@ pub(crate) async fn count_tasks(
     let query = tag_query(query)?;
     let count = state.queue.store().read(move |reads| reads.count_tagged(&query)).await?;
     Ok(Json(json!({ "count": count })))
+}
+
+/// `GET /tasks/failed`: tasks failed or resolved as exception, newest created first.
+pub(crate) async fn list_failed_tasks(
+    State(state): State<AppState>,
+    paging: Paging,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    let mut query = filters(query, false)?;
+    if query.state.is_some_and(|state| !matches!(state, TaskState::Failed | TaskState::Exception)) {
+        return Err(ApiError::invalid_input("state: must be failed or exception in this listing"));
+    }
+    FAILED_TAG.clone_into(&mut query.tag);
+    let page = state
+        .queue
+        .store()
+        .read(move |reads| reads.list_tagged(&query, paging.continuation.as_deref(), paging.limit))
+        .await?;
+    Ok(with_continuation(json!({ "tasks": page.items }), page.continuation))
+}
+
+/// `GET /task-groups`: task groups, newest first.
+pub(crate) async fn list_task_groups(State(state): State<AppState>, paging: Paging) -> Result<Json<Value>, ApiError> {
+    let page = state
+        .queue
+        .store()
+        .read(move |reads| reads.list_task_groups(paging.continuation.as_deref(), paging.limit))
+        .await?;
+    Ok(with_continuation(json!({ "taskGroups": page.items }), page.continuation))
 }

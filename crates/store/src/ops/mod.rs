@@ -97,7 +97,7 @@ pub(crate) trait WriteTx {
     async fn lookup_create(&mut self, definition: &TaskDefinition, task_id: TaskId)
     -> Result<CreateLookup, StoreError>;
     /// Inserts a new task group.
-    async fn insert_group(&mut self, group: &TaskGroup) -> Result<(), StoreError>;
+    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp) -> Result<(), StoreError>;
     /// Moves a group's expiry later.
     async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError>;
     /// Records a new task's dependencies and which are satisfied already.

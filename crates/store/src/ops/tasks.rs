@@ -56,7 +56,7 @@ pub(crate) async fn create_looked_up(
         false => None,
     };
     match &lookup.group {
-        None => tx.insert_group(&TaskGroup::first_of(definition)).await?,
+        None => tx.insert_group(&TaskGroup::first_of(definition), definition.created).await?,
         Some(group) if group.expires < expires => tx.extend_group(group.task_group_id, expires).await?,
         Some(_) => {}
     }

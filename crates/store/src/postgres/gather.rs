@@ -335,19 +335,21 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
     let mut commanded: Vec<&str> =
         jobs.iter().filter(|job| matches!(job.op, Op::Apply(_))).map(|job| job.task_id.as_str()).collect();
     commanded.sort_unstable();
-    let mut groups: BTreeMap<&str, (&str, i64)> = BTreeMap::new();
+    let mut groups: BTreeMap<&str, (&str, i64, i64)> = BTreeMap::new();
     for job in jobs {
         if let Op::Create(definition) = &job.op {
             // Each group once, extended to the latest expiry asked for. A new group takes the
-            // scheduler of its first create (as when the first of them commits first).
+            // scheduler and creation time of its first create (as when it commits first).
             let expires = shoal_engine::group::group_expiry(definition).millis();
-            let entry = groups.entry(definition.task_group_id.as_str()).or_insert((&definition.scheduler_id, expires));
+            let first = (definition.scheduler_id.as_str(), expires, definition.created.millis());
+            let entry = groups.entry(definition.task_group_id.as_str()).or_insert(first);
             entry.1 = entry.1.max(expires);
         }
     }
     let group_ids: Vec<&str> = groups.keys().copied().collect();
-    let schedulers: Vec<&str> = groups.values().map(|(scheduler, _)| *scheduler).collect();
-    let expiries: Vec<i64> = groups.values().map(|(_, expires)| *expires).collect();
+    let schedulers: Vec<&str> = groups.values().map(|(scheduler, _, _)| *scheduler).collect();
+    let expiries: Vec<i64> = groups.values().map(|(_, expires, _)| *expires).collect();
+    let group_created: Vec<i64> = groups.values().map(|(_, _, created)| *created).collect();
     let created: Vec<&str> =
         jobs.iter().filter(|job| matches!(job.op, Op::Create(_))).map(|job| job.task_id.as_str()).collect();
     let lock_tasks = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE");
@@ -356,11 +358,11 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
     // ON CONFLICT locks a row its WHERE then leaves as it is. Their placeholder values pass
     // the NOT NULL checks, which PostgreSQL makes before it looks for the conflict.
     let lock_groups = format!(
-        "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) \
-         SELECT t.id, max(t.scheduler_id), max(t.expires), NULL FROM \
-         (SELECT u.id, u.scheduler_id, u.expires FROM unnest($2::text[], $3::text[], $4::int8[]) \
-         AS u(id, scheduler_id, expires) \
-         UNION ALL SELECT task_group_id, '', -1 FROM tasks WHERE task_id = ANY($1)) AS t \
+        "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed, created) \
+         SELECT t.id, max(t.scheduler_id), max(t.expires), NULL, max(t.created) FROM \
+         (SELECT u.id, u.scheduler_id, u.expires, u.created FROM unnest($2::text[], $3::text[], $4::int8[], $5::int8[]) \
+         AS u(id, scheduler_id, expires, created) \
+         UNION ALL SELECT task_group_id, '', -1, 0 FROM tasks WHERE task_id = ANY($1)) AS t \
          GROUP BY t.id ORDER BY t.id COLLATE \"C\" \
          ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
          WHERE excluded.expires >= 0 \
@@ -386,7 +388,7 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
         jobs.iter().any(|job| matches!(job.op, Op::Apply(TaskCommand::Resolve { .. } | TaskCommand::Cancel)));
     let existing = format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ANY($1)");
     let commanded_params: [&(dyn ToSql + Sync); 1] = [&commanded];
-    let touched_params: [&(dyn ToSql + Sync); 4] = [&commanded, &group_ids, &schedulers, &expiries];
+    let touched_params: [&(dyn ToSql + Sync); 5] = [&commanded, &group_ids, &schedulers, &expiries, &group_created];
     let created_params: [&(dyn ToSql + Sync); 1] = [&created];
     // Claims after everything else: their locks skip what another transaction holds, so
     // they never wait and take no part in a cycle. Not the commanded tasks: this transaction

@@ -2,9 +2,9 @@
 //! `/task-graph/...` (the writes are in `write.rs`).
 
 use postgres::Row;
-use shoal_engine::TaskId;
 use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::status::TaskState;
+use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
 use crate::ops::graph::{GraphNode, StoredGraph};
@@ -13,6 +13,22 @@ use crate::row::corrupt;
 
 /// The columns [`graph_from_row`] reads.
 pub(crate) const GRAPH_COLUMNS: &str = "task_graph_id, scheduler_id, routing, open, failed, metadata, tags";
+
+/// Graphs created before `before` (`(created, id)`), newest first, at most `limit`.
+pub(crate) fn recent(
+    conn: &mut PgConn,
+    before: (i64, &str),
+    limit: usize,
+) -> Result<Vec<(StoredGraph, Timestamp)>, StoreError> {
+    let sql = format!(
+        "SELECT {GRAPH_COLUMNS}, created FROM task_graphs WHERE (created, task_graph_id) < ($1, $2) \
+         ORDER BY created DESC, task_graph_id DESC LIMIT $3"
+    );
+    conn.query(&sql, &[&before.0, &before.1, &(limit as i64)])?
+        .iter()
+        .map(|row| Ok((graph_from_row(row)?, Timestamp(row.try_get(7)?))))
+        .collect()
+}
 
 /// A graph from the columns [`GRAPH_COLUMNS`].
 pub(crate) fn graph_from_row(row: &Row) -> Result<StoredGraph, StoreError> {

@@ -13,12 +13,13 @@ use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::outbox::format::append_row;
 use crate::postgres::row::{
-    GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, artifact_from_row, raw_json, task_from_row, task_group_from_row,
+    GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, artifact_from_row, raw_json, task_from_row,
+    task_group_from_row,
 };
 use crate::postgres::{PgConn, graph};
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
 use crate::row::corrupt;
-use crate::{ArtifactKey, QueueCounts, StoreError, TagQuery, TaskGroup, TaskQueueInfo};
+use crate::{ArtifactKey, QueueCounts, RecentGroup, StoreError, TagQuery, TaskGroup, TaskQueueInfo};
 use shoal_engine::status::TaskState;
 
 /// A pooled connection; reads take `&self`, a query needs the connection mutably.
@@ -176,6 +177,24 @@ impl ReadDb for PgReads<'_> {
     fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
         let sql = format!("SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = $1");
         self.query(&sql, &[&group.as_str()])?.first().map(task_group_from_row).transpose()
+    }
+
+    fn recent_groups(&self, before: (i64, &str), limit: usize) -> Result<Vec<RecentGroup>, StoreError> {
+        let sql = format!(
+            "SELECT {GROUP_COLUMNS}, created FROM task_groups WHERE (created, task_group_id) < ($1, $2) \
+             ORDER BY created DESC, task_group_id DESC LIMIT $3"
+        );
+        let rows = self.query(&sql, &[&before.0, &before.1, &(limit as i64)])?;
+        rows.iter()
+            .map(|row| {
+                let created: i64 = row.try_get(GROUP_COLUMN_COUNT)?;
+                Ok(RecentGroup { group: task_group_from_row(row)?, created: Timestamp(created) })
+            })
+            .collect()
+    }
+
+    fn recent_graphs(&self, before: (i64, &str), limit: usize) -> Result<Vec<(StoredGraph, Timestamp)>, StoreError> {
+        graph::recent(&mut self.0.borrow_mut(), before, limit)
     }
 
     fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {

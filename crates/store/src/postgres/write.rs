@@ -102,14 +102,15 @@ impl WriteTx for PgTx {
             definition.dependencies.iter().filter(|&&required| required != task_id).map(TaskId::as_str).collect();
         let others_params: Vec<[&(dyn ToSql + Sync); 1]> = others.iter().map(|id| [id as _]).collect();
         let upsert = format!(
-            "WITH g AS (INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed) \
-             VALUES ($1, $2, $3, NULL) \
+            "WITH g AS (INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed, created) \
+             VALUES ($1, $2, $3, NULL, $5) \
              ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
              RETURNING {GROUP_COLUMNS}) \
              SELECT g.*, (SELECT definition FROM tasks WHERE task_id = $4) FROM g"
         );
-        let group_params: [&(dyn ToSql + Sync); 4] =
-            [&group.as_str(), &definition.scheduler_id, &expires, &task_id.as_str()];
+        let created = definition.created.millis();
+        let group_params: [&(dyn ToSql + Sync); 5] =
+            [&group.as_str(), &definition.scheduler_id, &expires, &task_id.as_str(), &created];
         let mut queries: Vec<(&str, Params<'_>)> = Vec::with_capacity(others.len() + 1);
         for params in &others_params {
             queries.push(("SELECT state, expires FROM tasks WHERE task_id = $1 FOR SHARE", params));
@@ -142,15 +143,16 @@ impl WriteTx for PgTx {
         Ok(CreateLookup { existing: None, group: Some(task_group_from_row(group_row)?), dependencies })
     }
 
-    async fn insert_group(&mut self, group: &TaskGroup) -> Result<(), StoreError> {
+    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp) -> Result<(), StoreError> {
         self.defer(
-            "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT DO NOTHING",
+            "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed, created) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
             vec![
                 Box::new(group.task_group_id.as_str().to_owned()),
                 Box::new(group.scheduler_id.clone()),
                 Box::new(group.expires.millis()),
                 Box::new(group.sealed.map(Timestamp::millis)),
+                Box::new(created.millis()),
             ],
         )
         .await

@@ -95,6 +95,24 @@ pub(crate) fn graph(conn: &Connection, task_graph_id: TaskId) -> Result<Option<S
     rows.next()?.map(graph_from_row).transpose()
 }
 
+/// Graphs created before `before` (`(created, id)`), newest first, at most `limit`.
+pub(crate) fn recent(
+    conn: &Connection,
+    before: (i64, &str),
+    limit: usize,
+) -> Result<Vec<(StoredGraph, Timestamp)>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {GRAPH_COLUMNS}, created FROM task_graphs WHERE (created, task_graph_id) < (?1, ?2) \
+         ORDER BY created DESC, task_graph_id DESC LIMIT ?3"
+    ))?;
+    let mut rows = stmt.query(rusqlite::params![before.0, before.1, limit as i64])?;
+    let mut found = Vec::new();
+    while let Some(row) = rows.next()? {
+        found.push((graph_from_row(row)?, Timestamp(row.get(7)?)));
+    }
+    Ok(found)
+}
+
 fn graph_from_row(row: &Row<'_>) -> Result<StoredGraph, StoreError> {
     let metadata: String = row.get(5)?;
     let tags: String = row.get(6)?;

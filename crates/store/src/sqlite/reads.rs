@@ -12,7 +12,7 @@ use crate::outbox::OutboxEntry;
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{artifacts, graph, outbox, workers};
-use crate::{ArtifactKey, QueueCounts, TagQuery, TaskGroup, TaskQueueInfo};
+use crate::{ArtifactKey, QueueCounts, RecentGroup, TagQuery, TaskGroup, TaskQueueInfo};
 use shoal_engine::status::TaskState;
 
 /// A read-only connection.
@@ -152,6 +152,25 @@ impl ReadDb for ReadConn<'_> {
 
     fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
         row::task_group(self.0, group)
+    }
+
+    fn recent_groups(&self, before: (i64, &str), limit: usize) -> Result<Vec<RecentGroup>, StoreError> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT scheduler_id, expires, sealed, task_group_id, created FROM task_groups \
+             WHERE (created, task_group_id) < (?1, ?2) ORDER BY created DESC, task_group_id DESC LIMIT ?3",
+        )?;
+        let mut rows = stmt.query(params![before.0, before.1, limit as i64])?;
+        let mut found = Vec::new();
+        while let Some(row) = rows.next()? {
+            let id: String = row.get(3)?;
+            let group = TaskId::parse(&id).ok_or_else(|| crate::row::corrupt(format!("task group id {id}")))?;
+            found.push(RecentGroup { group: row::task_group_from_row(group, row)?, created: Timestamp(row.get(4)?) });
+        }
+        Ok(found)
+    }
+
+    fn recent_graphs(&self, before: (i64, &str), limit: usize) -> Result<Vec<(StoredGraph, Timestamp)>, StoreError> {
+        graph::recent(self.0, before, limit)
     }
 
     fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {

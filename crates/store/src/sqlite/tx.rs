@@ -325,16 +325,18 @@ impl WriteTx for Tx<'_> {
         Ok(CreateLookup { existing: None, group, dependencies })
     }
 
-    async fn insert_group(&mut self, group: &TaskGroup) -> Result<(), StoreError> {
+    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(
-                "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed, created) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
             )?
             .execute(params![
                 group.task_group_id.as_str(),
                 group.scheduler_id,
                 group.expires.millis(),
-                group.sealed.map(Timestamp::millis)
+                group.sealed.map(Timestamp::millis),
+                created.millis()
             ])?;
         Ok(())
     }

@@ -1,0 +1,71 @@
+//! What the web UI's overview lists: recent groups and graphs, and tasks that failed.
+
+use serde_json::json;
+use shoal_engine::command::TaskCommand;
+use shoal_engine::status::TaskState;
+use shoal_engine::task::Resolution;
+use shoal_engine::{TaskId, Timestamp};
+use shoal_store::{FAILED_TAG, Store, TagQuery};
+
+use super::{Backend, apply, at, claim_ids, create, graph_input, id, worker};
+
+fn created(secs: i64) -> String {
+    Timestamp(at(0).millis() + secs * 1000).to_string()
+}
+
+async fn failed(
+    store: &Store,
+    state: Option<TaskState>,
+    after: Option<String>,
+    limit: usize,
+) -> (Vec<TaskId>, Option<String>) {
+    let query = TagQuery { tag: FAILED_TAG.to_owned(), task_queue_id: None, state, since: None, until: None };
+    let page = store.read(move |reads| reads.list_tagged(&query, after.as_deref(), limit)).await.unwrap();
+    (page.items.iter().map(|task| task.status.task_id).collect(), page.continuation)
+}
+
+/// Groups newest first by their first task's creation, paged; failures filed as they fail and
+/// unfiled when run again; graphs newest first.
+pub(crate) async fn the_overview_lists_groups_graphs_and_failures_newest_first(name: &str, backend: Backend) {
+    let store = &backend.store;
+    // Three groups, the middle one created last; a later task in the first group does not
+    // make it newer.
+    for (n, group, secs) in [(1, 101, 1), (2, 103, 2), (3, 102, 3), (4, 101, 4)] {
+        let patch = json!({"taskGroupId": id(group).as_str(), "created": created(secs)});
+        create(store, id(n), patch, at(secs)).await;
+    }
+    let groups = |after: Option<String>| async move {
+        let page = store.read(move |reads| reads.list_task_groups(after.as_deref(), 2)).await.unwrap();
+        (page.items.iter().map(|group| group.group.task_group_id).collect::<Vec<_>>(), page.continuation)
+    };
+    let (first, next) = groups(None).await;
+    assert_eq!(first, vec![id(102), id(103)], "{name}");
+    let (second, end) = groups(next).await;
+    assert_eq!((second, end), (vec![id(101)], None), "{name}");
+
+    // Task 1 fails, task 2 is resolved as an exception, task 3 completes.
+    assert_eq!(claim_ids(store, worker(3), at(5)).await.len(), 3, "{name}");
+    let resolve = |resolution| TaskCommand::Resolve { run_id: 0, resolution, stats: None };
+    apply(store, id(1), resolve(Resolution::Failed), at(6)).await;
+    apply(store, id(2), TaskCommand::Cancel, at(6)).await;
+    apply(store, id(3), resolve(Resolution::Completed), at(6)).await;
+    assert_eq!(failed(store, None, None, 10).await, (vec![id(2), id(1)], None), "{name}: newest created first");
+    let (page, next) = failed(store, None, None, 1).await;
+    assert_eq!(page, vec![id(2)], "{name}");
+    assert_eq!(failed(store, None, next, 1).await, (vec![id(1)], None), "{name}");
+    assert_eq!(failed(store, Some(TaskState::Failed), None, 10).await.0, vec![id(1)], "{name}");
+    // Run again, it is no longer a failure.
+    apply(store, id(1), TaskCommand::Rerun, at(7)).await;
+    assert_eq!(failed(store, None, None, 10).await.0, vec![id(2)], "{name}");
+
+    // Graphs, newest first.
+    for (graph, secs) in [(201, 10), (202, 11)] {
+        let input = graph_input(json!({"a": {}}));
+        let request = shoal_store::GraphRequest { task_graph_id: id(graph), input };
+        let _graph = store.create_graph(request, at(secs)).await.unwrap().value;
+    }
+    let graphs = store.read(|reads| reads.list_task_graphs(None, 10)).await.unwrap();
+    let ids: Vec<TaskId> = graphs.items.iter().map(|graph| graph.graph.status.task_graph_id).collect();
+    assert_eq!(ids, vec![id(202), id(201)], "{name}");
+    assert_eq!(graphs.items[0].created, at(11), "{name}");
+}
