@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of Shoal on a fresh machine: formatting, lints, the Rust suites (engine,
 # store conformance, HTTP scenarios, kill -9 restart, events through a private RabbitMQ) and
-# the official Taskcluster Python client against a real server. Installs what it needs
-# (RabbitMQ and PostgreSQL from Debian's packages; the tests start and stop their own broker
-# and database clusters on 127.0.0.1);
+# the official Taskcluster Python client and the web UI in headless Chromium against a real
+# server. Installs what it needs (RabbitMQ, PostgreSQL, Chromium and ChromeDriver from Debian's
+# packages; the tests start and stop their own broker, database clusters and browser on 127.0.0.1);
 # needs no running services.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,15 +32,25 @@ if ! ls /usr/lib/postgresql/*/bin/pg_ctl > /dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $sudo apt-get install -y -qq --no-install-recommends postgresql > /dev/null
 fi
 
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    echo "== installing chromium and chromium-driver (Debian packages, for the browser tests)"
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver > /dev/null
+fi
+
 echo "== rust tests"
 cargo test --workspace --locked
 
 echo "== HTTP scenarios on PostgreSQL"
 SHOAL_TEST_BACKEND=postgres cargo test --locked -p shoal-api --test it
 
-echo "== official Taskcluster Python client against a real server"
+echo "== official Taskcluster Python client and the web UI in headless Chromium, against a real server"
 cargo build --locked --bin shoal
-if [ ! -x "$venv/bin/pytest" ] || ! "$venv/bin/pip" freeze 2>/dev/null | grep -q '^taskcluster==113.2.0$'; then
+# (Re)install when a pinned requirement is missing from the venv.
+missing=$(comm -23 <(grep -v '^#' tests/python/requirements.txt | sort) <("$venv/bin/pip" freeze 2>/dev/null | sort))
+if [ ! -x "$venv/bin/pytest" ] || [ -n "$missing" ]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
 fi

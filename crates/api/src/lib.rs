@@ -9,6 +9,7 @@ pub mod extract;
 pub mod prometheus;
 mod routes;
 mod serve;
+mod ui;
 
 pub use serve::ConnectionLimits;
 
@@ -68,6 +69,7 @@ pub fn router(state: AppState) -> Router {
     let events = api_router(&state, EVENT_ENDPOINTS, None, extract::MAX_BODY_BYTES);
     Router::new()
         .route("/metrics", axum::routing::get(prometheus::serve))
+        .merge(ui::routes())
         .nest("/api/queue/v1", api)
         .nest("/api/scheduler/v1", scheduler)
         .nest("/api/auth/v1", auth)

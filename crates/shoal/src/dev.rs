@@ -49,7 +49,14 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
         access_token: server.root_token.0.clone(),
         certificate: None,
     };
-    println!("Shoal is running at {root}  (rootUrl for Taskcluster clients; queue API at {root}/api/queue/v1/)");
+    // The example's graph (and group) id is chosen now, so its page is the first thing said.
+    let task_graph_id = slugid::nice();
+    if args.example {
+        println!("Watch the example run: {root}/tasks/groups/{task_graph_id}");
+    }
+    println!(
+        "Shoal is running at {root}  (web UI at {root}/, rootUrl for Taskcluster clients, queue API at {root}/api/queue/v1/)"
+    );
     println!("For the CLI and Taskcluster clients in another shell (the root client holds every scope):");
     println!("  export TASKCLUSTER_ROOT_URL={root}");
     println!("  export TASKCLUSTER_CLIENT_ID={}", root_credentials.client_id);
@@ -76,19 +83,16 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
     if args.example {
         let client = Client::new(&root)?.with_credentials(Some(root_credentials.clone()));
         let graph = crate::graph::parse_graph(EXAMPLE, Some(DEV_QUEUE)).context("the example graph")?;
-        let task_graph_id = slugid::nice();
         client.create_task_graph(&task_graph_id, &graph).await.context("submitting the example graph")?;
         println!("submitted the example graph {task_graph_id} to the task-graph scheduler\n");
         all_completed = crate::graph::wait_for(&client, &task_graph_id, false).await?;
         let inspection = client.inspect_task_graph(&task_graph_id).await?;
         println!("\nwhere to look:");
-        println!("  the graph:      {root}/api/scheduler/v1/task-graph/{task_graph_id}/inspect");
-        println!("  its tasks:      {root}/api/queue/v1/task-group/{task_graph_id}/list");
+        println!("  its task group: {root}/tasks/groups/{task_graph_id}");
+        println!("  the graph:      {root}/task-graphs/{task_graph_id}");
+        println!("  as JSON:        {root}/api/scheduler/v1/task-graph/{task_graph_id}/inspect");
         for task in &inspection.tasks {
-            println!(
-                "  {:<17} {root}/api/queue/v1/task/{}/artifacts   (log: shoal task log {})",
-                task.label, task.task_id, task.task_id
-            );
+            println!("  {:<17} {root}/tasks/{}   (log: shoal task log {})", task.label, task.task_id, task.task_id);
         }
         let report = inspection.tasks.iter().find(|task| task.label == "report");
         println!(

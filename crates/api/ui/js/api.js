@@ -1,0 +1,94 @@
+// The API as the pages call it: JSON in and out, Taskcluster's error bodies as exceptions,
+// requests signed with the credentials kept in this tab's session storage.
+
+import { hawkHeader } from './hawk.js';
+
+const KEY = 'shoal.credentials';
+
+/** The signed-in credentials, or null. */
+export function credentials() {
+  try {
+    return JSON.parse(sessionStorage.getItem(KEY));
+  } catch {
+    return null;
+  }
+}
+
+/** Keeps `creds` for this tab (null signs out). */
+export function setCredentials(creds) {
+  if (creds) sessionStorage.setItem(KEY, JSON.stringify(creds));
+  else sessionStorage.removeItem(KEY);
+}
+
+/** An error the API answered with. */
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** Calls the API; answers the parsed JSON body. */
+export async function call(method, path, body, creds = credentials()) {
+  const headers = { accept: 'application/json' };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  if (creds) headers.authorization = hawkHeader(creds, method, path);
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  let json = null;
+  try { json = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
+  if (!res.ok) throw new ApiError(res.status, json?.code || `HTTP ${res.status}`, json?.message || text);
+  return json;
+}
+
+/** GET `path`. */
+export const get = (path) => call('GET', path);
+
+/** `path` with its query parameters (those not empty). */
+export function withQuery(path, params) {
+  const query = new URLSearchParams(Object.entries(params).filter(([, v]) => v !== undefined && v !== null && v !== ''));
+  const text = query.toString();
+  return text ? `${path}?${text}` : path;
+}
+
+/** Every page of a listing: calls `onPage(items)` per page, following continuation tokens. */
+export async function allPages(path, key, onPage, params = {}) {
+  let token;
+  do {
+    const page = await get(withQuery(path, { ...params, continuationToken: token }));
+    onPage(page[key] || []);
+    token = page.continuationToken;
+  } while (token);
+}
+
+/** Queue API paths. */
+export const queue = (path) => `/api/queue/v1${path}`;
+
+/**
+ * Opens the event stream with `bindings`; `onMessage(message)` per event. Answers once the
+ * server says the bindings are in place (so a listing read after it misses nothing), with a
+ * function that closes the stream.
+ */
+export function listen(bindings, onMessage, onResync) {
+  const url = withQuery('/api/events/v1/connect/', { bindings: JSON.stringify({ bindings }) });
+  const source = new EventSource(url);
+  source.addEventListener('message', (event) => onMessage(JSON.parse(event.data)));
+  // The server ends the stream when this listener fell behind; the browser then reconnects.
+  // Either way something may have been missed: fetch afresh.
+  let opened = false;
+  source.addEventListener('error', () => { if (opened && onResync) onResync(); });
+  addEventListener('pagehide', () => source.close());
+  return new Promise((resolve) => {
+    source.addEventListener('ready', () => {
+      opened = true;
+      resolve(() => source.close());
+    });
+    // Without the stream the page still works; it just is not live.
+    setTimeout(() => resolve(() => source.close()), 5000);
+  });
+}
+
+/** The task exchanges whose messages carry a task's status. */
+export const TASK_EXCHANGES = ['task-defined', 'task-pending', 'task-running', 'task-completed', 'task-failed', 'task-exception']
+  .map((name) => `exchange/taskcluster-queue/v1/${name}`);

@@ -1,0 +1,73 @@
+// The page router: draws the page the URL names into <main>, and the sign-in in the header.
+
+import { call, credentials, setCredentials } from './api.js';
+import { fill, h, problem } from './view.js';
+import { overview } from './pages/overview.js';
+import { groupPage } from './pages/group.js';
+import { graphPage } from './pages/graph.js';
+import { taskPage } from './pages/task.js';
+import { taskList } from './pages/tasks.js';
+import { fleetPage, queuePage, queuesPage, workerPage } from './pages/workers.js';
+
+const ROUTES = [
+  [/^\/$/, () => overview],
+  [/^\/tasks\/?$/, () => taskList],
+  [/^\/tasks\/groups\/([^/]+)\/?$/, (m) => (main) => groupPage(main, m[1])],
+  [/^\/tasks\/([^/]+)(?:\/runs\/(\d+))?\/?$/, (m) => (main) => taskPage(main, m[1], m[2])],
+  [/^\/task-graphs\/([^/]+)\/?$/, (m) => (main) => graphPage(main, m[1])],
+  [/^\/provisioners\/?$/, () => (main) => queuesPage(main)],
+  [/^\/provisioners\/([^/]+)\/?$/, (m) => (main) => queuesPage(main, m[1])],
+  [/^\/provisioners\/([^/]+)\/worker-types\/([^/]+)\/?$/, (m) => (main) => queuePage(main, `${m[1]}/${m[2]}`)],
+  [/^\/provisioners\/([^/]+)\/worker-types\/([^/]+)\/workers\/([^/]+)\/([^/]+)\/?$/,
+    (m) => (main) => workerPage(main, `${m[1]}/${m[2]}`, decodeURIComponent(m[3]), decodeURIComponent(m[4]))],
+  [/^\/workers\/?$/, () => fleetPage],
+];
+
+/** Draws the header's sign-in: a form when anonymous, the client and a sign-out otherwise. */
+function drawWho() {
+  const who = document.getElementById('who');
+  const creds = credentials();
+  if (creds) {
+    fill(who, h('span', { class: 'signed-in', title: 'requests from this tab are signed as this client' }, creds.clientId), ' ',
+      h('button', { class: 'link', id: 'sign-out', onclick: () => { setCredentials(null); location.reload(); } }, 'Sign out'));
+    return;
+  }
+  const form = h('form', { id: 'sign-in', class: 'sign-in', hidden: true },
+    h('input', { name: 'clientId', placeholder: 'clientId', autocomplete: 'username', required: true }),
+    h('input', { name: 'accessToken', type: 'password', placeholder: 'accessToken', autocomplete: 'current-password', required: true }),
+    h('button', { type: 'submit' }, 'Sign in'),
+    h('span', { class: 'error', id: 'sign-in-error' }));
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const creds = { clientId: form.clientId.value.trim(), accessToken: form.accessToken.value.trim() };
+    try {
+      // Proves the credentials before they are kept.
+      await call('GET', '/api/auth/v1/scopes/current', undefined, creds);
+      setCredentials(creds);
+      location.reload();
+    } catch (err) {
+      fill(document.getElementById('sign-in-error'), err.code ? `${err.code}` : String(err));
+    }
+  });
+  fill(who, h('button', { class: 'link', id: 'show-sign-in', onclick: () => { form.hidden = !form.hidden; form.clientId.focus(); } }, 'Sign in'), form);
+}
+
+async function route() {
+  const main = document.getElementById('app');
+  const path = location.pathname;
+  for (const [pattern, page] of ROUTES) {
+    const match = path.match(pattern);
+    if (match) {
+      try {
+        await page(match)(main);
+      } catch (err) {
+        fill(main, problem(err));
+      }
+      return;
+    }
+  }
+  fill(main, h('p', { class: 'error' }, `No page at ${path}.`));
+}
+
+drawWho();
+route();

@@ -1,0 +1,103 @@
+// `/tasks/groups/<taskGroupId>`: every task of a group with its state, filtered by state and
+// by name, a page of rows at a time (a group may hold tens of thousands), kept current from
+// the event stream without reloading.
+
+import { TASK_EXCHANGES, allPages, get, listen, queue } from '../api.js';
+import { badge, fill, h, queueLink, throttle, when } from '../view.js';
+
+const PAGE_ROWS = 100;
+const STATES = ['unscheduled', 'pending', 'running', 'completed', 'failed', 'exception'];
+
+export async function groupPage(main, groupId) {
+  const tasks = new Map(); // taskId -> {name, status}
+  const view = { state: new URLSearchParams(location.search).get('state') || '', text: '', page: 0 };
+  const counts = h('div', { class: 'chips', id: 'counts' });
+  const table = h('tbody', { id: 'tasks' });
+  const pager = h('div', { class: 'pager' });
+  const loading = h('span', { class: 'muted', id: 'loading' }, 'loading…');
+  const filter = h('input', { type: 'search', placeholder: 'filter by name or taskId', id: 'filter', 'aria-label': 'filter' });
+  filter.addEventListener('input', () => { view.text = filter.value.toLowerCase(); view.page = 0; draw(); });
+  const group = await get(queue(`/task-group/${groupId}`));
+  // A graph's tasks form the group of the graph's id.
+  const graphLink = h('span');
+  get(`/api/scheduler/v1/task-graph/${groupId}/info`)
+    .then(() => fill(graphLink, ' · ', h('a', { href: `/task-graphs/${groupId}` }, 'graph view')))
+    .catch(() => {});
+  fill(main,
+    h('h1', {}, 'Task group ', h('span', { class: 'mono' }, groupId)),
+    h('p', { class: 'muted' }, `scheduler ${group.schedulerId}`, group.sealed ? ' · sealed ' : '', group.sealed ? when(group.sealed) : '',
+      ' · expires ', when(group.expires), graphLink, ' · ', loading),
+    counts, h('div', { class: 'toolbar' }, filter),
+    h('div', { class: 'scroll' }, h('table', { class: 'list' },
+      h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'State'), h('th', { class: 'wide' }, 'Queue'),
+        h('th', { class: 'num' }, 'Runs'), h('th', { class: 'wide' }, 'Last change'))),
+      table)),
+    pager);
+
+  const matches = ({ name, status }) => (!view.state || status.state === view.state)
+    && (!view.text || name.toLowerCase().includes(view.text) || status.taskId.toLowerCase().includes(view.text));
+
+  const draw = () => {
+    const byState = Object.fromEntries(STATES.map((s) => [s, 0]));
+    for (const { status } of tasks.values()) byState[status.state] = (byState[status.state] || 0) + 1;
+    fill(counts, h('button', { class: `chip ${view.state ? '' : 'on'}`, onclick: () => { view.state = ''; view.page = 0; draw(); } }, `all ${tasks.size}`),
+      STATES.filter((s) => byState[s]).map((s) => h('button', {
+        class: `chip state-${s} ${view.state === s ? 'on' : ''}`, 'data-state': s,
+        onclick: () => { view.state = view.state === s ? '' : s; view.page = 0; draw(); },
+      }, `${s} ${byState[s]}`)));
+    const shown = [...tasks.values()].filter(matches).sort((a, b) => a.name.localeCompare(b.name) || a.status.taskId.localeCompare(b.status.taskId));
+    const pages = Math.max(1, Math.ceil(shown.length / PAGE_ROWS));
+    view.page = Math.min(view.page, pages - 1);
+    fill(table, shown.slice(view.page * PAGE_ROWS, (view.page + 1) * PAGE_ROWS).map(row));
+    fill(pager, pages > 1 ? [
+      h('button', { disabled: view.page === 0, onclick: () => { view.page--; draw(); } }, '‹ previous'),
+      ` page ${view.page + 1} of ${pages} (${shown.length} tasks) `,
+      h('button', { disabled: view.page >= pages - 1, onclick: () => { view.page++; draw(); } }, 'next ›'),
+    ] : h('span', { class: 'muted' }, `${shown.length} tasks`));
+  };
+  const redraw = throttle(draw, 200);
+
+  // Listen first, then list: nothing that happens in between is missed.
+  const pendingNames = new Set();
+  await listen(TASK_EXCHANGES.map((exchange) => ({ exchange, routingKeyPattern: `primary.*.*.*.*.*.*.*.${groupId}.#` })),
+    (message) => {
+      const status = message.payload.status;
+      if (!status) return;
+      const known = tasks.get(status.taskId);
+      tasks.set(status.taskId, { name: known ? known.name : status.taskId, status });
+      if (!known && !pendingNames.has(status.taskId)) {
+        pendingNames.add(status.taskId);
+        get(queue(`/task/${status.taskId}`)).then((task) => {
+          tasks.get(status.taskId).name = task.metadata.name;
+          redraw();
+        }).catch(() => {});
+      }
+      redraw();
+    }, () => location.reload());
+  await allPages(queue(`/task-group/${groupId}/list`), 'tasks', (page) => {
+    for (const { task, status } of page) {
+      const known = tasks.get(status.taskId);
+      // An event may have brought a newer status while the listing was read.
+      const newer = known && runsOf(known.status) > runsOf(status) ? known.status : status;
+      tasks.set(status.taskId, { name: task.metadata.name, status: newer });
+    }
+    fill(loading, `${tasks.size} tasks loaded…`);
+    redraw();
+  }, { limit: 1000 });
+  fill(loading, 'live');
+  loading.classList.add('live');
+  draw();
+}
+
+const runsOf = (status) => status.runs.length * 10 + STATES.indexOf(status.state);
+
+function row({ name, status }) {
+  const last = status.runs[status.runs.length - 1];
+  const changed = last ? last.resolved || last.started || last.scheduled : null;
+  return h('tr', { 'data-task': status.taskId, 'data-state': status.state },
+    h('td', {}, h('a', { href: `/tasks/${status.taskId}` }, name), h('div', { class: 'mono muted small' }, status.taskId)),
+    h('td', {}, badge(status.state)),
+    h('td', { class: 'wide' }, queueLink(status.taskQueueId)),
+    h('td', { class: 'num' }, status.runs.length),
+    h('td', { class: 'wide' }, when(changed)));
+}

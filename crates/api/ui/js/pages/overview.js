@@ -1,0 +1,76 @@
+// `/`: queues with their pending and claimed counts and live workers, recent groups and
+// graphs, and recent failures. Refreshed every few seconds while open.
+
+import { get, queue } from '../api.js';
+import { badge, fill, h, problem, queueLink, section, taskLink, when } from '../view.js';
+
+const REFRESH_MS = 5000;
+
+export async function overview(main) {
+  const parts = { queues: h('div'), groups: h('div'), graphs: h('div'), failures: h('div') };
+  fill(main,
+    h('h1', {}, 'Overview'),
+    h('div', { class: 'grid' },
+      section('Queues', parts.queues),
+      section('Recent task groups', parts.groups),
+      section('Recent task graphs', parts.graphs),
+      section('Recent failures', parts.failures)));
+  const draw = async () => {
+    await Promise.all([
+      drawQueues(parts.queues).catch((err) => fill(parts.queues, problem(err))),
+      drawGroups(parts.groups).catch((err) => fill(parts.groups, problem(err))),
+      drawGraphs(parts.graphs).catch((err) => fill(parts.graphs, problem(err))),
+      drawFailures(parts.failures).catch((err) => fill(parts.failures, problem(err))),
+    ]);
+  };
+  await draw();
+  const timer = setInterval(() => { if (document.visibilityState === 'visible') draw(); }, REFRESH_MS);
+  addEventListener('pagehide', () => clearInterval(timer));
+}
+
+async function drawQueues(el) {
+  const { taskQueues } = await get(queue('/task-queues?limit=100'));
+  if (!taskQueues.length) return fill(el, h('p', { class: 'muted' }, 'No queue has been used yet.'));
+  const rows = await Promise.all(taskQueues.map(async ({ taskQueueId }) => {
+    const [provisioner, workerType] = taskQueueId.split('/');
+    const [counts, { workers }] = await Promise.all([
+      get(queue(`/task-queues/${taskQueueId}/counts`)),
+      get(queue(`/provisioners/${provisioner}/worker-types/${workerType}/workers?limit=1000`)),
+    ]);
+    const live = workers.filter((w) => w.state === 'idle' || w.state === 'busy').length;
+    return h('tr', { 'data-queue': taskQueueId },
+      h('td', {}, queueLink(taskQueueId)),
+      h('td', { class: 'num' }, counts.pendingTasks),
+      h('td', { class: 'num' }, counts.claimedTasks),
+      h('td', { class: 'num' }, live));
+  }));
+  fill(el, h('table', { class: 'list', id: 'queues' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), h('th', { class: 'num' }, 'Pending'), h('th', { class: 'num' }, 'Claimed'), h('th', { class: 'num' }, 'Live workers'))),
+    h('tbody', {}, rows)));
+}
+
+async function drawGroups(el) {
+  const { taskGroups } = await get(queue('/task-groups?limit=10'));
+  if (!taskGroups.length) return fill(el, h('p', { class: 'muted' }, 'No task group yet.'));
+  fill(el, h('ul', { class: 'plain' }, taskGroups.map((group) => h('li', {},
+    h('a', { href: `/tasks/groups/${group.taskGroupId}`, class: 'mono' }, group.taskGroupId), ' ',
+    h('span', { class: 'muted' }, group.schedulerId), ' ', when(group.created),
+    group.sealed ? h('span', { class: 'muted' }, ' sealed') : null))));
+}
+
+async function drawGraphs(el) {
+  const { taskGraphs } = await get('/api/scheduler/v1/task-graphs?limit=10');
+  if (!taskGraphs.length) return fill(el, h('p', { class: 'muted' }, 'No task graph yet.'));
+  fill(el, h('ul', { class: 'plain' }, taskGraphs.map((graph) => h('li', {},
+    badge(graph.status.state), ' ',
+    h('a', { href: `/task-graphs/${graph.status.taskGraphId}` }, graph.metadata.name || graph.status.taskGraphId), ' ',
+    when(graph.created)))));
+}
+
+async function drawFailures(el) {
+  const { tasks } = await get(queue('/tasks/failed?limit=10'));
+  if (!tasks.length) return fill(el, h('p', { class: 'muted' }, 'Nothing failed lately.'));
+  fill(el, h('ul', { class: 'plain' }, tasks.map(({ task, status }) => h('li', {},
+    badge(status.state), ' ', taskLink(status.taskId, task.metadata.name), ' ',
+    h('span', { class: 'muted' }, status.taskQueueId), ' ', when(task.created)))));
+}

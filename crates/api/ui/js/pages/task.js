@@ -1,0 +1,185 @@
+// `/tasks/<taskId>`: what the task is, its runs (reasons, worker, times, stats, artifacts),
+// its log (followed live while the run runs), and cancel, rerun and priority for the
+// signed-in. Kept current from the event stream.
+
+import { ApiError, TASK_EXCHANGES, call, credentials, get, listen, queue } from '../api.js';
+import { badge, bytes, duration, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
+
+const PRIORITIES = ['highest', 'very-high', 'high', 'medium', 'low', 'very-low', 'lowest'];
+/** Most of a log kept on the page; the rest is a link away. */
+const LOG_KEEP = 2 * 1024 * 1024;
+
+export async function taskPage(main, taskId, wantedRun) {
+  const [task, { status: first }] = await Promise.all([get(queue(`/task/${taskId}`)), get(queue(`/task/${taskId}/status`))]);
+  let status = first;
+  const parts = { head: h('div'), actions: h('div', { class: 'actions', id: 'actions' }), runs: h('div', { id: 'runs' }), log: h('div') };
+  const logView = new LogView(parts.log);
+  fill(main,
+    parts.head, parts.actions,
+    h('div', { class: 'grid' }, section('Task', describe(task)), section('Runs', parts.runs)),
+    section('Log', parts.log),
+    section('Definition', h('details', {}, h('summary', {}, 'payload and full definition (JSON)'),
+      h('pre', { class: 'json' }, JSON.stringify(task, null, 2)))));
+
+  const draw = () => {
+    fill(parts.head,
+      h('h1', {}, task.metadata.name, ' ', badge(status.state)),
+      h('p', { class: 'muted' }, h('span', { class: 'mono' }, taskId), ' · group ',
+        h('a', { href: `/tasks/groups/${status.taskGroupId}`, class: 'mono' }, status.taskGroupId), ' · ', queueLink(status.taskQueueId)));
+    drawActions(parts.actions, task, status, (next) => { status = next; draw(); });
+    fill(parts.runs, status.runs.length ? status.runs.slice().reverse().map((run) => runView(taskId, status, run)) : h('p', { class: 'muted' }, 'No run yet.'));
+    const runId = wantedRun !== undefined ? Number(wantedRun) : status.runs.length - 1;
+    const run = status.runs[runId];
+    logView.show(taskId, run);
+  };
+  draw();
+  const refresh = async () => {
+    ({ status } = await get(queue(`/task/${taskId}/status`)));
+    draw();
+  };
+  await listen(TASK_EXCHANGES.map((exchange) => ({ exchange, routingKeyPattern: `primary.${taskId}.#` })),
+    (message) => { if (message.payload.status) { status = message.payload.status; draw(); } }, refresh);
+  // Whatever changed before the stream was open.
+  await refresh();
+}
+
+function describe(task) {
+  const tags = Object.entries(task.tags || {});
+  return facts([
+    ['Description', task.metadata.description],
+    ['Owner', task.metadata.owner],
+    ['Source', task.metadata.source ? h('a', { href: task.metadata.source, rel: 'noreferrer' }, task.metadata.source) : null],
+    ['Created', when(task.created)],
+    ['Deadline', when(task.deadline)],
+    ['Expires', when(task.expires)],
+    ['Priority', task.priority],
+    ['Retries', task.retries],
+    ['Scheduler', task.schedulerId],
+    ['Project', task.projectId],
+    ['Depends on', task.dependencies?.length ? h('ul', { class: 'plain' }, task.dependencies.map((id) => h('li', {}, taskLink(id)))) : null],
+    ['Dimensions', dimensions(task.dimensions)],
+    ['Slices', task.slices?.length ? h('ol', {}, task.slices.map((slice) => h('li', {}, dimensions(slice.dimensions), ` waits ${slice.expiresAfter} s`))) : null],
+    ['Tags', tags.length ? h('div', { class: 'chips' }, tags.map(([k, v]) => h('a', { class: 'chip', href: `/tasks?tag=${encodeURIComponent(`${k}:${v}`)}` }, `${k}:${v}`))) : null],
+    ['Command', task.payload?.command ? h('code', {}, [].concat(task.payload.command).join(' ')) : null],
+  ]);
+}
+
+function dimensions(dims) {
+  const pairs = Object.entries(dims || {});
+  return pairs.length ? h('div', { class: 'chips' }, pairs.map(([k, values]) => h('span', { class: 'chip' }, `${k}:${[].concat(values).join(',')}`))) : null;
+}
+
+function runView(taskId, status, run) {
+  const stats = run.stats || {};
+  const took = run.started && run.resolved ? new Date(run.resolved) - new Date(run.started) : null;
+  const artifacts = h('div', { class: 'artifacts' });
+  get(queue(`/task/${taskId}/runs/${run.runId}/artifacts`)).then(({ artifacts: list }) => {
+    fill(artifacts, list.length ? h('ul', { class: 'plain' }, list.map((a) => h('li', {},
+      h('a', { href: queue(`/task/${taskId}/runs/${run.runId}/artifacts/${a.name.split('/').map(encodeURIComponent).join('/')}`) }, a.name),
+      ' ', h('span', { class: 'muted' }, a.contentType || a.storageType)))) : h('span', { class: 'muted' }, 'no artifacts'));
+  }).catch((err) => fill(artifacts, problem(err)));
+  const worker = run.workerId ? h('a', { href: workerHref(status.taskQueueId, run.workerGroup, run.workerId) }, `${run.workerGroup}/${run.workerId}`) : null;
+  return h('div', { class: 'run', 'data-run': run.runId },
+    h('h3', {}, `Run ${run.runId} `, badge(run.state), ' ', h('a', { href: `/tasks/${taskId}/runs/${run.runId}`, class: 'small' }, 'log')),
+    facts([
+      ['Created because', run.reasonCreated],
+      ['Resolved because', run.reasonResolved],
+      ['Worker', worker],
+      ['Scheduled', when(run.scheduled)],
+      ['Started', run.started ? when(run.started) : null],
+      ['Resolved', run.resolved ? when(run.resolved) : null],
+      ['Took', took !== null ? duration(took) : null],
+      ['Deduped from', run.dedupedFrom ? taskLink(run.dedupedFrom) : null],
+      ['Slice', run.slice ? `${run.slice.index}` : null],
+      ['Exit code', stats.exitCode],
+      ['Setup', stats.setupMs !== undefined ? duration(stats.setupMs) : null],
+      ['Command ran', stats.runMs !== undefined ? duration(stats.runMs) : null],
+      ['Uploads', stats.uploadMs !== undefined ? `${duration(stats.uploadMs)}, ${bytes(stats.bytesUploaded)}` : null],
+      ['Peak memory', stats.peakMemoryBytes !== undefined ? bytes(stats.peakMemoryBytes) : null],
+      ['Artifacts', artifacts],
+    ]));
+}
+
+function drawActions(el, task, status, onStatus) {
+  const signedIn = Boolean(credentials());
+  const message = h('span', { class: 'action-result', id: 'action-result', role: 'status' });
+  const act = (label, method, path, body) => async () => {
+    fill(message, `${label}…`);
+    try {
+      const answer = await call(method, queue(path), body);
+      if (answer.status) onStatus(answer.status);
+      fill(message, `${label}: done`);
+    } catch (err) {
+      fill(message, problem(err instanceof ApiError ? err : { message: String(err) }));
+    }
+  };
+  const hint = signedIn ? null : 'sign in to act on this task';
+  const resolved = ['completed', 'failed', 'exception'].includes(status.state);
+  const priority = h('select', { id: 'priority', disabled: !signedIn, 'aria-label': 'priority' },
+    PRIORITIES.map((p) => h('option', { value: p, selected: p === task.priority }, p)));
+  fill(el,
+    h('button', { id: 'cancel', disabled: !signedIn || resolved, title: hint, onclick: act('Cancel', 'POST', `/task/${status.taskId}/cancel`) }, 'Cancel'),
+    h('button', { id: 'rerun', disabled: !signedIn, title: hint, onclick: act('Rerun', 'POST', `/task/${status.taskId}/rerun`) }, 'Rerun'),
+    priority,
+    h('button', { id: 'set-priority', disabled: !signedIn, title: hint, onclick: () => act('Priority', 'POST', `/task/${status.taskId}/priority`, { newPriority: priority.value })() }, 'Set priority'),
+    signedIn ? null : h('span', { class: 'muted' }, ' Sign in to cancel, rerun or change priority.'),
+    message);
+}
+
+/** The log of one run: fetched once when the run is over, followed while it runs. */
+class LogView {
+  constructor(el) {
+    this.el = el;
+    this.key = null;
+    this.abort = null;
+  }
+
+  show(taskId, run) {
+    if (!run) {
+      fill(this.el, h('p', { class: 'muted' }, 'No run yet, so no log.'));
+      this.key = null;
+      return;
+    }
+    const live = run.state === 'running';
+    const key = `${taskId}/${run.runId}/${live}`;
+    // Already showing it (a following read ends by itself when the run does).
+    if (key === this.key || (this.key === `${taskId}/${run.runId}/true` && this.following)) return;
+    this.key = key;
+    this.abort?.abort();
+    const pre = h('pre', { class: 'log', id: 'log' });
+    const state = h('span', { class: live ? 'live' : 'muted', id: 'log-state' }, live ? 'following' : 'finished');
+    const raw = `/logs/v1/${taskId}/${run.runId}`;
+    fill(this.el, h('p', {}, `Run ${run.runId} · `, state, ' · ', h('a', { href: raw }, 'raw log')), pre);
+    this.read(raw, live, pre, state);
+  }
+
+  async read(url, follow, pre, state) {
+    const controller = new AbortController();
+    this.abort = controller;
+    this.following = follow;
+    try {
+      const res = await fetch(follow ? `${url}?follow=true` : url, { signal: controller.signal });
+      if (!res.ok) {
+        fill(pre, res.status === 404 ? 'No log for this run.' : `HTTP ${res.status}`);
+        return;
+      }
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let text = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += value;
+        if (text.length > LOG_KEEP) text = '…\n' + text.slice(text.length - LOG_KEEP);
+        const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
+        pre.textContent = text;
+        if (atEnd) pre.scrollTop = pre.scrollHeight;
+      }
+      if (follow) fill(state, 'finished');
+      state.className = 'muted';
+    } catch (err) {
+      if (err.name !== 'AbortError') fill(state, `stopped: ${err.message}`);
+    } finally {
+      this.following = false;
+    }
+  }
+}

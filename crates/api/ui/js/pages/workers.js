@@ -1,0 +1,122 @@
+// Queues and workers: `/provisioners[/<p>]` lists queues, `/provisioners/<p>/worker-types/<wt>`
+// a queue with its workers by dimension, `.../workers/<group>/<id>` one worker with its recent
+// tasks and events (and quarantine, for the signed-in), `/workers` the whole fleet.
+
+import { allPages, call, credentials, get, queue, withQuery } from '../api.js';
+import { badge, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
+
+const WORKER_STATES = ['', 'idle', 'busy', 'quarantined', 'missing', 'terminated'];
+
+export async function queuesPage(main, provisioner) {
+  const queues = [];
+  await allPages(queue('/task-queues'), 'taskQueues', (page) => queues.push(...page));
+  const shown = queues.filter((q) => !provisioner || q.taskQueueId.startsWith(`${provisioner}/`));
+  const counts = await Promise.all(shown.map((q) => get(queue(`/task-queues/${q.taskQueueId}/counts`))));
+  fill(main, h('h1', {}, provisioner ? `Provisioner ${provisioner}` : 'Queues'),
+    h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'queues' },
+      h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), h('th', { class: 'num' }, 'Pending'), h('th', { class: 'num' }, 'Claimed'),
+        h('th', { class: 'wide' }, 'Last active'), h('th', { class: 'wide' }, 'Description'))),
+      h('tbody', {}, shown.map((q, i) => h('tr', { 'data-queue': q.taskQueueId },
+        h('td', {}, queueLink(q.taskQueueId)), h('td', { class: 'num' }, counts[i].pendingTasks), h('td', { class: 'num' }, counts[i].claimedTasks),
+        h('td', { class: 'wide' }, when(q.lastDateActive)), h('td', { class: 'wide' }, q.description || '')))))));
+}
+
+/** The workers table with its dimension and state filters, over `queues`. */
+async function workersTable(el, queues, params) {
+  const dimension = params.get('dimension') || '';
+  const state = params.get('state') || '';
+  const form = h('form', { class: 'toolbar', id: 'worker-filter' },
+    h('input', { name: 'dimension', placeholder: 'dimension key:value', value: dimension, 'aria-label': 'dimension' }),
+    h('select', { name: 'state', 'aria-label': 'state' }, WORKER_STATES.map((s) => h('option', { value: s, selected: s === state }, s || 'any state'))),
+    h('button', { type: 'submit' }, 'Filter'));
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    location.assign(withQuery(location.pathname, Object.fromEntries(new FormData(form))));
+  });
+  const rows = h('tbody', { id: 'workers' });
+  fill(el, form, h('div', { class: 'scroll' }, h('table', { class: 'list' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'Worker'), h('th', {}, 'State'), h('th', { class: 'wide' }, 'Dimensions'),
+      h('th', { class: 'wide' }, 'Last active'), h('th', { class: 'wide' }, 'Latest task'))),
+    rows)));
+  for (const taskQueueId of queues) {
+    const [provisioner, workerType] = taskQueueId.split('/');
+    await allPages(queue(`/provisioners/${provisioner}/worker-types/${workerType}/workers`), 'workers', (page) => {
+      rows.append(...page.map((w) => h('tr', { 'data-worker': `${w.workerGroup}/${w.workerId}` },
+        h('td', {}, h('a', { href: workerHref(taskQueueId, w.workerGroup, w.workerId) }, `${w.workerGroup}/${w.workerId}`),
+          queues.length > 1 ? h('div', { class: 'muted small' }, taskQueueId) : null),
+        h('td', {}, badge(w.state)),
+        h('td', { class: 'wide' }, dimensionChips(w.dimensions)),
+        h('td', { class: 'wide' }, when(w.lastDateActive)),
+        h('td', { class: 'wide' }, w.latestTask ? taskLink(w.latestTask.taskId) : ''))));
+    }, { dimension, state, limit: 1000 });
+  }
+  if (!rows.children.length) rows.append(h('tr', {}, h('td', { colspan: 5, class: 'muted' }, 'No worker matches.')));
+}
+
+function dimensionChips(dims) {
+  return h('div', { class: 'chips' }, Object.entries(dims || {}).map(([k, values]) => h('span', { class: 'chip' }, `${k}:${[].concat(values).join(',')}`)));
+}
+
+export async function queuePage(main, taskQueueId) {
+  const [counts, info] = await Promise.all([
+    get(queue(`/task-queues/${taskQueueId}/counts`)),
+    get(queue(`/task-queues/${taskQueueId}`)).catch(() => ({})),
+  ]);
+  const workers = h('div');
+  fill(main, h('h1', {}, 'Queue ', h('span', { class: 'mono' }, taskQueueId)),
+    facts([['Pending', counts.pendingTasks], ['Claimed', counts.claimedTasks], ['Last active', when(info.lastDateActive)], ['Description', info.description]]),
+    section('Workers', workers));
+  await workersTable(workers, [taskQueueId], new URLSearchParams(location.search));
+}
+
+export async function fleetPage(main) {
+  const queues = [];
+  await allPages(queue('/task-queues'), 'taskQueues', (page) => queues.push(...page.map((q) => q.taskQueueId)));
+  const workers = h('div');
+  fill(main, h('h1', {}, 'Workers'), workers);
+  await workersTable(workers, queues, new URLSearchParams(location.search));
+}
+
+export async function workerPage(main, taskQueueId, workerGroup, workerId) {
+  const [provisioner, workerType] = taskQueueId.split('/');
+  const base = queue(`/provisioners/${provisioner}/worker-types/${workerType}/workers/${encodeURIComponent(workerGroup)}/${encodeURIComponent(workerId)}`);
+  const [worker, { events }] = await Promise.all([get(base), get(`${base}/events`)]);
+  const signedIn = Boolean(credentials());
+  const result = h('span', { id: 'quarantine-result', role: 'status' });
+  const hours = h('select', { id: 'quarantine-for', 'aria-label': 'quarantine for', disabled: !signedIn },
+    [['1', '1 hour'], ['24', '1 day'], ['168', '1 week'], ['0', 'lift quarantine']].map(([v, label]) => h('option', { value: v }, label)));
+  const reason = h('input', { id: 'quarantine-reason', placeholder: 'why', disabled: !signedIn, 'aria-label': 'reason' });
+  const quarantine = async () => {
+    const until = new Date(Date.now() + Number(hours.value) * 3600 * 1000).toISOString();
+    try {
+      await call('PUT', base, { quarantineUntil: until, quarantineInfo: reason.value });
+      location.reload();
+    } catch (err) {
+      fill(result, problem(err));
+    }
+  };
+  fill(main,
+    h('h1', {}, 'Worker ', h('span', { class: 'mono' }, `${workerGroup}/${workerId}`), ' ', badge(worker.state)),
+    h('p', { class: 'muted' }, 'in ', queueLink(taskQueueId)),
+    h('div', { class: 'actions' }, hours, reason,
+      h('button', { id: 'quarantine', disabled: !signedIn, title: signedIn ? null : 'sign in to quarantine', onclick: quarantine }, 'Quarantine'),
+      signedIn ? null : h('span', { class: 'muted' }, ' Sign in to quarantine this worker.'), result),
+    h('div', { class: 'grid' },
+      section('Worker', facts([
+        ['State', badge(worker.state)],
+        ['Quarantined until', worker.quarantineUntil ? when(worker.quarantineUntil) : null],
+        ['Dimensions', dimensionChips(worker.dimensions)],
+        ['Version', worker.version],
+        ['First seen', when(worker.firstSeen)],
+        ['Last active', when(worker.lastDateActive)],
+        ['Expires', when(worker.expires)],
+        ['Running', worker.runningTasks.length ? h('ul', { class: 'plain' }, worker.runningTasks.map((id) => h('li', {}, taskLink(id)))) : null],
+      ])),
+      section('Recent tasks', worker.recentTasks.length
+        ? h('ul', { class: 'plain', id: 'recent-tasks' }, worker.recentTasks.slice().reverse().map((t) => h('li', {}, taskLink(t.taskId), ` run ${t.runId}`)))
+        : h('p', { class: 'muted' }, 'None yet.')),
+      section('Events', events.length
+        ? h('ul', { class: 'plain', id: 'events' }, events.map((e) => h('li', {}, h('strong', {}, e.kind), ' ', when(e.at),
+          e.clientId ? h('span', { class: 'muted' }, ` by ${e.clientId}`) : null, e.taskId ? [' ', taskLink(e.taskId)] : null, e.detail ? h('span', { class: 'muted' }, ` ${e.detail}`) : null)))
+        : h('p', { class: 'muted' }, 'None.'))));
+}

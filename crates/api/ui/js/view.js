@@ -1,0 +1,112 @@
+// Small helpers for drawing pages: elements, times, sizes and state badges.
+
+/** An element: `h('a', {href: '/'}, 'text', child, ...)`; `on*` attributes are listeners. */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith('on')) el.addEventListener(key.slice(2), value);
+    else if (key === 'class') el.className = value;
+    else el.setAttribute(key, value === true ? '' : value);
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+/** Replaces everything in `el` with `children`. */
+export function fill(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+/** "3 min ago" / "in 2 h", with the exact time on hover. */
+export function when(timestamp) {
+  if (!timestamp) return h('span', { class: 'muted' }, '—');
+  const at = new Date(timestamp);
+  return h('time', { datetime: timestamp, title: at.toLocaleString() + ' (' + timestamp + ')' }, relative(at));
+}
+
+/** How far `at` is from now, in words. */
+export function relative(at) {
+  const seconds = Math.round((at.getTime() - Date.now()) / 1000);
+  const abs = Math.abs(seconds);
+  const [value, unit] =
+    abs < 45 ? [abs, 's'] : abs < 2700 ? [Math.round(abs / 60), 'min'] : abs < 129600 ? [Math.round(abs / 3600), 'h'] : [Math.round(abs / 86400), 'd'];
+  if (abs < 5) return 'just now';
+  return seconds < 0 ? `${value} ${unit} ago` : `in ${value} ${unit}`;
+}
+
+/** Milliseconds as "1.2 s", "3 min 4 s". */
+export function duration(ms) {
+  if (ms === undefined || ms === null) return '—';
+  if (ms < 1000) return `${ms} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${Math.round(s % 60)} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+/** Bytes as "12.3 MiB". */
+export function bytes(n) {
+  if (n === undefined || n === null) return '—';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+/** A task, run, graph or worker state as a coloured badge. */
+export function badge(state) {
+  return h('span', { class: `badge state-${state}` }, state);
+}
+
+/** A titled section. */
+export function section(title, ...children) {
+  return h('section', { class: 'card' }, h('h2', {}, title), ...children);
+}
+
+/** An error as the page shows it. */
+export function problem(err) {
+  return h('p', { class: 'error', role: 'alert' }, err.code ? `${err.code}: ${err.message}` : String(err.message || err));
+}
+
+/** A definition list from [label, value] pairs, skipping empty values. */
+export function facts(pairs) {
+  return h('dl', { class: 'facts' }, pairs.filter(([, value]) => value !== undefined && value !== null && value !== '')
+    .map(([label, value]) => [h('dt', {}, label), h('dd', {}, value)]));
+}
+
+/** A task's page link. */
+export function taskLink(taskId, text) {
+  return h('a', { href: `/tasks/${taskId}`, class: 'mono' }, text || taskId);
+}
+
+/** A worker's page link. */
+export function workerHref(taskQueueId, workerGroup, workerId) {
+  const [provisioner, workerType] = taskQueueId.split('/');
+  return `/provisioners/${provisioner}/worker-types/${workerType}/workers/${encodeURIComponent(workerGroup)}/${encodeURIComponent(workerId)}`;
+}
+
+/** A queue's page link. */
+export function queueLink(taskQueueId) {
+  const [provisioner, workerType] = taskQueueId.split('/');
+  return h('a', { href: `/provisioners/${provisioner}/worker-types/${workerType}`, class: 'mono' }, taskQueueId);
+}
+
+/** Runs `fn` at most once per `ms`, the last call winning. */
+export function throttle(fn, ms) {
+  let timer = null;
+  return () => {
+    if (timer) return;
+    timer = setTimeout(() => { timer = null; fn(); }, ms);
+  };
+}

@@ -1,0 +1,248 @@
+"""The web UI in a real headless Chromium (Debian's chromium and chromium-driver) against the
+suite's server: each page shows what the API holds, follows changes without a reload, and acts
+with the signed-in client's scopes. Screenshots of each page at a laptop's and a phone's size
+are saved in a temporary directory, named in the output."""
+
+import datetime
+import json
+import os
+import shutil
+import tempfile
+
+import mohawk
+import pytest
+import requests
+import taskcluster
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from conftest import ROOT_TOKEN
+
+WAIT_SECS = 30
+SIZES = {"laptop": (1280, 800), "phone": (390, 844)}
+
+
+@pytest.fixture(scope="module")
+def shots():
+    path = os.environ.get("SHOAL_UI_SHOTS") or tempfile.mkdtemp(prefix="shoal-ui-shots-")
+    os.makedirs(path, exist_ok=True)
+    print(f"\nscreenshots in {path}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium")
+    chromedriver = shutil.which("chromedriver")
+    if not chromium or not chromedriver:
+        pytest.fail("the browser tests need Debian's chromium and chromium-driver (./scripts/test.sh installs them)")
+    # Never fetch a browser or driver: use the ones installed.
+    os.environ["SE_OFFLINE"] = "true"
+    options = Options()
+    options.binary_location = chromium
+    for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,800"]:
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=chromedriver))
+    yield driver
+    driver.quit()
+
+
+def wait(driver, condition, what):
+    return WebDriverWait(driver, WAIT_SECS).until(lambda d: condition(d), message=f"waited for {what}")
+
+
+def text_of(driver, css):
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text if found else ""
+
+
+def open_page(driver, url, ready_css):
+    driver.get(url)
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ready_css), ready_css)
+
+
+def snap(driver, shots, name):
+    """Saves the page at each size, then restores the laptop size."""
+    for size, (width, height) in SIZES.items():
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": size == "phone"},
+        )
+        driver.save_screenshot(os.path.join(shots, f"{name}-{size}.png"))
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def sign_in(driver, server, client_id, access_token):
+    driver.get(server + "/")
+    driver.execute_script("sessionStorage.clear()")
+    driver.get(server + "/")
+    wait(driver, lambda d: d.find_elements(By.ID, "show-sign-in"), "the sign-in button")
+    driver.find_element(By.ID, "show-sign-in").click()
+    form = driver.find_element(By.ID, "sign-in")
+    form.find_element(By.NAME, "clientId").send_keys(client_id)
+    form.find_element(By.NAME, "accessToken").send_keys(access_token)
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait(driver, lambda d: text_of(d, "#who .signed-in") == client_id, f"signed in as {client_id}")
+
+
+def sign_out(driver, server):
+    driver.get(server + "/")
+    driver.execute_script("sessionStorage.clear()")
+
+
+def claim(queue, task_queue_id, worker_id="w1"):
+    claimed = queue.claimWork(task_queue_id, {"workerGroup": "ui", "workerId": worker_id, "tasks": 1})
+    assert claimed["tasks"], "a task to claim"
+    return claimed["tasks"][0]
+
+
+def append_log(server, task_id, run_id, offset, text):
+    url = f"{server}/logs/v1/{task_id}/{run_id}?offset={offset}"
+    body = text.encode()
+    sender = mohawk.Sender(
+        {"id": "root", "key": ROOT_TOKEN, "algorithm": "sha256"},
+        url,
+        "POST",
+        content=body,
+        content_type="application/octet-stream",
+    )
+    res = requests.post(
+        url, data=body, headers={"Authorization": sender.request_header, "Content-Type": "application/octet-stream"}
+    )
+    assert res.status_code == 200, res.text
+    return offset + len(body)
+
+
+def test_overview_lists_queues_groups_and_failures(server, queue, make_task, task_queue_id, browser, shots):
+    sign_out(browser, server)
+    failing = slugid_nice()
+    queue.createTask(failing, make_task(metadata=named("will fail")))
+    claimed = claim(queue, task_queue_id)
+    queue.reportFailed(claimed["status"]["taskId"], claimed["runId"])
+    open_page(browser, server + "/", f'tr[data-queue="{task_queue_id}"]')
+    wait(browser, lambda d: "will fail" in text_of(d, ".grid"), "the failure listed")
+    assert browser.find_elements(By.CSS_SELECTOR, f'a[href="/tasks/groups/{failing}"]'), "its group listed"
+    snap(browser, shots, "overview")
+
+
+def test_group_page_shows_every_task_and_follows_changes_live(server, queue, make_task, task_queue_id, browser, shots):
+    group = slugid_nice()
+    ids = [slugid_nice() for _ in range(3)]
+    for n, task_id in enumerate(ids):
+        queue.createTask(task_id, make_task(taskGroupId=group, metadata=named(f"group task {n}")))
+    open_page(browser, f"{server}/tasks/groups/{group}", "#loading.live")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#tasks tr")
+    assert sorted(r.get_attribute("data-task") for r in rows) == sorted(ids)
+    assert all(r.get_attribute("data-state") == "pending" for r in rows)
+    browser.execute_script("window.notReloaded = true")
+    running = claim(queue, task_queue_id)["status"]["taskId"]
+    wait(
+        browser,
+        lambda d: d.find_element(By.CSS_SELECTOR, f'tr[data-task="{running}"]').get_attribute("data-state") == "running",
+        "the claimed task shown running",
+    )
+    assert browser.execute_script("return window.notReloaded === true"), "changed without a reload"
+    # The state filter keeps only the running one.
+    browser.find_element(By.CSS_SELECTOR, 'button[data-state="running"]').click()
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tasks tr")) == 1, "the filter applied")
+    snap(browser, shots, "group")
+
+
+def test_task_page_follows_the_live_log(server, queue, make_task, task_queue_id, browser, shots):
+    task_id = slugid_nice()
+    queue.createTask(task_id, make_task(metadata=named("logging task"), tags={"suite": "ui"}))
+    run_id = claim(queue, task_queue_id)["runId"]
+    offset = append_log(server, task_id, run_id, 0, "first line\n")
+    open_page(browser, f"{server}/tasks/{task_id}", "#log")
+    wait(browser, lambda d: "first line" in text_of(d, "#log"), "the log so far")
+    assert text_of(browser, "#log-state") == "following"
+    browser.execute_script("window.notReloaded = true")
+    append_log(server, task_id, run_id, offset, "second line\n")
+    wait(browser, lambda d: "second line" in text_of(d, "#log"), "the log growing")
+    snap(browser, shots, "task-running")
+    queue.reportCompleted(task_id, run_id)
+    wait(browser, lambda d: text_of(d, "#log-state") == "finished", "the log finished")
+    wait(browser, lambda d: "completed" in text_of(d, "h1"), "the task shown completed")
+    assert browser.execute_script("return window.notReloaded === true"), "followed without a reload"
+    snap(browser, shots, "task-completed")
+    # Swarming's task list by tag links to it.
+    open_page(browser, f"{server}/tasks?tag=suite:ui", f'tr[data-task="{task_id}"]')
+    snap(browser, shots, "task-list")
+
+
+def test_cancel_from_the_page_needs_the_scopes(server, queue, auth, make_task, browser, shots):
+    task_id = slugid_nice()
+    queue.createTask(task_id, make_task(metadata=named("cancel me")))
+    # Anonymous: the actions are not offered.
+    sign_out(browser, server)
+    open_page(browser, f"{server}/tasks/{task_id}", "#cancel")
+    assert not browser.find_element(By.ID, "cancel").is_enabled()
+    # Signed in without the scopes: the server refuses, the page says so, nothing changes.
+    nobody = "ui-nobody-" + slugid_nice()[:6]
+    expires = taskcluster.stringDate(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    token = auth.createClient(nobody, {"expires": expires, "description": "no scopes", "scopes": []})["accessToken"]
+    sign_in(browser, server, nobody, token)
+    open_page(browser, f"{server}/tasks/{task_id}", "#cancel")
+    browser.find_element(By.ID, "cancel").click()
+    wait(browser, lambda d: "InsufficientScopes" in text_of(d, "#action-result"), "the refusal shown")
+    assert queue.status(task_id)["status"]["state"] == "pending"
+    # Signed in as root: cancelled.
+    sign_in(browser, server, "root", ROOT_TOKEN)
+    open_page(browser, f"{server}/tasks/{task_id}", "#cancel")
+    browser.find_element(By.ID, "cancel").click()
+    wait(browser, lambda d: "exception" in text_of(d, "h1"), "the task shown cancelled")
+    assert queue.status(task_id)["status"]["state"] == "exception"
+    snap(browser, shots, "task-cancelled")
+    sign_out(browser, server)
+
+
+def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue_id, browser, shots):
+    queue.createTask(slugid_nice(), make_task())
+    claim(queue, task_queue_id, worker_id="w-quarantine")
+    provisioner, worker_type = task_queue_id.split("/")
+    page = f"{server}/provisioners/{provisioner}/worker-types/{worker_type}/workers/ui/w-quarantine"
+    sign_in(browser, server, "root", ROOT_TOKEN)
+    open_page(browser, page, "#quarantine")
+    Select(browser.find_element(By.ID, "quarantine-for")).select_by_value("24")
+    browser.find_element(By.ID, "quarantine-reason").send_keys("flaky disk")
+    browser.find_element(By.ID, "quarantine").click()
+    wait(browser, lambda d: "quarantined" in text_of(d, "h1"), "the worker shown quarantined")
+    worker = queue.getWorker(provisioner, worker_type, "ui", "w-quarantine")
+    assert "quarantineUntil" in worker
+    wait(browser, lambda d: "flaky disk" in text_of(d, "#events"), "the quarantine in its events")
+    snap(browser, shots, "worker")
+    open_page(browser, f"{server}/provisioners/{provisioner}/worker-types/{worker_type}", '#workers tr[data-worker="ui/w-quarantine"]')
+    snap(browser, shots, "queue")
+    open_page(browser, f"{server}/workers?state=quarantined", '#workers tr[data-worker="ui/w-quarantine"]')
+    snap(browser, shots, "workers")
+    sign_out(browser, server)
+
+
+def test_graph_page_draws_the_graph_with_states(server, make_task, browser, shots):
+    graph_id = slugid_nice()
+    tasks = {
+        label: {"requires": requires, "task": make_task(metadata=named(label))}
+        for label, requires in [("build", []), ("test", ["build"]), ("report", ["test"])]
+    }
+    body = json.dumps({"routing": "ui", "metadata": {"name": "ui graph"}, "tasks": tasks}).encode()
+    url = f"{server}/api/scheduler/v1/task-graph/{graph_id}"
+    sender = mohawk.Sender(
+        {"id": "root", "key": ROOT_TOKEN, "algorithm": "sha256"}, url, "PUT", content=body, content_type="application/json"
+    )
+    res = requests.put(url, data=body, headers={"Authorization": sender.request_header, "Content-Type": "application/json"})
+    assert res.status_code == 200, res.text
+    open_page(browser, f"{server}/task-graphs/{graph_id}", "#graph svg a[data-task]")
+    states = [a.get_attribute("data-state") for a in browser.find_elements(By.CSS_SELECTOR, "#graph svg a[data-task]")]
+    assert sorted(states) == ["pending", "unscheduled", "unscheduled"]
+    snap(browser, shots, "graph")
+
+
+def named(name):
+    return {"name": name, "description": "a task of the UI tests", "owner": "tests@example.com", "source": "https://example.com/shoal"}
+
+
+def slugid_nice():
+    return taskcluster.slugid.nice()
