@@ -173,7 +173,7 @@ impl WorkerEvent {
 }
 
 /// A worker's state as listings show it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkerState {
     /// Alive, running nothing.
@@ -189,6 +189,9 @@ pub enum WorkerState {
 }
 
 impl WorkerState {
+    /// Every state.
+    pub const ALL: [WorkerState; 5] = [Self::Idle, Self::Busy, Self::Quarantined, Self::Missing, Self::Terminated];
+
     /// The name, as in listings and the `state` filter.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -204,9 +207,7 @@ impl WorkerState {
     /// The state named `name`.
     #[must_use]
     pub fn from_name(name: &str) -> Option<WorkerState> {
-        [Self::Idle, Self::Busy, Self::Quarantined, Self::Missing, Self::Terminated]
-            .into_iter()
-            .find(|state| state.as_str() == name)
+        Self::ALL.into_iter().find(|state| state.as_str() == name)
     }
 }
 

@@ -96,7 +96,9 @@ async fn publish(store: Store, bus: &Bus, shutdown: impl Future<Output = ()>) {
                 () = &mut shutdown => return,
                 () = publish_until_taken(bus, &entries) => {}
             }
-            feed.published(last);
+            if let Some(lag) = feed.published(last) {
+                metrics::histogram!("shoal_publish_lag_seconds").record(lag.as_secs_f64());
+            }
             untrimmed = true;
             next = last + 1;
             // Under steady load the publisher is never idle: delete what it published now and then.

@@ -335,4 +335,8 @@ async fn metrics_count_what_happened() {
     assert!(has(&format!("shoal_pending_tasks{{queue=\"{queue}\"}} 1")), "{text}");
     assert!(has(&format!("shoal_claim_wait_seconds_count{{queue=\"{queue}\"}} 1")), "{text}");
     assert!(text.contains("shoal_request_duration_seconds_bucket{endpoint=\"createTask\",status=\"2xx\""), "{text}");
+    // The worker that claimed is idle again; every state is reported, zeros included.
+    assert!(has(&format!("shoal_workers{{queue=\"{queue}\",state=\"idle\"}} 1")), "{text}");
+    assert!(has(&format!("shoal_workers{{queue=\"{queue}\",state=\"busy\"}} 0")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("shoal_outbox_backlog ")), "{text}");
 }

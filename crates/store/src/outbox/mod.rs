@@ -12,6 +12,7 @@ pub(crate) mod format;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use shoal_engine::message::Message;
 use tokio::sync::{Notify, broadcast};
@@ -59,13 +60,19 @@ struct FeedState {
     buffered: VecDeque<Arc<OutboxEntry>>,
     /// Highest sequence committed so far.
     committed: u64,
+    /// Each commit's last sequence and when it committed, oldest first, until published: how
+    /// long publication lags behind.
+    marks: VecDeque<(u64, Instant)>,
 }
+
+/// Most commits whose times are kept for the publish lag (the rest go unmeasured).
+const MAX_MARKS: usize = 4096;
 
 impl OutboxFeed {
     /// A feed over a table holding sequences `first..=committed` (empty when `first > committed`).
     pub(crate) fn new(first: u64, committed: u64) -> OutboxFeed {
         OutboxFeed {
-            state: Mutex::new(FeedState { buffered: VecDeque::new(), committed }),
+            state: Mutex::new(FeedState { buffered: VecDeque::new(), committed, marks: VecDeque::new() }),
             changed: Notify::new(),
             first,
             stored_at_open: committed,
@@ -86,6 +93,9 @@ impl OutboxFeed {
         let Some(last) = entries.last().map(|entry| entry.seq) else { return };
         if let Ok(mut state) = self.state.lock() {
             state.committed = last;
+            if state.marks.len() < MAX_MARKS {
+                state.marks.push_back((last, Instant::now()));
+            }
             let room = MAX_BUFFERED.saturating_sub(state.buffered.len());
             for (n, entry) in entries.into_iter().enumerate() {
                 let entry = Arc::new(entry);
@@ -121,7 +131,15 @@ impl OutboxFeed {
     pub fn forget_buffered(&self) {
         if let Ok(mut state) = self.state.lock() {
             state.buffered.clear();
+            state.marks.clear();
         }
+    }
+
+    /// Messages committed and not yet published by this server.
+    #[must_use]
+    pub fn backlog(&self) -> u64 {
+        let committed = self.state.lock().map_or(0, |state| state.committed);
+        committed.saturating_sub(self.published_upto())
     }
 
     /// Every message as it commits, in commit order (the in-process exchange listens here).
@@ -143,9 +161,17 @@ impl OutboxFeed {
         self.changed.notified().await;
     }
 
-    /// Records that every message up to `seq` has been published; the writer deletes them.
-    pub fn published(&self, seq: u64) {
+    /// Records that every message up to `seq` has been published (the writer deletes them);
+    /// answers how long the oldest of them waited since its commit, when that was measured.
+    pub fn published(&self, seq: u64) -> Option<Duration> {
         self.published.fetch_max(seq, Ordering::Relaxed);
+        let mut state = self.state.lock().ok()?;
+        let mut oldest = None;
+        while let Some(&(_, at)) = state.marks.front().filter(|(last, _)| *last <= seq) {
+            oldest.get_or_insert(at);
+            state.marks.pop_front();
+        }
+        oldest.map(|at| at.elapsed())
     }
 
     /// Asks the writer to delete everything published with its next batch, however little.
@@ -210,10 +236,23 @@ mod tests {
     }
 
     #[test]
+    fn backlog_and_lag_follow_what_is_published() {
+        let feed = OutboxFeed::new(1, 0);
+        feed.committed(vec![entry(1), entry(2)]);
+        feed.committed(vec![entry(3)]);
+        assert_eq!(feed.backlog(), 3);
+        assert!(feed.published(2).is_some(), "the first commit's wait is measured");
+        assert_eq!(feed.backlog(), 1);
+        assert!(feed.published(2).is_none(), "nothing newly published");
+        assert!(feed.published(3).is_some());
+        assert_eq!(feed.backlog(), 0);
+    }
+
+    #[test]
     fn published_only_moves_forward() {
         let feed = OutboxFeed::new(1, 0);
-        feed.published(9);
-        feed.published(4);
+        let _ = feed.published(9);
+        let _ = feed.published(4);
         assert_eq!(feed.published_upto(), 9);
     }
 }
