@@ -14,6 +14,7 @@ import pytest
 import requests
 import taskcluster
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -51,7 +52,9 @@ def browser():
 
 
 def wait(driver, condition, what):
-    return WebDriverWait(driver, WAIT_SECS).until(lambda d: condition(d), message=f"waited for {what}")
+    # Live pages redraw parts of themselves: an element found a moment ago may be gone; look again.
+    waiting = WebDriverWait(driver, WAIT_SECS, ignored_exceptions=(StaleElementReferenceException,))
+    return waiting.until(lambda d: condition(d), message=f"waited for {what}")
 
 
 def text_of(driver, css):
@@ -60,8 +63,9 @@ def text_of(driver, css):
 
 
 def open_page(driver, url, ready_css):
+    """Opens `url` and waits until the page drew itself (and listens, where it is live)."""
     driver.get(url)
-    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ready_css), ready_css)
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"#app[data-ready] {ready_css}"), ready_css)
 
 
 def snap(driver, shots, name):
@@ -134,9 +138,11 @@ def test_group_page_shows_every_task_and_follows_changes_live(server, queue, mak
     for n, task_id in enumerate(ids):
         queue.createTask(task_id, make_task(taskGroupId=group, metadata=named(f"group task {n}")))
     open_page(browser, f"{server}/tasks/groups/{group}", "#loading.live")
-    rows = browser.find_elements(By.CSS_SELECTOR, "#tasks tr")
-    assert sorted(r.get_attribute("data-task") for r in rows) == sorted(ids)
-    assert all(r.get_attribute("data-state") == "pending" for r in rows)
+    def shown(d):
+        rows = d.find_elements(By.CSS_SELECTOR, "#tasks tr")
+        return sorted((r.get_attribute("data-task"), r.get_attribute("data-state")) for r in rows)
+
+    wait(browser, lambda d: shown(d) == sorted((task_id, "pending") for task_id in ids), "every task, pending")
     browser.execute_script("window.notReloaded = true")
     running = claim(queue, task_queue_id)["status"]["taskId"]
     wait(
@@ -221,7 +227,7 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     sign_out(browser, server)
 
 
-def test_graph_page_draws_the_graph_with_states(server, make_task, browser, shots):
+def test_graph_page_draws_the_graph_with_states(server, queue, make_task, task_queue_id, browser, shots):
     graph_id = slugid_nice()
     tasks = {
         label: {"requires": requires, "task": make_task(metadata=named(label))}
@@ -235,8 +241,12 @@ def test_graph_page_draws_the_graph_with_states(server, make_task, browser, shot
     res = requests.put(url, data=body, headers={"Authorization": sender.request_header, "Content-Type": "application/json"})
     assert res.status_code == 200, res.text
     open_page(browser, f"{server}/task-graphs/{graph_id}", "#graph svg a[data-task]")
-    states = [a.get_attribute("data-state") for a in browser.find_elements(By.CSS_SELECTOR, "#graph svg a[data-task]")]
-    assert sorted(states) == ["pending", "unscheduled", "unscheduled"]
+    def states(d):
+        return sorted(a.get_attribute("data-state") for a in d.find_elements(By.CSS_SELECTOR, "#graph svg a[data-task]"))
+
+    wait(browser, lambda d: states(d) == ["pending", "unscheduled", "unscheduled"], "each task coloured by its state")
+    claim(queue, task_queue_id)
+    wait(browser, lambda d: states(d) == ["running", "unscheduled", "unscheduled"], "the claimed task recoloured live")
     snap(browser, shots, "graph")
 
 

@@ -55,18 +55,16 @@ function drawWho() {
 async function route() {
   const main = document.getElementById('app');
   const path = location.pathname;
-  for (const [pattern, page] of ROUTES) {
-    const match = path.match(pattern);
-    if (match) {
-      try {
-        await page(match)(main);
-      } catch (err) {
-        fill(main, problem(err));
-      }
-      return;
-    }
+  try {
+    const found = ROUTES.find(([pattern]) => pattern.test(path));
+    if (!found) fill(main, h('p', { class: 'error' }, `No page at ${path}.`));
+    else await found[1](path.match(found[0]))(main);
+  } catch (err) {
+    fill(main, problem(err));
+  } finally {
+    // Drawn, and listening where the page is live (tests wait for this).
+    main.dataset.ready = 'true';
   }
-  fill(main, h('p', { class: 'error' }, `No page at ${path}.`));
 }
 
 drawWho();

@@ -6,12 +6,39 @@ import { badge, fill, h, taskLink, throttle } from '../view.js';
 
 /** Most tasks drawn; a larger graph is listed only. */
 const MAX_DRAWN = 600;
+/** Tasks listed per page. */
+const PAGE_ROWS = 100;
 const SVG = 'http://www.w3.org/2000/svg';
 const [NODE_W, NODE_H, GAP_X, GAP_Y] = [170, 34, 60, 14];
 
 export async function graphPage(main, graphId) {
-  let inspected = await get(`/api/scheduler/v1/task-graph/${graphId}/inspect`);
-  const states = new Map(inspected.tasks.map((t) => [t.taskId, t.state]));
+  let inspected = null;
+  const states = new Map();
+  let draw = () => {};
+  const refresh = async () => {
+    inspected = await get(`/api/scheduler/v1/task-graph/${graphId}/inspect`);
+    for (const t of inspected.tasks) states.set(t.taskId, t.state);
+    draw();
+  };
+  const redraw = throttle(() => draw(), 200);
+  // Listen first, then read the graph: nothing that happens in between is missed.
+  const graphExchanges = ['task-graph-running', 'task-graph-blocked', 'task-graph-finished']
+    .map((name) => ({ exchange: `exchange/taskcluster-scheduler/v1/${name}`, routingKeyPattern: `primary.*.*.*.*.*.*.*.${graphId}.#` }));
+  await listen([
+    ...TASK_EXCHANGES.map((exchange) => ({ exchange, routingKeyPattern: `primary.*.*.*.*.*.*.*.${graphId}.#` })),
+    ...graphExchanges,
+  ], (message) => {
+    const payload = message.payload;
+    if (!inspected) return;
+    if (payload.status?.taskId && states.has(payload.status.taskId)) {
+      states.set(payload.status.taskId, payload.status.state);
+      redraw();
+    } else if (payload.status?.taskGraphId) {
+      refresh();
+    }
+  }, refresh);
+  inspected = await get(`/api/scheduler/v1/task-graph/${graphId}/inspect`);
+  for (const t of inspected.tasks) states.set(t.taskId, t.state);
   const head = h('div');
   const drawing = h('div', { class: 'graph scroll', id: 'graph' });
   const list = h('tbody');
@@ -20,9 +47,13 @@ export async function graphPage(main, graphId) {
       h('div', { class: 'scroll' }, h('table', { class: 'list' },
         h('thead', {}, h('tr', {}, h('th', {}, 'Label'), h('th', {}, 'State'), h('th', { class: 'wide' }, 'Requires'), h('th', { class: 'num' }, 'Reruns left'))),
         list))));
-  const layout = place(inspected.tasks);
+  const pager = h('div', { class: 'pager' });
+  main.append(pager);
+  let layout = null;
+  let page = 0;
 
-  const draw = () => {
+  draw = () => {
+    if (!layout || layout.count !== inspected.tasks.length) layout = place(inspected.tasks);
     const { status, metadata } = inspected;
     fill(head,
       h('h1', {}, metadata.name || graphId, ' ', badge(status.state)),
@@ -34,33 +65,19 @@ export async function graphPage(main, graphId) {
       fill(drawing, svg(inspected.tasks, layout, states));
     }
     const byId = new Map(inspected.tasks.map((t) => [t.taskId, t]));
-    fill(list, inspected.tasks.map((t) => h('tr', { 'data-task': t.taskId, 'data-state': states.get(t.taskId) },
+    const pages = Math.max(1, Math.ceil(inspected.tasks.length / PAGE_ROWS));
+    page = Math.min(page, pages - 1);
+    fill(pager, pages > 1 ? [
+      h('button', { disabled: page === 0, onclick: () => { page--; draw(); } }, '‹ previous'),
+      ` page ${page + 1} of ${pages} `,
+      h('button', { disabled: page >= pages - 1, onclick: () => { page++; draw(); } }, 'next ›'),
+    ] : null);
+    fill(list, inspected.tasks.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS).map((t) => h('tr', { 'data-task': t.taskId, 'data-state': states.get(t.taskId) },
       h('td', {}, taskLink(t.taskId, t.label)), h('td', {}, badge(states.get(t.taskId))),
       h('td', { class: 'wide' }, t.requires.map((id) => byId.get(id)?.label || id).join(', ')),
       h('td', { class: 'num' }, t.rerunsLeft))));
   };
   draw();
-  const redraw = throttle(draw, 200);
-  const refresh = async () => {
-    inspected = await get(`/api/scheduler/v1/task-graph/${graphId}/inspect`);
-    for (const t of inspected.tasks) states.set(t.taskId, t.state);
-    draw();
-  };
-  const graphExchanges = ['task-graph-running', 'task-graph-blocked', 'task-graph-finished']
-    .map((name) => ({ exchange: `exchange/taskcluster-scheduler/v1/${name}`, routingKeyPattern: `primary.*.*.*.*.*.*.*.${graphId}.#` }));
-  await listen([
-    ...TASK_EXCHANGES.map((exchange) => ({ exchange, routingKeyPattern: `primary.*.*.*.*.*.*.*.${graphId}.#` })),
-    ...graphExchanges,
-  ], (message) => {
-    const payload = message.payload;
-    if (payload.status?.taskId && states.has(payload.status.taskId)) {
-      states.set(payload.status.taskId, payload.status.state);
-      redraw();
-    } else if (payload.status?.taskGraphId) {
-      refresh();
-    }
-  }, refresh);
-  await refresh();
 }
 
 /** Each task's column (its depth: one past its deepest requirement) and row. */
@@ -83,7 +100,7 @@ function place(tasks) {
   const at = new Map();
   columns.forEach((ids, col) => ids.forEach((id, row) => at.set(id, { x: col * (NODE_W + GAP_X) + 10, y: row * (NODE_H + GAP_Y) + 10 })));
   const rows = Math.max(1, ...columns.map((c) => c.length));
-  return { at, width: columns.length * (NODE_W + GAP_X) + 20, height: rows * (NODE_H + GAP_Y) + 20 };
+  return { at, count: tasks.length, width: columns.length * (NODE_W + GAP_X) + 20, height: rows * (NODE_H + GAP_Y) + 20 };
 }
 
 function el(tag, attrs, ...children) {

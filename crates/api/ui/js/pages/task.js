@@ -10,8 +10,14 @@ const PRIORITIES = ['highest', 'very-high', 'high', 'medium', 'low', 'very-low',
 const LOG_KEEP = 2 * 1024 * 1024;
 
 export async function taskPage(main, taskId, wantedRun) {
-  const [task, { status: first }] = await Promise.all([get(queue(`/task/${taskId}`)), get(queue(`/task/${taskId}/status`))]);
-  let status = first;
+  const task = await get(queue(`/task/${taskId}`));
+  let status = null;
+  let draw = () => {};
+  // Listen first, then read the status: nothing that happens in between is missed.
+  await listen(TASK_EXCHANGES.map((exchange) => ({ exchange, routingKeyPattern: `primary.${taskId}.#` })),
+    (message) => { if (status && message.payload.status) { status = message.payload.status; draw(); } },
+    async () => { ({ status } = await get(queue(`/task/${taskId}/status`))); draw(); });
+  ({ status } = await get(queue(`/task/${taskId}/status`)));
   const parts = { head: h('div'), actions: h('div', { class: 'actions', id: 'actions' }), runs: h('div', { id: 'runs' }), log: h('div') };
   const logView = new LogView(parts.log);
   fill(main,
@@ -21,7 +27,7 @@ export async function taskPage(main, taskId, wantedRun) {
     section('Definition', h('details', {}, h('summary', {}, 'payload and full definition (JSON)'),
       h('pre', { class: 'json' }, JSON.stringify(task, null, 2)))));
 
-  const draw = () => {
+  draw = () => {
     fill(parts.head,
       h('h1', {}, task.metadata.name, ' ', badge(status.state)),
       h('p', { class: 'muted' }, h('span', { class: 'mono' }, taskId), ' · group ',
@@ -33,14 +39,6 @@ export async function taskPage(main, taskId, wantedRun) {
     logView.show(taskId, run);
   };
   draw();
-  const refresh = async () => {
-    ({ status } = await get(queue(`/task/${taskId}/status`)));
-    draw();
-  };
-  await listen(TASK_EXCHANGES.map((exchange) => ({ exchange, routingKeyPattern: `primary.${taskId}.#` })),
-    (message) => { if (message.payload.status) { status = message.payload.status; draw(); } }, refresh);
-  // Whatever changed before the stream was open.
-  await refresh();
 }
 
 function describe(task) {
