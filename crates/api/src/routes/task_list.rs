@@ -57,7 +57,11 @@ pub(crate) async fn list_tasks(
     paging: Paging,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
-    let query = tag_query(query)?;
+    listing(&state, tag_query(query)?, paging).await
+}
+
+/// A page of the tasks `query` selects, newest first.
+async fn listing(state: &AppState, query: TagQuery, paging: Paging) -> Result<Json<Value>, ApiError> {
     let page = state
         .queue
         .store()
@@ -86,12 +90,7 @@ pub(crate) async fn list_failed_tasks(
         return Err(ApiError::invalid_input("state: must be failed or exception in this listing"));
     }
     FAILED_TAG.clone_into(&mut query.tag);
-    let page = state
-        .queue
-        .store()
-        .read(move |reads| reads.list_tagged(&query, paging.continuation.as_deref(), paging.limit))
-        .await?;
-    Ok(with_continuation(json!({ "tasks": page.items }), page.continuation))
+    listing(&state, query, paging).await
 }
 
 /// `GET /task-groups`: task groups, newest first.

@@ -340,3 +340,55 @@ async fn metrics_count_what_happened() {
     assert!(has(&format!("shoal_workers{{queue=\"{queue}\",state=\"busy\"}} 0")), "{text}");
     assert!(text.lines().any(|l| l.starts_with("shoal_outbox_backlog ")), "{text}");
 }
+
+#[tokio::test]
+async fn the_overview_listings_show_recent_groups_and_failures() {
+    let app = TestApp::with(Settings { claim_wait: std::time::Duration::ZERO, ..Settings::default() }).await;
+    let now = shoal_service::now();
+    let ago = |secs: i64| shoal_engine::Timestamp(now.millis() - secs * 1000).to_string();
+    let queue = "overview/q";
+    let (old_group, new_group) = (slugid(), slugid());
+    let (failed, cancelled) = (slugid(), slugid());
+    app.create(&failed, json!({"taskQueueId": queue, "taskGroupId": old_group, "created": ago(60)})).await;
+    app.create(&cancelled, json!({"taskQueueId": queue, "taskGroupId": new_group, "created": ago(30)})).await;
+    app.claim(queue, "w", 1).await;
+    app.report(&failed, 0, "failed").await;
+    let (status, body) = app.post(&format!("/task/{cancelled}/cancel"), json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let (status, body) = app.get("/task-groups").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let groups: Vec<&str> =
+        body["taskGroups"].as_array().unwrap().iter().map(|g| g["taskGroupId"].as_str().unwrap()).collect();
+    assert_eq!(groups, vec![new_group.as_str(), old_group.as_str()], "newest first");
+    assert_eq!(body["taskGroups"][0]["created"], ago(30));
+
+    let failures = |query: &str| {
+        let app = &app;
+        let query = query.to_owned();
+        async move {
+            let (status, body) = app.get(&format!("/tasks/failed{query}")).await;
+            assert_eq!(status, StatusCode::OK, "{query}: {body}");
+            body["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["status"]["taskId"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(failures("").await, vec![cancelled.clone(), failed.clone()]);
+    assert_eq!(failures("?state=failed").await, vec![failed.clone()]);
+    let (status, body) = app.get("/tasks/failed?state=pending").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().starts_with("state:"), "{body}");
+    // Rerun, the failure is off the list.
+    let (status, body) = app.post(&format!("/task/{failed}/rerun"), json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(failures("").await, vec![cancelled.clone()]);
+
+    let res = app.raw(reqwest::Method::GET, &format!("{}/api/scheduler/v1/task-graphs", app.root), None).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(body["taskGraphs"], json!([]), "no graph yet");
+}

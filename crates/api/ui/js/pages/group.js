@@ -10,13 +10,18 @@ const STATES = ['unscheduled', 'pending', 'running', 'completed', 'failed', 'exc
 
 export async function groupPage(main, groupId) {
   const tasks = new Map(); // taskId -> {name, status}
+  let order = null; // tasks by name, until one arrives or is renamed
   const view = { state: new URLSearchParams(location.search).get('state') || '', text: '', page: 0 };
   const counts = h('div', { class: 'chips', id: 'counts' });
   const table = h('tbody', { id: 'tasks' });
   const pager = h('div', { class: 'pager' });
   const loading = h('span', { class: 'muted', id: 'loading' }, 'loading…');
   const filter = h('input', { type: 'search', placeholder: 'filter by name or taskId', id: 'filter', 'aria-label': 'filter' });
-  filter.addEventListener('input', () => { view.text = filter.value.toLowerCase(); view.page = 0; draw(); });
+  let typing = null;
+  filter.addEventListener('input', () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { view.text = filter.value.toLowerCase(); view.page = 0; draw(); }, 120);
+  });
   const group = await get(queue(`/task-group/${groupId}`));
   // A graph's tasks form the group of the graph's id.
   const graphLink = h('span');
@@ -45,7 +50,9 @@ export async function groupPage(main, groupId) {
         class: `chip state-${s} ${view.state === s ? 'on' : ''}`, 'data-state': s,
         onclick: () => { view.state = view.state === s ? '' : s; view.page = 0; draw(); },
       }, `${s} ${byState[s]}`)));
-    const shown = [...tasks.values()].filter(matches).sort((a, b) => a.name.localeCompare(b.name) || a.status.taskId.localeCompare(b.status.taskId));
+    // Sorted once per change of membership or names, not per keystroke or state change.
+    order ||= [...tasks.values()].sort(byName);
+    const shown = order.filter(matches);
     const pages = Math.max(1, Math.ceil(shown.length / PAGE_ROWS));
     view.page = Math.min(view.page, pages - 1);
     fill(table, shown.slice(view.page * PAGE_ROWS, (view.page + 1) * PAGE_ROWS).map(row));
@@ -64,11 +71,16 @@ export async function groupPage(main, groupId) {
       const status = message.payload.status;
       if (!status) return;
       const known = tasks.get(status.taskId);
-      tasks.set(status.taskId, { name: known ? known.name : status.taskId, status });
+      if (known) known.status = status;
+      else {
+        tasks.set(status.taskId, { name: status.taskId, status });
+        order = null;
+      }
       if (!known && !pendingNames.has(status.taskId)) {
         pendingNames.add(status.taskId);
         get(queue(`/task/${status.taskId}`)).then((task) => {
           tasks.get(status.taskId).name = task.metadata.name;
+          order = null;
           redraw();
         }).catch(() => {});
       }
@@ -79,8 +91,14 @@ export async function groupPage(main, groupId) {
       const known = tasks.get(status.taskId);
       // An event may have brought a newer status while the listing was read.
       const newer = known && runsOf(known.status) > runsOf(status) ? known.status : status;
-      tasks.set(status.taskId, { name: task.metadata.name, status: newer });
+      if (known) {
+        known.name = task.metadata.name;
+        known.status = newer;
+      } else {
+        tasks.set(status.taskId, { name: task.metadata.name, status: newer });
+      }
     }
+    order = null;
     fill(loading, `${tasks.size} tasks loaded…`);
     redraw();
   }, { limit: 1000 });
@@ -88,6 +106,8 @@ export async function groupPage(main, groupId) {
   loading.classList.add('live');
   draw();
 }
+
+const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.status.taskId < b.status.taskId ? -1 : 1);
 
 const runsOf = (status) => status.runs.length * 10 + STATES.indexOf(status.state);
 

@@ -1,0 +1,103 @@
+"""Times the web UI on a big group in headless Chromium: a release `shoal server`, one task
+graph of N tasks (its task group), then the group page until every task is listed and live,
+a filter and a state chip applied, the graph page, and the overview. Run by ./scripts/bench-ui."""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import mohawk
+import requests
+from taskcluster import slugid
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+TOKEN = "bench-ui-root-access-token"
+
+
+def start(binary, data_dir):
+    proc = subprocess.Popen(
+        [binary, "server", "--listen", "127.0.0.1:0", "--data-dir", data_dir],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "SHOAL_LOG": "warn", "SHOAL_ROOT_ACCESS_TOKEN": TOKEN},
+        text=True,
+    )
+    line = proc.stdout.readline()
+    return proc, line.split("rootUrl ")[1].strip().rstrip(")")
+
+
+def put_graph(root, graph_id, n):
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+    deadline = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() + 3600))
+    task = lambda i: {  # noqa: E731
+        "taskQueueId": "bench-ui/wt", "created": now, "deadline": deadline, "payload": {},
+        "metadata": {"name": f"task {i:05}", "description": "d", "owner": "o@example.com", "source": "https://x"},
+    }
+    body = json.dumps({"routing": "ui", "metadata": {"name": f"{n} tasks"},
+                       "tasks": {f"t{i:05}": {"requires": [], "task": task(i)} for i in range(n)}}).encode()
+    url = f"{root}/api/scheduler/v1/task-graph/{graph_id}"
+    sender = mohawk.Sender({"id": "root", "key": TOKEN, "algorithm": "sha256"}, url, "PUT",
+                           content=body, content_type="application/json")
+    res = requests.put(url, data=body, headers={"Authorization": sender.request_header, "Content-Type": "application/json"})
+    res.raise_for_status()
+
+
+def timed(driver, action, condition):
+    started = time.perf_counter()
+    action()
+    WebDriverWait(driver, 120, poll_frequency=0.02, ignored_exceptions=(StaleElementReferenceException,)).until(condition)
+    return time.perf_counter() - started
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tasks", type=int, default=10000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    binary = os.environ["SHOAL_BIN"]
+    data_dir = tempfile.mkdtemp(prefix="shoal-bench-ui-")
+    proc, root = start(binary, data_dir)
+    os.environ["SE_OFFLINE"] = "true"
+    options = Options()
+    options.binary_location = shutil.which("chromium")
+    for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,800"]:
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=shutil.which("chromedriver")))
+    try:
+        graph_id = slugid.nice()
+        started = time.perf_counter()
+        put_graph(root, graph_id, args.tasks)
+        print(f"created a graph of {args.tasks} tasks in {time.perf_counter() - started:.2f} s")
+        rows = lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tasks tr"))  # noqa: E731
+        for run in range(args.runs):
+            load = timed(driver, lambda: driver.get(f"{root}/tasks/groups/{graph_id}"),
+                         lambda d: d.find_elements(By.CSS_SELECTOR, "#app[data-ready] #loading.live") and rows(d) == 100)
+            filt = timed(driver, lambda: driver.find_element(By.ID, "filter").send_keys("task 0999"),
+                         lambda d: rows(d) == 10)
+            driver.execute_script("const f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('input'))")
+            chip = timed(driver, lambda: driver.find_element(By.CSS_SELECTOR, 'button[data-state="pending"]').click(),
+                         lambda d: "page 1 of" in d.find_element(By.CSS_SELECTOR, ".pager").text)
+            graph = timed(driver, lambda: driver.get(f"{root}/task-graphs/{graph_id}"),
+                          lambda d: d.find_elements(By.CSS_SELECTOR, "#app[data-ready] tbody tr"))
+            overview = timed(driver, lambda: driver.get(f"{root}/"),
+                             lambda d: d.find_elements(By.CSS_SELECTOR, '#app[data-ready] tr[data-queue="bench-ui/wt"]'))
+            print(f"run {run + 1}: group page listed and live {load:.2f} s; name filter {filt * 1000:.0f} ms; "
+                  f"state chip {chip * 1000:.0f} ms; graph page {graph:.2f} s; overview {overview:.2f} s")
+    finally:
+        driver.quit()
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
