@@ -77,7 +77,8 @@ pub(crate) enum TaskQuery<'a> {
     Pending(&'a str, u64),
     /// A queue's running tasks with ids after the second, by task id.
     Claimed(&'a str, &'a str),
-    /// The tasks filed under a tag before the second (`created:taskId`), newest first.
+    /// The tasks filed under a tag before the second (`filed:taskId`), newest first, each with
+    /// the time it is filed at.
     Tagged(&'a str, &'a str),
 }
 
@@ -141,6 +142,9 @@ impl TaskStatements {
 pub(crate) struct StoredTask {
     pub(crate) row: TaskRow,
     pub(crate) definition: Box<RawValue>,
+    /// For a task read by tag, the time it is filed at (its `created`, or for the failed
+    /// list when it failed).
+    pub(crate) filed: Option<i64>,
 }
 
 /// [`Reads`] over a backend's [`ReadDb`].
@@ -213,7 +217,10 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         let mut items = Vec::with_capacity(found.len());
         let mut last = None;
         for task in found {
-            let created = created_of(&task)?;
+            let created = match task.filed {
+                Some(filed) => Timestamp(filed),
+                None => created_of(&task)?,
+            };
             // Newest first: past `since`, nothing further can be listed.
             if query.since.is_some_and(|since| created < since) {
                 return Ok(Page { items, continuation: None });
@@ -277,7 +284,7 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         let (found, more) = self.bounded(TaskQuery::Pending(task_queue_id, parse_seq(after)?), limit)?;
         let listed = found
             .into_iter()
-            .map(|StoredTask { row, definition }| {
+            .map(|StoredTask { row, definition, .. }| {
                 let run = row.task.runs().last();
                 let listing = PendingListing {
                     task_id: row.task.task_id,
@@ -301,7 +308,7 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         let after = task_token(after)?;
         let (found, more) = self.bounded(TaskQuery::Claimed(task_queue_id, &after), limit)?;
         let mut listed = Vec::with_capacity(found.len());
-        for StoredTask { row, definition } in found {
+        for StoredTask { row, definition, .. } in found {
             let Some(run) = row.task.runs().last() else {
                 return Err(StoreError::Other(format!("running task {} without runs", row.task.task_id)));
             };

@@ -88,6 +88,9 @@ pub(crate) trait WriteTx {
         created: Timestamp,
         tags: &std::collections::BTreeMap<String, String>,
     ) -> Result<(), StoreError>;
+    /// Files `task_id` in the list of failed tasks at `at` (it failed or ended in an
+    /// exception), or takes it off (`None`: it runs again).
+    async fn file_failure(&mut self, task_id: TaskId, at: Option<Timestamp>) -> Result<(), StoreError>;
     /// Forgets `task_id`'s completions (it is no longer completed, or it expired).
     async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError>;
     /// Writes a stepped row's new state; `change` says what moved.

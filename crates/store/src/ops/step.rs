@@ -52,10 +52,14 @@ pub(crate) fn record(tx: &mut impl WriteTx, task: &Task, events: Vec<Event>) {
         tx.publish(message);
     }
     let queue = &task.meta.task_queue_id;
-    tx.events().extend(events.into_iter().map(|event| TaskEvent {
-        task_id: task.task_id,
-        task_queue_id: queue.clone(),
-        event,
+    tx.events().extend(events.into_iter().map(|event| {
+        TaskEvent {
+            task_id: task.task_id,
+            task_queue_id: queue.clone(),
+            dimensions: (matches!(event, Event::Pending { .. }) && !task.meta.dimensions.is_empty())
+                .then(|| Box::new(task.meta.dimensions.clone())),
+            event,
+        }
     }));
 }
 
@@ -108,6 +112,11 @@ async fn persist(
         }
         record(tx, &row.task, effects.0);
         crate::ops::note_completion(tx, &row.task, before.state, now).await?;
+        // The overview's recent failures: filed when a task fails, off the list when it runs again.
+        let failed = |state: TaskState| matches!(state, TaskState::Failed | TaskState::Exception);
+        if failed(row.task.state()) != failed(before.state) {
+            tx.file_failure(row.task.task_id, failed(row.task.state()).then_some(now)).await?;
+        }
         let was_resolved = before.state.is_resolved();
         let state = row.task.state();
         if was_resolved != state.is_resolved()

@@ -55,7 +55,7 @@ fn task_statements(select: &str, select_t: &str) -> [String; 6] {
              AND state = 'running' AND task_id > $2 ORDER BY task_id LIMIT $3"
         ),
         format!(
-            "SELECT {select_t} FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = $1 \
+            "SELECT {select_t}, g.created FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = $1 \
              AND (g.created, g.task_id) < (split_part($2, ':', 1)::int8, split_part($2, ':', 2)) \
              ORDER BY g.created DESC, g.task_id DESC LIMIT $3"
         ),
@@ -81,7 +81,11 @@ impl ReadDb for PgReads<'_> {
             _ => self.query(STATEMENTS.tasks(&query), &[&key, &after, &limit])?,
         };
         rows.iter()
-            .map(|row| Ok(StoredTask { row: task_from_row(row)?, definition: raw_json(row, N_TASK_COLUMNS)? }))
+            .map(|row| {
+                let filed =
+                    matches!(query, TaskQuery::Tagged(..)).then(|| row.try_get(N_TASK_COLUMNS + 1)).transpose()?;
+                Ok(StoredTask { row: task_from_row(row)?, definition: raw_json(row, N_TASK_COLUMNS)?, filed })
+            })
             .collect()
     }
 

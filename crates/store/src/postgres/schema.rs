@@ -245,31 +245,14 @@ INSERT INTO task_tags (tag, created, task_id)
     ON CONFLICT DO NOTHING;
 "#,
     // 14: what the overview lists: groups (dated by their first task's `created`) and graphs
-    // newest first, and tasks that failed (failed or exception), filed by the
-    // trigger under the tag `failed` (user tags are all `key:value`), newest created first.
+    // newest first, and tasks that failed (failed or exception), filed under the tag `failed`
+    // (user tags are all `key:value`) at the time they failed; existing failures by creation.
     r#"
 ALTER TABLE task_groups ADD COLUMN created BIGINT NOT NULL DEFAULT 0;
 UPDATE task_groups g SET created = coalesce((SELECT min((extract(epoch FROM (t.definition::jsonb ->> 'created')::timestamptz) * 1000)::bigint)
     FROM tasks t WHERE t.task_group_id = g.task_group_id), 0);
 CREATE INDEX task_groups_created ON task_groups (created, task_group_id);
 CREATE INDEX task_graphs_created ON task_graphs (created, task_graph_id);
-CREATE FUNCTION shoal_file_failed() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.state IN ('failed', 'exception') AND (TG_OP = 'INSERT' OR OLD.state NOT IN ('failed', 'exception')) THEN
-        INSERT INTO task_tags (tag, created, task_id) VALUES ('failed',
-            (extract(epoch FROM (NEW.definition::jsonb ->> 'created')::timestamptz) * 1000)::bigint, NEW.task_id)
-            ON CONFLICT DO NOTHING;
-    ELSIF TG_OP = 'UPDATE' AND OLD.state IN ('failed', 'exception') AND NEW.state NOT IN ('failed', 'exception') THEN
-        DELETE FROM task_tags WHERE tag = 'failed' AND task_id = NEW.task_id;
-    END IF;
-    RETURN NULL;
-END $$;
--- The WHEN clauses keep the function off the hot path: only entering or leaving those states call it.
-CREATE TRIGGER tasks_failed_insert AFTER INSERT ON tasks
-    FOR EACH ROW WHEN (NEW.state IN ('failed', 'exception')) EXECUTE FUNCTION shoal_file_failed();
-CREATE TRIGGER tasks_failed_update AFTER UPDATE OF state ON tasks
-    FOR EACH ROW WHEN ((NEW.state IN ('failed', 'exception')) IS DISTINCT FROM (OLD.state IN ('failed', 'exception')))
-    EXECUTE FUNCTION shoal_file_failed();
 INSERT INTO task_tags (tag, created, task_id)
     SELECT 'failed', (extract(epoch FROM (definition::jsonb ->> 'created')::timestamptz) * 1000)::bigint, task_id
     FROM tasks WHERE state IN ('failed', 'exception')

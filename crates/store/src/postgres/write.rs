@@ -465,6 +465,26 @@ impl WriteTx for PgTx {
         .await
     }
 
+    async fn file_failure(&mut self, task_id: TaskId, at: Option<Timestamp>) -> Result<(), StoreError> {
+        let id = Box::new(task_id.as_str().to_owned());
+        match at {
+            Some(at) => {
+                self.defer(
+                    "INSERT INTO task_tags (tag, created, task_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    vec![Box::new(crate::FAILED_TAG), Box::new(at.millis()), id],
+                )
+                .await
+            }
+            None => {
+                self.defer(
+                    "DELETE FROM task_tags WHERE tag = $1 AND task_id = $2",
+                    vec![Box::new(crate::FAILED_TAG), id],
+                )
+                .await
+            }
+        }
+    }
+
     async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError> {
         self.defer("DELETE FROM completions WHERE task_id = $1", vec![Box::new(task_id.as_str().to_owned())]).await
     }

@@ -40,7 +40,7 @@ fn task_statements(select: &str, select_t: &str) -> [String; 6] {
              AND task_id > ?2 ORDER BY task_id LIMIT ?3"
         ),
         format!(
-            "SELECT {select_t} FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = ?1 \
+            "SELECT {select_t}, g.created FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = ?1 \
              AND (g.created, g.task_id) < (CAST(substr(?2, 1, instr(?2, ':') - 1) AS INTEGER), \
              substr(?2, instr(?2, ':') + 1)) ORDER BY g.created DESC, g.task_id DESC LIMIT ?3"
         ),
@@ -67,7 +67,8 @@ impl ReadDb for ReadConn<'_> {
         };
         let mut found = Vec::with_capacity(limit.min(1000));
         while let Some(row) = rows.next()? {
-            found.push(StoredTask { row: task_from_row(row)?, definition: raw_json(row, N_TASK_COLUMNS)? });
+            let filed = matches!(query, TaskQuery::Tagged(..)).then(|| row.get(N_TASK_COLUMNS + 1)).transpose()?;
+            found.push(StoredTask { row: task_from_row(row)?, definition: raw_json(row, N_TASK_COLUMNS)?, filed });
         }
         Ok(found)
     }

@@ -205,8 +205,9 @@ INSERT OR IGNORE INTO task_tags (tag, created, task_id)
     FROM tasks t, json_each(t.tags) j WHERE t.tags IS NOT NULL;
 ",
     // 12: what the overview lists: groups and graphs newest first, and tasks that failed
-    // (failed or exception), filed by these triggers under the tag `failed` (user tags are all
-    // `key:value`), newest created first. Existing groups are dated by their first task.
+    // (failed or exception), filed under the tag `failed` (user tags are all `key:value`) at
+    // the time they failed. Existing groups are dated by their first task, existing failures
+    // by their creation.
     r"
 ALTER TABLE task_groups ADD COLUMN created INTEGER NOT NULL DEFAULT 0;
 UPDATE task_groups SET created = coalesce((SELECT min(strftime('%s', json_extract(t.definition, '$.created')) * 1000
@@ -214,24 +215,6 @@ UPDATE task_groups SET created = coalesce((SELECT min(strftime('%s', json_extrac
     FROM tasks t WHERE t.task_group_id = task_groups.task_group_id), 0);
 CREATE INDEX task_groups_created ON task_groups (created, task_group_id);
 CREATE INDEX task_graphs_created ON task_graphs (created, task_graph_id);
-CREATE TRIGGER tasks_failed_insert AFTER INSERT ON tasks WHEN NEW.state IN ('failed', 'exception')
-BEGIN
-    INSERT OR IGNORE INTO task_tags (tag, created, task_id) VALUES ('failed',
-        strftime('%s', json_extract(NEW.definition, '$.created')) * 1000
-        + CAST(substr(json_extract(NEW.definition, '$.created'), 21, 3) AS INTEGER), NEW.task_id);
-END;
-CREATE TRIGGER tasks_failed_update AFTER UPDATE OF state ON tasks
-    WHEN NEW.state IN ('failed', 'exception') AND OLD.state NOT IN ('failed', 'exception')
-BEGIN
-    INSERT OR IGNORE INTO task_tags (tag, created, task_id) VALUES ('failed',
-        strftime('%s', json_extract(NEW.definition, '$.created')) * 1000
-        + CAST(substr(json_extract(NEW.definition, '$.created'), 21, 3) AS INTEGER), NEW.task_id);
-END;
-CREATE TRIGGER tasks_unfailed AFTER UPDATE OF state ON tasks
-    WHEN OLD.state IN ('failed', 'exception') AND NEW.state NOT IN ('failed', 'exception')
-BEGIN
-    DELETE FROM task_tags WHERE tag = 'failed' AND task_id = NEW.task_id;
-END;
 INSERT OR IGNORE INTO task_tags (tag, created, task_id)
     SELECT 'failed', strftime('%s', json_extract(definition, '$.created')) * 1000
         + CAST(substr(json_extract(definition, '$.created'), 21, 3) AS INTEGER), task_id

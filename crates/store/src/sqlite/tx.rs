@@ -566,6 +566,20 @@ impl WriteTx for Tx<'_> {
         Ok(())
     }
 
+    async fn file_failure(&mut self, task_id: TaskId, at: Option<Timestamp>) -> Result<(), StoreError> {
+        match at {
+            Some(at) => self
+                .conn
+                .prepare_cached("INSERT OR IGNORE INTO task_tags (tag, created, task_id) VALUES (?1, ?2, ?3)")?
+                .execute(params![crate::FAILED_TAG, at.millis(), task_id.as_str()])?,
+            None => self
+                .conn
+                .prepare_cached("DELETE FROM task_tags WHERE tag = ?1 AND task_id = ?2")?
+                .execute(params![crate::FAILED_TAG, task_id.as_str()])?,
+        };
+        Ok(())
+    }
+
     async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError> {
         self.conn.prepare_cached("DELETE FROM completions WHERE task_id = ?1")?.execute([task_id.as_str()])?;
         Ok(())

@@ -24,8 +24,8 @@ async fn failed(
     (page.items.iter().map(|task| task.status.task_id).collect(), page.continuation)
 }
 
-/// Groups newest first by their first task's creation, paged; failures filed as they fail and
-/// unfiled when run again; graphs newest first.
+/// Groups newest first by their first task's creation, paged; failures filed as they fail
+/// (latest first) and unfiled when run again; graphs newest first.
 pub(crate) async fn the_overview_lists_groups_graphs_and_failures_newest_first(name: &str, backend: Backend) {
     let store = &backend.store;
     // Three groups, the middle one created last; a later task in the first group does not
@@ -46,17 +46,19 @@ pub(crate) async fn the_overview_lists_groups_graphs_and_failures_newest_first(n
     // Task 1 fails, task 2 is resolved as an exception, task 3 completes.
     assert_eq!(claim_ids(store, worker(3), at(5)).await.len(), 3, "{name}");
     let resolve = |resolution| TaskCommand::Resolve { run_id: 0, resolution, stats: None };
-    apply(store, id(1), resolve(Resolution::Failed), at(6)).await;
     apply(store, id(2), TaskCommand::Cancel, at(6)).await;
-    apply(store, id(3), resolve(Resolution::Completed), at(6)).await;
-    assert_eq!(failed(store, None, None, 10).await, (vec![id(2), id(1)], None), "{name}: newest created first");
+    apply(store, id(1), resolve(Resolution::Failed), at(7)).await;
+    apply(store, id(3), resolve(Resolution::Completed), at(7)).await;
+    assert_eq!(failed(store, None, None, 10).await, (vec![id(1), id(2)], None), "{name}: latest failure first");
     let (page, next) = failed(store, None, None, 1).await;
-    assert_eq!(page, vec![id(2)], "{name}");
-    assert_eq!(failed(store, None, next, 1).await, (vec![id(1)], None), "{name}");
+    assert_eq!(page, vec![id(1)], "{name}");
+    assert_eq!(failed(store, None, next, 1).await, (vec![id(2)], None), "{name}");
     assert_eq!(failed(store, Some(TaskState::Failed), None, 10).await.0, vec![id(1)], "{name}");
-    // Run again, it is no longer a failure.
-    apply(store, id(1), TaskCommand::Rerun, at(7)).await;
-    assert_eq!(failed(store, None, None, 10).await.0, vec![id(2)], "{name}");
+    // Run again, it is no longer a failure; failed again, it is the latest.
+    apply(store, id(2), TaskCommand::Rerun, at(8)).await;
+    assert_eq!(failed(store, None, None, 10).await.0, vec![id(1)], "{name}");
+    apply(store, id(2), TaskCommand::Cancel, at(10)).await;
+    assert_eq!(failed(store, None, None, 10).await.0, vec![id(2), id(1)], "{name}");
 
     // Graphs, newest first.
     for (graph, secs) in [(201, 10), (202, 11)] {

@@ -72,5 +72,5 @@ async function drawFailures(el) {
   if (!tasks.length) return fill(el, h('p', { class: 'muted' }, 'Nothing failed lately.'));
   fill(el, h('ul', { class: 'plain' }, tasks.map(({ task, status }) => h('li', {},
     badge(status.state), ' ', taskLink(status.taskId, task.metadata.name), ' ',
-    h('span', { class: 'muted' }, status.taskQueueId), ' ', when(task.created)))));
+    h('span', { class: 'muted' }, status.taskQueueId), ' ', when(status.runs[status.runs.length - 1]?.resolved)))));
 }
