@@ -30,7 +30,7 @@ use shoal_engine::priority::Priority;
 use shoal_engine::rejection::Missing;
 use shoal_engine::status::Run;
 use shoal_engine::status::TaskStatus;
-use shoal_engine::worker::Sighting;
+use shoal_engine::worker::{Sighting, WorkerKey};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 use shoal_store::{ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskGroup};
 use tokio::sync::watch;
@@ -186,7 +186,7 @@ impl Queue {
         counts::count(&committed.events);
         for event in &committed.events {
             match event.event {
-                Event::Pending { .. } => self.inner.wakers.wake(&event.task_queue_id),
+                Event::Pending { .. } => self.inner.wakers.wake(&event.task_queue_id, event.dimensions.as_deref()),
                 Event::Completed { run_id } | Event::Failed { run_id } | Event::Exception { run_id } => {
                     self.inner.live.finish(event.task_id, run_id);
                 }
@@ -305,32 +305,32 @@ impl Queue {
         wait: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
         let give_up = tokio::time::Instant::now() + wait;
-        let notify = self.inner.wakers.get(&request.task_queue_id);
+        let wakers = &self.inner.wakers;
+        let queue = request.task_queue_id.clone();
         let key = request.worker_key();
+        // In line before looking, so work that appears between the look and the wait still
+        // wakes this call.
+        let registration = wakers.register(&queue, &request.dimensions);
         loop {
-            // Register before looking, so work that appears between the look and the wait
-            // still wakes us.
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let standing = self.worker_seen(&key, sighting.clone()).await?;
-            if standing.terminate {
-                return Ok(ClaimOutcome { claims: Vec::new(), standing });
+            registration.looking();
+            let looked = self.look(&request, &key, &sighting).await;
+            if looked.is_err() {
+                // The wake-up this look used is passed on.
+                registration.pass_on();
+            }
+            let (claims, standing) = looked?;
+            if standing.terminate || !claims.is_empty() {
+                return Ok(ClaimOutcome { claims, standing });
             }
             let mut until = give_up;
+            registration.set_quarantined(standing.quarantine_until.is_some());
             if let Some(end) = standing.quarantine_until {
-                // Waits out the quarantine (or the poll), then looks again.
+                // Waits out the quarantine (or the poll), or a change to the queue's workers.
                 let left = u64::try_from(end.millis().saturating_sub(now().millis())).unwrap_or(0);
                 until = until.min(tokio::time::Instant::now() + Duration::from_millis(left));
-            } else {
-                let claims = self.committed(self.inner.store.claim_work(request.clone(), now()).await?);
-                if !claims.is_empty() {
-                    counts::claimed(&claims);
-                    return Ok(ClaimOutcome { claims, standing });
-                }
             }
             tokio::select! {
-                () = &mut notified => {}
+                () = registration.woken() => {}
                 () = tokio::time::sleep_until(until) => {
                     if until == give_up {
                         return Ok(ClaimOutcome { claims: Vec::new(), standing });
@@ -338,6 +338,23 @@ impl Queue {
                 }
             }
         }
+    }
+
+    /// One look of a claimWork: the worker seen, then (unless quarantined or asked to
+    /// terminate) what it can claim.
+    async fn look(
+        &self,
+        request: &ClaimRequest,
+        key: &WorkerKey,
+        sighting: &Sighting,
+    ) -> Result<(Vec<Claim>, Standing), StoreError> {
+        let standing = self.worker_seen(key, sighting.clone()).await?;
+        if standing.terminate || standing.quarantine_until.is_some() {
+            return Ok((Vec::new(), standing));
+        }
+        let claims = self.committed(self.inner.store.claim_work(request.clone(), now()).await?);
+        counts::claimed(&claims);
+        Ok((claims, standing))
     }
 
     /// claimTask (deprecated): claims one specific run.
@@ -494,7 +511,8 @@ async fn wake_on_remote_work(queue: std::sync::Weak<Inner>, mut elsewhere: tokio
         let Some(inner) = queue.upgrade() else { return };
         match received {
             Ok(task_queue_id) if task_queue_id == shoal_store::WAKE_ALL => inner.wakers.wake_all(),
-            Ok(task_queue_id) => inner.wakers.wake(&task_queue_id),
+            // What another server committed: its needs are unknown, so all look.
+            Ok(task_queue_id) => inner.wakers.wake_queue(&task_queue_id),
             // Missed some: everyone looks again.
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => inner.wakers.wake_all(),
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,

@@ -1,46 +1,206 @@
-//! One wake-up signal per task queue, for long-polling claimWork calls.
+//! Waiting claimWork calls per task queue, and who is woken when a run becomes pending: the
+//! longest-waiting one whose dimensions match the run, not every waiter (one would claim and
+//! the others would look for nothing).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
+use shoal_engine::dimensions::Dimensions;
 use tokio::sync::Notify;
 
-/// Queue -> the signal its waiting workers listen to.
+/// Queue -> its waiting claimWork calls, longest-waiting first.
 #[derive(Debug, Default)]
 pub(crate) struct Wakers {
-    by_queue: Mutex<HashMap<String, Arc<Notify>>>,
+    by_queue: Mutex<HashMap<String, VecDeque<Arc<Waiter>>>>,
+}
+
+/// One waiting claimWork.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    /// The worker's dimensions.
+    dimensions: Dimensions,
+    notify: Notify,
+    /// Woken for a run and not yet looked.
+    woken: AtomicBool,
+    /// Quarantined: claims nothing, so runs wake the others; woken only with all of them.
+    quarantined: AtomicBool,
+    /// What the run it was woken for needs, to pass the wake-up on to a worker that can take it.
+    woken_for: Mutex<Option<Dimensions>>,
+}
+
+impl Waiter {
+    /// Passes an unused wake-up on to the next worker in line that can take its run.
+    fn pass_on(&self, wakers: &Wakers, task_queue_id: &str) {
+        let required = self.woken_for.lock().unwrap_or_else(PoisonError::into_inner).take();
+        wakers.wake(task_queue_id, required.as_ref());
+    }
+}
+
+/// A waiter's place in its queue's list, held while a claimWork looks and waits; dropped
+/// woken without having looked (its client went away), it passes its wake-up on.
+pub(crate) struct Registration<'a> {
+    wakers: &'a Wakers,
+    task_queue_id: &'a str,
+    waiter: Arc<Waiter>,
+}
+
+impl Registration<'_> {
+    /// Resolves once woken.
+    pub(crate) async fn woken(&self) {
+        self.waiter.notify.notified().await;
+    }
+
+    /// The waiter is about to look for work: a wake-up it had is used.
+    pub(crate) fn looking(&self) {
+        self.waiter.woken.store(false, Ordering::Relaxed);
+    }
+
+    /// Passes on a wake-up the last look used without answering (it failed).
+    pub(crate) fn pass_on(&self) {
+        self.waiter.pass_on(self.wakers, self.task_queue_id);
+    }
+
+    /// The worker is quarantined (or no longer): while it is, runs wake the others, and a
+    /// wake-up it got while looking goes to the next in line.
+    pub(crate) fn set_quarantined(&self, quarantined: bool) {
+        self.waiter.quarantined.store(quarantined, Ordering::Relaxed);
+        if quarantined && self.waiter.woken.swap(false, Ordering::Relaxed) {
+            self.waiter.pass_on(self.wakers, self.task_queue_id);
+        }
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        let mut by_queue = self.wakers.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(waiters) = by_queue.get_mut(self.task_queue_id) {
+            waiters.retain(|waiter| !Arc::ptr_eq(waiter, &self.waiter));
+            if waiters.is_empty() {
+                by_queue.remove(self.task_queue_id);
+            }
+        }
+        drop(by_queue);
+        if self.waiter.woken.load(Ordering::Relaxed) {
+            // Woken for a run it will never look for: the next one that matches looks instead.
+            self.waiter.pass_on(self.wakers, self.task_queue_id);
+        }
+    }
 }
 
 impl Wakers {
-    pub(crate) fn get(&self, task_queue_id: &str) -> Arc<Notify> {
-        let mut by_queue = self.by_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match by_queue.get(task_queue_id) {
-            Some(notify) => Arc::clone(notify),
-            None => {
-                let notify = Arc::new(Notify::new());
-                by_queue.insert(task_queue_id.to_owned(), Arc::clone(&notify));
-                notify
-            }
+    /// Puts a claimWork of a worker with `dimensions` in line on `task_queue_id`.
+    pub(crate) fn register<'a>(&'a self, task_queue_id: &'a str, dimensions: &Dimensions) -> Registration<'a> {
+        let waiter = Arc::new(Waiter {
+            dimensions: dimensions.clone(),
+            notify: Notify::new(),
+            woken: AtomicBool::new(false),
+            quarantined: AtomicBool::new(false),
+            woken_for: Mutex::new(None),
+        });
+        let mut by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
+        by_queue.entry(task_queue_id.to_owned()).or_default().push_back(Arc::clone(&waiter));
+        Registration { wakers: self, task_queue_id, waiter }
+    }
+
+    /// A run needing `required` (none: any worker) became pending on `task_queue_id`: wakes
+    /// the longest-waiting claimWork that can take it, if any waits.
+    pub(crate) fn wake(&self, task_queue_id: &str, required: Option<&Dimensions>) {
+        let mut by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(waiters) = by_queue.get_mut(task_queue_id) else { return };
+        let at = waiters.iter().position(|waiter| {
+            !waiter.woken.load(Ordering::Relaxed)
+                && !waiter.quarantined.load(Ordering::Relaxed)
+                && required.is_none_or(|required| required.matched_by(&waiter.dimensions))
+        });
+        if let Some(waiter) = at.and_then(|at| waiters.remove(at)) {
+            *waiter.woken_for.lock().unwrap_or_else(PoisonError::into_inner) = required.cloned();
+            waiter.woken.store(true, Ordering::Relaxed);
+            waiter.notify.notify_one();
+            // Back in line at the end: it stays registered until its claimWork looks.
+            waiters.push_back(waiter);
         }
     }
 
-    /// Wakes every waiting worker of every queue.
+    /// Wakes every claimWork waiting on `task_queue_id` (work whose needs are unknown, e.g.
+    /// committed by another server).
+    pub(crate) fn wake_queue(&self, task_queue_id: &str) {
+        let by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
+        for waiter in by_queue.get(task_queue_id).into_iter().flatten() {
+            waiter.woken.store(true, Ordering::Relaxed);
+            waiter.notify.notify_one();
+        }
+    }
+
+    /// Wakes every waiting claimWork of every queue.
     pub(crate) fn wake_all(&self) {
-        let by_queue = self.by_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for notify in by_queue.values() {
-            notify.notify_waiters();
+        let by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
+        for waiter in by_queue.values().flatten() {
+            waiter.woken.store(true, Ordering::Relaxed);
+            waiter.notify.notify_one();
         }
     }
+}
 
-    /// Wakes every worker waiting on the queue; each then tries to claim. (Waking all rather
-    /// than one keeps a worker whose dimensions do not match from swallowing the signal.)
-    pub(crate) fn wake(&self, task_queue_id: &str) {
-        let notify = {
-            let by_queue = self.by_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            by_queue.get(task_queue_id).cloned()
-        };
-        if let Some(notify) = notify {
-            notify.notify_waiters();
-        }
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn dims(os: &str) -> Dimensions {
+        Dimensions::parse("dimensions", BTreeMap::from([("os".to_owned(), vec![os.to_owned()])])).unwrap()
+    }
+
+    fn woken(registration: &Registration<'_>) -> bool {
+        registration.waiter.woken.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_run_wakes_the_longest_waiting_worker_that_can_take_it() {
+        let wakers = Wakers::default();
+        let (mac, first, second) = (
+            wakers.register("q", &dims("mac")),
+            wakers.register("q", &dims("linux")),
+            wakers.register("q", &dims("linux")),
+        );
+        wakers.wake("q", Some(&dims("linux")));
+        assert_eq!((woken(&mac), woken(&first), woken(&second)), (false, true, false));
+        // A second run wakes the next, not the one already woken.
+        wakers.wake("q", Some(&dims("linux")));
+        assert!(woken(&second));
+        // Nobody left who can take a third.
+        wakers.wake("q", Some(&dims("linux")));
+        assert!(!woken(&mac));
+        // A run that needs nothing wakes anyone.
+        wakers.wake("q", None);
+        assert!(woken(&mac));
+        wakers.wake("other", None);
+    }
+
+    #[test]
+    fn a_wake_up_nobody_looked_for_is_passed_on() {
+        let wakers = Wakers::default();
+        let (gone, next) = (wakers.register("q", &dims("linux")), wakers.register("q", &dims("linux")));
+        wakers.wake("q", Some(&dims("linux")));
+        assert!(woken(&gone) && !woken(&next));
+        drop(gone);
+        assert!(woken(&next), "the one that went away passed it on");
+        // One that looked used it: dropping it wakes nobody.
+        let last = wakers.register("q", &dims("linux"));
+        next.looking();
+        drop(next);
+        assert!(!woken(&last));
+    }
+
+    #[test]
+    fn quarantined_workers_are_passed_over_but_hear_changes_to_the_queue() {
+        let wakers = Wakers::default();
+        let (held, free) = (wakers.register("q", &Dimensions::default()), wakers.register("q", &Dimensions::default()));
+        held.set_quarantined(true);
+        wakers.wake("q", None);
+        assert_eq!((woken(&held), woken(&free)), (false, true));
+        wakers.wake_queue("q");
+        assert!(woken(&held));
     }
 }

@@ -51,7 +51,7 @@ impl Queue {
         let now = now();
         let worker = self.inner.store.change_worker(key, change, client_id, now).await?;
         self.inner.fleet.changed(&worker, now);
-        self.inner.wakers.wake(&worker.key.task_queue_id);
+        self.inner.wakers.wake_queue(&worker.key.task_queue_id);
         Ok(worker)
     }
 
