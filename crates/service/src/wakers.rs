@@ -2,17 +2,20 @@
 //! longest-waiting one whose dimensions match the run, not every waiter (one would claim and
 //! the others would look for nothing).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use shoal_engine::dimensions::Dimensions;
 use tokio::sync::Notify;
 
-/// Queue -> its waiting claimWork calls, longest-waiting first.
+/// Queue -> its waiting claimWork calls by place in line (longest-waiting first), so that
+/// joining, leaving and going to the back are logarithmic however many wait.
 #[derive(Debug, Default)]
 pub(crate) struct Wakers {
-    by_queue: Mutex<HashMap<String, VecDeque<Arc<Waiter>>>>,
+    by_queue: Mutex<HashMap<String, BTreeMap<u64, Arc<Waiter>>>>,
+    /// The next place in line.
+    next: AtomicU64,
 }
 
 /// One waiting claimWork.
@@ -20,6 +23,8 @@ pub(crate) struct Wakers {
 pub(crate) struct Waiter {
     /// The worker's dimensions.
     dimensions: Dimensions,
+    /// Its place in its queue's line (changed, under the lock, when it goes to the back).
+    place: AtomicU64,
     notify: Notify,
     /// Woken for a run and not yet looked.
     woken: AtomicBool,
@@ -75,7 +80,7 @@ impl Drop for Registration<'_> {
     fn drop(&mut self) {
         let mut by_queue = self.wakers.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(waiters) = by_queue.get_mut(self.task_queue_id) {
-            waiters.retain(|waiter| !Arc::ptr_eq(waiter, &self.waiter));
+            waiters.remove(&self.waiter.place.load(Ordering::Relaxed));
             if waiters.is_empty() {
                 by_queue.remove(self.task_queue_id);
             }
@@ -91,15 +96,17 @@ impl Drop for Registration<'_> {
 impl Wakers {
     /// Puts a claimWork of a worker with `dimensions` in line on `task_queue_id`.
     pub(crate) fn register<'a>(&'a self, task_queue_id: &'a str, dimensions: &Dimensions) -> Registration<'a> {
+        let place = self.next.fetch_add(1, Ordering::Relaxed);
         let waiter = Arc::new(Waiter {
             dimensions: dimensions.clone(),
+            place: AtomicU64::new(place),
             notify: Notify::new(),
             woken: AtomicBool::new(false),
             quarantined: AtomicBool::new(false),
             woken_for: Mutex::new(None),
         });
         let mut by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
-        by_queue.entry(task_queue_id.to_owned()).or_default().push_back(Arc::clone(&waiter));
+        by_queue.entry(task_queue_id.to_owned()).or_default().insert(place, Arc::clone(&waiter));
         Registration { wakers: self, task_queue_id, waiter }
     }
 
@@ -108,17 +115,20 @@ impl Wakers {
     pub(crate) fn wake(&self, task_queue_id: &str, required: Option<&Dimensions>) {
         let mut by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(waiters) = by_queue.get_mut(task_queue_id) else { return };
-        let at = waiters.iter().position(|waiter| {
-            !waiter.woken.load(Ordering::Relaxed)
+        let at = waiters.iter().find_map(|(place, waiter)| {
+            let can = !waiter.woken.load(Ordering::Relaxed)
                 && !waiter.quarantined.load(Ordering::Relaxed)
-                && required.is_none_or(|required| required.matched_by(&waiter.dimensions))
+                && required.is_none_or(|required| required.matched_by(&waiter.dimensions));
+            can.then_some(*place)
         });
-        if let Some(waiter) = at.and_then(|at| waiters.remove(at)) {
+        if let Some(waiter) = at.and_then(|at| waiters.remove(&at)) {
             *waiter.woken_for.lock().unwrap_or_else(PoisonError::into_inner) = required.cloned();
             waiter.woken.store(true, Ordering::Relaxed);
             waiter.notify.notify_one();
-            // Back in line at the end: it stays registered until its claimWork looks.
-            waiters.push_back(waiter);
+            // To the back of the line: it stays registered until its claimWork looks.
+            let place = self.next.fetch_add(1, Ordering::Relaxed);
+            waiter.place.store(place, Ordering::Relaxed);
+            waiters.insert(place, waiter);
         }
     }
 
@@ -126,7 +136,7 @@ impl Wakers {
     /// committed by another server).
     pub(crate) fn wake_queue(&self, task_queue_id: &str) {
         let by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
-        for waiter in by_queue.get(task_queue_id).into_iter().flatten() {
+        for waiter in by_queue.get(task_queue_id).into_iter().flat_map(BTreeMap::values) {
             waiter.woken.store(true, Ordering::Relaxed);
             waiter.notify.notify_one();
         }
@@ -135,7 +145,7 @@ impl Wakers {
     /// Wakes every waiting claimWork of every queue.
     pub(crate) fn wake_all(&self) {
         let by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
-        for waiter in by_queue.values().flatten() {
+        for waiter in by_queue.values().flat_map(BTreeMap::values) {
             waiter.woken.store(true, Ordering::Relaxed);
             waiter.notify.notify_one();
         }
