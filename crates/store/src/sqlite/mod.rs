@@ -1,10 +1,10 @@
 //! The embedded SQLite backend.
 //!
 //! One writer thread owns the write connection and the pending index. It takes every queued
-//! operation at once, runs each in its own savepoint, and commits the batch with one fsync
-//! (group commit): every caller is answered only after the commit that made its change
-//! durable. Readers use a small pool of read-only connections; WAL mode lets them read
-//! committed data while the writer works.
+//! operation at once, runs them in one transaction and commits the batch (group commit); a
+//! syncer thread (`sync.rs`) fsyncs the WAL while the writer goes on, and answers each caller
+//! only once the commit that made its change is durable. Readers use a small pool of
+//! read-only connections; WAL mode lets them read committed data while the writer works.
 
 mod artifacts;
 mod checkpoint;
@@ -14,6 +14,7 @@ mod pending;
 mod reads;
 mod row;
 mod schema;
+mod sync;
 mod tx;
 mod workers;
 
@@ -77,7 +78,7 @@ struct Inner {
 }
 
 /// Answers a job's caller once its batch committed (`Ok`) or failed (`Err(reason)`).
-type Deliver = Box<dyn FnOnce(Result<(), String>) + Send>;
+pub(crate) type Deliver = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 /// How a job's run went, as far as its batch is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +154,7 @@ impl SqliteStore {
         }
         let mut conn = Connection::open(&config.path)?;
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -4096; \
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA cache_size = -4096; \
              PRAGMA temp_store = MEMORY; PRAGMA busy_timeout = 5000; PRAGMA wal_autocheckpoint = 16384;",
         )?;
         conn.set_prepared_statement_cache_capacity(64);
@@ -171,10 +172,11 @@ impl SqliteStore {
         let state = WriterState::new(index, max_seq, bounds.last, Arc::clone(&feed), config);
         let wal_frames = Arc::new(AtomicI64::new(0));
         let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal_frames))?;
+        let syncer = sync::Syncer::start(&config.path, Arc::clone(&feed))?;
         let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
         let writer = std::thread::Builder::new()
             .name("shoal-store-writer".into())
-            .spawn(move || writer_loop(conn, state, receiver, &wal_frames))
+            .spawn(move || writer_loop(conn, state, receiver, &syncer, &wal_frames))
             .map_err(|err| StoreError::Other(format!("starting writer: {err}")))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
@@ -294,6 +296,7 @@ fn writer_loop(
     mut conn: Connection,
     mut state: WriterState,
     mut jobs: mpsc::Receiver<Box<dyn Job>>,
+    syncer: &sync::Syncer,
     wal_frames: &AtomicI64,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
@@ -305,7 +308,13 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
-        run_batch(&mut conn, &mut state, &mut batch);
+        if syncer.failed() {
+            for job in batch.drain(..) {
+                job.fail("the database could not be synced to disk; restart the server".into());
+            }
+            continue;
+        }
+        run_batch(&mut conn, &mut state, syncer, &mut batch);
         if wal_frames.load(Ordering::Relaxed) > checkpoint::RESTART_FRAMES {
             // Between batches no transaction is open, so the WAL can start over.
             if let Err(err) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
@@ -317,14 +326,16 @@ fn writer_loop(
     tracing::debug!("store writer stopped");
 }
 
-/// Runs a batch in one transaction and commits it with one fsync.
+/// Runs a batch in one transaction, commits it and hands it to `syncer`, which answers its
+/// callers once it is on disk.
 ///
 /// There is no savepoint per job (SQLite would copy every page a job touches into a
 /// sub-journal): a refused job must not have written (checked with `total_changes` and the
 /// index's undo mark), and a job whose storage failed aborts the whole batch, whose callers
 /// are all told to retry.
-fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box<dyn Job>>) {
-    if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+fn run_batch(conn: &mut Connection, state: &mut WriterState, syncer: &sync::Syncer, batch: &mut Vec<Box<dyn Job>>) {
+    let changes = conn.total_changes();
+    if let Err(err) = conn.prepare_cached("BEGIN IMMEDIATE").and_then(|mut begin| begin.execute([])) {
         tracing::error!(error = %err, "cannot begin a write transaction");
         for job in batch.drain(..) {
             job.fail(err.to_string());
@@ -383,7 +394,7 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
     }
     let commit = match failure {
         Some(reason) => Err(reason),
-        None => conn.execute_batch("COMMIT").map_err(|err| {
+        None => conn.prepare_cached("COMMIT").and_then(|mut commit| commit.execute([])).map(drop).map_err(|err| {
             tracing::error!(error = %err, "commit failed; the batch is rolled back");
             err.to_string()
         }),
@@ -394,17 +405,18 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, batch: &mut Vec<Box
             if trim {
                 state.outbox_trimmed = published;
             }
-            state.feed.committed(messages);
+            let wrote = conn.total_changes() != changes || !messages.is_empty();
+            syncer.sync(sync::Unsynced { deliveries, messages, wrote });
         }
-        Err(_) => {
+        Err(reason) => {
             let _ = conn.execute_batch("ROLLBACK");
             state.index.rollback_to(0);
             state.forget_queue_touches();
             state.outbox_seq = outbox_seq;
+            for deliver in deliveries {
+                deliver(Err(reason.clone()));
+            }
         }
-    }
-    for deliver in deliveries {
-        deliver(commit.clone());
     }
 }
 
