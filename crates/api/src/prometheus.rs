@@ -93,6 +93,7 @@ pub(crate) async fn serve(State(state): State<AppState>) -> Result<Response, Api
     let store = state.queue.store();
     let backlog = if store.is_publishing() { store.outbox().backlog() } else { 0 };
     metrics::gauge!("shoal_outbox_backlog").set(backlog as f64);
+    metrics::gauge!("shoal_claims_waiting").set(state.queue.claims_waiting() as f64);
     let mut res = handle.render().into_response();
     res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     Ok(res)

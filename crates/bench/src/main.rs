@@ -19,6 +19,7 @@ mod fleet;
 mod graph;
 mod hostile;
 mod http1;
+mod longpoll;
 mod server;
 mod soak;
 mod timings;
@@ -170,6 +171,14 @@ enum Command {
         #[arg(long, default_value_t = 800)]
         slow_connections: usize,
     },
+    /// Idle claimWork long polls at fleet scale (each on its own connection): the server's
+    /// memory and other requests' latency while they are held, and a new task's time to one.
+    Longpoll {
+        #[arg(long, default_value_t = 20_000)]
+        polls: usize,
+        #[arg(long, default_value_t = 500)]
+        samples: usize,
+    },
     /// A task graph from submission to finished with trivial workers.
     Graph {
         #[arg(long, value_enum, default_value = "chain")]
@@ -286,6 +295,7 @@ fn main() -> anyhow::Result<()> {
                 soak::soak(seconds, rate, expires_after, every).await?;
             }
             Command::Hostile { tasks, slow_connections } => hostile::hostile(tasks, slow_connections).await?,
+            Command::Longpoll { polls, samples } => longpoll::longpoll(polls, samples).await?,
             Command::Graph { shape, tasks, workers } => {
                 graph::graph_bench(shape, tasks, workers).await?;
             }
@@ -353,7 +363,15 @@ fn spawn_creators(
             let mut left_in_group = 0;
             let expires_after = EXPIRES_AFTER.load(Ordering::Relaxed);
             let mut refreshed: Option<Instant> = None;
+            let mut stamped = String::new();
             while created.fetch_add(1, Ordering::Relaxed) < n_tasks {
+                // Each task is created now, as a client's would be (one `created` shared by
+                // every task would file them all under one instant).
+                let stamp = now().to_string();
+                if stamp != stamped {
+                    body = hyper::body::Bytes::from(restamp(&body, &stamp));
+                    stamped = stamp;
+                }
                 if expires_after > 0 && refreshed.is_none_or(|at| at.elapsed() >= Duration::from_millis(100)) {
                     // Deadline and expiry move with the clock: each task is deleted that long
                     // after it was made (while the load goes on).
@@ -386,6 +404,19 @@ fn spawn_creators(
         });
     }
     creators
+}
+
+/// `body` with its `created` set to `stamp` (an RFC 3339 time of the same length).
+fn restamp(body: &[u8], stamp: &str) -> Vec<u8> {
+    let mut bytes = body.to_vec();
+    let key = b"\"created\":\"";
+    if let Some(at) = bytes.windows(key.len()).position(|w| w == key) {
+        let start = at + key.len();
+        if bytes.len() >= start + stamp.len() && bytes[start + stamp.len()] == b'"' {
+            bytes[start..start + stamp.len()].copy_from_slice(stamp.as_bytes());
+        }
+    }
+    bytes
 }
 
 /// A JSON value as request bytes, serialized once (copying a few hundred bytes per request

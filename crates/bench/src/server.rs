@@ -80,6 +80,11 @@ impl Server {
         reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap_or_default()
     }
 
+    /// The server's process id, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// The server's resident memory in MB.
     pub(crate) fn rss_mb(&self) -> u64 {
         let Some(pid) = self.child.id() else { return 0 };

@@ -157,6 +157,12 @@ impl Queue {
         &self.inner.blobs
     }
 
+    /// claimWork calls held on this server (waiting for work or looking).
+    #[must_use]
+    pub fn claims_waiting(&self) -> usize {
+        self.inner.wakers.waiting()
+    }
+
     /// The store, for reads.
     #[must_use]
     pub fn store(&self) -> &Store {

@@ -142,6 +142,11 @@ impl Wakers {
         }
     }
 
+    /// How many claimWork calls wait (or look), over every queue.
+    pub(crate) fn waiting(&self) -> usize {
+        self.by_queue.lock().unwrap_or_else(PoisonError::into_inner).values().map(BTreeMap::len).sum()
+    }
+
     /// Wakes every waiting claimWork of every queue.
     pub(crate) fn wake_all(&self) {
         let by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
@@ -164,6 +169,21 @@ mod tests {
 
     fn woken(registration: &Registration<'_>) -> bool {
         registration.waiter.woken.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn waiting_counts_the_calls_in_line_on_every_queue() {
+        let wakers = Wakers::default();
+        let a = wakers.register("q/a", &dims("linux"));
+        let b = wakers.register("q/b", &dims("linux"));
+        let c = wakers.register("q/b", &dims("mac"));
+        assert_eq!(wakers.waiting(), 3);
+        wakers.wake("q/b", None);
+        assert_eq!(wakers.waiting(), 3, "a woken call stays in line until it looks");
+        drop((a, b));
+        assert_eq!(wakers.waiting(), 1);
+        drop(c);
+        assert_eq!(wakers.waiting(), 0);
     }
 
     #[test]

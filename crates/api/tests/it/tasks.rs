@@ -339,6 +339,7 @@ async fn metrics_count_what_happened() {
     assert!(has(&format!("shoal_workers{{queue=\"{queue}\",state=\"idle\"}} 1")), "{text}");
     assert!(has(&format!("shoal_workers{{queue=\"{queue}\",state=\"busy\"}} 0")), "{text}");
     assert!(text.lines().any(|l| l.starts_with("shoal_outbox_backlog ")), "{text}");
+    assert!(has("shoal_claims_waiting 0"), "nothing long-polls here: {text}");
 }
 
 #[tokio::test]
