@@ -19,7 +19,6 @@ mod tx;
 mod workers;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OpenFlags};
@@ -170,13 +169,13 @@ impl SqliteStore {
             "store opened"
         );
         let state = WriterState::new(index, max_seq, bounds.last, Arc::clone(&feed), config);
-        let wal_frames = Arc::new(AtomicI64::new(0));
-        let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal_frames))?;
+        let wal = Arc::new(checkpoint::WalState::default());
+        let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal))?;
         let syncer = sync::Syncer::start(&config.path, Arc::clone(&feed))?;
         let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
         let writer = std::thread::Builder::new()
             .name("shoal-store-writer".into())
-            .spawn(move || writer_loop(conn, state, receiver, &syncer, &wal_frames))
+            .spawn(move || writer_loop(conn, state, receiver, &syncer, &wal))
             .map_err(|err| StoreError::Other(format!("starting writer: {err}")))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
@@ -297,7 +296,7 @@ fn writer_loop(
     mut state: WriterState,
     mut jobs: mpsc::Receiver<Box<dyn Job>>,
     syncer: &sync::Syncer,
-    wal_frames: &AtomicI64,
+    wal: &checkpoint::WalState,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH);
     while let Some(job) = jobs.blocking_recv() {
@@ -315,12 +314,12 @@ fn writer_loop(
             continue;
         }
         run_batch(&mut conn, &mut state, syncer, &mut batch);
-        if wal_frames.load(Ordering::Relaxed) > checkpoint::RESTART_FRAMES {
+        if wal.restart_due() {
             // Between batches no transaction is open, so the WAL can start over.
             if let Err(err) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
                 tracing::warn!(error = %err, "restarting the WAL failed; will retry");
             }
-            wal_frames.store(0, Ordering::Relaxed);
+            wal.restarted();
         }
     }
     tracing::debug!("store writer stopped");
