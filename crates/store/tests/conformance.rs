@@ -112,7 +112,7 @@ macro_rules! conformance {
 }
 
 conformance! {
-    current_thread: create_claim_complete, create_is_idempotent_and_conflicts_on_difference, failed_create_leaves_nothing_behind, dependencies_release_in_the_resolving_step, claims_go_by_priority_then_age_and_match_dimensions, priority_change_reorders_pending_work, claim_expiry_retries_then_gives_up, deadline_resolves_every_unresolved_state, a_groups_later_deadline_fires_after_its_earlier_task_resolved, a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own, groups_seal_and_cancel, restart_rebuilds_the_pending_index, concurrent_claims_hand_out_each_run_once, racing_identical_creates_all_succeed_and_define_the_task_once, a_failed_operation_takes_only_its_batch_down, artifacts_are_recorded_uploaded_listed_and_expired, every_transition_leaves_its_messages_in_the_outbox_in_order, unpublished_messages_survive_a_restart_and_published_ones_are_deleted, a_group_is_resolved_each_time_its_last_task_resolves, a_refused_graph_leaves_nothing_behind, matching_work_behind_many_tasks_for_other_workers_is_claimed, a_group_resolves_only_when_nothing_in_it_is_left_unresolved, a_graph_reruns_a_failure_blocks_then_finishes_once_run_again, concurrent_completions_of_a_graphs_tasks_are_each_counted_once, clients_and_roles_are_kept_changed_and_deleted, expired_tasks_are_forgotten_with_what_hangs_on_them, workers_are_recorded_with_their_claims_and_history, listing_workers_pages_and_filters, a_silent_worker_goes_missing_and_its_runs_are_retried_at_once, a_workers_history_is_bounded_and_it_expires, slices_skip_without_capacity_and_fall_back_when_they_expire, secrets_are_kept_apart_and_handed_to_the_claim, an_idempotent_task_is_deduped_from_a_recent_completion, swarmings_own_scenario, the_overview_lists_groups_graphs_and_failures_newest_first;
+    current_thread: create_claim_complete, create_is_idempotent_and_conflicts_on_difference, failed_create_leaves_nothing_behind, dependencies_release_in_the_resolving_step, claims_go_by_priority_then_age_and_match_dimensions, priority_change_reorders_pending_work, claim_expiry_retries_then_gives_up, deadline_resolves_every_unresolved_state, a_groups_later_deadline_fires_after_its_earlier_task_resolved, a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own, groups_seal_and_cancel, a_groups_listing_pages_in_task_id_order_whatever_each_tasks_state, restart_rebuilds_the_pending_index, concurrent_claims_hand_out_each_run_once, racing_identical_creates_all_succeed_and_define_the_task_once, a_failed_operation_takes_only_its_batch_down, artifacts_are_recorded_uploaded_listed_and_expired, every_transition_leaves_its_messages_in_the_outbox_in_order, unpublished_messages_survive_a_restart_and_published_ones_are_deleted, a_group_is_resolved_each_time_its_last_task_resolves, a_refused_graph_leaves_nothing_behind, matching_work_behind_many_tasks_for_other_workers_is_claimed, a_group_resolves_only_when_nothing_in_it_is_left_unresolved, a_graph_reruns_a_failure_blocks_then_finishes_once_run_again, concurrent_completions_of_a_graphs_tasks_are_each_counted_once, clients_and_roles_are_kept_changed_and_deleted, expired_tasks_are_forgotten_with_what_hangs_on_them, workers_are_recorded_with_their_claims_and_history, listing_workers_pages_and_filters, a_silent_worker_goes_missing_and_its_runs_are_retried_at_once, a_workers_history_is_bounded_and_it_expires, slices_skip_without_capacity_and_fall_back_when_they_expire, secrets_are_kept_apart_and_handed_to_the_claim, an_idempotent_task_is_deduped_from_a_recent_completion, swarmings_own_scenario, the_overview_lists_groups_graphs_and_failures_newest_first;
     multi_thread: writes_arriving_together_are_each_judged_alone,
 }
 
@@ -408,6 +408,31 @@ async fn groups_seal_and_cancel(name: &str, backend: Backend) {
     let rest = store.read(move |reads| reads.list_task_group(group, page.continuation.as_deref(), 2)).await.unwrap();
     assert_eq!((rest.items.len(), rest.continuation), (1, None), "{name}");
     assert!(rest.items.iter().all(|rec| rec.status.state == TaskState::Exception), "{name}");
+}
+
+async fn a_groups_listing_pages_in_task_id_order_whatever_each_tasks_state(name: &str, backend: Backend) {
+    let store = &backend.store;
+    let group = id(100);
+    for n in 1..=7 {
+        create(store, id(n), json!({"taskGroupId": group.to_string()}), at(0)).await;
+    }
+    for n in [2, 3, 6] {
+        apply(store, id(n), TaskCommand::Cancel, at(1)).await;
+    }
+    let (mut listed, mut after) = (Vec::new(), None::<String>);
+    loop {
+        let page = store.read(move |reads| reads.list_task_group(group, after.as_deref(), 2)).await.unwrap();
+        assert!(page.items.len() <= 2, "{name}");
+        listed.extend(page.items.iter().map(|rec| (rec.status.task_id, rec.status.state)));
+        match page.continuation {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    let expected: Vec<_> = (1..=7)
+        .map(|n| (id(n), if [2, 3, 6].contains(&n) { TaskState::Exception } else { TaskState::Pending }))
+        .collect();
+    assert_eq!(listed, expected, "{name}");
 }
 
 async fn restart_rebuilds_the_pending_index(name: &str, backend: Backend) {
