@@ -139,8 +139,10 @@ async fn sigterm_hands_running_tasks_back() {
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("data")).await;
     let mut leaving = worker(&server.root, "e2e/term", "leaving", &dir.path().join("work1"));
-    let task_id = create(&server, "e2e/term", json!({"command": ["sleep 300"], "maxRunTime": 600})).await;
-    while status(&server, &task_id).await["state"] != "running" {
+    let task_id = create(&server, "e2e/term", json!({"command": ["echo started; sleep 300"], "maxRunTime": 600})).await;
+    // Its process writing, not the run showing as running: a reader may see the claim
+    // before the claim's answer has reached the worker.
+    while !log_of(&server, &task_id, 0).await.contains("started") {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let pid = nix::unistd::Pid::from_raw(leaving.id().unwrap() as i32);
