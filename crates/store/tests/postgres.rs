@@ -13,6 +13,7 @@ use shoal_engine::definition::TaskDefinitionInput;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::message::{Exchange, Message};
 use shoal_engine::task::Resolution;
+use shoal_engine::worker::Sighting;
 use shoal_engine::{TaskId, Timestamp};
 use shoal_store::outbox::Next;
 use shoal_store::{ClaimRequest, PgConfig, PgPool, PgStore, Store, StoreError, migrate_postgres};
@@ -590,6 +591,11 @@ async fn claims_arriving_together_are_written_together_and_never_share_a_task() 
     let at = Timestamp(1_767_225_600_000);
     let stores = [open_store(&url), open_store(&url)];
     futures_util::future::join_all((0..64).map(|n| create(&stores[n as usize % 2], n))).await;
+    // The worker has called before, as the service records each claimWork's caller first:
+    // transactions both creating its record conflict, and one retried has held tasks that
+    // the others' SKIP LOCKED passed over, which is not what this test is about.
+    let worker = claim_request(3).worker_key();
+    stores[0].worker_seen(worker, Sighting::default(), at).await.unwrap();
     // 32 workers asking for 3 each (96 runs for 64 tasks) while 8 pending tasks are cancelled:
     // gatherings holding both must neither claim a cancelled task nor hand one to two workers.
     let cancelled: Vec<TaskId> = (0..8).map(|n| task_id(n * 8)).collect();
