@@ -1,14 +1,15 @@
 // BullMQ's side of ./scripts/bench-peers, as Shoal's own benchmarks measure Shoal:
 //   throughput: N jobs added by 32 producers (one add in flight each), processed by one Worker
-//     with concurrency 50 (a no-op processor) and completed: jobs/s from the first add to the
-//     last completion;
+//     with concurrency C (default 50; a no-op processor) and completed: jobs/s from the first
+//     add to the last completion;
 //   chain: N jobs one after another (each added when the previous one completed) with an idle
 //     Worker of concurrency 16: milliseconds per link.
 // Prints one line: "throughput <jobs/s>" or "chain <ms per link>". Redis at REDIS_PORT.
 import { Queue, Worker } from 'bullmq';
 
-const [mode, countText] = process.argv.slice(2);
+const [mode, countText, concurrencyText] = process.argv.slice(2);
 const count = Number(countText);
+const concurrency = Number(concurrencyText ?? 50);
 const connection = { host: '127.0.0.1', port: Number(process.env.REDIS_PORT) };
 const name = `bench-${mode}-${process.pid}-${Date.now()}`;
 const queue = new Queue(name, { connection });
@@ -19,7 +20,7 @@ async function throughput() {
   let done = 0;
   let finish;
   const finished = new Promise((resolve) => { finish = resolve; });
-  const worker = new Worker(name, async () => 'ok', { connection, concurrency: 50 });
+  const worker = new Worker(name, async () => 'ok', { connection, concurrency });
   worker.on('completed', () => { if (++done === count) finish(); });
   await worker.waitUntilReady();
   const started = performance.now();

@@ -516,9 +516,10 @@ async fn throughput_with(
     Ok(n_tasks as f64 / elapsed)
 }
 
-/// A worker that claims up to `batch` runs from `queue` (percent-encoded) and reports each
-/// completed at once, until `completed` reaches `n_tasks`; each request's latency goes to
-/// `timings`.
+/// A worker of capacity `batch`: claims up to `batch` runs from `queue` (percent-encoded) and
+/// reports each completed at once, all at the same time on a connection each (as `shoal
+/// worker` reports each task as it ends), until `completed` reaches `n_tasks`; each request's
+/// latency goes to `timings`.
 #[allow(clippy::too_many_arguments)]
 async fn trivial_worker(
     base: String,
@@ -533,25 +534,36 @@ async fn trivial_worker(
         hyper::body::Bytes::from(bytes_of(&json!({"workerGroup": "bench", "workerId": worker_id, "tasks": batch}))?);
     let claim_path = format!("/claim-work/{queue}");
     let mut conn = http1::Conn::open(&base).await?;
+    let mut reporters = Vec::with_capacity(batch);
+    for _ in 0..batch {
+        reporters.push(http1::Conn::open(&base).await?);
+    }
     while completed.load(Ordering::Relaxed) < n_tasks {
         let sent = Instant::now();
         let res = conn.send("POST", &claim_path, body.clone()).await?;
         let answer: ClaimAnswer = serde_json::from_slice(&res.body)?;
         timings.claim.record(sent);
         timings.claimed.fetch_add(answer.tasks.len() as u64, Ordering::Relaxed);
-        for claim in answer.tasks {
-            let path = format!("/task/{}/runs/{}/completed", claim.status.task_id, claim.run_id);
-            let sent = Instant::now();
-            // A worker reports with the run's credentials, not its own.
-            let credentials = claim.credentials.as_ref().filter(|_| conn.signs());
-            let res = conn.send_as(credentials, "POST", &path, hyper::body::Bytes::new()).await?;
-            anyhow::ensure!(
-                (200..300).contains(&res.status),
-                "reportCompleted: {}",
-                String::from_utf8_lossy(&res.body)
-            );
-            timings.report.record(sent);
-            completed.fetch_add(1, Ordering::Relaxed);
+        let reports = answer.tasks.into_iter().zip(reporters.iter_mut()).map(|(claim, conn)| {
+            let (completed, timings) = (&completed, &timings);
+            async move {
+                let path = format!("/task/{}/runs/{}/completed", claim.status.task_id, claim.run_id);
+                let sent = Instant::now();
+                // A worker reports with the run's credentials, not its own.
+                let credentials = claim.credentials.as_ref().filter(|_| conn.signs());
+                let res = conn.send_as(credentials, "POST", &path, hyper::body::Bytes::new()).await?;
+                anyhow::ensure!(
+                    (200..300).contains(&res.status),
+                    "reportCompleted: {}",
+                    String::from_utf8_lossy(&res.body)
+                );
+                timings.report.record(sent);
+                completed.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+        });
+        for report in futures_util::future::join_all(reports).await {
+            report?;
         }
     }
     Ok(())
