@@ -20,6 +20,7 @@ mod dev;
 mod expire;
 mod graph;
 mod limits;
+mod runtime;
 mod workers;
 
 // The server allocates many small, short-lived buffers per request (JSON, headers);
@@ -448,11 +449,15 @@ fn main() -> anyhow::Result<()> {
         println!("applied {applied} migration(s); the schema is at version {}", shoal_store::PG_SCHEMA_VERSION);
         return Ok(());
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    if let Command::Server(args) = &cli.command {
+        let config = ServerConfig::resolve(args)?;
+        let beside = if config.database.is_none() { runtime::Beside::Writer } else { runtime::Beside::Nothing };
+        return runtime::start(beside)?.block_on(server(config));
+    }
+    let runtime = runtime::start(runtime::Beside::Nothing)?;
     match cli.command {
-        Command::Migrate { .. } => Ok(()),
+        Command::Migrate { .. } | Command::Server(_) => Ok(()),
         Command::Expire(args) => runtime.block_on(expire::expire(args)),
-        Command::Server(args) => runtime.block_on(server(args)),
         Command::Worker(args) => runtime.block_on(worker(args)),
         Command::Dev(args) => {
             if !runtime.block_on(dev::dev(args))? {
@@ -483,9 +488,8 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn server(args: ServerArgs) -> anyhow::Result<()> {
+async fn server(config: ServerConfig) -> anyhow::Result<()> {
     let shutdown = ShutdownSignal::install()?;
-    let config = ServerConfig::resolve(&args)?;
     let running = RunningServer::start(&config).await?;
     // Printed on stdout so scripts (and tests) can learn the port when listening on :0.
     println!("shoal listening on http://{} (rootUrl {})", running.local, running.root_url);
