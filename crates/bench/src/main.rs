@@ -544,6 +544,8 @@ async fn trivial_worker(
         let answer: ClaimAnswer = serde_json::from_slice(&res.body)?;
         timings.claim.record(sent);
         timings.claimed.fetch_add(answer.tasks.len() as u64, Ordering::Relaxed);
+        // Each run reports on a connection of its own: one more would never be reported.
+        anyhow::ensure!(answer.tasks.len() <= batch, "claimWork asked for {batch} answered {}", answer.tasks.len());
         let reports = answer.tasks.into_iter().zip(reporters.iter_mut()).map(|(claim, conn)| {
             let (completed, timings) = (&completed, &timings);
             async move {
