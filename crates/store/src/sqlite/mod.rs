@@ -3,7 +3,8 @@
 //! One writer thread owns the write connection and the pending index. It takes every queued
 //! operation at once, runs them in one transaction and commits the batch (group commit); a
 //! syncer thread (`sync.rs`) fsyncs the WAL while the writer goes on, and answers each caller
-//! only once the commit that made its change is durable. Readers use a small pool of
+//! only once the commit that made its change is durable; its WAL appends reach the file in
+//! one write per commit (`walgather.rs`). Readers use a small pool of
 //! read-only connections; WAL mode lets them read committed data while the writer works.
 
 mod artifacts;
@@ -16,6 +17,7 @@ mod row;
 mod schema;
 mod sync;
 mod tx;
+mod walgather;
 mod workers;
 
 use std::path::PathBuf;
@@ -151,7 +153,9 @@ impl SqliteStore {
             std::fs::create_dir_all(dir)
                 .map_err(|err| StoreError::Unavailable(format!("creating {}: {err}", dir.display())))?;
         }
-        let mut conn = Connection::open(&config.path)?;
+        // The writer's WAL appends are gathered into one write per commit (`walgather.rs`).
+        walgather::register().map_err(StoreError::Unavailable)?;
+        let mut conn = Connection::open_with_flags_and_vfs(&config.path, OpenFlags::default(), walgather::NAME)?;
         conn.execute_batch(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA cache_size = -4096; \
              PRAGMA temp_store = MEMORY; PRAGMA busy_timeout = 5000; PRAGMA wal_autocheckpoint = 16384;",
