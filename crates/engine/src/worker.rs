@@ -472,9 +472,29 @@ pub fn run_events(key: &WorkerKey, runs: &[(TaskId, Run)]) -> Vec<WorkerEvent> {
     events
 }
 
+/// Orders a worker's events newest first. Stable: of events at the same time the given order
+/// holds (stored events come newest first), except that a worker's first sighting is older than
+/// whatever else happened in its millisecond (its first claim, say).
+pub fn newest_first(events: &mut [WorkerEvent]) {
+    events.sort_by_key(|event| (std::cmp::Reverse(event.at), event.kind == WorkerEventKind::FirstSeen));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_sighting_is_the_oldest_event_of_its_millisecond() {
+        let at = Timestamp(1_790_000_000_000);
+        let mut events = vec![
+            WorkerEvent::at(WorkerEventKind::FirstSeen, at),
+            WorkerEvent::at(WorkerEventKind::Claimed, at),
+            WorkerEvent::at(WorkerEventKind::Resolved, Timestamp(at.0 + 1)),
+        ];
+        newest_first(&mut events);
+        let kinds: Vec<_> = events.iter().map(|event| event.kind).collect();
+        assert_eq!(kinds, [WorkerEventKind::Resolved, WorkerEventKind::Claimed, WorkerEventKind::FirstSeen]);
+    }
 
     fn key() -> WorkerKey {
         WorkerKey { task_queue_id: "p/w".into(), worker_group: "g".into(), worker_id: "i".into() }

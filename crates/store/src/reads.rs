@@ -4,7 +4,7 @@
 use serde_json::value::RawValue;
 use shoal_engine::artifact::{Artifact, LIVE_LOG_NAME, implicit_live_log};
 use shoal_engine::id::is_identifier;
-use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey, run_events, worker_name};
+use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey, newest_first, run_events, worker_name};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::auth::AuthKind;
@@ -411,8 +411,7 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
             }
         }
         events.extend(run_events(key, &runs));
-        // Stable: of events at the same time, the stored order (newest first) holds.
-        events.sort_by_key(|event| std::cmp::Reverse(event.at));
+        newest_first(&mut events);
         Ok(events)
     }
 }
