@@ -112,7 +112,7 @@ macro_rules! conformance {
 }
 
 conformance! {
-    current_thread: create_claim_complete, create_is_idempotent_and_conflicts_on_difference, failed_create_leaves_nothing_behind, dependencies_release_in_the_resolving_step, claims_go_by_priority_then_age_and_match_dimensions, priority_change_reorders_pending_work, claim_expiry_retries_then_gives_up, deadline_resolves_every_unresolved_state, a_groups_later_deadline_fires_after_its_earlier_task_resolved, a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own, groups_seal_and_cancel, a_groups_listing_pages_in_task_id_order_whatever_each_tasks_state, restart_rebuilds_the_pending_index, concurrent_claims_hand_out_each_run_once, racing_identical_creates_all_succeed_and_define_the_task_once, a_failed_operation_takes_only_its_batch_down, artifacts_are_recorded_uploaded_listed_and_expired, every_transition_leaves_its_messages_in_the_outbox_in_order, unpublished_messages_survive_a_restart_and_published_ones_are_deleted, a_group_is_resolved_each_time_its_last_task_resolves, a_refused_graph_leaves_nothing_behind, matching_work_behind_many_tasks_for_other_workers_is_claimed, a_group_resolves_only_when_nothing_in_it_is_left_unresolved, a_graph_reruns_a_failure_blocks_then_finishes_once_run_again, concurrent_completions_of_a_graphs_tasks_are_each_counted_once, clients_and_roles_are_kept_changed_and_deleted, expired_tasks_are_forgotten_with_what_hangs_on_them, workers_are_recorded_with_their_claims_and_history, listing_workers_pages_and_filters, a_silent_worker_goes_missing_and_its_runs_are_retried_at_once, a_workers_history_is_bounded_and_it_expires, slices_skip_without_capacity_and_fall_back_when_they_expire, secrets_are_kept_apart_and_handed_to_the_claim, an_idempotent_task_is_deduped_from_a_recent_completion, swarmings_own_scenario, the_overview_lists_groups_graphs_and_failures_newest_first;
+    current_thread: create_claim_complete, create_is_idempotent_and_conflicts_on_difference, failed_create_leaves_nothing_behind, dependencies_release_in_the_resolving_step, claims_go_by_priority_then_age_and_match_dimensions, priority_change_reorders_pending_work, claim_expiry_retries_then_gives_up, deadline_resolves_every_unresolved_state, a_groups_later_deadline_fires_after_its_earlier_task_resolved, a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own, groups_seal_and_cancel, a_groups_listing_pages_in_task_id_order_whatever_each_tasks_state, a_group_named_after_one_of_its_tasks_holds_it_like_any_other, restart_rebuilds_the_pending_index, concurrent_claims_hand_out_each_run_once, racing_identical_creates_all_succeed_and_define_the_task_once, a_failed_operation_takes_only_its_batch_down, artifacts_are_recorded_uploaded_listed_and_expired, every_transition_leaves_its_messages_in_the_outbox_in_order, unpublished_messages_survive_a_restart_and_published_ones_are_deleted, a_group_is_resolved_each_time_its_last_task_resolves, a_refused_graph_leaves_nothing_behind, matching_work_behind_many_tasks_for_other_workers_is_claimed, a_group_resolves_only_when_nothing_in_it_is_left_unresolved, a_graph_reruns_a_failure_blocks_then_finishes_once_run_again, concurrent_completions_of_a_graphs_tasks_are_each_counted_once, clients_and_roles_are_kept_changed_and_deleted, expired_tasks_are_forgotten_with_what_hangs_on_them, workers_are_recorded_with_their_claims_and_history, listing_workers_pages_and_filters, a_silent_worker_goes_missing_and_its_runs_are_retried_at_once, a_workers_history_is_bounded_and_it_expires, slices_skip_without_capacity_and_fall_back_when_they_expire, secrets_are_kept_apart_and_handed_to_the_claim, an_idempotent_task_is_deduped_from_a_recent_completion, swarmings_own_scenario, the_overview_lists_groups_graphs_and_failures_newest_first;
     multi_thread: writes_arriving_together_are_each_judged_alone,
 }
 
@@ -433,6 +433,57 @@ async fn a_groups_listing_pages_in_task_id_order_whatever_each_tasks_state(name:
         .map(|n| (id(n), if [2, 3, 6].contains(&n) { TaskState::Exception } else { TaskState::Pending }))
         .collect();
     assert_eq!(listed, expected, "{name}");
+}
+
+async fn a_group_named_after_one_of_its_tasks_holds_it_like_any_other(name: &str, backend: Backend) {
+    let store = &backend.store;
+    let group = id(5);
+    let expires = "2026-01-01T02:00:00.000Z";
+    // id(5) names its own group, as a task created without one does; the others join it.
+    create(store, group, json!({"expires": expires}), at(0)).await;
+    for n in [9, 2, 7] {
+        create(store, id(n), json!({"taskGroupId": group.to_string(), "expires": expires}), at(0)).await;
+    }
+    let listing = |size: usize| async move {
+        let (mut listed, mut after) = (Vec::new(), None::<String>);
+        loop {
+            let page = store.read(move |reads| reads.list_task_group(group, after.as_deref(), size)).await.unwrap();
+            listed.extend(page.items.iter().map(|rec| rec.status.task_id));
+            match page.continuation {
+                Some(next) => after = Some(next),
+                None => return listed,
+            }
+        }
+    };
+    let all = vec![id(2), id(5), id(7), id(9)];
+    for size in [1, 2, 3, 10] {
+        assert_eq!(listing(size).await, all, "{name}: pages of {size}");
+    }
+    store.seal_task_group(group, at(1)).await.unwrap();
+    let canceled = store.cancel_task_group(group, at(2)).await.unwrap().value;
+    assert_eq!((canceled.task_group_size, canceled.cancelled_count), (4, 4), "{name}");
+
+    // The group stays while any of its tasks does, its namesake included.
+    let later = at(3 * 3600);
+    assert_eq!(store.forget_tasks(vec![id(2), id(7), id(9)], later, 10).await.unwrap(), 3, "{name}");
+    assert!(store.read(move |reads| reads.task_group(group)).await.unwrap().is_some(), "{name}");
+    assert_eq!(listing(2).await, vec![group], "{name}");
+    assert_eq!(store.forget_tasks(vec![group], later, 10).await.unwrap(), 1, "{name}");
+    assert!(
+        store.read(move |reads| reads.task_group(group)).await.unwrap().is_none(),
+        "{name}: gone with its last task"
+    );
+
+    // A member forgotten last takes the group with it just the same.
+    let other = id(20);
+    create(store, other, json!({"expires": expires}), at(0)).await;
+    create(store, id(21), json!({"taskGroupId": other.to_string(), "expires": expires}), at(0)).await;
+    store.seal_task_group(other, at(1)).await.unwrap();
+    store.cancel_task_group(other, at(2)).await.unwrap();
+    assert_eq!(store.forget_tasks(vec![other], later, 10).await.unwrap(), 1, "{name}");
+    assert!(store.read(move |reads| reads.task_group(other)).await.unwrap().is_some(), "{name}: a member is left");
+    assert_eq!(store.forget_tasks(vec![id(21)], later, 10).await.unwrap(), 1, "{name}");
+    assert!(store.read(move |reads| reads.task_group(other)).await.unwrap().is_none(), "{name}");
 }
 
 async fn restart_rebuilds_the_pending_index(name: &str, backend: Backend) {

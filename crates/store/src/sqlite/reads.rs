@@ -23,9 +23,13 @@ pub(crate) struct ReadConn<'a>(pub(crate) &'a Connection);
 fn task_statements(select: &str, select_t: &str) -> [String; 6] {
     [
         format!("SELECT {select} FROM tasks WHERE task_id = ?1"),
+        // A task named like its group is not in `tasks_group` (schema 13): it is found by its
+        // id, and merged in order with the others.
         format!(
-            "SELECT {select} FROM tasks WHERE task_group_id = ?1 AND task_id > ?2 \
-             ORDER BY task_id LIMIT ?3"
+            "SELECT {select} FROM (SELECT * FROM tasks \
+             WHERE task_group_id = ?1 AND task_group_id <> task_id AND task_id > ?2 \
+             UNION ALL SELECT * FROM tasks WHERE task_id = ?1 AND task_group_id = ?1 AND task_id > ?2 \
+             ORDER BY task_id LIMIT ?3) ORDER BY task_id"
         ),
         format!(
             "SELECT {select_t} FROM task_dependencies d JOIN tasks t ON t.task_id = d.dependent_task_id \

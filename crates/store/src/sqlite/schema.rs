@@ -220,6 +220,13 @@ INSERT OR IGNORE INTO task_tags (tag, created, task_id)
         + CAST(substr(json_extract(definition, '$.created'), 21, 3) AS INTEGER), task_id
     FROM tasks WHERE state IN ('failed', 'exception');
 ",
+    // 13: a task named like its group (Taskcluster's default group, so every task created
+    // without one, and the first task of most groups) is found by its id, not filed by group:
+    // one b-tree keyed by a random id fewer to write for each such task.
+    r"
+DROP INDEX tasks_group;
+CREATE INDEX tasks_group ON tasks (task_group_id, task_id) WHERE task_group_id <> task_id;
+",
 ];
 
 /// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its one

@@ -435,7 +435,10 @@ impl WriteTx for Tx<'_> {
     async fn group_size(&mut self, group: TaskId) -> Result<u64, StoreError> {
         let size: i64 = self
             .conn
-            .prepare_cached("SELECT COUNT(*) FROM tasks WHERE task_group_id = ?1")?
+            .prepare_cached(
+                "SELECT (SELECT COUNT(*) FROM tasks WHERE task_group_id = ?1 AND task_group_id <> task_id) \
+                 + (SELECT COUNT(*) FROM tasks WHERE task_id = ?1 AND task_group_id = ?1)",
+            )?
             .query_row([group.as_str()], |row| row.get(0))?;
         Ok(size as u64)
     }
@@ -588,7 +591,10 @@ impl WriteTx for Tx<'_> {
     async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError> {
         let empty = self
             .conn
-            .prepare_cached("SELECT NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = ?1)")?
+            .prepare_cached(
+                "SELECT NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = ?1 AND task_group_id <> task_id) \
+                 AND NOT EXISTS (SELECT 1 FROM tasks WHERE task_id = ?1 AND task_group_id = ?1)",
+            )?
             .query_row([group.as_str()], |row| row.get::<_, bool>(0))?;
         if empty {
             self.conn.prepare_cached("DELETE FROM task_groups WHERE task_group_id = ?1")?.execute([group.as_str()])?;
