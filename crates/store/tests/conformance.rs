@@ -459,7 +459,7 @@ async fn a_group_named_after_one_of_its_tasks_holds_it_like_any_other(name: &str
     for size in [1, 2, 3, 10] {
         assert_eq!(listing(size).await, all, "{name}: pages of {size}");
     }
-    store.seal_task_group(group, at(1)).await.unwrap();
+    let _ = store.seal_task_group(group, at(1)).await.unwrap();
     let canceled = store.cancel_task_group(group, at(2)).await.unwrap().value;
     assert_eq!((canceled.task_group_size, canceled.cancelled_count), (4, 4), "{name}");
 
@@ -478,8 +478,8 @@ async fn a_group_named_after_one_of_its_tasks_holds_it_like_any_other(name: &str
     let other = id(20);
     create(store, other, json!({"expires": expires}), at(0)).await;
     create(store, id(21), json!({"taskGroupId": other.to_string(), "expires": expires}), at(0)).await;
-    store.seal_task_group(other, at(1)).await.unwrap();
-    store.cancel_task_group(other, at(2)).await.unwrap();
+    let _ = store.seal_task_group(other, at(1)).await.unwrap();
+    let _ = store.cancel_task_group(other, at(2)).await.unwrap();
     assert_eq!(store.forget_tasks(vec![other], later, 10).await.unwrap(), 1, "{name}");
     assert!(store.read(move |reads| reads.task_group(other)).await.unwrap().is_some(), "{name}: a member is left");
     assert_eq!(store.forget_tasks(vec![id(21)], later, 10).await.unwrap(), 1, "{name}");
