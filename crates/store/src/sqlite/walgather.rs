@@ -398,6 +398,24 @@ mod tests {
     }
 
     #[test]
+    fn a_transaction_larger_than_what_is_gathered_commits_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let writer = open(&path);
+        FLUSHES.with(|flushes| flushes.set(0));
+        writer.execute_batch("BEGIN").unwrap();
+        for i in 0..2500 {
+            writer.execute("INSERT INTO t (k, v) VALUES (?1, zeroblob(4000))", [format!("big{i:05}")]).unwrap();
+        }
+        writer.execute_batch("COMMIT").unwrap();
+        assert!(FLUSHES.with(Cell::get) > 1, "10 MB is written out in more than one go");
+        let reader = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        assert_eq!(count(&reader), 2500);
+        let bytes: i64 = reader.query_row("SELECT sum(length(v)) FROM t", [], |row| row.get(0)).unwrap();
+        assert_eq!(bytes, 2500 * 4000);
+    }
+
+    #[test]
     fn the_wal_restarts_and_survives_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
