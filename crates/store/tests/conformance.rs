@@ -487,10 +487,11 @@ async fn a_group_named_after_one_of_its_tasks_holds_it_like_any_other(name: &str
 
     // Resolved only once nothing in it is left unresolved, whichever resolves last.
     let done = |run_id| TaskCommand::Resolve { run_id, resolution: Resolution::Completed, stats: None };
-    let (namesake_last, member_last) = (id(30), id(40));
-    for group in [namesake_last, member_last] {
+    // In the first group its namesake resolves last, in the second its member.
+    let [(namesake_last, first_member), (member_last, second_member)] = [(id(30), id(31)), (id(40), id(41))];
+    for (group, member) in [(namesake_last, first_member), (member_last, second_member)] {
         create(store, group, json!({}), at(0)).await;
-        create(store, id(group_member(group)), json!({"taskGroupId": group.to_string()}), at(0)).await;
+        create(store, member, json!({"taskGroupId": group.to_string()}), at(0)).await;
     }
     let resolved = vec![format!("primary.{namesake_last}.-._"), format!("primary.{member_last}.-._")];
     // The groups above resolved too, when they were cancelled.
@@ -499,17 +500,12 @@ async fn a_group_named_after_one_of_its_tasks_holds_it_like_any_other(name: &str
         all.into_iter().filter(|key| resolved.contains(key)).collect::<Vec<_>>()
     };
     assert_eq!(claim_ids(store, worker(4), at(1)).await.len(), 4, "{name}");
-    apply(store, id(31), done(0), at(2)).await;
+    apply(store, first_member, done(0), at(2)).await;
     apply(store, member_last, done(0), at(2)).await;
     assert!(resolved_now().await.is_empty(), "{name}: each group has a task running");
     apply(store, namesake_last, done(0), at(3)).await;
-    apply(store, id(41), done(0), at(3)).await;
+    apply(store, second_member, done(0), at(3)).await;
     assert_eq!(resolved_now().await, resolved, "{name}");
-}
-
-/// The one other task of the groups of `a_group_named_after_one_of_its_tasks_holds_it_like_any_other`.
-fn group_member(group: TaskId) -> u32 {
-    group.as_str()[..8].parse::<u32>().expect("a test id") + 1
 }
 
 async fn restart_rebuilds_the_pending_index(name: &str, backend: Backend) {
