@@ -222,7 +222,8 @@ INSERT OR IGNORE INTO task_tags (tag, created, task_id)
 ",
     // 13: a task named like its group (Taskcluster's default group, so every task created
     // without one, and the first task of most groups) is found by its id, not filed by group:
-    // one b-tree keyed by a random id fewer to write for each such task.
+    // one b-tree keyed by a random id fewer to write for each such task. Every query of a
+    // group's tasks reads the index and looks the namesake up by its id (`reads.rs`, `tx.rs`).
     r"
 DROP INDEX tasks_group;
 CREATE INDEX tasks_group ON tasks (task_group_id, task_id) WHERE task_group_id <> task_id;
