@@ -170,6 +170,10 @@ impl Store {
     /// Unavailable or Other on storage failure.
     pub async fn claim_work(&self, request: ClaimRequest, now: Timestamp) -> Result<Committed<Vec<Claim>>, StoreError> {
         match self {
+            // An idle worker's look: answered without queueing behind writes.
+            Store::Sqlite(store) if store.nothing_to_claim(&request.task_queue_id, now) => {
+                Ok(Committed { value: Vec::new(), events: Vec::new() })
+            }
             Store::Sqlite(store) => store.write(move |tx| ready(ops::tasks::claim_work(tx, &request, now))).await,
             Store::Postgres(store) => store.claim_work(request, now).await,
         }

@@ -42,6 +42,11 @@ use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
 /// How often at most a queue's last-active time is written.
 pub(crate) const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
+
+/// Whether a queue recorded active at `at` (milliseconds) needs no new record at `now`.
+pub(crate) fn queue_recorded_recently(at: i64, now: Timestamp) -> bool {
+    at + QUEUE_TOUCH_INTERVAL_MS > now.millis()
+}
 /// How long a queue is remembered after it was last active, unless set otherwise
 /// (Taskcluster's retention).
 pub const DEFAULT_QUEUE_RETENTION_SECS: i64 = 5 * 24 * 3600;

@@ -17,7 +17,7 @@ use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
-use crate::ops::{self, Aftermath, Place, QUEUE_TOUCH_INTERVAL_MS, Waiting, WriteTx, pending_run};
+use crate::ops::{self, Aftermath, Place, Waiting, WriteTx, pending_run};
 use crate::outbox::format::encode;
 use crate::postgres::outbox;
 use crate::postgres::pipeline::{
@@ -563,7 +563,7 @@ impl PgTx {
             // queued on the row's lock, each waiting for the one before it to commit
             // (`pg_stat_statements`: 26 upserts of ~89 ms each at a 64-worker run's start).
             let mut touched = self.shared.queues_touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if touched.get(task_queue_id).is_some_and(|&at| at + QUEUE_TOUCH_INTERVAL_MS > now.millis()) {
+            if touched.get(task_queue_id).is_some_and(|&at| ops::queue_recorded_recently(at, now)) {
                 return Ok(());
             }
             touched.insert(task_queue_id.to_owned(), now.millis());
@@ -575,7 +575,7 @@ impl PgTx {
             .query_opt("SELECT last_date_active FROM task_queues WHERE task_queue_id = $1", &[&task_queue_id])
             .await?
             .map(|row| row.get(0));
-        if let Some(last) = last.filter(|&last| last + QUEUE_TOUCH_INTERVAL_MS > now.millis()) {
+        if let Some(last) = last.filter(|&last| ops::queue_recorded_recently(last, now)) {
             self.touched.pop();
             let mut touched = self.shared.queues_touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             touched.insert(task_queue_id.to_owned(), last);

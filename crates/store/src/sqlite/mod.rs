@@ -9,6 +9,7 @@
 
 mod artifacts;
 mod checkpoint;
+mod glance;
 mod graph;
 mod outbox;
 mod pending;
@@ -75,6 +76,7 @@ struct Inner {
     checkpointer: Mutex<checkpoint::Checkpointer>,
     readers: ReaderPool,
     feed: Arc<OutboxFeed>,
+    glance: Arc<glance::Glance>,
     graph_scheduler_id: String,
 }
 
@@ -172,7 +174,8 @@ impl SqliteStore {
             unpublished = bounds.unpublished(),
             "store opened"
         );
-        let state = WriterState::new(index, max_seq, bounds.last, Arc::clone(&feed), config);
+        let glance = Arc::new(glance::Glance::default());
+        let state = WriterState::new(index, max_seq, bounds.last, Arc::clone(&feed), Arc::clone(&glance), config);
         let wal = Arc::new(checkpoint::WalState::default());
         let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal))?;
         let syncer = sync::Syncer::start(&config.path, Arc::clone(&feed))?;
@@ -188,6 +191,7 @@ impl SqliteStore {
                 checkpointer: Mutex::new(checkpointer),
                 readers: ReaderPool { path: config.path.clone(), idle: Mutex::new(Vec::new()) },
                 feed,
+                glance,
                 graph_scheduler_id: config.graph_scheduler_id.clone(),
             }),
         })
@@ -208,6 +212,12 @@ impl SqliteStore {
         let (reply, answer) = oneshot::channel();
         sender.send(Box::new(WriteJob { op, reply })).await.map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
+    }
+
+    /// Whether a claimWork on `task_queue_id` at `now` would claim nothing and write nothing,
+    /// as the last commit left the queue (`glance.rs`).
+    pub(crate) fn nothing_to_claim(&self, task_queue_id: &str, now: shoal_engine::Timestamp) -> bool {
+        self.inner.glance.nothing_to_claim(task_queue_id, now)
     }
 
     pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {
@@ -404,7 +414,7 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, syncer: &sync::Sync
     };
     match commit {
         Ok(()) => {
-            state.index.commit();
+            state.committed();
             if trim {
                 state.outbox_trimmed = published;
             }
@@ -502,6 +512,68 @@ mod tests {
         assert!(after.events.is_empty());
         assert!(queue_known(&store, "p/after").await);
         assert!(!queue_known(&store, "p/abandoned").await, "the abandoned operation did not run");
+    }
+
+    /// Holds the writer busy until the returned sender is dropped or sent to.
+    async fn hold_writer(store: &SqliteStore) -> std::sync::mpsc::Sender<()> {
+        let sender = store.inner.jobs.lock().unwrap().clone().unwrap();
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (reply, _answer) = oneshot::channel::<Result<Committed<()>, StoreError>>();
+        let op = move |_: &mut Tx<'_>| {
+            let _ = held.recv();
+            Ok(())
+        };
+        sender.send(Box::new(WriteJob { op, reply })).await.unwrap();
+        release
+    }
+
+    #[tokio::test]
+    async fn an_idle_claim_is_answered_without_the_writer_once_its_queue_is_recorded() {
+        use futures_util::FutureExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::Store::Sqlite(open(&dir));
+        let crate::Store::Sqlite(sqlite) = &store else { unreachable!() };
+        let request = crate::ClaimRequest {
+            task_queue_id: "p/idle".into(),
+            worker_group: "g".into(),
+            worker_id: "w".into(),
+            dimensions: Dimensions::default(),
+            count: 1,
+        };
+        let now = Timestamp(1_000_000);
+
+        // Never recorded: the claim must go through the writer to record the queue.
+        let held = hold_writer(sqlite).await;
+        let mut first = std::pin::pin!(store.claim_work(request.clone(), now));
+        assert!(first.as_mut().now_or_never().is_none(), "waits for the writer");
+        drop(held);
+        assert!(first.await.unwrap().value.is_empty());
+
+        // Recorded and nothing pending: answered while the writer is busy.
+        let held = hold_writer(sqlite).await;
+        let idle = store.claim_work(request.clone(), now).now_or_never().expect("answered without the writer");
+        assert!(idle.unwrap().value.is_empty());
+        drop(held);
+
+        // A run pending: the claim goes through the writer and takes it.
+        let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
+        let input: shoal_engine::definition::TaskDefinitionInput = serde_json::from_value(serde_json::json!({
+            "taskQueueId": "p/idle",
+            "created": "1970-01-01T00:16:40.000Z",
+            "deadline": "1970-01-01T01:16:40.000Z",
+            "payload": {},
+            "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
+        }))
+        .unwrap();
+        let created = store.create_task(input.validate(task_id, now).unwrap(), task_id, now).await.unwrap();
+        assert!(!created.events.is_empty());
+        let held = hold_writer(sqlite).await;
+        let mut busy = std::pin::pin!(store.claim_work(request, now));
+        assert!(busy.as_mut().now_or_never().is_none(), "a pending run is claimed by the writer");
+        drop(held);
+        let claims = busy.await.unwrap().value;
+        assert_eq!(claims.iter().map(|claim| claim.status.task_id).collect::<Vec<_>>(), vec![task_id]);
     }
 
     #[tokio::test]

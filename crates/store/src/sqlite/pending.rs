@@ -56,6 +56,8 @@ struct QueueIndex {
     anchored: HashMap<String, HashMap<String, Vec<usize>>>,
     /// The groups requiring nothing.
     unconstrained: Vec<usize>,
+    /// Runs pending in the queue.
+    len: usize,
 }
 
 #[derive(Debug)]
@@ -80,7 +82,28 @@ impl PendingIndex {
         self.len
     }
 
-    /// Whether nothing is pending.
+    /// The queues whose runs changed since the last commit, with the runs now pending in
+    /// each (a queue may come more than once).
+    pub(crate) fn changed_queues(&self) -> impl Iterator<Item = (&str, usize)> {
+        let mut last: Option<&str> = None;
+        self.undo.iter().filter_map(move |undo| {
+            let queue = match undo {
+                Undo::Inserted(key) | Undo::Removed(key, _) => key.task_queue_id.as_str(),
+            };
+            // A batch's changes mostly come in runs of one queue.
+            if last == Some(queue) {
+                return None;
+            }
+            last = Some(queue);
+            Some((queue, self.queues.get(queue).map_or(0, |index| index.len)))
+        })
+    }
+
+    /// Every queue that has held a pending run, with the runs now pending in each.
+    pub(crate) fn queue_lengths(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.queues.iter().map(|(queue, index)| (queue.as_str(), index.len))
+    }
+
     /// Adds a pending run.
     pub(crate) fn insert(&mut self, key: PendingKey, run: PendingRun) {
         self.insert_raw(&key, run);
@@ -134,6 +157,7 @@ impl PendingIndex {
                 seq: order.1,
             };
             self.len -= 1;
+            queue.len -= 1;
             self.undo.push(Undo::Removed(key.clone(), run));
             res.push((key, run));
         }
@@ -181,6 +205,7 @@ impl PendingIndex {
         let Some(group) = queue.groups[slot].as_mut() else { return };
         if group.entries.insert((key.rank, key.seq), run).is_none() {
             self.len += 1;
+            queue.len += 1;
         }
     }
 
@@ -190,6 +215,7 @@ impl PendingIndex {
         let run = queue.groups[slot].as_mut()?.entries.remove(&(key.rank, key.seq))?;
         queue.drop_if_empty(slot);
         self.len -= 1;
+        queue.len -= 1;
         Some(run)
     }
 }
@@ -336,6 +362,31 @@ mod tests {
         assert_eq!(index.len(), 1);
         let left = index.pop_matching("p/w", &any, 5);
         assert_eq!(left[0].1.task_id, id(1));
+    }
+
+    #[test]
+    fn each_queue_counts_its_runs_and_a_commit_names_the_queues_it_changed() {
+        let mut index = PendingIndex::default();
+        let any = Dimensions::default();
+        let linux = dims(&[("os", "linux")]);
+        let other = |seq| PendingKey { task_queue_id: "p/other".into(), dimensions: any.clone(), rank: 1, seq };
+        index.insert(key(&any, 1, 1), PendingRun { task_id: id(1), run_id: 0 });
+        index.insert(key(&linux, 1, 2), PendingRun { task_id: id(2), run_id: 0 });
+        index.insert(other(3), PendingRun { task_id: id(3), run_id: 0 });
+        let changed: Vec<(&str, usize)> = index.changed_queues().collect();
+        assert_eq!(changed, vec![("p/w", 2), ("p/other", 1)]);
+        index.commit();
+        assert_eq!(index.changed_queues().count(), 0, "nothing changed since the commit");
+
+        let mark = index.mark();
+        assert_eq!(index.pop_matching("p/w", &linux, 5).len(), 2);
+        index.remove(&other(3));
+        let changed: Vec<(&str, usize)> = index.changed_queues().collect();
+        assert_eq!(changed, vec![("p/w", 0), ("p/other", 0)]);
+        index.rollback_to(mark);
+        let mut lengths: Vec<(&str, usize)> = index.queue_lengths().collect();
+        lengths.sort_unstable();
+        assert_eq!(lengths, vec![("p/other", 1), ("p/w", 2)], "a rollback restores the counts");
     }
 
     #[test]

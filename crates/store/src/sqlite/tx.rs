@@ -19,10 +19,11 @@ use shoal_engine::{TaskId, Timestamp};
 use crate::ops::auth::AuthKind;
 use crate::ops::graph::{NewNode, StoredGraph};
 use crate::ops::{
-    Aftermath, CreateLookup, Due, Place, QUEUE_TOUCH_INTERVAL_MS, RowChange, Waiting, WriteTx, pending_run,
+    Aftermath, CreateLookup, Due, Place, RowChange, Waiting, WriteTx, pending_run, queue_recorded_recently,
 };
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::row::{TaskRow, corrupt, json};
+use crate::sqlite::glance::Glance;
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{SqliteConfig, artifacts, graph, workers};
@@ -35,6 +36,10 @@ pub(crate) struct WriterState {
     pub(crate) next_seq: u64,
     pub(crate) claim_timeout_secs: i64,
     queue_touched: HashMap<String, i64>,
+    /// Queues recorded active by the batch in progress, published at its commit.
+    recorded: Vec<(String, i64)>,
+    /// What claims may see without the writer, published at each commit.
+    glance: Arc<Glance>,
     /// Sequence of the last message written to the outbox.
     pub(crate) outbox_seq: u64,
     /// Messages up to here have been deleted from the outbox (after publication).
@@ -54,6 +59,16 @@ impl WriterState {
     /// Forgets which queues were recently recorded: after a rollback some records may be gone.
     pub(crate) fn forget_queue_touches(&mut self) {
         self.queue_touched.clear();
+        self.recorded.clear();
+    }
+
+    /// The batch committed: publishes what it changed to the glance and forgets the index's
+    /// undo log.
+    pub(crate) fn committed(&mut self) {
+        let recorded = self.recorded.iter().map(|(queue, at)| (queue.as_str(), *at));
+        self.glance.publish(self.index.changed_queues(), recorded);
+        self.recorded.clear();
+        self.index.commit();
     }
 
     /// The writer's state at start: the rebuilt index, the sequences where they stood, and
@@ -63,14 +78,18 @@ impl WriterState {
         next_seq: u64,
         outbox_seq: u64,
         feed: Arc<OutboxFeed>,
+        glance: Arc<Glance>,
         config: &SqliteConfig,
     ) -> WriterState {
         let outbox_trimmed = feed.published_upto();
+        glance.publish(index.queue_lengths(), []);
         WriterState {
             index,
             next_seq,
             claim_timeout_secs: config.claim_timeout_secs,
             queue_touched: HashMap::new(),
+            recorded: Vec::new(),
+            glance,
             outbox_seq,
             outbox_trimmed,
             feed,
@@ -110,8 +129,7 @@ impl Tx<'_> {
 
     /// Records that a queue was used, at most once per interval per queue.
     pub(crate) fn record_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
-        let fresh =
-            self.state.queue_touched.get(task_queue_id).is_some_and(|&at| at + QUEUE_TOUCH_INTERVAL_MS > now.millis());
+        let fresh = self.state.queue_touched.get(task_queue_id).is_some_and(|&at| queue_recorded_recently(at, now));
         if fresh {
             return Ok(());
         }
@@ -123,6 +141,7 @@ impl Tx<'_> {
         )?;
         stmt.execute(params![task_queue_id, now.millis() + self.state.queue_retention_ms, now.millis()])?;
         self.state.queue_touched.insert(task_queue_id.to_owned(), now.millis());
+        self.state.recorded.push((task_queue_id.to_owned(), now.millis()));
         Ok(())
     }
 
