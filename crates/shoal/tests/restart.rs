@@ -139,3 +139,30 @@ async fn kill_9_under_load_loses_nothing_acknowledged() {
     }
     assert!(still_pending.is_subset(&claimed), "some pending tasks were not claimable after the restart");
 }
+
+#[tokio::test]
+async fn a_second_server_on_the_same_data_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, base) = start(dir.path()).await;
+    let mut second = tokio::process::Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("SHOAL_LOG", "warn")
+        .env("RUST_BACKTRACE", "0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // A server that started prints where it listens; a refused one ends without a line.
+    let stdout = second.stdout.take().unwrap();
+    let listening = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout)).next_line().await.unwrap();
+    assert_eq!(listening, None, "the second server started");
+    let output = second.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("in use by another process"), "{stderr}");
+    // The first one is untouched.
+    let res = reqwest::get(format!("{base}/ping")).await.unwrap();
+    assert!(res.status().is_success());
+}
