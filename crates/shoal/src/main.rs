@@ -16,6 +16,7 @@ use tokio::sync::watch;
 
 mod cli;
 mod credentials;
+mod data_dir;
 mod dev;
 mod expire;
 mod graph;
@@ -510,6 +511,8 @@ struct RunningServer {
     auth_refresh: tokio::task::JoinHandle<()>,
     queue: Queue,
     store: Store,
+    /// Held while the server runs on the embedded database (`data_dir::lock`).
+    _data_dir_lock: Option<std::fs::File>,
 }
 
 /// How long a temporary upload file must have gone unwritten before a starting server
@@ -518,6 +521,10 @@ const STALE_UPLOAD: Duration = Duration::from_secs(3600);
 
 impl RunningServer {
     async fn start(config: &ServerConfig) -> anyhow::Result<RunningServer> {
+        let data_dir_lock = match config.database {
+            None => Some(data_dir::lock(&config.data_dir)?),
+            Some(_) => None,
+        };
         let store = config.open_store().await?;
         let queue_config = QueueConfig {
             claim_wait: Duration::from_secs(config.claim_wait),
@@ -584,6 +591,7 @@ impl RunningServer {
             auth_refresh,
             queue,
             store,
+            _data_dir_lock: data_dir_lock,
         })
     }
 

@@ -161,7 +161,7 @@ async fn a_second_server_on_the_same_data_directory_is_refused() {
     let output = second.wait_with_output().await.unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
-    assert!(stderr.contains("in use by another process"), "{stderr}");
+    assert!(stderr.contains("another Shoal server is running on the data directory"), "{stderr}");
     // The first one is untouched.
     let res = reqwest::get(format!("{base}/ping")).await.unwrap();
     assert!(res.status().is_success());

@@ -14,10 +14,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 
 use crate::StoreError;
-use crate::sqlite::walgather;
 
 /// Time between passive checkpoints.
 const INTERVAL: Duration = Duration::from_millis(100);
@@ -60,7 +59,7 @@ pub(crate) struct Checkpointer {
 impl Checkpointer {
     /// Starts checkpointing `path`; `wal` receives what each pass found.
     pub(crate) fn start(path: &Path, wal: Arc<WalState>) -> Result<Checkpointer, StoreError> {
-        let conn = Connection::open_with_flags_and_vfs(path, OpenFlags::default(), walgather::BASE)?;
+        let conn = Connection::open(path)?;
         conn.execute_batch("PRAGMA busy_timeout = 5000;")?;
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let signal = Arc::clone(&stop);

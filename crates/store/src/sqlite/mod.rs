@@ -158,7 +158,6 @@ impl SqliteStore {
         // The writer's WAL appends are gathered into one write per commit (`walgather.rs`).
         walgather::register().map_err(StoreError::Unavailable)?;
         let mut conn = Connection::open_with_flags_and_vfs(&config.path, OpenFlags::default(), walgather::NAME)?;
-        take_for_this_process(&conn, &config.path)?;
         conn.execute_batch(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA cache_size = -4096; \
              PRAGMA temp_store = MEMORY; PRAGMA busy_timeout = 5000; PRAGMA wal_autocheckpoint = 16384;",
@@ -257,23 +256,6 @@ impl SqliteStore {
             }
         })
         .await;
-    }
-}
-
-/// Takes the database for this process (`walgather::BASE`) with its first read, at once:
-/// another process holding it is another server on the same data directory.
-fn take_for_this_process(conn: &Connection, path: &std::path::Path) -> Result<(), StoreError> {
-    conn.busy_timeout(std::time::Duration::ZERO)?;
-    match conn.query_row("PRAGMA schema_version", [], |_| Ok(())) {
-        Err(rusqlite::Error::SqliteFailure(failure, _))
-            if matches!(failure.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) =>
-        {
-            Err(StoreError::Unavailable(format!(
-                "{} is in use by another process (another Shoal server on the same data directory?)",
-                path.display()
-            )))
-        }
-        res => res.map_err(StoreError::from),
     }
 }
 
@@ -463,13 +445,11 @@ impl ReaderPool {
         let conn = match idle {
             Some(conn) => conn,
             None => {
-                // Read-write, but only for the locks' sake (`walgather::BASE`): it only reads.
-                let conn = Connection::open_with_flags_and_vfs(
+                let conn = Connection::open_with_flags(
                     &self.path,
-                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                    walgather::BASE,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
-                conn.execute_batch("PRAGMA query_only = ON; PRAGMA busy_timeout = 5000; PRAGMA cache_size = -4096;")?;
+                conn.execute_batch("PRAGMA busy_timeout = 5000; PRAGMA cache_size = -4096;")?;
                 conn.set_prepared_statement_cache_capacity(32);
                 conn
             }

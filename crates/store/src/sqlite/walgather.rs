@@ -1,5 +1,5 @@
-//! A VFS over SQLite's `unix-excl` one that gathers a connection's WAL appends into one
-//! write per commit.
+//! A VFS over SQLite's default one that gathers a connection's WAL appends into one write
+//! per commit.
 //!
 //! SQLite writes each WAL frame as two writes (its 24-byte header, then the page), and a
 //! frame of 4,120 bytes straddles the kernel's pages, so a commit of n frames costs the
@@ -20,13 +20,6 @@ use rusqlite::ffi;
 
 /// The VFS's name, for `Connection::open_with_flags_and_vfs`.
 pub(crate) const NAME: &CStr = c"shoal-wal-gather";
-
-/// The VFS under this one, which every other connection of the server opens directly. It
-/// locks the database for this process once and then arbitrates the process's connections
-/// in memory, with the WAL index on the heap: no `fcntl` per transaction, and a second
-/// process (another server on the same data directory) cannot open the database at all.
-/// Read-only connections would take the kernel's locks again: open them read-write.
-pub(crate) const BASE: &CStr = c"unix-excl";
 
 /// Bytes of a WAL frame's header.
 const FRAME_HEADER: usize = 24;
@@ -57,11 +50,11 @@ pub(crate) fn register() -> Result<(), String> {
     static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
     REGISTERED
         .get_or_init(|| {
-            // SAFETY: SQLite's VFSes live as long as the process; ours is leaked so it does too.
+            // SAFETY: the default VFS lives as long as the process; ours is leaked so it does too.
             unsafe {
-                let base = ffi::sqlite3_vfs_find(BASE.as_ptr());
+                let base = ffi::sqlite3_vfs_find(ptr::null());
                 if base.is_null() {
-                    return Err("SQLite has no unix-excl VFS".into());
+                    return Err("SQLite has no default VFS".into());
                 }
                 let vfs = Box::leak(Box::new(ffi::sqlite3_vfs {
                     iVersion: 2,
@@ -364,7 +357,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
         let writer = open(&path);
-        let reader = Connection::open_with_flags_and_vfs(&path, OpenFlags::default(), BASE).unwrap();
+        let reader = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         for round in 0..50 {
             insert(&writer, round * 40, 40);
             assert_eq!(count(&reader), (round as i64 + 1) * 40, "round {round}");
@@ -398,7 +391,7 @@ mod tests {
         writer.execute("DELETE FROM t WHERE rowid % 2 = 0", []).unwrap();
         writer.execute_batch("ROLLBACK").unwrap();
         insert(&writer, 5000, 3000);
-        let reader = Connection::open_with_flags_and_vfs(&path, OpenFlags::default(), BASE).unwrap();
+        let reader = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         assert_eq!(count(&reader), 8000);
         let check: String = reader.query_row("PRAGMA integrity_check", [], |row| row.get(0)).unwrap();
         assert_eq!(check, "ok");
@@ -416,7 +409,7 @@ mod tests {
         }
         writer.execute_batch("COMMIT").unwrap();
         assert!(FLUSHES.with(Cell::get) > 1, "10 MB is written out in more than one go");
-        let reader = Connection::open_with_flags_and_vfs(&path, OpenFlags::default(), BASE).unwrap();
+        let reader = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         assert_eq!(count(&reader), 2500);
         let bytes: i64 = reader.query_row("SELECT sum(length(v)) FROM t", [], |row| row.get(0)).unwrap();
         assert_eq!(bytes, 2500 * 4000);
