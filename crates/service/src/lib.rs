@@ -125,7 +125,9 @@ struct Inner {
     closing: watch::Sender<bool>,
     store: Store,
     blobs: Blobs,
-    wakers: Wakers,
+    wakers: Arc<Wakers>,
+    /// The store wakes waiting claims at commit (`Store::wake_at_commit`); else the events do.
+    store_wakes: bool,
     live: LiveLogs,
     fleet: Fleet,
     config: QueueConfig,
@@ -138,8 +140,11 @@ impl Queue {
         let closing = watch::channel(false).0;
         let elsewhere = store.pending_elsewhere();
         let fleet = Fleet::new(config.sighting_interval().as_millis() as i64);
-        let inner =
-            Inner { closing, store, blobs, wakers: Wakers::default(), live: LiveLogs::default(), fleet, config };
+        let wakers = Arc::new(Wakers::default());
+        let woken = Arc::clone(&wakers);
+        let store_wakes = store.wake_at_commit(Box::new(move |queue, needs| woken.wake(queue, needs)));
+        let live = LiveLogs::default();
+        let inner = Inner { closing, store, blobs, wakers, store_wakes, live, fleet, config };
         let queue = Queue { inner: Arc::new(inner) };
         if let Some(elsewhere) = elsewhere {
             tokio::spawn(wake_on_remote_work(Arc::downgrade(&queue.inner), elsewhere));
@@ -186,13 +191,15 @@ impl Queue {
         self.inner.closing.send_replace(true);
     }
 
-    /// Wakes the workers waiting on every queue where a run became pending, and ends the
-    /// live logs of runs that ended.
+    /// Wakes the workers waiting on every queue where a run became pending (unless the store
+    /// woke them at commit), and ends the live logs of runs that ended.
     fn committed<T>(&self, committed: Committed<T>) -> T {
         counts::count(&committed.events);
         for event in &committed.events {
             match event.event {
-                Event::Pending { .. } => self.inner.wakers.wake(&event.task_queue_id, event.dimensions.as_deref()),
+                Event::Pending { .. } if !self.inner.store_wakes => {
+                    self.inner.wakers.wake(&event.task_queue_id, event.dimensions.as_deref());
+                }
                 Event::Completed { run_id } | Event::Failed { run_id } | Event::Exception { run_id } => {
                     self.inner.live.finish(event.task_id, run_id);
                 }

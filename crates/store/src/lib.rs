@@ -36,6 +36,9 @@ use shoal_engine::{TaskId, Timestamp};
 
 use crate::ops::{WriteTx, ready};
 
+/// Called with the queue and needs (none: any worker) of a run a commit made pending.
+pub type WakeHook = Box<dyn Fn(&str, Option<&shoal_engine::dimensions::Dimensions>) + Send + Sync>;
+
 /// The storage backends.
 #[derive(Clone)]
 pub enum Store {
@@ -161,6 +164,18 @@ impl Store {
         match self {
             Store::Sqlite(store) => store.write(move |tx| ready(ops::tasks::apply(tx, task_id, &command, now))).await,
             Store::Postgres(store) => store.apply(task_id, command, now).await,
+        }
+    }
+
+    /// Has the store wake waiting claims itself, calling `hook` with the queue and needs of
+    /// each run a commit makes pending as soon as it is committed, so that a woken claim's
+    /// write follows in the next batch while that commit syncs (embedded SQLite). Says whether
+    /// it will; otherwise the caller wakes them from the events each write returns.
+    #[must_use]
+    pub fn wake_at_commit(&self, hook: WakeHook) -> bool {
+        match self {
+            Store::Sqlite(store) => store.wake_at_commit(hook),
+            Store::Postgres(_) => false,
         }
     }
 

@@ -1,23 +1,40 @@
-//! What a claimWork can see without the writer: per task queue, how many runs are pending
-//! and when the queue was last recorded active, as the last commit left them.
+//! What waiting claimWork calls learn of commits without the writer: per task queue, how
+//! many runs are pending and when the queue was last recorded active, as the last commit left
+//! them; and a wake-up, at that commit, for each run it made pending.
 //!
 //! A claim that would find nothing and record nothing (the usual look of an idle worker)
-//! answers from here instead of queueing behind writes. The writer publishes at each commit;
-//! a run made pending after a claim looked here wakes that claim, which is in line before it
-//! looks (`shoal_service`'s wakers), so skipping the writer never hides work.
+//! answers from here instead of queueing behind writes. The writer publishes at each commit,
+//! then wakes; a claim is in line before it looks (`shoal_service`'s wakers), so a run made
+//! pending after it looked wakes it, and skipping the writer never hides work.
+//!
+//! The wake-up comes before the commit is durable, so the woken claim's own write is in the
+//! writer's next batch while this one syncs. The claim is answered only once its own commit,
+//! which follows this one in the WAL, is durable; a crash before that loses both together.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use shoal_engine::Timestamp;
+use shoal_engine::dimensions::Dimensions;
 
+use crate::WakeHook;
 use crate::ops::queue_recorded_recently;
 
-/// Per-queue pending counts and activity records, as of the last commit.
-#[derive(Debug, Default)]
+/// Per-queue pending counts and activity records, as of the last commit; the wake-up hook.
+#[derive(Default)]
 pub(crate) struct Glance {
     queues: Mutex<HashMap<String, QueueGlance>>,
+    wake: OnceLock<WakeHook>,
 }
+
+impl std::fmt::Debug for Glance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Glance").field("queues", &self.queues).field("wakes", &self.wakes()).finish()
+    }
+}
+
+/// A run a batch made pending: its queue, and the dimensions it needs.
+pub(crate) type Wake = (String, Option<Box<Dimensions>>);
 
 #[derive(Debug, Default, Clone, Copy)]
 struct QueueGlance {
@@ -50,6 +67,25 @@ impl Glance {
                 None => {
                     queues.insert(queue.to_owned(), QueueGlance { pending: 0, recorded_at: Some(at) });
                 }
+            }
+        }
+    }
+
+    /// Sets who is woken at commit; false if someone already is.
+    pub(crate) fn wake_with(&self, hook: WakeHook) -> bool {
+        self.wake.set(hook).is_ok()
+    }
+
+    /// Whether runs made pending are woken at commit (a hook is set).
+    pub(crate) fn wakes(&self) -> bool {
+        self.wake.get().is_some()
+    }
+
+    /// Wakes a waiting claim for each run a committed batch made pending.
+    pub(crate) fn wake(&self, wakes: impl IntoIterator<Item = Wake>) {
+        if let Some(hook) = self.wake.get() {
+            for (queue, dimensions) in wakes {
+                hook(&queue, dimensions.as_deref());
             }
         }
     }

@@ -123,6 +123,11 @@ where
         }
         let res = op(tx);
         let events = std::mem::take(&mut tx.events);
+        if res.is_ok() {
+            let pending =
+                events.iter().filter(|event| matches!(event.event, shoal_engine::event::Event::Pending { .. }));
+            tx.state.wakes.extend(pending.map(|event| (event.task_queue_id.clone(), event.dimensions.clone())));
+        }
         let outcome = match &res {
             Ok(_) => Outcome::Done,
             Err(StoreError::Rejected(_)) => Outcome::Refused,
@@ -212,6 +217,12 @@ impl SqliteStore {
         let (reply, answer) = oneshot::channel();
         sender.send(Box::new(WriteJob { op, reply })).await.map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
+    }
+
+    /// Wakes waiting claims with `hook` at each commit that makes runs pending (`glance.rs`);
+    /// false if another hook already is.
+    pub(crate) fn wake_at_commit(&self, hook: crate::WakeHook) -> bool {
+        self.inner.glance.wake_with(hook)
     }
 
     /// Whether a claimWork on `task_queue_id` at `now` would claim nothing and write nothing,
@@ -423,8 +434,7 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, syncer: &sync::Sync
         }
         Err(reason) => {
             let _ = conn.execute_batch("ROLLBACK");
-            state.index.rollback_to(0);
-            state.forget_queue_touches();
+            state.rolled_back();
             state.outbox_seq = outbox_seq;
             for deliver in deliveries {
                 deliver(Err(reason.clone()));
@@ -514,6 +524,51 @@ mod tests {
         assert!(!queue_known(&store, "p/abandoned").await, "the abandoned operation did not run");
     }
 
+    /// A valid definition of a task in `queue`.
+    fn definition(task_id: TaskId, queue: &str, now: Timestamp) -> shoal_engine::definition::TaskDefinition {
+        let input: shoal_engine::definition::TaskDefinitionInput = serde_json::from_value(serde_json::json!({
+            "taskQueueId": queue,
+            "created": now.to_string(),
+            "deadline": now.plus_secs(3600).to_string(),
+            "payload": {},
+            "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
+        }))
+        .unwrap();
+        input.validate(task_id, now).unwrap()
+    }
+
+    #[tokio::test]
+    async fn runs_made_pending_wake_claims_at_commit_and_a_rolled_back_batch_wakes_nobody() {
+        use futures_util::FutureExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::Store::Sqlite(open(&dir));
+        let crate::Store::Sqlite(sqlite) = &store else { unreachable!() };
+        let woken = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = Arc::clone(&woken);
+        assert!(store.wake_at_commit(Box::new(move |queue, _| seen.lock().unwrap().push(queue.to_owned()))));
+        assert!(!store.wake_at_commit(Box::new(|_, _| {})), "one hook per store");
+        let now = Timestamp(1_767_225_600_000);
+        let (first, second) =
+            (TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap(), TaskId::parse("00000002QxCxxxxxxxxxxA").unwrap());
+
+        // A create in a batch that fails after it: rolled back, and nobody is woken.
+        let held = hold_writer(sqlite).await;
+        let mut create = std::pin::pin!(store.create_task(definition(first, "p/a", now), first, now));
+        assert!(create.as_mut().now_or_never().is_none());
+        let mut bug = std::pin::pin!(sqlite.write(|_tx| -> Result<(), StoreError> { panic!("bug in an operation") }));
+        assert!(bug.as_mut().now_or_never().is_none());
+        drop(held);
+        assert!(create.await.is_err(), "its batch was rolled back");
+        assert!(bug.await.is_err());
+        assert!(woken.lock().unwrap().is_empty());
+
+        // Committed: one wake-up per run made pending, on its queue.
+        let created = store.create_task(definition(second, "p/b", now), second, now).await.unwrap();
+        assert_eq!(created.events.len(), 2, "defined, pending");
+        assert_eq!(*woken.lock().unwrap(), vec!["p/b".to_owned()]);
+    }
+
     /// Holds the writer busy until the returned sender is dropped or sent to.
     async fn hold_writer(store: &SqliteStore) -> std::sync::mpsc::Sender<()> {
         let sender = store.inner.jobs.lock().unwrap().clone().unwrap();
@@ -558,15 +613,7 @@ mod tests {
 
         // A run pending: the claim goes through the writer and takes it.
         let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
-        let input: shoal_engine::definition::TaskDefinitionInput = serde_json::from_value(serde_json::json!({
-            "taskQueueId": "p/idle",
-            "created": "1970-01-01T00:16:40.000Z",
-            "deadline": "1970-01-01T01:16:40.000Z",
-            "payload": {},
-            "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
-        }))
-        .unwrap();
-        let created = store.create_task(input.validate(task_id, now).unwrap(), task_id, now).await.unwrap();
+        let created = store.create_task(definition(task_id, "p/idle", now), task_id, now).await.unwrap();
         assert!(!created.events.is_empty());
         let held = hold_writer(sqlite).await;
         let mut busy = std::pin::pin!(store.claim_work(request, now));

@@ -23,7 +23,7 @@ use crate::ops::{
 };
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::row::{TaskRow, corrupt, json};
-use crate::sqlite::glance::Glance;
+use crate::sqlite::glance::{Glance, Wake};
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{SqliteConfig, artifacts, graph, workers};
@@ -40,6 +40,8 @@ pub(crate) struct WriterState {
     recorded: Vec<(String, i64)>,
     /// What claims may see without the writer, published at each commit.
     glance: Arc<Glance>,
+    /// Runs the batch in progress made pending, woken at its commit.
+    pub(crate) wakes: Vec<Wake>,
     /// Sequence of the last message written to the outbox.
     pub(crate) outbox_seq: u64,
     /// Messages up to here have been deleted from the outbox (after publication).
@@ -62,12 +64,20 @@ impl WriterState {
         self.recorded.clear();
     }
 
-    /// The batch committed: publishes what it changed to the glance and forgets the index's
-    /// undo log.
+    /// The batch was rolled back: nothing it did is published or woken.
+    pub(crate) fn rolled_back(&mut self) {
+        self.index.rollback_to(0);
+        self.forget_queue_touches();
+        self.wakes.clear();
+    }
+
+    /// The batch committed: publishes what it changed to the glance, wakes claims for the
+    /// runs it made pending, and forgets the index's undo log.
     pub(crate) fn committed(&mut self) {
         let recorded = self.recorded.iter().map(|(queue, at)| (queue.as_str(), *at));
         self.glance.publish(self.index.changed_queues(), recorded);
         self.recorded.clear();
+        self.glance.wake(self.wakes.drain(..));
         self.index.commit();
     }
 
@@ -90,6 +100,7 @@ impl WriterState {
             queue_touched: HashMap::new(),
             recorded: Vec::new(),
             glance,
+            wakes: Vec::new(),
             outbox_seq,
             outbox_trimmed,
             feed,
