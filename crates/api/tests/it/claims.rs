@@ -92,6 +92,55 @@ async fn concurrent_workers_claim_every_task_exactly_once() {
     assert_eq!(unique, created, "every task was handed out");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_made_pending_while_workers_wait_reaches_one_of_them() {
+    // A poll that missed its wake-up would wait an hour: the guard below turns that into a failure.
+    let settings = Settings { claim_wait: Duration::from_secs(3600), ..Settings::default() };
+    let app = Arc::new(TestApp::with(settings).await);
+    let (done, mut completed) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..8 {
+        let (app, done) = (Arc::clone(&app), done.clone());
+        workers.spawn(async move {
+            loop {
+                for claim in app.claim("prov/wt", &format!("w{w}"), 1).await {
+                    let task_id = claim["status"]["taskId"].as_str().unwrap().to_owned();
+                    app.report(&task_id, 0, "completed").await;
+                    done.send(task_id).unwrap();
+                }
+            }
+        });
+    }
+    // Created one by one, each once every worker is in line; every fourth becomes pending
+    // only when the one before it completes (woken from the report's commit, not the create's).
+    let (n_tasks, mut created, mut previous) = (120, HashSet::new(), None::<String>);
+    for n in 0..n_tasks {
+        while app.queue.claims_waiting() < 8 {
+            tokio::task::yield_now().await;
+        }
+        let task_id = slugid();
+        let patch = match (&previous, n % 4) {
+            (Some(before), 3) => json!({"dependencies": [before]}),
+            _ => json!({}),
+        };
+        app.create(&task_id, patch).await;
+        created.insert(task_id.clone());
+        previous = Some(task_id);
+    }
+    let mut claimed = Vec::new();
+    let all = async {
+        while claimed.len() < n_tasks {
+            claimed.push(completed.recv().await.unwrap());
+        }
+    };
+    let finished = tokio::time::timeout(Duration::from_secs(300), all).await;
+    workers.abort_all();
+    assert!(finished.is_ok(), "{} of {n_tasks} tasks reached a waiting worker", claimed.len());
+    let unique: HashSet<String> = claimed.iter().cloned().collect();
+    assert_eq!(unique.len(), n_tasks, "no task was handed out twice");
+    assert_eq!(unique, created);
+}
+
 #[tokio::test]
 async fn an_expired_claim_is_retried_on_another_worker() {
     let app = TestApp::with(Settings { claim_timeout_secs: 1, ..Settings::default() }).await;
