@@ -90,6 +90,21 @@ impl Glance {
         }
     }
 
+    /// Forgets the queues with nothing pending and no recent record at `now`: a claim on one
+    /// goes through the writer, as on a queue never seen.
+    pub(crate) fn forget_quiet(&self, now: Timestamp) {
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        queues.retain(|_, glance| {
+            glance.pending > 0 || glance.recorded_at.is_some_and(|at| queue_recorded_recently(at, now))
+        });
+    }
+
+    /// How many queues it holds.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.queues.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
     /// Whether a claim on `task_queue_id` at `now` would claim nothing and record nothing:
     /// no run is pending there and the queue was recorded active recently.
     pub(crate) fn nothing_to_claim(&self, task_queue_id: &str, now: Timestamp) -> bool {

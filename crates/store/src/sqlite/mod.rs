@@ -569,6 +569,46 @@ mod tests {
         assert_eq!(*woken.lock().unwrap(), vec!["p/b".to_owned()]);
     }
 
+    #[tokio::test]
+    async fn quiet_queues_are_forgotten_in_memory_once_many_were_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::Store::Sqlite(open(&dir));
+        let crate::Store::Sqlite(sqlite) = &store else { unreachable!() };
+        let t0 = Timestamp(1_767_225_600_000);
+        let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
+        let created = store.create_task(definition(task_id, "p/busy", t0), task_id, t0).await.unwrap();
+        assert_eq!(created.events.len(), 2);
+        let names: Vec<String> = (0..1100).map(|n| format!("p/q{n}")).collect();
+        let used = sqlite.write(move |tx| names.iter().try_for_each(|name| tx.record_queue(name, t0))).await.unwrap();
+        assert!(used.events.is_empty());
+        let remembered = sqlite.write(|tx| Ok(tx.state.queues_remembered())).await.unwrap().value;
+        assert_eq!(remembered, (1101, 1, 1101), "all recent: nothing is forgotten");
+
+        // Once twice as many are remembered, the quiet ones go: what is left is what is
+        // pending or recent.
+        let later = Timestamp(t0.millis() + crate::ops::QUEUE_TOUCH_INTERVAL_MS + 1);
+        let names: Vec<String> = (0..1200).map(|n| format!("p/later{n}")).collect();
+        let used =
+            sqlite.write(move |tx| names.iter().try_for_each(|name| tx.record_queue(name, later))).await.unwrap();
+        assert!(used.events.is_empty());
+        let remembered = sqlite.write(|tx| Ok(tx.state.queues_remembered())).await.unwrap().value;
+        assert_eq!(remembered, (1200, 1, 1201), "the later ones; p/busy, pending, in the index and the glance");
+
+        // A forgotten queue works as before: its claim goes through the writer and records it.
+        let claim = |queue: &str| crate::ClaimRequest {
+            task_queue_id: queue.into(),
+            worker_group: "g".into(),
+            worker_id: "w".into(),
+            dimensions: Dimensions::default(),
+            count: 1,
+        };
+        assert!(store.claim_work(claim("p/q5"), later).await.unwrap().value.is_empty());
+        let recorded = store.read(|reads| reads.task_queue("p/q5")).await.unwrap().unwrap();
+        assert_eq!(recorded.last_date_active, later);
+        let claimed = store.claim_work(claim("p/busy"), later).await.unwrap().value;
+        assert_eq!(claimed.iter().map(|claim| claim.status.task_id).collect::<Vec<_>>(), vec![task_id]);
+    }
+
     /// Holds the writer busy until the returned sender is dropped or sent to.
     async fn hold_writer(store: &SqliteStore) -> std::sync::mpsc::Sender<()> {
         let sender = store.inner.jobs.lock().unwrap().clone().unwrap();

@@ -104,6 +104,12 @@ impl PendingIndex {
         self.queues.iter().map(|(queue, index)| (queue.as_str(), index.len))
     }
 
+    /// Forgets the queues with nothing pending (between batches: the undo log must be empty).
+    pub(crate) fn forget_empty_queues(&mut self) {
+        debug_assert!(self.undo.is_empty());
+        self.queues.retain(|_, queue| queue.len > 0);
+    }
+
     /// Adds a pending run.
     pub(crate) fn insert(&mut self, key: PendingKey, run: PendingRun) {
         self.insert_raw(&key, run);

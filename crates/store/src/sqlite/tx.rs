@@ -29,6 +29,9 @@ use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from
 use crate::sqlite::{SqliteConfig, artifacts, graph, workers};
 use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
+/// Queues the writer remembers before it first forgets the quiet ones.
+const MIN_SWEEP: usize = 1024;
+
 /// State the writer thread keeps between transactions.
 #[derive(Debug)]
 pub(crate) struct WriterState {
@@ -42,6 +45,8 @@ pub(crate) struct WriterState {
     glance: Arc<Glance>,
     /// Runs the batch in progress made pending, woken at its commit.
     pub(crate) wakes: Vec<Wake>,
+    /// Queues remembered (recorded active) past which the quiet ones are forgotten.
+    sweep_above: usize,
     /// Sequence of the last message written to the outbox.
     pub(crate) outbox_seq: u64,
     /// Messages up to here have been deleted from the outbox (after publication).
@@ -74,11 +79,34 @@ impl WriterState {
     /// The batch committed: publishes what it changed to the glance, wakes claims for the
     /// runs it made pending, and forgets the index's undo log.
     pub(crate) fn committed(&mut self) {
+        let latest = self.recorded.iter().map(|(_, at)| *at).max();
         let recorded = self.recorded.iter().map(|(queue, at)| (queue.as_str(), *at));
         self.glance.publish(self.index.changed_queues(), recorded);
         self.recorded.clear();
         self.glance.wake(self.wakes.drain(..));
         self.index.commit();
+        if let Some(latest) = latest
+            && self.queue_touched.len() > self.sweep_above
+        {
+            self.forget_quiet_queues(Timestamp(latest));
+        }
+    }
+
+    /// Forgets, in memory, the queues with nothing pending and no recent record, so that
+    /// every queue name ever used (a client may make up any number) is not kept until
+    /// restart. Each one's next use looks it up or records it again. Runs when the queues
+    /// remembered have doubled since the last time, so it costs O(1) per record.
+    fn forget_quiet_queues(&mut self, now: Timestamp) {
+        self.queue_touched.retain(|_, at| queue_recorded_recently(*at, now));
+        self.index.forget_empty_queues();
+        self.glance.forget_quiet(now);
+        self.sweep_above = (2 * self.queue_touched.len()).max(MIN_SWEEP);
+    }
+
+    /// How many queues the writer, the pending index and the glance remember.
+    #[cfg(test)]
+    pub(crate) fn queues_remembered(&self) -> (usize, usize, usize) {
+        (self.queue_touched.len(), self.index.queue_lengths().count(), self.glance.len())
     }
 
     /// The writer's state at start: the rebuilt index, the sequences where they stood, and
@@ -101,6 +129,7 @@ impl WriterState {
             recorded: Vec::new(),
             glance,
             wakes: Vec::new(),
+            sweep_above: MIN_SWEEP,
             outbox_seq,
             outbox_trimmed,
             feed,
