@@ -29,7 +29,7 @@ pub(crate) struct Glance {
 
 impl std::fmt::Debug for Glance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Glance").field("queues", &self.queues).field("wakes", &self.wakes()).finish()
+        f.debug_struct("Glance").field("queues", &self.queues).finish_non_exhaustive()
     }
 }
 
@@ -54,31 +54,16 @@ impl Glance {
     ) {
         let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
         for (queue, count) in pending {
-            match queues.get_mut(queue) {
-                Some(glance) => glance.pending = count,
-                None => {
-                    queues.insert(queue.to_owned(), QueueGlance { pending: count, recorded_at: None });
-                }
-            }
+            update(&mut queues, queue, |glance| glance.pending = count);
         }
         for (queue, at) in recorded {
-            match queues.get_mut(queue) {
-                Some(glance) => glance.recorded_at = Some(at),
-                None => {
-                    queues.insert(queue.to_owned(), QueueGlance { pending: 0, recorded_at: Some(at) });
-                }
-            }
+            update(&mut queues, queue, |glance| glance.recorded_at = Some(at));
         }
     }
 
     /// Sets who is woken at commit; false if someone already is.
     pub(crate) fn wake_with(&self, hook: WakeHook) -> bool {
         self.wake.set(hook).is_ok()
-    }
-
-    /// Whether runs made pending are woken at commit (a hook is set).
-    pub(crate) fn wakes(&self) -> bool {
-        self.wake.get().is_some()
     }
 
     /// Wakes a waiting claim for each run a committed batch made pending.
@@ -112,6 +97,19 @@ impl Glance {
         queues.get(task_queue_id).is_some_and(|glance| {
             glance.pending == 0 && glance.recorded_at.is_some_and(|at| queue_recorded_recently(at, now))
         })
+    }
+}
+
+/// Changes `queue`'s glance, adding it if missing (looked up first: most commits change
+/// queues already there, and `entry` would copy the name every time).
+fn update(queues: &mut HashMap<String, QueueGlance>, queue: &str, change: impl FnOnce(&mut QueueGlance)) {
+    match queues.get_mut(queue) {
+        Some(glance) => change(glance),
+        None => {
+            let mut glance = QueueGlance::default();
+            change(&mut glance);
+            queues.insert(queue.to_owned(), glance);
+        }
     }
 }
 
