@@ -15,6 +15,7 @@ pub(crate) mod auth;
 pub(crate) mod expire;
 pub(crate) mod graph;
 pub(crate) mod groups;
+mod queue_records;
 mod step;
 pub(crate) mod tasks;
 pub(crate) mod workers;
@@ -35,6 +36,7 @@ use shoal_engine::task::Task;
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
+pub(crate) use queue_records::QueueRecords;
 pub(crate) use step::{record, release_dependents, step};
 
 use crate::row::{TaskRow, corrupt};

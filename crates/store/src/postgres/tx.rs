@@ -40,7 +40,7 @@ pub(crate) struct TxShared {
     /// How long a completed idempotent task may stand for new ones.
     pub(crate) dedup_window_ms: i64,
     /// When this server last recorded each queue as active (saves a read per operation).
-    pub(crate) queues_touched: std::sync::Mutex<HashMap<String, i64>>,
+    pub(crate) queues_touched: std::sync::Mutex<ops::QueueRecords>,
     /// What this server staged in the outbox, kept for its tail.
     pub(crate) staged: Arc<outbox::Staged>,
 }
@@ -563,10 +563,10 @@ impl PgTx {
             // queued on the row's lock, each waiting for the one before it to commit
             // (`pg_stat_statements`: 26 upserts of ~89 ms each at a 64-worker run's start).
             let mut touched = self.shared.queues_touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if touched.get(task_queue_id).is_some_and(|&at| ops::queue_recorded_recently(at, now)) {
+            if touched.recent(task_queue_id, now) {
                 return Ok(());
             }
-            touched.insert(task_queue_id.to_owned(), now.millis());
+            touched.insert(task_queue_id, now.millis());
         }
         self.touched.push((task_queue_id.to_owned(), now.millis()));
         // Read first: an upsert locks the queue's row even when it changes nothing, so another
@@ -578,7 +578,7 @@ impl PgTx {
         if let Some(last) = last.filter(|&last| ops::queue_recorded_recently(last, now)) {
             self.touched.pop();
             let mut touched = self.shared.queues_touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            touched.insert(task_queue_id.to_owned(), last);
+            touched.insert(task_queue_id, last);
             return Ok(());
         }
         self.defer(
@@ -603,9 +603,7 @@ impl PgTx {
         }
         let mut touched = self.shared.queues_touched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (queue, at) in self.touched.drain(..) {
-            if touched.get(&queue) == Some(&at) {
-                touched.remove(&queue);
-            }
+            touched.forget(&queue, at);
         }
     }
 }

@@ -1,7 +1,6 @@
 //! One write transaction on SQLite: [`WriteTx`] over the writer's connection, keeping the
 //! pending index in step with the rows it writes.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -18,9 +17,7 @@ use shoal_engine::{TaskId, Timestamp};
 
 use crate::ops::auth::AuthKind;
 use crate::ops::graph::{NewNode, StoredGraph};
-use crate::ops::{
-    Aftermath, CreateLookup, Due, Place, RowChange, Waiting, WriteTx, pending_run, queue_recorded_recently,
-};
+use crate::ops::{Aftermath, CreateLookup, Due, Place, QueueRecords, RowChange, Waiting, WriteTx, pending_run};
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::row::{TaskRow, corrupt, json};
 use crate::sqlite::glance::{Glance, Wake};
@@ -29,24 +26,22 @@ use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from
 use crate::sqlite::{SqliteConfig, artifacts, graph, workers};
 use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
-/// Queues the writer remembers before it first forgets the quiet ones.
-const MIN_SWEEP: usize = 1024;
-
 /// State the writer thread keeps between transactions.
 #[derive(Debug)]
 pub(crate) struct WriterState {
     pub(crate) index: PendingIndex,
     pub(crate) next_seq: u64,
     pub(crate) claim_timeout_secs: i64,
-    queue_touched: HashMap<String, i64>,
+    queue_touched: QueueRecords,
     /// Queues recorded active by the batch in progress, published at its commit.
     recorded: Vec<(String, i64)>,
     /// What claims may see without the writer, published at each commit.
     glance: Arc<Glance>,
     /// Runs the batch in progress made pending, woken at its commit.
     pub(crate) wakes: Vec<Wake>,
-    /// Queues remembered (recorded active) past which the quiet ones are forgotten.
-    sweep_above: usize,
+    /// The batch in progress swept `queue_touched` (at this time): the pending index and the
+    /// glance forget their quiet queues at its commit.
+    sweep_due: Option<i64>,
     /// Sequence of the last message written to the outbox.
     pub(crate) outbox_seq: u64,
     /// Messages up to here have been deleted from the outbox (after publication).
@@ -79,28 +74,17 @@ impl WriterState {
     /// The batch committed: publishes what it changed to the glance, wakes claims for the
     /// runs it made pending, and forgets the index's undo log.
     pub(crate) fn committed(&mut self) {
-        let latest = self.recorded.iter().map(|(_, at)| *at).max();
         let recorded = self.recorded.iter().map(|(queue, at)| (queue.as_str(), *at));
         self.glance.publish(self.index.changed_queues(), recorded);
         self.recorded.clear();
         self.glance.wake(self.wakes.drain(..));
         self.index.commit();
-        if let Some(latest) = latest
-            && self.queue_touched.len() > self.sweep_above
-        {
-            self.forget_quiet_queues(Timestamp(latest));
+        if let Some(at) = self.sweep_due.take() {
+            // As the records did: the queues with nothing pending and no recent record are
+            // forgotten in memory; each one's next use looks it up or records it again.
+            self.index.forget_empty_queues();
+            self.glance.forget_quiet(Timestamp(at));
         }
-    }
-
-    /// Forgets, in memory, the queues with nothing pending and no recent record, so that
-    /// every queue name ever used (a client may make up any number) is not kept until
-    /// restart. Each one's next use looks it up or records it again. Runs when the queues
-    /// remembered have doubled since the last time, so it costs O(1) per record.
-    fn forget_quiet_queues(&mut self, now: Timestamp) {
-        self.queue_touched.retain(|_, at| queue_recorded_recently(*at, now));
-        self.index.forget_empty_queues();
-        self.glance.forget_quiet(now);
-        self.sweep_above = (2 * self.queue_touched.len()).max(MIN_SWEEP);
     }
 
     /// How many queues the writer, the pending index and the glance remember.
@@ -125,11 +109,11 @@ impl WriterState {
             index,
             next_seq,
             claim_timeout_secs: config.claim_timeout_secs,
-            queue_touched: HashMap::new(),
+            queue_touched: QueueRecords::default(),
             recorded: Vec::new(),
             glance,
             wakes: Vec::new(),
-            sweep_above: MIN_SWEEP,
+            sweep_due: None,
             outbox_seq,
             outbox_trimmed,
             feed,
@@ -169,8 +153,7 @@ impl Tx<'_> {
 
     /// Records that a queue was used, at most once per interval per queue.
     pub(crate) fn record_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
-        let fresh = self.state.queue_touched.get(task_queue_id).is_some_and(|&at| queue_recorded_recently(at, now));
-        if fresh {
+        if self.state.queue_touched.recent(task_queue_id, now) {
             return Ok(());
         }
         let mut stmt = self.conn.prepare_cached(
@@ -180,7 +163,9 @@ impl Tx<'_> {
              last_date_active = excluded.last_date_active",
         )?;
         stmt.execute(params![task_queue_id, now.millis() + self.state.queue_retention_ms, now.millis()])?;
-        self.state.queue_touched.insert(task_queue_id.to_owned(), now.millis());
+        if self.state.queue_touched.insert(task_queue_id, now.millis()) {
+            self.state.sweep_due = Some(now.millis());
+        }
         self.state.recorded.push((task_queue_id.to_owned(), now.millis()));
         Ok(())
     }
