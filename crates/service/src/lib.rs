@@ -342,13 +342,36 @@ impl Queue {
                 let left = u64::try_from(end.millis().saturating_sub(now().millis())).unwrap_or(0);
                 until = until.min(tokio::time::Instant::now() + Duration::from_millis(left));
             }
-            tokio::select! {
-                () = registration.woken() => {}
-                () = tokio::time::sleep_until(until) => {
-                    if until == give_up {
-                        return Ok(ClaimOutcome { claims: Vec::new(), standing });
+            // Where the store can, the wait is also parked with it: a run made pending is then
+            // claimed for this call in the batch that made it pending.
+            let mut parked =
+                if standing.quarantine_until.is_none() { self.inner.store.park_claim(&request, now) } else { None };
+            let (answer, timed_out) = tokio::select! {
+                () = registration.woken() => (None, false),
+                answer = async {
+                    match parked.as_mut() {
+                        Some(parked) => parked.answer().await,
+                        None => std::future::pending().await,
                     }
+                } => (Some(answer), false),
+                () = tokio::time::sleep_until(until) => (None, true),
+            };
+            // Unless answered, leave the line; if the writer took this call first, its answer
+            // is coming and holds what was claimed for it.
+            let answer = match (answer, parked.as_mut()) {
+                (Some(answer), _) => Some(answer),
+                (None, Some(parked)) if !parked.leave() => Some(parked.answer().await),
+                (None, _) => None,
+            };
+            if let Some(answer) = answer {
+                let claims = self.committed(answer?);
+                counts::claimed(&claims);
+                if !claims.is_empty() {
+                    return Ok(ClaimOutcome { claims, standing });
                 }
+            }
+            if timed_out && until == give_up {
+                return Ok(ClaimOutcome { claims: Vec::new(), standing });
             }
         }
     }

@@ -22,7 +22,7 @@ pub use postgres::{
     PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, REQUEST_TIMEOUT as PG_REQUEST_TIMEOUT, WAKE_ALL,
     migrate as migrate_postgres,
 };
-pub use sqlite::{SqliteConfig, SqliteStore};
+pub use sqlite::{ClaimAnswer, Parked, SqliteConfig, SqliteStore};
 pub use types::*;
 
 use shoal_engine::artifact::{Artifact, ArtifactRequest};
@@ -191,6 +191,17 @@ impl Store {
             }
             Store::Sqlite(store) => store.write(move |tx| ready(ops::tasks::claim_work(tx, &request, now))).await,
             Store::Postgres(store) => store.claim_work(request, now).await,
+        }
+    }
+
+    /// Parks a claimWork that found nothing, so that the next batch making a run it can take
+    /// pending claims it in the same transaction (embedded SQLite); `None` where waiting
+    /// claims are only woken. `clock` is read when the claim is made.
+    #[must_use]
+    pub fn park_claim(&self, request: &ClaimRequest, clock: fn() -> Timestamp) -> Option<Parked> {
+        match self {
+            Store::Sqlite(store) => Some(store.park_claim(request.clone(), clock)),
+            Store::Postgres(_) => None,
         }
     }
 

@@ -117,6 +117,21 @@ pub(crate) async fn claim_work(
     claim_candidates(tx, candidates, request, now).await
 }
 
+/// claimWork for a call parked with SQLite's writer while it waited, made in the batch that
+/// made runs pending: nothing if its worker was quarantined or asked to terminate meanwhile
+/// (its call then looks again and hears why).
+pub(crate) async fn claim_parked(
+    tx: &mut impl WriteTx,
+    request: &ClaimRequest,
+    now: Timestamp,
+) -> Result<Vec<Claim>, StoreError> {
+    let worker = tx.load_worker(&request.worker_key()).await?;
+    if worker.is_some_and(|worker| worker.barred_until(now).is_some()) {
+        return Ok(Vec::new());
+    }
+    claim_work(tx, request, now).await
+}
+
 /// claimWork over `candidates` (the pending runs the worker matches, in line order, loaded
 /// with their definitions): claims each in turn, skipping runs that stopped being
 /// claimable (their deadline passed: the deadline will resolve them).

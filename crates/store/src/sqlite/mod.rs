@@ -12,6 +12,7 @@ mod checkpoint;
 mod glance;
 mod graph;
 mod outbox;
+mod parking;
 mod pending;
 mod reads;
 mod row;
@@ -21,6 +22,7 @@ mod tx;
 mod walgather;
 mod workers;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +32,8 @@ use shoal_engine::dimensions::Dimensions;
 use shoal_engine::priority::Priority;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::ops::{self, ready};
+use crate::outbox::OutboxEntry;
 use crate::outbox::OutboxFeed;
 use crate::reads::ReadsOver;
 use crate::row::corrupt;
@@ -37,6 +41,8 @@ use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::reads::ReadConn;
 use crate::sqlite::tx::{Tx, WriterState};
 use crate::{Committed, Reads, StoreError};
+
+pub use parking::{ClaimAnswer, Parked};
 
 /// Most operations committed together.
 const MAX_BATCH: usize = 512;
@@ -77,6 +83,7 @@ struct Inner {
     readers: ReaderPool,
     feed: Arc<OutboxFeed>,
     glance: Arc<glance::Glance>,
+    parking: Arc<parking::Parking>,
     graph_scheduler_id: String,
 }
 
@@ -181,6 +188,7 @@ impl SqliteStore {
         );
         let glance = Arc::new(glance::Glance::default());
         let state = WriterState::new(index, max_seq, bounds.last, Arc::clone(&feed), Arc::clone(&glance), config);
+        let parking = Arc::clone(&state.parking);
         let wal = Arc::new(checkpoint::WalState::default());
         let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal))?;
         let syncer = sync::Syncer::start(&config.path, Arc::clone(&feed))?;
@@ -197,6 +205,7 @@ impl SqliteStore {
                 readers: ReaderPool { path: config.path.clone(), idle: Mutex::new(Vec::new()) },
                 feed,
                 glance,
+                parking,
                 graph_scheduler_id: config.graph_scheduler_id.clone(),
             }),
         })
@@ -229,6 +238,12 @@ impl SqliteStore {
     /// as the last commit left the queue (`glance.rs`).
     pub(crate) fn nothing_to_claim(&self, task_queue_id: &str, now: shoal_engine::Timestamp) -> bool {
         self.inner.glance.nothing_to_claim(task_queue_id, now)
+    }
+
+    /// Parks a claimWork with the writer until a batch claims a run for it or it leaves
+    /// (`parking.rs`); `clock` is read when the writer claims.
+    pub(crate) fn park_claim(&self, request: crate::ClaimRequest, clock: fn() -> shoal_engine::Timestamp) -> Parked {
+        self.inner.parking.park(request, clock)
     }
 
     pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {
@@ -338,7 +353,7 @@ fn writer_loop(
             }
             continue;
         }
-        run_batch(&mut conn, &mut state, syncer, &mut batch);
+        run_batch(&mut conn, &mut state, syncer, &mut batch, &jobs);
         if wal.restart_due() {
             // Between batches no transaction is open, so the WAL can start over.
             if let Err(err) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
@@ -357,7 +372,13 @@ fn writer_loop(
 /// sub-journal): a refused job must not have written (checked with `total_changes` and the
 /// index's undo mark), and a job whose storage failed aborts the whole batch, whose callers
 /// are all told to retry.
-fn run_batch(conn: &mut Connection, state: &mut WriterState, syncer: &sync::Syncer, batch: &mut Vec<Box<dyn Job>>) {
+fn run_batch(
+    conn: &mut Connection,
+    state: &mut WriterState,
+    syncer: &sync::Syncer,
+    batch: &mut Vec<Box<dyn Job>>,
+    waiting: &mpsc::Receiver<Box<dyn Job>>,
+) {
     let changes = conn.total_changes();
     if let Err(err) = conn.prepare_cached("BEGIN IMMEDIATE").and_then(|mut begin| begin.execute([])) {
         tracing::error!(error = %err, "cannot begin a write transaction");
@@ -366,10 +387,8 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, syncer: &sync::Sync
         }
         return;
     }
-    let mut deliveries = Vec::with_capacity(batch.len());
     let mut failure: Option<String> = None;
     let outbox_seq = state.outbox_seq;
-    let mut messages = Vec::new();
     // Published messages are deleted in the batch that comes after; a crash before that
     // commit publishes them again (at least once).
     // Deleting in large ranges frees whole pages; deleting a few rows per batch rewrites the
@@ -381,35 +400,20 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, syncer: &sync::Sync
         tracing::error!(error = %err, "trimming the outbox failed");
         failure = Some(err.to_string());
     }
+    let mut ran = Ran { failure, messages: Vec::new(), deliveries: Vec::with_capacity(batch.len()) };
     for job in batch.drain(..) {
-        if let Some(reason) = &failure {
-            job.fail(reason.clone());
-            continue;
-        }
-        let (changes, mark) = (conn.total_changes(), state.index.mark());
-        let mut tx = Tx { conn, state, events: Vec::new(), messages: Vec::new() };
-        // A panic is a bug in one operation: contain it so the writer (and every later
-        // write) survives. The batch is rolled back; the panicking job's caller sees its
-        // reply dropped, which reads as "unavailable, retry".
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(&mut tx)));
-        let written = std::mem::take(&mut tx.messages);
-        let Ok((outcome, deliver)) = run else {
-            tracing::error!("a store operation panicked; its batch is rolled back");
-            failure = Some("internal error: a store operation panicked".into());
-            continue;
-        };
-        match outcome {
-            Outcome::Done => messages.extend(written),
-            Outcome::Refused if conn.total_changes() == changes && state.index.mark() == mark && written.is_empty() => {
-            }
-            Outcome::Refused => {
-                tracing::error!("a refused operation wrote before refusing; its batch is rolled back");
-                failure = Some("internal error: a refused operation wrote".into());
-            }
-            Outcome::Failed => failure = Some("a storage operation failed; nothing in its batch was committed".into()),
-        }
-        deliveries.push(deliver);
+        run_job(conn, state, job, &mut ran);
     }
+    // Runs the batch made pending go to claims parked with the writer, in this transaction,
+    // when nothing else waits for the writer: then the claims delay nobody's commit and save
+    // a commit and a sync of their own. Under load they run in the next batch, as woken
+    // claims, while this one syncs.
+    if ran.failure.is_none() && waiting.is_empty() {
+        for job in hand_outs(state) {
+            run_job(conn, state, job, &mut ran);
+        }
+    }
+    let Ran { mut failure, messages, deliveries } = ran;
     if failure.is_none()
         && let Err(err) = outbox::insert(conn, &messages)
     {
@@ -441,6 +445,65 @@ fn run_batch(conn: &mut Connection, state: &mut WriterState, syncer: &sync::Sync
             }
         }
     }
+}
+
+/// What the jobs of a batch left so far.
+struct Ran {
+    /// Why the batch fails, once a job failed: the rest are answered with it.
+    failure: Option<String>,
+    messages: Vec<OutboxEntry>,
+    deliveries: Vec<Deliver>,
+}
+
+/// Runs one job of a batch in its transaction.
+fn run_job(conn: &mut Connection, state: &mut WriterState, job: Box<dyn Job>, ran: &mut Ran) {
+    if let Some(reason) = &ran.failure {
+        job.fail(reason.clone());
+        return;
+    }
+    let (changes, mark) = (conn.total_changes(), state.index.mark());
+    let mut tx = Tx { conn, state, events: Vec::new(), messages: Vec::new() };
+    // A panic is a bug in one operation: contain it so the writer (and every later
+    // write) survives. The batch is rolled back; the panicking job's caller sees its
+    // reply dropped, which reads as "unavailable, retry".
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(&mut tx)));
+    let written = std::mem::take(&mut tx.messages);
+    let Ok((outcome, deliver)) = run else {
+        tracing::error!("a store operation panicked; its batch is rolled back");
+        ran.failure = Some("internal error: a store operation panicked".into());
+        return;
+    };
+    match outcome {
+        Outcome::Done => ran.messages.extend(written),
+        Outcome::Refused if conn.total_changes() == changes && state.index.mark() == mark && written.is_empty() => {}
+        Outcome::Refused => {
+            tracing::error!("a refused operation wrote before refusing; its batch is rolled back");
+            ran.failure = Some("internal error: a refused operation wrote".into());
+        }
+        Outcome::Failed => ran.failure = Some("a storage operation failed; nothing in its batch was committed".into()),
+    }
+    ran.deliveries.push(deliver);
+}
+
+/// A claim for parked claimWork calls that can take the runs the batch made pending (longest
+/// parked first, each call counted for as many runs as it asks for); see `parking.rs`. Runs
+/// none of them takes still wake a waiting claim at the commit.
+fn hand_outs(state: &WriterState) -> Vec<Box<dyn Job>> {
+    let mut jobs: Vec<Box<dyn Job>> = Vec::new();
+    // Per queue, runs the calls taken so far may still claim.
+    let mut covered: HashMap<&str, usize> = HashMap::new();
+    for (queue, needs) in &state.wakes {
+        let covered = covered.entry(queue).or_default();
+        if *covered > 0 {
+            *covered -= 1;
+            continue;
+        }
+        let Some((call, reply)) = state.parking.take(queue, needs.as_deref()) else { continue };
+        *covered = call.request.count.saturating_sub(1);
+        let op = move |tx: &mut Tx<'_>| ready(ops::tasks::claim_parked(tx, &call.request, (call.clock)()));
+        jobs.push(Box::new(WriteJob { op, reply }));
+    }
+    jobs
 }
 
 /// Read-only connections, reused.
@@ -475,219 +538,4 @@ impl ReaderPool {
 }
 
 #[cfg(test)]
-mod tests {
-    use shoal_engine::{Rejection, Timestamp};
-
-    use super::*;
-
-    fn open(dir: &tempfile::TempDir) -> SqliteStore {
-        SqliteStore::open(&SqliteConfig {
-            path: dir.path().join("shoal.db"),
-            claim_timeout_secs: 60,
-            graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
-            queue_retention_secs: crate::DEFAULT_QUEUE_RETENTION_SECS,
-            worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
-            dedup_window_secs: shoal_engine::dedup::DEFAULT_WINDOW_SECS,
-        })
-        .unwrap()
-    }
-
-    fn queue_known(store: &SqliteStore, name: &'static str) -> impl Future<Output = bool> {
-        let store = store.clone();
-        async move { store.read(move |reads| Ok(reads.task_queue(name)?.is_some())).await.unwrap() }
-    }
-
-    #[tokio::test]
-    async fn operations_whose_caller_left_are_skipped() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(&dir);
-        let sender = store.inner.jobs.lock().unwrap().clone().unwrap();
-        // Hold the writer busy until the abandoned job is queued behind it.
-        let (release, held) = std::sync::mpsc::channel::<()>();
-        let (busy_reply, busy_answer) = oneshot::channel();
-        let busy = WriteJob {
-            op: move |_: &mut Tx<'_>| held.recv().map_err(|e| StoreError::Other(e.to_string())),
-            reply: busy_reply,
-        };
-        sender.send(Box::new(busy)).await.unwrap();
-        let (abandoned_reply, abandoned_answer) = oneshot::channel::<Result<Committed<()>, StoreError>>();
-        let abandoned =
-            WriteJob { op: |tx: &mut Tx<'_>| tx.record_queue("p/abandoned", Timestamp(1)), reply: abandoned_reply };
-        sender.send(Box::new(abandoned)).await.unwrap();
-        drop(abandoned_answer);
-        release.send(()).unwrap();
-        let busy = busy_answer.await.unwrap().unwrap();
-        assert!(busy.events.is_empty());
-        let after = store.write(|tx| tx.record_queue("p/after", Timestamp(1))).await.unwrap();
-        assert!(after.events.is_empty());
-        assert!(queue_known(&store, "p/after").await);
-        assert!(!queue_known(&store, "p/abandoned").await, "the abandoned operation did not run");
-    }
-
-    /// A valid definition of a task in `queue`.
-    fn definition(task_id: TaskId, queue: &str, now: Timestamp) -> shoal_engine::definition::TaskDefinition {
-        let input: shoal_engine::definition::TaskDefinitionInput = serde_json::from_value(serde_json::json!({
-            "taskQueueId": queue,
-            "created": now.to_string(),
-            "deadline": now.plus_secs(3600).to_string(),
-            "payload": {},
-            "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
-        }))
-        .unwrap();
-        input.validate(task_id, now).unwrap()
-    }
-
-    #[tokio::test]
-    async fn runs_made_pending_wake_claims_at_commit_and_a_rolled_back_batch_wakes_nobody() {
-        use futures_util::FutureExt;
-
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::Store::Sqlite(open(&dir));
-        let crate::Store::Sqlite(sqlite) = &store else { unreachable!() };
-        let woken = Arc::new(Mutex::new(Vec::<String>::new()));
-        let seen = Arc::clone(&woken);
-        assert!(store.wake_at_commit(Box::new(move |queue, _| seen.lock().unwrap().push(queue.to_owned()))));
-        assert!(!store.wake_at_commit(Box::new(|_, _| {})), "one hook per store");
-        let now = Timestamp(1_767_225_600_000);
-        let (first, second) =
-            (TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap(), TaskId::parse("00000002QxCxxxxxxxxxxA").unwrap());
-
-        // A create in a batch that fails after it: rolled back, and nobody is woken.
-        let held = hold_writer(sqlite).await;
-        let mut create = std::pin::pin!(store.create_task(definition(first, "p/a", now), first, now));
-        assert!(create.as_mut().now_or_never().is_none());
-        let mut bug = std::pin::pin!(sqlite.write(|_tx| -> Result<(), StoreError> { panic!("bug in an operation") }));
-        assert!(bug.as_mut().now_or_never().is_none());
-        drop(held);
-        assert!(create.await.is_err(), "its batch was rolled back");
-        assert!(bug.await.is_err());
-        assert!(woken.lock().unwrap().is_empty());
-
-        // Committed: one wake-up per run made pending, on its queue.
-        let created = store.create_task(definition(second, "p/b", now), second, now).await.unwrap();
-        assert_eq!(created.events.len(), 2, "defined, pending");
-        assert_eq!(*woken.lock().unwrap(), vec!["p/b".to_owned()]);
-    }
-
-    #[tokio::test]
-    async fn quiet_queues_are_forgotten_in_memory_once_many_were_used() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::Store::Sqlite(open(&dir));
-        let crate::Store::Sqlite(sqlite) = &store else { unreachable!() };
-        let t0 = Timestamp(1_767_225_600_000);
-        let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
-        let created = store.create_task(definition(task_id, "p/busy", t0), task_id, t0).await.unwrap();
-        assert_eq!(created.events.len(), 2);
-        let names: Vec<String> = (0..1100).map(|n| format!("p/q{n}")).collect();
-        let used = sqlite.write(move |tx| names.iter().try_for_each(|name| tx.record_queue(name, t0))).await.unwrap();
-        assert!(used.events.is_empty());
-        let remembered = sqlite.write(|tx| Ok(tx.state.queues_remembered())).await.unwrap().value;
-        assert_eq!(remembered, (1101, 1, 1101), "all recent: nothing is forgotten");
-
-        // Once twice as many are remembered, the quiet ones go: what is left is what is
-        // pending or recent.
-        let later = Timestamp(t0.millis() + crate::ops::QUEUE_TOUCH_INTERVAL_MS + 1);
-        let names: Vec<String> = (0..1200).map(|n| format!("p/later{n}")).collect();
-        let used =
-            sqlite.write(move |tx| names.iter().try_for_each(|name| tx.record_queue(name, later))).await.unwrap();
-        assert!(used.events.is_empty());
-        let remembered = sqlite.write(|tx| Ok(tx.state.queues_remembered())).await.unwrap().value;
-        assert_eq!(remembered, (1200, 1, 1201), "the later ones; p/busy, pending, in the index and the glance");
-
-        // A forgotten queue works as before: its claim goes through the writer and records it.
-        let claim = |queue: &str| crate::ClaimRequest {
-            task_queue_id: queue.into(),
-            worker_group: "g".into(),
-            worker_id: "w".into(),
-            dimensions: Dimensions::default(),
-            count: 1,
-        };
-        assert!(store.claim_work(claim("p/q5"), later).await.unwrap().value.is_empty());
-        let recorded = store.read(|reads| reads.task_queue("p/q5")).await.unwrap().unwrap();
-        assert_eq!(recorded.last_date_active, later);
-        let claimed = store.claim_work(claim("p/busy"), later).await.unwrap().value;
-        assert_eq!(claimed.iter().map(|claim| claim.status.task_id).collect::<Vec<_>>(), vec![task_id]);
-    }
-
-    /// Holds the writer busy until the returned sender is dropped or sent to.
-    async fn hold_writer(store: &SqliteStore) -> std::sync::mpsc::Sender<()> {
-        let sender = store.inner.jobs.lock().unwrap().clone().unwrap();
-        let (release, held) = std::sync::mpsc::channel::<()>();
-        let (reply, _answer) = oneshot::channel::<Result<Committed<()>, StoreError>>();
-        let op = move |_: &mut Tx<'_>| {
-            let _ = held.recv();
-            Ok(())
-        };
-        sender.send(Box::new(WriteJob { op, reply })).await.unwrap();
-        release
-    }
-
-    #[tokio::test]
-    async fn an_idle_claim_is_answered_without_the_writer_once_its_queue_is_recorded() {
-        use futures_util::FutureExt;
-
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::Store::Sqlite(open(&dir));
-        let crate::Store::Sqlite(sqlite) = &store else { unreachable!() };
-        let request = crate::ClaimRequest {
-            task_queue_id: "p/idle".into(),
-            worker_group: "g".into(),
-            worker_id: "w".into(),
-            dimensions: Dimensions::default(),
-            count: 1,
-        };
-        let now = Timestamp(1_000_000);
-
-        // Never recorded: the claim must go through the writer to record the queue.
-        let held = hold_writer(sqlite).await;
-        let mut first = std::pin::pin!(store.claim_work(request.clone(), now));
-        assert!(first.as_mut().now_or_never().is_none(), "waits for the writer");
-        drop(held);
-        assert!(first.await.unwrap().value.is_empty());
-
-        // Recorded and nothing pending: answered while the writer is busy.
-        let held = hold_writer(sqlite).await;
-        let idle = store.claim_work(request.clone(), now).now_or_never().expect("answered without the writer");
-        assert!(idle.unwrap().value.is_empty());
-        drop(held);
-
-        // A run pending: the claim goes through the writer and takes it.
-        let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
-        let created = store.create_task(definition(task_id, "p/idle", now), task_id, now).await.unwrap();
-        assert!(!created.events.is_empty());
-        let held = hold_writer(sqlite).await;
-        let mut busy = std::pin::pin!(store.claim_work(request, now));
-        assert!(busy.as_mut().now_or_never().is_none(), "a pending run is claimed by the writer");
-        drop(held);
-        let claims = busy.await.unwrap().value;
-        assert_eq!(claims.iter().map(|claim| claim.status.task_id).collect::<Vec<_>>(), vec![task_id]);
-    }
-
-    #[tokio::test]
-    async fn a_panicking_operation_does_not_stop_the_writer() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(&dir);
-        let res = store.write(|_tx| -> Result<(), StoreError> { panic!("bug in an operation") }).await;
-        assert!(matches!(res, Err(StoreError::Unavailable(_))), "{res:?}");
-        let later = store.write(|tx| tx.record_queue("p/after", Timestamp(1))).await;
-        assert!(later.is_ok(), "the writer survived: {later:?}");
-        assert!(queue_known(&store, "p/after").await);
-    }
-
-    #[tokio::test]
-    async fn a_refusal_that_wrote_rolls_its_batch_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(&dir);
-        let res = store
-            .write(|tx| -> Result<(), StoreError> {
-                tx.record_queue("p/half", Timestamp(1))?;
-                Err(Rejection::invalid("test", "refused after writing").into())
-            })
-            .await;
-        assert!(matches!(res, Err(StoreError::Rejected(_))), "{res:?}");
-        assert!(!queue_known(&store, "p/half").await, "nothing of the refused operation was committed");
-        let again = store.write(|tx| tx.record_queue("p/half", Timestamp(2))).await.unwrap();
-        assert!(again.events.is_empty());
-        assert!(queue_known(&store, "p/half").await, "the rolled-back record is written again, not skipped as recent");
-    }
-}
+mod tests;

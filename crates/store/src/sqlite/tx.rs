@@ -21,6 +21,7 @@ use crate::ops::{Aftermath, CreateLookup, Due, Place, QueueRecords, RowChange, W
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::row::{TaskRow, corrupt, json};
 use crate::sqlite::glance::{Glance, Wake};
+use crate::sqlite::parking::Parking;
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{SqliteConfig, artifacts, graph, workers};
@@ -39,6 +40,8 @@ pub(crate) struct WriterState {
     glance: Arc<Glance>,
     /// Runs the batch in progress made pending, woken at its commit.
     pub(crate) wakes: Vec<Wake>,
+    /// claimWork calls waiting for runs like those (`parking.rs`).
+    pub(crate) parking: Arc<Parking>,
     /// The batch in progress swept `queue_touched` (at this time): the pending index and the
     /// glance forget their quiet queues at its commit.
     sweep_due: Option<i64>,
@@ -113,6 +116,7 @@ impl WriterState {
             recorded: Vec::new(),
             glance,
             wakes: Vec::new(),
+            parking: Arc::default(),
             sweep_due: None,
             outbox_seq,
             outbox_trimmed,

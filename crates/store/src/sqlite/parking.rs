@@ -1,0 +1,226 @@
+//! claimWork calls parked with the writer while they wait.
+//!
+//! A batch that makes runs pending claims them, before it commits, for the longest-parked
+//! claims that can take them: the waiting worker gets its run with that batch's commit and
+//! sync, not with a commit and sync of its own after being woken (a chain link is then one
+//! of each). A parked call and the writer agree through one atomic state on who moved
+//! first: once the writer took a call, its answer is coming and the call waits for it; once
+//! the call left (its wait ended, it was woken for another reason, its client went away),
+//! the writer passes it over.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use shoal_engine::Timestamp;
+use shoal_engine::dimensions::Dimensions;
+use tokio::sync::oneshot;
+
+use crate::{Claim, ClaimRequest, Committed, StoreError};
+
+/// The call waits in line.
+const PARKED: u8 = 0;
+/// The writer took it: its answer is coming.
+const TAKEN: u8 = 1;
+/// The call left the line.
+const LEFT: u8 = 2;
+
+/// What a parked call is answered with: the claims a batch made for it, once durable.
+pub type ClaimAnswer = Result<Committed<Vec<Claim>>, StoreError>;
+
+/// A parked call, as the writer sees it.
+pub(crate) struct ParkedClaim {
+    state: AtomicU8,
+    pub(crate) request: ClaimRequest,
+    /// The wall clock of the caller, read when the writer claims.
+    pub(crate) clock: fn() -> Timestamp,
+    reply: Mutex<Option<oneshot::Sender<ClaimAnswer>>>,
+}
+
+impl ParkedClaim {
+    /// Takes the call for a claim in the batch in progress, unless it left; returns where to
+    /// answer it.
+    fn take(&self) -> Option<oneshot::Sender<ClaimAnswer>> {
+        self.state.compare_exchange(PARKED, TAKEN, Ordering::AcqRel, Ordering::Acquire).ok()?;
+        self.reply.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
+    fn parked(&self) -> bool {
+        self.state.load(Ordering::Acquire) == PARKED
+    }
+}
+
+/// A parked claimWork, as its caller holds it; leaves the line when dropped.
+pub struct Parked {
+    claim: Arc<ParkedClaim>,
+    answer: oneshot::Receiver<ClaimAnswer>,
+}
+
+impl Parked {
+    /// The claims the writer made for this call (empty when what it was taken for went to
+    /// another claim in the same batch).
+    pub async fn answer(&mut self) -> ClaimAnswer {
+        (&mut self.answer).await.unwrap_or_else(|_| Err(StoreError::Unavailable("the store is shut down".into())))
+    }
+
+    /// Leaves the line; false when the writer took this call first, so that its answer is
+    /// coming and must be awaited.
+    pub fn leave(&self) -> bool {
+        match self.claim.state.compare_exchange(PARKED, LEFT, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(state) => state == LEFT,
+        }
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        // A call dropped while taken (its client went away) loses its answer: the claimed
+        // run waits for its claim to expire, as when a client drops any claim in flight.
+        self.leave();
+    }
+}
+
+/// The parked calls of every queue, longest-parked first.
+#[derive(Default)]
+pub(crate) struct Parking {
+    queues: Mutex<HashMap<String, Line>>,
+}
+
+impl std::fmt::Debug for Parking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("Parking").field("queues", &queues.len()).finish()
+    }
+}
+
+#[derive(Default)]
+struct Line {
+    calls: VecDeque<Arc<ParkedClaim>>,
+    /// Length past which the next park sweeps out calls that left (amortized O(1)).
+    sweep_above: usize,
+}
+
+impl Parking {
+    /// Parks a claimWork for `request` until the writer takes it or it leaves.
+    pub(crate) fn park(&self, request: ClaimRequest, clock: fn() -> Timestamp) -> Parked {
+        let (reply, answer) = oneshot::channel();
+        let claim =
+            Arc::new(ParkedClaim { state: AtomicU8::new(PARKED), request, clock, reply: Mutex::new(Some(reply)) });
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        let line = queues.entry(claim.request.task_queue_id.clone()).or_default();
+        if line.calls.len() >= line.sweep_above {
+            line.calls.retain(|call| call.parked());
+            line.sweep_above = (2 * line.calls.len()).max(16);
+        }
+        line.calls.push_back(Arc::clone(&claim));
+        Parked { claim, answer }
+    }
+
+    /// Takes the longest-parked call on `task_queue_id` whose worker can take a run needing
+    /// `needs` (none: any worker), dropping calls that left on the way.
+    pub(crate) fn take(
+        &self,
+        task_queue_id: &str,
+        needs: Option<&Dimensions>,
+    ) -> Option<(Arc<ParkedClaim>, oneshot::Sender<ClaimAnswer>)> {
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        let line = queues.get_mut(task_queue_id)?;
+        let mut taken = None;
+        let mut at = 0;
+        while at < line.calls.len() {
+            let call = &line.calls[at];
+            if !call.parked() {
+                line.calls.remove(at);
+                continue;
+            }
+            if needs.is_none_or(|needs| needs.matched_by(&call.request.dimensions))
+                && let Some(reply) = call.take()
+            {
+                taken = line.calls.remove(at).map(|call| (call, reply));
+                break;
+            }
+            at += 1;
+        }
+        if line.calls.is_empty() {
+            queues.remove(task_queue_id);
+        }
+        taken
+    }
+
+    /// Whether any call is parked (or left and not yet swept) on `task_queue_id`.
+    #[cfg(test)]
+    pub(crate) fn any(&self, task_queue_id: &str) -> bool {
+        self.queues.lock().unwrap_or_else(PoisonError::into_inner).contains_key(task_queue_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(queue: &str, os: &str) -> ClaimRequest {
+        ClaimRequest {
+            task_queue_id: queue.into(),
+            worker_group: "g".into(),
+            worker_id: os.into(),
+            dimensions: serde_json::from_value(serde_json::json!({"os": [os]})).unwrap(),
+            count: 1,
+        }
+    }
+
+    fn clock() -> Timestamp {
+        Timestamp(0)
+    }
+
+    #[test]
+    fn the_longest_parked_call_that_can_take_the_run_is_taken() {
+        let parking = Parking::default();
+        let (mac, first, second) = (
+            parking.park(request("q", "mac"), clock),
+            parking.park(request("q", "linux"), clock),
+            parking.park(request("q", "linux"), clock),
+        );
+        let linux: Dimensions = serde_json::from_value(serde_json::json!({"os": ["linux"]})).unwrap();
+        let (taken, _reply) = parking.take("q", Some(&linux)).unwrap();
+        assert!(Arc::ptr_eq(&taken, &first.claim));
+        assert!(!first.leave(), "taken: its answer is coming");
+        let (taken, _reply) = parking.take("q", None).unwrap();
+        assert!(Arc::ptr_eq(&taken, &mac.claim), "a run that needs nothing goes to the longest-parked");
+        assert!(parking.take("other", None).is_none());
+        drop(second);
+        assert!(parking.take("q", None).is_none(), "a dropped call left the line");
+        assert!(!parking.any("q"), "an empty line is forgotten");
+    }
+
+    #[test]
+    fn a_call_that_left_is_passed_over_and_cannot_be_taken_after() {
+        let parking = Parking::default();
+        let gone = parking.park(request("q", "linux"), clock);
+        let waiting = parking.park(request("q", "linux"), clock);
+        assert!(gone.leave());
+        assert!(gone.leave(), "leaving twice is leaving");
+        let (taken, _reply) = parking.take("q", None).unwrap();
+        assert!(Arc::ptr_eq(&taken, &waiting.claim));
+        assert!(gone.claim.take().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_taken_call_gets_the_answer_sent_to_it() {
+        let parking = Parking::default();
+        let mut parked = parking.park(request("q", "linux"), clock);
+        let (_, reply) = parking.take("q", None).unwrap();
+        reply.send(Ok(Committed { value: Vec::new(), events: Vec::new() })).unwrap();
+        assert!(parked.answer().await.unwrap().value.is_empty());
+    }
+
+    #[test]
+    fn calls_that_left_are_swept_as_others_park() {
+        let parking = Parking::default();
+        for _ in 0..100 {
+            drop(parking.park(request("q", "linux"), clock));
+        }
+        let len = parking.queues.lock().unwrap()["q"].calls.len();
+        assert!(len < 40, "{len} calls kept of 100 that left");
+    }
+}
