@@ -14,8 +14,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use shoal_engine::Timestamp;
 use shoal_engine::dimensions::Dimensions;
+use shoal_engine::{TaskId, Timestamp};
 
 use crate::WakeHook;
 use crate::ops::queue_recorded_recently;
@@ -33,8 +33,15 @@ impl std::fmt::Debug for Glance {
     }
 }
 
-/// A run a batch made pending: its queue, and the dimensions it needs.
-pub(crate) type Wake = (String, Option<Box<Dimensions>>);
+/// A run a batch made pending, for which a waiting claim is woken at the commit.
+#[derive(Debug)]
+pub(crate) struct Wake {
+    /// The run's task.
+    pub(crate) task_id: TaskId,
+    pub(crate) task_queue_id: String,
+    /// What the run needs of a worker (none: any worker).
+    pub(crate) needs: Option<Box<Dimensions>>,
+}
 
 #[derive(Debug, Default, Clone, Copy)]
 struct QueueGlance {
@@ -69,8 +76,8 @@ impl Glance {
     /// Wakes a waiting claim for each run a committed batch made pending.
     pub(crate) fn wake(&self, wakes: impl IntoIterator<Item = Wake>) {
         if let Some(hook) = self.wake.get() {
-            for (queue, dimensions) in wakes {
-                hook(&queue, dimensions.as_deref());
+            for wake in wakes {
+                hook(&wake.task_queue_id, wake.needs.as_deref());
             }
         }
     }

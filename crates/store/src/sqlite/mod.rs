@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OpenFlags};
 use shoal_engine::TaskId;
 use shoal_engine::dimensions::Dimensions;
+use shoal_engine::event::Event;
 use shoal_engine::priority::Priority;
 use tokio::sync::{mpsc, oneshot};
 
@@ -37,6 +38,7 @@ use crate::outbox::OutboxEntry;
 use crate::outbox::OutboxFeed;
 use crate::reads::ReadsOver;
 use crate::row::corrupt;
+use crate::sqlite::glance::Wake;
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::reads::ReadConn;
 use crate::sqlite::tx::{Tx, WriterState};
@@ -131,9 +133,18 @@ where
         let res = op(tx);
         let events = std::mem::take(&mut tx.events);
         if res.is_ok() {
-            let pending =
-                events.iter().filter(|event| matches!(event.event, shoal_engine::event::Event::Pending { .. }));
-            tx.state.wakes.extend(pending.map(|event| (event.task_queue_id.clone(), event.dimensions.clone())));
+            for event in &events {
+                match event.event {
+                    Event::Pending { .. } => tx.state.wakes.push(Wake {
+                        task_id: event.task_id,
+                        task_queue_id: event.task_queue_id.clone(),
+                        needs: event.dimensions.clone(),
+                    }),
+                    // Claimed in the batch that made it pending: nobody need be woken for it.
+                    Event::Running { .. } => tx.state.wakes.retain(|wake| wake.task_id != event.task_id),
+                    _ => {}
+                }
+            }
         }
         let outcome = match &res {
             Ok(_) => Outcome::Done,
@@ -409,9 +420,13 @@ fn run_batch(
     // a commit and a sync of their own. Under load they run in the next batch, as woken
     // claims, while this one syncs.
     if ran.failure.is_none() && waiting.is_empty() {
+        let before = ran.deliveries.len();
         for job in hand_outs(state) {
             run_job(conn, state, job, &mut ran);
         }
+        // The waiting workers are answered first: the others only hear their change is done.
+        let handed = ran.deliveries.len() - before;
+        ran.deliveries.rotate_right(handed);
     }
     let Ran { mut failure, messages, deliveries } = ran;
     if failure.is_none()
@@ -492,7 +507,7 @@ fn hand_outs(state: &WriterState) -> Vec<Box<dyn Job>> {
     let mut jobs: Vec<Box<dyn Job>> = Vec::new();
     // Per queue, runs the calls taken so far may still claim.
     let mut covered: HashMap<&str, usize> = HashMap::new();
-    for (queue, needs) in &state.wakes {
+    for Wake { task_queue_id: queue, needs, .. } in &state.wakes {
         let covered = covered.entry(queue).or_default();
         if *covered > 0 {
             *covered -= 1;

@@ -234,6 +234,9 @@ fn parked_request(worker_id: &str) -> crate::ClaimRequest {
 async fn a_parked_claim_is_given_the_run_a_batch_makes_pending_without_a_claim_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let store = crate::Store::Sqlite(open(&dir));
+    let woken = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = Arc::clone(&woken);
+    assert!(store.wake_at_commit(Box::new(move |queue, _| seen.lock().unwrap().push(queue.to_owned()))));
     let mut parked = store.park_claim(&parked_request("w"), parked_clock).unwrap();
     let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
     let created = store.create_task(definition(task_id, "p/parked", PARKED_AT), task_id, PARKED_AT).await.unwrap();
@@ -247,6 +250,12 @@ async fn a_parked_claim_is_given_the_run_a_batch_makes_pending_without_a_claim_o
     assert!(!parked.leave(), "taken by the writer: its answer was coming");
     let again = store.claim_work(parked_request("other"), PARKED_AT).await.unwrap();
     assert!(again.value.is_empty(), "the run went to the parked claim only");
+    assert!(woken.lock().unwrap().is_empty(), "nobody is woken for a run claimed in the batch that made it pending");
+    // With nobody parked, the next run wakes a waiting claim at its commit.
+    let next = TaskId::parse("00000004QxCxxxxxxxxxxA").unwrap();
+    let created = store.create_task(definition(next, "p/parked", PARKED_AT), next, PARKED_AT).await.unwrap();
+    assert_eq!(created.events.len(), 2, "defined and pending");
+    assert_eq!(*woken.lock().unwrap(), vec!["p/parked".to_owned()]);
 }
 
 #[tokio::test]
