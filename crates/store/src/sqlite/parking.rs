@@ -81,16 +81,27 @@ impl Drop for Parked {
     }
 }
 
+/// Lines kept before the first sweep of every line.
+const MIN_LINES_SWEEP: usize = 64;
+
 /// The parked calls of every queue, longest-parked first.
 #[derive(Default)]
 pub(crate) struct Parking {
-    queues: Mutex<HashMap<String, Line>>,
+    queues: Mutex<Lines>,
+}
+
+/// Every queue's line. A client may park on any number of queue names and leave: once the
+/// lines have doubled since the last sweep, lines where nobody is parked any more go.
+#[derive(Default)]
+struct Lines {
+    by_queue: HashMap<String, Line>,
+    sweep_above: usize,
 }
 
 impl std::fmt::Debug for Parking {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("Parking").field("queues", &queues.len()).finish()
+        f.debug_struct("Parking").field("queues", &queues.by_queue.len()).finish()
     }
 }
 
@@ -108,7 +119,14 @@ impl Parking {
         let claim =
             Arc::new(ParkedClaim { state: AtomicU8::new(PARKED), request, clock, reply: Mutex::new(Some(reply)) });
         let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        let line = queues.entry(claim.request.task_queue_id.clone()).or_default();
+        if queues.by_queue.len() >= queues.sweep_above {
+            queues.by_queue.retain(|_, line| {
+                line.calls.retain(|call| call.parked());
+                !line.calls.is_empty()
+            });
+            queues.sweep_above = (2 * queues.by_queue.len()).max(MIN_LINES_SWEEP);
+        }
+        let line = queues.by_queue.entry(claim.request.task_queue_id.clone()).or_default();
         if line.calls.len() >= line.sweep_above {
             line.calls.retain(|call| call.parked());
             line.sweep_above = (2 * line.calls.len()).max(16);
@@ -125,7 +143,7 @@ impl Parking {
         needs: Option<&Dimensions>,
     ) -> Option<(Arc<ParkedClaim>, oneshot::Sender<ClaimAnswer>)> {
         let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        let line = queues.get_mut(task_queue_id)?;
+        let line = queues.by_queue.get_mut(task_queue_id)?;
         let mut taken = None;
         let mut at = 0;
         while at < line.calls.len() {
@@ -143,7 +161,7 @@ impl Parking {
             at += 1;
         }
         if line.calls.is_empty() {
-            queues.remove(task_queue_id);
+            queues.by_queue.remove(task_queue_id);
         }
         taken
     }
@@ -151,7 +169,7 @@ impl Parking {
     /// Whether any call is parked (or left and not yet swept) on `task_queue_id`.
     #[cfg(test)]
     pub(crate) fn any(&self, task_queue_id: &str) -> bool {
-        self.queues.lock().unwrap_or_else(PoisonError::into_inner).contains_key(task_queue_id)
+        self.queues.lock().unwrap_or_else(PoisonError::into_inner).by_queue.contains_key(task_queue_id)
     }
 }
 
@@ -220,7 +238,21 @@ mod tests {
         for _ in 0..100 {
             drop(parking.park(request("q", "linux"), clock));
         }
-        let len = parking.queues.lock().unwrap()["q"].calls.len();
+        let len = parking.queues.lock().unwrap().by_queue["q"].calls.len();
         assert!(len < 40, "{len} calls kept of 100 that left");
+    }
+
+    #[test]
+    fn lines_nobody_is_parked_in_are_swept_as_others_park() {
+        let parking = Parking::default();
+        for n in 0..1000 {
+            drop(parking.park(request(&format!("made-up-{n}"), "linux"), clock));
+        }
+        let waiting = parking.park(request("q", "linux"), clock);
+        let lines = parking.queues.lock().unwrap().by_queue.len();
+        assert!(lines < 2 * MIN_LINES_SWEEP.max(2), "{lines} lines kept of 1001, all but one left");
+        assert!(parking.any("q"));
+        assert!(parking.take("q", None).is_some(), "a parked call survives the sweep");
+        drop(waiting);
     }
 }
