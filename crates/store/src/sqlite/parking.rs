@@ -81,6 +81,8 @@ impl Drop for Parked {
     }
 }
 
+/// Parked calls the writer looks at, at most, for one run.
+const MOST_EXAMINED: usize = 256;
 /// Lines kept before the first sweep of every line.
 const MIN_LINES_SWEEP: usize = 64;
 
@@ -146,12 +148,18 @@ impl Parking {
         let line = queues.by_queue.get_mut(task_queue_id)?;
         let mut taken = None;
         let mut at = 0;
-        while at < line.calls.len() {
-            let call = &line.calls[at];
+        // Bounded: the writer does this, and a fleet of bots with dimensions of their own may
+        // all park on one queue. A run none of the first calls can take still wakes a
+        // waiting claim at the commit. (Each call that left is removed once, so those are not
+        // counted.)
+        let mut examined = 0;
+        while examined < MOST_EXAMINED {
+            let Some(call) = line.calls.get(at) else { break };
             if !call.parked() {
                 line.calls.remove(at);
                 continue;
             }
+            examined += 1;
             if needs.is_none_or(|needs| needs.matched_by(&call.request.dimensions))
                 && let Some(reply) = call.take()
             {
@@ -209,6 +217,18 @@ mod tests {
         drop(second);
         assert!(parking.take("q", None).is_none(), "a dropped call left the line");
         assert!(!parking.any("q"), "an empty line is forgotten");
+    }
+
+    #[test]
+    fn the_writer_looks_at_a_bounded_number_of_calls_for_one_run() {
+        let parking = Parking::default();
+        let macs: Vec<Parked> = (0..MOST_EXAMINED).map(|_| parking.park(request("q", "mac"), clock)).collect();
+        let linux = parking.park(request("q", "linux"), clock);
+        let needs: Dimensions = serde_json::from_value(serde_json::json!({"os": ["linux"]})).unwrap();
+        assert!(parking.take("q", Some(&needs)).is_none(), "past the bound: left to the wake-up at commit");
+        drop(macs.into_iter().next());
+        let (taken, _reply) = parking.take("q", Some(&needs)).unwrap();
+        assert!(Arc::ptr_eq(&taken, &linux.claim), "within the bound once one call before it left");
     }
 
     #[test]
