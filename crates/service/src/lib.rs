@@ -359,9 +359,14 @@ impl Queue {
             // Unless answered, leave the line; if the writer took this call first, its answer
             // is coming and holds what was claimed for it.
             let answer = match (answer, parked.as_mut()) {
-                (Some(answer), _) => Some(answer),
-                (None, Some(parked)) if !parked.leave() => Some(parked.answer().await),
-                (None, _) => None,
+                (None, Some(parked)) => {
+                    if parked.leave() {
+                        None
+                    } else {
+                        Some(parked.answer().await)
+                    }
+                }
+                (answer, _) => answer,
             };
             if let Some(answer) = answer {
                 let claims = self.committed(answer?);

@@ -34,8 +34,7 @@ use shoal_engine::priority::Priority;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::ops::{self, ready};
-use crate::outbox::OutboxEntry;
-use crate::outbox::OutboxFeed;
+use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::reads::ReadsOver;
 use crate::row::corrupt;
 use crate::sqlite::glance::Wake;

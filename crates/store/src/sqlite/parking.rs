@@ -3,13 +3,12 @@
 //! A batch that makes runs pending claims them, before it commits, for the longest-parked
 //! claims that can take them: the waiting worker gets its run with that batch's commit and
 //! sync, not with a commit and sync of its own after being woken (a chain link is then one
-//! of each). A parked call and the writer agree through one atomic state on who moved
-//! first: once the writer took a call, its answer is coming and the call waits for it; once
-//! the call left (its wait ended, it was woken for another reason, its client went away),
-//! the writer passes it over.
+//! of each). A parked call and the writer settle who moved first by who takes the call's
+//! reply sender: once the writer took it, the answer is coming and the call waits for it;
+//! once the call took it back (its wait ended, it was woken for another reason, its client
+//! went away), the writer passes the call over.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use shoal_engine::Timestamp;
@@ -18,35 +17,26 @@ use tokio::sync::oneshot;
 
 use crate::{Claim, ClaimRequest, Committed, StoreError};
 
-/// The call waits in line.
-const PARKED: u8 = 0;
-/// The writer took it: its answer is coming.
-const TAKEN: u8 = 1;
-/// The call left the line.
-const LEFT: u8 = 2;
-
 /// What a parked call is answered with: the claims a batch made for it, once durable.
 pub type ClaimAnswer = Result<Committed<Vec<Claim>>, StoreError>;
 
 /// A parked call, as the writer sees it.
 pub(crate) struct ParkedClaim {
-    state: AtomicU8,
     pub(crate) request: ClaimRequest,
     /// The wall clock of the caller, read when the writer claims.
     pub(crate) clock: fn() -> Timestamp,
+    /// Where to answer the call; here while it is parked, taken by whoever moves first.
     reply: Mutex<Option<oneshot::Sender<ClaimAnswer>>>,
 }
 
 impl ParkedClaim {
-    /// Takes the call for a claim in the batch in progress, unless it left; returns where to
-    /// answer it.
+    /// Takes the call's reply sender: the writer's to answer it, or the call's to leave.
     fn take(&self) -> Option<oneshot::Sender<ClaimAnswer>> {
-        self.state.compare_exchange(PARKED, TAKEN, Ordering::AcqRel, Ordering::Acquire).ok()?;
         self.reply.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 
     fn parked(&self) -> bool {
-        self.state.load(Ordering::Acquire) == PARKED
+        self.reply.lock().unwrap_or_else(PoisonError::into_inner).is_some()
     }
 }
 
@@ -54,6 +44,8 @@ impl ParkedClaim {
 pub struct Parked {
     claim: Arc<ParkedClaim>,
     answer: oneshot::Receiver<ClaimAnswer>,
+    /// This call left the line.
+    left: bool,
 }
 
 impl Parked {
@@ -65,11 +57,9 @@ impl Parked {
 
     /// Leaves the line; false when the writer took this call first, so that its answer is
     /// coming and must be awaited.
-    pub fn leave(&self) -> bool {
-        match self.claim.state.compare_exchange(PARKED, LEFT, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => true,
-            Err(state) => state == LEFT,
-        }
+    pub fn leave(&mut self) -> bool {
+        self.left = self.left || self.claim.take().is_some();
+        self.left
     }
 }
 
@@ -118,8 +108,7 @@ impl Parking {
     /// Parks a claimWork for `request` until the writer takes it or it leaves.
     pub(crate) fn park(&self, request: ClaimRequest, clock: fn() -> Timestamp) -> Parked {
         let (reply, answer) = oneshot::channel();
-        let claim =
-            Arc::new(ParkedClaim { state: AtomicU8::new(PARKED), request, clock, reply: Mutex::new(Some(reply)) });
+        let claim = Arc::new(ParkedClaim { request, clock, reply: Mutex::new(Some(reply)) });
         let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
         if queues.by_queue.len() >= queues.sweep_above {
             queues.by_queue.retain(|_, line| {
@@ -134,7 +123,7 @@ impl Parking {
             line.sweep_above = (2 * line.calls.len()).max(16);
         }
         line.calls.push_back(Arc::clone(&claim));
-        Parked { claim, answer }
+        Parked { claim, answer, left: false }
     }
 
     /// Takes the longest-parked call on `task_queue_id` whose worker can take a run needing
@@ -202,7 +191,7 @@ mod tests {
     #[test]
     fn the_longest_parked_call_that_can_take_the_run_is_taken() {
         let parking = Parking::default();
-        let (mac, first, second) = (
+        let (mac, mut first, second) = (
             parking.park(request("q", "mac"), clock),
             parking.park(request("q", "linux"), clock),
             parking.park(request("q", "linux"), clock),
@@ -234,7 +223,7 @@ mod tests {
     #[test]
     fn a_call_that_left_is_passed_over_and_cannot_be_taken_after() {
         let parking = Parking::default();
-        let gone = parking.park(request("q", "linux"), clock);
+        let mut gone = parking.park(request("q", "linux"), clock);
         let waiting = parking.park(request("q", "linux"), clock);
         assert!(gone.leave());
         assert!(gone.leave(), "leaving twice is leaving");

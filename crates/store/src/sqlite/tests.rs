@@ -262,7 +262,7 @@ async fn a_parked_claim_is_given_the_run_a_batch_makes_pending_without_a_claim_o
 async fn a_parked_claim_that_left_is_given_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = crate::Store::Sqlite(open(&dir));
-    let parked = store.park_claim(&parked_request("gone"), parked_clock).unwrap();
+    let mut parked = store.park_claim(&parked_request("gone"), parked_clock).unwrap();
     assert!(parked.leave());
     let task_id = TaskId::parse("00000002QxCxxxxxxxxxxA").unwrap();
     let created = store.create_task(definition(task_id, "p/parked", PARKED_AT), task_id, PARKED_AT).await.unwrap();

@@ -61,16 +61,12 @@ pub(crate) struct WriterState {
 }
 
 impl WriterState {
-    /// Forgets which queues were recently recorded: after a rollback some records may be gone.
-    pub(crate) fn forget_queue_touches(&mut self) {
-        self.queue_touched.clear();
-        self.recorded.clear();
-    }
-
-    /// The batch was rolled back: nothing it did is published or woken.
+    /// The batch was rolled back: nothing it did is published or woken, and which queues were
+    /// recently recorded is forgotten (some of those records may be gone).
     pub(crate) fn rolled_back(&mut self) {
         self.index.rollback_to(0);
-        self.forget_queue_touches();
+        self.queue_touched.clear();
+        self.recorded.clear();
         self.wakes.clear();
     }
 
