@@ -82,18 +82,29 @@ async fn probe(base: &str) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, Vec<
     Ok((pings, creates, reads))
 }
 
+/// Worker `n`'s dimensions when tasks are targeted: its own `id`, as a Swarming bot has, and
+/// what the whole fleet shares.
+fn bot_dimensions(n: usize) -> Value {
+    json!({"id": [format!("w{n}")], "pool": ["fleet"], "os": ["Linux"]})
+}
+
 /// One worker of the fleet: claimWork on its own connection, again and again; each claim is
 /// reported on `claimed` with the time it arrived.
 async fn poll(
     base: String,
     n: usize,
+    targeted: bool,
     opening: Arc<Semaphore>,
     claimed: mpsc::UnboundedSender<Instant>,
 ) -> anyhow::Result<()> {
     let permit = opening.acquire_owned().await?;
     let mut conn = Conn::open(&base).await?;
     drop(permit);
-    let body = Bytes::from(bytes_of(&json!({"workerGroup": "fleet", "workerId": format!("w{n}"), "tasks": 1}))?);
+    let mut request = json!({"workerGroup": "fleet", "workerId": format!("w{n}"), "tasks": 1});
+    if targeted {
+        request["dimensions"] = bot_dimensions(n);
+    }
+    let body = Bytes::from(bytes_of(&request)?);
     let path = format!("/claim-work/{}", QUEUE.replace('/', "%2F"));
     loop {
         let answer = conn.send("POST", &path, body.clone()).await?;
@@ -119,8 +130,9 @@ async fn waiting(client: &reqwest::Client, root: &str) -> anyhow::Result<usize> 
 }
 
 /// `polls` idle claimWork long polls held at once; then `samples` tasks created one at a time,
-/// each timed until one of the waiting workers has it.
-pub(crate) async fn longpoll(polls: usize, samples: usize) -> anyhow::Result<()> {
+/// each timed until one of the waiting workers has it. `targeted`: each worker has its own
+/// `id` dimension and each task needs one worker's, spread over the fleet.
+pub(crate) async fn longpoll(polls: usize, samples: usize, targeted: bool) -> anyhow::Result<()> {
     let limit = raise_descriptor_limit(polls);
     // The server keeps 256 descriptors for its files; the load generator needs a few.
     anyhow::ensure!(
@@ -141,7 +153,7 @@ pub(crate) async fn longpoll(polls: usize, samples: usize) -> anyhow::Result<()>
     // A few hundred connections opened at a time, as a fleet coming up would, not a SYN flood.
     let opening = Arc::new(Semaphore::new(OPENING));
     for n in 0..polls {
-        fleet.spawn(poll(server.base.clone(), n, Arc::clone(&opening), claimed.clone()));
+        fleet.spawn(poll(server.base.clone(), n, targeted, Arc::clone(&opening), claimed.clone()));
     }
     let held = loop {
         if let Some(failed) = fleet.try_join_next() {
@@ -170,8 +182,15 @@ pub(crate) async fn longpoll(polls: usize, samples: usize) -> anyhow::Result<()>
 
     let mut latencies = Vec::with_capacity(samples);
     let mut conn = Conn::open(&server.base).await?;
-    let body = Bytes::from(bytes_of(&definition(QUEUE))?);
-    for _ in 0..samples {
+    let mut body = Bytes::from(bytes_of(&definition(QUEUE))?);
+    let cpu_before = server.cpu_secs();
+    for sample in 0..samples {
+        if targeted {
+            // Workers all over the line, not the longest-waiting ones first.
+            let mut task = definition(QUEUE);
+            task["dimensions"] = json!({"id": [format!("w{}", sample * 7919 % polls)], "pool": ["fleet"]});
+            body = Bytes::from(bytes_of(&task)?);
+        }
         let sent = Instant::now();
         let answer = conn.send("PUT", &format!("/task/{}", slugid::nice()), body.clone()).await?;
         anyhow::ensure!(answer.status == 200, "createTask: {}", String::from_utf8_lossy(&answer.body));
@@ -181,6 +200,7 @@ pub(crate) async fn longpoll(polls: usize, samples: usize) -> anyhow::Result<()>
             .context("the fleet stopped")?;
         latencies.push(arrived.saturating_duration_since(sent));
     }
+    let cpu_per_task = (server.cpu_secs() - cpu_before) / samples.max(1) as f64;
     println!(
         "longpoll: {held} idle claimWork long polls held by one server (each on its own connection; all in line after {:.1} s); \
          server RSS {rss} MB (before them {rss_idle} MB), {} descriptors (before {fds_idle}); \
@@ -194,8 +214,10 @@ pub(crate) async fn longpoll(polls: usize, samples: usize) -> anyhow::Result<()>
     println!("  createTask alone: {}; with the fleet waiting: {}", summary(creates_before), summary(creates));
     println!("  task status alone: {}; with the fleet waiting: {}", summary(reads_before), summary(reads));
     println!(
-        "  a new task reaching a waiting worker (createTask sent -> claim received), {samples} tasks: {}",
-        summary(latencies)
+        "  a new task reaching a waiting worker (createTask sent -> claim received), {samples} tasks{}: {}; server CPU {:.0} us per task",
+        if targeted { ", each needing one worker's own id" } else { "" },
+        summary(latencies),
+        cpu_per_task * 1e6,
     );
     drop(arrivals);
     fleet.abort_all();

@@ -178,6 +178,10 @@ enum Command {
         polls: usize,
         #[arg(long, default_value_t = 500)]
         samples: usize,
+        /// Each worker has its own `id` dimension (as a Swarming bot does) and each task needs
+        /// one worker's, so a new task matches one waiter among them all.
+        #[arg(long)]
+        targeted: bool,
     },
     /// A task graph from submission to finished with trivial workers.
     Graph {
@@ -295,7 +299,7 @@ fn main() -> anyhow::Result<()> {
                 soak::soak(seconds, rate, expires_after, every).await?;
             }
             Command::Hostile { tasks, slow_connections } => hostile::hostile(tasks, slow_connections).await?,
-            Command::Longpoll { polls, samples } => longpoll::longpoll(polls, samples).await?,
+            Command::Longpoll { polls, samples, targeted } => longpoll::longpoll(polls, samples, targeted).await?,
             Command::Graph { shape, tasks, workers } => {
                 graph::graph_bench(shape, tasks, workers).await?;
             }

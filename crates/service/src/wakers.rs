@@ -1,29 +1,139 @@
 //! Waiting claimWork calls per task queue, and who is woken when a run becomes pending: the
 //! longest-waiting one whose dimensions match the run, not every waiter (one would claim and
-//! the others would look for nothing).
+//! the others would look for nothing). The calls that can be woken are also filed under each
+//! of their dimension values, so a run needing a rare value (a bot's own `id`, one device)
+//! finds its worker among the few that have it, not by trying the whole fleet in turn.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use shoal_engine::dimensions::Dimensions;
+use shoal_engine::dimensions::{Dimensions, alternatives};
 use tokio::sync::Notify;
 
-/// Queue -> its waiting claimWork calls by place in line (longest-waiting first), so that
-/// joining, leaving and going to the back are logarithmic however many wait.
+/// Queue -> its line of waiting claimWork calls.
 #[derive(Debug, Default)]
 pub(crate) struct Wakers {
-    by_queue: Mutex<HashMap<String, BTreeMap<u64, Arc<Waiter>>>>,
-    /// The next place in line.
+    by_queue: Mutex<HashMap<String, Line>>,
+    /// The next place in line (also each waiter's id).
     next: AtomicU64,
 }
 
-/// One waiting claimWork.
+/// Calls in line by place (longest-waiting first), so that joining, leaving and going to
+/// the back are logarithmic however many wait.
+type ByPlace = BTreeMap<u64, Arc<Waiter>>;
+
+/// One queue's waiting claimWork calls.
+#[derive(Debug, Default)]
+struct Line {
+    /// Every call in line, by id, woken or not.
+    all: HashMap<u64, Arc<Waiter>>,
+    /// Those that can be woken (neither woken nor quarantined).
+    ready: ByPlace,
+    /// The same, under each value they have: key -> value -> calls.
+    by_value: HashMap<String, HashMap<String, ByPlace>>,
+}
+
+impl Line {
+    /// Files `waiter` as one that can be woken, at its place.
+    fn enter(&mut self, waiter: &Arc<Waiter>) {
+        let place = waiter.place.load(Ordering::Relaxed);
+        self.ready.insert(place, Arc::clone(waiter));
+        for (key, values) in waiter.dimensions.iter() {
+            if !self.by_value.contains_key(key) {
+                self.by_value.insert(key.to_owned(), HashMap::new());
+            }
+            let by_value = self.by_value.get_mut(key).expect("filed above");
+            for value in values {
+                match by_value.get_mut(value) {
+                    Some(calls) => calls.insert(place, Arc::clone(waiter)),
+                    None => by_value.insert(value.clone(), BTreeMap::from([(place, Arc::clone(waiter))])).and(None),
+                };
+            }
+        }
+    }
+
+    /// Takes `waiter` out of the calls that can be woken.
+    fn leave(&mut self, waiter: &Waiter) {
+        let place = waiter.place.load(Ordering::Relaxed);
+        if self.ready.remove(&place).is_none() {
+            return;
+        }
+        for (key, values) in waiter.dimensions.iter() {
+            let Some(by_value) = self.by_value.get_mut(key) else { continue };
+            for value in values {
+                if let Some(calls) = by_value.get_mut(value.as_str()) {
+                    calls.remove(&place);
+                    if calls.is_empty() {
+                        by_value.remove(value.as_str());
+                    }
+                }
+            }
+            if by_value.is_empty() {
+                self.by_value.remove(key);
+            }
+        }
+    }
+
+    /// The place of the longest-waiting call that can be woken for a run needing `required`.
+    ///
+    /// Only calls having one alternative of one required value can match; the value whose
+    /// alternatives have the fewest calls is the one looked through.
+    fn first_able(&self, required: Option<&Dimensions>) -> Option<u64> {
+        let Some(required) = required.filter(|required| !required.is_empty()) else {
+            return self.ready.keys().next().copied();
+        };
+        let mut fewest: Option<(usize, Vec<&ByPlace>)> = None;
+        for (key, values) in required.iter() {
+            let by_value = self.by_value.get(key)?;
+            for value in values {
+                let lists: Vec<&ByPlace> = alternatives(value).filter_map(|one| by_value.get(one)).collect();
+                let calls = lists.iter().map(|calls| calls.len()).sum::<usize>();
+                if calls == 0 {
+                    return None;
+                }
+                if fewest.as_ref().is_none_or(|(least, _)| calls < *least) {
+                    fewest = Some((calls, lists));
+                }
+            }
+        }
+        let Some((_, lists)) = fewest else {
+            // Nothing required a value (never so for checked dimensions): try each in turn.
+            return self
+                .ready
+                .iter()
+                .find(|(_, waiter)| required.matched_by(&waiter.dimensions))
+                .map(|(place, _)| *place);
+        };
+        lists
+            .into_iter()
+            .filter_map(|calls| calls.iter().find(|(_, waiter)| required.matched_by(&waiter.dimensions)))
+            .map(|(place, _)| *place)
+            .min()
+    }
+
+    /// Wakes every call in line; none can be woken again until it looks.
+    fn wake_all(&mut self) {
+        for waiter in self.all.values() {
+            waiter.woken.store(true, Ordering::Relaxed);
+            // Its needs are unknown: passed on, it wakes anyone.
+            *waiter.woken_for.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            waiter.notify.notify_one();
+        }
+        self.ready.clear();
+        self.by_value.clear();
+    }
+}
+
+/// One waiting claimWork. Its flags change only under the lock of the lines, with its place
+/// in them.
 #[derive(Debug)]
 pub(crate) struct Waiter {
+    /// Its key in its line's `all`.
+    id: u64,
     /// The worker's dimensions.
     dimensions: Dimensions,
-    /// Its place in its queue's line (changed, under the lock, when it goes to the back).
+    /// Its place in its queue's line (a new one, at the back, when it looks after a wake-up).
     place: AtomicU64,
     notify: Notify,
     /// Woken for a run and not yet looked.
@@ -35,10 +145,9 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// Passes an unused wake-up on to the next worker in line that can take its run.
-    fn pass_on(&self, wakers: &Wakers, task_queue_id: &str) {
-        let required = self.woken_for.lock().unwrap_or_else(PoisonError::into_inner).take();
-        wakers.wake(task_queue_id, required.as_ref());
+    /// Whether a run may wake it.
+    fn able(&self) -> bool {
+        !self.woken.load(Ordering::Relaxed) && !self.quarantined.load(Ordering::Relaxed)
     }
 }
 
@@ -56,48 +165,79 @@ impl Registration<'_> {
         self.waiter.notify.notified().await;
     }
 
-    /// The waiter is about to look for work: a wake-up it had is used.
+    /// The waiter is about to look for work: a wake-up it had is used, and it goes to the
+    /// back of the line.
     pub(crate) fn looking(&self) {
-        self.waiter.woken.store(false, Ordering::Relaxed);
+        let mut by_queue = self.wakers.lines();
+        if !self.waiter.woken.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        *self.waiter.woken_for.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        if let Some(line) = by_queue.get_mut(self.task_queue_id)
+            && self.waiter.able()
+        {
+            self.waiter.place.store(self.wakers.next.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+            line.enter(&self.waiter);
+        }
     }
 
     /// Passes on a wake-up the last look used without answering (it failed).
     pub(crate) fn pass_on(&self) {
-        self.waiter.pass_on(self.wakers, self.task_queue_id);
+        self.wakers.pass_on(&self.waiter, self.task_queue_id);
     }
 
     /// The worker is quarantined (or no longer): while it is, runs wake the others, and a
     /// wake-up it got while looking goes to the next in line.
     pub(crate) fn set_quarantined(&self, quarantined: bool) {
-        self.waiter.quarantined.store(quarantined, Ordering::Relaxed);
-        if quarantined && self.waiter.woken.swap(false, Ordering::Relaxed) {
-            self.waiter.pass_on(self.wakers, self.task_queue_id);
+        let mut by_queue = self.wakers.lines();
+        let Some(line) = by_queue.get_mut(self.task_queue_id) else { return };
+        if self.waiter.quarantined.swap(quarantined, Ordering::Relaxed) == quarantined {
+            return;
+        }
+        if !quarantined {
+            if self.waiter.able() {
+                line.enter(&self.waiter);
+            }
+            return;
+        }
+        line.leave(&self.waiter);
+        let woken = self.waiter.woken.swap(false, Ordering::Relaxed);
+        drop(by_queue);
+        if woken {
+            self.wakers.pass_on(&self.waiter, self.task_queue_id);
         }
     }
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        let mut by_queue = self.wakers.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(waiters) = by_queue.get_mut(self.task_queue_id) {
-            waiters.remove(&self.waiter.place.load(Ordering::Relaxed));
-            if waiters.is_empty() {
+        let mut by_queue = self.wakers.lines();
+        if let Some(line) = by_queue.get_mut(self.task_queue_id) {
+            line.leave(&self.waiter);
+            line.all.remove(&self.waiter.id);
+            if line.all.is_empty() {
                 by_queue.remove(self.task_queue_id);
             }
         }
+        let woken = self.waiter.woken.load(Ordering::Relaxed);
         drop(by_queue);
-        if self.waiter.woken.load(Ordering::Relaxed) {
+        if woken {
             // Woken for a run it will never look for: the next one that matches looks instead.
-            self.waiter.pass_on(self.wakers, self.task_queue_id);
+            self.wakers.pass_on(&self.waiter, self.task_queue_id);
         }
     }
 }
 
 impl Wakers {
+    fn lines(&self) -> MutexGuard<'_, HashMap<String, Line>> {
+        self.by_queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Puts a claimWork of a worker with `dimensions` in line on `task_queue_id`.
     pub(crate) fn register<'a>(&'a self, task_queue_id: &'a str, dimensions: &Dimensions) -> Registration<'a> {
         let place = self.next.fetch_add(1, Ordering::Relaxed);
         let waiter = Arc::new(Waiter {
+            id: place,
             dimensions: dimensions.clone(),
             place: AtomicU64::new(place),
             notify: Notify::new(),
@@ -105,54 +245,53 @@ impl Wakers {
             quarantined: AtomicBool::new(false),
             woken_for: Mutex::new(None),
         });
-        let mut by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
-        by_queue.entry(task_queue_id.to_owned()).or_default().insert(place, Arc::clone(&waiter));
+        let mut by_queue = self.lines();
+        if !by_queue.contains_key(task_queue_id) {
+            by_queue.insert(task_queue_id.to_owned(), Line::default());
+        }
+        let line = by_queue.get_mut(task_queue_id).expect("inserted above");
+        line.all.insert(place, Arc::clone(&waiter));
+        line.enter(&waiter);
         Registration { wakers: self, task_queue_id, waiter }
+    }
+
+    /// Passes the wake-up `waiter` had on to the next call in line that can take its run.
+    fn pass_on(&self, waiter: &Waiter, task_queue_id: &str) {
+        let required = waiter.woken_for.lock().unwrap_or_else(PoisonError::into_inner).take();
+        self.wake(task_queue_id, required.as_ref());
     }
 
     /// A run needing `required` (none: any worker) became pending on `task_queue_id`: wakes
     /// the longest-waiting claimWork that can take it, if any waits.
     pub(crate) fn wake(&self, task_queue_id: &str, required: Option<&Dimensions>) {
-        let mut by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(waiters) = by_queue.get_mut(task_queue_id) else { return };
-        let at = waiters.iter().find_map(|(place, waiter)| {
-            let can = !waiter.woken.load(Ordering::Relaxed)
-                && !waiter.quarantined.load(Ordering::Relaxed)
-                && required.is_none_or(|required| required.matched_by(&waiter.dimensions));
-            can.then_some(*place)
-        });
-        if let Some(waiter) = at.and_then(|at| waiters.remove(&at)) {
-            *waiter.woken_for.lock().unwrap_or_else(PoisonError::into_inner) = required.cloned();
-            waiter.woken.store(true, Ordering::Relaxed);
-            waiter.notify.notify_one();
-            // To the back of the line: it stays registered until its claimWork looks.
-            let place = self.next.fetch_add(1, Ordering::Relaxed);
-            waiter.place.store(place, Ordering::Relaxed);
-            waiters.insert(place, waiter);
-        }
+        let mut by_queue = self.lines();
+        let Some(line) = by_queue.get_mut(task_queue_id) else { return };
+        let Some(waiter) = line.first_able(required).and_then(|place| line.ready.get(&place).cloned()) else {
+            return;
+        };
+        line.leave(&waiter);
+        *waiter.woken_for.lock().unwrap_or_else(PoisonError::into_inner) = required.cloned();
+        waiter.woken.store(true, Ordering::Relaxed);
+        waiter.notify.notify_one();
     }
 
     /// Wakes every claimWork waiting on `task_queue_id` (work whose needs are unknown, e.g.
     /// committed by another server).
     pub(crate) fn wake_queue(&self, task_queue_id: &str) {
-        let by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
-        for waiter in by_queue.get(task_queue_id).into_iter().flat_map(BTreeMap::values) {
-            waiter.woken.store(true, Ordering::Relaxed);
-            waiter.notify.notify_one();
+        if let Some(line) = self.lines().get_mut(task_queue_id) {
+            line.wake_all();
         }
     }
 
     /// How many claimWork calls wait (or look), over every queue.
     pub(crate) fn waiting(&self) -> usize {
-        self.by_queue.lock().unwrap_or_else(PoisonError::into_inner).values().map(BTreeMap::len).sum()
+        self.lines().values().map(|line| line.all.len()).sum()
     }
 
     /// Wakes every waiting claimWork of every queue.
     pub(crate) fn wake_all(&self) {
-        let by_queue = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
-        for waiter in by_queue.values().flat_map(BTreeMap::values) {
-            waiter.woken.store(true, Ordering::Relaxed);
-            waiter.notify.notify_one();
+        for line in self.lines().values_mut() {
+            line.wake_all();
         }
     }
 }
@@ -221,6 +360,125 @@ mod tests {
         next.looking();
         drop(next);
         assert!(!woken(&last));
+    }
+
+    /// Dimensions from `key:value` pairs.
+    fn with(pairs: &[(&str, &str)]) -> Dimensions {
+        let mut raw: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (key, value) in pairs {
+            raw.entry((*key).to_owned()).or_default().push((*value).to_owned());
+        }
+        Dimensions::parse_required("dimensions", raw).unwrap()
+    }
+
+    #[test]
+    fn a_run_needing_a_rare_value_finds_the_worker_that_has_it_among_many() {
+        let wakers = Wakers::default();
+        let fleet: Vec<Registration<'_>> =
+            (0..1000).map(|n| wakers.register("q", &with(&[("id", &format!("bot{n}")), ("os", "linux")]))).collect();
+        wakers.wake("q", Some(&with(&[("id", "bot700"), ("os", "linux")])));
+        let woken_now: Vec<usize> = (0..1000).filter(|&n| woken(&fleet[n])).collect();
+        assert_eq!(woken_now, vec![700]);
+        // Woken, it is out of the index until it looks; a second run for it wakes nobody.
+        wakers.wake("q", Some(&with(&[("id", "bot700")])));
+        assert_eq!((0..1000).filter(|&n| woken(&fleet[n])).count(), 1);
+        // Looking puts it back (at the back of the line): now it can be woken again.
+        fleet[700].looking();
+        wakers.wake("q", Some(&with(&[("id", "bot700")])));
+        assert!(woken(&fleet[700]));
+        // A run needing a value nobody has wakes nobody.
+        fleet[700].looking();
+        wakers.wake("q", Some(&with(&[("id", "bot1000")])));
+        assert_eq!((0..1000).filter(|&n| woken(&fleet[n])).count(), 0);
+        drop(fleet);
+        assert!(wakers.lines().is_empty(), "every index entry left with its call");
+    }
+
+    #[test]
+    fn alternatives_wake_the_longest_waiting_worker_having_any_of_them() {
+        let wakers = Wakers::default();
+        let (windows, mac, linux) = (
+            wakers.register("q", &with(&[("os", "windows")])),
+            wakers.register("q", &with(&[("os", "mac")])),
+            wakers.register("q", &with(&[("os", "linux")])),
+        );
+        wakers.wake("q", Some(&with(&[("os", "linux|mac")])));
+        assert_eq!((woken(&windows), woken(&mac), woken(&linux)), (false, true, false));
+        wakers.wake("q", Some(&with(&[("os", "linux|mac")])));
+        assert!(woken(&linux));
+        // Two required values: only a worker having both can be woken.
+        let both = wakers.register("q", &with(&[("os", "windows"), ("gpu", "none")]));
+        wakers.wake("q", Some(&with(&[("os", "windows"), ("gpu", "none")])));
+        assert_eq!((woken(&windows), woken(&both)), (false, true));
+    }
+
+    #[test]
+    fn a_worker_out_of_quarantine_waits_in_its_place_again() {
+        let wakers = Wakers::default();
+        let (first, second) = (wakers.register("q", &dims("linux")), wakers.register("q", &dims("linux")));
+        first.set_quarantined(true);
+        first.set_quarantined(false);
+        wakers.wake("q", Some(&dims("linux")));
+        assert_eq!((woken(&first), woken(&second)), (true, false), "it kept its place");
+        // Quarantined while woken: the wake-up goes to the next in line.
+        first.set_quarantined(true);
+        assert_eq!((woken(&first), woken(&second)), (false, true));
+    }
+
+    /// Which of `workers` (in line in this order, the listed ones woken) a run needing
+    /// `required` may wake, by trying each in turn: what the index must agree with.
+    fn first_by_trying(workers: &[Dimensions], woken_ones: &[bool], required: &Dimensions) -> Option<usize> {
+        (0..workers.len()).find(|&n| !woken_ones[n] && required.matched_by(&workers[n]))
+    }
+
+    #[test]
+    fn the_index_wakes_whom_trying_every_worker_in_turn_would() {
+        // Small value sets so that workers share values and runs often match several.
+        let values = ["a", "b", "c"];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |below: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % below as u64) as usize
+        };
+        for _ in 0..200 {
+            let wakers = Wakers::default();
+            let workers: Vec<Dimensions> = (0..1 + next(12))
+                .map(|_| {
+                    let mut pairs = Vec::new();
+                    for key in ["os", "pool", "gpu"] {
+                        for value in values {
+                            if next(2) == 0 {
+                                pairs.push((key, value));
+                            }
+                        }
+                    }
+                    with(&pairs)
+                })
+                .collect();
+            let line: Vec<Registration<'_>> = workers.iter().map(|dims| wakers.register("q", dims)).collect();
+            let mut woken_ones = vec![false; workers.len()];
+            for _ in 0..8 {
+                let mut pairs: Vec<(&str, String)> = Vec::new();
+                for key in ["os", "pool", "gpu"] {
+                    match next(4) {
+                        0 => {}
+                        1 => pairs.push((key, values[next(3)].to_owned())),
+                        2 => pairs.push((key, format!("{}|{}", values[next(3)], values[next(3)]))),
+                        _ => pairs.push((key, "z".to_owned())),
+                    }
+                }
+                let pairs: Vec<(&str, &str)> = pairs.iter().map(|(key, value)| (*key, value.as_str())).collect();
+                let required = with(&pairs);
+                let expected = first_by_trying(&workers, &woken_ones, &required);
+                wakers.wake("q", Some(&required));
+                let now: Vec<bool> = line.iter().map(woken).collect();
+                let got = (0..workers.len()).find(|&n| now[n] && !woken_ones[n]);
+                assert_eq!(got, expected, "workers {workers:?}, run needs {required:?}");
+                woken_ones = now;
+            }
+        }
     }
 
     #[test]
