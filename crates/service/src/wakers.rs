@@ -168,6 +168,11 @@ impl Registration<'_> {
     /// The waiter is about to look for work: a wake-up it had is used, and it goes to the
     /// back of the line.
     pub(crate) fn looking(&self) {
+        // Only a wake-up sets the flag (under the lock); one that comes after this read is
+        // used by the next look.
+        if !self.waiter.woken.load(Ordering::Relaxed) {
+            return;
+        }
         let mut by_queue = self.wakers.lines();
         if !self.waiter.woken.swap(false, Ordering::Relaxed) {
             return;
@@ -189,6 +194,10 @@ impl Registration<'_> {
     /// The worker is quarantined (or no longer): while it is, runs wake the others, and a
     /// wake-up it got while looking goes to the next in line.
     pub(crate) fn set_quarantined(&self, quarantined: bool) {
+        // Only this call changes its quarantine.
+        if self.waiter.quarantined.load(Ordering::Relaxed) == quarantined {
+            return;
+        }
         let mut by_queue = self.wakers.lines();
         let Some(line) = by_queue.get_mut(self.task_queue_id) else { return };
         if self.waiter.quarantined.swap(quarantined, Ordering::Relaxed) == quarantined {
