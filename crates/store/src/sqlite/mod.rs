@@ -353,7 +353,7 @@ fn writer_loop(
         // Woken by the first job, the writer often preempts the request thread that sent it,
         // on the same core, in the middle of its round of ready connections. Giving the core
         // back lets that round finish first: 1.07x throughput for the same busy time
-        // (docs/performance.md, tenth part).
+        // (docs/performance.md, eleventh part).
         std::thread::yield_now();
         batch.push(job);
         while batch.len() < MAX_BATCH {
