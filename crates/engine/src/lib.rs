@@ -34,6 +34,7 @@ pub mod event;
 pub mod graph;
 pub mod group;
 pub mod id;
+pub mod line;
 pub mod message;
 pub mod priority;
 pub mod rejection;

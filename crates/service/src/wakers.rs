@@ -4,112 +4,44 @@
 //! of their dimension values, so a run needing a rare value (a bot's own `id`, one device)
 //! finds its worker among the few that have it, not by trying the whole fleet in turn.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use shoal_engine::dimensions::{Dimensions, alternatives};
+use shoal_engine::dimensions::Dimensions;
+use shoal_engine::line::Line;
 use tokio::sync::Notify;
 
-/// Queue -> its line of waiting claimWork calls.
+/// Queue -> its waiting claimWork calls.
 #[derive(Debug, Default)]
 pub(crate) struct Wakers {
-    by_queue: Mutex<HashMap<String, Line>>,
+    by_queue: Mutex<HashMap<String, Waiting>>,
     /// The next place in line (also each waiter's id).
     next: AtomicU64,
 }
 
-/// Calls in line by place (longest-waiting first), so that joining, leaving and going to
-/// the back are logarithmic however many wait.
-type ByPlace = BTreeMap<u64, Arc<Waiter>>;
-
 /// One queue's waiting claimWork calls.
-#[derive(Debug, Default)]
-struct Line {
-    /// Every call in line, by id, woken or not.
+#[derive(Debug)]
+struct Waiting {
+    /// Every call, by id, woken or not.
     all: HashMap<u64, Arc<Waiter>>,
-    /// Those that can be woken (neither woken nor quarantined).
-    ready: ByPlace,
-    /// The same, under each value they have: key -> value -> calls.
-    by_value: HashMap<String, HashMap<String, ByPlace>>,
+    /// Those that can be woken (neither woken nor quarantined), in line and filed by value.
+    ready: Line<Arc<Waiter>>,
 }
 
-impl Line {
+impl Waiting {
+    fn new() -> Waiting {
+        Waiting { all: HashMap::new(), ready: Line::new(|waiter| &waiter.dimensions) }
+    }
+
     /// Files `waiter` as one that can be woken, at its place.
     fn enter(&mut self, waiter: &Arc<Waiter>) {
-        let place = waiter.place.load(Ordering::Relaxed);
-        self.ready.insert(place, Arc::clone(waiter));
-        for (key, values) in waiter.dimensions.iter() {
-            if !self.by_value.contains_key(key) {
-                self.by_value.insert(key.to_owned(), HashMap::new());
-            }
-            let by_value = self.by_value.get_mut(key).expect("filed above");
-            for value in values {
-                match by_value.get_mut(value) {
-                    Some(calls) => calls.insert(place, Arc::clone(waiter)),
-                    None => by_value.insert(value.clone(), BTreeMap::from([(place, Arc::clone(waiter))])).and(None),
-                };
-            }
-        }
+        self.ready.insert(waiter.place.load(Ordering::Relaxed), Arc::clone(waiter));
     }
 
     /// Takes `waiter` out of the calls that can be woken.
     fn leave(&mut self, waiter: &Waiter) {
-        let place = waiter.place.load(Ordering::Relaxed);
-        if self.ready.remove(&place).is_none() {
-            return;
-        }
-        for (key, values) in waiter.dimensions.iter() {
-            let Some(by_value) = self.by_value.get_mut(key) else { continue };
-            for value in values {
-                if let Some(calls) = by_value.get_mut(value.as_str()) {
-                    calls.remove(&place);
-                    if calls.is_empty() {
-                        by_value.remove(value.as_str());
-                    }
-                }
-            }
-            if by_value.is_empty() {
-                self.by_value.remove(key);
-            }
-        }
-    }
-
-    /// The place of the longest-waiting call that can be woken for a run needing `required`.
-    ///
-    /// Only calls having one alternative of one required value can match; the value whose
-    /// alternatives have the fewest calls is the one looked through.
-    fn first_able(&self, required: Option<&Dimensions>) -> Option<u64> {
-        let Some(required) = required.filter(|required| !required.is_empty()) else {
-            return self.ready.keys().next().copied();
-        };
-        let mut fewest: Option<(usize, Vec<&ByPlace>)> = None;
-        for (key, values) in required.iter() {
-            let by_value = self.by_value.get(key)?;
-            for value in values {
-                let lists: Vec<&ByPlace> = alternatives(value).filter_map(|one| by_value.get(one)).collect();
-                let calls = lists.iter().map(|calls| calls.len()).sum::<usize>();
-                if calls == 0 {
-                    return None;
-                }
-                if fewest.as_ref().is_none_or(|(least, _)| calls < *least) {
-                    fewest = Some((calls, lists));
-                }
-            }
-        }
-        let Some((_, lists)) = fewest else {
-            // Nothing required a value (never so for checked dimensions): try each in turn.
-            return self
-                .ready
-                .iter()
-                .find(|(_, waiter)| required.matched_by(&waiter.dimensions))
-                .map(|(place, _)| *place);
-        };
-        lists
-            .into_iter()
-            .filter_map(|calls| calls.iter().find(|(_, waiter)| required.matched_by(&waiter.dimensions)))
-            .map(|(place, _)| *place)
-            .min()
+        self.ready.remove(waiter.place.load(Ordering::Relaxed));
     }
 
     /// Wakes every call in line; none can be woken again until it looks.
@@ -121,7 +53,6 @@ impl Line {
             waiter.notify.notify_one();
         }
         self.ready.clear();
-        self.by_value.clear();
     }
 }
 
@@ -238,7 +169,7 @@ impl Drop for Registration<'_> {
 }
 
 impl Wakers {
-    fn lines(&self) -> MutexGuard<'_, HashMap<String, Line>> {
+    fn lines(&self) -> MutexGuard<'_, HashMap<String, Waiting>> {
         self.by_queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -256,7 +187,7 @@ impl Wakers {
         });
         let mut by_queue = self.lines();
         if !by_queue.contains_key(task_queue_id) {
-            by_queue.insert(task_queue_id.to_owned(), Line::default());
+            by_queue.insert(task_queue_id.to_owned(), Waiting::new());
         }
         let line = by_queue.get_mut(task_queue_id).expect("inserted above");
         line.all.insert(place, Arc::clone(&waiter));
@@ -275,7 +206,8 @@ impl Wakers {
     pub(crate) fn wake(&self, task_queue_id: &str, required: Option<&Dimensions>) {
         let mut by_queue = self.lines();
         let Some(line) = by_queue.get_mut(task_queue_id) else { return };
-        let Some(waiter) = line.first_able(required).and_then(|place| line.ready.get(&place).cloned()) else {
+        let Some(waiter) = line.ready.first_able(required, usize::MAX).and_then(|place| line.ready.get(place).cloned())
+        else {
             return;
         };
         line.leave(&waiter);
@@ -432,62 +364,6 @@ mod tests {
         // Quarantined while woken: the wake-up goes to the next in line.
         first.set_quarantined(true);
         assert_eq!((woken(&first), woken(&second)), (false, true));
-    }
-
-    /// Which of `workers` (in line in this order, the listed ones woken) a run needing
-    /// `required` may wake, by trying each in turn: what the index must agree with.
-    fn first_by_trying(workers: &[Dimensions], woken_ones: &[bool], required: &Dimensions) -> Option<usize> {
-        (0..workers.len()).find(|&n| !woken_ones[n] && required.matched_by(&workers[n]))
-    }
-
-    #[test]
-    fn the_index_wakes_whom_trying_every_worker_in_turn_would() {
-        // Small value sets so that workers share values and runs often match several.
-        let values = ["a", "b", "c"];
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |below: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % below as u64) as usize
-        };
-        for _ in 0..200 {
-            let wakers = Wakers::default();
-            let workers: Vec<Dimensions> = (0..1 + next(12))
-                .map(|_| {
-                    let mut pairs = Vec::new();
-                    for key in ["os", "pool", "gpu"] {
-                        for value in values {
-                            if next(2) == 0 {
-                                pairs.push((key, value));
-                            }
-                        }
-                    }
-                    with(&pairs)
-                })
-                .collect();
-            let line: Vec<Registration<'_>> = workers.iter().map(|dims| wakers.register("q", dims)).collect();
-            let mut woken_ones = vec![false; workers.len()];
-            for _ in 0..8 {
-                let mut pairs: Vec<(&str, String)> = Vec::new();
-                for key in ["os", "pool", "gpu"] {
-                    match next(4) {
-                        0 => {}
-                        1 => pairs.push((key, values[next(3)].to_owned())),
-                        2 => pairs.push((key, format!("{}|{}", values[next(3)], values[next(3)]))),
-                        _ => pairs.push((key, "z".to_owned())),
-                    }
-                }
-                let pairs: Vec<(&str, &str)> = pairs.iter().map(|(key, value)| (*key, value.as_str())).collect();
-                let required = with(&pairs);
-                let expected = first_by_trying(&workers, &woken_ones, &required);
-                wakers.wake("q", Some(&required));
-                let now: Vec<bool> = line.iter().map(woken).collect();
-                let got = (0..workers.len()).find(|&n| now[n] && !woken_ones[n]);
-                assert_eq!(got, expected, "workers {workers:?}, run needs {required:?}");
-                woken_ones = now;
-            }
-        }
     }
 
     #[test]

@@ -6,13 +6,16 @@
 //! of each). A parked call and the writer settle who moved first by who takes the call's
 //! reply sender: once the writer took it, the answer is coming and the call waits for it;
 //! once the call took it back (its wait ended, it was woken for another reason, its client
-//! went away), the writer passes the call over.
+//! went away), the writer passes the call over. Each queue's calls are an engine `Line`,
+//! filed by dimension value, so a run needing a rare value finds its worker's call at once.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use shoal_engine::Timestamp;
 use shoal_engine::dimensions::Dimensions;
+use shoal_engine::line::Line;
 use tokio::sync::oneshot;
 
 use crate::{Claim, ClaimRequest, Committed, StoreError};
@@ -25,6 +28,8 @@ pub(crate) struct ParkedClaim {
     pub(crate) request: ClaimRequest,
     /// The wall clock of the caller, read when the writer claims.
     pub(crate) clock: fn() -> Timestamp,
+    /// Its place in its queue's line.
+    place: u64,
     /// Where to answer the call; here while it is parked, taken by whoever moves first.
     reply: Mutex<Option<oneshot::Sender<ClaimAnswer>>>,
 }
@@ -34,16 +39,13 @@ impl ParkedClaim {
     fn take(&self) -> Option<oneshot::Sender<ClaimAnswer>> {
         self.reply.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
-
-    fn parked(&self) -> bool {
-        self.reply.lock().unwrap_or_else(PoisonError::into_inner).is_some()
-    }
 }
 
 /// A parked claimWork, as its caller holds it; leaves the line when dropped.
 pub struct Parked {
     claim: Arc<ParkedClaim>,
     answer: oneshot::Receiver<ClaimAnswer>,
+    parking: Arc<Parking>,
     /// This call left the line.
     left: bool,
 }
@@ -58,7 +60,10 @@ impl Parked {
     /// Leaves the line; false when the writer took this call first, so that its answer is
     /// coming and must be awaited.
     pub fn leave(&mut self) -> bool {
-        self.left = self.left || self.claim.take().is_some();
+        if !self.left && self.claim.take().is_some() {
+            self.left = true;
+            self.parking.remove(&self.claim);
+        }
         self.left
     }
 }
@@ -71,102 +76,84 @@ impl Drop for Parked {
     }
 }
 
-/// Parked calls the writer looks at, at most, for one run.
-const MOST_EXAMINED: usize = 256;
-/// Lines kept before the first sweep of every line.
-const MIN_LINES_SWEEP: usize = 64;
+/// Parked calls the writer tries, at most, for one run (of each alternative of the value
+/// it looks by): a run none of them can take still wakes a waiting claim at the commit.
+const MOST_TRIED: usize = 256;
 
-/// The parked calls of every queue, longest-parked first.
+/// The parked calls of every queue, longest-parked first, filed by dimension value.
 #[derive(Default)]
 pub(crate) struct Parking {
-    queues: Mutex<Lines>,
-}
-
-/// Every queue's line. A client may park on any number of queue names and leave: once the
-/// lines have doubled since the last sweep, lines where nobody is parked any more go.
-#[derive(Default)]
-struct Lines {
-    by_queue: HashMap<String, Line>,
-    sweep_above: usize,
+    by_queue: Mutex<HashMap<String, Line<Arc<ParkedClaim>>>>,
+    /// The next place in line.
+    next: AtomicU64,
 }
 
 impl std::fmt::Debug for Parking {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("Parking").field("queues", &queues.by_queue.len()).finish()
+        f.debug_struct("Parking").field("queues", &self.lines().len()).finish()
     }
-}
-
-#[derive(Default)]
-struct Line {
-    calls: VecDeque<Arc<ParkedClaim>>,
-    /// Length past which the next park sweeps out calls that left (amortized O(1)).
-    sweep_above: usize,
 }
 
 impl Parking {
+    fn lines(&self) -> MutexGuard<'_, HashMap<String, Line<Arc<ParkedClaim>>>> {
+        self.by_queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Parks a claimWork for `request` until the writer takes it or it leaves.
-    pub(crate) fn park(&self, request: ClaimRequest, clock: fn() -> Timestamp) -> Parked {
+    pub(crate) fn park(self: &Arc<Self>, request: ClaimRequest, clock: fn() -> Timestamp) -> Parked {
         let (reply, answer) = oneshot::channel();
-        let claim = Arc::new(ParkedClaim { request, clock, reply: Mutex::new(Some(reply)) });
-        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        if queues.by_queue.len() >= queues.sweep_above {
-            queues.by_queue.retain(|_, line| {
-                line.calls.retain(|call| call.parked());
-                !line.calls.is_empty()
-            });
-            queues.sweep_above = (2 * queues.by_queue.len()).max(MIN_LINES_SWEEP);
+        let place = self.next.fetch_add(1, Ordering::Relaxed);
+        let claim = Arc::new(ParkedClaim { request, clock, place, reply: Mutex::new(Some(reply)) });
+        let mut lines = self.lines();
+        let queue = &claim.request.task_queue_id;
+        if !lines.contains_key(queue) {
+            lines.insert(queue.clone(), Line::new(|call| &call.request.dimensions));
         }
-        let line = queues.by_queue.entry(claim.request.task_queue_id.clone()).or_default();
-        if line.calls.len() >= line.sweep_above {
-            line.calls.retain(|call| call.parked());
-            line.sweep_above = (2 * line.calls.len()).max(16);
+        lines.get_mut(queue).expect("inserted above").insert(place, Arc::clone(&claim));
+        drop(lines);
+        Parked { claim, answer, parking: Arc::clone(self), left: false }
+    }
+
+    /// Takes `claim` out of its line, and the line away once nobody is parked in it.
+    fn remove(&self, claim: &ParkedClaim) {
+        let mut lines = self.lines();
+        let queue = claim.request.task_queue_id.as_str();
+        if let Some(line) = lines.get_mut(queue) {
+            line.remove(claim.place);
+            if line.is_empty() {
+                lines.remove(queue);
+            }
         }
-        line.calls.push_back(Arc::clone(&claim));
-        Parked { claim, answer, left: false }
     }
 
     /// Takes the longest-parked call on `task_queue_id` whose worker can take a run needing
-    /// `needs` (none: any worker), dropping calls that left on the way.
+    /// `needs` (none: any worker).
     pub(crate) fn take(
         &self,
         task_queue_id: &str,
         needs: Option<&Dimensions>,
     ) -> Option<(Arc<ParkedClaim>, oneshot::Sender<ClaimAnswer>)> {
-        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        let line = queues.by_queue.get_mut(task_queue_id)?;
+        let mut lines = self.lines();
+        let line = lines.get_mut(task_queue_id)?;
         let mut taken = None;
-        let mut at = 0;
-        // Bounded: the writer does this, and a fleet of bots with dimensions of their own may
-        // all park on one queue. A run none of the first calls can take still wakes a
-        // waiting claim at the commit. (Each call that left is removed once, so those are not
-        // counted.)
-        let mut examined = 0;
-        while examined < MOST_EXAMINED {
-            let Some(call) = line.calls.get(at) else { break };
-            if !call.parked() {
-                line.calls.remove(at);
-                continue;
-            }
-            examined += 1;
-            if needs.is_none_or(|needs| needs.matched_by(&call.request.dimensions))
-                && let Some(reply) = call.take()
-            {
-                taken = line.calls.remove(at).map(|call| (call, reply));
+        while let Some(place) = line.first_able(needs, MOST_TRIED) {
+            let call = line.remove(place).expect("found in line");
+            // A call that took its sender back is about to leave: passed over.
+            if let Some(reply) = call.take() {
+                taken = Some((call, reply));
                 break;
             }
-            at += 1;
         }
-        if line.calls.is_empty() {
-            queues.by_queue.remove(task_queue_id);
+        if line.is_empty() {
+            lines.remove(task_queue_id);
         }
         taken
     }
 
-    /// Whether any call is parked (or left and not yet swept) on `task_queue_id`.
+    /// Whether any call is parked on `task_queue_id`.
     #[cfg(test)]
     pub(crate) fn any(&self, task_queue_id: &str) -> bool {
-        self.queues.lock().unwrap_or_else(PoisonError::into_inner).by_queue.contains_key(task_queue_id)
+        self.lines().contains_key(task_queue_id)
     }
 }
 
@@ -184,20 +171,23 @@ mod tests {
         }
     }
 
+    fn os(os: &str) -> Dimensions {
+        serde_json::from_value(serde_json::json!({"os": [os]})).unwrap()
+    }
+
     fn clock() -> Timestamp {
         Timestamp(0)
     }
 
     #[test]
     fn the_longest_parked_call_that_can_take_the_run_is_taken() {
-        let parking = Parking::default();
+        let parking = Arc::new(Parking::default());
         let (mac, mut first, second) = (
             parking.park(request("q", "mac"), clock),
             parking.park(request("q", "linux"), clock),
             parking.park(request("q", "linux"), clock),
         );
-        let linux: Dimensions = serde_json::from_value(serde_json::json!({"os": ["linux"]})).unwrap();
-        let (taken, _reply) = parking.take("q", Some(&linux)).unwrap();
+        let (taken, _reply) = parking.take("q", Some(&os("linux"))).unwrap();
         assert!(Arc::ptr_eq(&taken, &first.claim));
         assert!(!first.leave(), "taken: its answer is coming");
         let (taken, _reply) = parking.take("q", None).unwrap();
@@ -209,20 +199,49 @@ mod tests {
     }
 
     #[test]
-    fn the_writer_looks_at_a_bounded_number_of_calls_for_one_run() {
-        let parking = Parking::default();
-        let macs: Vec<Parked> = (0..MOST_EXAMINED).map(|_| parking.park(request("q", "mac"), clock)).collect();
+    fn a_run_finds_the_one_call_that_can_take_it_behind_many_that_cannot() {
+        let parking = Arc::new(Parking::default());
+        let macs: Vec<Parked> = (0..4 * MOST_TRIED).map(|_| parking.park(request("q", "mac"), clock)).collect();
         let linux = parking.park(request("q", "linux"), clock);
-        let needs: Dimensions = serde_json::from_value(serde_json::json!({"os": ["linux"]})).unwrap();
+        let (taken, _reply) = parking.take("q", Some(&os("linux"))).unwrap();
+        assert!(Arc::ptr_eq(&taken, &linux.claim));
+        assert!(parking.take("q", Some(&os("linux"))).is_none(), "taken calls leave the line");
+        drop(macs);
+    }
+
+    #[test]
+    fn the_writer_tries_a_bounded_number_of_calls_for_one_run() {
+        let parking = Arc::new(Parking::default());
+        // Each has the run's rarer value but not the other: none can take it.
+        let linux_only = |n: usize| {
+            let mut request = request("q", "linux");
+            request.dimensions =
+                serde_json::from_value(serde_json::json!({"os": ["linux"], "n": [n.to_string()]})).unwrap();
+            request
+        };
+        let others: Vec<Parked> = (0..MOST_TRIED).map(|n| parking.park(linux_only(n), clock)).collect();
+        let mut able = request("q", "linux");
+        able.dimensions = serde_json::from_value(serde_json::json!({"os": ["linux"], "gpu": ["yes"]})).unwrap();
+        let able = parking.park(able, clock);
+        let mut commons: Vec<Parked> = (0..2 * MOST_TRIED)
+            .map(|n| {
+                let mut request = request("q", "mac");
+                request.dimensions =
+                    serde_json::from_value(serde_json::json!({"gpu": ["yes"], "n": [n.to_string()]})).unwrap();
+                parking.park(request, clock)
+            })
+            .collect();
+        let needs: Dimensions = serde_json::from_value(serde_json::json!({"os": ["linux"], "gpu": ["yes"]})).unwrap();
         assert!(parking.take("q", Some(&needs)).is_none(), "past the bound: left to the wake-up at commit");
-        drop(macs.into_iter().next());
+        drop(others.into_iter().next());
         let (taken, _reply) = parking.take("q", Some(&needs)).unwrap();
-        assert!(Arc::ptr_eq(&taken, &linux.claim), "within the bound once one call before it left");
+        assert!(Arc::ptr_eq(&taken, &able.claim), "within the bound once one call before it left");
+        commons.clear();
     }
 
     #[test]
     fn a_call_that_left_is_passed_over_and_cannot_be_taken_after() {
-        let parking = Parking::default();
+        let parking = Arc::new(Parking::default());
         let mut gone = parking.park(request("q", "linux"), clock);
         let waiting = parking.park(request("q", "linux"), clock);
         assert!(gone.leave());
@@ -232,9 +251,22 @@ mod tests {
         assert!(gone.claim.take().is_none());
     }
 
+    #[test]
+    fn a_call_that_took_its_sender_back_is_passed_over_by_the_writer() {
+        let parking = Arc::new(Parking::default());
+        let leaving = parking.park(request("q", "linux"), clock);
+        let waiting = parking.park(request("q", "linux"), clock);
+        // The call's half of leaving, before it takes itself out of the line.
+        assert!(leaving.claim.take().is_some());
+        let (taken, _reply) = parking.take("q", None).unwrap();
+        assert!(Arc::ptr_eq(&taken, &waiting.claim));
+        drop(leaving);
+        assert!(!parking.any("q"));
+    }
+
     #[tokio::test]
     async fn a_taken_call_gets_the_answer_sent_to_it() {
-        let parking = Parking::default();
+        let parking = Arc::new(Parking::default());
         let mut parked = parking.park(request("q", "linux"), clock);
         let (_, reply) = parking.take("q", None).unwrap();
         reply.send(Ok(Committed { value: Vec::new(), events: Vec::new() })).unwrap();
@@ -242,26 +274,14 @@ mod tests {
     }
 
     #[test]
-    fn calls_that_left_are_swept_as_others_park() {
-        let parking = Parking::default();
-        for _ in 0..100 {
-            drop(parking.park(request("q", "linux"), clock));
-        }
-        let len = parking.queues.lock().unwrap().by_queue["q"].calls.len();
-        assert!(len < 40, "{len} calls kept of 100 that left");
-    }
-
-    #[test]
-    fn lines_nobody_is_parked_in_are_swept_as_others_park() {
-        let parking = Parking::default();
+    fn calls_and_lines_go_as_their_callers_leave() {
+        let parking = Arc::new(Parking::default());
         for n in 0..1000 {
             drop(parking.park(request(&format!("made-up-{n}"), "linux"), clock));
         }
         let waiting = parking.park(request("q", "linux"), clock);
-        let lines = parking.queues.lock().unwrap().by_queue.len();
-        assert!(lines < 2 * MIN_LINES_SWEEP.max(2), "{lines} lines kept of 1001, all but one left");
-        assert!(parking.any("q"));
-        assert!(parking.take("q", None).is_some(), "a parked call survives the sweep");
+        assert_eq!(parking.lines().len(), 1, "only the line somebody is parked in is kept");
         drop(waiting);
+        assert!(parking.lines().is_empty());
     }
 }
