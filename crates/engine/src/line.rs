@@ -3,7 +3,9 @@
 //! it among those having its rarest required value, not by trying the whole line in turn (a
 //! Swarming fleet gives every bot its own `id`, and a task may need one of them).
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::BuildHasher;
 
 use crate::dimensions::{Dimensions, alternatives};
 
@@ -11,8 +13,12 @@ use crate::dimensions::{Dimensions, alternatives};
 /// of its worker, which `dimensions_of` reads off the item.
 pub struct Line<T> {
     calls: BTreeMap<u64, T>,
-    /// Key -> value -> places of the calls whose workers have that value.
-    by_value: HashMap<String, HashMap<String, BTreeSet<u64>>>,
+    /// Hash of (key, value) -> places of the calls whose workers have that value. Hashes,
+    /// not copies of the values (up to 512 of 256 bytes a worker): a collision only adds
+    /// candidates, and every candidate is matched against the run before it is taken.
+    by_value: HashMap<u64, BTreeSet<u64>>,
+    /// Keyed per line, so that values cannot be chosen to collide.
+    hasher: RandomState,
     dimensions_of: fn(&T) -> &Dimensions,
 }
 
@@ -26,25 +32,20 @@ impl<T> Line<T> {
     /// An empty line whose calls' worker dimensions are `dimensions_of(call)`.
     #[must_use]
     pub fn new(dimensions_of: fn(&T) -> &Dimensions) -> Line<T> {
-        Line { calls: BTreeMap::new(), by_value: HashMap::new(), dimensions_of }
+        Line { calls: BTreeMap::new(), by_value: HashMap::new(), hasher: RandomState::new(), dimensions_of }
+    }
+
+    /// Where calls having `value` of `key` are filed.
+    fn slot(&self, key: &str, value: &str) -> u64 {
+        self.hasher.hash_one((key, value))
     }
 
     /// Puts `call` in line at `place` (which no call in line holds).
     pub fn insert(&mut self, place: u64, call: T) {
         for (key, values) in (self.dimensions_of)(&call).iter() {
-            if !self.by_value.contains_key(key) {
-                self.by_value.insert(key.to_owned(), HashMap::new());
-            }
-            let by_value = self.by_value.get_mut(key).expect("filed above");
             for value in values {
-                match by_value.get_mut(value) {
-                    Some(places) => {
-                        places.insert(place);
-                    }
-                    None => {
-                        by_value.insert(value.clone(), BTreeSet::from([place]));
-                    }
-                }
+                let slot = self.slot(key, value);
+                self.by_value.entry(slot).or_default().insert(place);
             }
         }
         self.calls.insert(place, call);
@@ -54,17 +55,14 @@ impl<T> Line<T> {
     pub fn remove(&mut self, place: u64) -> Option<T> {
         let call = self.calls.remove(&place)?;
         for (key, values) in (self.dimensions_of)(&call).iter() {
-            let Some(by_value) = self.by_value.get_mut(key) else { continue };
             for value in values {
-                if let Some(places) = by_value.get_mut(value.as_str()) {
+                let slot = self.slot(key, value);
+                if let Some(places) = self.by_value.get_mut(&slot) {
                     places.remove(&place);
                     if places.is_empty() {
-                        by_value.remove(value.as_str());
+                        self.by_value.remove(&slot);
                     }
                 }
-            }
-            if by_value.is_empty() {
-                self.by_value.remove(key);
             }
         }
         Some(call)
@@ -81,9 +79,9 @@ impl<T> Line<T> {
         };
         let mut fewest: Option<(usize, Vec<&BTreeSet<u64>>)> = None;
         for (key, values) in required.iter() {
-            let by_value = self.by_value.get(key)?;
             for value in values {
-                let sets: Vec<&BTreeSet<u64>> = alternatives(value).filter_map(|one| by_value.get(one)).collect();
+                let sets: Vec<&BTreeSet<u64>> =
+                    alternatives(value).filter_map(|one| self.by_value.get(&self.slot(key, one))).collect();
                 let calls = sets.iter().map(|places| places.len()).sum::<usize>();
                 if calls == 0 {
                     return None;
