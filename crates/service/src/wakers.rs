@@ -108,7 +108,7 @@ impl Registration<'_> {
         if !self.waiter.woken.swap(false, Ordering::Relaxed) {
             return;
         }
-        *self.waiter.woken_for.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        // What it was woken for stays: a look that fails passes the wake-up on with it.
         if let Some(line) = by_queue.get_mut(self.task_queue_id)
             && self.waiter.able()
         {
@@ -364,6 +364,21 @@ mod tests {
         // Quarantined while woken: the wake-up goes to the next in line.
         first.set_quarantined(true);
         assert_eq!((woken(&first), woken(&second)), (false, true));
+    }
+
+    #[test]
+    fn a_look_that_failed_passes_its_wake_up_to_a_worker_that_can_take_the_run() {
+        let wakers = Wakers::default();
+        let (failed, mac, linux) = (
+            wakers.register("q", &dims("linux")),
+            wakers.register("q", &dims("mac")),
+            wakers.register("q", &dims("linux")),
+        );
+        wakers.wake("q", Some(&dims("linux")));
+        assert!(woken(&failed));
+        failed.looking();
+        failed.pass_on();
+        assert_eq!((woken(&mac), woken(&linux)), (false, true), "passed on for the run it was woken for");
     }
 
     #[test]
