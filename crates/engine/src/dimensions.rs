@@ -7,6 +7,7 @@
 //! and finds the groups a worker may match through one anchor clause of each set.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -24,9 +25,11 @@ pub const MAX_VALUE_LEN: usize = 256;
 /// as Swarming's.
 pub const MAX_ALTERNATIVES: usize = 8;
 
-/// A set of dimensions: key -> values (sorted, deduplicated), keys sorted.
+/// A set of dimensions: key -> values (sorted, deduplicated), keys sorted. Never changed once
+/// made, so copies share it: a waiting claimWork's request, its place in line and its parked
+/// call hold one set (up to 512 values of 256 bytes) between them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Dimensions(BTreeMap<String, Vec<String>>);
+pub struct Dimensions(Arc<BTreeMap<String, Vec<String>>>);
 
 impl Dimensions {
     /// A worker's dimensions: checks keys and values against the limits and normalizes the
@@ -96,7 +99,7 @@ impl Dimensions {
                 format!("its `|` alternatives spell out {combinations} combinations; at most {MAX_ALTERNATIVES}"),
             ));
         }
-        Ok(Dimensions(res))
+        Ok(Dimensions(Arc::new(res)))
     }
 
     /// True when no key is required: every worker of the queue matches.
