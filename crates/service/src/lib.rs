@@ -198,7 +198,7 @@ impl Queue {
         for event in &committed.events {
             match event.event {
                 Event::Pending { .. } if !self.inner.store_wakes => {
-                    self.inner.wakers.wake(&event.task_queue_id, event.dimensions.as_deref());
+                    self.inner.wakers.wake(&event.task_queue_id, event.dimensions.as_ref());
                 }
                 Event::Completed { run_id } | Event::Failed { run_id } | Event::Exception { run_id } => {
                     self.inner.live.finish(event.task_id, run_id);

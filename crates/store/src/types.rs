@@ -34,7 +34,7 @@ pub struct TaskEvent {
     pub event: Event,
     /// For a run become pending, the dimensions it needs (none when it needs none), so only
     /// a worker that can take it is woken.
-    pub dimensions: Option<Box<shoal_engine::dimensions::Dimensions>>,
+    pub dimensions: Option<shoal_engine::dimensions::Dimensions>,
 }
 
 /// One claimed run, as claimWork answers it.

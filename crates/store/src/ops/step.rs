@@ -57,7 +57,7 @@ pub(crate) fn record(tx: &mut impl WriteTx, task: &Task, events: Vec<Event>) {
             task_id: task.task_id,
             task_queue_id: queue.clone(),
             dimensions: (matches!(event, Event::Pending { .. }) && !task.meta.dimensions.is_empty())
-                .then(|| Box::new(task.meta.dimensions.clone())),
+                .then(|| task.meta.dimensions.clone()),
             event,
         }
     }));

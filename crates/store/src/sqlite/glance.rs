@@ -40,7 +40,7 @@ pub(crate) struct Wake {
     pub(crate) task_id: TaskId,
     pub(crate) task_queue_id: String,
     /// What the run needs of a worker (none: any worker).
-    pub(crate) needs: Option<Box<Dimensions>>,
+    pub(crate) needs: Option<Dimensions>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -77,7 +77,7 @@ impl Glance {
     pub(crate) fn wake(&self, wakes: impl IntoIterator<Item = Wake>) {
         if let Some(hook) = self.wake.get() {
             for wake in wakes {
-                hook(&wake.task_queue_id, wake.needs.as_deref());
+                hook(&wake.task_queue_id, wake.needs.as_ref());
             }
         }
     }

@@ -517,7 +517,7 @@ fn hand_outs(state: &WriterState) -> Vec<Box<dyn Job>> {
             *covered -= 1;
             continue;
         }
-        let Some((call, reply)) = state.parking.take(queue, needs.as_deref()) else { continue };
+        let Some((call, reply)) = state.parking.take(queue, needs.as_ref()) else { continue };
         *covered = call.request.count.saturating_sub(1);
         let op = move |tx: &mut Tx<'_>| ready(ops::tasks::claim_parked(tx, &call.request, (call.clock)()));
         jobs.push(Box::new(WriteJob { op, reply }));
