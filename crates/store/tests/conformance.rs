@@ -488,6 +488,27 @@ async fn a_group_named_after_one_of_its_tasks_holds_it_like_any_other(name: &str
     assert_eq!(store.forget_tasks(vec![id(21)], later, 10).await.unwrap(), 1, "{name}");
     assert!(store.read(move |reads| reads.task_group(other)).await.unwrap().is_none(), "{name}");
 
+    // A namesake forgotten before its member, the group never sealed nor grown: the group
+    // stays as it was, listed as it was, until the member goes too.
+    let (lone, member) = (id(22), id(23));
+    create(store, lone, json!({"expires": expires}), at(0)).await;
+    create(store, member, json!({"taskGroupId": lone.to_string(), "expires": expires}), at(0)).await;
+    let group_now = || async move { store.read(move |reads| reads.task_group(lone)).await.unwrap() };
+    let listed_now = || async move {
+        let page = store.read(|reads| reads.list_task_groups(None, 100)).await.unwrap();
+        page.items.into_iter().find(|item| item.group.task_group_id == lone).map(|item| (item.group, item.created))
+    };
+    let (before, listed_before) = (group_now().await.expect("the group"), listed_now().await);
+    assert_eq!(listed_before, Some((before.clone(), at(0))), "{name}");
+    for task in [lone, member] {
+        apply(store, task, TaskCommand::Cancel, at(1)).await;
+    }
+    assert_eq!(store.forget_tasks(vec![lone], later, 10).await.unwrap(), 1, "{name}");
+    assert_eq!(group_now().await, Some(before), "{name}: the member keeps the group");
+    assert_eq!(listed_now().await, listed_before, "{name}");
+    assert_eq!(store.forget_tasks(vec![member], later, 10).await.unwrap(), 1, "{name}");
+    assert_eq!((group_now().await, listed_now().await), (None, None), "{name}: gone with its last task");
+
     // Resolved only once nothing in it is left unresolved, whichever resolves last.
     let done = |run_id| TaskCommand::Resolve { run_id, resolution: Resolution::Completed, stats: None };
     // In the first group its namesake resolves last, in the second its member.

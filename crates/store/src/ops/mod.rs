@@ -79,7 +79,7 @@ pub(crate) trait WriteTx {
     /// at most its count, each loaded with its definition.
     async fn claimable(&mut self, request: &ClaimRequest) -> Result<Vec<(TaskRow, Box<RawValue>)>, StoreError>;
     /// Inserts a new task row as it stands, joining the claim line when it is pending.
-    async fn insert_task(&mut self, row: &mut TaskRow, definition: &str) -> Result<(), StoreError>;
+    async fn insert_task(&mut self, row: &mut TaskRow, new: NewTask<'_>) -> Result<(), StoreError>;
     /// Keeps a new task's secrets, apart from its row (SQLite: in their own database file).
     async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError>;
     /// A task's secrets, if it has any.
@@ -106,8 +106,9 @@ pub(crate) trait WriteTx {
     /// What createTask needs to judge a new task (see [`CreateLookup`]).
     async fn lookup_create(&mut self, definition: &TaskDefinition, task_id: TaskId)
     -> Result<CreateLookup, StoreError>;
-    /// Inserts a new task group.
-    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp) -> Result<(), StoreError>;
+    /// Inserts a new task group, made by creating task `first` (a backend may leave a group
+    /// made by its namesake implied by that task's row).
+    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp, first: TaskId) -> Result<(), StoreError>;
     /// Moves a group's expiry later.
     async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError>;
     /// Records a new task's dependencies and which are satisfied already.
@@ -208,6 +209,15 @@ pub(crate) trait WriteTx {
     async fn worker_runs(&mut self, key: &WorkerKey) -> Result<Vec<TaskId>, StoreError>;
     /// Deletes up to `limit` worker records (with their events) expired at `now`.
     async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError>;
+}
+
+/// What a new task's row holds beyond the task itself.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewTask<'a> {
+    /// The checked definition, serialized as served by task().
+    pub(crate) definition: &'a str,
+    /// The definition's `created`.
+    pub(crate) created: Timestamp,
 }
 
 /// What createTask learns before judging a task.

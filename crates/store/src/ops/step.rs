@@ -12,7 +12,7 @@ use shoal_engine::status::TaskState;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::ops::{Before, Place, RowChange, Waiting, WriteTx, graph, start};
+use crate::ops::{Before, NewTask, Place, RowChange, Waiting, WriteTx, graph, start};
 use crate::row::TaskRow;
 use crate::{StoreError, TaskEvent};
 
@@ -38,10 +38,10 @@ pub(crate) async fn insert_stepped(
     now: Timestamp,
     before: Before,
     effects: Effects,
-    definition: &str,
+    new: NewTask<'_>,
 ) -> Result<(), StoreError> {
     let mut released = Vec::new();
-    persist(tx, row, now, before, effects, Some(definition), &mut released).await?;
+    persist(tx, row, now, before, effects, Some(new), &mut released).await?;
     schedule_released(tx, released, now).await
 }
 
@@ -86,12 +86,12 @@ async fn persist(
     now: Timestamp,
     mut before: Before,
     mut effects: Effects,
-    mut new: Option<&str>,
+    mut new: Option<NewTask<'_>>,
     released: &mut Vec<TaskRow>,
 ) -> Result<(), StoreError> {
     loop {
         match new.take() {
-            Some(definition) => tx.insert_task(row, definition).await?,
+            Some(new) => tx.insert_task(row, new).await?,
             None => {
                 let place = Place::after(&before, &row.task);
                 let slice = row.task.status_slice();

@@ -13,7 +13,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::step::insert_stepped;
 use crate::ops::workers;
-use crate::ops::{Before, CreateLookup, WriteTx, capacity_for, load_existing, record, start, step};
+use crate::ops::{Before, CreateLookup, NewTask, WriteTx, capacity_for, load_existing, record, start, step};
 use crate::row::{TaskRow, json};
 use crate::{Claim, ClaimRequest, StoreError};
 use shoal_engine::worker::WorkerKey;
@@ -56,7 +56,7 @@ pub(crate) async fn create_looked_up(
         false => None,
     };
     match &lookup.group {
-        None => tx.insert_group(&TaskGroup::first_of(definition), definition.created).await?,
+        None => tx.insert_group(&TaskGroup::first_of(definition), definition.created, task_id).await?,
         Some(group) if group.expires < expires => tx.extend_group(group.task_group_id, expires).await?,
         Some(_) => {}
     }
@@ -70,9 +70,10 @@ pub(crate) async fn create_looked_up(
         tx.index_tags(task_id, definition.created, &definition.tags).await?;
     }
     record(tx, &row.task, vec![Event::Defined]);
+    let new = NewTask { definition: &text, created: definition.created };
     match scheduled {
-        Some(effects) => insert_stepped(tx, &mut row, now, before, effects, &text).await?,
-        None => tx.insert_task(&mut row, &text).await?,
+        Some(effects) => insert_stepped(tx, &mut row, now, before, effects, new).await?,
+        None => tx.insert_task(&mut row, new).await?,
     }
     tx.touch_queue(&definition.task_queue_id, now).await?;
     Ok(row.task.status())

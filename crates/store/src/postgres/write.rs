@@ -16,7 +16,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::ops::auth::AuthKind;
 use crate::ops::graph::{NewNode, StoredGraph};
-use crate::ops::{Aftermath, CreateLookup, Due, RowChange, WriteTx};
+use crate::ops::{Aftermath, CreateLookup, Due, NewTask, RowChange, WriteTx};
 use crate::postgres::graph::{GRAPH_COLUMNS, graph_from_row, parse_id};
 use crate::postgres::pipeline::{Param, Params};
 use crate::postgres::row::{
@@ -73,8 +73,8 @@ impl WriteTx for PgTx {
         rows.iter().map(candidate).collect()
     }
 
-    async fn insert_task(&mut self, row: &mut TaskRow, definition: &str) -> Result<(), StoreError> {
-        self.insert(row, definition)
+    async fn insert_task(&mut self, row: &mut TaskRow, new: NewTask<'_>) -> Result<(), StoreError> {
+        self.insert(row, new.definition)
     }
 
     async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError> {
@@ -143,7 +143,7 @@ impl WriteTx for PgTx {
         Ok(CreateLookup { existing: None, group: Some(task_group_from_row(group_row)?), dependencies })
     }
 
-    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp) -> Result<(), StoreError> {
+    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp, _first: TaskId) -> Result<(), StoreError> {
         self.defer(
             "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed, created) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",

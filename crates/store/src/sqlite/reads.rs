@@ -2,6 +2,7 @@
 
 use rusqlite::{Connection, Row, params};
 use shoal_engine::artifact::Artifact;
+use shoal_engine::group::GROUP_EXPIRY_SLACK_MS;
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
@@ -160,11 +161,17 @@ impl ReadDb for ReadConn<'_> {
     }
 
     fn recent_groups(&self, before: (i64, &str), limit: usize) -> Result<Vec<RecentGroup>, StoreError> {
+        // Groups with rows of their own, and those their namesakes imply (schema 14), merged.
         let mut stmt = self.0.prepare_cached(
-            "SELECT scheduler_id, expires, sealed, task_group_id, created FROM task_groups \
-             WHERE (created, task_group_id) < (?1, ?2) ORDER BY created DESC, task_group_id DESC LIMIT ?3",
+            "SELECT * FROM (SELECT scheduler_id, expires, sealed, task_group_id, created FROM task_groups \
+             WHERE (created, task_group_id) < (?1, ?2) ORDER BY created DESC, task_group_id DESC LIMIT ?3) \
+             UNION ALL SELECT * FROM (SELECT scheduler_id, expires + ?4, NULL, task_id, created FROM tasks t \
+             WHERE task_group_id = task_id AND (created, task_id) < (?1, ?2) \
+             AND NOT EXISTS (SELECT 1 FROM task_groups g WHERE g.task_group_id = t.task_id) \
+             ORDER BY created DESC, task_id DESC LIMIT ?3) \
+             ORDER BY 5 DESC, 4 DESC LIMIT ?3",
         )?;
-        let mut rows = stmt.query(params![before.0, before.1, limit as i64])?;
+        let mut rows = stmt.query(params![before.0, before.1, limit as i64, GROUP_EXPIRY_SLACK_MS])?;
         let mut found = Vec::new();
         while let Some(row) = rows.next()? {
             let id: String = row.get(3)?;

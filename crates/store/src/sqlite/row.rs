@@ -1,9 +1,10 @@
 //! Turning `tasks` rows into engine tasks and back.
 
-use rusqlite::{Connection, OptionalExtension, Row};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::value::RawValue;
 use shoal_engine::definition::Requires;
 use shoal_engine::dimensions::Dimensions;
+use shoal_engine::group::GROUP_EXPIRY_SLACK_MS;
 use shoal_engine::status::Run;
 use shoal_engine::task::{Task, TaskMeta};
 use shoal_engine::{TaskId, Timestamp};
@@ -91,11 +92,36 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+/// Group `?1` as the columns `scheduler_id, expires, sealed`: its row, or else the group its
+/// namesake's row implies (schema 14), whose expiry is the namesake's plus `?2` (the engine's
+/// [`GROUP_EXPIRY_SLACK_MS`]). At most one row.
+macro_rules! group_by_id {
+    () => {
+        "SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1 \
+         UNION ALL SELECT scheduler_id, expires + ?2, NULL FROM tasks WHERE task_id = ?1 AND task_group_id = ?1 \
+         AND NOT EXISTS (SELECT 1 FROM task_groups WHERE task_group_id = ?1)"
+    };
+}
+pub(crate) use group_by_id;
+
 /// One task group, or `None`.
 pub(crate) fn task_group(conn: &Connection, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
-    let mut stmt =
-        conn.prepare_cached("SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1")?;
-    Ok(stmt.query_row([group.as_str()], |row| task_group_from_row(group, row)).optional()?)
+    let mut stmt = conn.prepare_cached(group_by_id!())?;
+    Ok(stmt
+        .query_row(params![group.as_str(), GROUP_EXPIRY_SLACK_MS], |row| task_group_from_row(group, row))
+        .optional()?)
+}
+
+/// Writes the row of group `group` its namesake implies, if it has none: before a change
+/// the namesake's row cannot carry.
+pub(crate) fn settle_group(conn: &Connection, group: TaskId) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed, created) \
+         SELECT task_id, scheduler_id, expires + ?2, NULL, coalesce(created, 0) FROM tasks \
+         WHERE task_id = ?1 AND task_group_id = ?1 ON CONFLICT DO NOTHING",
+    )?
+    .execute(params![group.as_str(), GROUP_EXPIRY_SLACK_MS])?;
+    Ok(())
 }
 
 /// A task group from the columns `scheduler_id, expires, sealed`.

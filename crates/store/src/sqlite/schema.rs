@@ -228,6 +228,15 @@ INSERT OR IGNORE INTO task_tags (tag, created, task_id)
 DROP INDEX tasks_group;
 CREATE INDEX tasks_group ON tasks (task_group_id, task_id) WHERE task_group_id <> task_id;
 ",
+    // 14: a group created by its namesake has no row of its own while it needs none: the
+    // namesake's row implies it (`row::task_group`), and the row is written once the group
+    // outgrows that (a later expiry, a seal, the namesake expiring before its members). One
+    // b-tree keyed by a random id fewer to write per such task. `created` (the definition's,
+    // NULL in rows written before) lists implied groups among the others, newest first.
+    r"
+ALTER TABLE tasks ADD COLUMN created INTEGER;
+CREATE INDEX tasks_namesakes ON tasks (created, task_id) WHERE task_group_id = task_id;
+",
 ];
 
 /// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its one

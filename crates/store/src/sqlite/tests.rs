@@ -289,3 +289,45 @@ async fn a_parked_claim_of_a_worker_quarantined_meanwhile_is_answered_with_nothi
     let claimed = store.claim_work(parked_request("free"), PARKED_AT).await.unwrap();
     assert_eq!(claimed.value.len(), 1, "the run stayed pending for a worker that may claim");
 }
+
+#[tokio::test]
+async fn a_group_made_by_its_namesake_has_no_row_until_it_outgrows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::Store::Sqlite(open(&dir));
+    let crate::Store::Sqlite(sqlite) = &store else { unreachable!() };
+    let t0 = Timestamp(1_767_225_600_000);
+    let rows = || async {
+        let query = |tx: &mut Tx<'_>| {
+            Ok(tx.conn.query_row("SELECT count(*) FROM task_groups", [], |row| row.get::<_, i64>(0))?)
+        };
+        sqlite.write(query).await.unwrap().value
+    };
+    let [namesake, member, grower, late] =
+        ["00000001QxCxxxxxxxxxxA", "00000002QxCxxxxxxxxxxA", "00000003QxCxxxxxxxxxxA", "00000004QxCxxxxxxxxxxA"]
+            .map(|id| TaskId::parse(id).unwrap());
+    let joining = |task_id: TaskId, group: TaskId, expires_after_secs: i64| {
+        let mut definition = definition(task_id, "p/q", t0);
+        definition.task_group_id = group;
+        definition.expires = t0.plus_secs(expires_after_secs);
+        definition
+    };
+    let _ = store.create_task(definition(namesake, "p/q", t0), namesake, t0).await.unwrap();
+    let implied = store.read(move |reads| reads.task_group(namesake)).await.unwrap().expect("the group");
+    assert_eq!(implied, shoal_engine::group::TaskGroup::first_of(&definition(namesake, "p/q", t0)));
+    // A member expiring no later leaves it implied; sealing it writes its row.
+    let _ = store.create_task(joining(member, namesake, 3600), member, t0).await.unwrap();
+    assert_eq!(rows().await, 0, "implied by its namesake's row");
+    let _ = store.seal_task_group(namesake, t0).await.unwrap();
+    assert_eq!(rows().await, 1);
+    let sealed = store.read(move |reads| reads.task_group(namesake)).await.unwrap().expect("the group");
+    assert_eq!((sealed.expires, sealed.sealed), (implied.expires, Some(t0)));
+
+    // A member expiring later writes it with the later expiry.
+    let _ = store.create_task(definition(grower, "p/q", t0), grower, t0).await.unwrap();
+    assert_eq!(rows().await, 1);
+    let far = 400 * 24 * 3600;
+    let _ = store.create_task(joining(late, grower, far), late, t0).await.unwrap();
+    assert_eq!(rows().await, 2);
+    let grown = store.read(move |reads| reads.task_group(grower)).await.unwrap().expect("the group");
+    assert_eq!(grown.expires, shoal_engine::group::group_expiry(&joining(late, grower, far)));
+}

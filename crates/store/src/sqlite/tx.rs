@@ -9,6 +9,7 @@ use shoal_engine::artifact::Artifact;
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::graph::{NodeProgress, Tally};
+use shoal_engine::group::GROUP_EXPIRY_SLACK_MS;
 use shoal_engine::message::Message;
 use shoal_engine::secrets::Secrets;
 use shoal_engine::status::TaskState;
@@ -17,7 +18,9 @@ use shoal_engine::{TaskId, Timestamp};
 
 use crate::ops::auth::AuthKind;
 use crate::ops::graph::{NewNode, StoredGraph};
-use crate::ops::{Aftermath, CreateLookup, Due, Place, QueueRecords, RowChange, Waiting, WriteTx, pending_run};
+use crate::ops::{
+    Aftermath, CreateLookup, Due, NewTask, Place, QueueRecords, RowChange, Waiting, WriteTx, pending_run,
+};
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::row::{TaskRow, corrupt, json};
 use crate::sqlite::glance::{Glance, Wake};
@@ -227,7 +230,7 @@ impl WriteTx for Tx<'_> {
         Ok(candidates)
     }
 
-    async fn insert_task(&mut self, row: &mut TaskRow, definition: &str) -> Result<(), StoreError> {
+    async fn insert_task(&mut self, row: &mut TaskRow, new: NewTask<'_>) -> Result<(), StoreError> {
         if let Some(run_id) = pending_run(&row.task) {
             self.state.next_seq += 1;
             row.pending_seq = Some(self.state.next_seq);
@@ -240,8 +243,9 @@ impl WriteTx for Tx<'_> {
         let mut stmt = self.conn.prepare_cached(
             "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
              retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, \
-             deadline_due, pending_seq, definition, routes, tags, slices, dedup) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+             deadline_due, pending_seq, definition, routes, tags, slices, dedup, created) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
+             ?23)",
         )?;
         stmt.execute(params![
             task.task_id.as_str(),
@@ -261,11 +265,12 @@ impl WriteTx for Tx<'_> {
             task.running_until().map(Timestamp::millis),
             task.deadline_due().map(Timestamp::millis),
             row.pending_seq.map(|seq| seq as i64),
-            definition,
+            new.definition,
             (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?,
             (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?,
             (!meta.slices.is_empty()).then(|| json(&meta.slices)).transpose()?,
             meta.dedup_hash,
+            new.created.millis(),
         ])?;
         Ok(())
     }
@@ -369,7 +374,11 @@ impl WriteTx for Tx<'_> {
         Ok(CreateLookup { existing: None, group, dependencies })
     }
 
-    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp) -> Result<(), StoreError> {
+    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp, first: TaskId) -> Result<(), StoreError> {
+        if group.task_group_id == first && group.sealed.is_none() {
+            // Implied by its namesake's row until it outgrows it (`row::settle_group`).
+            return Ok(());
+        }
         self.conn
             .prepare_cached(
                 "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed, created) \
@@ -386,6 +395,7 @@ impl WriteTx for Tx<'_> {
     }
 
     async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError> {
+        row::settle_group(self.conn, group)?;
         self.conn
             .prepare_cached("UPDATE task_groups SET expires = ?2 WHERE task_group_id = ?1")?
             .execute(params![group.as_str(), expires.millis()])?;
@@ -422,11 +432,12 @@ impl WriteTx for Tx<'_> {
         // One statement: this runs on every resolution.
         let group_resolved = self
             .conn
-            .prepare_cached(
-                "SELECT scheduler_id, expires, sealed FROM task_groups WHERE task_group_id = ?1 \
-                 AND NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL)",
-            )?
-            .query_row([group.as_str()], |row| row::task_group_from_row(group, row))
+            .prepare_cached(concat!(
+                "SELECT * FROM (",
+                row::group_by_id!(),
+                ") WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL)"
+            ))?
+            .query_row(params![group.as_str(), GROUP_EXPIRY_SLACK_MS], |row| row::task_group_from_row(group, row))
             .optional()?;
         let mut stmt = self.conn.prepare_cached(
             "SELECT dependent_task_id, requires FROM task_dependencies WHERE required_task_id = ?1 AND satisfied = 0 \
@@ -470,6 +481,7 @@ impl WriteTx for Tx<'_> {
     }
 
     async fn seal_group(&mut self, group: TaskId, at: Timestamp) -> Result<(), StoreError> {
+        row::settle_group(self.conn, group)?;
         self.conn
             .prepare_cached("UPDATE task_groups SET sealed = ?2 WHERE task_group_id = ?1")?
             .execute(params![group.as_str(), at.millis()])?;
@@ -544,6 +556,18 @@ impl WriteTx for Tx<'_> {
     }
 
     async fn delete_expired_task(&mut self, task_id: TaskId, now: Timestamp) -> Result<Option<TaskId>, StoreError> {
+        // A namesake going before its group's members leaves them the group's own row.
+        let members = self
+            .conn
+            .prepare_cached(
+                "SELECT 1 FROM tasks WHERE task_group_id = ?1 AND task_group_id <> task_id AND EXISTS \
+                 (SELECT 1 FROM tasks WHERE task_id = ?1 AND task_group_id = ?1 AND expires <= ?2 \
+                 AND deadline_due IS NULL) LIMIT 1",
+            )?
+            .exists(params![task_id.as_str(), now.millis()])?;
+        if members {
+            row::settle_group(self.conn, task_id)?;
+        }
         let group: Option<String> = self
             .conn
             .prepare_cached(

@@ -30,18 +30,31 @@ pub(crate) async fn the_overview_lists_groups_graphs_and_failures_newest_first(n
     let store = &backend.store;
     // Three groups, the middle one created last; a later task in the first group does not
     // make it newer.
-    for (n, group, secs) in [(1, 101, 1), (2, 103, 2), (3, 102, 3), (4, 101, 4)] {
+    for (n, group, secs) in [(1, 101, 1), (2, 103, 3), (3, 102, 5), (4, 101, 6)] {
         let patch = json!({"taskGroupId": id(group).as_str(), "created": created(secs)});
         create(store, id(n), patch, at(secs)).await;
     }
+    // Two groups made by their namesakes (as every task created without a group makes one),
+    // between them in time; a later member with a later expiry joins the second.
+    for (n, secs) in [(104, 2), (105, 4)] {
+        create(store, id(n), json!({"created": created(secs)}), at(secs)).await;
+    }
+    let later = json!({"taskGroupId": id(105).as_str(), "created": created(7), "expires": "2027-06-01T00:00:00.000Z"});
+    create(store, id(5), later, at(7)).await;
     let groups = |after: Option<String>| async move {
         let page = store.read(move |reads| reads.list_task_groups(after.as_deref(), 2)).await.unwrap();
         (page.items.iter().map(|group| group.group.task_group_id).collect::<Vec<_>>(), page.continuation)
     };
     let (first, next) = groups(None).await;
-    assert_eq!(first, vec![id(102), id(103)], "{name}");
-    let (second, end) = groups(next).await;
-    assert_eq!((second, end), (vec![id(101)], None), "{name}");
+    assert_eq!(first, vec![id(102), id(105)], "{name}");
+    let (second, next) = groups(next).await;
+    assert_eq!(second, vec![id(103), id(104)], "{name}");
+    let (third, end) = groups(next).await;
+    assert_eq!((third, end), (vec![id(101)], None), "{name}");
+    let all = store.read(|reads| reads.list_task_groups(None, 10)).await.unwrap();
+    let grown = all.items.iter().find(|group| group.group.task_group_id == id(105)).expect("listed");
+    assert_eq!(grown.created, Timestamp(at(0).millis() + 4000), "{name}: its namesake's creation");
+    assert_eq!(grown.group.expires.to_string(), "2027-06-01T01:00:00.000Z", "{name}: the member's expiry, an hour on");
 
     // Task 1 fails, task 2 is resolved as an exception, task 3 completes.
     assert_eq!(claim_ids(store, worker(3), at(5)).await.len(), 3, "{name}");
