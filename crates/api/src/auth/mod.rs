@@ -131,10 +131,15 @@ pub(crate) async fn authenticate(
     max_body: usize,
 ) -> Result<Request, ApiError> {
     let now = SystemTime::now();
-    let authorization = req.headers().get(header::AUTHORIZATION).map(|v| v.to_str().map(str::to_owned));
+    let authorization = req.headers().get(header::AUTHORIZATION).map(|value| {
+        value
+            .to_str()
+            .map_err(|_| AuthFailure::Malformed("Authorization header: must be ASCII".into()))
+            .and_then(hawk::parse_header)
+    });
     let (parts, body) = req.into_parts();
     let testing = endpoint.name == TEST_AUTHENTICATE;
-    let signs_body = matches!(&authorization, Some(Ok(value)) if hawk::payload_hash_of(value).is_some());
+    let signs_body = matches!(&authorization, Some(Ok(parsed)) if parsed.hash.is_some());
     // The body is read here only when the signature covers it (or it says who `tester` is).
     let (bytes, body) = if signs_body || testing {
         let bytes = axum::body::to_bytes(body, max_body)
@@ -151,11 +156,11 @@ pub(crate) async fn authenticate(
     let resource = uri.path_and_query().map_or("/", |pq| pq.as_str());
     let target = hawk::Target { method: parts.method.as_str(), host: &host, port, resource };
     let principal = match authorization {
-        Some(Err(_)) => Err(AuthFailure::Malformed("Authorization header: must be ASCII".into())),
-        Some(Ok(authorization)) => {
+        Some(Err(failure)) => Err(failure),
+        Some(Ok(parsed)) => {
             let content_type = parts.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
             let signed_body = bytes.as_ref().filter(|_| signs_body).map(|bytes| (content_type, bytes.as_ref()));
-            hawk::check_header(&authorization, target, signed_body, &auth, &state.nonces, now).map(Some)
+            hawk::check_header(&parsed, target, signed_body, &auth, &state.nonces, now).map(Some)
         }
         None if has_bewit(uri) => hawk::check_bewit(target, &auth, now).map(Some),
         None => Ok(None),
