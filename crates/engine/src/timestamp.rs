@@ -37,14 +37,15 @@ impl Timestamp {
     }
 }
 
-impl fmt::Display for Timestamp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Timestamp {
+    /// The RFC 3339 text (`2026-01-01T00:00:00.000Z`), or `None` outside years 0–9999.
+    fn rfc3339(self) -> Option<[u8; 24]> {
         // Every status and message carries several timestamps, so this is written by hand
         // over a stack buffer rather than through a date library's general formatter.
         let (days, millis_of_day) = (self.0.div_euclid(MILLIS_PER_DAY), self.0.rem_euclid(MILLIS_PER_DAY));
         let (year, month, day) = civil_from_days(days);
         if !(0..=9999).contains(&year) {
-            return write!(f, "invalid-timestamp({})", self.0);
+            return None;
         }
         let mut text = *b"0000-00-00T00:00:00.000Z";
         let mut put = |at: usize, width: usize, mut value: i64| {
@@ -60,8 +61,17 @@ impl fmt::Display for Timestamp {
         put(14, 2, millis_of_day / 60_000 % 60);
         put(17, 2, millis_of_day / 1000 % 60);
         put(20, 3, millis_of_day % 1000);
-        // Only ASCII digits and separators were written.
-        f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?)
+        Some(text)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.rfc3339() {
+            // Only ASCII digits and separators were written.
+            Some(text) => f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?),
+            None => write!(f, "invalid-timestamp({})", self.0),
+        }
     }
 }
 
@@ -84,7 +94,12 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        // As one string, not through `collect_str`: a status holds many timestamps, and
+        // serde_json escapes what a formatter writes piece by piece.
+        match self.rfc3339().as_ref().map(|text| std::str::from_utf8(text)) {
+            Some(Ok(text)) => serializer.serialize_str(text),
+            _ => serializer.collect_str(self),
+        }
     }
 }
 
@@ -113,6 +128,8 @@ mod tests {
     fn out_of_range_instants_are_marked_not_misprinted() {
         assert_eq!(Timestamp(i64::MAX).to_string(), format!("invalid-timestamp({})", i64::MAX));
         assert_eq!(Timestamp(-1).to_string(), "1969-12-31T23:59:59.999Z");
+        let json = serde_json::to_string(&Timestamp(i64::MAX)).unwrap();
+        assert_eq!(json, format!("\"invalid-timestamp({})\"", i64::MAX));
     }
 
     proptest::proptest! {
@@ -125,6 +142,7 @@ mod tests {
             );
             let text = Timestamp(millis).to_string();
             proptest::prop_assert_eq!(&text, &expected);
+            proptest::prop_assert_eq!(serde_json::to_string(&Timestamp(millis)).unwrap(), format!("\"{expected}\""));
             proptest::prop_assert_eq!(Timestamp::parse(&text), Some(Timestamp(millis)));
         }
     }
