@@ -65,11 +65,15 @@ impl Timestamp {
     }
 }
 
+/// The text `rfc3339` wrote: ASCII digits and separators, always valid UTF-8.
+fn ascii(text: &[u8; 24]) -> &str {
+    std::str::from_utf8(text).unwrap_or_default()
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.rfc3339() {
-            // Only ASCII digits and separators were written.
-            Some(text) => f.write_str(std::str::from_utf8(&text).map_err(|_| fmt::Error)?),
+            Some(text) => f.write_str(ascii(&text)),
             None => write!(f, "invalid-timestamp({})", self.0),
         }
     }
@@ -96,9 +100,9 @@ impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         // As one string, not through `collect_str`: a status holds many timestamps, and
         // serde_json escapes what a formatter writes piece by piece.
-        match self.rfc3339().as_ref().map(|text| std::str::from_utf8(text)) {
-            Some(Ok(text)) => serializer.serialize_str(text),
-            _ => serializer.collect_str(self),
+        match self.rfc3339() {
+            Some(text) => serializer.serialize_str(ascii(&text)),
+            None => serializer.collect_str(self),
         }
     }
 }
