@@ -200,51 +200,54 @@ mod tests {
         calls.iter().find(|(_, worker)| required.matched_by(worker)).map(|(place, _)| *place)
     }
 
-    #[test]
-    fn the_index_finds_whom_trying_every_call_in_turn_would() {
-        // Few values, so that workers share them and runs often match several.
-        let values = ["a", "b", "c"];
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |below: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % below as u64) as usize
-        };
-        for _ in 0..300 {
+    // Few keys and values, so that workers share them and runs often match several.
+    const KEYS: [&str; 3] = ["os", "pool", "gpu"];
+    const VALUES: [&str; 3] = ["a", "b", "c"];
+
+    /// A worker having some of the values of each key.
+    fn worker() -> impl proptest::strategy::Strategy<Value = Dimensions> {
+        use proptest::strategy::Strategy;
+        proptest::collection::vec(proptest::bool::ANY, KEYS.len() * VALUES.len()).prop_map(|picks| {
+            let all = KEYS.iter().flat_map(|key| VALUES.iter().map(move |value| (*key, *value)));
+            let pairs: Vec<(&str, &str)> = all.zip(picks).filter(|(_, picked)| *picked).map(|(pair, _)| pair).collect();
+            with(&pairs)
+        })
+    }
+
+    /// A run's needs: per key nothing, one value, two alternatives or a value nobody has.
+    fn needs() -> impl proptest::strategy::Strategy<Value = Dimensions> {
+        use proptest::strategy::Strategy;
+        proptest::collection::vec((0..4_usize, 0..VALUES.len(), 0..VALUES.len()), KEYS.len()).prop_map(|choices| {
+            let values: Vec<(&str, String)> = KEYS
+                .iter()
+                .zip(choices)
+                .filter_map(|(key, (kind, one, other))| match kind {
+                    0 => None,
+                    1 => Some((*key, VALUES[one].to_owned())),
+                    2 => Some((*key, format!("{}|{}", VALUES[one], VALUES[other]))),
+                    _ => Some((*key, "z".to_owned())),
+                })
+                .collect();
+            let pairs: Vec<(&str, &str)> = values.iter().map(|(key, value)| (*key, value.as_str())).collect();
+            with(&pairs)
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_index_finds_whom_trying_every_call_in_turn_would(
+            workers in proptest::collection::vec(worker(), 1..12),
+            runs in proptest::collection::vec(needs(), 8),
+        ) {
             let mut line = line();
-            let mut calls = Vec::new();
-            for place in 0..(1 + next(12)) as u64 {
-                let mut pairs = Vec::new();
-                for key in ["os", "pool", "gpu"] {
-                    for value in values {
-                        if next(2) == 0 {
-                            pairs.push((key, value));
-                        }
-                    }
-                }
-                let worker = with(&pairs);
+            let mut calls: Vec<(u64, Dimensions)> = Vec::new();
+            for (place, worker) in (0..).zip(workers) {
                 line.insert(place, worker.clone());
                 calls.push((place, worker));
             }
-            for _ in 0..8 {
-                let mut pairs: Vec<(&str, String)> = Vec::new();
-                for key in ["os", "pool", "gpu"] {
-                    match next(4) {
-                        0 => {}
-                        1 => pairs.push((key, values[next(3)].to_owned())),
-                        2 => pairs.push((key, format!("{}|{}", values[next(3)], values[next(3)]))),
-                        _ => pairs.push((key, "z".to_owned())),
-                    }
-                }
-                let pairs: Vec<(&str, &str)> = pairs.iter().map(|(key, value)| (*key, value.as_str())).collect();
-                let required = with(&pairs);
+            for required in runs {
                 let expected = by_trying(&calls, &required);
-                assert_eq!(
-                    line.first_able(Some(&required), usize::MAX),
-                    expected,
-                    "calls {calls:?}, run needs {required:?}"
-                );
+                proptest::prop_assert_eq!(line.first_able(Some(&required), usize::MAX), expected);
                 // The one found leaves, as a woken or taken call does.
                 if let Some(place) = expected {
                     line.remove(place);
