@@ -113,9 +113,7 @@ pub(crate) async fn claim_work(
     request: &ClaimRequest,
     now: Timestamp,
 ) -> Result<Vec<Claim>, StoreError> {
-    tx.touch_queue(&request.task_queue_id, now).await?;
-    let candidates = tx.claimable(request).await?;
-    claim_candidates(tx, candidates, request, now).await
+    claims_for(tx, request, Call::Looking, now).await
 }
 
 /// claimWork for a call parked with SQLite's writer while it waited, made in the batch that
@@ -126,17 +124,54 @@ pub(crate) async fn claim_parked(
     request: &ClaimRequest,
     now: Timestamp,
 ) -> Result<Vec<Claim>, StoreError> {
-    let worker = tx.load_worker(&request.worker_key()).await?;
-    if worker.is_some_and(|worker| worker.barred_until(now).is_some()) {
-        return Ok(Vec::new());
+    claims_for(tx, request, Call::Parked, now).await
+}
+
+/// How a claimWork call reaches the writer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// It looks, its worker found free to claim just before.
+    Looking,
+    /// It was parked while it waited: its worker may have been barred since.
+    Parked,
+}
+
+/// The claims of a claimWork call. A parked call's worker is checked on the record the claims
+/// are then added to, so the record is read once.
+async fn claims_for(
+    tx: &mut impl WriteTx,
+    request: &ClaimRequest,
+    call: Call,
+    now: Timestamp,
+) -> Result<Vec<Claim>, StoreError> {
+    let key = request.worker_key();
+    let mut read = None;
+    if call == Call::Parked {
+        let worker = tx.load_worker(&key).await?;
+        if worker.as_ref().is_some_and(|worker| worker.barred_until(now).is_some()) {
+            return Ok(Vec::new());
+        }
+        read = Some(worker);
     }
-    claim_work(tx, request, now).await
+    tx.touch_queue(&request.task_queue_id, now).await?;
+    let candidates = tx.claimable(request).await?;
+    let claims = claim_candidates(tx, candidates, request, now).await?;
+    if claims.is_empty() {
+        return Ok(claims);
+    }
+    let worker = match read {
+        Some(worker) => worker,
+        None => tx.load_worker(&key).await?,
+    };
+    workers::record_claims_read(tx, worker, &key, &claims, now).await?;
+    Ok(claims)
 }
 
 /// claimWork over `candidates` (the pending runs the worker matches, in line order, loaded
 /// with their definitions): claims each in turn, skipping runs that stopped being
-/// claimable (their deadline passed: the deadline will resolve them).
-pub(crate) async fn claim_candidates(
+/// claimable (their deadline passed: the deadline will resolve them). The worker's record is
+/// the caller's to update.
+async fn claim_candidates(
     tx: &mut impl WriteTx,
     candidates: Vec<(TaskRow, Box<RawValue>)>,
     request: &ClaimRequest,
@@ -151,7 +186,6 @@ pub(crate) async fn claim_candidates(
             Err(err) => return Err(err),
         }
     }
-    workers::record_claims(tx, &request.worker_key(), &claims, now).await?;
     Ok(claims)
 }
 

@@ -69,9 +69,25 @@ pub(crate) async fn record_claims(
     if claims.is_empty() {
         return Ok(());
     }
+    let loaded = tx.load_worker(key).await?;
+    record_claims_read(tx, loaded, key, claims, now).await
+}
+
+/// [`record_claims`] for an operation that read the worker's record already, in the same
+/// transaction (`loaded`, `None` if it has none).
+pub(crate) async fn record_claims_read(
+    tx: &mut impl WriteTx,
+    loaded: Option<Worker>,
+    key: &WorkerKey,
+    claims: &[Claim],
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    if claims.is_empty() {
+        return Ok(());
+    }
     // Only the record changes (the claim's sighting was written by the service, at most every
     // few seconds): its indexed columns stay as they are, which keeps this write small.
-    let (mut worker, events) = match tx.load_worker(key).await? {
+    let (mut worker, events) = match loaded {
         Some(worker) => (worker, Vec::new()),
         None => Worker::first(key.clone(), Sighting::default(), now, now.plus_millis(tx.queue_retention_ms())),
     };

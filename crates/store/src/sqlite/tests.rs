@@ -237,6 +237,9 @@ async fn a_parked_claim_is_given_the_run_a_batch_makes_pending_without_a_claim_o
     let woken = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = Arc::clone(&woken);
     assert!(store.wake_at_commit(Box::new(move |queue, _| seen.lock().unwrap().push(queue.to_owned()))));
+    let sighting = shoal_engine::worker::Sighting { dimensions: None, version: None, heartbeat: true };
+    let earlier = Timestamp(PARKED_AT.0 - 60_000);
+    store.worker_seen(parked_request("w").worker_key(), sighting, earlier).await.unwrap();
     let mut parked = store.park_claim(&parked_request("w"), parked_clock).unwrap();
     let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
     let created = store.create_task(definition(task_id, "p/parked", PARKED_AT), task_id, PARKED_AT).await.unwrap();
@@ -248,6 +251,12 @@ async fn a_parked_claim_is_given_the_run_a_batch_makes_pending_without_a_claim_o
     assert_eq!(answer.value[0].status.task_id, task_id);
     assert!(answer.events.iter().any(|event| matches!(event.event, shoal_engine::event::Event::Running { .. })));
     assert!(!parked.leave(), "taken by the writer: its answer was coming");
+    // The claim went on the worker's record as it was, not on a new one.
+    let key = parked_request("w").worker_key();
+    let (record, running) = store.read(move |reads| reads.worker(&key)).await.unwrap().expect("recorded");
+    assert_eq!(record.recent_tasks, vec![shoal_engine::worker::TaskRun { task_id, run_id: 0 }]);
+    assert_eq!((record.first_seen, record.first_claim, record.heartbeats), (earlier, Some(PARKED_AT), true));
+    assert_eq!(running, vec![task_id]);
     let again = store.claim_work(parked_request("other"), PARKED_AT).await.unwrap();
     assert!(again.value.is_empty(), "the run went to the parked claim only");
     assert!(woken.lock().unwrap().is_empty(), "nobody is woken for a run claimed in the batch that made it pending");
