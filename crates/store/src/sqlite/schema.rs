@@ -237,6 +237,29 @@ CREATE INDEX tasks_group ON tasks (task_group_id, task_id) WHERE task_group_id <
 ALTER TABLE tasks ADD COLUMN created INTEGER;
 CREATE INDEX tasks_namesakes ON tasks (created, task_id) WHERE task_group_id = task_id;
 ",
+    // 15: workers in a rowid table. In a `WITHOUT ROWID` table SQLite keeps at most ~1,000
+    // bytes of a row in its page, and a worker with its twenty recent tasks is over that: each
+    // claim's update wrote the row's page, a new overflow page and the free list. Here a row
+    // stays whole in its page, and an update of the record alone writes that page only (the
+    // key's index is untouched).
+    r"
+CREATE TABLE workers_by_row (
+    task_queue_id TEXT NOT NULL,
+    worker_group  TEXT NOT NULL,
+    worker_id     TEXT NOT NULL,
+    record        TEXT NOT NULL,
+    last_seen     INTEGER NOT NULL,
+    watched       INTEGER NOT NULL,
+    expires       INTEGER NOT NULL,
+    UNIQUE (task_queue_id, worker_group, worker_id)
+);
+INSERT INTO workers_by_row (task_queue_id, worker_group, worker_id, record, last_seen, watched, expires)
+    SELECT task_queue_id, worker_group, worker_id, record, last_seen, watched, expires FROM workers;
+DROP TABLE workers;
+ALTER TABLE workers_by_row RENAME TO workers;
+CREATE INDEX workers_watched ON workers (last_seen) WHERE watched = 1;
+CREATE INDEX workers_expires ON workers (expires);
+",
 ];
 
 /// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its one

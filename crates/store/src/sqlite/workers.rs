@@ -168,3 +168,31 @@ pub(crate) fn events(
     })
     .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sqlite::schema::{MIGRATIONS, migrate};
+
+    #[test]
+    fn workers_recorded_before_schema_15_are_kept_and_found_by_key_and_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..14] {
+            conn.execute_batch(sql).unwrap();
+        }
+        let record = r#"{"taskQueueId":"p/q","workerGroup":"g","workerId":"w","firstSeen":"2026-01-01T00:00:00.000Z",
+            "lastSeen":"2026-01-01T00:00:00.000Z","expires":"2027-01-01T00:00:00.000Z"}"#;
+        conn.execute_batch("PRAGMA user_version = 14").unwrap();
+        conn.execute("INSERT INTO workers VALUES ('p/q', 'g', 'w', ?1, 5, 1, 9)", [record]).unwrap();
+        migrate(&mut conn).unwrap();
+        let table: String =
+            conn.query_row("SELECT sql FROM sqlite_schema WHERE name = 'workers'", [], |row| row.get(0)).unwrap();
+        assert!(!table.contains("WITHOUT ROWID"), "{table}");
+        let key = WorkerKey { task_queue_id: "p/q".into(), worker_group: "g".into(), worker_id: "w".into() };
+        let worker = load(&conn, &key).unwrap().expect("kept");
+        assert_eq!((worker.key, worker.first_seen), (key.clone(), Timestamp::parse("2026-01-01T00:00:00Z").unwrap()));
+        assert_eq!(silent(&conn, Timestamp(6), 10).unwrap(), vec![key.clone()], "the watched index");
+        let duplicate = conn.execute("INSERT INTO workers VALUES ('p/q', 'g', 'w', '{}', 5, 1, 9)", []);
+        assert!(duplicate.is_err(), "the key is still unique");
+    }
+}
