@@ -239,9 +239,9 @@ CREATE INDEX tasks_namesakes ON tasks (created, task_id) WHERE task_group_id = t
 ",
     // 15: workers in a rowid table. In a `WITHOUT ROWID` table SQLite keeps at most ~1,000
     // bytes of a row in its page, and a worker with its twenty recent tasks is over that: each
-    // claim's update wrote the row's page, a new overflow page and the free list. Here a row
-    // stays whole in its page, and an update of the record alone writes that page only (the
-    // key's index is untouched).
+    // claim's update wrote the row's page and an overflow page. Here a row stays whole in its
+    // page, and an update of the record alone writes that page only (the key's index is
+    // untouched).
     r"
 CREATE TABLE workers_by_row (
     task_queue_id TEXT NOT NULL,
