@@ -35,9 +35,7 @@ impl Timestamp {
     pub fn plus_secs(self, secs: i64) -> Timestamp {
         self.plus_millis(secs.saturating_mul(1000))
     }
-}
 
-impl Timestamp {
     /// The RFC 3339 text (`2026-01-01T00:00:00.000Z`), or `None` outside years 0–9999.
     fn rfc3339(self) -> Option<[u8; 24]> {
         // Every status and message carries several timestamps, so this is written by hand
