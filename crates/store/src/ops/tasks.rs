@@ -128,7 +128,7 @@ pub(crate) async fn claim_parked(
 }
 
 /// How a claimWork call reaches the writer.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Call {
     /// It looks, its worker found free to claim just before.
     Looking,
@@ -145,14 +145,16 @@ async fn claims_for(
     now: Timestamp,
 ) -> Result<Vec<Claim>, StoreError> {
     let key = request.worker_key();
-    let mut read = None;
-    if call == Call::Parked {
-        let worker = tx.load_worker(&key).await?;
-        if worker.as_ref().is_some_and(|worker| worker.barred_until(now).is_some()) {
-            return Ok(Vec::new());
+    let read = match call {
+        Call::Looking => None,
+        Call::Parked => {
+            let worker = tx.load_worker(&key).await?;
+            if worker.as_ref().is_some_and(|worker| worker.barred_until(now).is_some()) {
+                return Ok(Vec::new());
+            }
+            Some(worker)
         }
-        read = Some(worker);
-    }
+    };
     tx.touch_queue(&request.task_queue_id, now).await?;
     let candidates = tx.claimable(request).await?;
     let claims = claim_candidates(tx, candidates, request, now).await?;

@@ -238,7 +238,7 @@ async fn a_parked_claim_is_given_the_run_a_batch_makes_pending_without_a_claim_o
     let seen = Arc::clone(&woken);
     assert!(store.wake_at_commit(Box::new(move |queue, _| seen.lock().unwrap().push(queue.to_owned()))));
     let sighting = shoal_engine::worker::Sighting { dimensions: None, version: None, heartbeat: true };
-    let earlier = Timestamp(PARKED_AT.0 - 60_000);
+    let earlier = PARKED_AT.plus_millis(-60_000);
     store.worker_seen(parked_request("w").worker_key(), sighting, earlier).await.unwrap();
     let mut parked = store.park_claim(&parked_request("w"), parked_clock).unwrap();
     let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
