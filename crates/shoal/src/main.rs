@@ -521,6 +521,7 @@ const STALE_UPLOAD: Duration = Duration::from_secs(3600);
 
 impl RunningServer {
     async fn start(config: &ServerConfig) -> anyhow::Result<RunningServer> {
+        data_dir::make_private(&config.data_dir)?;
         let data_dir_lock = match config.database {
             None => Some(data_dir::lock(&config.data_dir)?),
             Some(_) => None,

@@ -293,8 +293,14 @@ fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_reach_only_the_claiming_worker() {
     use sha2::Digest;
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    // A data directory others may read, with a file left readable: the server tightens both.
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(data.join("left-over"), b"x").unwrap();
+    std::fs::set_permissions(data.join("left-over"), std::fs::Permissions::from_mode(0o644)).unwrap();
     let server = server(&data).await;
     let (worker_out, worker_err) = (dir.path().join("worker.out"), dir.path().join("worker.err"));
     let _worker = Command::new(env!("CARGO_BIN_EXE_shoal"))
@@ -387,4 +393,64 @@ async fn secrets_reach_only_the_claiming_worker() {
         }
     }
     assert!(kept_apart, "the secrets database holds it");
+    // Everything the server keeps is its user's alone: the database, its WAL, the secrets,
+    // blobs and logs.
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let mut dirs = vec![data.clone()];
+    while let Some(current) = dirs.pop() {
+        assert_eq!(mode(&current), 0o700, "{}", current.display());
+        for entry in std::fs::read_dir(&current).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                assert_eq!(mode(&path), 0o600, "{}", path.display());
+            }
+        }
+    }
+    let files = files_under(&data);
+    for kept in ["shoal.db", "shoal.db-wal", "secrets.db", "left-over"] {
+        assert!(files.iter().any(|f| f.file_name().is_some_and(|n| n == kept)), "{kept} in {files:?}");
+    }
+    assert!(files.iter().any(|f| f.starts_with(data.join("blobs"))), "an artifact's bytes: {files:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_sees_none_of_the_workers_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let canary = format!("canary-{}", slugid::nice());
+    let _worker = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["worker", "--root-url", &server.root, "--queue", "e2e/env", "--worker-id", "w1", "--work-dir"])
+        .arg(dir.path().join("work"))
+        .env("SHOAL_LOG", "warn")
+        .env("TASKCLUSTER_CLIENT_ID", "root")
+        .env("TASKCLUSTER_ACCESS_TOKEN", support::ROOT_TOKEN)
+        .env("WORKER_ONLY_SETTING", &canary)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let task_id = create(
+        &server,
+        "e2e/env",
+        json!({"command": [["sh", "-c", "env; echo home=$HOME pwd=$(pwd)"]], "maxRunTime": 30, "env": {"MINE": "given"}}),
+    )
+    .await;
+    let status = resolved(&server, &task_id, 1).await;
+    assert_eq!(status["state"], "completed");
+    let log = log_of(&server, &task_id, 0).await;
+    for leaked in
+        [support::ROOT_TOKEN, canary.as_str(), "TASKCLUSTER_ACCESS_TOKEN", "TASKCLUSTER_CLIENT_ID", "SHOAL_LOG"]
+    {
+        assert!(!log.contains(leaked), "the task saw {leaked}: {log}");
+    }
+    let names: Vec<&str> = log.lines().filter_map(|line| line.split_once('=').map(|(name, _)| name)).collect();
+    for given in ["PATH", "HOME", "LANG", "TASK_ID", "RUN_ID", "TASKCLUSTER_ROOT_URL", "MINE"] {
+        assert!(names.contains(&given), "the task was given {given}: {log}");
+    }
+    assert!(log.contains(&format!("TASK_ID={task_id}\n")), "{log}");
+    assert!(log.contains(&format!("TASKCLUSTER_ROOT_URL={}\n", server.root)), "{log}");
+    let pwd = log.lines().find_map(|line| line.strip_prefix("home=")).expect("the last line");
+    let (home, pwd) = pwd.split_once(" pwd=").unwrap();
+    assert_eq!(home, pwd, "HOME is the task directory");
 }

@@ -7,6 +7,7 @@
 
 mod artifacts;
 mod control;
+mod environment;
 mod logsink;
 mod memory;
 pub mod payload;

@@ -49,7 +49,7 @@ pub(crate) struct Limits<'a> {
     pub(crate) grace: Duration,
 }
 
-/// Runs `spec` in `dir` with `env`, streaming its output to `log`, within `limits`.
+/// Runs `spec` in `dir` with `env` as its whole environment, streaming its output to `log`, within `limits`.
 pub(crate) async fn run(
     spec: &CommandSpec,
     dir: &Path,
@@ -71,6 +71,7 @@ pub(crate) async fn run(
     };
     command
         .current_dir(dir)
+        .env_clear()
         .envs(env.iter().map(|(key, value)| (key.as_str(), value.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

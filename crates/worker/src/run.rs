@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::WorkerConfig;
 use crate::artifacts::{self, Target};
 use crate::control::Held;
+use crate::environment::{RunFacts, task_environment};
 use crate::logsink::LogSink;
 use crate::payload::{self, Payload};
 use crate::process::{self, Exit, Limits};
@@ -73,25 +74,34 @@ pub(crate) async fn run_claim(
     // One directory per slot, emptied after each run: cheaper than a new one per run.
     let dir = config.work_dir.join(format!("slot-{slot}"));
     let mut stats = RunStats::default();
-    let mut run_env = vec![("TASK_ID".to_owned(), task_id.clone()), ("RUN_ID".to_owned(), run_id.to_string())];
     // Beside the task directory, not in it: an artifact of the whole directory must not take it.
     let secrets_file = config.work_dir.join(format!("secrets-{slot}.json"));
     let prepared = async {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|err| format!("cannot create the task directory {}: {err}", dir.display()))?;
+        let dir = std::path::absolute(&dir)
+            .map_err(|err| format!("cannot resolve the task directory {}: {err}", dir.display()))?;
         if let Some(secrets) = &claim.secrets {
             write_private(&secrets_file, secrets.expose().as_bytes())
                 .map_err(|err| format!("cannot write the secrets file {}: {err}", secrets_file.display()))?;
-            run_env.push(("SHOAL_SECRETS".to_owned(), secrets_file.to_string_lossy().into_owned()));
         }
-        Ok::<(), String>(())
+        let secrets_file = std::path::absolute(&secrets_file).unwrap_or_else(|_| secrets_file.clone());
+        let facts = RunFacts {
+            task_id: &task_id,
+            run_id,
+            root_url: client.root_url(),
+            dir: &dir,
+            secrets_file: claim.secrets.is_some().then_some(secrets_file.as_path()),
+        };
+        let (path, lang) = (std::env::var("PATH").ok(), std::env::var("LANG").ok());
+        Ok::<_, String>(task_environment(path.as_deref(), lang.as_deref(), &payload.env, &facts))
     };
     let ending = match prepared.await {
-        Ok(()) => {
+        Ok(env) => {
             stats.setup_ms = Some(millis(claimed.elapsed()));
             let started = Instant::now();
-            let ending = run_commands(&payload, &dir, &run_env, &log, &stop, config.grace, &mut stats).await;
+            let ending = run_commands(&payload, &dir, &env, &log, &stop, config.grace, &mut stats).await;
             stats.run_ms = Some(millis(started.elapsed()));
             ending
         }
@@ -167,23 +177,21 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.sync_all()
 }
 
-/// Runs the payload's commands in order, with the payload's environment and `run_env`;
-/// `stats` gets the last exit code and the peak memory.
+/// Runs the payload's commands in order with `env` as their whole environment; `stats` gets
+/// the last exit code and the peak memory.
 async fn run_commands(
     payload: &Payload,
     dir: &Path,
-    run_env: &[(String, String)],
+    env: &[(String, String)],
     log: &LogSink,
     stop: &CancellationToken,
     grace: Duration,
     stats: &mut RunStats,
 ) -> Ending {
-    let mut env: Vec<(String, String)> = payload.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    env.extend(run_env.iter().cloned());
     let limits =
         Limits { deadline: Instant::now() + payload.max_run_time, io_timeout: payload.io_timeout, stop, grace };
     for (idx, spec) in payload.commands.iter().enumerate() {
-        let exit = match process::run(spec, dir, &env, log, &limits).await {
+        let exit = match process::run(spec, dir, env, log, &limits).await {
             Ok(ran) => {
                 stats.peak_memory_bytes = stats.peak_memory_bytes.max(ran.peak_memory);
                 if let Exit::Code(code) = ran.exit {

@@ -1,0 +1,85 @@
+//! The environment a task's commands start with: nothing of the worker's but a documented
+//! few variables, since the worker's own (its credentials among them) are not the task's.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// `PATH` when the worker itself has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// `LANG` when the worker itself has none.
+const DEFAULT_LANG: &str = "C.UTF-8";
+
+/// What the worker tells a task about its run.
+pub(crate) struct RunFacts<'a> {
+    pub(crate) task_id: &'a str,
+    pub(crate) run_id: u32,
+    pub(crate) root_url: &'a str,
+    /// The task directory, the commands' working directory and `HOME`.
+    pub(crate) dir: &'a Path,
+    /// The file holding the task's secrets, when it has any.
+    pub(crate) secrets_file: Option<&'a Path>,
+}
+
+/// The whole environment of a task's command: `PATH` and `LANG` (the worker's, or defaults),
+/// `HOME`, then the payload's `env` (which may replace those three), then the run's facts
+/// (`TASK_ID`, `RUN_ID`, `TASKCLUSTER_ROOT_URL`, `SHOAL_SECRETS`), which the payload cannot
+/// replace.
+pub(crate) fn task_environment(
+    worker_path: Option<&str>,
+    worker_lang: Option<&str>,
+    payload_env: &BTreeMap<String, String>,
+    run: &RunFacts<'_>,
+) -> Vec<(String, String)> {
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    env.insert("PATH".into(), worker_path.unwrap_or(DEFAULT_PATH).into());
+    env.insert("LANG".into(), worker_lang.unwrap_or(DEFAULT_LANG).into());
+    env.insert("HOME".into(), run.dir.to_string_lossy().into_owned());
+    env.extend(payload_env.iter().map(|(key, value)| (key.clone(), value.clone())));
+    env.insert("TASK_ID".into(), run.task_id.into());
+    env.insert("RUN_ID".into(), run.run_id.to_string());
+    env.insert("TASKCLUSTER_ROOT_URL".into(), run.root_url.into());
+    if let Some(file) = run.secrets_file {
+        env.insert("SHOAL_SECRETS".into(), file.to_string_lossy().into_owned());
+    }
+    env.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(secrets_file: Option<&Path>) -> RunFacts<'_> {
+        RunFacts {
+            task_id: "abc",
+            run_id: 2,
+            root_url: "http://127.0.0.1:8080",
+            dir: Path::new("/work/slot-0"),
+            secrets_file,
+        }
+    }
+
+    #[test]
+    fn only_the_documented_variables_and_the_payloads() {
+        let payload = BTreeMap::from([("CI".to_owned(), "1".to_owned())]);
+        let env = task_environment(Some("/bin"), None, &payload, &facts(None));
+        let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["CI", "HOME", "LANG", "PATH", "RUN_ID", "TASKCLUSTER_ROOT_URL", "TASK_ID"]);
+        assert!(env.contains(&("HOME".into(), "/work/slot-0".into())));
+        assert!(env.contains(&("LANG".into(), DEFAULT_LANG.into())));
+        assert!(env.contains(&("PATH".into(), "/bin".into())));
+    }
+
+    #[test]
+    fn the_payload_may_set_path_but_not_the_runs_facts() {
+        let payload = BTreeMap::from([
+            ("PATH".to_owned(), "/opt/bin".to_owned()),
+            ("TASK_ID".to_owned(), "forged".to_owned()),
+            ("SHOAL_SECRETS".to_owned(), "/etc/shadow".to_owned()),
+        ]);
+        let secrets = Path::new("/work/secrets-0.json");
+        let env = task_environment(None, None, &payload, &facts(Some(secrets)));
+        assert!(env.contains(&("PATH".into(), "/opt/bin".into())));
+        assert!(env.contains(&("TASK_ID".into(), "abc".into())));
+        assert!(env.contains(&("SHOAL_SECRETS".into(), "/work/secrets-0.json".into())));
+    }
+}
