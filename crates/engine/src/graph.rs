@@ -289,11 +289,14 @@ fn queue_definition(
     ids: &HashMap<String, TaskId>,
 ) -> Result<TaskDefinition, Rejection> {
     let field = |name: &str| format!("tasks.{label}.task{}{name}", if name.is_empty() { "" } else { "." });
+    check_placeholders(label, &node.task)?;
     let mut task = node.task.clone();
-    substitute(&mut task, ids, &field(""))?;
     let Value::Object(object) = &mut task else {
         return Err(Rejection::invalid(field(""), "must be a task definition object"));
     };
+    if let Some(payload) = object.get_mut("payload") {
+        substitute(payload, ids, &field("payload"))?;
+    }
     let group = context.task_graph_id.to_string();
     for (key, wanted) in [("taskGroupId", group.as_str()), ("schedulerId", context.scheduler_id)] {
         match object.get(key) {
@@ -348,6 +351,40 @@ fn queue_definition(
         Rejection::Invalid { field: inner, rule } => Rejection::invalid(field(&inner), rule),
         other => other,
     })
+}
+
+/// Checks that every task of a submission holds placeholders only in its `payload` (seed 000),
+/// so that what authorization reads of a task (scopes, routes, project, queue, priority) is
+/// what will be created.
+///
+/// # Errors
+/// Invalid naming the first placeholder found outside a payload.
+pub fn check_submission(tasks: &Labelled) -> Result<(), Rejection> {
+    tasks.0.iter().try_for_each(|(label, node)| check_placeholders(label, &node.task))
+}
+
+fn check_placeholders(label: &str, task: &Value) -> Result<(), Rejection> {
+    let Value::Object(object) = task else { return Ok(()) };
+    for (key, value) in object.iter().filter(|(key, _)| *key != "payload") {
+        if let Some(at) = find_placeholder(value, &format!("tasks.{label}.task.{key}")) {
+            return Err(Rejection::invalid(at, "a `$subs` placeholder is allowed only in the payload"));
+        }
+    }
+    Ok(())
+}
+
+/// The path of the first `$subs` placeholder in `value`, if any.
+fn find_placeholder(value: &Value, path: &str) -> Option<String> {
+    match value {
+        Value::Object(object) if object.contains_key(SUBS_KEY) => Some(format!("{path}.{SUBS_KEY}")),
+        Value::Object(object) => {
+            object.iter().find_map(|(key, inner)| find_placeholder(inner, &format!("{path}.{key}")))
+        }
+        Value::Array(items) => {
+            items.iter().enumerate().find_map(|(index, inner)| find_placeholder(inner, &format!("{path}[{index}]")))
+        }
+        _ => None,
+    }
 }
 
 /// Replaces every `{"$subs": "taskId:<label>"}` in `value` by that label's taskId.
@@ -620,6 +657,22 @@ mod tests {
         assert_eq!(subs, ("tasks.a.task.payload.x[1].$subs".to_owned(), "unknown label `gone`".to_owned()));
         let bad_subs = field_of(plan_of(json!({"a": {"task": task(json!({"payload": {"$subs": "label:a"}}))}})));
         assert_eq!(bad_subs.0, "tasks.a.task.payload.$subs");
+
+        for (outside, at) in [
+            (json!({"scopes": [{"$subs": "taskId:a"}]}), "tasks.a.task.scopes[0].$subs"),
+            (json!({"routes": ["x", {"$subs": "taskId:a"}]}), "tasks.a.task.routes[1].$subs"),
+            (json!({"projectId": {"$subs": "taskId:a"}}), "tasks.a.task.projectId.$subs"),
+            (json!({"dependencies": [{"$subs": "taskId:a"}]}), "tasks.a.task.dependencies[0].$subs"),
+            (json!({"tags": {"k": {"$subs": "taskId:a", "x": 1}}}), "tasks.a.task.tags.k.$subs"),
+        ] {
+            let tasks = json!({"a": {"task": task(outside)}});
+            assert_eq!(field_of(plan_of(tasks.clone())).0, at);
+            let rejection = check_submission(&parse(tasks)).unwrap_err();
+            assert!(matches!(&rejection, Rejection::Invalid { field, .. } if field == at), "{rejection:?}");
+        }
+        assert!(
+            check_submission(&parse(json!({"a": {"task": task(json!({"payload": {"$subs": "taskId:a"}}))}}))).is_ok()
+        );
 
         let queue = field_of(plan_of(json!({"a": {"task": task(json!({"retries": 1000}))}})));
         assert_eq!(queue.0, "tasks.a.task.retries", "the queue's own rule, under the task's path");

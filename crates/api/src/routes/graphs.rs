@@ -9,10 +9,10 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use shoal_engine::TaskId;
 use shoal_engine::graph::{ExtensionInput, GraphInput, Labelled};
 use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskState;
+use shoal_engine::{Rejection, TaskId};
 use shoal_store::{GraphNode, GraphRecord, GraphRequest};
 
 use crate::AppState;
@@ -34,7 +34,7 @@ fn body<T: serde::de::DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) ->
 }
 
 /// What createTask's scopes need of a submitted task, as submitted.
-#[derive(Default, Deserialize)]
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SubmittedTask {
     #[serde(default)]
@@ -50,31 +50,37 @@ struct SubmittedTask {
 }
 
 /// Checks that the caller may create every task of a submission, as the graph's scheduler
-/// would create them. A field that is missing or malformed here is named by the graph's own
-/// checks afterwards; for the scopes it counts as its default (or as nothing).
+/// would create them. Placeholders are refused outside payloads first, so what is read here
+/// is what will be created; a field read here that is malformed is refused here, naming it.
 fn authorize_tasks(state: &AppState, caller: &Caller, tasks: &Labelled) -> Result<(), ApiError> {
+    shoal_engine::graph::check_submission(tasks)?;
     let scheduler_id = state.queue.store().graph_scheduler_id();
-    let records = tasks
-        .0
-        .iter()
-        .map(|(_, node)| {
-            let task: SubmittedTask = serde_json::from_value(node.task.clone()).unwrap_or_default();
-            let task_queue_id = match (task.task_queue_id, task.provisioner_id, task.worker_type) {
-                (Some(id), _, _) => id,
-                (None, Some(provisioner), Some(worker_type)) => format!("{provisioner}/{worker_type}"),
-                _ => String::new(),
-            };
-            let priority =
-                task.priority.and_then(|value| Priority::parse("priority", &value).ok()).unwrap_or(Priority::LOWEST);
+    let mut records = Vec::with_capacity(tasks.0.len());
+    for (label, node) in &tasks.0 {
+        let task: SubmittedTask = serde_path_to_error::deserialize(&node.task).map_err(|err| {
+            let path = err.path().to_string();
+            let at = if path == "." { format!("tasks.{label}.task") } else { format!("tasks.{label}.task.{path}") };
+            Rejection::invalid(at, err.into_inner().to_string())
+        })?;
+        let task_queue_id = match (task.task_queue_id, task.provisioner_id, task.worker_type) {
+            (Some(id), _, _) => id,
+            (None, Some(provisioner), Some(worker_type)) => format!("{provisioner}/{worker_type}"),
+            _ => String::new(),
+        };
+        let priority = match task.priority {
+            Some(value) => Priority::parse(&format!("tasks.{label}.task.priority"), &value)?,
+            None => Priority::LOWEST,
+        };
+        records.push(
             Vars::new()
                 .many("scopes", task.scopes)
                 .many("routes", task.routes)
                 .one("projectId", task.project_id.unwrap_or_else(|| "none".to_owned()))
                 .one("schedulerId", scheduler_id)
                 .one("taskQueueId", task_queue_id)
-                .many("priorities", priority.scope_names())
-        })
-        .collect();
+                .many("priorities", priority.scope_names()),
+        );
+    }
     caller.authorize(&Vars::new().records("tasks", records))
 }
 

@@ -21,7 +21,7 @@ impl TestApp {
     }
 
     /// Makes a client with `scopes` as root; answers its credentials.
-    async fn make_client(&self, client_id: &str, scopes: &[&str]) -> Credentials {
+    pub(crate) async fn make_client(&self, client_id: &str, scopes: &[&str]) -> Credentials {
         let body = json!({"description": "for a test", "expires": from_now(3600), "scopes": scopes});
         let url = self.auth_url(&format!("/clients/{}", client_id.replace('/', "%2F")));
         let (status, made) = self.call_as(Some(&root_credentials()), Method::PUT, &url, Some(body)).await;

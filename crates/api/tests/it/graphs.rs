@@ -354,3 +354,61 @@ async fn bad_graphs_are_refused_naming_the_problem_and_leave_nothing_behind() {
     let (status, body) = app.create_graph(&group, json!({"routing": "r", "tasks": {"a": ok()}})).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
 }
+
+#[tokio::test]
+async fn a_placeholder_outside_the_payload_is_refused_and_skips_no_scope_check() {
+    let app = TestApp::start().await;
+    let submitter = app
+        .make_client(
+            "ci/graphs",
+            &[
+                "queue:create-task:project:none",
+                "queue:scheduler-id:task-graph-scheduler",
+                "queue:create-task:lowest:graph/esc",
+                "queue:route:mine",
+            ],
+        )
+        .await;
+    let url = |graph_id: &str| format!("{}/api/scheduler/v1/task-graph/{graph_id}", app.root);
+    let with = |patch: Value| json!({"routing": "r", "tasks": {"a": {"task": task_def(patch)}}});
+    // Escalations that a read failing before substitution let through, and a tag.
+    let cases = [
+        (json!({"taskQueueId": "graph/esc", "scopes": ["*", {"$subs": "taskId:a"}]}), "tasks.a.task.scopes[1].$subs"),
+        (json!({"taskQueueId": "graph/esc", "routes": ["x", {"$subs": "taskId:a"}]}), "tasks.a.task.routes[1].$subs"),
+        (json!({"taskQueueId": "graph/esc", "tags": {"k": {"$subs": "taskId:a"}}}), "tasks.a.task.tags.k.$subs"),
+    ];
+    for (patch, field) in cases {
+        let graph_id = slugid();
+        let (status, body) =
+            app.call_as(Some(&submitter), reqwest::Method::PUT, &url(&graph_id), Some(with(patch))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body["message"].as_str().unwrap().contains(field), "names {field}: {body}");
+        let (status, _) = app.get(&format!("/task-group/{graph_id}/list")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "nothing was created");
+    }
+    // A malformed field authorization reads is refused too, not read as empty.
+    let (status, body) = app
+        .call_as(
+            Some(&submitter),
+            reqwest::Method::PUT,
+            &url(&slugid()),
+            Some(with(json!({"taskQueueId": "graph/esc", "scopes": ["*", 7]}))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("tasks.a.task.scopes[1]"), "{body}");
+    // What the submitter holds is created; a scope it lacks is still a 403.
+    let payload = json!({"taskQueueId": "graph/esc", "routes": ["mine"], "payload": {"x": {"$subs": "taskId:a"}}});
+    let (status, body) =
+        app.call_as(Some(&submitter), reqwest::Method::PUT, &url(&slugid()), Some(with(payload))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = app
+        .call_as(
+            Some(&submitter),
+            reqwest::Method::PUT,
+            &url(&slugid()),
+            Some(with(json!({"taskQueueId": "graph/esc", "scopes": ["*"]}))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+}
