@@ -181,6 +181,27 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         Ok(self.0.tasks(TaskQuery::Id(task_id), 1)?.into_iter().next().map(record))
     }
 
+    fn tasks_by_id(&self, ids: &[TaskId], after: Option<&str>, limit: usize) -> Result<Page<TaskRecord>, StoreError> {
+        let start = match parse_task_id(after)? {
+            None => 0,
+            Some(last) => ids.iter().position(|id| *id == last).map(|at| at + 1).ok_or_else(|| {
+                StoreError::from(Rejection::invalid("continuationToken", "is not a token this listing issued"))
+            })?,
+        };
+        let mut items: Vec<TaskRecord> = Vec::new();
+        let mut total = 0;
+        for &task_id in &ids[start.min(ids.len())..] {
+            // Sizes first, so a page never holds more than its bound in memory.
+            let Some(&size) = self.0.task_sizes(TaskQuery::Id(task_id), 1)?.first() else { continue };
+            if items.len() == limit || (!items.is_empty() && total + size > MAX_PAGE_BYTES) {
+                return Ok(page(items, true, |task| task.status.task_id.to_string()));
+            }
+            total += size;
+            items.extend(self.0.tasks(TaskQuery::Id(task_id), 1)?.into_iter().next().map(record));
+        }
+        Ok(Page { items, continuation: None })
+    }
+
     fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<GraphRecord>, StoreError> {
         Ok(self.0.task_graph(task_graph_id)?.map(StoredGraph::into_record))
     }

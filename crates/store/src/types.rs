@@ -236,6 +236,12 @@ pub trait Reads {
     /// # Errors
     /// Storage failure.
     fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
+    /// The known tasks among `ids` (unknown ones left out), in their order, from the one after
+    /// the task id `after`: at most `limit` and, beyond the first, at most 8 MiB of definitions.
+    ///
+    /// # Errors
+    /// Storage failure, or a token that is not one of `ids`.
+    fn tasks_by_id(&self, ids: &[TaskId], after: Option<&str>, limit: usize) -> Result<Page<TaskRecord>, StoreError>;
     /// Members of a group, by task id.
     ///
     /// # Errors

@@ -9,7 +9,7 @@ use shoal_engine::command::TaskCommand;
 use shoal_engine::definition::{TaskDefinition, TaskDefinitionInput};
 use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskStatus;
-use shoal_store::{StoreError, TaskRecord};
+use shoal_store::{Page, StoreError, TaskRecord};
 
 use crate::AppState;
 use crate::auth::{Caller, Vars};
@@ -40,61 +40,56 @@ pub(crate) struct TaskIds {
     task_ids: Vec<String>,
 }
 
+/// The ids a tasks/statuses call names, each once, in their first order.
 fn parse_ids(body: &TaskIds) -> Result<Vec<TaskId>, ApiError> {
     if body.task_ids.len() > MAX_BATCH_IDS {
         return Err(ApiError::invalid_input(format!("taskIds: must have at most {MAX_BATCH_IDS} items")));
     }
-    body.task_ids
-        .iter()
-        .enumerate()
-        .map(|(idx, text)| {
-            TaskId::parse(text)
-                .ok_or_else(|| ApiError::invalid_input(format!("taskIds[{idx}]: `{text}` is not a slugid")))
-        })
-        .collect()
+    let mut seen = std::collections::HashSet::with_capacity(body.task_ids.len());
+    let mut ids = Vec::with_capacity(body.task_ids.len());
+    for (idx, text) in body.task_ids.iter().enumerate() {
+        let task_id = TaskId::parse(text)
+            .ok_or_else(|| ApiError::invalid_input(format!("taskIds[{idx}]: `{text}` is not a slugid")))?;
+        if seen.insert(task_id) {
+            ids.push(task_id);
+        }
+    }
+    Ok(ids)
 }
 
-/// The known tasks among `ids` (unknown ones are left out, as Taskcluster does).
-async fn known_records(state: &AppState, body: &TaskIds) -> Result<Vec<TaskRecord>, ApiError> {
+/// A page of the known tasks among the body's ids (unknown ones are left out, as Taskcluster
+/// does), held to the same bound as any page of definitions.
+async fn known_records(state: &AppState, body: &TaskIds, paging: Paging) -> Result<Page<TaskRecord>, ApiError> {
     let ids = parse_ids(body)?;
-    let records = state
-        .queue
-        .store()
-        .read(move |reads| {
-            let mut res = Vec::with_capacity(ids.len());
-            for &task_id in &ids {
-                res.extend(reads.task(task_id)?);
-            }
-            Ok(res)
-        })
-        .await?;
-    Ok(records)
+    let Paging { continuation, limit } = paging;
+    let page =
+        state.queue.store().read(move |reads| reads.tasks_by_id(&ids, continuation.as_deref(), limit)).await?;
+    Ok(page)
 }
 
 pub(crate) async fn get_tasks(
     State(state): State<AppState>,
-    _paging: Paging,
+    paging: Paging,
     Body(body): Body<TaskIds>,
 ) -> Result<Json<Value>, ApiError> {
-    let tasks: Vec<Value> = known_records(&state, &body)
-        .await?
-        .into_iter()
-        .map(|record| json!({ "taskId": record.status.task_id, "task": record.task }))
-        .collect();
-    Ok(Json(json!({ "tasks": tasks })))
+    let page = known_records(&state, &body, paging).await?;
+    let tasks: Vec<Value> =
+        page.items.into_iter().map(|record| json!({ "taskId": record.status.task_id, "task": record.task })).collect();
+    Ok(with_continuation(json!({ "tasks": tasks }), page.continuation))
 }
 
 pub(crate) async fn get_statuses(
     State(state): State<AppState>,
-    _paging: Paging,
+    paging: Paging,
     Body(body): Body<TaskIds>,
 ) -> Result<Json<Value>, ApiError> {
-    let statuses: Vec<Value> = known_records(&state, &body)
-        .await?
+    let page = known_records(&state, &body, paging).await?;
+    let statuses: Vec<Value> = page
+        .items
         .into_iter()
         .map(|record| json!({ "taskId": record.status.task_id, "status": record.status }))
         .collect();
-    Ok(Json(json!({ "statuses": statuses })))
+    Ok(with_continuation(json!({ "statuses": statuses }), page.continuation))
 }
 
 /// What createTask's scopes are filled in with for `definition`.

@@ -393,3 +393,37 @@ async fn the_overview_listings_show_recent_groups_and_failures() {
     let body: serde_json::Value = res.json().await.unwrap();
     assert_eq!(body["taskGraphs"], json!([]), "no graph yet");
 }
+
+#[tokio::test]
+async fn get_tasks_names_each_task_once_and_pages_within_the_bound() {
+    let app = TestApp::start().await;
+    let big = slugid();
+    // About 3 MiB each: the answer's bound (8 MiB) holds two.
+    let filler = "x".repeat(3 * 1024 * 1024);
+    app.create(&big, json!({"payload": {"filler": filler}})).await;
+    let (status, answer) = app.post("/tasks", json!({"taskIds": vec![big.as_str(); 300]})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer["tasks"].as_array().unwrap().len(), 1, "a repeated id is answered once");
+    assert!(answer.get("continuationToken").is_none());
+
+    let (second, third, small) = (slugid(), slugid(), slugid());
+    app.create(&second, json!({"payload": {"filler": filler}})).await;
+    app.create(&third, json!({"payload": {"filler": filler}})).await;
+    app.create(&small, json!({})).await;
+    let ids = json!({"taskIds": [big, second, big, slugid(), third, small]});
+    let listed = |page: &serde_json::Value| -> Vec<String> {
+        page["tasks"].as_array().unwrap().iter().map(|t| t["taskId"].as_str().unwrap().to_owned()).collect()
+    };
+    let (_, first) = app.post("/tasks", ids.clone()).await;
+    assert_eq!(listed(&first), [big.clone(), second.clone()], "two definitions fill the 8 MiB");
+    let token = first["continuationToken"].as_str().expect("more to come");
+    let (_, rest) = app.post(&format!("/tasks?continuationToken={token}"), ids.clone()).await;
+    assert_eq!(listed(&rest), [third.clone(), small.clone()]);
+    assert!(rest.get("continuationToken").is_none());
+    let (_, limited) = app.post("/tasks/status?limit=1", ids.clone()).await;
+    assert_eq!(limited["statuses"].as_array().unwrap().len(), 1);
+    assert_eq!(limited["continuationToken"], big.as_str());
+    let (status, body) = app.post(&format!("/tasks?continuationToken={}", slugid()), ids).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "a token the listing never issued: {body}");
+    assert!(body["message"].as_str().unwrap().contains("continuationToken"), "{body}");
+}
