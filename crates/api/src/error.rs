@@ -63,6 +63,11 @@ impl ApiError {
         }
     }
 
+    /// 429 TooManyRequests: the caller's address holds its share of something.
+    pub fn too_many(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::TOO_MANY_REQUESTS, code: "TooManyRequests", message: message.into() }
+    }
+
     /// 413 InputTooLarge.
     pub fn too_large(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "InputTooLarge", message: message.into() }

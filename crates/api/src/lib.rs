@@ -6,11 +6,13 @@ pub mod auth;
 pub mod endpoints;
 pub mod error;
 pub mod extract;
+mod per_address;
 pub mod prometheus;
 mod routes;
 mod serve;
 mod ui;
 
+pub use per_address::Subscribers;
 pub use serve::ConnectionLimits;
 
 use std::future::Future;
@@ -45,13 +47,9 @@ pub struct AppState {
     pub started: Instant,
     /// The server's public root URL (no trailing slash), for URLs it hands out.
     pub root_url: String,
-    /// Open event streams per client address.
+    /// Open event streams and live-log follows per client address.
     pub subscribers: Subscribers,
 }
-
-/// Open event streams per client address, so that no one client holds them all.
-#[derive(Clone, Default)]
-pub struct Subscribers(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
 
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {

@@ -15,6 +15,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::per_address::PerAddress;
+
 /// The address a request's connection came from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PeerAddr(pub(crate) std::net::IpAddr);
@@ -28,6 +30,9 @@ pub struct ConnectionLimits {
     pub body_timeout: Duration,
     /// Most connections open at once.
     pub max_connections: usize,
+    /// Most connections one client address may hold open at once, every kind of request
+    /// counted (long polls, event streams and live-log follows among them).
+    pub max_connections_per_address: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -36,6 +41,7 @@ impl Default for ConnectionLimits {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(60),
             max_connections: 4096,
+            max_connections_per_address: 256,
         }
     }
 }
@@ -46,17 +52,26 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// What a connection over the cap is told before it is closed.
 fn busy() -> &'static [u8] {
-    static BUSY: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
-        let body =
-            r#"{"code":"ServiceUnavailable","message":"too many open connections; retry later","requestInfo":{}}"#;
-        format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n\
-             content-length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .into_bytes()
-    });
+    static BUSY: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| refusal("too many open connections"));
     &BUSY
+}
+
+/// What a connection over its address's share is told before it is closed.
+fn over_share() -> &'static [u8] {
+    static OVER: std::sync::LazyLock<Vec<u8>> =
+        std::sync::LazyLock::new(|| refusal("too many open connections from this client address"));
+    &OVER
+}
+
+/// A whole 503 answer saying `what`.
+fn refusal(what: &str) -> Vec<u8> {
+    let body = format!(r#"{{"code":"ServiceUnavailable","message":"{what}; retry later","requestInfo":{{}}}}"#);
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 /// Serves `app` on `listener` under `limits` until `shutdown` resolves, then waits for the open
@@ -72,6 +87,7 @@ pub(crate) async fn serve(
 ) -> std::io::Result<()> {
     let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(limits.body_timeout));
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let per_address = PerAddress::default();
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // HTTP/1.1, as Taskcluster's clients and workers speak it.
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -89,8 +105,12 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Some(place) = per_address.take(peer.ip(), limits.max_connections_per_address) else {
+            tokio::spawn(refuse(stream, over_share()));
+            continue;
+        };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            tokio::spawn(refuse(stream));
+            tokio::spawn(refuse(stream, busy()));
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -106,16 +126,16 @@ pub(crate) async fn serve(
         tokio::spawn(async move {
             // A connection closed by a timeout or by its client is an ordinary end.
             let _ = connection.await;
-            drop(permit);
+            drop((permit, place));
         });
     }
     graceful.shutdown().await;
     Ok(())
 }
 
-/// Tells a connection over the cap that the server is busy, and closes it.
-async fn refuse(mut stream: TcpStream) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(busy())).await;
+/// Tells a connection over a cap that the server is busy (`answer`), and closes it.
+async fn refuse(mut stream: TcpStream, answer: &'static [u8]) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(answer)).await;
     let _ = stream.shutdown().await;
 }
 
@@ -124,13 +144,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_busy_answer_is_well_formed() {
-        let text = std::str::from_utf8(busy()).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        let length: usize =
-            head.lines().find_map(|line| line.strip_prefix("content-length: ")).unwrap().parse().unwrap();
-        assert_eq!(body.len(), length);
-        let value: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert_eq!(value["code"], "ServiceUnavailable");
+    fn the_busy_answers_are_well_formed() {
+        for answer in [busy(), over_share()] {
+            let text = std::str::from_utf8(answer).unwrap();
+            let (head, body) = text.split_once("\r\n\r\n").unwrap();
+            let length: usize =
+                head.lines().find_map(|line| line.strip_prefix("content-length: ")).unwrap().parse().unwrap();
+            assert_eq!(body.len(), length);
+            let value: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(value["code"], "ServiceUnavailable");
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Probes of a server as a hostile client on the network makes them, each with the latency of
 //! an ordinary request (ping) while it lasts and the server's peak memory: event-stream
-//! patterns that are costly to match against long routes, many slow connections, and
-//! listings of large definitions.
+//! patterns that are costly to match against long routes, many slow connections from one
+//! address, listings of large definitions, and getTasks naming one large task many times.
 
 use std::time::{Duration, Instant};
 
@@ -17,10 +17,12 @@ const UNSAFE_IN_QUERY: &percent_encoding::AsciiSet =
 
 /// Runs the three probes against one server; `tasks` tasks carry the long routes.
 pub(crate) async fn hostile(tasks: usize, slow_connections: usize) -> anyhow::Result<()> {
-    let server = Server::start(None, &[]).await?;
+    let server = Server::start_as_deployed(None, &[]).await?;
     let client = server.client();
+    // An honest client on another address than the attacker's (127.0.0.1).
+    let honest = reqwest::Client::builder().local_address(std::net::IpAddr::from([127, 0, 0, 2])).build()?;
     let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
-    let quiet = ping_for(&client, &server.base, Duration::from_secs(3)).await;
+    let quiet = ping_for(&honest, &server.base, Duration::from_secs(3)).await;
     println!("hostile: ping with nothing else going on: {}", quiet.summary());
 
     // 1. 30 event streams of 50 bindings each (what fits in a URL), every pattern 126 `#`s and
@@ -51,7 +53,7 @@ pub(crate) async fn hostile(tasks: usize, slow_connections: usize) -> anyhow::Re
         let res = client.put(format!("{}/task/{task_id}", server.base)).json(&definition).send().await?;
         anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
     }
-    let during = ping_for(&client, &server.base, Duration::from_secs(10)).await;
+    let during = ping_for(&honest, &server.base, Duration::from_secs(10)).await;
     println!(
         "hostile: 30 event streams ({refused} refused) x 50 bindings of `#.#...(126x).zz`, {tasks} tasks x 64 routes \
          of 124 words: ping {}; server CPU {:.2} s over {:.1} s",
@@ -77,18 +79,33 @@ pub(crate) async fn hostile(tasks: usize, slow_connections: usize) -> anyhow::Re
             Err(_) => break,
         }
     }
-    let held = ping_for(&client, &server.base, Duration::from_secs(3)).await;
-    println!("hostile: {} slow clients holding half a request head: ping {}", slow.len(), held.summary());
+    // Those over the address's share were answered 503 and closed: a read sees it at once.
+    let mut refused = 0;
+    for stream in &mut slow {
+        let mut byte = [0; 1];
+        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(1), stream.peek(&mut byte)).await {
+            refused += 1;
+        }
+    }
+    let held = ping_for(&honest, &server.base, Duration::from_secs(3)).await;
+    println!(
+        "hostile: {} slow clients from one address holding half a request head ({refused} refused): ping from \
+         another address {}",
+        slow.len(),
+        held.summary()
+    );
     drop(slow);
 
     // 3. 40 tasks of ~9.5 MB definitions in one group, listed three times at once.
     let group = slugid::nice();
     let blob = "x".repeat(9_500_000);
+    let mut large = String::new();
     for _ in 0..40 {
         let mut definition = crate::definition_with_retries("bench/hostile", 0);
         definition["taskGroupId"] = json!(group);
         definition["payload"] = json!({"blob": blob});
-        let res = client.put(format!("{}/task/{}", server.base, slugid::nice())).json(&definition).send().await?;
+        large = slugid::nice();
+        let res = client.put(format!("{}/task/{large}", server.base)).json(&definition).send().await?;
         anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
     }
     let rss_before = server.rss_mb();
@@ -123,6 +140,20 @@ pub(crate) async fn hostile(tasks: usize, slow_connections: usize) -> anyhow::Re
     println!(
         "hostile: 3 listTaskGroup at once over 40 definitions of 9.5 MB: server RSS {rss_before} MB before, peak \
          {peak} MB; pages each {pages:?}"
+    );
+
+    // 4. getTasks naming one of those tasks 300 times.
+    let rss_before = server.rss_mb();
+    let started = Instant::now();
+    let res = client.post(format!("{}/tasks", server.base)).json(&json!({"taskIds": vec![large; 300]})).send().await?;
+    let status = res.status();
+    let bytes = res.bytes().await?.len();
+    println!(
+        "hostile: getTasks of one 9.5 MB task named 300 times: {status}, {:.1} MB answered in {:.2} s; server RSS \
+         {rss_before} MB before, {} MB after",
+        bytes as f64 / 1e6,
+        started.elapsed().as_secs_f64(),
+        server.rss_mb()
     );
     server.stop().await;
     Ok(())

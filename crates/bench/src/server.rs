@@ -18,8 +18,17 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// Starts `shoal server` on a free loopback port, over `data_dir` or a fresh directory.
+    /// Starts `shoal server` on a free loopback port, over `data_dir` or a fresh directory. Its
+    /// clients all come from 127.0.0.1 but stand for a fleet of machines, so one address may
+    /// hold every connection.
     pub(crate) async fn start(data_dir: Option<&Path>, extra_args: &[&str]) -> anyhow::Result<Server> {
+        let mut args = vec!["--max-connections-per-address", "10000000"];
+        args.extend_from_slice(extra_args);
+        Server::start_as_deployed(data_dir, &args).await
+    }
+
+    /// [`Server::start`] with the server's own limits per client address.
+    pub(crate) async fn start_as_deployed(data_dir: Option<&Path>, extra_args: &[&str]) -> anyhow::Result<Server> {
         let (dir, path) = match data_dir {
             Some(path) => (None, path.to_path_buf()),
             None => {

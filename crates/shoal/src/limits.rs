@@ -26,6 +26,12 @@ pub(crate) fn max_connections(configured: Option<usize>, descriptors: u64) -> us
     configured.unwrap_or_else(|| descriptors.saturating_sub(HEADROOM).max(MIN_CONNECTIONS) as usize)
 }
 
+/// One client address's share of the connection cap `max_connections`, unless `configured`:
+/// a sixteenth, so that one address cannot take every place (never more than the cap).
+pub(crate) fn per_address(configured: Option<usize>, max_connections: usize) -> usize {
+    configured.unwrap_or(max_connections / 16).clamp(1, max_connections)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,5 +43,8 @@ mod tests {
         assert_eq!(max_connections(None, 100), 16, "never below the minimum");
         assert_eq!(max_connections(Some(50), 65_536), 50, "as configured");
         assert!(raise_descriptor_limit() >= 1, "reads the limit in force");
+        assert_eq!(per_address(None, 65_280), 4080);
+        assert_eq!(per_address(None, 16), 1);
+        assert_eq!(per_address(Some(100_000), 768), 768, "never more than the cap");
     }
 }

@@ -203,6 +203,10 @@ struct ServerArgs {
     /// [default: the open-descriptor limit, raised at start where allowed, less 256].
     #[arg(long, env = "SHOAL_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
+    /// Most connections one client address may hold open at once (behind a proxy, all clients
+    /// share its address: raise this to max-connections) [default: a sixteenth of max-connections].
+    #[arg(long, env = "SHOAL_MAX_CONNECTIONS_PER_ADDRESS")]
+    max_connections_per_address: Option<usize>,
     /// Most bytes one artifact's upload may hold [default: 8 GiB].
     #[arg(long, env = "SHOAL_MAX_ARTIFACT_BYTES")]
     max_artifact_bytes: Option<u64>,
@@ -242,6 +246,7 @@ struct ServerConfig {
     database_timeout: u64,
     scheduler_id: String,
     max_connections: Option<usize>,
+    max_connections_per_address: Option<usize>,
     max_artifact_bytes: u64,
     max_run_bytes: u64,
     max_log_bytes: u64,
@@ -264,6 +269,7 @@ impl Default for ServerConfig {
             database_timeout: shoal_store::PG_REQUEST_TIMEOUT.as_secs(),
             scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
             max_connections: None,
+            max_connections_per_address: None,
             max_artifact_bytes: SizeLimits::default().artifact_bytes,
             max_run_bytes: SizeLimits::default().run_bytes,
             max_log_bytes: SizeLimits::default().log_bytes,
@@ -357,6 +363,9 @@ impl ServerConfig {
         if let Some(max_connections) = args.max_connections {
             config.max_connections = Some(max_connections);
         }
+        if let Some(per_address) = args.max_connections_per_address {
+            config.max_connections_per_address = Some(per_address);
+        }
         if let Some(bytes) = args.max_artifact_bytes {
             config.max_artifact_bytes = bytes;
         }
@@ -395,6 +404,10 @@ impl ServerConfig {
         anyhow::ensure!(
             self.max_connections.is_none_or(|max| (16..=10_000_000).contains(&max)),
             "max-connections must be 16..=10000000"
+        );
+        anyhow::ensure!(
+            self.max_connections_per_address.is_none_or(|max| (1..=10_000_000).contains(&max)),
+            "max-connections-per-address must be 1..=10000000"
         );
         for (name, bytes) in [
             ("max-artifact-bytes", self.max_artifact_bytes),
@@ -575,11 +588,18 @@ impl RunningServer {
             subscribers: shoal_api::Subscribers::default(),
         };
         let descriptors = limits::raise_descriptor_limit();
+        let max_connections = limits::max_connections(config.max_connections, descriptors);
         let connection_limits = shoal_api::ConnectionLimits {
-            max_connections: limits::max_connections(config.max_connections, descriptors),
+            max_connections,
+            max_connections_per_address: limits::per_address(config.max_connections_per_address, max_connections),
             ..shoal_api::ConnectionLimits::default()
         };
-        tracing::debug!(max_connections = connection_limits.max_connections, descriptors, "connection limits");
+        tracing::debug!(
+            max_connections,
+            per_address = connection_limits.max_connections_per_address,
+            descriptors,
+            "connection limits"
+        );
         let serving = tokio::spawn(shoal_api::serve_with(listener, state, connection_limits, stopped(stop_rx)));
         Ok(RunningServer {
             local,
@@ -698,6 +718,7 @@ mod tests {
             database_timeout: None,
             scheduler_id: None,
             max_connections: None,
+            max_connections_per_address: None,
             max_artifact_bytes: None,
             max_run_bytes: None,
             max_log_bytes: None,

@@ -6,7 +6,6 @@
 //! (then the stream ends), and `ping` to keep idle connections open.
 
 use std::convert::Infallible;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use axum::Extension;
@@ -18,50 +17,13 @@ use serde_json::value::RawValue;
 use shoal_engine::topic::Binding;
 use shoal_service::{Delivery, Subscription};
 
+use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::parse_json;
 use crate::serve::PeerAddr;
-use crate::{AppState, Subscribers};
 
 /// Most bindings one connection may hold.
 const MAX_BINDINGS: usize = 256;
-
-/// Most event streams one client address may hold open at once.
-pub(crate) const MAX_STREAMS_PER_ADDRESS: usize = 32;
-
-/// One open stream of a client address; dropped with the stream, it frees its place.
-struct Slot {
-    subscribers: Subscribers,
-    peer: IpAddr,
-}
-
-impl Slot {
-    /// Takes a place for `peer`, or refuses when it holds [`MAX_STREAMS_PER_ADDRESS`].
-    fn take(subscribers: &Subscribers, peer: IpAddr) -> Result<Slot, ApiError> {
-        let mut open = subscribers.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let count = open.entry(peer).or_default();
-        if *count >= MAX_STREAMS_PER_ADDRESS {
-            return Err(ApiError::invalid_input(format!(
-                "connect: at most {MAX_STREAMS_PER_ADDRESS} event streams may be open from one client address; \
-                 close one, or put more bindings on one stream"
-            )));
-        }
-        *count += 1;
-        Ok(Slot { subscribers: subscribers.clone(), peer })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut open = self.subscribers.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(count) = open.get_mut(&self.peer) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.peer);
-            }
-        }
-    }
-}
 
 #[derive(Deserialize)]
 pub(crate) struct ConnectQuery {
@@ -101,7 +63,7 @@ pub(crate) async fn connect(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let bindings = parse_bindings(query.0.bindings.as_deref())?;
     // Requests made in-process (no connection) are not counted.
-    let slot = peer.map(|Extension(PeerAddr(peer))| Slot::take(&state.subscribers, peer)).transpose()?;
+    let slot = peer.map(|Extension(PeerAddr(peer))| state.subscribers.take(peer)).transpose()?;
     let subscription = state.queue.subscribe(bindings);
     // The subscription exists before the client hears `ready`: anything it does after that
     // is seen.

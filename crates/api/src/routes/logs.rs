@@ -1,11 +1,11 @@
 //! Live logs over HTTP: workers append chunks by offset; readers fetch from an offset or
 //! follow the log as it grows until the run ends.
 
-use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde_json::{Value, json};
 use shoal_engine::rejection::Conflict;
 use shoal_engine::{Rejection, TaskId};
@@ -18,6 +18,8 @@ use crate::AppState;
 use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
 use crate::extract::{LogQuery, Params, RawBody};
+use crate::per_address::Place;
+use crate::serve::PeerAddr;
 
 /// Largest chunk a worker may send at once.
 pub(crate) const MAX_CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -44,6 +46,7 @@ pub(crate) async fn append_log(
 /// The log from `offset`: what there is now, or (with `follow`) everything until the run ends.
 pub(crate) async fn read_log(
     State(state): State<AppState>,
+    peer: Option<Extension<PeerAddr>>,
     params: Params,
     query: LogQuery,
 ) -> Result<Response, ApiError> {
@@ -55,7 +58,21 @@ pub(crate) async fn read_log(
         let size = progress.borrow_and_update().size;
         progress = watch::Sender::new(LogProgress { size, done: true }).subscribe();
     }
-    let follower = Follower { queue: state.queue.clone(), task_id, run_id, offset: query.offset, progress, file: None };
+    // A follow that may wait counts as an open stream of its address (in-process requests,
+    // with no connection, are not counted).
+    let slot = match peer {
+        Some(Extension(PeerAddr(peer))) if !progress.borrow().done => Some(state.subscribers.take(peer)?),
+        _ => None,
+    };
+    let follower = Follower {
+        queue: state.queue.clone(),
+        task_id,
+        run_id,
+        offset: query.offset,
+        progress,
+        file: None,
+        _slot: slot,
+    };
     let stream = futures_util::stream::unfold(follower, |mut follower| async move {
         match follower.next_chunk().await {
             Ok(Some(bytes)) => Some((Ok::<Bytes, std::io::Error>(bytes), follower)),
@@ -78,6 +95,8 @@ struct Follower {
     run_id: u32,
     offset: u64,
     progress: watch::Receiver<LogProgress>,
+    /// The follow's place among its address's open streams, freed with the follower.
+    _slot: Option<Place>,
     file: Option<File>,
 }
 

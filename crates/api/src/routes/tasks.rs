@@ -62,8 +62,7 @@ fn parse_ids(body: &TaskIds) -> Result<Vec<TaskId>, ApiError> {
 async fn known_records(state: &AppState, body: &TaskIds, paging: Paging) -> Result<Page<TaskRecord>, ApiError> {
     let ids = parse_ids(body)?;
     let Paging { continuation, limit } = paging;
-    let page =
-        state.queue.store().read(move |reads| reads.tasks_by_id(&ids, continuation.as_deref(), limit)).await?;
+    let page = state.queue.store().read(move |reads| reads.tasks_by_id(&ids, continuation.as_deref(), limit)).await?;
     Ok(page)
 }
 

@@ -14,11 +14,28 @@ fn limits(header_ms: u64, body_ms: u64, max_connections: usize) -> shoal_api::Co
         header_timeout: Duration::from_millis(header_ms),
         body_timeout: Duration::from_millis(body_ms),
         max_connections,
+        max_connections_per_address: max_connections,
     }
 }
 
 async fn connect(app: &TestApp) -> TcpStream {
     TcpStream::connect(app.root.trim_start_matches("http://")).await.unwrap()
+}
+
+/// A connection to the server from `local`, another address of the loopback range.
+async fn connect_from(app: &TestApp, local: [u8; 4]) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::from((local, 0))).unwrap();
+    socket.connect(app.root.trim_start_matches("http://").parse().unwrap()).await.unwrap()
+}
+
+/// Sends a GET of `path` and reads the answer's status line (and what came with it).
+async fn status_line(stream: &mut TcpStream, path: &str) -> String {
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+    let mut received = vec![0; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut received)).await;
+    let n = read.expect("an answer").unwrap();
+    String::from_utf8_lossy(&received[..n]).into_owned()
 }
 
 /// Everything the server sends until it closes the connection (a guard ends a hang: the
@@ -75,5 +92,52 @@ async fn an_idle_kept_alive_connection_is_closed() {
     stream.write_all(b"GET /api/queue/v1/ping HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     // The answer comes, then the connection stays open for a next request that never comes.
     let answer = until_closed(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test]
+async fn one_address_at_its_share_leaves_room_for_another() {
+    let settings = limits(60_000, 60_000, 64);
+    let settings = shoal_api::ConnectionLimits { max_connections_per_address: 3, ..settings };
+    let app = TestApp::with(Settings { limits: settings, ..Settings::default() }).await;
+    let held = [connect(&app).await, connect(&app).await, connect(&app).await];
+    let mut fourth = connect(&app).await;
+    let answer = until_closed(&mut fourth).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("from this client address"), "{answer}");
+    let mut other = connect_from(&app, [127, 0, 0, 2]).await;
+    let answer = status_line(&mut other, "/api/queue/v1/ping").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "another address is served: {answer}");
+    drop(held);
+}
+
+#[tokio::test]
+async fn live_log_follows_and_event_streams_share_one_limit_per_address() {
+    let app = TestApp::start().await;
+    let task_id = crate::slugid();
+    app.create(&task_id, serde_json::json!({"taskQueueId": "conn/q"})).await;
+    assert_eq!(app.claim("conn/q", "w", 1).await.len(), 1);
+    let follow = format!("/logs/v1/{task_id}/0?follow=1");
+    let mut held = Vec::new();
+    for _ in 0..32 {
+        let mut stream = connect(&app).await;
+        let answer = status_line(&mut stream, &follow).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        held.push(stream);
+    }
+    let mut over = connect(&app).await;
+    let answer = status_line(&mut over, &follow).await;
+    assert!(answer.starts_with("HTTP/1.1 429"), "the 33rd follow of one address: {answer}");
+    let bindings = "%7B%22bindings%22%3A%5B%7B%22exchange%22%3A%22exchange%2Ftaskcluster-queue%2Fv1%2Ftask-defined%22%2C%22routingKeyPattern%22%3A%22%23%22%7D%5D%7D";
+    let mut events = connect(&app).await;
+    let answer = status_line(&mut events, &format!("/api/events/v1/connect/?bindings={bindings}")).await;
+    assert!(answer.starts_with("HTTP/1.1 429"), "an event stream counts with them: {answer}");
+    let mut other = connect_from(&app, [127, 0, 0, 2]).await;
+    let answer = status_line(&mut other, &follow).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "another address may follow: {answer}");
+    // Follows end with their run, and free their places.
+    app.report(&task_id, 0, "completed").await;
+    let mut again = connect(&app).await;
+    let answer = status_line(&mut again, &format!("/api/events/v1/connect/?bindings={bindings}")).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
