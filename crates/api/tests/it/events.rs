@@ -230,7 +230,7 @@ async fn one_client_address_holds_a_bounded_number_of_streams() {
     }
     let mut listener = Listener::connect(&app, &[("task-pending", "#")]).await;
     let refused = connect(&app, bindings).await;
-    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     let body: Value = refused.json().await.unwrap();
     assert!(body["message"].as_str().unwrap().contains("at most 32 event streams"), "{body}");
     // The open streams still carry messages.
