@@ -127,6 +127,30 @@ impl Blobs {
         }
     }
 
+    /// Deletes the blob `key` if it was last written more than `idle` ago; says whether it
+    /// did. For bytes a crash left in place without the record that accepts them: an upload
+    /// that just put its bytes there is recording them now, and is left alone.
+    ///
+    /// # Errors
+    /// When it exists but cannot be read or removed.
+    pub async fn remove_leftover(&self, key: &BlobKey<'_>, idle: std::time::Duration) -> io::Result<bool> {
+        match self {
+            Blobs::Local(local) => {
+                let path = local.path(key);
+                let modified = match tokio::fs::metadata(&path).await {
+                    Ok(metadata) => metadata.modified()?,
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
+                    Err(err) => return Err(err),
+                };
+                if modified.elapsed().unwrap_or_default() < idle {
+                    return Ok(false);
+                }
+                tokio::fs::remove_file(&path).await?;
+                Ok(true)
+            }
+        }
+    }
+
     /// Deletes the blob `key` if it exists.
     ///
     /// # Errors
@@ -316,14 +340,18 @@ impl BlobWriter {
         Ok(())
     }
 
-    /// Makes the blob durable and visible under its key; returns its size.
+    /// Makes the blob durable and visible under its key, unless a blob is there already:
+    /// bytes are written once, so a second upload never replaces the first's (a hard link
+    /// made only if the name is free, where a rename would replace). Returns its size.
     ///
     /// # Errors
-    /// When flushing or renaming fails.
+    /// `AlreadyExists` when the key holds a blob; otherwise when flushing or linking fails.
     pub async fn finish(mut self) -> io::Result<u64> {
         self.file.sync_all().await?;
-        tokio::fs::rename(&self.temp, &self.target).await?;
+        tokio::fs::hard_link(&self.temp, &self.target).await?;
         self.finished = true;
+        // The blob is in place; a temporary name left by a failure here is swept at start.
+        let _ = tokio::fs::remove_file(&self.temp).await;
         Ok(self.written)
     }
 }
@@ -400,6 +428,30 @@ mod tests {
         let run_dir = dir.path().join("t").join("0");
         assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), 1, "the name stayed inside its run's directory");
         blobs.delete(&key).await.unwrap();
+        assert!(blobs.open(&key).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn the_first_upload_to_finish_keeps_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = Blobs::local(dir.path()).unwrap();
+        let key = BlobKey { task_id: "t", run_id: 0, name: "public/a" };
+        let mut first = blobs.writer(&key).await.unwrap();
+        let mut second = blobs.writer(&key).await.unwrap();
+        first.write(b"first").await.unwrap();
+        second.write(b"second").await.unwrap();
+        second.finish().await.unwrap();
+        let refused = first.finish().await.unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::AlreadyExists);
+        let (mut file, _) = blobs.open(&key).await.unwrap().unwrap();
+        let mut text = String::new();
+        file.read_to_string(&mut text).await.unwrap();
+        assert_eq!(text, "second");
+        let run_dir = dir.path().join("t").join("0");
+        assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), 1, "no temporary file is left");
+        let hour = std::time::Duration::from_secs(3600);
+        assert!(!blobs.remove_leftover(&key, hour).await.unwrap(), "fresh bytes are left alone");
+        assert!(blobs.remove_leftover(&key, std::time::Duration::ZERO).await.unwrap());
         assert!(blobs.open(&key).await.unwrap().is_none());
     }
 

@@ -458,7 +458,7 @@ impl Queue {
     /// # Errors
     /// As the store.
     pub async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Artifact, StoreError> {
-        let committed = self.inner.store.artifact_uploaded(key).await?;
+        let committed = self.inner.store.artifact_uploaded(key, now()).await?;
         Ok(self.committed(committed))
     }
 

@@ -3,11 +3,15 @@
 use shoal_blobs::{BlobKey, BlobWriter};
 use shoal_engine::Rejection;
 use shoal_engine::artifact::{Artifact, check_run_takes_artifacts, check_size};
-use shoal_engine::rejection::Missing;
+use shoal_engine::rejection::{Conflict, Missing};
 use shoal_store::{ArtifactKey, StoreError};
 use tokio::fs::File;
 
 use crate::{Queue, now};
+
+/// How long bytes in place without their record must have been there before an upload takes
+/// them for a crash's leftovers (an upload records its bytes within moments of placing them).
+const LEFTOVER_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// An upload the rules allowed: write the bytes, then [`Queue::finish_upload`].
 #[derive(Debug)]
@@ -59,17 +63,39 @@ impl Queue {
             true => (run_left, format!("the artifacts of run {} of task {} together", key.run_id, key.task_id)),
             false => (sizes.artifact_bytes, format!("artifact {}", key.name)),
         };
+        // Bytes in place without their record were left by a crash between the two: never
+        // accepted, so they give way to this upload.
+        if self.blobs().remove_leftover(&blob, LEFTOVER_AFTER).await.map_err(blob_error)? {
+            tracing::warn!(task.id = %key.task_id, run.id = key.run_id, name = %key.name, "removed the bytes of an unrecorded upload");
+        }
         let writer = self.blobs().writer(&blob).await.map_err(blob_error)?;
         Ok(Upload { key, writer, written: 0, limit, limited })
     }
 
     /// Makes the uploaded bytes durable and visible, and records the artifact as present.
+    /// Bytes are written once: of two uploads of one artifact the second to finish is refused,
+    /// and so is an upload that ends after its run resolved (its bytes are removed again).
     ///
     /// # Errors
-    /// As the blob store and the store.
+    /// Conflict as above; otherwise as the blob store and the store.
     pub async fn finish_upload(&self, upload: Upload) -> Result<Artifact, StoreError> {
-        upload.writer.finish().await.map_err(blob_error)?;
-        self.artifact_uploaded(upload.key).await
+        let Upload { key, writer, .. } = upload;
+        match writer.finish().await {
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Rejection::from(Conflict::AlreadyUploaded(key.name)).into());
+            }
+            Err(err) => return Err(blob_error(err)),
+        }
+        match self.artifact_uploaded(key.clone()).await {
+            Err(StoreError::Rejected(rejection)) => {
+                // Refused, so never accepted: these bytes are this upload's own.
+                let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
+                self.blobs().delete(&blob).await.map_err(blob_error)?;
+                Err(StoreError::Rejected(rejection))
+            }
+            other => other,
+        }
     }
 
     /// A blob artifact's record and bytes (with their size).

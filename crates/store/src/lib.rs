@@ -418,14 +418,17 @@ impl Store {
         }
     }
 
-    /// Records that a blob artifact's bytes are complete.
+    /// Records that a blob artifact's bytes are complete (once, while its run takes artifacts).
     ///
     /// # Errors
-    /// Rejected when there is no such blob artifact.
-    pub async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Committed<Artifact>, StoreError> {
+    /// Rejected when there is no such blob artifact, it was recorded already, or its run
+    /// takes no more artifacts.
+    pub async fn artifact_uploaded(&self, key: ArtifactKey, now: Timestamp) -> Result<Committed<Artifact>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::uploaded(tx, &key))).await,
-            Store::Postgres(store) => store.write(key, |tx, key| Box::pin(ops::artifacts::uploaded(tx, key))).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::uploaded(tx, &key, now))).await,
+            Store::Postgres(store) => {
+                store.write(key, move |tx, key| Box::pin(ops::artifacts::uploaded(tx, key, now))).await
+            }
         }
     }
 

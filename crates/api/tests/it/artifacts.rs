@@ -282,3 +282,88 @@ async fn a_deduped_task_reads_its_artifacts_through_the_original() {
     let names: Vec<&str> = listed["artifacts"].as_array().unwrap().iter().filter_map(|a| a["name"].as_str()).collect();
     assert!(names.contains(&"public/report.txt"), "{listed}");
 }
+
+/// An upload sent by hand, so that two can be in flight at once: the head and `first` bytes
+/// of a `length`-byte body now, the rest with [`finish_upload`].
+async fn start_upload(put_url: &str, length: usize, first: &[u8]) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let rest = put_url.trim_start_matches("http://");
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nHost: {host}\r\ncontent-type: text/plain\r\ncontent-length: {length}\r\n\
+         connection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(first).await.unwrap();
+    stream.flush().await.unwrap();
+    stream
+}
+
+/// Sends the rest of an upload's body; answers the status line and body.
+async fn finish_upload(mut stream: tokio::net::TcpStream, rest: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(rest).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+/// Waits until `n` uploads of the run are under way on the server (their temporary files
+/// hold their first bytes): the server shows no other sign of an upload it has begun.
+async fn uploads_under_way(app: &TestApp, task_id: &str, n: usize) {
+    let run_dir = app.data_dir().join("blobs").join(task_id).join("0");
+    for _ in 0..2000 {
+        let under_way = std::fs::read_dir(&run_dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|entry| entry.file_name().to_string_lossy().starts_with(".upload-"))
+                    .filter(|entry| entry.metadata().is_ok_and(|meta| meta.len() > 0))
+                    .count()
+            })
+            .unwrap_or(0);
+        if under_way == n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("{n} uploads never got under way");
+}
+
+#[tokio::test]
+async fn of_two_concurrent_uploads_the_second_to_finish_is_refused() {
+    let app = TestApp::start().await;
+    let task_id = running_task(&app).await;
+    for (name, first_to_finish) in [("public/one", 0), ("public/two", 1)] {
+        let (status, created) =
+            app.post(&format!("/task/{task_id}/runs/0/artifacts/{name}"), blob_request("text/plain")).await;
+        assert_eq!(status, StatusCode::OK, "{created}");
+        let put_url = created["putUrl"].as_str().unwrap().to_owned();
+        let uploads = [start_upload(&put_url, 8, b"AAAA").await, start_upload(&put_url, 8, b"BBBB").await];
+        let [a, b] = uploads;
+        uploads_under_way(&app, &task_id, 2).await;
+        let (winner, loser, kept) = if first_to_finish == 0 { (a, b, "AAAAaaaa") } else { (b, a, "BBBBbbbb") };
+        let rest = |kept: &str| kept[4..].to_owned();
+        let won = finish_upload(winner, rest(kept).as_bytes()).await;
+        assert!(won.starts_with("HTTP/1.1 200"), "{won}");
+        let other = if kept.starts_with('A') { "bbbb" } else { "aaaa" };
+        let lost = finish_upload(loser, other.as_bytes()).await;
+        assert!(lost.starts_with("HTTP/1.1 409"), "the second to finish: {lost}");
+        let download = app.raw(Method::GET, &unsigned(&put_url), None).await;
+        assert_eq!(download.text().await.unwrap(), kept, "the accepted bytes stay");
+    }
+    // An upload still running when its run resolves is refused at its end, and nothing of it
+    // is kept.
+    let (_, created) =
+        app.post(&format!("/task/{task_id}/runs/0/artifacts/public/late"), blob_request("text/plain")).await;
+    let put_url = created["putUrl"].as_str().unwrap().to_owned();
+    let late = start_upload(&put_url, 8, b"LATE").await;
+    uploads_under_way(&app, &task_id, 1).await;
+    app.report(&task_id, 0, "completed").await;
+    let refused = finish_upload(late, b"late").await;
+    assert!(refused.starts_with("HTTP/1.1 409"), "{refused}");
+    let download = app.raw(Method::GET, &unsigned(&put_url), None).await;
+    assert_eq!(download.status(), StatusCode::NOT_FOUND);
+    assert!(!app.data_dir().join("blobs").join(&task_id).join("0").join("apublic%2Flate").exists());
+}

@@ -1,6 +1,6 @@
 //! Operations on artifact records: create, mark uploaded, forget.
 
-use shoal_engine::artifact::{Artifact, ArtifactRequest, LIVE_LOG_NAME, implicit_live_log};
+use shoal_engine::artifact::{Artifact, ArtifactRequest, LIVE_LOG_NAME, check_run_takes_artifacts, implicit_live_log};
 use shoal_engine::message;
 use shoal_engine::rejection::Missing;
 use shoal_engine::task::Task;
@@ -32,19 +32,23 @@ pub(crate) async fn create(
     Ok(stored)
 }
 
-/// Records that a blob artifact's bytes are complete.
-pub(crate) async fn uploaded(tx: &mut impl WriteTx, key: &ArtifactKey) -> Result<Artifact, StoreError> {
+/// Records that a blob artifact's bytes are complete: once, and only while its run takes
+/// artifacts, so an upload that ends after the run resolved or after another upload of the
+/// same artifact is refused.
+pub(crate) async fn uploaded(tx: &mut impl WriteTx, key: &ArtifactKey, now: Timestamp) -> Result<Artifact, StoreError> {
     let row = load_existing(tx, key.task_id).await?;
     let Some(mut stored) = stored(tx, key, &row.task).await? else {
         let missing = Missing::Artifact { task_id: key.task_id, run_id: key.run_id, name: key.name.clone() };
         return Err(Rejection::from(missing).into());
     };
-    stored.check_upload()?;
-    if !stored.present {
-        stored.present = true;
-        tx.put_artifact(key, &stored).await?;
-        tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
-    }
+    stored.check_writable()?;
+    let Some(run) = row.task.runs().get(key.run_id as usize) else {
+        return Err(Rejection::from(Missing::Run { task_id: key.task_id, run_id: key.run_id }).into());
+    };
+    check_run_takes_artifacts(run, now)?;
+    stored.present = true;
+    tx.put_artifact(key, &stored).await?;
+    tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
     Ok(stored)
 }
 
