@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dedup::properties_hash;
+use crate::dedup::{Properties, properties_hash};
 use crate::dimensions::Dimensions;
 use crate::id::{is_identifier, is_worker_type, split_task_queue_id};
 use crate::priority::Priority;
@@ -290,9 +290,19 @@ impl TaskDefinitionInput {
         let slices = parse_slices(self.slices, !self.dimensions.is_empty())?;
         let secrets = self.secrets.as_ref().map(Secrets::parse).transpose()?;
         let dimensions = Dimensions::parse_required("dimensions", self.dimensions)?;
-        let dedup_hash = self
-            .idempotent
-            .then(|| properties_hash(&task_queue_id, &dimensions, &slices, &self.payload, secrets.as_ref()));
+        // A task with secrets is never deduplicated (crate::dedup says why).
+        let dedup_hash = (self.idempotent && secrets.is_none()).then(|| {
+            properties_hash(&Properties {
+                task_queue_id: &task_queue_id,
+                project_id: &project_id,
+                scheduler_id: &scheduler_id,
+                scopes: &self.scopes,
+                routes: &self.routes,
+                dimensions: &dimensions,
+                slices: &slices,
+                payload: &self.payload,
+            })
+        });
         Ok(TaskDefinition {
             provisioner_id,
             worker_type,

@@ -427,3 +427,50 @@ async fn get_tasks_names_each_task_once_and_pages_within_the_bound() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "a token the listing never issued: {body}");
     assert!(body["message"].as_str().unwrap().contains("continuationToken"), "{body}");
 }
+
+#[tokio::test]
+async fn dedup_stays_within_a_project_and_scheduler_and_never_covers_secrets() {
+    let app = TestApp::start().await;
+    let queue = "dedup/q";
+    let same =
+        json!({"taskQueueId": queue, "idempotent": true, "projectId": "alpha", "payload": {"command": ["make"]}});
+    let complete = |task_id: String| {
+        let app = &app;
+        async move {
+            let claims = app.claim(queue, "w", 1).await;
+            assert_eq!(claims[0]["status"]["taskId"], task_id.as_str());
+            app.report(&task_id, 0, "completed").await;
+        }
+    };
+    let original = slugid();
+    app.create(&original, same.clone()).await;
+    complete(original.clone()).await;
+    let patch = |key: &str, value: serde_json::Value| {
+        let mut task = same.clone();
+        task[key] = value;
+        task
+    };
+    for other in [
+        patch("projectId", json!("beta")),
+        patch("schedulerId", json!("another-scheduler")),
+        patch("routes", json!(["index.x"])),
+        patch("scopes", json!(["secrets:get:x"])),
+    ] {
+        let status = app.create(&slugid(), other.clone()).await;
+        assert_eq!(status["state"], "pending", "{other}: {status}");
+    }
+    let status = app.create(&slugid(), same.clone()).await;
+    assert_eq!(status["dedupedFrom"], original.as_str(), "the same project and scheduler: {status}");
+
+    // With secrets, neither the first task nor an identical one is deduplicated.
+    let mut secret = same.clone();
+    secret["taskQueueId"] = json!("dedup/secret");
+    secret["secrets"] = json!({"token": "guess-1"});
+    let first = slugid();
+    app.create(&first, secret.clone()).await;
+    let claims = app.claim("dedup/secret", "w", 1).await;
+    assert_eq!(claims[0]["status"]["taskId"], first.as_str());
+    app.report(&first, 0, "completed").await;
+    let status = app.create(&slugid(), secret).await;
+    assert_eq!(status["state"], "pending", "a right guess is not told by an instant completion: {status}");
+}
