@@ -343,6 +343,39 @@ async fn clients_and_roles_from_the_auth_api_grant_what_they_say() {
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
+#[tokio::test]
+async fn a_role_whose_expansion_runs_away_for_concrete_parameters_is_refused() {
+    let app = TestApp::start().await;
+    let root = root_credentials();
+    // `assume:grow:*` expands to itself; `assume:grow:X` grows without end.
+    let role = json!({"description": "runaway", "scopes": ["assume:grow:<..>x"]});
+    let (status, body) = app.call_as(Some(&root), Method::PUT, &app.auth_url("/roles/grow%3A*"), Some(role)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().starts_with("scopes:"), "{body}");
+    let (status, _) = app.call_as(None, Method::GET, &app.auth_url("/roles/grow%3A*"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was kept");
+    // Through another role: the first is fine alone, the second closes the loop.
+    let (status, body) = app
+        .call_as(
+            Some(&root),
+            Method::PUT,
+            &app.auth_url("/roles/a%3A*"),
+            Some(json!({"description": "d", "scopes": ["assume:b:<..>"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = app
+        .call_as(
+            Some(&root),
+            Method::PUT,
+            &app.auth_url("/roles/b%3Aq*"),
+            Some(json!({"description": "d", "scopes": ["assume:a:q<..>x"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("expand"), "{body}");
+}
+
 /// Fills an endpoint's route with ids of things that exist, so the call gets as far as its
 /// scopes.
 fn route_of(route: &str, task_id: &str) -> String {

@@ -10,12 +10,22 @@ use crate::auth::scope::ScopeSet;
 pub const ASSUME: &str = "assume:";
 /// Most scopes one expansion may reach; a set of roles whose expansion goes beyond is refused.
 pub const MAX_EXPANDED: usize = 10_000;
+/// Most bytes the scopes of one expansion may hold together: with [`MAX_EXPANDED`], what
+/// bounds the work of one expansion (scopes that grow by a few characters each step would
+/// otherwise cost the square of their count).
+pub const MAX_EXPANDED_BYTES: usize = 1024 * 1024;
+
+/// A concrete parameter the write-time check tries parameterized roles with.
+const PROBE: &str = "probe";
 
 /// Why roles cannot be expanded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExpansionError {
     /// Parameterized roles that keep producing new scopes.
-    #[error("the roles expand to more than {MAX_EXPANDED} scopes (parameterized roles that assume each other?)")]
+    #[error(
+        "the roles expand to more than {MAX_EXPANDED} scopes or {MAX_EXPANDED_BYTES} bytes (parameterized roles \
+         that assume each other?)"
+    )]
     TooLarge,
 }
 
@@ -46,11 +56,14 @@ impl Roles {
     pub fn expand(&self, scopes: impl IntoIterator<Item = String>) -> Result<ScopeSet, ExpansionError> {
         let mut seen: HashSet<String> = HashSet::new();
         let mut work: Vec<String> = scopes.into_iter().collect();
+        let mut bytes = 0;
         while let Some(scope) = work.pop() {
-            if !seen.insert(scope.clone()) {
+            if seen.contains(&scope) {
                 continue;
             }
-            if seen.len() > MAX_EXPANDED {
+            bytes += scope.len();
+            seen.insert(scope.clone());
+            if seen.len() > MAX_EXPANDED || bytes > MAX_EXPANDED_BYTES {
                 return Err(ExpansionError::TooLarge);
             }
             self.granted(&scope, &mut |granted| {
@@ -60,6 +73,36 @@ impl Roles {
             });
         }
         Ok(ScopeSet::new(seen))
+    }
+
+    /// Checks that every role's expansion ends: each role as assumed, and each parameterized
+    /// role also with concrete parameters (a probe, and the ones that lead its scopes into
+    /// other roles), since `assume:<prefix>*` cuts what follows `<..>` and so never shows a
+    /// scope that grows after its parameter.
+    ///
+    /// # Errors
+    /// The role id whose expansion runs away, and why.
+    pub fn check_expansions_end(&self) -> Result<(), (String, ExpansionError)> {
+        for (id, (parameterized, scopes)) in &self.roles {
+            let role_id = if *parameterized { format!("{id}*") } else { id.clone() };
+            let mut tries = vec![format!("{ASSUME}{role_id}")];
+            if *parameterized {
+                tries.push(format!("{ASSUME}{id}{PROBE}"));
+                // A scope `assume:T<..>` enters every role whose id starts with T when the
+                // parameter spells the rest of that id.
+                for template in scopes.iter().filter_map(|scope| scope.strip_prefix(ASSUME)) {
+                    let Some(at) = template.find("<..>") else { continue };
+                    let entered = &template[..at];
+                    for other in self.roles.keys().filter_map(|other| other.strip_prefix(entered)) {
+                        tries.push(format!("{ASSUME}{id}{other}{PROBE}"));
+                    }
+                }
+            }
+            for scope in tries {
+                self.expand([scope]).map_err(|err| (role_id.clone(), err))?;
+            }
+        }
+        Ok(())
     }
 
     /// Calls `grant` with each scope the roles that `held` assumes grant directly.
@@ -160,5 +203,27 @@ mod tests {
     fn runaway_parameterized_roles_are_refused() {
         let roles = roles(&[("a*", &["assume:ab<..>"])]);
         assert_eq!(roles.expand(["assume:ax".to_owned()]), Err(ExpansionError::TooLarge));
+        assert_eq!(roles.check_expansions_end(), Err(("a*".to_owned(), ExpansionError::TooLarge)));
+    }
+
+    #[test]
+    fn a_role_that_runs_away_only_for_concrete_parameters_is_found() {
+        // `assume:a*` expands to itself (the star cuts the growing suffix); `assume:aX` grows.
+        let grows = roles(&[("a*", &["assume:a<..>x"])]);
+        assert_eq!(expand(&grows, &["assume:a*"]), ["assume:a*"]);
+        assert_eq!(grows.check_expansions_end(), Err(("a*".to_owned(), ExpansionError::TooLarge)));
+        // Only parameters that spell the rest of another role's id lead into it.
+        let through = roles(&[("a*", &["assume:b<..>"]), ("bq*", &["assume:aq<..>x"])]);
+        assert!(through.expand(["assume:aprobe".to_owned()]).is_ok());
+        assert!(through.check_expansions_end().is_err());
+        let fine = roles(&[("repo:*", &["assume:team:<..>", "queue:route:<..>"]), ("team:*", &["x:<..>"])]);
+        assert_eq!(fine.check_expansions_end(), Ok(()));
+    }
+
+    #[test]
+    fn an_expansion_of_ever_longer_scopes_stops_at_its_byte_bound() {
+        let grows = roles(&[("a*", &["assume:a<..>xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"])]);
+        // About 180 scopes reach the byte bound; to the count bound they would hold 3 GB.
+        assert_eq!(grows.expand(["assume:aQ".to_owned()]), Err(ExpansionError::TooLarge));
     }
 }

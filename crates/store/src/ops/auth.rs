@@ -3,7 +3,7 @@
 
 use shoal_engine::Timestamp;
 use shoal_engine::auth::client::{Client, Role};
-use shoal_engine::auth::roles::{ASSUME, Roles};
+use shoal_engine::auth::roles::Roles;
 use shoal_engine::rejection::Missing;
 use shoal_engine::{Rejection, rejection::Conflict};
 
@@ -162,9 +162,10 @@ async fn check_roles_expand(tx: &mut impl WriteTx, changed: &Role) -> Result<(),
         }
     }
     roles.push((changed.role_id.clone(), changed.scopes.clone()));
-    let all = Roles::new(roles.iter().cloned());
-    for (role_id, _) in &roles {
-        all.expand([format!("{ASSUME}{role_id}")]).map_err(|err| Rejection::invalid("scopes", format!("{err}")))?;
-    }
+    let all = Roles::new(roles);
+    all.check_expansions_end().map_err(|(role_id, err)| {
+        let rule = if role_id == changed.role_id { format!("{err}") } else { format!("{err}; through role {role_id}") };
+        Rejection::invalid("scopes", rule)
+    })?;
     Ok(())
 }
