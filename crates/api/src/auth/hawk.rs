@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hawk::{Bewit, Header, Key, PayloadHasher, RequestBuilder, SHA256};
-use shoal_engine::auth::{AuthFailure, Ext, Principal, TIMESTAMP_SKEW_SECS, principal};
+use shoal_engine::auth::{AuthFailure, Ext, Principal, QUEUE_CLIENT_ID, TIMESTAMP_SKEW_SECS, principal};
 use shoal_service::auth::AuthState;
 
 use crate::auth::nonces::Nonces;
@@ -39,7 +39,30 @@ fn lookup(name: &str, ext: Option<&str>, state: &AuthState, now: SystemTime) -> 
 /// parse is a tenth of a request's authentication).
 pub(crate) fn parse_header(authorization: &str) -> Result<Header, AuthFailure> {
     let attributes = authorization.strip_prefix("Hawk ").ok_or(AuthFailure::NotHawk)?;
-    Header::from_str(attributes).map_err(|err| AuthFailure::Malformed(format!("Hawk header: {err}")))
+    let header = Header::from_str(attributes).map_err(|err| AuthFailure::Malformed(format!("Hawk header: {err}")))?;
+    // The parser keeps the last of a repeated attribute; what was signed is then ambiguous.
+    if let Some(repeated) = repeated_attribute(attributes) {
+        return Err(AuthFailure::RepeatedAttribute(repeated.to_owned()));
+    }
+    Ok(header)
+}
+
+/// The first attribute named twice in a Hawk header's `name="value", ...` list (which has
+/// parsed, so every value is quoted and holds no quote).
+fn repeated_attribute(attributes: &str) -> Option<&str> {
+    let mut seen: Vec<&str> = Vec::with_capacity(8);
+    let mut rest = attributes;
+    while let Some((name, after)) = rest.split_once('=') {
+        let name = name.trim_matches(|c: char| c == ',' || c.is_whitespace());
+        if seen.contains(&name) {
+            return Some(name);
+        }
+        seen.push(name);
+        // Past the quoted value.
+        let after = after.trim_start().strip_prefix('"')?;
+        rest = &after[after.find('"')? + 1..];
+    }
+    None
 }
 
 /// Checks a parsed `Authorization: Hawk …` header; `body` is the request's content type and
@@ -82,8 +105,18 @@ pub(crate) fn check_header(
     Ok(found)
 }
 
-/// Checks the `bewit` of a signed URL.
-pub(crate) fn check_bewit(target: Target<'_>, state: &AuthState, now: SystemTime) -> Result<Principal, AuthFailure> {
+/// Checks the `bewit` of a signed URL: for GET and HEAD requests as Hawk allows, and for
+/// uploads (`upload`, the blob endpoint's PUT) only the server's own, as its `putUrl`s are.
+pub(crate) fn check_bewit(
+    target: Target<'_>,
+    upload: bool,
+    state: &AuthState,
+    now: SystemTime,
+) -> Result<Principal, AuthFailure> {
+    let read = matches!(target.method, "GET" | "HEAD");
+    if !read && !upload {
+        return Err(AuthFailure::BewitMethod);
+    }
     let mut bewit: Option<Bewit<'_>> = None;
     let builder = RequestBuilder::new(target.method, target.host, target.port, target.resource)
         .extract_bewit(&mut bewit)
@@ -95,6 +128,9 @@ pub(crate) fn check_bewit(target: Target<'_>, state: &AuthState, now: SystemTime
     let found = lookup(bewit.id(), bewit.ext(), state, now)?;
     if !builder.request().validate_bewit(&bewit, &key(&found.key)?) {
         return Err(AuthFailure::BadMac);
+    }
+    if !read && found.client_id != QUEUE_CLIENT_ID {
+        return Err(AuthFailure::BewitMethod);
     }
     Ok(found)
 }
@@ -121,4 +157,17 @@ fn media_type(content_type: &str) -> String {
 
 fn ring_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_attribute_is_found_whatever_the_spacing() {
+        assert_eq!(repeated_attribute(r#"id="a", ts="1", nonce="n", mac="m""#), None);
+        assert_eq!(repeated_attribute(r#"id="a", ts="1", id="b", mac="m""#), Some("id"));
+        assert_eq!(repeated_attribute(r#"id="a",mac="x=y",mac="m""#), Some("mac"));
+        assert_eq!(repeated_attribute(r#"ext="a, b=c", ts="1""#), None, "a value's commas and `=` are not names");
+    }
 }

@@ -97,6 +97,9 @@ fn host_and_port(headers: &HeaderMap, uri: &axum::http::Uri) -> (String, u16) {
     (name.to_owned(), port)
 }
 
+/// The blob endpoint's upload, which takes the server's own signed `putUrl`s.
+const PUT_BLOB: &str = "putBlob";
+
 /// The Auth API's call that authenticates against a fake client described in its own body.
 const TEST_AUTHENTICATE: &str = "testAuthenticate";
 
@@ -162,7 +165,7 @@ pub(crate) async fn authenticate(
             let signed_body = bytes.as_ref().filter(|_| signs_body).map(|bytes| (content_type, bytes.as_ref()));
             hawk::check_header(&parsed, target, signed_body, &auth, &state.nonces, now).map(Some)
         }
-        None if has_bewit(uri) => hawk::check_bewit(target, &auth, now).map(Some),
+        None if has_bewit(uri) => hawk::check_bewit(target, endpoint.name == PUT_BLOB, &auth, now).map(Some),
         None => Ok(None),
     };
     let caller = match principal {

@@ -126,6 +126,41 @@ async fn bad_credentials_are_refused_and_write_nothing() {
     assert_refused(status, &body, StatusCode::UNAUTHORIZED, "AuthenticationFailed", "Hawk");
 }
 
+#[tokio::test]
+async fn bewits_sign_reads_only_and_a_header_names_each_attribute_once() {
+    let app = TestApp::start().await;
+    // A bewit of root's for createTask: Hawk allows bewits for GET and HEAD only.
+    let task_id = slugid();
+    let url = url::Url::parse(&format!("{}/task/{task_id}", app.base)).unwrap();
+    let key = hawk::Key::new(root_credentials().access_token.as_bytes(), hawk::SHA256).unwrap();
+    let credentials = hawk::Credentials { id: "root".into(), key };
+    let until = SystemTime::now() + Duration::from_secs(600);
+    let bewit = hawk::RequestBuilder::from_url("PUT", &url).unwrap().request().make_bewit(&credentials, until).unwrap();
+    let signed = format!("{url}?bewit={}", bewit.to_str());
+    let body = serde_json::to_vec(&task_def(json!({}))).unwrap();
+    let res = app.raw(Method::PUT, &signed, Some(body.clone())).await;
+    let status = res.status();
+    let answer: Value = res.json().await.unwrap();
+    assert_refused(status, &answer, StatusCode::UNAUTHORIZED, "AuthenticationFailed", "only for GET and HEAD");
+    assert!(!app.exists(&task_id).await);
+    // The same for a GET works.
+    let read = hawk::RequestBuilder::from_url("GET", &url).unwrap().request().make_bewit(&credentials, until).unwrap();
+    app.create(&task_id, json!({})).await;
+    let res = app.raw(Method::GET, &format!("{url}?bewit={}", read.to_str()), None).await;
+    assert_eq!(res.status(), StatusCode::OK);
+
+    // A header with `mac` twice (the parser would keep the last).
+    let other = slugid();
+    let header = header_at(&app, &root_credentials(), &other, &body, SystemTime::now(), "dup");
+    let doubled = format!(r#"{header}, mac="AAAA""#);
+    let (status, answer) = create_with_header(&app, &other, &doubled, &body).await;
+    assert_refused(status, &answer, StatusCode::UNAUTHORIZED, "AuthenticationFailed", "attribute `mac`");
+    let doubled_id = header.replacen("Hawk ", r#"Hawk id="nobody", "#, 1);
+    let (status, answer) = create_with_header(&app, &other, &doubled_id, &body).await;
+    assert_refused(status, &answer, StatusCode::UNAUTHORIZED, "AuthenticationFailed", "attribute `id`");
+    assert!(!app.exists(&other).await);
+}
+
 /// Temporary credentials as `taskcluster.createTemporaryCredentials` makes them.
 fn temporary(issuer: &Credentials, scopes: &[&str], start: i64, expiry: i64) -> Credentials {
     let scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();

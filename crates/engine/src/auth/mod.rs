@@ -71,6 +71,13 @@ pub enum AuthFailure {
     /// A bad temporary-credentials certificate.
     #[error(transparent)]
     Certificate(#[from] CertificateError),
+    /// A signed URL used for another method than GET or HEAD (Hawk's rule), save the
+    /// server's own upload URLs.
+    #[error("bewit: a signed URL may be used only for GET and HEAD requests")]
+    BewitMethod,
+    /// A Hawk header naming one attribute twice.
+    #[error("Hawk header: attribute `{0}` is given more than once")]
+    RepeatedAttribute(String),
     /// `authorizedScopes` beyond the credentials' scopes.
     #[error("Supplied credentials do not satisfy authorizedScopes: {0}")]
     AuthorizedScopes(ScopeExpr),
