@@ -75,6 +75,7 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
             work_dir: temp.path().join(format!("work-{idx}")),
             grace: Duration::from_secs(5),
         };
+        shoal_worker::guard(&config.work_dir).context("preparing a local worker's directory")?;
         workers.spawn(shoal_worker::run(client, config, stopped(workers_stop.clone())));
     }
     println!("{} local worker(s) serve queue {DEV_QUEUE}", args.workers);

@@ -653,6 +653,8 @@ async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         work_dir: args.work_dir.unwrap_or_else(|| std::env::temp_dir().join("shoal-work")),
         grace: Duration::from_secs(args.grace),
     };
+    shoal_worker::guard(&config.work_dir)
+        .with_context(|| format!("preparing the work directory {}", config.work_dir.display()))?;
     tracing::info!(queue = %config.task_queue_id, worker.id = %config.worker_id, capacity = config.capacity, "worker started");
     shoal_worker::run(client, config, shutdown.received()).await;
     tracing::info!("worker stopped");

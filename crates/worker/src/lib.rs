@@ -43,6 +43,31 @@ pub struct WorkerConfig {
     pub grace: Duration,
 }
 
+/// Guards what the worker holds from the tasks it runs as its own user: its memory and
+/// environment (its credentials) become unreadable to its other processes (not dumpable, so
+/// `/proc/<pid>/environ` and `mem` belong to root; each task's `exec` makes the task dumpable
+/// again), and `work_dir` is made (or tightened to) 0700, refused when another user owns it
+/// (a shared `/tmp` could hold one planted by someone else).
+///
+/// # Errors
+/// When the directory cannot be made, is not ours, or the process cannot be marked.
+pub fn guard(work_dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    nix::sys::prctl::set_dumpable(false).map_err(std::io::Error::from)?;
+    std::fs::create_dir_all(work_dir)?;
+    let metadata = std::fs::symlink_metadata(work_dir)?;
+    if !metadata.is_dir() || metadata.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("the work directory {} is not a directory of this user's", work_dir.display()),
+        ));
+    }
+    if metadata.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(work_dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 /// Pause after a failed claim before trying again.
 const CLAIM_RETRY: Duration = Duration::from_secs(1);
 
@@ -137,4 +162,23 @@ pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Out
         }
     }
     done.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_work_directory_is_private_and_the_process_not_dumpable() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o755)).unwrap();
+        super::guard(&work).unwrap();
+        assert_eq!(std::fs::metadata(&work).unwrap().permissions().mode() & 0o777, 0o700);
+        assert!(!nix::sys::prctl::get_dumpable().unwrap());
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(super::guard(&file).is_err(), "not a directory");
+    }
 }
