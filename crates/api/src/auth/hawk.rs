@@ -41,14 +41,34 @@ pub(crate) fn parse_header(authorization: &str) -> Result<Header, AuthFailure> {
     let attributes = authorization.strip_prefix("Hawk ").ok_or(AuthFailure::NotHawk)?;
     let header = Header::from_str(attributes).map_err(|err| AuthFailure::Malformed(format!("Hawk header: {err}")))?;
     // The parser keeps the last of a repeated attribute; what was signed is then ambiguous.
-    if let Some(repeated) = repeated_attribute(attributes) {
-        return Err(AuthFailure::RepeatedAttribute(repeated.to_owned()));
+    // Each attribute it took has one quoted value, and a value holds no quote, so a header
+    // with more quoted values than attributes set repeats one.
+    let quotes = memchr::memchr_iter(b'"', attributes.as_bytes()).count();
+    if quotes != 2 * attributes_set(&header) {
+        return Err(AuthFailure::RepeatedAttribute(repeated_attribute(attributes).unwrap_or("?").to_owned()));
     }
     Ok(header)
 }
 
+/// How many of its attributes a parsed header has.
+fn attributes_set(header: &Header) -> usize {
+    [
+        header.id.is_some(),
+        header.ts.is_some(),
+        header.nonce.is_some(),
+        header.mac.is_some(),
+        header.ext.is_some(),
+        header.hash.is_some(),
+        header.app.is_some(),
+        header.dlg.is_some(),
+    ]
+    .into_iter()
+    .filter(|&set| set)
+    .count()
+}
+
 /// The first attribute named twice in a Hawk header's `name="value", ...` list (which has
-/// parsed, so every value is quoted and holds no quote).
+/// parsed, so every value is quoted and holds no quote), to name it in the refusal.
 fn repeated_attribute(attributes: &str) -> Option<&str> {
     let mut seen: Vec<&str> = Vec::with_capacity(8);
     let mut rest = attributes;
@@ -162,6 +182,14 @@ fn ring_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_header_with_a_repeated_attribute_is_refused() {
+        let once = r#"Hawk id="a", ts="1353832234", nonce="n", mac="6R4rV5iE+NPoym+WwjeHzjAGXUtLNIxmo1vpMofpLAE=""#;
+        assert!(parse_header(once).is_ok());
+        let twice = format!(r#"{once}, id="b""#);
+        assert_eq!(parse_header(&twice).unwrap_err(), AuthFailure::RepeatedAttribute("id".into()));
+    }
 
     #[test]
     fn a_repeated_attribute_is_found_whatever_the_spacing() {

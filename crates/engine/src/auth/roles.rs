@@ -62,8 +62,7 @@ impl Roles {
                 continue;
             }
             bytes += scope.len();
-            seen.insert(scope.clone());
-            if seen.len() > MAX_EXPANDED || bytes > MAX_EXPANDED_BYTES {
+            if seen.len() >= MAX_EXPANDED || bytes > MAX_EXPANDED_BYTES {
                 return Err(ExpansionError::TooLarge);
             }
             self.granted(&scope, &mut |granted| {
@@ -71,6 +70,7 @@ impl Roles {
                     work.push(granted);
                 }
             });
+            seen.insert(scope);
         }
         Ok(ScopeSet::new(seen))
     }
