@@ -188,18 +188,24 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
                 StoreError::from(Rejection::invalid("continuationToken", "is not a token this listing issued"))
             })?,
         };
-        let mut items: Vec<TaskRecord> = Vec::new();
-        let mut total = 0;
+        // Sizes first (of as many known tasks as could fit), so a page never holds more than
+        // its bound in memory; `fitting` then decides the page as for any listing.
+        let (mut known, mut sizes, mut total) = (Vec::new(), Vec::new(), 0);
         for &task_id in &ids[start.min(ids.len())..] {
-            // Sizes first, so a page never holds more than its bound in memory.
-            let Some(&size) = self.0.task_sizes(TaskQuery::Id(task_id), 1)?.first() else { continue };
-            if items.len() == limit || (!items.is_empty() && total + size > MAX_PAGE_BYTES) {
-                return Ok(page(items, true, |task| task.status.task_id.to_string()));
+            if known.len() > limit || total > MAX_PAGE_BYTES {
+                break;
             }
+            let Some(&size) = self.0.task_sizes(TaskQuery::Id(task_id), 1)?.first() else { continue };
+            known.push(task_id);
+            sizes.push(size);
             total += size;
+        }
+        let fit = fitting(&sizes, limit);
+        let mut items = Vec::with_capacity(fit);
+        for &task_id in &known[..fit] {
             items.extend(self.0.tasks(TaskQuery::Id(task_id), 1)?.into_iter().next().map(record));
         }
-        Ok(Page { items, continuation: None })
+        Ok(page(items, known.len() > fit, |task| task.status.task_id.to_string()))
     }
 
     fn task_graph(&self, task_graph_id: TaskId) -> Result<Option<GraphRecord>, StoreError> {
