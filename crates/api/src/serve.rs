@@ -35,13 +35,22 @@ pub struct ConnectionLimits {
     pub max_connections_per_address: usize,
 }
 
+impl ConnectionLimits {
+    /// One client address's share of a cap of `max_connections` unless configured: a
+    /// sixteenth, so that one address cannot take every place (at least one).
+    #[must_use]
+    pub fn default_share(max_connections: usize) -> usize {
+        (max_connections / 16).max(1)
+    }
+}
+
 impl Default for ConnectionLimits {
     fn default() -> ConnectionLimits {
         ConnectionLimits {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(60),
             max_connections: 4096,
-            max_connections_per_address: 256,
+            max_connections_per_address: ConnectionLimits::default_share(4096),
         }
     }
 }

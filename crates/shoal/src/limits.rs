@@ -26,10 +26,10 @@ pub(crate) fn max_connections(configured: Option<usize>, descriptors: u64) -> us
     configured.unwrap_or_else(|| descriptors.saturating_sub(HEADROOM).max(MIN_CONNECTIONS) as usize)
 }
 
-/// One client address's share of the connection cap `max_connections`, unless `configured`:
-/// a sixteenth, so that one address cannot take every place (never more than the cap).
+/// One client address's share of the connection cap `max_connections`: `configured`, or the
+/// server's default share; never more than the cap.
 pub(crate) fn per_address(configured: Option<usize>, max_connections: usize) -> usize {
-    configured.unwrap_or(max_connections / 16).clamp(1, max_connections)
+    configured.unwrap_or_else(|| shoal_api::ConnectionLimits::default_share(max_connections)).clamp(1, max_connections)
 }
 
 #[cfg(test)]
