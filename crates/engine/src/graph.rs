@@ -14,6 +14,11 @@ use crate::status::{ReasonResolved, TaskState};
 use crate::task::{MAX_RUNS, Task};
 use crate::{Rejection, TaskId, Timestamp};
 
+mod subs;
+
+pub use subs::check_submission;
+use subs::{check_placeholders, substitute};
+
 /// The scheduler id graph tasks carry unless configured otherwise (Taskcluster's).
 pub const DEFAULT_SCHEDULER_ID: &str = "task-graph-scheduler";
 /// Longest `routing` (seed 000: "limit 10 chars").
@@ -24,9 +29,6 @@ pub const MAX_TASKS: usize = 20_000;
 pub const MAX_RERUNS: u32 = 49;
 /// Longest label, in bytes.
 pub const MAX_LABEL_LEN: usize = 255;
-/// The placeholder key, and the prefix of its value.
-const SUBS_KEY: &str = "$subs";
-const SUBS_PREFIX: &str = "taskId:";
 
 /// A graph as submitted: `PUT /task-graph/<taskGraphId>`.
 #[derive(Debug, Clone, Deserialize)]
@@ -351,71 +353,6 @@ fn queue_definition(
         Rejection::Invalid { field: inner, rule } => Rejection::invalid(field(&inner), rule),
         other => other,
     })
-}
-
-/// Checks that every task of a submission holds placeholders only in its `payload` (seed 000),
-/// so that what authorization reads of a task (scopes, routes, project, queue, priority) is
-/// what will be created.
-///
-/// # Errors
-/// Invalid naming the first placeholder found outside a payload.
-pub fn check_submission(tasks: &Labelled) -> Result<(), Rejection> {
-    tasks.0.iter().try_for_each(|(label, node)| check_placeholders(label, &node.task))
-}
-
-fn check_placeholders(label: &str, task: &Value) -> Result<(), Rejection> {
-    let Value::Object(object) = task else { return Ok(()) };
-    for (key, value) in object.iter().filter(|(key, _)| *key != "payload") {
-        if let Some(at) = find_placeholder(value, &format!("tasks.{label}.task.{key}")) {
-            return Err(Rejection::invalid(at, "a `$subs` placeholder is allowed only in the payload"));
-        }
-    }
-    Ok(())
-}
-
-/// The path of the first `$subs` placeholder in `value`, if any.
-fn find_placeholder(value: &Value, path: &str) -> Option<String> {
-    match value {
-        Value::Object(object) if object.contains_key(SUBS_KEY) => Some(format!("{path}.{SUBS_KEY}")),
-        Value::Object(object) => {
-            object.iter().find_map(|(key, inner)| find_placeholder(inner, &format!("{path}.{key}")))
-        }
-        Value::Array(items) => {
-            items.iter().enumerate().find_map(|(index, inner)| find_placeholder(inner, &format!("{path}[{index}]")))
-        }
-        _ => None,
-    }
-}
-
-/// Replaces every `{"$subs": "taskId:<label>"}` in `value` by that label's taskId.
-fn substitute(value: &mut Value, ids: &HashMap<String, TaskId>, path: &str) -> Result<(), Rejection> {
-    match value {
-        Value::Object(object) if object.len() == 1 && object.contains_key(SUBS_KEY) => {
-            let at = format!("{path}.{SUBS_KEY}");
-            let Some(Value::String(wanted)) = object.get(SUBS_KEY) else {
-                return Err(Rejection::invalid(at, "must be a string `taskId:<label>`"));
-            };
-            let Some(label) = wanted.strip_prefix(SUBS_PREFIX) else {
-                return Err(Rejection::invalid(at, "must be a string `taskId:<label>`"));
-            };
-            let Some(task_id) = ids.get(label) else {
-                return Err(Rejection::invalid(at, format!("unknown label `{label}`")));
-            };
-            *value = Value::from(task_id.to_string());
-        }
-        Value::Object(object) => {
-            for (key, inner) in object.iter_mut() {
-                substitute(inner, ids, &format!("{path}.{key}"))?;
-            }
-        }
-        Value::Array(items) => {
-            for (index, inner) in items.iter_mut().enumerate() {
-                substitute(inner, ids, &format!("{path}[{index}]"))?;
-            }
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 /// Checks that every dependency of the planned tasks exists and outlives the task's deadline
