@@ -11,7 +11,7 @@ use crate::ops::auth::AuthKind;
 use crate::ops::graph::{GraphNode, GraphRecord, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::page::{artifact_page, parse_seq, parse_task_id};
-use crate::row::TaskRow;
+use crate::row::{Backends, TaskRow, select_list};
 use crate::{
     ArtifactKey, AuthSnapshot, ClaimedRun, Page, PendingListing, QueueCounts, Reads, RecentGraph, RecentGroup,
     StoreError, TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing,
@@ -114,16 +114,16 @@ pub(crate) struct TaskStatements {
 }
 
 impl TaskStatements {
-    /// From `build` (the five statements selecting its first argument, or its second where the
-    /// tasks table is `t`), the task columns `columns`, and the size expressions.
+    /// From `build` (a statement per kind of query, selecting its first argument, or its
+    /// second where the tasks table is `t`), `backend`'s task columns, and the size expressions.
     pub(crate) fn new(
         build: fn(&str, &str) -> [String; 6],
-        columns: &str,
+        backend: Backends,
         size: &str,
         size_of_t: &str,
     ) -> TaskStatements {
-        let prefixed: Vec<String> = columns.split(", ").map(|column| format!("t.{column}")).collect();
-        let tasks = build(&format!("{columns}, definition"), &format!("{}, t.definition", prefixed.join(", ")));
+        let (columns, prefixed) = (select_list(backend, ""), select_list(backend, "t."));
+        let tasks = build(&format!("{columns}, definition"), &format!("{prefixed}, t.definition"));
         TaskStatements { tasks, sizes: build(size, size_of_t) }
     }
 

@@ -17,6 +17,7 @@ mod pool;
 mod reads;
 mod row;
 mod schema;
+mod task_rows;
 mod tx;
 mod workers;
 mod write;

@@ -17,8 +17,8 @@ use std::task::Poll;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
-use crate::ops::Place;
 use crate::postgres::outbox;
+use crate::postgres::task_rows::{INSERT_MANY, N_INSERT_PARAMS, N_UPDATE_PARAMS, NewRow, RowUpdate, UPDATE_MANY};
 
 /// A statement parameter owned by a held-back write.
 pub(crate) type Param = Box<dyn ToSql + Send + Sync>;
@@ -100,57 +100,6 @@ pub(crate) async fn in_order<T>(mut futures: Vec<Pin<Box<dyn Future<Output = T> 
     results.into_iter().flatten().collect()
 }
 
-/// How a row's place in line is named to [`UPDATE_ONE`] and [`UPDATE_MANY`].
-pub(crate) fn place_name(place: Place) -> &'static str {
-    match place {
-        Place::None => "none",
-        Place::Keep => "keep",
-        Place::Back => "back",
-    }
-}
-
-/// Inserts task rows given column by column, in order (their places in line follow it).
-const INSERT_MANY: &str = "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
-     priority, priority_rank, retries, retries_left, deadline, expires, requires, dimensions, runs, state, \
-     taken_until, deadline_due, pending_seq, definition, routes, tags, slices, dedup) \
-     SELECT r.task_id, r.task_queue_id, r.scheduler_id, r.project_id, r.task_group_id, r.priority, \
-     r.priority_rank, r.retries, r.retries_left, r.deadline, r.expires, r.requires, r.dimensions::jsonb, r.runs, \
-     r.state, r.taken_until, r.deadline_due, CASE WHEN r.pending THEN nextval('tasks_pending_seq') END, \
-     r.definition, r.routes, r.tags, r.slices, r.dedup \
-     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int2[], \
-     $8::int4[], $9::int4[], $10::int8[], $11::int8[], $12::text[], $13::text[], $14::text[], $15::text[], \
-     $16::int8[], $17::int8[], $18::bool[], $19::text[], $20::text[], $21::text[], $22::text[], \
-     $23::text[]) WITH ORDINALITY \
-     AS r(task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, priority_rank, retries, \
-     retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, deadline_due, pending, \
-     definition, routes, tags, slices, dedup, n) ORDER BY r.n";
-
-/// Writes one task row's new state and tells its place in line: only this form can draw a new
-/// place ('back'), since the caller needs it at once.
-pub(crate) const UPDATE_ONE: &str = "UPDATE tasks SET retries_left = $2, runs = $3, state = $4, taken_until = $5, \
-     deadline_due = $6, worker = $11, \
-     pending_seq = CASE $7 WHEN 'keep' THEN pending_seq WHEN 'back' THEN nextval('tasks_pending_seq') END, \
-     priority = $8::text, priority_rank = $9, \
-     definition = CASE WHEN $10 THEN jsonb_set(definition::jsonb, '{priority}', $8::text::jsonb)::text \
-     ELSE definition END, \
-     dimensions = CASE WHEN $12::text IS NULL THEN dimensions ELSE NULLIF($12::text, '{}')::jsonb END \
-     WHERE task_id = $1 RETURNING pending_seq";
-
-/// Writes several task rows' new states ('keep' or 'none' only), given column by column.
-/// Each task appears once: a row matched twice would take one of the two arbitrarily.
-const UPDATE_MANY: &str = "UPDATE tasks SET retries_left = u.retries_left, runs = u.runs, state = u.state, \
-     taken_until = u.taken_until, deadline_due = u.deadline_due, worker = u.worker, \
-     pending_seq = CASE u.place WHEN 'keep' THEN tasks.pending_seq END, \
-     priority = u.priority, priority_rank = u.priority_rank, \
-     definition = CASE WHEN u.priority_changed \
-     THEN jsonb_set(tasks.definition::jsonb, '{priority}', u.priority::jsonb)::text ELSE tasks.definition END, \
-     dimensions = CASE WHEN u.dimensions IS NULL THEN tasks.dimensions ELSE NULLIF(u.dimensions, '{}')::jsonb END \
-     FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::text[], \
-     $8::text[], $9::int2[], $10::bool[], $11::text[], $12::text[]) \
-     AS u(task_id, retries_left, runs, state, taken_until, deadline_due, place, priority, priority_rank, \
-     priority_changed, worker, dimensions) \
-     WHERE tasks.task_id = u.task_id";
-
 /// A run of held-back writes sent as one statement: task rows inserted, task rows updated
 /// (none of them inserted by the same run: the parts of a statement do not see each other's
 /// rows) and the outbox stage, which comes last.
@@ -207,8 +156,8 @@ pub(crate) fn fused_sql(inserts: bool, updates: bool, stage: bool) -> &'static s
         (0..8).map(|parts| build_fused_sql(parts & 1 != 0, parts & 2 != 0, parts & 4 != 0)).collect()
     });
     match (inserts, updates, stage) {
-        (true, false, false) => INSERT_MANY,
-        (false, true, false) => UPDATE_MANY,
+        (true, false, false) => &INSERT_MANY,
+        (false, true, false) => &UPDATE_MANY,
         (false, false, true) => outbox::STAGE,
         _ => &FUSED[usize::from(inserts) | usize::from(updates) << 1 | usize::from(stage) << 2],
     }
@@ -222,14 +171,14 @@ fn build_fused_sql(inserts: bool, updates: bool, stage: bool) -> String {
     let mut counts = Vec::new();
     let mut offset = 0;
     if inserts {
-        parts.push(format!("i AS ({INSERT_MANY} RETURNING 1)"));
+        parts.push(format!("i AS ({} RETURNING 1)", *INSERT_MANY));
         counts.push("(SELECT count(*) FROM i) AS ci");
-        offset += N_INSERT_PARAMS;
+        offset += *N_INSERT_PARAMS;
     }
     if updates {
-        parts.push(format!("u AS ({} RETURNING 1)", renumber(UPDATE_MANY, offset)));
+        parts.push(format!("u AS ({} RETURNING 1)", renumber(&UPDATE_MANY, offset)));
         counts.push("(SELECT count(*) FROM u) AS cu");
-        offset += N_UPDATE_PARAMS;
+        offset += *N_UPDATE_PARAMS;
     }
     let counts = counts.join(", ");
     let main = if stage {
@@ -265,148 +214,16 @@ fn renumber(sql: &str, offset: usize) -> String {
     out
 }
 
-/// Parameters of [`INSERT_MANY`].
-const N_INSERT_PARAMS: usize = 23;
-/// Parameters of [`UPDATE_MANY`].
-const N_UPDATE_PARAMS: usize = 12;
-
-/// One array parameter per named field of `rows`, in the order named.
-macro_rules! columns {
-    ($rows:expr; $($field:ident),+ $(,)?) => {
-        vec![$(Box::new($rows.iter().map(|row| row.$field.clone()).collect::<Vec<_>>()) as Param),+]
-    };
-}
-
-/// A task row to insert.
-pub(crate) struct NewRow {
-    pub(crate) task_id: String,
-    pub(crate) task_queue_id: String,
-    pub(crate) scheduler_id: String,
-    pub(crate) project_id: String,
-    pub(crate) task_group_id: String,
-    pub(crate) priority: String,
-    pub(crate) priority_rank: i16,
-    pub(crate) retries: i32,
-    pub(crate) retries_left: i32,
-    pub(crate) deadline: i64,
-    pub(crate) expires: i64,
-    pub(crate) requires: &'static str,
-    pub(crate) dimensions: Option<String>,
-    pub(crate) runs: String,
-    pub(crate) state: &'static str,
-    pub(crate) taken_until: Option<i64>,
-    pub(crate) deadline_due: Option<i64>,
-    /// Whether it joins the line (draws a place).
-    pub(crate) pending: bool,
-    pub(crate) definition: String,
-    pub(crate) routes: Option<String>,
-    pub(crate) tags: Option<String>,
-    pub(crate) slices: Option<String>,
-    pub(crate) dedup: Option<String>,
-}
-
-impl NewRow {
-    /// The parameters of [`INSERT_MANY`]: one array per column.
-    pub(crate) fn columns(rows: Vec<NewRow>) -> Vec<Param> {
-        columns!(rows; task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, priority_rank,
-            retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, deadline_due,
-            pending, definition, routes, tags, slices, dedup)
-    }
-}
-
-/// A task row's new state.
-pub(crate) struct RowUpdate {
-    pub(crate) task_id: String,
-    pub(crate) retries_left: i32,
-    pub(crate) runs: String,
-    pub(crate) state: &'static str,
-    pub(crate) taken_until: Option<i64>,
-    pub(crate) deadline_due: Option<i64>,
-    /// [`place_name`].
-    pub(crate) place: &'static str,
-    pub(crate) priority: String,
-    pub(crate) priority_rank: i16,
-    /// Whether the stored definition's priority is rewritten too.
-    pub(crate) priority_changed: bool,
-    /// The worker running its last run (`group/id`), while it runs.
-    pub(crate) worker: Option<String>,
-    /// Its new dimensions (`{}` for none) when its pending run moved to another slice.
-    pub(crate) dimensions: Option<String>,
-}
-
-impl RowUpdate {
-    /// The parameters of [`UPDATE_ONE`].
-    pub(crate) fn params(self) -> Vec<Param> {
-        vec![
-            Box::new(self.task_id),
-            Box::new(self.retries_left),
-            Box::new(self.runs),
-            Box::new(self.state),
-            Box::new(self.taken_until),
-            Box::new(self.deadline_due),
-            Box::new(self.place),
-            Box::new(self.priority),
-            Box::new(self.priority_rank),
-            Box::new(self.priority_changed),
-            Box::new(self.worker),
-            Box::new(self.dimensions),
-        ]
-    }
-
-    /// The parameters of [`UPDATE_MANY`]: one array per column.
-    pub(crate) fn columns(rows: Vec<RowUpdate>) -> Vec<Param> {
-        columns!(rows; task_id, retries_left, runs, state, taken_until, deadline_due, place, priority, priority_rank,
-            priority_changed, worker, dimensions)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn insert(task_id: &str) -> NewRow {
-        NewRow {
-            task_id: task_id.to_owned(),
-            task_queue_id: "q/w".into(),
-            scheduler_id: "-".into(),
-            project_id: "none".into(),
-            task_group_id: task_id.to_owned(),
-            priority: "\"lowest\"".into(),
-            priority_rank: 0,
-            retries: 5,
-            retries_left: 5,
-            deadline: 1,
-            expires: 2,
-            requires: "all-completed",
-            dimensions: None,
-            runs: "[]".into(),
-            state: "pending",
-            taken_until: None,
-            deadline_due: Some(1),
-            pending: true,
-            definition: "{}".into(),
-            routes: None,
-            tags: None,
-            slices: None,
-            dedup: None,
-        }
+        NewRow::bare(task_id)
     }
 
     fn update(task_id: &str) -> RowUpdate {
-        RowUpdate {
-            task_id: task_id.to_owned(),
-            retries_left: 5,
-            runs: "[]".into(),
-            state: "completed",
-            taken_until: None,
-            deadline_due: None,
-            place: "none",
-            priority: "\"lowest\"".into(),
-            priority_rank: 0,
-            priority_changed: false,
-            worker: None,
-            dimensions: None,
-        }
+        RowUpdate::bare(task_id)
     }
 
     #[test]
@@ -460,18 +277,18 @@ mod tests {
         );
         let all = fused_sql(true, true, true);
         assert!(all.starts_with("WITH i AS (INSERT INTO tasks"), "{all}");
-        assert!(all.contains("$23::text[]") && all.contains("$24::text[]") && all.contains("$33::bool[]"), "{all}");
-        assert!(all.contains("$35::text[]"), "{all}");
-        assert!(all.ends_with("SELECT nextval('outbox_ids'), $36, $37, $38, $39 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
+        assert!(all.contains("$24::int8[]") && all.contains("$25::text[]") && all.contains("$35::bool[]"), "{all}");
+        assert!(all.contains("$36::text[]"), "{all}");
+        assert!(all.ends_with("SELECT nextval('outbox_ids'), $37, $38, $39, $40 FROM (SELECT count(*) FROM i) AS ci, (SELECT count(*) FROM u) AS cu"), "{all}");
         let updates = fused_sql(false, true, true);
         assert!(
             updates.contains("$1::text[]")
-                && updates.contains("$10::bool[]")
+                && updates.contains("$11::bool[]")
                 && updates.contains("$12::text[]")
                 && updates.contains("$13, $14, $15, $16 FROM"),
             "{updates}"
         );
-        assert_eq!(fused_sql(true, false, false), INSERT_MANY);
+        assert_eq!(fused_sql(true, false, false), *INSERT_MANY);
         assert_eq!(fused_sql(false, false, true), outbox::STAGE);
         assert!(
             fused_sql(true, true, false)

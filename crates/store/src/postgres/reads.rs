@@ -13,11 +13,11 @@ use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::outbox::format::append_row;
 use crate::postgres::row::{
-    GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, artifact_from_row, raw_json, task_from_row,
-    task_group_from_row,
+    GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, artifact_from_row, raw_json, task_from_row, task_group_from_row,
 };
 use crate::postgres::{PgConn, graph};
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
+use crate::row::Backends;
 use crate::row::corrupt;
 use crate::{ArtifactKey, QueueCounts, RecentGroup, StoreError, TagQuery, TaskGroup, TaskQueueInfo};
 use shoal_engine::status::TaskState;
@@ -66,7 +66,7 @@ fn task_statements(select: &str, select_t: &str) -> [String; 6] {
 static STATEMENTS: std::sync::LazyLock<TaskStatements> = std::sync::LazyLock::new(|| {
     TaskStatements::new(
         task_statements,
-        TASK_COLUMNS,
+        Backends::Postgres,
         "octet_length(definition)::int8",
         "octet_length(t.definition)::int8",
     )

@@ -1,64 +1,47 @@
 //! Turning PostgreSQL `tasks` rows into engine tasks.
 
 use postgres::Row;
+use postgres::types::Type;
 use serde_json::value::RawValue;
-use shoal_engine::definition::Requires;
-use shoal_engine::dimensions::Dimensions;
-use shoal_engine::status::Run;
-use shoal_engine::task::{Task, TaskMeta};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
 use crate::TaskGroup;
-use crate::row::{TaskRow, corrupt};
+use crate::row::{Backends, Cells, READ, SelectList, TaskRow, corrupt, select_list, task_from_cells};
 use shoal_engine::artifact::{Artifact, ArtifactKind};
 
 /// The columns `task_from_row` reads, in order; queries append their own after these.
-pub(crate) const TASK_COLUMNS: &str = "task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
-     priority, retries, retries_left, deadline, expires, requires, dimensions::text, runs, pending_seq, routes, tags, \
-     slices, dedup";
+pub(crate) static TASK_COLUMNS: SelectList = SelectList::new(|| select_list(Backends::Postgres, ""));
 
 /// Number of columns in [`TASK_COLUMNS`].
-pub(crate) const N_TASK_COLUMNS: usize = 18;
+pub(crate) const N_TASK_COLUMNS: usize = READ;
 
 fn id(row: &Row, idx: usize) -> Result<TaskId, StoreError> {
     let raw: &str = row.try_get(idx)?;
     TaskId::parse(raw).ok_or_else(|| corrupt(format!("bad task id {raw}")))
 }
 
-fn optional_json<T: serde::de::DeserializeOwned + Default>(row: &Row, idx: usize) -> Result<T, StoreError> {
-    match row.try_get::<_, Option<&str>>(idx)? {
-        None => Ok(T::default()),
-        Some(json) => serde_json::from_str(json).map_err(corrupt),
-    }
+/// A task from a row that starts with [`TASK_COLUMNS`].
+pub(crate) fn task_from_row(row: &Row) -> Result<TaskRow, StoreError> {
+    task_from_cells(row)
 }
 
-pub(crate) fn task_from_row(row: &Row) -> Result<TaskRow, StoreError> {
-    let requires: &str = row.try_get(10)?;
-    let runs: Vec<Run> = serde_json::from_str(row.try_get(12)?).map_err(corrupt)?;
-    let dimensions: Dimensions = optional_json(row, 11)?;
-    let meta = TaskMeta {
-        task_queue_id: row.try_get(1)?,
-        scheduler_id: row.try_get(2)?,
-        project_id: row.try_get(3)?,
-        task_group_id: id(row, 4)?,
-        priority: serde_json::from_str(row.try_get(5)?).map_err(corrupt)?,
-        retries: row.try_get::<_, i32>(6)? as u32,
-        deadline: Timestamp(row.try_get(8)?),
-        expires: Timestamp(row.try_get(9)?),
-        requires: Requires::from_name(requires).ok_or_else(|| corrupt("bad requires"))?,
-        dimensions,
-        routes: optional_json(row, 14)?,
-        tags: optional_json(row, 15)?,
-        slices: optional_json(row, 16)?,
-        dedup_hash: row.try_get(17)?,
-    };
-    let retries_left = row.try_get::<_, i32>(7)? as u32;
-    let pending_seq: Option<i64> = row.try_get(13)?;
-    Ok(TaskRow {
-        task: Task::from_parts(id(row, 0)?, meta, retries_left, runs),
-        pending_seq: pending_seq.map(|seq| seq as u64),
-    })
+impl Cells for Row {
+    fn text(&self, index: usize) -> Result<Option<&str>, StoreError> {
+        Ok(self.try_get(index)?)
+    }
+
+    fn int(&self, index: usize) -> Result<Option<i64>, StoreError> {
+        // Each column has its own width; the row decodes only the exact one.
+        let ty = self.columns()[index].type_();
+        Ok(if *ty == Type::INT2 {
+            self.try_get::<_, Option<i16>>(index)?.map(i64::from)
+        } else if *ty == Type::INT4 {
+            self.try_get::<_, Option<i32>>(index)?.map(i64::from)
+        } else {
+            self.try_get(index)?
+        })
+    }
 }
 
 /// A stored JSON text column as raw JSON, passed through without re-encoding.

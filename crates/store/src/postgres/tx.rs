@@ -17,15 +17,13 @@ use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
-use crate::ops::{self, Aftermath, Place, Waiting, WriteTx, pending_run};
+use crate::ops::{self, Aftermath, NewTask, Place, Waiting, WriteTx};
 use crate::outbox::format::encode;
 use crate::postgres::outbox;
-use crate::postgres::pipeline::{
-    Fused, HeldBack, Lowered, NewRow, Param, Params, Pending, RowUpdate, UPDATE_ONE, batch_for, fused_sql, in_order,
-    place_name,
-};
+use crate::postgres::pipeline::{Fused, HeldBack, Lowered, Param, Params, Pending, batch_for, fused_sql, in_order};
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
-use crate::row::{TaskRow, json};
+use crate::postgres::task_rows::{NewRow, RowUpdate, UPDATE_ONE};
+use crate::row::TaskRow;
 use crate::{StoreError, TaskEvent, TaskGroup};
 
 /// What every write transaction of one server shares: settings, and what it remembers.
@@ -323,35 +321,8 @@ impl PgTx {
 
     /// Inserts a new task row as it stands (the caller has already run its first transition);
     /// held back until the next statement, together with the inserts right before it.
-    pub(crate) fn insert(&mut self, row: &TaskRow, definition: &str) -> Result<(), StoreError> {
-        let task = &row.task;
-        let meta = &task.meta;
-        let state = task.state();
-        let new = NewRow {
-            task_id: task.task_id.as_str().to_owned(),
-            task_queue_id: meta.task_queue_id.clone(),
-            scheduler_id: meta.scheduler_id.clone(),
-            project_id: meta.project_id.clone(),
-            task_group_id: meta.task_group_id.as_str().to_owned(),
-            priority: json(&meta.priority)?,
-            priority_rank: i16::from(meta.priority.rank()),
-            retries: meta.retries as i32,
-            retries_left: task.retries_left() as i32,
-            deadline: meta.deadline.millis(),
-            expires: meta.expires.millis(),
-            requires: meta.requires.as_str(),
-            dimensions: (!meta.dimensions.is_empty()).then(|| json(&meta.dimensions)).transpose()?,
-            runs: json(task.runs())?,
-            state: state.as_str(),
-            taken_until: task.running_until().map(Timestamp::millis),
-            deadline_due: task.deadline_due().map(Timestamp::millis),
-            pending: pending_run(task).is_some(),
-            definition: definition.to_owned(),
-            routes: (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?,
-            tags: (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?,
-            slices: (!meta.slices.is_empty()).then(|| json(&meta.slices)).transpose()?,
-            dedup: meta.dedup_hash.clone(),
-        };
+    pub(crate) fn insert(&mut self, row: &TaskRow, new: &NewTask<'_>) -> Result<(), StoreError> {
+        let new = NewRow::new(row, new)?;
         self.writes += 1;
         match batch_for(&self.held_back, &new.task_id, true) {
             Some(index) => {
@@ -513,29 +484,14 @@ impl PgTx {
         priority_changed: bool,
         moved: bool,
     ) -> Result<(), StoreError> {
-        let task = &row.task;
-        let state = task.state();
-        let update = RowUpdate {
-            task_id: task.task_id.as_str().to_owned(),
-            retries_left: task.retries_left() as i32,
-            runs: json(task.runs())?,
-            state: state.as_str(),
-            taken_until: task.running_until().map(Timestamp::millis),
-            deadline_due: task.deadline_due().map(Timestamp::millis),
-            place: place_name(place),
-            priority: json(&task.meta.priority)?,
-            priority_rank: i16::from(task.meta.priority.rank()),
-            priority_changed,
-            worker: task.running_worker(),
-            dimensions: moved.then(|| json(&task.meta.dimensions)).transpose()?,
-        };
+        let update = RowUpdate::new(&row.task, place, priority_changed, moved)?;
         self.writes += 1;
         match place {
             Place::Back => {
                 let params = update.params();
                 let params: Vec<&(dyn ToSql + Sync)> =
                     params.iter().map(|param| &**param as &(dyn ToSql + Sync)).collect();
-                let updated = self.query_one(UPDATE_ONE, &params).await?;
+                let updated = self.query_one(&UPDATE_ONE, &params).await?;
                 row.pending_seq = updated.get::<_, Option<i64>>(0).map(|seq| seq as u64);
             }
             Place::Keep | Place::None => {

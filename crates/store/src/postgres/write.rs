@@ -74,7 +74,7 @@ impl WriteTx for PgTx {
     }
 
     async fn insert_task(&mut self, row: &mut TaskRow, new: NewTask<'_>) -> Result<(), StoreError> {
-        self.insert(row, new.definition)
+        self.insert(row, &new)
     }
 
     async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError> {

@@ -11,7 +11,8 @@ use crate::ops::auth::AuthKind;
 use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
-use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
+use crate::row::Backends;
+use crate::sqlite::row::{self, N_TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{artifacts, graph, outbox, workers};
 use crate::{ArtifactKey, QueueCounts, RecentGroup, TagQuery, TaskGroup, TaskQueueInfo};
 use shoal_engine::status::TaskState;
@@ -56,7 +57,7 @@ fn task_statements(select: &str, select_t: &str) -> [String; 6] {
 static STATEMENTS: std::sync::LazyLock<TaskStatements> = std::sync::LazyLock::new(|| {
     TaskStatements::new(
         task_statements,
-        TASK_COLUMNS,
+        Backends::Sqlite,
         "length(CAST(definition AS BLOB))",
         "length(CAST(t.definition AS BLOB))",
     )

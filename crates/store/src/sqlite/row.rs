@@ -1,68 +1,62 @@
 //! Turning `tasks` rows into engine tasks and back.
 
+use std::sync::LazyLock;
+
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::value::RawValue;
-use shoal_engine::definition::Requires;
-use shoal_engine::dimensions::Dimensions;
 use shoal_engine::group::GROUP_EXPIRY_SLACK_MS;
-use shoal_engine::status::Run;
-use shoal_engine::task::{Task, TaskMeta};
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::row::{TaskRow, corrupt};
+use crate::row::{
+    Backends, Cell, Cells, READ, SelectList, TASK_COLUMNS as TASK_COLUMNS_ALL, TaskRow, corrupt, select_list,
+    step_columns, task_from_cells,
+};
 use crate::{StoreError, TaskGroup};
 
 /// The columns `task_from_row` reads, in order; queries append their own after these.
-pub(crate) const TASK_COLUMNS: &str = "task_id, task_queue_id, scheduler_id, project_id, task_group_id, \
-     priority, retries, retries_left, deadline, expires, requires, dimensions, runs, pending_seq, routes, tags, \
-     slices, dedup";
+pub(crate) static TASK_COLUMNS: SelectList = SelectList::new(|| select_list(Backends::Sqlite, ""));
 
 /// Number of columns in [`TASK_COLUMNS`].
-pub(crate) const N_TASK_COLUMNS: usize = 18;
+pub(crate) const N_TASK_COLUMNS: usize = READ;
 
+/// A task from a row that starts with [`TASK_COLUMNS`].
 pub(crate) fn task_from_row(row: &Row<'_>) -> Result<TaskRow, StoreError> {
-    let text = |idx: usize| -> Result<String, StoreError> { row.get::<_, String>(idx).map_err(StoreError::from) };
-    let id = |idx: usize| -> Result<TaskId, StoreError> {
-        let raw = text(idx)?;
-        TaskId::parse(&raw).ok_or_else(|| corrupt(format!("bad task id {raw}")))
-    };
-    let task_id = id(0)?;
-    let priority = serde_json::from_str(&text(5)?).map_err(corrupt)?;
-    let requires = Requires::from_name(&text(10)?).ok_or_else(|| corrupt("bad requires"))?;
-    let dimensions: Dimensions = match row.get::<_, Option<String>>(11)? {
-        None => Dimensions::default(),
-        Some(json) => serde_json::from_str(&json).map_err(corrupt)?,
-    };
-    let runs: Vec<Run> = serde_json::from_str(&text(12)?).map_err(corrupt)?;
-    let meta = TaskMeta {
-        task_queue_id: text(1)?,
-        scheduler_id: text(2)?,
-        project_id: text(3)?,
-        task_group_id: id(4)?,
-        priority,
-        retries: row.get(6)?,
-        deadline: Timestamp(row.get(8)?),
-        expires: Timestamp(row.get(9)?),
-        requires,
-        dimensions,
-        routes: optional_json(row, 14)?,
-        tags: optional_json(row, 15)?,
-        slices: optional_json(row, 16)?,
-        dedup_hash: row.get(17)?,
-    };
-    let retries_left: u32 = row.get(7)?;
-    let pending_seq: Option<i64> = row.get(13)?;
-    Ok(TaskRow {
-        task: Task::from_parts(task_id, meta, retries_left, runs),
-        pending_seq: pending_seq.map(|s| s as u64),
-    })
+    task_from_cells(row)
 }
 
-/// Reads a JSON column that is NULL for the empty value.
-fn optional_json<T: serde::de::DeserializeOwned + Default>(row: &Row<'_>, idx: usize) -> Result<T, StoreError> {
-    match row.get_ref(idx)?.as_str_or_null().map_err(rusqlite::Error::from)? {
-        None => Ok(T::default()),
-        Some(json) => serde_json::from_str(json).map_err(corrupt),
+/// Inserts a task row, given [`insert_cells`] for SQLite.
+pub(crate) static INSERT: LazyLock<String> = LazyLock::new(|| {
+    let names: Vec<&str> =
+        TASK_COLUMNS_ALL.iter().filter(|column| column.on(Backends::Sqlite)).map(|column| column.name).collect();
+    let places: Vec<String> = (1..=names.len()).map(|n| format!("?{n}")).collect();
+    format!("INSERT INTO tasks ({}) VALUES ({})", names.join(", "), places.join(", "))
+});
+
+/// Writes a step: given [`step_cells`], then `pending_seq`, then the task id.
+pub(crate) static UPDATE: LazyLock<String> = LazyLock::new(|| {
+    let sets: Vec<String> =
+        step_columns().enumerate().map(|(index, column)| format!("{} = ?{}", column.name, index + 1)).collect();
+    let n = sets.len();
+    format!("UPDATE tasks SET {}, pending_seq = ?{} WHERE task_id = ?{}", sets.join(", "), n + 1, n + 2)
+});
+
+impl Cells for Row<'_> {
+    fn text(&self, index: usize) -> Result<Option<&str>, StoreError> {
+        Ok(self.get_ref(index)?.as_str_or_null().map_err(rusqlite::Error::from)?)
+    }
+
+    fn int(&self, index: usize) -> Result<Option<i64>, StoreError> {
+        Ok(self.get_ref(index)?.as_i64_or_null().map_err(rusqlite::Error::from)?)
+    }
+}
+
+impl rusqlite::ToSql for Cell {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            Cell::Text(text) => text.to_sql(),
+            Cell::Int(int) => int.to_sql(),
+            Cell::Joins(joins) => joins.to_sql(),
+        }
     }
 }
 

@@ -22,11 +22,11 @@ use crate::ops::{
     Aftermath, CreateLookup, Due, NewTask, Place, QueueRecords, RowChange, Waiting, WriteTx, pending_run,
 };
 use crate::outbox::{OutboxEntry, OutboxFeed};
-use crate::row::{TaskRow, corrupt, json};
+use crate::row::{Backends, Cell, TaskRow, corrupt, insert_cells, json, step_cells};
 use crate::sqlite::glance::{Glance, Wake};
 use crate::sqlite::parking::Parking;
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
-use crate::sqlite::row::{self, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row};
+use crate::sqlite::row::{self, INSERT, N_TASK_COLUMNS, TASK_COLUMNS, UPDATE, raw_json, task_from_row};
 use crate::sqlite::{SqliteConfig, artifacts, graph, workers};
 use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
@@ -237,41 +237,8 @@ impl WriteTx for Tx<'_> {
             let key = pending_key(row, row.task.meta.priority.rank(), self.state.next_seq);
             self.state.index.insert(key, PendingRun { task_id: row.task.task_id, run_id });
         }
-        let task = &row.task;
-        let meta = &task.meta;
-        let state = task.state();
-        let mut stmt = self.conn.prepare_cached(
-            "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
-             retries, retries_left, deadline, expires, requires, dimensions, runs, state, taken_until, \
-             deadline_due, pending_seq, definition, routes, tags, slices, dedup, created) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, \
-             ?23)",
-        )?;
-        stmt.execute(params![
-            task.task_id.as_str(),
-            meta.task_queue_id,
-            meta.scheduler_id,
-            meta.project_id,
-            meta.task_group_id.as_str(),
-            json(&meta.priority)?,
-            meta.retries,
-            task.retries_left(),
-            meta.deadline.millis(),
-            meta.expires.millis(),
-            meta.requires.as_str(),
-            (!meta.dimensions.is_empty()).then(|| json(&meta.dimensions)).transpose()?,
-            json(task.runs())?,
-            state.as_str(),
-            task.running_until().map(Timestamp::millis),
-            task.deadline_due().map(Timestamp::millis),
-            row.pending_seq.map(|seq| seq as i64),
-            new.definition,
-            (!meta.routes.is_empty()).then(|| json(&meta.routes)).transpose()?,
-            (!meta.tags.is_empty()).then(|| json(&meta.tags)).transpose()?,
-            (!meta.slices.is_empty()).then(|| json(&meta.slices)).transpose()?,
-            meta.dedup_hash,
-            new.created.millis(),
-        ])?;
+        let cells = insert_cells(row, &new, Backends::Sqlite)?;
+        self.conn.prepare_cached(&INSERT)?.execute(rusqlite::params_from_iter(&cells))?;
         Ok(())
     }
 
@@ -304,21 +271,10 @@ impl WriteTx for Tx<'_> {
             }
         }
         let task = &row.task;
-        let state = task.state();
-        let mut stmt = self.conn.prepare_cached(
-            "UPDATE tasks SET retries_left = ?2, runs = ?3, state = ?4, taken_until = ?5, deadline_due = ?6, \
-             pending_seq = ?7, worker = ?8 WHERE task_id = ?1",
-        )?;
-        stmt.execute(params![
-            task.task_id.as_str(),
-            task.retries_left(),
-            json(task.runs())?,
-            state.as_str(),
-            task.running_until().map(Timestamp::millis),
-            task.deadline_due().map(Timestamp::millis),
-            row.pending_seq.map(|seq| seq as i64),
-            task.running_worker(),
-        ])?;
+        let mut cells = step_cells(task)?;
+        cells.push(Cell::Int(row.pending_seq.map(|seq| seq as i64)));
+        cells.push(Cell::Text(Some(task.task_id.as_str().to_owned())));
+        self.conn.prepare_cached(&UPDATE)?.execute(rusqlite::params_from_iter(&cells))?;
         if change.moved_from.is_some() {
             let dimensions = &task.meta.dimensions;
             self.conn.prepare_cached("UPDATE tasks SET dimensions = ?2 WHERE task_id = ?1")?.execute(params![

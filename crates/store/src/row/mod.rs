@@ -1,6 +1,13 @@
 //! What both backends store of a task, and the helpers their row conversions share.
 
+mod columns;
+
 use shoal_engine::task::Task;
+
+pub(crate) use columns::{
+    Backends, Cell, Cells, Column, Kind, READ, SelectList, TASK_COLUMNS, Value, insert_cells, select_list, step_cells,
+    step_columns, task_from_cells,
+};
 
 use crate::StoreError;
 

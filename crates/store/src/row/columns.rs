@@ -1,0 +1,302 @@
+//! The one description of a `tasks` row: each column, how it is computed from a task, and
+//! how a task is read back. Both backends build their inserts, per-step updates and task
+//! selects from [`TASK_COLUMNS`]; adding a task field is an entry here, a line in
+//! [`task_from_cells`], and a migration per backend.
+
+use shoal_engine::definition::Requires;
+use shoal_engine::status::Run;
+use shoal_engine::task::{Task, TaskMeta};
+use shoal_engine::{TaskId, Timestamp};
+
+use super::{TaskRow, corrupt, json};
+use crate::StoreError;
+use crate::ops::NewTask;
+
+/// A value bound to (or read from) a task column.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Cell {
+    /// Text, or NULL.
+    Text(Option<String>),
+    /// An integer, or NULL.
+    Int(Option<i64>),
+    /// Whether the run joins the claim line ([`Value::LinePlace`] on PostgreSQL).
+    Joins(bool),
+}
+
+/// A column's SQL type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Text.
+    Text,
+    /// JSON text; PostgreSQL stores it as `jsonb`.
+    Jsonb,
+    /// An integer (PostgreSQL: whichever width the column has).
+    Int,
+}
+
+/// Which backends have a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backends {
+    /// Both.
+    Both,
+    /// SQLite only.
+    Sqlite,
+    /// PostgreSQL only.
+    Postgres,
+}
+
+/// Where a column's value comes from.
+pub(crate) enum Value {
+    /// The task as it stands.
+    Task(fn(&Task) -> Result<Cell, StoreError>),
+    /// The creation (definition, `created`).
+    Created(fn(&NewTask<'_>) -> Cell),
+    /// The run's place in the claim line, drawn by the backend when the run is pending.
+    LinePlace,
+}
+
+/// One column of `tasks`.
+pub(crate) struct Column {
+    /// Its name.
+    pub(crate) name: &'static str,
+    /// Its type.
+    pub(crate) kind: Kind,
+    /// Which backends have it.
+    pub(crate) backends: Backends,
+    /// Its value.
+    pub(crate) value: Value,
+    /// Whether every step rewrites it (others are written at creation, or by their own
+    /// operation: the claim line's place, priority, dimensions).
+    pub(crate) each_step: bool,
+}
+
+impl Column {
+    /// Whether `backend` has this column.
+    pub(crate) fn on(&self, backend: Backends) -> bool {
+        self.backends == Backends::Both || self.backends == backend
+    }
+}
+
+const fn column(name: &'static str, kind: Kind, value: Value) -> Column {
+    Column { name, kind, backends: Backends::Both, value, each_step: false }
+}
+
+const fn step(name: &'static str, kind: Kind, value: fn(&Task) -> Result<Cell, StoreError>) -> Column {
+    Column { name, kind, backends: Backends::Both, value: Value::Task(value), each_step: true }
+}
+
+const fn only(backends: Backends, column: Column) -> Column {
+    Column { backends, ..column }
+}
+
+fn text(value: &str) -> Cell {
+    Cell::Text(Some(value.to_owned()))
+}
+
+/// A JSON column that is NULL for the empty value.
+fn json_unless(empty: bool, value: &impl serde::Serialize) -> Result<Cell, StoreError> {
+    Ok(Cell::Text((!empty).then(|| json(value)).transpose()?))
+}
+
+fn millis(at: Option<Timestamp>) -> Cell {
+    Cell::Int(at.map(Timestamp::millis))
+}
+
+/// Every column of `tasks`. Those [`READ`] of them come first, in the order a select reads.
+pub(crate) const TASK_COLUMNS: &[Column] = &[
+    column("task_id", Kind::Text, Value::Task(|t| Ok(text(t.task_id.as_str())))),
+    column("task_queue_id", Kind::Text, Value::Task(|t| Ok(text(&t.meta.task_queue_id)))),
+    column("scheduler_id", Kind::Text, Value::Task(|t| Ok(text(&t.meta.scheduler_id)))),
+    column("project_id", Kind::Text, Value::Task(|t| Ok(text(&t.meta.project_id)))),
+    column("task_group_id", Kind::Text, Value::Task(|t| Ok(text(t.meta.task_group_id.as_str())))),
+    column("priority", Kind::Text, Value::Task(|t| Ok(Cell::Text(Some(json(&t.meta.priority)?))))),
+    column("retries", Kind::Int, Value::Task(|t| Ok(Cell::Int(Some(i64::from(t.meta.retries)))))),
+    step("retries_left", Kind::Int, |t| Ok(Cell::Int(Some(i64::from(t.retries_left()))))),
+    column("deadline", Kind::Int, Value::Task(|t| Ok(Cell::Int(Some(t.meta.deadline.millis()))))),
+    column("expires", Kind::Int, Value::Task(|t| Ok(Cell::Int(Some(t.meta.expires.millis()))))),
+    column("requires", Kind::Text, Value::Task(|t| Ok(text(t.meta.requires.as_str())))),
+    column("dimensions", Kind::Jsonb, Value::Task(|t| json_unless(t.meta.dimensions.is_empty(), &t.meta.dimensions))),
+    step("runs", Kind::Text, |t| Ok(Cell::Text(Some(json(t.runs())?)))),
+    column("pending_seq", Kind::Int, Value::LinePlace),
+    column("routes", Kind::Text, Value::Task(|t| json_unless(t.meta.routes.is_empty(), &t.meta.routes))),
+    column("tags", Kind::Text, Value::Task(|t| json_unless(t.meta.tags.is_empty(), &t.meta.tags))),
+    column("slices", Kind::Text, Value::Task(|t| json_unless(t.meta.slices.is_empty(), &t.meta.slices))),
+    column("dedup", Kind::Text, Value::Task(|t| Ok(Cell::Text(t.meta.dedup_hash.clone())))),
+    // Written, not read back: derived from the above, or kept for queries.
+    step("state", Kind::Text, |t| Ok(text(t.state().as_str()))),
+    step("taken_until", Kind::Int, |t| Ok(millis(t.running_until()))),
+    step("deadline_due", Kind::Int, |t| Ok(millis(t.deadline_due()))),
+    step("worker", Kind::Text, |t| Ok(Cell::Text(t.running_worker()))),
+    column("definition", Kind::Text, Value::Created(|new| text(new.definition))),
+    only(
+        Backends::Postgres,
+        column("priority_rank", Kind::Int, Value::Task(|t| Ok(Cell::Int(Some(i64::from(t.meta.priority.rank())))))),
+    ),
+    only(Backends::Sqlite, column("created", Kind::Int, Value::Created(|new| Cell::Int(Some(new.created.millis()))))),
+];
+
+/// How many of [`TASK_COLUMNS`] a task select reads, from the first.
+pub(crate) const READ: usize = at("dedup") + 1;
+
+/// The index of column `name` in [`TASK_COLUMNS`] (a compile-time error when there is none).
+pub(crate) const fn at(name: &str) -> usize {
+    let mut index = 0;
+    while index < TASK_COLUMNS.len() {
+        if same(TASK_COLUMNS[index].name, name) {
+            return index;
+        }
+        index += 1;
+    }
+    panic!("no such task column");
+}
+
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// A row's cells, by column index, as a backend reads them.
+pub(crate) trait Cells {
+    /// A text cell (NULL as `None`).
+    fn text(&self, index: usize) -> Result<Option<&str>, StoreError>;
+    /// An integer cell (NULL as `None`).
+    fn int(&self, index: usize) -> Result<Option<i64>, StoreError>;
+}
+
+/// The columns a select of whole tasks names, in order, on `backend`, each after `prefix`
+/// (`definition` and the queries' own columns follow at [`READ`] and after).
+pub(crate) fn select_list(backend: Backends, prefix: &str) -> String {
+    let names: Vec<String> = TASK_COLUMNS[..READ]
+        .iter()
+        .map(|column| match (column.kind, backend) {
+            (Kind::Jsonb, Backends::Postgres) => format!("{prefix}{}::text", column.name),
+            _ => format!("{prefix}{}", column.name),
+        })
+        .collect();
+    names.join(", ")
+}
+
+/// A backend's [`select_list`], made once and shown in `format!`.
+pub(crate) struct SelectList(std::sync::LazyLock<String>);
+
+impl SelectList {
+    /// The list `make` builds.
+    pub(crate) const fn new(make: fn() -> String) -> SelectList {
+        SelectList(std::sync::LazyLock::new(make))
+    }
+}
+
+impl std::fmt::Display for SelectList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The cells of a new task's row on `backend`, in [`TASK_COLUMNS`] order (the line place
+/// as `pending_seq` on SQLite, as whether it joins on PostgreSQL).
+pub(crate) fn insert_cells(row: &TaskRow, new: &NewTask<'_>, backend: Backends) -> Result<Vec<Cell>, StoreError> {
+    TASK_COLUMNS
+        .iter()
+        .filter(|column| column.on(backend))
+        .map(|column| match &column.value {
+            Value::Task(value) => value(&row.task),
+            Value::Created(value) => Ok(value(new)),
+            Value::LinePlace if backend == Backends::Postgres => {
+                Ok(Cell::Joins(crate::ops::pending_run(&row.task).is_some()))
+            }
+            Value::LinePlace => Ok(Cell::Int(row.pending_seq.map(|seq| seq as i64))),
+        })
+        .collect()
+}
+
+/// The columns every step rewrites.
+pub(crate) fn step_columns() -> impl Iterator<Item = &'static Column> {
+    TASK_COLUMNS.iter().filter(|column| column.each_step)
+}
+
+/// The cells of the columns every step rewrites, in [`step_columns`] order.
+pub(crate) fn step_cells(task: &Task) -> Result<Vec<Cell>, StoreError> {
+    step_columns()
+        .map(|column| match &column.value {
+            Value::Task(value) => value(task),
+            Value::Created(_) | Value::LinePlace => unreachable!("step columns are computed from the task"),
+        })
+        .collect()
+}
+
+/// A task read back from the first [`READ`] cells of a row.
+pub(crate) fn task_from_cells(row: &impl Cells) -> Result<TaskRow, StoreError> {
+    let text = |name: usize| -> Result<&str, StoreError> {
+        row.text(name)?.ok_or_else(|| corrupt(format!("{} is NULL", TASK_COLUMNS[name].name)))
+    };
+    let int = |name: usize| -> Result<i64, StoreError> {
+        row.int(name)?.ok_or_else(|| corrupt(format!("{} is NULL", TASK_COLUMNS[name].name)))
+    };
+    let id = |name: usize| -> Result<TaskId, StoreError> {
+        let raw = text(name)?;
+        TaskId::parse(raw).ok_or_else(|| corrupt(format!("bad task id {raw}")))
+    };
+    let small = |name: usize| -> Result<u32, StoreError> {
+        u32::try_from(int(name)?).map_err(|_| corrupt(format!("{} out of range", TASK_COLUMNS[name].name)))
+    };
+    let runs: Vec<Run> = serde_json::from_str(text(at("runs"))?).map_err(corrupt)?;
+    let meta = TaskMeta {
+        task_queue_id: text(at("task_queue_id"))?.to_owned(),
+        scheduler_id: text(at("scheduler_id"))?.to_owned(),
+        project_id: text(at("project_id"))?.to_owned(),
+        task_group_id: id(at("task_group_id"))?,
+        priority: serde_json::from_str(text(at("priority"))?).map_err(corrupt)?,
+        retries: small(at("retries"))?,
+        deadline: Timestamp(int(at("deadline"))?),
+        expires: Timestamp(int(at("expires"))?),
+        requires: Requires::from_name(text(at("requires"))?).ok_or_else(|| corrupt("bad requires"))?,
+        dimensions: optional_json(row, at("dimensions"))?,
+        routes: optional_json(row, at("routes"))?,
+        tags: optional_json(row, at("tags"))?,
+        slices: optional_json(row, at("slices"))?,
+        dedup_hash: row.text(at("dedup"))?.map(str::to_owned),
+    };
+    let retries_left = small(at("retries_left"))?;
+    Ok(TaskRow {
+        task: Task::from_parts(id(at("task_id"))?, meta, retries_left, runs),
+        pending_seq: row.int(at("pending_seq"))?.map(|seq| seq as u64),
+    })
+}
+
+/// A JSON column that is NULL for the empty value.
+fn optional_json<T: serde::de::DeserializeOwned + Default>(row: &impl Cells, index: usize) -> Result<T, StoreError> {
+    match row.text(index)? {
+        None => Ok(T::default()),
+        Some(json) => serde_json::from_str(json).map_err(corrupt),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_columns_read_back_are_on_both_backends_and_computed_from_the_task() {
+        for column in &TASK_COLUMNS[..READ] {
+            assert_eq!(column.backends, Backends::Both, "{}", column.name);
+            assert!(!matches!(column.value, Value::Created(_)), "{}", column.name);
+        }
+    }
+
+    #[test]
+    fn column_names_are_distinct() {
+        for (index, column) in TASK_COLUMNS.iter().enumerate() {
+            assert_eq!(at(column.name), index, "{} is named twice", column.name);
+        }
+    }
+}
