@@ -138,14 +138,7 @@ fn server_binary() -> anyhow::Result<PathBuf> {
 
 /// Writes `n` pending tasks in `queue` straight into a database under `dir`.
 pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result<()> {
-    let config = SqliteConfig {
-        path: dir.join("shoal.db"),
-        claim_timeout_secs: 1200,
-        graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
-        queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
-        worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
-        dedup_window_secs: shoal_engine::dedup::DEFAULT_WINDOW_SECS,
-    };
+    let config = SqliteConfig { path: dir.join("shoal.db"), settings: shoal_store::StoreSettings::default() };
     let store = Store::Sqlite(SqliteStore::open(&config)?);
     let n_loaders = 64;
     let mut loaders = tokio::task::JoinSet::new();

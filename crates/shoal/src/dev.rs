@@ -10,7 +10,8 @@ use serde_json::json;
 use shoal_client::{Client, Credentials};
 use tokio::sync::watch;
 
-use crate::{RunningServer, ServerConfig, ShutdownSignal, stopped};
+use crate::server::{RunningServer, ShutdownSignal, stopped};
+use crate::settings::ServerConfig;
 
 /// The example graph, built into the binary so `shoal dev --example` works from anywhere.
 const EXAMPLE: &str = include_str!("../../../examples/ci-graph.yaml");

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 
-use crate::{ServerArgs, ServerConfig};
+use crate::settings::{ServerArgs, ServerConfig};
 
 /// Flags of `shoal expire`.
 #[derive(Debug, Clone, clap::Args)]

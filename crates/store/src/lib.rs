@@ -10,10 +10,10 @@ mod page;
 mod postgres;
 mod reads;
 mod row;
+mod settings;
 mod sqlite;
 mod types;
 
-pub use ops::DEFAULT_QUEUE_RETENTION_SECS;
 pub use ops::auth::{AuthChange, AuthOutcome, ClientEdit};
 pub use ops::graph::{GraphNode, GraphRecord, GraphRequest};
 pub use ops::workers::WorkerChange;
@@ -22,6 +22,7 @@ pub use postgres::{
     PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, REQUEST_TIMEOUT as PG_REQUEST_TIMEOUT, WAKE_ALL,
     migrate as migrate_postgres,
 };
+pub use settings::{DEFAULT_CLAIM_TIMEOUT_SECS, DEFAULT_QUEUE_RETENTION_SECS, StoreSettings};
 pub use sqlite::{ClaimAnswer, Parked, SqliteConfig, SqliteStore};
 pub use types::*;
 

@@ -29,7 +29,7 @@ use shoal_engine::status::{ReasonCreated, ReasonResolved, TaskState, TaskStatus}
 use shoal_engine::task::Resolution;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 use shoal_store::outbox::{Next, OutboxEntry};
-use shoal_store::{ClaimRequest, PgConfig, PgStore, SqliteConfig, SqliteStore, Store, StoreError};
+use shoal_store::{ClaimRequest, PgConfig, PgStore, SqliteConfig, SqliteStore, Store, StoreError, StoreSettings};
 
 const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 const CLAIM_TIMEOUT: i64 = 60;
@@ -55,22 +55,19 @@ impl Backend {
 /// Seconds a completion stands for new idempotent tasks here: within the definitions' hour.
 const DEDUP_WINDOW: i64 = 600;
 
+/// The settings every backend runs the suite with.
+fn settings() -> StoreSettings {
+    StoreSettings { claim_timeout_secs: CLAIM_TIMEOUT, dedup_window_secs: DEDUP_WINDOW, ..StoreSettings::default() }
+}
+
 fn sqlite_in(dir: &std::path::Path) -> Store {
-    let config = SqliteConfig {
-        path: dir.join("shoal.db"),
-        claim_timeout_secs: CLAIM_TIMEOUT,
-        graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
-        queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
-        worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
-        dedup_window_secs: DEDUP_WINDOW,
-    };
+    let config = SqliteConfig { path: dir.join("shoal.db"), settings: settings() };
     Store::Sqlite(SqliteStore::open(&config).expect("open sqlite"))
 }
 
 fn postgres_at(url: &str) -> Store {
     let mut config = PgConfig::new(url);
-    config.claim_timeout_secs = CLAIM_TIMEOUT;
-    config.dedup_window_secs = DEDUP_WINDOW;
+    config.settings = settings();
     // The blocking client must not start inside the test's runtime.
     let store = std::thread::spawn(move || PgStore::open(&config)).join().expect("no panic").expect("open postgres");
     Store::Postgres(store)

@@ -42,17 +42,13 @@ fn open_store(dir: &std::path::Path, claim_timeout_secs: i64) -> Store {
         "" | "sqlite" => {
             let config = SqliteConfig {
                 path: dir.join("shoal.db"),
-                claim_timeout_secs,
-                graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
-                queue_retention_secs: shoal_store::DEFAULT_QUEUE_RETENTION_SECS,
-                worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
-                dedup_window_secs: shoal_engine::dedup::DEFAULT_WINDOW_SECS,
+                settings: shoal_store::StoreSettings { claim_timeout_secs, ..Default::default() },
             };
             Store::Sqlite(SqliteStore::open(&config).unwrap())
         }
         "postgres" => {
             let mut config = PgConfig::new(&pg::fresh_database());
-            config.claim_timeout_secs = claim_timeout_secs;
+            config.settings.claim_timeout_secs = claim_timeout_secs;
             // The blocking client must not start inside the test's runtime.
             let store = std::thread::spawn(move || PgStore::open(&config)).join().unwrap().unwrap();
             Store::Postgres(store)

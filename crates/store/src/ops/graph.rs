@@ -125,7 +125,7 @@ pub(crate) async fn create(
         return Err(Rejection::from(Conflict::GraphGroupTaken(task_graph_id)).into());
     }
     graph::check_routing(&input.routing)?;
-    let scheduler_id = tx.graph_scheduler_id().to_owned();
+    let scheduler_id = tx.settings().graph_scheduler_id.as_str().to_owned();
     let context = GraphContext { task_graph_id, scheduler_id: &scheduler_id, routing: &input.routing, now };
     let planned = graph::plan(context, input.tasks.clone(), &BTreeMap::new(), new_task_id)?;
     check_dependencies(tx, &planned).await?;

@@ -40,7 +40,7 @@ pub(crate) use queue_records::QueueRecords;
 pub(crate) use step::{record, release_dependents, step};
 
 use crate::row::{TaskRow, corrupt};
-use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
+use crate::{ArtifactKey, ClaimRequest, StoreError, StoreSettings, TaskEvent, TaskGroup};
 
 /// How often at most a queue's last-active time is written.
 pub(crate) const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
@@ -49,23 +49,12 @@ pub(crate) const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
 pub(crate) fn queue_recorded_recently(at: i64, now: Timestamp) -> bool {
     at + QUEUE_TOUCH_INTERVAL_MS > now.millis()
 }
-/// How long a queue is remembered after it was last active, unless set otherwise
-/// (Taskcluster's retention).
-pub const DEFAULT_QUEUE_RETENTION_SECS: i64 = 5 * 24 * 3600;
 
 /// A backend's write transaction: the reads and writes the operations are made of. Rows a
 /// method loads are locked until the commit where the backend locks rows.
 pub(crate) trait WriteTx {
-    /// Seconds a claim holds before it must be renewed.
-    fn claim_timeout_secs(&self) -> i64;
-    /// The scheduler id graph tasks carry (tasks with another are never looked up).
-    fn graph_scheduler_id(&self) -> &str;
-    /// How long a task queue, or a worker, is kept after it was last seen.
-    fn queue_retention_ms(&self) -> i64;
-    /// How long a worker counts as live after it was last seen.
-    fn worker_dead_after_ms(&self) -> i64;
-    /// How long a completed idempotent task may stand for new ones.
-    fn dedup_window_ms(&self) -> i64;
+    /// The rules' settings.
+    fn settings(&self) -> &StoreSettings;
     /// Adds a message to this transaction's outbox.
     fn publish(&mut self, message: Message);
     /// The events this transaction recorded, in order.
@@ -308,7 +297,7 @@ impl Before {
 /// its slices judged by the live workers.
 pub(crate) async fn start(tx: &mut impl WriteTx, task: &mut Task, now: Timestamp) -> Result<Effects, StoreError> {
     if let Some(hash) = &task.meta.dedup_hash {
-        let since = now.plus_millis(-tx.dedup_window_ms());
+        let since = now.plus_millis(-tx.settings().dedup_window_ms());
         if let Some(original) = tx.find_completion(hash, since).await? {
             return Ok(task.dedupe(original, now)?);
         }
@@ -340,7 +329,7 @@ pub(crate) async fn capacity_for(tx: &mut impl WriteTx, task: &Task, now: Timest
     if task.meta.slices.is_empty() {
         return Ok(Capacity::Assumed);
     }
-    let since = now.plus_millis(-tx.worker_dead_after_ms());
+    let since = now.plus_millis(-tx.settings().worker_dead_after_ms());
     Ok(Capacity::Workers(tx.live_worker_dimensions(&task.meta.task_queue_id, since).await?))
 }
 

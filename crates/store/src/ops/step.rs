@@ -120,7 +120,7 @@ async fn persist(
         let was_resolved = before.state.is_resolved();
         let state = row.task.state();
         if was_resolved != state.is_resolved()
-            && row.task.meta.scheduler_id == tx.graph_scheduler_id()
+            && row.task.meta.scheduler_id == tx.settings().graph_scheduler_id.as_str()
             && graph::react(tx, &row.task, before.state, now).await? == Reaction::Rerun
         {
             // The graph runs it again at once: to its dependents and its group it never

@@ -97,7 +97,7 @@ pub(crate) async fn apply_loaded(
     command: &TaskCommand,
     now: Timestamp,
 ) -> Result<TaskStatus, StoreError> {
-    let claim_timeout = tx.claim_timeout_secs();
+    let claim_timeout = tx.settings().claim_timeout_secs;
     let capacity = match command {
         TaskCommand::Schedule => capacity_for(tx, &row.task, now).await?,
         _ => Capacity::Assumed,
@@ -223,7 +223,7 @@ pub(crate) async fn claim_loaded(
     worker_id: &str,
     now: Timestamp,
 ) -> Result<Claim, StoreError> {
-    let claim_timeout = tx.claim_timeout_secs();
+    let claim_timeout = tx.settings().claim_timeout_secs;
     step(tx, &mut row, now, |task| task.claim(run_id, worker_group, worker_id, now, claim_timeout)).await?;
     // Only a definition with the flag is looked up (a payload holding the same text costs a
     // lookup that finds nothing).

@@ -46,7 +46,7 @@ pub(crate) async fn seen(
     now: Timestamp,
 ) -> Result<Worker, StoreError> {
     sighting.check()?;
-    let expires = now.plus_millis(tx.queue_retention_ms());
+    let expires = now.plus_millis(tx.settings().queue_retention_ms());
     let (mut worker, events) = match tx.load_worker(key).await? {
         Some(mut worker) => {
             let events = worker.seen(sighting, now, expires);
@@ -89,7 +89,9 @@ pub(crate) async fn record_claims_read(
     // few seconds): its indexed columns stay as they are, which keeps this write small.
     let (mut worker, events) = match loaded {
         Some(worker) => (worker, Vec::new()),
-        None => Worker::first(key.clone(), Sighting::default(), now, now.plus_millis(tx.queue_retention_ms())),
+        None => {
+            Worker::first(key.clone(), Sighting::default(), now, now.plus_millis(tx.settings().queue_retention_ms()))
+        }
     };
     let runs = claims.iter().map(|claim| TaskRun { task_id: claim.status.task_id, run_id: claim.run_id });
     worker.claimed(runs, now);
@@ -107,7 +109,7 @@ pub(crate) async fn change(
     let loaded = tx.load_worker(key).await?;
     let (mut worker, events) = match (change, loaded) {
         (WorkerChange::Declare { expires }, loaded) => {
-            let expires = expires.unwrap_or_else(|| now.plus_millis(tx.queue_retention_ms()));
+            let expires = expires.unwrap_or_else(|| now.plus_millis(tx.settings().queue_retention_ms()));
             let (mut worker, mut events) = match loaded {
                 Some(worker) => (worker, Vec::new()),
                 None => Worker::first(key.clone(), Sighting::default(), now, expires),

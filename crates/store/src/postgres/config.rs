@@ -90,16 +90,8 @@ pub struct PgConfig {
     /// How long a request waits for the database to answer before failing as unavailable
     /// (a database that hangs, or a network that went silent).
     pub request_timeout: Duration,
-    /// Seconds a claim holds before it must be renewed.
-    pub claim_timeout_secs: i64,
-    /// The task-graph scheduler's id, set on every graph task.
-    pub graph_scheduler_id: String,
-    /// Seconds a task queue is remembered after it was last used.
-    pub queue_retention_secs: i64,
-    /// Seconds a worker counts as live after it was last seen (slices' capacity).
-    pub worker_dead_after_secs: i64,
-    /// Seconds a completed idempotent task may stand for new ones.
-    pub dedup_window_secs: i64,
+    /// The rules' settings.
+    pub settings: crate::StoreSettings,
 }
 
 impl PgConfig {
@@ -111,11 +103,7 @@ impl PgConfig {
             max_connections: 32,
             connect_timeout: Duration::from_secs(5),
             request_timeout: REQUEST_TIMEOUT,
-            claim_timeout_secs: 1200,
-            graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
-            queue_retention_secs: crate::DEFAULT_QUEUE_RETENTION_SECS,
-            worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
-            dedup_window_secs: shoal_engine::dedup::DEFAULT_WINDOW_SECS,
+            settings: crate::StoreSettings::default(),
         }
     }
 

@@ -96,7 +96,7 @@ impl Drop for PgInner {
 impl PgStore {
     /// The scheduler id of task-graph tasks.
     pub(crate) fn graph_scheduler_id(&self) -> &str {
-        &self.inner.shared.graph_scheduler_id
+        &self.inner.shared.settings.graph_scheduler_id
     }
 
     /// Connects, migrates, and picks up the outbox where the database has it.
@@ -142,11 +142,7 @@ impl PgStore {
             pool,
             writer: config.writer()?,
             shared: Arc::new(TxShared {
-                claim_timeout_secs: config.claim_timeout_secs,
-                graph_scheduler_id: config.graph_scheduler_id.clone(),
-                queue_retention_ms: config.queue_retention_secs.saturating_mul(1000),
-                worker_dead_after_ms: config.worker_dead_after_secs.saturating_mul(1000),
-                dedup_window_ms: config.dedup_window_secs.saturating_mul(1000),
+                settings: config.settings.clone(),
                 queues_touched: std::sync::Mutex::default(),
                 staged: staged_here,
             }),

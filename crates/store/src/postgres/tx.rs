@@ -28,15 +28,8 @@ use crate::{StoreError, TaskEvent, TaskGroup};
 
 /// What every write transaction of one server shares: settings, and what it remembers.
 pub(crate) struct TxShared {
-    pub(crate) claim_timeout_secs: i64,
-    /// The scheduler id of task-graph tasks: only their resolutions are shown to the scheduler.
-    pub(crate) graph_scheduler_id: String,
-    /// How long a task queue is remembered after it was last used.
-    pub(crate) queue_retention_ms: i64,
-    /// How long a worker counts as live after it was last seen.
-    pub(crate) worker_dead_after_ms: i64,
-    /// How long a completed idempotent task may stand for new ones.
-    pub(crate) dedup_window_ms: i64,
+    /// The rules' settings.
+    pub(crate) settings: crate::StoreSettings,
     /// When this server last recorded each queue as active (saves a read per operation).
     pub(crate) queues_touched: std::sync::Mutex<ops::QueueRecords>,
     /// What this server staged in the outbox, kept for its tail.
@@ -544,7 +537,7 @@ impl PgTx {
              last_date_active = excluded.last_date_active",
             vec![
                 Box::new(task_queue_id.to_owned()),
-                Box::new(now.millis() + self.shared.queue_retention_ms),
+                Box::new(now.millis() + self.shared.settings.queue_retention_ms()),
                 Box::new(now.millis()),
             ],
         )

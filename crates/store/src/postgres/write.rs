@@ -27,24 +27,8 @@ use crate::row::{TaskRow, corrupt, json};
 use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
 impl WriteTx for PgTx {
-    fn claim_timeout_secs(&self) -> i64 {
-        self.shared.claim_timeout_secs
-    }
-
-    fn graph_scheduler_id(&self) -> &str {
-        &self.shared.graph_scheduler_id
-    }
-
-    fn queue_retention_ms(&self) -> i64 {
-        self.shared.queue_retention_ms
-    }
-
-    fn worker_dead_after_ms(&self) -> i64 {
-        self.shared.worker_dead_after_ms
-    }
-
-    fn dedup_window_ms(&self) -> i64 {
-        self.shared.dedup_window_ms
+    fn settings(&self) -> &crate::StoreSettings {
+        &self.shared.settings
     }
 
     /// Staged in the outbox with the commit.

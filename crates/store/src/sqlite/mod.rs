@@ -59,16 +59,8 @@ const MAX_IDLE_READERS: usize = 8;
 pub struct SqliteConfig {
     /// Database file (created if missing).
     pub path: PathBuf,
-    /// Seconds a claim holds before it must be renewed.
-    pub claim_timeout_secs: i64,
-    /// The task-graph scheduler's id, set on every graph task.
-    pub graph_scheduler_id: String,
-    /// Seconds a task queue is remembered after it was last used.
-    pub queue_retention_secs: i64,
-    /// Seconds a worker counts as live after it was last seen (slices' capacity).
-    pub worker_dead_after_secs: i64,
-    /// Seconds a completed idempotent task may stand for new ones.
-    pub dedup_window_secs: i64,
+    /// The rules' settings.
+    pub settings: crate::StoreSettings,
 }
 
 /// The SQLite store; cheap to clone.
@@ -216,7 +208,7 @@ impl SqliteStore {
                 feed,
                 glance,
                 parking,
-                graph_scheduler_id: config.graph_scheduler_id.clone(),
+                graph_scheduler_id: config.settings.graph_scheduler_id.clone(),
             }),
         })
     }

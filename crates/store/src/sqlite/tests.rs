@@ -7,11 +7,7 @@ use super::*;
 fn open(dir: &tempfile::TempDir) -> SqliteStore {
     SqliteStore::open(&SqliteConfig {
         path: dir.path().join("shoal.db"),
-        claim_timeout_secs: 60,
-        graph_scheduler_id: shoal_engine::graph::DEFAULT_SCHEDULER_ID.to_owned(),
-        queue_retention_secs: crate::DEFAULT_QUEUE_RETENTION_SECS,
-        worker_dead_after_secs: shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS,
-        dedup_window_secs: shoal_engine::dedup::DEFAULT_WINDOW_SECS,
+        settings: crate::StoreSettings { claim_timeout_secs: 60, ..Default::default() },
     })
     .unwrap()
 }

@@ -28,14 +28,13 @@ use crate::sqlite::parking::Parking;
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::row::{self, INSERT, N_TASK_COLUMNS, TASK_COLUMNS, UPDATE, raw_json, task_from_row};
 use crate::sqlite::{SqliteConfig, artifacts, graph, workers};
-use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
+use crate::{ArtifactKey, ClaimRequest, StoreError, StoreSettings, TaskEvent, TaskGroup};
 
 /// State the writer thread keeps between transactions.
 #[derive(Debug)]
 pub(crate) struct WriterState {
     pub(crate) index: PendingIndex,
     pub(crate) next_seq: u64,
-    pub(crate) claim_timeout_secs: i64,
     queue_touched: QueueRecords,
     /// Queues recorded active by the batch in progress, published at its commit.
     recorded: Vec<(String, i64)>,
@@ -53,14 +52,7 @@ pub(crate) struct WriterState {
     /// Messages up to here have been deleted from the outbox (after publication).
     pub(crate) outbox_trimmed: u64,
     pub(crate) feed: Arc<OutboxFeed>,
-    /// The scheduler id of task-graph tasks: only their resolutions are shown to the scheduler.
-    pub(crate) graph_scheduler_id: String,
-    /// How long a task queue is remembered after it was last used.
-    pub(crate) queue_retention_ms: i64,
-    /// How long a worker counts as live after it was last seen.
-    pub(crate) worker_dead_after_ms: i64,
-    /// How long a completed idempotent task may stand for new ones.
-    pub(crate) dedup_window_ms: i64,
+    pub(crate) settings: StoreSettings,
 }
 
 impl WriterState {
@@ -110,7 +102,6 @@ impl WriterState {
         WriterState {
             index,
             next_seq,
-            claim_timeout_secs: config.claim_timeout_secs,
             queue_touched: QueueRecords::default(),
             recorded: Vec::new(),
             glance,
@@ -120,10 +111,7 @@ impl WriterState {
             outbox_seq,
             outbox_trimmed,
             feed,
-            graph_scheduler_id: config.graph_scheduler_id.clone(),
-            queue_retention_ms: config.queue_retention_secs.saturating_mul(1000),
-            worker_dead_after_ms: config.worker_dead_after_secs.saturating_mul(1000),
-            dedup_window_ms: config.dedup_window_secs.saturating_mul(1000),
+            settings: config.settings.clone(),
         }
     }
 }
@@ -165,7 +153,7 @@ impl Tx<'_> {
              ON CONFLICT (task_queue_id) DO UPDATE SET expires = excluded.expires, \
              last_date_active = excluded.last_date_active",
         )?;
-        stmt.execute(params![task_queue_id, now.millis() + self.state.queue_retention_ms, now.millis()])?;
+        stmt.execute(params![task_queue_id, now.millis() + self.state.settings.queue_retention_ms(), now.millis()])?;
         if self.state.queue_touched.insert(task_queue_id, now.millis()) {
             self.state.sweep_due = Some(now.millis());
         }
@@ -181,24 +169,8 @@ impl Tx<'_> {
 }
 
 impl WriteTx for Tx<'_> {
-    fn claim_timeout_secs(&self) -> i64 {
-        self.state.claim_timeout_secs
-    }
-
-    fn graph_scheduler_id(&self) -> &str {
-        &self.state.graph_scheduler_id
-    }
-
-    fn queue_retention_ms(&self) -> i64 {
-        self.state.queue_retention_ms
-    }
-
-    fn worker_dead_after_ms(&self) -> i64 {
-        self.state.worker_dead_after_ms
-    }
-
-    fn dedup_window_ms(&self) -> i64 {
-        self.state.dedup_window_ms
+    fn settings(&self) -> &StoreSettings {
+        &self.state.settings
     }
 
     /// Gives the message its sequence number; it is written with this transaction's batch and

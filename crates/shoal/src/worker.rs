@@ -1,0 +1,86 @@
+//! `shoal worker`: its flags, and the worker started with them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::cli;
+use crate::server::ShutdownSignal;
+
+/// Flags of `shoal worker`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct WorkerArgs {
+    /// The server and the worker's credentials (it needs queue:claim-work:<queue> and
+    /// queue:worker-id:<group>/<id>; each claimed run brings its own).
+    #[command(flatten)]
+    address: cli::ServerAddress,
+    /// The task queue to claim from, `provisionerId/workerType`.
+    #[arg(long)]
+    queue: String,
+    /// A dimension this worker has, `key=value` (repeat for more keys or values).
+    #[arg(long = "dimension", value_parser = parse_dimension)]
+    dimensions: Vec<(String, String)>,
+    /// Most tasks run at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=32))]
+    capacity: u32,
+    /// Worker group [default: local].
+    #[arg(long, default_value = "local")]
+    worker_group: String,
+    /// Worker id, unique within its group: one worker process per id [default: the host's
+    /// name, as an identifier].
+    #[arg(long)]
+    worker_id: Option<String>,
+    /// Where task directories are made [default: <temp dir>/shoal-work].
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Seconds between SIGTERM and SIGKILL when a task is stopped.
+    #[arg(long, default_value_t = 10)]
+    grace: u64,
+}
+
+fn parse_dimension(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text.split_once('=').ok_or("a dimension is key=value")?;
+    Ok((key.to_owned(), value.to_owned()))
+}
+
+/// Runs a worker until SIGINT or SIGTERM.
+pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    let shutdown = ShutdownSignal::install()?;
+    let client = args.address.client()?;
+    let mut dimensions = serde_json::Map::new();
+    for (key, value) in args.dimensions {
+        let values = dimensions.entry(key).or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        if let serde_json::Value::Array(values) = values {
+            values.push(serde_json::Value::String(value));
+        }
+    }
+    let config = shoal_worker::WorkerConfig {
+        task_queue_id: args.queue,
+        worker_group: args.worker_group,
+        worker_id: args.worker_id.unwrap_or_else(host_worker_id),
+        dimensions: serde_json::Value::Object(dimensions),
+        capacity: args.capacity,
+        work_dir: args.work_dir.unwrap_or_else(|| std::env::temp_dir().join("shoal-work")),
+        grace: Duration::from_secs(args.grace),
+    };
+    shoal_worker::guard(&config.work_dir)
+        .with_context(|| format!("preparing the work directory {}", config.work_dir.display()))?;
+    tracing::info!(queue = %config.task_queue_id, worker.id = %config.worker_id, capacity = config.capacity, "worker started");
+    shoal_worker::run(client, config, shutdown.received()).await;
+    tracing::info!("worker stopped");
+    Ok(())
+}
+
+/// The host's name as a worker id: its first label, other characters than letters, digits,
+/// `-` and `_` as `-`, at most 38 characters.
+fn host_worker_id() -> String {
+    let name = nix::unistd::gethostname().ok().and_then(|name| name.into_string().ok()).unwrap_or_default();
+    let label = name.split('.').next().unwrap_or_default();
+    let id: String = label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .take(38)
+        .collect();
+    if id.is_empty() { "worker".to_owned() } else { id }
+}
