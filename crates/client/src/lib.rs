@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use shoal_engine::Timestamp;
-use shoal_engine::status::{RunStats, TaskState, TaskStatus};
+use shoal_engine::status::{RunStats, TaskState, TaskStatus, WorkerException};
 
 pub use shoal_engine::graph::GraphState;
 pub use shoal_engine::message::GraphStatus;
@@ -389,7 +389,7 @@ impl Client {
         let (path, mut body) = match outcome {
             Outcome::Completed => ("completed", None),
             Outcome::Failed => ("failed", None),
-            Outcome::Exception(reason) => ("exception", Some(json!({ "reason": reason }))),
+            Outcome::Exception(reason) => ("exception", Some(json!({ "reason": reason.as_str() }))),
         };
         if let Some(stats) = stats {
             body.get_or_insert_with(|| json!({}))["stats"] = json!(stats);
@@ -589,8 +589,8 @@ pub enum Outcome {
     Completed,
     /// reportFailed.
     Failed,
-    /// reportException with this reason (e.g. `malformed-payload`, `intermittent-task`).
-    Exception(String),
+    /// reportException with this reason.
+    Exception(WorkerException),
 }
 
 enum Body<'a> {

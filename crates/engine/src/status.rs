@@ -104,6 +104,68 @@ pub enum ReasonResolved {
     Superseded,
 }
 
+/// The reasons a worker may give to reportException.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkerException {
+    /// The worker shut down (retried).
+    WorkerShutdown,
+    /// The worker could not understand the payload.
+    MalformedPayload,
+    /// The worker lacked a resource.
+    ResourceUnavailable,
+    /// The worker hit an internal error.
+    InternalError,
+    /// Kept for compatibility.
+    Superseded,
+    /// The task asked to be retried.
+    IntermittentTask,
+}
+
+impl WorkerException {
+    /// Every reason, in Taskcluster's order.
+    pub const ALL: [WorkerException; 6] = [
+        WorkerException::WorkerShutdown,
+        WorkerException::MalformedPayload,
+        WorkerException::ResourceUnavailable,
+        WorkerException::InternalError,
+        WorkerException::Superseded,
+        WorkerException::IntermittentTask,
+    ];
+
+    /// The reason's wire name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerException::WorkerShutdown => "worker-shutdown",
+            WorkerException::MalformedPayload => "malformed-payload",
+            WorkerException::ResourceUnavailable => "resource-unavailable",
+            WorkerException::InternalError => "internal-error",
+            WorkerException::Superseded => "superseded",
+            WorkerException::IntermittentTask => "intermittent-task",
+        }
+    }
+
+    /// The reason named `name`, if a worker may give it.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<WorkerException> {
+        WorkerException::ALL.into_iter().find(|reason| reason.as_str() == name)
+    }
+}
+
+impl From<WorkerException> for ReasonResolved {
+    fn from(reason: WorkerException) -> ReasonResolved {
+        match reason {
+            WorkerException::WorkerShutdown => ReasonResolved::WorkerShutdown,
+            WorkerException::MalformedPayload => ReasonResolved::MalformedPayload,
+            WorkerException::ResourceUnavailable => ReasonResolved::ResourceUnavailable,
+            WorkerException::InternalError => ReasonResolved::InternalError,
+            WorkerException::Superseded => ReasonResolved::Superseded,
+            WorkerException::IntermittentTask => ReasonResolved::IntermittentTask,
+        }
+    }
+}
+
 /// State of one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

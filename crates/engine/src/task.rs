@@ -11,7 +11,7 @@ use crate::event::{Effects, Event};
 use crate::priority::Priority;
 use crate::rejection::{Conflict, Missing};
 use crate::slice::{self, Capacity, Slice, SliceAt};
-use crate::status::{ReasonCreated, ReasonResolved, Run, RunState, RunStats, TaskState, TaskStatus};
+use crate::status::{ReasonCreated, ReasonResolved, Run, RunState, RunStats, TaskState, TaskStatus, WorkerException};
 use crate::{Rejection, TaskId, Timestamp};
 
 /// A task may have at most this many runs; rerunTask refuses past it.
@@ -48,6 +48,8 @@ pub struct TaskMeta {
     pub routes: Vec<String>,
     /// Tags its messages carry.
     pub tags: BTreeMap<String, String>,
+    /// Whether it has secrets (kept apart from its definition, handed to the worker that claims it).
+    pub has_secrets: bool,
 }
 
 impl TaskMeta {
@@ -72,6 +74,7 @@ impl TaskMeta {
             dedup_hash: definition.dedup_hash.clone(),
             routes: definition.routes.clone(),
             tags: definition.tags.clone(),
+            has_secrets: definition.has_secrets,
         }
     }
 }
@@ -104,19 +107,10 @@ impl Resolution {
         }
     }
 
-    /// The reasons a worker may give to reportException.
+    /// A worker's reportException.
     #[must_use]
-    pub fn from_worker_exception(reason: &str) -> Option<Resolution> {
-        let reason = match reason {
-            "worker-shutdown" => ReasonResolved::WorkerShutdown,
-            "malformed-payload" => ReasonResolved::MalformedPayload,
-            "resource-unavailable" => ReasonResolved::ResourceUnavailable,
-            "internal-error" => ReasonResolved::InternalError,
-            "superseded" => ReasonResolved::Superseded,
-            "intermittent-task" => ReasonResolved::IntermittentTask,
-            _ => return None,
-        };
-        Some(Resolution::Exception(reason))
+    pub fn worker_exception(reason: WorkerException) -> Resolution {
+        Resolution::Exception(reason.into())
     }
 }
 

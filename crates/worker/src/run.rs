@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use shoal_client::{Claim, Client, Outcome};
-use shoal_engine::status::RunStats;
+use shoal_engine::status::{RunStats, WorkerException};
 use tokio_util::sync::CancellationToken;
 
 use crate::WorkerConfig;
@@ -52,7 +52,7 @@ pub(crate) async fn run_claim(
             log.line(&format!("malformed payload: {message}")).await;
             drop(log);
             flusher.finish().await;
-            let outcome = Outcome::Exception("malformed-payload".into());
+            let outcome = Outcome::Exception(WorkerException::MalformedPayload);
             report(&client, &task_id, run_id, &outcome, &RunStats::default()).await;
             return;
         }
@@ -131,11 +131,11 @@ pub(crate) async fn run_claim(
         }
         Ending::Retry(code) => {
             log.line(&format!("exit code {code} asks for a retry (onExitStatus.retry)")).await;
-            Some(Outcome::Exception("intermittent-task".into()))
+            Some(Outcome::Exception(WorkerException::IntermittentTask))
         }
         Ending::Shutdown => {
             log.line("the worker is shutting down; the run is handed back").await;
-            Some(Outcome::Exception("worker-shutdown".into()))
+            Some(Outcome::Exception(WorkerException::WorkerShutdown))
         }
         Ending::Revoked => None,
     };

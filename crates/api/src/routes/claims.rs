@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use shoal_engine::command::TaskCommand;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::id::is_identifier;
-use shoal_engine::status::RunStats;
+use shoal_engine::status::{RunStats, WorkerException};
 use shoal_engine::task::Resolution;
 use shoal_engine::worker::{Sighting, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
@@ -266,10 +266,10 @@ pub(crate) async fn report_exception(
     params: Params,
     Body(body): Body<ExceptionBody>,
 ) -> Result<Json<StatusBody>, ApiError> {
-    let resolution = Resolution::from_worker_exception(&body.reason).ok_or_else(|| {
-        ApiError::invalid_input(
-            "reason: must be one of worker-shutdown, malformed-payload, resource-unavailable, internal-error, superseded, intermittent-task",
-        )
+    let reason = WorkerException::from_name(&body.reason).ok_or_else(|| {
+        let names: Vec<&str> = WorkerException::ALL.iter().map(|reason| reason.as_str()).collect();
+        ApiError::invalid_input(format!("reason: must be one of {}", names.join(", ")))
     })?;
+    let resolution = Resolution::worker_exception(reason);
     resolve(&state, &caller, &params, resolution, body.stats).await
 }

@@ -37,7 +37,9 @@ fn apply(task: &mut Task, now: &mut Timestamp, line: &str) -> String {
         ["reclaim", _] => task.reclaim(run(1), *now, 60),
         ["complete", _] => task.resolve(run(1), Resolution::Completed, *now),
         ["fail", _] => task.resolve(run(1), Resolution::Failed, *now),
-        ["exception", _, reason] => task.resolve(run(1), Resolution::from_worker_exception(reason).unwrap(), *now),
+        ["exception", _, reason] => {
+            task.resolve(run(1), Resolution::worker_exception(WorkerException::from_name(reason).unwrap()), *now)
+        }
         ["expire-claims"] => Ok(task.expire_claim(*now).unwrap_or_default()),
         ["exceed-deadline"] => Ok(task.exceed_deadline(*now).unwrap_or_default()),
         ["cancel"] => task.cancel(*now),
@@ -280,11 +282,10 @@ proptest! {
                 Cmd::Claim(run) => task.claim(run, "g", "w", now, 60),
                 Cmd::Reclaim(run) => task.reclaim(run, now, 60),
                 Cmd::Resolve(run, how) => {
-                    let reasons = ["worker-shutdown", "malformed-payload", "resource-unavailable", "internal-error", "intermittent-task", "superseded"];
                     let resolution = match how {
                         0 => Resolution::Completed,
                         1 => Resolution::Failed,
-                        n => Resolution::from_worker_exception(reasons[usize::from(n - 2)]).unwrap(),
+                        n => Resolution::worker_exception(WorkerException::ALL[usize::from(n - 2)]),
                     };
                     task.resolve(run, resolution, now)
                 }

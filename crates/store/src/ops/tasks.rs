@@ -225,9 +225,7 @@ pub(crate) async fn claim_loaded(
 ) -> Result<Claim, StoreError> {
     let claim_timeout = tx.settings().claim_timeout_secs;
     step(tx, &mut row, now, |task| task.claim(run_id, worker_group, worker_id, now, claim_timeout)).await?;
-    // Only a definition with the flag is looked up (a payload holding the same text costs a
-    // lookup that finds nothing).
-    let secrets = match definition.get().contains(r#""hasSecrets":true"#) {
+    let secrets = match row.task.meta.has_secrets {
         true => tx.load_secrets(row.task.task_id).await?,
         false => None,
     };

@@ -258,6 +258,11 @@ INSERT INTO task_tags (tag, created, task_id)
     FROM tasks WHERE state IN ('failed', 'exception')
     ON CONFLICT DO NOTHING;
 "#,
+    // 15: whether a task has secrets (1, else NULL), so a claim looks them up only then.
+    r#"
+ALTER TABLE tasks ADD COLUMN secrets SMALLINT;
+UPDATE tasks SET secrets = 1 WHERE (definition::jsonb ->> 'hasSecrets') = 'true';
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

@@ -122,6 +122,7 @@ pub(crate) const TASK_COLUMNS: &[Column] = &[
     column("tags", Kind::Text, Value::Task(|t| json_unless(t.meta.tags.is_empty(), &t.meta.tags))),
     column("slices", Kind::Text, Value::Task(|t| json_unless(t.meta.slices.is_empty(), &t.meta.slices))),
     column("dedup", Kind::Text, Value::Task(|t| Ok(Cell::Text(t.meta.dedup_hash.clone())))),
+    column("secrets", Kind::Int, Value::Task(|t| Ok(Cell::Int(t.meta.has_secrets.then_some(1))))),
     // Written, not read back: derived from the above, or kept for queries.
     step("state", Kind::Text, |t| Ok(text(t.state().as_str()))),
     step("taken_until", Kind::Int, |t| Ok(millis(t.running_until()))),
@@ -136,7 +137,7 @@ pub(crate) const TASK_COLUMNS: &[Column] = &[
 ];
 
 /// How many of [`TASK_COLUMNS`] a task select reads, from the first.
-pub(crate) const READ: usize = at("dedup") + 1;
+pub(crate) const READ: usize = at("secrets") + 1;
 
 /// The index of column `name` in [`TASK_COLUMNS`] (a compile-time error when there is none).
 pub(crate) const fn at(name: &str) -> usize {
@@ -265,6 +266,7 @@ pub(crate) fn task_from_cells(row: &impl Cells) -> Result<TaskRow, StoreError> {
         tags: optional_json(row, at("tags"))?,
         slices: optional_json(row, at("slices"))?,
         dedup_hash: row.text(at("dedup"))?.map(str::to_owned),
+        has_secrets: row.int(at("secrets"))? == Some(1),
     };
     let retries_left = small(at("retries_left"))?;
     Ok(TaskRow {

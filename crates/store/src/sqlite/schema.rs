@@ -260,6 +260,11 @@ ALTER TABLE workers_by_row RENAME TO workers;
 CREATE INDEX workers_watched ON workers (last_seen) WHERE watched = 1;
 CREATE INDEX workers_expires ON workers (expires);
 ",
+    // 16: whether a task has secrets (1, else NULL), so a claim looks them up only then.
+    r"
+ALTER TABLE tasks ADD COLUMN secrets INTEGER;
+UPDATE tasks SET secrets = 1 WHERE json_extract(definition, '$.hasSecrets') = 1;
+",
 ];
 
 /// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its one
@@ -285,4 +290,32 @@ pub(crate) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.commit()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tasks_written_before_schema_16_keep_whether_they_have_secrets() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..15] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch("PRAGMA user_version = 15").unwrap();
+        let insert = "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
+             retries, retries_left, deadline, expires, requires, runs, state, definition) \
+             VALUES (?1, 'p/q', '-', 'none', ?1, '\"lowest\"', 0, 0, 1, 2, 'all-completed', '[]', 'pending', ?2)";
+        conn.execute(insert, ["a", r#"{"hasSecrets":true}"#]).unwrap();
+        conn.execute(insert, ["b", r#"{"payload":{"note":"\"hasSecrets\":true"}}"#]).unwrap();
+        migrate(&mut conn).unwrap();
+        let flagged: Vec<(String, Option<i64>)> = conn
+            .prepare("SELECT task_id, secrets FROM tasks ORDER BY task_id")
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(flagged, vec![("a".to_owned(), Some(1)), ("b".to_owned(), None)]);
+    }
 }
