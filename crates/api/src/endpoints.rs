@@ -22,13 +22,50 @@ pub enum Stability {
     Deprecated,
 }
 
+/// An endpoint's HTTP method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Method {
+    /// GET (and HEAD).
+    Get,
+    /// POST.
+    Post,
+    /// PUT.
+    Put,
+    /// DELETE.
+    Delete,
+}
+
+impl Method {
+    /// The method's name on the wire.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Delete => "DELETE",
+        }
+    }
+
+    /// The requests an axum route of this method takes.
+    pub(crate) fn filter(self) -> MethodFilter {
+        match self {
+            Method::Get => MethodFilter::GET,
+            Method::Post => MethodFilter::POST,
+            Method::Put => MethodFilter::PUT,
+            Method::Delete => MethodFilter::DELETE,
+        }
+    }
+}
+
 /// One endpoint of an API (the queue's, the scheduler's).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Endpoint {
     /// Taskcluster's name, e.g. `claimWork`.
     pub name: &'static str,
     /// HTTP method.
-    pub method: &'static str,
+    pub method: Method,
     /// Route under the API's base (`/api/queue/v1`, `/api/scheduler/v1`), in axum syntax; `{queue}` stands for a taskQueueId, which
     /// also matches raw as `{queue}/{queue_wt}`.
     pub route: &'static str,
@@ -42,10 +79,10 @@ pub struct Endpoint {
 }
 
 macro_rules! endpoint {
-    ($name:literal, $method:literal, $route:literal, $scopes:expr, $stability:ident, $handler:path) => {
+    ($name:literal, $method:ident, $route:literal, $scopes:expr, $stability:ident, $handler:path) => {
         Endpoint {
             name: $name,
-            method: $method,
+            method: Method::$method,
             route: $route,
             scopes: $scopes,
             stability: Stability::$stability,
@@ -87,29 +124,29 @@ const GET_ARTIFACT: Scopes = For { var: "name", list: "privateNames", each: &Sco
 
 /// The queue API v1.
 pub const ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", "GET", "/ping", Public, Stable, meta::ping),
-    endpoint!("lbheartbeat", "GET", "/__lbheartbeat__", Public, Stable, meta::lbheartbeat),
-    endpoint!("version", "GET", "/__version__", Public, Stable, meta::version),
-    endpoint!("heartbeat", "GET", "/__heartbeat__", Public, Stable, meta::heartbeat),
-    endpoint!("reference", "GET", "/reference", Public, Experimental, meta::reference),
-    endpoint!("task", "GET", "/task/{task_id}", Public, Stable, tasks::get_task),
-    endpoint!("tasks", "POST", "/tasks", Public, Experimental, tasks::get_tasks),
-    endpoint!("statuses", "POST", "/tasks/status", Public, Experimental, tasks::get_statuses),
-    endpoint!("status", "GET", "/task/{task_id}/status", Public, Stable, tasks::get_status),
-    endpoint!("createTask", "PUT", "/task/{task_id}", CREATE_TASK, Stable, tasks::create_task),
+    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping),
+    endpoint!("lbheartbeat", Get, "/__lbheartbeat__", Public, Stable, meta::lbheartbeat),
+    endpoint!("version", Get, "/__version__", Public, Stable, meta::version),
+    endpoint!("heartbeat", Get, "/__heartbeat__", Public, Stable, meta::heartbeat),
+    endpoint!("reference", Get, "/reference", Public, Experimental, meta::reference),
+    endpoint!("task", Get, "/task/{task_id}", Public, Stable, tasks::get_task),
+    endpoint!("tasks", Post, "/tasks", Public, Experimental, tasks::get_tasks),
+    endpoint!("statuses", Post, "/tasks/status", Public, Experimental, tasks::get_statuses),
+    endpoint!("status", Get, "/task/{task_id}/status", Public, Stable, tasks::get_status),
+    endpoint!("createTask", Put, "/task/{task_id}", CREATE_TASK, Stable, tasks::create_task),
     endpoint!(
         "scheduleTask",
-        "POST",
+        Post,
         "/task/{task_id}/schedule",
         task_command!("schedule-task"),
         Stable,
         tasks::schedule_task
     ),
-    endpoint!("rerunTask", "POST", "/task/{task_id}/rerun", task_command!("rerun-task"), Stable, tasks::rerun_task),
-    endpoint!("cancelTask", "POST", "/task/{task_id}/cancel", task_command!("cancel-task"), Stable, tasks::cancel_task),
+    endpoint!("rerunTask", Post, "/task/{task_id}/rerun", task_command!("rerun-task"), Stable, tasks::rerun_task),
+    endpoint!("cancelTask", Post, "/task/{task_id}/cancel", task_command!("cancel-task"), Stable, tasks::cancel_task),
     endpoint!(
         "changeTaskPriority",
-        "POST",
+        Post,
         "/task/{task_id}/priority",
         AnyOf(&[
             Scope("queue:change-task-priority:<taskId>"),
@@ -118,10 +155,10 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Experimental,
         tasks::change_task_priority
     ),
-    endpoint!("listDependentTasks", "GET", "/task/{task_id}/dependents", Public, Stable, tasks::list_dependent_tasks),
+    endpoint!("listDependentTasks", Get, "/task/{task_id}/dependents", Public, Stable, tasks::list_dependent_tasks),
     endpoint!(
         "claimWork",
-        "POST",
+        Post,
         "/claim-work/{queue}",
         AllOf(&[Scope("queue:claim-work:<taskQueueId>"), Scope("queue:worker-id:<workerGroup>/<workerId>")]),
         Stable,
@@ -129,7 +166,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "claimTask",
-        "POST",
+        Post,
         "/task/{task_id}/runs/{run_id}/claim",
         AllOf(&[Scope("queue:claim-task:<taskQueueId>"), Scope("queue:worker-id:<workerGroup>/<workerId>")]),
         Deprecated,
@@ -137,7 +174,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "reclaimTask",
-        "POST",
+        Post,
         "/task/{task_id}/runs/{run_id}/reclaim",
         Scope("queue:reclaim-task:<taskId>/<runId>"),
         Stable,
@@ -145,7 +182,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "reportCompleted",
-        "POST",
+        Post,
         "/task/{task_id}/runs/{run_id}/completed",
         Scope("queue:resolve-task:<taskId>/<runId>"),
         Stable,
@@ -153,7 +190,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "reportFailed",
-        "POST",
+        Post,
         "/task/{task_id}/runs/{run_id}/failed",
         Scope("queue:resolve-task:<taskId>/<runId>"),
         Stable,
@@ -161,7 +198,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "reportException",
-        "POST",
+        Post,
         "/task/{task_id}/runs/{run_id}/exception",
         Scope("queue:resolve-task:<taskId>/<runId>"),
         Stable,
@@ -169,7 +206,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "createArtifact",
-        "POST",
+        Post,
         "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
         CREATE_ARTIFACT,
         Stable,
@@ -177,7 +214,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "finishArtifact",
-        "PUT",
+        Put,
         "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
         CREATE_ARTIFACT,
         Stable,
@@ -185,7 +222,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "getArtifact",
-        "GET",
+        Get,
         "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
         GET_ARTIFACT,
         Stable,
@@ -193,7 +230,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "getLatestArtifact",
-        "GET",
+        Get,
         "/task/{task_id}/artifacts/{*name}",
         GET_ARTIFACT,
         Stable,
@@ -201,7 +238,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "listArtifacts",
-        "GET",
+        Get,
         "/task/{task_id}/runs/{run_id}/artifacts",
         Public,
         Stable,
@@ -209,7 +246,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "listLatestArtifacts",
-        "GET",
+        Get,
         "/task/{task_id}/artifacts",
         Public,
         Stable,
@@ -217,7 +254,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "artifactInfo",
-        "GET",
+        Get,
         "/task/{task_id}/runs/{run_id}/artifact-info/{*name}",
         Public,
         Stable,
@@ -225,7 +262,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "latestArtifactInfo",
-        "GET",
+        Get,
         "/task/{task_id}/artifact-info/{*name}",
         Public,
         Stable,
@@ -233,7 +270,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "artifact",
-        "GET",
+        Get,
         "/task/{task_id}/runs/{run_id}/artifact-content/{*name}",
         GET_ARTIFACT,
         Stable,
@@ -241,21 +278,21 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "latestArtifact",
-        "GET",
+        Get,
         "/task/{task_id}/artifact-content/{*name}",
         GET_ARTIFACT,
         Stable,
         artifacts::latest_artifact_content
     ),
-    endpoint!("listTaskGroup", "GET", "/task-group/{group}/list", Public, Stable, groups::list_task_group),
-    endpoint!("listTasks", "GET", "/tasks", Public, Experimental, task_list::list_tasks),
-    endpoint!("countTasks", "GET", "/tasks/count", Public, Experimental, task_list::count_tasks),
-    endpoint!("listFailedTasks", "GET", "/tasks/failed", Public, Experimental, task_list::list_failed_tasks),
-    endpoint!("listTaskGroups", "GET", "/task-groups", Public, Experimental, task_list::list_task_groups),
-    endpoint!("getTaskGroup", "GET", "/task-group/{group}", Public, Stable, groups::get_task_group),
+    endpoint!("listTaskGroup", Get, "/task-group/{group}/list", Public, Stable, groups::list_task_group),
+    endpoint!("listTasks", Get, "/tasks", Public, Experimental, task_list::list_tasks),
+    endpoint!("countTasks", Get, "/tasks/count", Public, Experimental, task_list::count_tasks),
+    endpoint!("listFailedTasks", Get, "/tasks/failed", Public, Experimental, task_list::list_failed_tasks),
+    endpoint!("listTaskGroups", Get, "/task-groups", Public, Experimental, task_list::list_task_groups),
+    endpoint!("getTaskGroup", Get, "/task-group/{group}", Public, Stable, groups::get_task_group),
     endpoint!(
         "sealTaskGroup",
-        "POST",
+        Post,
         "/task-group/{group}/seal",
         Scope("queue:seal-task-group:<schedulerId>/<taskGroupId>"),
         Experimental,
@@ -263,7 +300,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "cancelTaskGroup",
-        "POST",
+        Post,
         "/task-group/{group}/cancel",
         Scope("queue:cancel-task-group:<schedulerId>/<taskGroupId>"),
         Experimental,
@@ -271,17 +308,17 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "changeTaskGroupPriority",
-        "POST",
+        Post,
         "/task-group/{group}/priority",
         Scope("queue:change-task-group-priority:<schedulerId>/<taskGroupId>"),
         Experimental,
         groups::change_task_group_priority
     ),
-    endpoint!("pendingTasks", "GET", "/pending/{queue}", Public, Deprecated, queues::pending_tasks),
-    endpoint!("taskQueueCounts", "GET", "/task-queues/{queue}/counts", Public, Stable, queues::task_queue_counts),
+    endpoint!("pendingTasks", Get, "/pending/{queue}", Public, Deprecated, queues::pending_tasks),
+    endpoint!("taskQueueCounts", Get, "/task-queues/{queue}/counts", Public, Stable, queues::task_queue_counts),
     endpoint!(
         "taskQueueCountsBatch",
-        "POST",
+        Post,
         "/task-queues/counts",
         Public,
         Experimental,
@@ -289,7 +326,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "listPendingTasks",
-        "GET",
+        Get,
         "/task-queues/{queue}/pending",
         Public,
         Experimental,
@@ -297,25 +334,18 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "listClaimedTasks",
-        "GET",
+        Get,
         "/task-queues/{queue}/claimed",
         Public,
         Experimental,
         queues::list_claimed_tasks
     ),
-    endpoint!("listTaskQueues", "GET", "/task-queues", Public, Stable, queues::list_task_queues),
-    endpoint!("listProvisioners", "GET", "/provisioners", Public, Deprecated, provisioners::list_provisioners),
-    endpoint!(
-        "getProvisioner",
-        "GET",
-        "/provisioners/{provisioner}",
-        Public,
-        Deprecated,
-        provisioners::get_provisioner
-    ),
+    endpoint!("listTaskQueues", Get, "/task-queues", Public, Stable, queues::list_task_queues),
+    endpoint!("listProvisioners", Get, "/provisioners", Public, Deprecated, provisioners::list_provisioners),
+    endpoint!("getProvisioner", Get, "/provisioners/{provisioner}", Public, Deprecated, provisioners::get_provisioner),
     endpoint!(
         "listWorkerTypes",
-        "GET",
+        Get,
         "/provisioners/{provisioner}/worker-types",
         Public,
         Deprecated,
@@ -323,7 +353,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "getWorkerType",
-        "GET",
+        Get,
         "/provisioners/{provisioner}/worker-types/{worker_type}",
         Public,
         Deprecated,
@@ -331,7 +361,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "listWorkers",
-        "GET",
+        Get,
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers",
         Public,
         Deprecated,
@@ -339,7 +369,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "getWorker",
-        "GET",
+        Get,
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}",
         Public,
         Deprecated,
@@ -347,7 +377,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "quarantineWorker",
-        "PUT",
+        Put,
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}",
         Scope("queue:quarantine-worker:<provisionerId>/<workerType>/<workerGroup>/<workerId>"),
         Experimental,
@@ -355,7 +385,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "declareWorker",
-        "PUT",
+        Put,
         "/provisioners/{provisioner}/worker-types/{worker_type}/{worker_group}/{worker_id}",
         AllOf(&[For {
             var: "property",
@@ -367,7 +397,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "workerEvents",
-        "GET",
+        Get,
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/events",
         Public,
         Experimental,
@@ -375,7 +405,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "terminateWorker",
-        "POST",
+        Post,
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/terminate",
         Scope("queue:terminate-worker:<provisionerId>/<workerType>/<workerGroup>/<workerId>"),
         Experimental,
@@ -383,7 +413,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "workerHeartbeat",
-        "POST",
+        Post,
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/heartbeat",
         AllOf(&[Scope("queue:claim-work:<taskQueueId>"), Scope("queue:worker-id:<workerGroup>/<workerId>")]),
         Experimental,
@@ -391,51 +421,44 @@ pub const ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "taskQueueDimensions",
-        "GET",
+        Get,
         "/task-queues/{queue}/dimensions",
         Public,
         Experimental,
         workers::queue_dimensions
     ),
-    endpoint!("getTaskQueue", "GET", "/task-queues/{queue}", Public, Stable, queues::get_task_queue),
+    endpoint!("getTaskQueue", Get, "/task-queues/{queue}", Public, Stable, queues::get_task_queue),
 ];
 
 /// The task-graph scheduler API v1 (seed 000), under `/api/scheduler/v1`.
 pub const SCHEDULER_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", "GET", "/ping", Public, Stable, meta::ping),
-    endpoint!("reference", "GET", "/reference", Public, Experimental, meta::reference),
-    endpoint!("createTaskGraph", "PUT", "/task-graph/{graph}", GRAPH_TASKS, Experimental, graphs::create_task_graph),
+    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping),
+    endpoint!("reference", Get, "/reference", Public, Experimental, meta::reference),
+    endpoint!("createTaskGraph", Put, "/task-graph/{graph}", GRAPH_TASKS, Experimental, graphs::create_task_graph),
     endpoint!(
         "extendTaskGraph",
-        "POST",
+        Post,
         "/task-graph/{graph}/extend",
         GRAPH_TASKS,
         Experimental,
         graphs::extend_task_graph
     ),
-    endpoint!("listTaskGraphs", "GET", "/task-graphs", Public, Experimental, graphs::list_task_graphs),
-    endpoint!("status", "GET", "/task-graph/{graph}/status", Public, Experimental, graphs::status),
-    endpoint!("info", "GET", "/task-graph/{graph}/info", Public, Experimental, graphs::info),
-    endpoint!("inspect", "GET", "/task-graph/{graph}/inspect", Public, Experimental, graphs::inspect),
-    endpoint!(
-        "inspectTask",
-        "GET",
-        "/task-graph/{graph}/inspect/{task_id}",
-        Public,
-        Experimental,
-        graphs::inspect_task
-    ),
+    endpoint!("listTaskGraphs", Get, "/task-graphs", Public, Experimental, graphs::list_task_graphs),
+    endpoint!("status", Get, "/task-graph/{graph}/status", Public, Experimental, graphs::status),
+    endpoint!("info", Get, "/task-graph/{graph}/info", Public, Experimental, graphs::info),
+    endpoint!("inspect", Get, "/task-graph/{graph}/inspect", Public, Experimental, graphs::inspect),
+    endpoint!("inspectTask", Get, "/task-graph/{graph}/inspect/{task_id}", Public, Experimental, graphs::inspect_task),
 ];
 
 /// The Auth API v1 (clients, roles, scopes), under `/api/auth/v1`.
 pub const AUTH_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", "GET", "/ping", Public, Stable, meta::ping),
-    endpoint!("reference", "GET", "/reference", Public, Experimental, meta::reference),
-    endpoint!("listClients", "GET", "/clients/", Public, Stable, auth::list_clients),
-    endpoint!("getClient", "GET", "/clients/{client_id}", Public, Stable, auth::get_client),
+    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping),
+    endpoint!("reference", Get, "/reference", Public, Experimental, meta::reference),
+    endpoint!("listClients", Get, "/clients/", Public, Stable, auth::list_clients),
+    endpoint!("getClient", Get, "/clients/{client_id}", Public, Stable, auth::get_client),
     endpoint!(
         "createClient",
-        "PUT",
+        Put,
         "/clients/{client_id}",
         AllOf(&[Scope("auth:create-client:<clientId>"), For { var: "scope", list: "scopes", each: &Scope("<scope>") }]),
         Stable,
@@ -443,7 +466,7 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "resetAccessToken",
-        "POST",
+        Post,
         "/clients/{client_id}/reset",
         Scope("auth:reset-access-token:<clientId>"),
         Stable,
@@ -451,7 +474,7 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "updateClient",
-        "POST",
+        Post,
         "/clients/{client_id}",
         AllOf(&[
             Scope("auth:update-client:<clientId>"),
@@ -462,7 +485,7 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "enableClient",
-        "POST",
+        Post,
         "/clients/{client_id}/enable",
         AllOf(&[Scope("auth:enable-client:<clientId>"), For { var: "scope", list: "scopes", each: &Scope("<scope>") }]),
         Stable,
@@ -470,7 +493,7 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "disableClient",
-        "POST",
+        Post,
         "/clients/{client_id}/disable",
         Scope("auth:disable-client:<clientId>"),
         Stable,
@@ -478,18 +501,18 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "deleteClient",
-        "DELETE",
+        Delete,
         "/clients/{client_id}",
         Scope("auth:delete-client:<clientId>"),
         Stable,
         auth::delete_client
     ),
-    endpoint!("listRoles", "GET", "/roles/", Public, Stable, auth::list_roles),
-    endpoint!("listRoleIds", "GET", "/roleids/", Public, Stable, auth::list_role_ids),
-    endpoint!("getRole", "GET", "/roles/{role_id}", Public, Stable, auth::get_role),
+    endpoint!("listRoles", Get, "/roles/", Public, Stable, auth::list_roles),
+    endpoint!("listRoleIds", Get, "/roleids/", Public, Stable, auth::list_role_ids),
+    endpoint!("getRole", Get, "/roles/{role_id}", Public, Stable, auth::get_role),
     endpoint!(
         "createRole",
-        "PUT",
+        Put,
         "/roles/{role_id}",
         AllOf(&[Scope("auth:create-role:<roleId>"), For { var: "scope", list: "scopes", each: &Scope("<scope>") }]),
         Stable,
@@ -497,7 +520,7 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!(
         "updateRole",
-        "POST",
+        Post,
         "/roles/{role_id}",
         AllOf(&[
             Scope("auth:update-role:<roleId>"),
@@ -506,31 +529,24 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
         Stable,
         auth::update_role
     ),
-    endpoint!(
-        "deleteRole",
-        "DELETE",
-        "/roles/{role_id}",
-        Scope("auth:delete-role:<roleId>"),
-        Stable,
-        auth::delete_role
-    ),
-    endpoint!("expandScopes", "POST", "/scopes/expand", Public, Stable, auth::expand_scopes),
-    endpoint!("currentScopes", "GET", "/scopes/current", Public, Stable, auth::current_scopes),
-    endpoint!("testAuthenticate", "POST", "/test-authenticate", Public, Stable, auth::test_authenticate),
+    endpoint!("deleteRole", Delete, "/roles/{role_id}", Scope("auth:delete-role:<roleId>"), Stable, auth::delete_role),
+    endpoint!("expandScopes", Post, "/scopes/expand", Public, Stable, auth::expand_scopes),
+    endpoint!("currentScopes", Get, "/scopes/current", Public, Stable, auth::current_scopes),
+    endpoint!("testAuthenticate", Post, "/test-authenticate", Public, Stable, auth::test_authenticate),
 ];
 
 /// The server's own blob endpoint, where putUrls and artifact redirects point (`/blobs/v1`).
 pub const BLOB_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("getBlob", "GET", "/{task_id}/{run_id}/{*name}", GET_ARTIFACT, Experimental, blobs::get_blob),
-    endpoint!("putBlob", "PUT", "/{task_id}/{run_id}/{*name}", CREATE_ARTIFACT, Experimental, blobs::put_blob),
+    endpoint!("getBlob", Get, "/{task_id}/{run_id}/{*name}", GET_ARTIFACT, Experimental, blobs::get_blob),
+    endpoint!("putBlob", Put, "/{task_id}/{run_id}/{*name}", CREATE_ARTIFACT, Experimental, blobs::put_blob),
 ];
 
 /// Live logs (`/logs/v1`): read by anyone, appended by the run's worker.
 pub const LOG_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("readLog", "GET", "/{task_id}/{run_id}", Public, Experimental, logs::read_log),
-    endpoint!("appendLog", "POST", "/{task_id}/{run_id}", CREATE_ARTIFACT, Experimental, logs::append_log),
+    endpoint!("readLog", Get, "/{task_id}/{run_id}", Public, Experimental, logs::read_log),
+    endpoint!("appendLog", Post, "/{task_id}/{run_id}", CREATE_ARTIFACT, Experimental, logs::append_log),
 ];
 
 /// The event stream (`/api/events/v1`).
 pub const EVENT_ENDPOINTS: &[Endpoint] =
-    &[endpoint!("connect", "GET", "/connect/", Public, Experimental, events::connect)];
+    &[endpoint!("connect", Get, "/connect/", Public, Experimental, events::connect)];

@@ -100,9 +100,15 @@ impl From<StoreError> for ApiError {
                     message: "storage is unavailable; retry later".into(),
                 }
             }
-            StoreError::Other(reason) => {
-                metrics::counter!("shoal_store_errors_total", "kind" => "internal").increment(1);
-                tracing::error!(error = %reason, "internal error");
+            StoreError::Corrupt(_) | StoreError::Database(_) | StoreError::Settings(_) | StoreError::Internal(_) => {
+                let kind = match &err {
+                    StoreError::Corrupt(_) => "corrupt",
+                    StoreError::Database(_) => "database",
+                    StoreError::Settings(_) => "settings",
+                    _ => "internal",
+                };
+                metrics::counter!("shoal_store_errors_total", "kind" => kind).increment(1);
+                tracing::error!(error = %err, "internal error");
                 ApiError {
                     status: StatusCode::INTERNAL_SERVER_ERROR,
                     code: "InternalServerError",

@@ -89,12 +89,7 @@ fn api_router(
 ) -> Router<AppState> {
     let mut api: Router<AppState> = Router::new();
     for endpoint in endpoints {
-        let filter = match endpoint.method {
-            "GET" => axum::routing::MethodFilter::GET,
-            "PUT" => axum::routing::MethodFilter::PUT,
-            "DELETE" => axum::routing::MethodFilter::DELETE,
-            _ => axum::routing::MethodFilter::POST,
-        };
+        let filter = endpoint.method.filter();
         // Only what authentication needs, so a request clones two handles, not the state.
         let gate = auth::Gate { auth: state.auth.clone(), nonces: Arc::clone(&state.nonces) };
         let routed = (endpoint.handler)(filter).layer(middleware::from_fn(move |req: Request, next: Next| {

@@ -199,7 +199,7 @@ impl Authority {
         let change = if create { AuthChange::CreateRole(role) } else { AuthChange::UpdateRole(role) };
         match self.change(change).await? {
             AuthOutcome::Role(role) => Ok(role),
-            _ => Err(StoreError::Other("a role change answered no role".into())),
+            _ => Err(StoreError::Internal("a role change answered no role".into())),
         }
     }
 
@@ -248,7 +248,7 @@ impl Authority {
 fn expect_client(outcome: AuthOutcome) -> Result<Client, StoreError> {
     match outcome {
         AuthOutcome::Client(client) => Ok(client),
-        _ => Err(StoreError::Other("a client change answered no client".into())),
+        _ => Err(StoreError::Internal("a client change answered no client".into())),
     }
 }
 

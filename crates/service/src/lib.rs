@@ -32,7 +32,9 @@ use shoal_engine::status::Run;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::worker::{Sighting, WorkerKey};
 use shoal_engine::{Rejection, TaskId, Timestamp};
-use shoal_store::{ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, Store, StoreError, TaskGroup};
+use shoal_store::{
+    ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, RemoteWork, Store, StoreError, TaskGroup,
+};
 use tokio::sync::watch;
 
 pub use auth::{Authority, run_auth_refresh};
@@ -546,14 +548,17 @@ async fn end_logs_of_runs_ended_elsewhere(
 }
 
 /// Wakes the workers waiting here for queues other servers gave work; ends with the queue.
-async fn wake_on_remote_work(queue: std::sync::Weak<Inner>, mut elsewhere: tokio::sync::broadcast::Receiver<String>) {
+async fn wake_on_remote_work(
+    queue: std::sync::Weak<Inner>,
+    mut elsewhere: tokio::sync::broadcast::Receiver<RemoteWork>,
+) {
     loop {
         let received = elsewhere.recv().await;
         let Some(inner) = queue.upgrade() else { return };
         match received {
-            Ok(task_queue_id) if task_queue_id == shoal_store::WAKE_ALL => inner.wakers.wake_all(),
+            Ok(RemoteWork::Anywhere) => inner.wakers.wake_all(),
             // What another server committed: its needs are unknown, so all look.
-            Ok(task_queue_id) => inner.wakers.wake_queue(&task_queue_id),
+            Ok(RemoteWork::Queue(task_queue_id)) => inner.wakers.wake_queue(&task_queue_id),
             // Missed some: everyone looks again.
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => inner.wakers.wake_all(),
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,

@@ -19,7 +19,7 @@ pub use ops::graph::{GraphNode, GraphRecord, GraphRequest};
 pub use ops::workers::WorkerChange;
 pub use page::Page;
 pub use postgres::{
-    PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, REQUEST_TIMEOUT as PG_REQUEST_TIMEOUT, WAKE_ALL,
+    PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, REQUEST_TIMEOUT as PG_REQUEST_TIMEOUT, RemoteWork,
     migrate as migrate_postgres,
 };
 pub use settings::{DEFAULT_CLAIM_TIMEOUT_SECS, DEFAULT_QUEUE_RETENTION_SECS, StoreSettings};
@@ -63,9 +63,21 @@ pub enum StoreError {
     /// once the store's own retries are spent).
     #[error("storage conflict: {0}")]
     Conflict(String),
-    /// Anything else (500).
+    /// A stored value that does not decode, or a database answer that breaks the schema's
+    /// promises (500).
+    #[error("corrupt storage: {0}")]
+    Corrupt(String),
+    /// The database refused a statement for a reason retrying will not fix (500).
+    #[error("database error: {0}")]
+    Database(String),
+    /// A setting the store cannot use: the database URL, a schema newer than this build (500
+    /// where it reaches a request; the server does not start).
+    #[error("storage settings: {0}")]
+    Settings(String),
+    /// The store's own machinery failed: a thread that did not start, an operation dropped
+    /// unanswered, a value that could not be encoded (500).
     #[error("storage failure: {0}")]
-    Other(String),
+    Internal(String),
 }
 
 /// One claimWork (or claimTask) request.
@@ -464,10 +476,10 @@ impl Store {
         Ok(committed.value)
     }
 
-    /// Queues that gained pending work through another server's commit (or [`WAKE_ALL`]);
+    /// Queues that gained pending work through another server's commit;
     /// `None` when no other server can write (embedded SQLite).
     #[must_use]
-    pub fn pending_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+    pub fn pending_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<RemoteWork>> {
         match self {
             Store::Sqlite(_) => None,
             Store::Postgres(store) => Some(store.pending_anywhere()),

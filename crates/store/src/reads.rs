@@ -337,7 +337,7 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         let mut listed = Vec::with_capacity(found.len());
         for StoredTask { row, definition, .. } in found {
             let Some(run) = row.task.runs().last() else {
-                return Err(StoreError::Other(format!("running task {} without runs", row.task.task_id)));
+                return Err(StoreError::Corrupt(format!("running task {} without runs", row.task.task_id)));
             };
             listed.push(ClaimedRun {
                 task_id: row.task.task_id,

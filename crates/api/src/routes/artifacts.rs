@@ -50,13 +50,13 @@ pub(crate) fn signed_blob_url(
     valid: Duration,
 ) -> Result<String, ApiError> {
     let url = blob_url(&state.root_url, task_id, run_id, name);
-    let parsed = url::Url::parse(&url).map_err(|_| StoreError::Other(format!("unusable root URL {url}")))?;
+    let parsed = url::Url::parse(&url).map_err(|_| StoreError::Settings(format!("unusable root URL {url}")))?;
     let host = parsed.host_str().unwrap_or_default();
     let port = parsed.port_or_known_default().unwrap_or(80);
     let resource = &parsed[url::Position::BeforePath..];
     let signer = (shoal_engine::auth::QUEUE_CLIENT_ID, state.auth.signing_token());
     let signed = sign_url((host, port), method, resource, signer, SystemTime::now() + valid)
-        .ok_or_else(|| StoreError::Other("signing a URL".into()))?;
+        .ok_or_else(|| StoreError::Internal("signing a URL".into()))?;
     Ok(format!("{}{signed}", &parsed[..url::Position::BeforePath]))
 }
 
@@ -196,7 +196,7 @@ async fn redirect(state: AppState, caller: Caller, params: Params, latest: bool)
         kind => {
             let url = content_url(&state, task_id, run_id, &artifact)?;
             let location =
-                HeaderValue::from_str(&url).map_err(|_| StoreError::Other("unusable artifact URL".into()))?;
+                HeaderValue::from_str(&url).map_err(|_| StoreError::Internal("unusable artifact URL".into()))?;
             let body = Json(json!({ "storageType": kind.storage_type(), "url": url }));
             let mut res = (StatusCode::SEE_OTHER, body).into_response();
             res.headers_mut().insert(header::LOCATION, location);

@@ -24,7 +24,7 @@ pub(crate) async fn get_task(State(state): State<AppState>, params: Params) -> R
     let task_id = params.task_id()?;
     let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
     let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
-    Ok(Json(serde_json::to_value(&record.task).map_err(|err| StoreError::Other(err.to_string()))?))
+    Ok(Json(serde_json::to_value(&record.task).map_err(|err| StoreError::Internal(err.to_string()))?))
 }
 
 pub(crate) async fn get_status(State(state): State<AppState>, params: Params) -> Result<Json<StatusBody>, ApiError> {

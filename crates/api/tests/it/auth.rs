@@ -470,7 +470,7 @@ async fn every_endpoint_with_scopes_refuses_an_anonymous_caller() {
     for (base, endpoints) in apis {
         for endpoint in endpoints.iter().filter(|e| !matches!(e.scopes, Scopes::Public)) {
             let url = format!("{}{base}{}", app.root, route_of(endpoint.route, &task_id));
-            let method = Method::from_bytes(endpoint.method.as_bytes()).unwrap();
+            let method = Method::from_bytes(endpoint.method.as_str().as_bytes()).unwrap();
             let (status, body) = app.call_as(None, method, &url, body_of(endpoint.name)).await;
             assert_eq!(status, StatusCode::FORBIDDEN, "{} {url}: {body}", endpoint.name);
             assert_eq!(body["code"], "InsufficientScopes", "{}: {body}", endpoint.name);

@@ -74,7 +74,7 @@ fn decode<T: serde::de::DeserializeOwned>(kind: AuthKind, body: &str) -> Result<
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|err| StoreError::Other(err.to_string()))
+    serde_json::to_string(value).map_err(|err| StoreError::Internal(err.to_string()))
 }
 
 /// Applies `change` at `now`.

@@ -243,7 +243,8 @@ fn submitted_nodes(tasks: &graph::Labelled) -> Result<HashMap<String, String>, S
         .0
         .iter()
         .map(|(label, node)| {
-            let text = serde_json::to_string(node).map_err(|err| StoreError::Other(format!("encoding node: {err}")))?;
+            let text =
+                serde_json::to_string(node).map_err(|err| StoreError::Internal(format!("encoding node: {err}")))?;
             Ok((label.clone(), text))
         })
         .collect()

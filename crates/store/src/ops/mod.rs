@@ -374,6 +374,6 @@ pub(crate) fn ready<T>(future: impl std::future::Future<Output = Result<T, Store
     let mut future = std::pin::pin!(future);
     match future.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
         std::task::Poll::Ready(result) => result,
-        std::task::Poll::Pending => Err(StoreError::Other("a synchronous store operation waited".into())),
+        std::task::Poll::Pending => Err(StoreError::Internal("a synchronous store operation waited".into())),
     }
 }

@@ -110,7 +110,7 @@ impl PgConfig {
     /// The URL parsed, as the asynchronous client takes it, with the [`SESSION_LIMITS`].
     pub(crate) fn parsed(&self) -> Result<tokio_postgres::Config, StoreError> {
         let config = self.url.parse().map_err(|err| {
-            StoreError::Other(format!("database: must be a postgres://user@host:port/database URL ({err})"))
+            StoreError::Settings(format!("database: must be a postgres://user@host:port/database URL ({err})"))
         })?;
         Ok(with_session_limits(config, self.connect_timeout))
     }
@@ -141,7 +141,7 @@ impl PgConfig {
             .create_timeout(Some(self.connect_timeout))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
-            .map_err(|err| StoreError::Other(format!("database pool: {err}")))
+            .map_err(|err| StoreError::Settings(format!("database pool: {err}")))
     }
 }
 

@@ -479,7 +479,7 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
         match outcome {
             Err(StoreError::Rejected(rejection)) => {
                 if !tx.undo(&mark) {
-                    return Err(StoreError::Other("a gathered operation was refused after writing".into()));
+                    return Err(StoreError::Internal("a gathered operation was refused after writing".into()));
                 }
                 outcomes.push((Err(StoreError::Rejected(rejection)), 0));
             }
@@ -602,7 +602,7 @@ fn known_before(
     let mut waiting: HashMap<TaskId, Vec<Waiting>> = HashMap::new();
     for row in around {
         let first: &str = row.try_get(0)?;
-        let id = TaskId::parse(first).ok_or_else(|| StoreError::Other(format!("bad id {first}")))?;
+        let id = TaskId::parse(first).ok_or_else(|| StoreError::Corrupt(format!("bad id {first}")))?;
         match (row.try_get::<_, Option<String>>(1)?, row.try_get::<_, Option<String>>(2)?) {
             (Some(dependent), Some(requires)) => {
                 waiting.entry(id).or_default().push(Waiting::parse(&dependent, &requires)?);
@@ -658,7 +658,7 @@ async fn create_one(
         },
         None => {
             let group =
-                group.ok_or_else(|| StoreError::Other(format!("group {} not upserted", definition.task_group_id)))?;
+                group.ok_or_else(|| StoreError::Corrupt(format!("group {} not upserted", definition.task_group_id)))?;
             CreateLookup { existing: None, group: Some(group.clone()), dependencies: Vec::new() }
         }
     };

@@ -13,7 +13,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use tokio::sync::{broadcast, watch};
 
 use super::outbox::{OUTBOX_CHANNEL, PUBLISH_LOCK, Tail};
-use super::{PgConn, WAKE_ALL, WAKE_CHANNEL};
+use super::{PgConn, RemoteWork, WAKE_CHANNEL};
 use crate::StoreError;
 
 /// How often the listener checks whether the store is gone or wants to publish.
@@ -26,7 +26,7 @@ pub(crate) struct Listener {
     pub(crate) config: postgres::Config,
     /// This server's name in wake-up notifications (its own are already handled locally).
     pub(crate) server: String,
-    pub(crate) wake: broadcast::Sender<String>,
+    pub(crate) wake: broadcast::Sender<RemoteWork>,
     pub(crate) tail: Arc<Tail>,
     /// Set when this server's publisher wants to publish.
     pub(crate) wants_to_publish: Arc<AtomicBool>,
@@ -42,7 +42,7 @@ pub(crate) fn start(listener: Listener) -> Result<(), StoreError> {
         .name("shoal-pg-listen".into())
         .spawn(move || run(&listener))
         .map(|_| ())
-        .map_err(|err| StoreError::Other(format!("starting the listener: {err}")))
+        .map_err(|err| StoreError::Internal(format!("starting the listener: {err}")))
 }
 
 fn run(listener: &Listener) {
@@ -64,7 +64,7 @@ fn run(listener: &Listener) {
         backoff = Duration::from_millis(100);
         if !first {
             // Whatever was notified while we were away is lost: have everyone look again.
-            let _ = listener.wake.send(WAKE_ALL.to_owned());
+            let _ = listener.wake.send(RemoteWork::Anywhere);
         }
         first = false;
         if let Err(err) = serve(listener, &mut client) {
@@ -100,7 +100,7 @@ fn serve(listener: &Listener, conn: &mut PgConn) -> Result<(), StoreError> {
                 tail = true;
             } else if let Some(queue) = remote_queue(notification.payload(), &listener.server) {
                 // Nobody waiting is fine.
-                let _ = listener.wake.send(queue.to_owned());
+                let _ = listener.wake.send(RemoteWork::Queue(queue.to_owned()));
             }
         }
         if tail {

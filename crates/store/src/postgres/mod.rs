@@ -47,9 +47,15 @@ pub use pool::PgPool;
 
 /// The NOTIFY channel on which commits name the queues that gained pending work.
 const WAKE_CHANNEL: &str = "shoal_pending";
-/// Sent to the wake-up subscribers when notifications may have been missed (after a
-/// reconnect): every waiting worker should look again.
-pub const WAKE_ALL: &str = "*";
+/// Work that another server's commit gave, as the wake-up subscribers hear of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteWork {
+    /// This queue gained pending work.
+    Queue(String),
+    /// Notifications may have been missed (after a reconnect): every waiting worker should
+    /// look again.
+    Anywhere,
+}
 
 /// How long settling waits for a transaction that drew an outbox id to end.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(10);
@@ -77,7 +83,7 @@ struct PgInner {
     staged: std::sync::mpsc::Sender<()>,
     /// Queues that gained pending work, for other servers' waiting workers.
     woken: std::sync::mpsc::Sender<Vec<String>>,
-    wake: tokio::sync::broadcast::Sender<String>,
+    wake: tokio::sync::broadcast::Sender<RemoteWork>,
     wants_to_publish: Arc<std::sync::atomic::AtomicBool>,
     publishing: tokio::sync::watch::Receiver<bool>,
     listening: Arc<std::sync::atomic::AtomicBool>,
@@ -167,9 +173,9 @@ impl PgStore {
         self.inner.tail.served()
     }
 
-    /// Queues that gained pending work on any server (or [`WAKE_ALL`]), as their commits land.
+    /// Queues that gained pending work on any server, as their commits land.
     #[must_use]
-    pub fn pending_anywhere(&self) -> tokio::sync::broadcast::Receiver<String> {
+    pub fn pending_anywhere(&self) -> tokio::sync::broadcast::Receiver<RemoteWork> {
         self.inner.wake.subscribe()
     }
 
@@ -193,7 +199,8 @@ impl PgStore {
     {
         let inner = Arc::clone(&self.inner);
         let task = tokio::task::spawn_blocking(move || work(&inner));
-        self.within(async { task.await.map_err(|err| StoreError::Other(format!("{what} task failed: {err}")))? }).await
+        self.within(async { task.await.map_err(|err| StoreError::Internal(format!("{what} task failed: {err}")))? })
+            .await
     }
 
     /// Runs `op` on `args` in one transaction, retrying it when it lost a race to another
@@ -255,7 +262,7 @@ impl PgStore {
             };
             let _ = reply.send(result);
         });
-        self.within(async { answer.await.map_err(|_| StoreError::Other("the write task failed".into()))? }).await
+        self.within(async { answer.await.map_err(|_| StoreError::Internal("the write task failed".into()))? }).await
     }
 
     /// Creates a task; one without dependencies is gathered with the writes that arrive with
@@ -288,7 +295,7 @@ impl PgStore {
         match self.gatherer().submit(gather::Job { task_id, op, now, reply }) {
             Ok(()) => {
                 self.within(async {
-                    answer.await.map_err(|_| StoreError::Other("the operation was dropped unanswered".into()))?
+                    answer.await.map_err(|_| StoreError::Internal("the operation was dropped unanswered".into()))?
                 })
                 .await
             }
@@ -355,7 +362,7 @@ impl PgStore {
         match self.gatherer().submit_claim(gather::ClaimJob { request, now, reply }) {
             Ok(()) => {
                 self.within(async {
-                    answer.await.map_err(|_| StoreError::Other("the claim was dropped unanswered".into()))?
+                    answer.await.map_err(|_| StoreError::Internal("the claim was dropped unanswered".into()))?
                 })
                 .await
             }
@@ -525,7 +532,7 @@ impl From<postgres::Error> for StoreError {
         match (transient, lost_race) {
             (true, _) => StoreError::Unavailable(text),
             (false, true) => StoreError::Conflict(text),
-            (false, false) => StoreError::Other(text),
+            (false, false) => StoreError::Database(text),
         }
     }
 }

@@ -14,7 +14,7 @@ pub(crate) fn start(pool: PgPool, server: String, woken: mpsc::Receiver<Vec<Stri
         .name("shoal-pg-notify".into())
         .spawn(move || run_notifier(&pool, &server, &woken))
         .map(|_| ())
-        .map_err(|err| StoreError::Other(format!("starting the wake-up notifier: {err}")))
+        .map_err(|err| StoreError::Internal(format!("starting the wake-up notifier: {err}")))
 }
 
 fn run_notifier(pool: &PgPool, server: &str, woken: &mpsc::Receiver<Vec<String>>) {

@@ -362,7 +362,7 @@ pub(crate) fn start_sequencer(pool: PgPool, staged: mpsc::Receiver<()>) -> Resul
         .name("shoal-pg-outbox".into())
         .spawn(move || run_sequencer(&pool, &staged))
         .map(|_| ())
-        .map_err(|err| StoreError::Other(format!("starting the outbox sequencer: {err}")))
+        .map_err(|err| StoreError::Internal(format!("starting the outbox sequencer: {err}")))
 }
 
 fn run_sequencer(pool: &PgPool, staged: &mpsc::Receiver<()>) {

@@ -119,7 +119,7 @@ impl ReadDb for PgReads<'_> {
              (SELECT count(*) FROM tasks WHERE taken_until IS NOT NULL AND task_queue_id = $1 AND state = 'running')",
             &[&task_queue_id],
         )?;
-        let row = rows.first().ok_or_else(|| StoreError::Other("no count".into()))?;
+        let row = rows.first().ok_or_else(|| StoreError::Corrupt("no count".into()))?;
         Ok(QueueCounts {
             pending_tasks: row.try_get::<_, i64>(0)? as u64,
             claimed_tasks: row.try_get::<_, i64>(1)? as u64,
@@ -244,7 +244,8 @@ impl ReadDb for PgReads<'_> {
 
     fn auth(&self, kind: Option<AuthKind>) -> Result<(i64, Vec<String>), StoreError> {
         let rows = self.query("SELECT generation FROM auth_state", &[])?;
-        let generation: i64 = rows.first().ok_or_else(|| StoreError::Other("no auth_state row".into()))?.try_get(0)?;
+        let generation: i64 =
+            rows.first().ok_or_else(|| StoreError::Corrupt("no auth_state row".into()))?.try_get(0)?;
         let Some(kind) = kind else { return Ok((generation, Vec::new())) };
         let rows = self.query("SELECT body FROM auth_entities WHERE kind = $1 ORDER BY id", &[&kind.as_str()])?;
         let bodies = rows.iter().map(|row| row.try_get(0)).collect::<Result<_, _>>()?;

@@ -277,7 +277,7 @@ pub(crate) fn migrate(client: &mut impl GenericClient) -> Result<usize, StoreErr
     let version: Option<i32> = tx.query_opt("SELECT version FROM shoal_schema", &[])?.map(|row| row.get(0));
     let version = version.unwrap_or(0) as usize;
     if version > MIGRATIONS.len() {
-        return Err(StoreError::Other(format!(
+        return Err(StoreError::Settings(format!(
             "the database's schema is version {version}, newer than this Shoal knows ({}); upgrade Shoal",
             MIGRATIONS.len()
         )));

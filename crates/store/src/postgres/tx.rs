@@ -239,7 +239,7 @@ impl PgTx {
 
     /// A query's first row, which must exist.
     pub(crate) async fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row, StoreError> {
-        self.query_opt(sql, params).await?.ok_or_else(|| StoreError::Other(format!("no row from {sql}")))
+        self.query_opt(sql, params).await?.ok_or_else(|| StoreError::Corrupt(format!("no row from {sql}")))
     }
 
     /// Stages the messages and commits, in one round trip with what was held back.
@@ -260,7 +260,9 @@ impl PgTx {
         self.held_back.push(HeldBack::Command("COMMIT"));
         self.committing = true;
         let result = self.pipeline(&[]).await.map(|_| ());
-        if let (Err(StoreError::Other(_) | StoreError::Conflict(_)), Some(tag)) = (&result, tag) {
+        let refused =
+            matches!(&result, Err(err) if !matches!(err, StoreError::Unavailable(_) | StoreError::Rejected(_)));
+        if let (true, Some(tag)) = (refused, tag) {
             // The database refused: nothing was written (a lost connection leaves it unknown).
             self.shared.staged.forget(tag);
         }

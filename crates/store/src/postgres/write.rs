@@ -102,7 +102,7 @@ impl WriteTx for PgTx {
         queries.push((&upsert, &group_params));
         let mut answers = self.pipeline(&queries).await?;
         let group_rows = answers.pop().unwrap_or_default();
-        let group_row = group_rows.first().ok_or_else(|| StoreError::Other("group upsert returned no row".into()))?;
+        let group_row = group_rows.first().ok_or_else(|| StoreError::Corrupt("group upsert returned no row".into()))?;
         if let Some(stored) = group_row.try_get::<_, Option<String>>(GROUP_COLUMN_COUNT)? {
             let row = self.lock_task(task_id).await?.ok_or_else(|| corrupt(format!("task {task_id} vanished")))?;
             return Ok(CreateLookup {

@@ -21,10 +21,10 @@ pub(crate) struct TaskRow {
 
 /// A stored value that does not decode.
 pub(crate) fn corrupt(what: impl std::fmt::Display) -> StoreError {
-    StoreError::Other(format!("corrupt row: {what}"))
+    StoreError::Corrupt(format!("corrupt row: {what}"))
 }
 
 /// `value` as stored JSON text.
 pub(crate) fn json(value: &(impl serde::Serialize + ?Sized)) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|err| StoreError::Other(format!("encoding json: {err}")))
+    serde_json::to_string(value).map_err(|err| StoreError::Internal(format!("encoding json: {err}")))
 }

@@ -66,7 +66,7 @@ impl Checkpointer {
         let handle = std::thread::Builder::new()
             .name("shoal-store-checkpoint".into())
             .spawn(move || run(&conn, &signal, &wal))
-            .map_err(|err| StoreError::Other(format!("starting checkpointer: {err}")))?;
+            .map_err(|err| StoreError::Internal(format!("starting checkpointer: {err}")))?;
         Ok(Checkpointer { stop, handle: Some(handle) })
     }
 

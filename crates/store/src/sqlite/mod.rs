@@ -198,7 +198,7 @@ impl SqliteStore {
         let writer = std::thread::Builder::new()
             .name("shoal-store-writer".into())
             .spawn(move || writer_loop(conn, state, receiver, &syncer, &wal))
-            .map_err(|err| StoreError::Other(format!("starting writer: {err}")))?;
+            .map_err(|err| StoreError::Internal(format!("starting writer: {err}")))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 jobs: Mutex::new(Some(sender)),
@@ -266,7 +266,7 @@ impl SqliteStore {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || inner.readers.with(|conn| query(&ReadsOver(ReadConn(conn)))))
             .await
-            .map_err(|err| StoreError::Other(format!("read task failed: {err}")))?
+            .map_err(|err| StoreError::Internal(format!("read task failed: {err}")))?
     }
 
     /// Lets the writer finish what is queued, then stops it.

@@ -81,7 +81,7 @@ impl From<rusqlite::Error> for StoreError {
             Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::DiskFull) => {
                 StoreError::Unavailable(err.to_string())
             }
-            _ => StoreError::Other(err.to_string()),
+            _ => StoreError::Database(err.to_string()),
         }
     }
 }

@@ -58,7 +58,7 @@ impl Syncer {
         let handle = std::thread::Builder::new()
             .name("shoal-store-sync".into())
             .spawn(move || run(|| wal.sync_data(), &received, &feed, &flag))
-            .map_err(|err| StoreError::Other(format!("starting the syncer: {err}")))?;
+            .map_err(|err| StoreError::Internal(format!("starting the syncer: {err}")))?;
         Ok(Syncer { batches: Some(batches), handle: Some(handle), failed })
     }
 

@@ -26,7 +26,7 @@ async fn operations_whose_caller_left_are_skipped() {
     let (release, held) = std::sync::mpsc::channel::<()>();
     let (busy_reply, busy_answer) = oneshot::channel();
     let busy = WriteJob {
-        op: move |_: &mut Tx<'_>| held.recv().map_err(|e| StoreError::Other(e.to_string())),
+        op: move |_: &mut Tx<'_>| held.recv().map_err(|e| StoreError::Internal(e.to_string())),
         reply: busy_reply,
     };
     sender.send(Box::new(busy)).await.unwrap();
