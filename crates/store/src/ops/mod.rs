@@ -37,7 +37,7 @@ use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 pub(crate) use queue_records::QueueRecords;
-pub(crate) use step::{record, release_dependents, step};
+pub(crate) use step::{entail, record, step};
 
 use crate::row::{TaskRow, corrupt};
 use crate::{ArtifactKey, ClaimRequest, StoreError, StoreSettings, TaskEvent, TaskGroup};

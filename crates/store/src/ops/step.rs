@@ -14,7 +14,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::{Before, NewTask, Place, RowChange, Waiting, WriteTx, graph, start};
 use crate::row::TaskRow;
-use crate::{StoreError, TaskEvent};
+use crate::{StoreError, TaskEvent, TaskGroup};
 
 /// Runs `transition` on `row` and writes what it did and entails.
 pub(crate) async fn step(
@@ -66,7 +66,7 @@ pub(crate) fn record(tx: &mut impl WriteTx, task: &Task, events: Vec<Event>) {
 /// Marks the dependency on `required` satisfied for each `waiting` dependent whose
 /// `requires` its resolution as `state` meets, and schedules each whose last unmet
 /// dependency it was.
-pub(crate) async fn release_dependents(
+async fn release_dependents(
     tx: &mut impl WriteTx,
     required: TaskId,
     waiting: &[Waiting],
@@ -132,13 +132,37 @@ async fn persist(
         if !was_resolved && state.is_resolved() {
             let task = &row.task;
             if let Some(aftermath) = tx.aftermath(task.task_id, task.meta.task_group_id, state, now).await? {
-                if let Some(group) = &aftermath.group_resolved {
-                    tx.publish(message::group_resolved(group));
-                }
+                let emptied = Vec::from_iter(aftermath.group_resolved);
+                publish_resolved_groups(tx, &emptied);
                 collect_released(tx, task.task_id, &aftermath.waiting, state, released).await?;
             }
         }
         return Ok(());
+    }
+}
+
+/// What a transaction's resolutions entail, once judged together (a PostgreSQL gathering):
+/// each group in `emptied` (those they left with no unresolved task) resolved, and each
+/// resolution's waiting dependents released. One resolution alone is judged by
+/// [`WriteTx::aftermath`] in the step, to the same effect.
+pub(crate) async fn entail(
+    tx: &mut impl WriteTx,
+    emptied: &[TaskGroup],
+    resolutions: Vec<(TaskId, TaskState, Timestamp, Vec<Waiting>)>,
+) -> Result<(), StoreError> {
+    publish_resolved_groups(tx, emptied);
+    for (required, state, now, waiting) in resolutions {
+        if !waiting.is_empty() {
+            release_dependents(tx, required, &waiting, state, now).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A group with no unresolved task left is resolved: its message.
+fn publish_resolved_groups(tx: &mut impl WriteTx, emptied: &[TaskGroup]) {
+    for group in emptied {
+        tx.publish(message::group_resolved(group));
     }
 }
 

@@ -173,7 +173,7 @@ async fn claims_for(
 /// with their definitions): claims each in turn, skipping runs that stopped being
 /// claimable (their deadline passed: the deadline will resolve them). The worker's record is
 /// the caller's to update.
-async fn claim_candidates(
+pub(crate) async fn claim_candidates(
     tx: &mut impl WriteTx,
     candidates: Vec<(TaskRow, Box<RawValue>)>,
     request: &ClaimRequest,

@@ -521,8 +521,9 @@ fn claim_lines(claims: &[ClaimJob]) -> Result<Vec<ClaimLine<'_>>, StoreError> {
 }
 
 /// Hands each line's claimable rows (`found`, one answer per line) to its claims in the order
-/// they came, each up to its count, as `ops::claim_work` claims them for one worker. A task
-/// two lines both found (a worker's dimensions matching another's) goes to the first.
+/// they came, each up to its count, and claims them by `ops::tasks::claim_candidates`, as
+/// `ops::tasks::claim_work` does for one worker. A task two lines both found (a worker's
+/// dimensions matching another's) goes to the first.
 async fn claim_all(
     tx: &mut PgTx,
     claims: &[ClaimJob],
@@ -535,13 +536,17 @@ async fn claim_all(
         let mut rows = rows.iter();
         for &index in &line.members {
             let ClaimJob { request, now, .. } = &claims[index];
-            let (events_before, mut runs) = (tx.events.len(), Vec::with_capacity(request.count));
-            while runs.len() < request.count
+            let events_before = tx.events.len();
+            let mut candidates = Vec::with_capacity(request.count);
+            while candidates.len() < request.count
                 && let Some(found) = rows.next()
             {
-                let fresh = |task_id| taken.insert(task_id);
-                runs.extend(claim_found(tx, found, request, *now, fresh).await?);
+                let (row, definition) = candidate(found)?;
+                if taken.insert(row.task.task_id) {
+                    candidates.push((row, definition));
+                }
             }
+            let runs = ops::tasks::claim_candidates(tx, candidates, request, *now).await?;
             claimed.push((index, runs, tx.events.len() - events_before));
         }
     }
@@ -563,30 +568,6 @@ async fn claim_all(
         tx.touch_queue(queue, now).await?;
     }
     Ok(claimed)
-}
-
-/// Claims, for the worker of `request`, the run of a task a [`claimable`] query `found`;
-/// none when `fresh` turns it down or its run stopped being claimable (its deadline passed:
-/// the deadline will resolve it).
-async fn claim_found(
-    tx: &mut PgTx,
-    found: &tokio_postgres::Row,
-    request: &ClaimRequest,
-    now: Timestamp,
-    fresh: impl FnOnce(TaskId) -> bool,
-) -> Result<Option<Claim>, StoreError> {
-    let (row, definition) = candidate(found)?;
-    let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { return Ok(None) };
-    if !fresh(row.task.task_id) {
-        return Ok(None);
-    }
-    let mark = tx.mark();
-    let (group, worker) = (&request.worker_group, &request.worker_id);
-    match ops::tasks::claim_loaded(tx, row, definition, run_id, group, worker, now).await {
-        Ok(claim) => Ok(Some(claim)),
-        Err(StoreError::Rejected(_)) if tx.undo(&mark) => Ok(None),
-        Err(err) => Err(err),
-    }
 }
 
 /// What the lock round trip told about the commanded tasks (`loaded`): their groups

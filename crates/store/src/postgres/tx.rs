@@ -10,14 +10,14 @@ use std::sync::Arc;
 
 use deadpool_postgres::Object;
 use serde_json::value::RawValue;
-use shoal_engine::message::{self, Message};
+use shoal_engine::message::Message;
 use shoal_engine::status::TaskState;
 use shoal_engine::worker::{Worker, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
-use crate::ops::{self, Aftermath, NewTask, Place, Waiting, WriteTx};
+use crate::ops::{self, Aftermath, NewTask, Place, Waiting};
 use crate::outbox::format::encode;
 use crate::postgres::outbox;
 use crate::postgres::pipeline::{Fused, HeldBack, Lowered, Param, Params, Pending, batch_for, fused_sql, in_order};
@@ -403,26 +403,38 @@ impl PgTx {
         if resolutions.is_empty() {
             return Ok(());
         }
-        if let Some(known) = known
-            && resolutions.iter().all(|resolution| known.covers.contains(&resolution.task_id))
-        {
-            let touched: HashSet<TaskId> = resolutions.iter().map(|resolution| resolution.group).collect();
-            for group in &known.groups {
-                if touched.contains(&group.task_group_id) && !known.unresolved.contains(&group.task_group_id) {
-                    self.publish(message::group_resolved(group));
-                }
+        let touched: HashSet<TaskId> = resolutions.iter().map(|resolution| resolution.group).collect();
+        let (emptied, mut waiting) = match known {
+            Some(known) if resolutions.iter().all(|resolution| known.covers.contains(&resolution.task_id)) => {
+                let emptied: Vec<TaskGroup> = known
+                    .groups
+                    .into_iter()
+                    .filter(|group| {
+                        touched.contains(&group.task_group_id) && !known.unresolved.contains(&group.task_group_id)
+                    })
+                    .collect();
+                (emptied, known.waiting)
             }
-            for resolution in &resolutions {
-                if let Some(waiting) = known.waiting.get(&resolution.task_id) {
-                    ops::release_dependents(self, resolution.task_id, waiting, resolution.state, resolution.now)
-                        .await?;
-                }
-            }
-            return Ok(());
-        }
-        let mut groups: Vec<&str> = resolutions.iter().map(|resolution| resolution.group.as_str()).collect();
+            _ => self.ask_aftermath(&resolutions, &touched).await?,
+        };
+        let resolved = resolutions.iter().map(|resolution| {
+            let waiting = waiting.remove(&resolution.task_id).unwrap_or_default();
+            (resolution.task_id, resolution.state, resolution.now, waiting)
+        });
+        let resolved: Vec<_> = resolved.collect();
+        ops::entail(self, &emptied, resolved).await
+    }
+
+    /// What the gathered resolutions entail, asked in one round trip: the groups they left
+    /// with no unresolved task (every group locked, in id order, before any is counted), and
+    /// who waits on each resolved task.
+    async fn ask_aftermath(
+        &mut self,
+        resolutions: &[Resolution],
+        touched: &HashSet<TaskId>,
+    ) -> Result<(Vec<TaskGroup>, HashMap<TaskId, Vec<Waiting>>), StoreError> {
+        let mut groups: Vec<&str> = touched.iter().map(TaskId::as_str).collect();
         groups.sort_unstable();
-        groups.dedup();
         let tasks: Vec<&str> = resolutions.iter().map(|resolution| resolution.task_id.as_str()).collect();
         let lock_groups = format!(
             "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = ANY($1) ORDER BY task_group_id FOR UPDATE"
@@ -443,30 +455,27 @@ impl PgTx {
             ])
             .await?
             .into_iter();
-        let (locked, resolved, waiting) = (
+        let (locked, resolved, after) = (
             answers.next().unwrap_or_default(),
             answers.next().unwrap_or_default(),
             answers.next().unwrap_or_default(),
         );
         let resolved: HashSet<&str> = resolved.iter().map(|row| row.get(0)).collect();
+        let mut emptied = Vec::new();
         for row in &locked {
             let group = task_group_from_row(row)?;
             if resolved.contains(group.task_group_id.as_str()) {
-                self.publish(message::group_resolved(&group));
+                emptied.push(group);
             }
         }
-        let mut waiting_on: HashMap<&str, Vec<Waiting>> = HashMap::new();
-        for row in &waiting {
+        let mut waiting: HashMap<TaskId, Vec<Waiting>> = HashMap::new();
+        for row in &after {
             let (required, dependent, requires): (&str, &str, &str) =
                 (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-            waiting_on.entry(required).or_default().push(Waiting::parse(dependent, requires)?);
+            let required = TaskId::parse(required).ok_or_else(|| StoreError::Corrupt(format!("bad id {required}")))?;
+            waiting.entry(required).or_default().push(Waiting::parse(dependent, requires)?);
         }
-        for resolution in &resolutions {
-            if let Some(waiting) = waiting_on.get(resolution.task_id.as_str()) {
-                ops::release_dependents(self, resolution.task_id, waiting, resolution.state, resolution.now).await?;
-            }
-        }
-        Ok(())
+        Ok((emptied, waiting))
     }
 
     /// Writes the row. A new pending run draws its place in line, which the row keeps;
