@@ -27,8 +27,11 @@ fn keys<V: Strategy>(values: V) -> impl Strategy<Value = BTreeMap<String, V::Val
     )
 }
 
+/// Dimensions as written in a definition or a claim.
+type Raw = BTreeMap<String, Vec<String>>;
+
 /// A case: the tasks' dimensions, and a worker's.
-fn case() -> impl Strategy<Value = (Vec<BTreeMap<String, Vec<String>>>, BTreeMap<String, Vec<String>>)> {
+fn case() -> impl Strategy<Value = (Vec<Raw>, Raw)> {
     let worker_values = prop::collection::vec(prop::sample::select(vec!["a", "b", "c"]).prop_map(str::to_owned), 1..3);
     (prop::collection::vec(keys(required_values()), 1..10), keys(worker_values))
 }
