@@ -212,6 +212,20 @@ async fn health_and_reference() {
     }
 }
 
+/// Each service's reference as served, held to a reviewed snapshot: a renamed endpoint,
+/// method, route or scope shows as a diff to accept (`cargo insta review`) or fix.
+#[tokio::test]
+async fn every_reference_as_served() {
+    let app = TestApp::start().await;
+    for service in ["queue", "scheduler", "auth"] {
+        let url = format!("{}/api/{service}/v1/reference", app.root);
+        let res = app.client.get(&url).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{url}");
+        let reference: serde_json::Value = res.json().await.unwrap();
+        insta::assert_json_snapshot!(format!("reference-{service}"), reference);
+    }
+}
+
 #[tokio::test]
 async fn listings_page_by_bytes_as_well_as_by_count() {
     let app = TestApp::start().await;
