@@ -35,7 +35,7 @@ use shoal_engine::status::TaskStatus;
 use shoal_engine::worker::{Sighting, Worker, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::ops::{WriteTx, ready};
+use crate::ops::{AuthTx, ready};
 
 /// Called with the queue and needs (none: any worker) of a run a commit made pending.
 pub type WakeHook = Box<dyn Fn(&str, Option<&shoal_engine::dimensions::Dimensions>) + Send + Sync>;

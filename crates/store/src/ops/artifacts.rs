@@ -9,6 +9,18 @@ use shoal_engine::{Rejection, Timestamp};
 use crate::ops::{WriteTx, load_existing};
 use crate::{ArtifactKey, StoreError};
 
+/// A backend's transaction, as the artifact operations use it.
+pub(crate) trait ArtifactTx {
+    /// The stored record of an artifact (not the implicit live log).
+    async fn stored_artifact(&mut self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError>;
+
+    /// Stores an artifact's record, replacing any under its key.
+    async fn put_artifact(&mut self, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError>;
+
+    /// Deletes artifact records; says how many there were.
+    async fn delete_artifacts(&mut self, keys: &[ArtifactKey]) -> Result<usize, StoreError>;
+}
+
 /// createArtifact: the engine decides against the run and what is stored; then it is stored.
 pub(crate) async fn create(
     tx: &mut impl WriteTx,

@@ -11,6 +11,24 @@ use crate::StoreError;
 use crate::ops::WriteTx;
 use crate::row::corrupt;
 
+/// A backend's transaction, as the client and role operations use it.
+pub(crate) trait AuthTx {
+    /// A client's or role's stored JSON.
+    async fn load_auth(&mut self, kind: AuthKind, id: &str) -> Result<Option<String>, StoreError>;
+
+    /// Every stored JSON of a kind.
+    async fn all_auth(&mut self, kind: AuthKind) -> Result<Vec<String>, StoreError>;
+
+    /// Stores (or with `None` deletes) a client's or role's JSON.
+    async fn save_auth(&mut self, kind: AuthKind, id: &str, body: Option<&str>) -> Result<(), StoreError>;
+
+    /// Moves the auth generation on, so that every server reloads clients and roles.
+    async fn bump_auth_generation(&mut self) -> Result<(), StoreError>;
+
+    /// The server's signing token: the one stored, or `candidate` stored now.
+    async fn signing_token(&mut self, candidate: &str) -> Result<String, StoreError>;
+}
+
 /// What is stored under a kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AuthKind {

@@ -7,6 +7,23 @@ use shoal_engine::{TaskId, Timestamp};
 use crate::StoreError;
 use crate::ops::WriteTx;
 
+/// A backend's transaction, as expiry uses it.
+pub(crate) trait ExpireTx {
+    /// When a stored task expires (None when there is no such task).
+    async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Deletes a task that is resolved and expired at `now`, with its dependency rows (both
+    /// ways), artifact records and graph node; answers its group, or `None` when it was not
+    /// there or not expired.
+    async fn delete_expired_task(&mut self, task_id: TaskId, now: Timestamp) -> Result<Option<TaskId>, StoreError>;
+
+    /// Deletes a group, and the graph of the same id, once no task is left in it.
+    async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError>;
+
+    /// Deletes up to `limit` task-queue records whose retention ended at `now`.
+    async fn delete_expired_queues(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError>;
+}
+
 /// Deletes the tasks `task_ids` that are (still) resolved and expired at `now`, the groups
 /// and graphs that are left without tasks, and up to `limit` expired task-queue records;
 /// says how many tasks went.

@@ -22,6 +22,30 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 use crate::StoreError;
 use crate::ops::WriteTx;
 
+/// A backend's transaction, as the task-graph operations use it.
+pub(crate) trait GraphTx {
+    /// A graph's row.
+    async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError>;
+
+    /// Inserts a graph's row.
+    async fn insert_graph(&mut self, graph: &StoredGraph, now: Timestamp) -> Result<(), StoreError>;
+
+    /// Writes a graph's counts.
+    async fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError>;
+
+    /// Each label of the graph with its taskId and its submitted JSON.
+    async fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError>;
+
+    /// Inserts a labelled task's row.
+    async fn insert_node(&mut self, node: &NewNode<'_>) -> Result<(), StoreError>;
+
+    /// The graph and progress of the task `task_id`, when it belongs to a graph.
+    async fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError>;
+
+    /// Writes a labelled task's progress.
+    async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError>;
+}
+
 /// A graph's own row.
 #[derive(Debug, Clone)]
 pub(crate) struct StoredGraph {

@@ -8,6 +8,21 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 use crate::ops::{WriteTx, load_existing, step};
 use crate::{GroupCancellation, StoreError, TaskGroup};
 
+/// A backend's transaction, as the group operations use it.
+pub(crate) trait GroupTx {
+    /// A task group.
+    async fn load_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
+
+    /// Seals a group.
+    async fn seal_group(&mut self, group: TaskId, at: Timestamp) -> Result<(), StoreError>;
+
+    /// How many tasks a group has.
+    async fn group_size(&mut self, group: TaskId) -> Result<u64, StoreError>;
+
+    /// A group's unresolved tasks, by task id.
+    async fn unresolved_members(&mut self, group: TaskId) -> Result<Vec<TaskId>, StoreError>;
+}
+
 /// sealTaskGroup: no task may join the group afterwards.
 pub(crate) async fn seal(tx: &mut impl WriteTx, group: TaskId, now: Timestamp) -> Result<TaskGroup, StoreError> {
     let mut found = existing(tx, group).await?;

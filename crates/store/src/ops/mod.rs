@@ -21,11 +21,10 @@ pub(crate) mod tasks;
 pub(crate) mod workers;
 
 use serde_json::value::RawValue;
-use shoal_engine::artifact::Artifact;
 use shoal_engine::definition::{Requires, TaskDefinition};
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::event::Effects;
-use shoal_engine::graph::{NodeProgress, Tally};
+
 use shoal_engine::message::Message;
 use shoal_engine::priority::Priority;
 use shoal_engine::rejection::Missing;
@@ -33,14 +32,20 @@ use shoal_engine::secrets::Secrets;
 use shoal_engine::slice::Capacity;
 use shoal_engine::status::{RunState, TaskState, TaskStatus};
 use shoal_engine::task::Task;
-use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
+
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
+pub(crate) use artifacts::ArtifactTx;
+pub(crate) use auth::AuthTx;
+pub(crate) use expire::ExpireTx;
+pub(crate) use graph::GraphTx;
+pub(crate) use groups::GroupTx;
 pub(crate) use queue_records::QueueRecords;
 pub(crate) use step::{entail, record, step};
+pub(crate) use workers::WorkerTx;
 
 use crate::row::{TaskRow, corrupt};
-use crate::{ArtifactKey, ClaimRequest, StoreError, StoreSettings, TaskEvent, TaskGroup};
+use crate::{ClaimRequest, StoreError, StoreSettings, TaskEvent, TaskGroup};
 
 /// How often at most a queue's last-active time is written.
 pub(crate) const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
@@ -52,31 +57,41 @@ pub(crate) fn queue_recorded_recently(at: i64, now: Timestamp) -> bool {
 
 /// A backend's write transaction: the reads and writes the operations are made of. Rows a
 /// method loads are locked until the commit where the backend locks rows.
-pub(crate) trait WriteTx {
+pub(crate) trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx {
     /// The rules' settings.
     fn settings(&self) -> &StoreSettings;
+
     /// Adds a message to this transaction's outbox.
     fn publish(&mut self, message: Message);
+
     /// The events this transaction recorded, in order.
     fn events(&mut self) -> &mut Vec<TaskEvent>;
 
     /// A task's row.
     async fn load(&mut self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError>;
+
     /// A task's row with its stored definition (claims return both).
     async fn load_with_definition(&mut self, task_id: TaskId) -> Result<Option<(TaskRow, Box<RawValue>)>, StoreError>;
+
     /// The pending runs a worker's claim may take, in line order (priority, then arrival),
     /// at most its count, each loaded with its definition.
     async fn claimable(&mut self, request: &ClaimRequest) -> Result<Vec<(TaskRow, Box<RawValue>)>, StoreError>;
+
     /// Inserts a new task row as it stands, joining the claim line when it is pending.
     async fn insert_task(&mut self, row: &mut TaskRow, new: NewTask<'_>) -> Result<(), StoreError>;
+
     /// Keeps a new task's secrets, apart from its row (SQLite: in their own database file).
     async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError>;
+
     /// A task's secrets, if it has any.
     async fn load_secrets(&mut self, task_id: TaskId) -> Result<Option<Secrets>, StoreError>;
+
     /// The task that last completed with properties `hash` at or after `since`, if any.
     async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError>;
+
     /// Records that `task_id`, with properties `hash`, completed at `at`.
     async fn remember_completion(&mut self, hash: &str, task_id: TaskId, at: Timestamp) -> Result<(), StoreError>;
+
     /// Files a new task under each of its tags (`key:value`), at its `created` time.
     async fn index_tags(
         &mut self,
@@ -84,22 +99,28 @@ pub(crate) trait WriteTx {
         created: Timestamp,
         tags: &std::collections::BTreeMap<String, String>,
     ) -> Result<(), StoreError>;
+
     /// Files `task_id` in the list of failed tasks at `at` (it failed or ended in an
     /// exception), or takes it off (`None`: it runs again).
     async fn file_failure(&mut self, task_id: TaskId, at: Option<Timestamp>) -> Result<(), StoreError>;
+
     /// Forgets `task_id`'s completions (it is no longer completed, or it expired).
     async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError>;
+
     /// Writes a stepped row's new state; `change` says what moved.
     async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError>;
 
     /// What createTask needs to judge a new task (see [`CreateLookup`]).
     async fn lookup_create(&mut self, definition: &TaskDefinition, task_id: TaskId)
     -> Result<CreateLookup, StoreError>;
+
     /// Inserts a new task group, made by creating task `first` (a backend may leave a group
     /// made by its namesake implied by that task's row).
     async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp, first: TaskId) -> Result<(), StoreError>;
+
     /// Moves a group's expiry later.
     async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError>;
+
     /// Records a new task's dependencies and which are satisfied already.
     async fn insert_dependencies(
         &mut self,
@@ -107,6 +128,7 @@ pub(crate) trait WriteTx {
         definition: &TaskDefinition,
         satisfied: &[bool],
     ) -> Result<(), StoreError>;
+
     /// Records that a queue was used (at most once per [`QUEUE_TOUCH_INTERVAL_MS`]).
     async fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError>;
 
@@ -119,85 +141,16 @@ pub(crate) trait WriteTx {
         state: TaskState,
         now: Timestamp,
     ) -> Result<Option<Aftermath>, StoreError>;
+
     /// Marks `dependent`'s dependency on `required` satisfied.
     async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError>;
+
     /// Whether a task still waits for a dependency.
     async fn has_unmet_dependencies(&mut self, task_id: TaskId) -> Result<bool, StoreError>;
+
     /// Tasks whose claim expired (`taken_until`) and whose deadline passed, at most `limit`
     /// of each, each earliest first.
     async fn due(&mut self, now: Timestamp, limit: usize) -> Result<Due, StoreError>;
-
-    /// A task group.
-    async fn load_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
-    /// Seals a group.
-    async fn seal_group(&mut self, group: TaskId, at: Timestamp) -> Result<(), StoreError>;
-    /// How many tasks a group has.
-    async fn group_size(&mut self, group: TaskId) -> Result<u64, StoreError>;
-    /// A group's unresolved tasks, by task id.
-    async fn unresolved_members(&mut self, group: TaskId) -> Result<Vec<TaskId>, StoreError>;
-
-    /// The stored record of an artifact (not the implicit live log).
-    async fn stored_artifact(&mut self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError>;
-    /// Stores an artifact's record, replacing any under its key.
-    async fn put_artifact(&mut self, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError>;
-    /// Deletes artifact records; says how many there were.
-    async fn delete_artifacts(&mut self, keys: &[ArtifactKey]) -> Result<usize, StoreError>;
-
-    /// A graph's row.
-    async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<graph::StoredGraph>, StoreError>;
-    /// Inserts a graph's row.
-    async fn insert_graph(&mut self, graph: &graph::StoredGraph, now: Timestamp) -> Result<(), StoreError>;
-    /// Writes a graph's counts.
-    async fn save_tally(&mut self, task_graph_id: TaskId, tally: Tally) -> Result<(), StoreError>;
-    /// Each label of the graph with its taskId and its submitted JSON.
-    async fn graph_labels(&mut self, task_graph_id: TaskId) -> Result<Vec<(String, TaskId, String)>, StoreError>;
-    /// Inserts a labelled task's row.
-    async fn insert_node(&mut self, node: &graph::NewNode<'_>) -> Result<(), StoreError>;
-    /// The graph and progress of the task `task_id`, when it belongs to a graph.
-    async fn load_node(&mut self, task_id: TaskId) -> Result<Option<(TaskId, NodeProgress)>, StoreError>;
-    /// Writes a labelled task's progress.
-    async fn save_node(&mut self, task_id: TaskId, progress: NodeProgress) -> Result<(), StoreError>;
-    /// When a stored task expires (None when there is no such task).
-    async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError>;
-
-    /// Deletes a task that is resolved and expired at `now`, with its dependency rows (both
-    /// ways), artifact records and graph node; answers its group, or `None` when it was not
-    /// there or not expired.
-    async fn delete_expired_task(&mut self, task_id: TaskId, now: Timestamp) -> Result<Option<TaskId>, StoreError>;
-    /// Deletes a group, and the graph of the same id, once no task is left in it.
-    async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError>;
-    /// Deletes up to `limit` task-queue records whose retention ended at `now`.
-    async fn delete_expired_queues(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError>;
-
-    /// A client's or role's stored JSON.
-    async fn load_auth(&mut self, kind: auth::AuthKind, id: &str) -> Result<Option<String>, StoreError>;
-    /// Every stored JSON of a kind.
-    async fn all_auth(&mut self, kind: auth::AuthKind) -> Result<Vec<String>, StoreError>;
-    /// Stores (or with `None` deletes) a client's or role's JSON.
-    async fn save_auth(&mut self, kind: auth::AuthKind, id: &str, body: Option<&str>) -> Result<(), StoreError>;
-    /// Moves the auth generation on, so that every server reloads clients and roles.
-    async fn bump_auth_generation(&mut self) -> Result<(), StoreError>;
-    /// The server's signing token: the one stored, or `candidate` stored now.
-    async fn signing_token(&mut self, candidate: &str) -> Result<String, StoreError>;
-
-    /// A worker's record.
-    async fn load_worker(&mut self, key: &WorkerKey) -> Result<Option<Worker>, StoreError>;
-    /// Stores a worker's record (inserted or replaced) and its new numbered events, deleting
-    /// those older than the [`KEPT_EVENTS`](shoal_engine::worker::KEPT_EVENTS) latest.
-    async fn save_worker(&mut self, worker: &Worker, events: &[(u64, WorkerEvent)]) -> Result<(), StoreError>;
-    /// Workers that silence makes missing ([`Worker::watched`]) last seen before `cutoff`, at
-    /// most `limit`, longest silent first.
-    async fn silent_workers(&mut self, cutoff: Timestamp, limit: usize) -> Result<Vec<WorkerKey>, StoreError>;
-    /// The dimensions of the workers of `task_queue_id` seen at or after `since`.
-    async fn live_worker_dimensions(
-        &mut self,
-        task_queue_id: &str,
-        since: Timestamp,
-    ) -> Result<Vec<Dimensions>, StoreError>;
-    /// The tasks whose running run worker `key` holds.
-    async fn worker_runs(&mut self, key: &WorkerKey) -> Result<Vec<TaskId>, StoreError>;
-    /// Deletes up to `limit` worker records (with their events) expired at `now`.
-    async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError>;
 }
 
 /// What a new task's row holds beyond the task itself.

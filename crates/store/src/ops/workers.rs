@@ -1,13 +1,41 @@
 //! The worker registry: sightings, claims, quarantine, termination, and workers found missing
 //! (whose runs end at once). Each change stores the record and its new lifecycle events.
 
+use shoal_engine::dimensions::Dimensions;
 use shoal_engine::event::Effects;
 use shoal_engine::rejection::Missing;
 use shoal_engine::worker::{Sighting, TaskRun, Worker, WorkerEvent, WorkerKey, worker_name};
-use shoal_engine::{Rejection, Timestamp};
+use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::{WriteTx, load_existing, step};
 use crate::{Claim, StoreError};
+
+/// A backend's transaction, as the worker operations use it.
+pub(crate) trait WorkerTx {
+    /// A worker's record.
+    async fn load_worker(&mut self, key: &WorkerKey) -> Result<Option<Worker>, StoreError>;
+
+    /// Stores a worker's record (inserted or replaced) and its new numbered events, deleting
+    /// those older than the [`KEPT_EVENTS`](shoal_engine::worker::KEPT_EVENTS) latest.
+    async fn save_worker(&mut self, worker: &Worker, events: &[(u64, WorkerEvent)]) -> Result<(), StoreError>;
+
+    /// Workers that silence makes missing ([`Worker::watched`]) last seen before `cutoff`, at
+    /// most `limit`, longest silent first.
+    async fn silent_workers(&mut self, cutoff: Timestamp, limit: usize) -> Result<Vec<WorkerKey>, StoreError>;
+
+    /// The dimensions of the workers of `task_queue_id` seen at or after `since`.
+    async fn live_worker_dimensions(
+        &mut self,
+        task_queue_id: &str,
+        since: Timestamp,
+    ) -> Result<Vec<Dimensions>, StoreError>;
+
+    /// The tasks whose running run worker `key` holds.
+    async fn worker_runs(&mut self, key: &WorkerKey) -> Result<Vec<TaskId>, StoreError>;
+
+    /// Deletes up to `limit` worker records (with their events) expired at `now`.
+    async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError>;
+}
 
 /// A change an operator (or the worker itself) makes to a worker.
 #[derive(Debug, Clone)]

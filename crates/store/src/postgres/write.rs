@@ -16,7 +16,9 @@ use tokio_postgres::types::ToSql;
 
 use crate::ops::auth::AuthKind;
 use crate::ops::graph::{NewNode, StoredGraph};
-use crate::ops::{Aftermath, CreateLookup, Due, NewTask, RowChange, WriteTx};
+use crate::ops::{
+    Aftermath, ArtifactTx, AuthTx, CreateLookup, Due, ExpireTx, GraphTx, GroupTx, NewTask, RowChange, WorkerTx, WriteTx,
+};
 use crate::postgres::graph::{GRAPH_COLUMNS, graph_from_row, parse_id};
 use crate::postgres::pipeline::{Param, Params};
 use crate::postgres::row::{
@@ -224,6 +226,76 @@ impl WriteTx for PgTx {
         })
     }
 
+    async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError> {
+        let params: Vec<Param> = vec![Box::new(task_id.as_str().to_owned()), Box::new(secrets.expose().to_owned())];
+        self.defer("INSERT INTO task_secrets (task_id, secrets) VALUES ($1, $2)", params).await
+    }
+
+    async fn load_secrets(&mut self, task_id: TaskId) -> Result<Option<Secrets>, StoreError> {
+        let row = self.query_opt("SELECT secrets FROM task_secrets WHERE task_id = $1", &[&task_id.as_str()]).await?;
+        row.map(|row| Ok(Secrets::from_stored(row.try_get(0)?))).transpose()
+    }
+
+    async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError> {
+        let row = self
+            .query_opt("SELECT task_id FROM completions WHERE hash = $1 AND completed >= $2", &[&hash, &since.millis()])
+            .await?;
+        row.map(|row| parse_id(row.try_get(0)?)).transpose()
+    }
+
+    async fn remember_completion(&mut self, hash: &str, task_id: TaskId, at: Timestamp) -> Result<(), StoreError> {
+        let params: Vec<Param> =
+            vec![Box::new(hash.to_owned()), Box::new(task_id.as_str().to_owned()), Box::new(at.millis())];
+        self.defer(
+            "INSERT INTO completions (hash, task_id, completed) VALUES ($1, $2, $3) \
+             ON CONFLICT (hash) DO UPDATE SET task_id = EXCLUDED.task_id, completed = EXCLUDED.completed",
+            params,
+        )
+        .await
+    }
+
+    async fn index_tags(
+        &mut self,
+        task_id: TaskId,
+        created: Timestamp,
+        tags: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), StoreError> {
+        let tags: Vec<String> = tags.iter().map(|(key, value)| format!("{key}:{value}")).collect();
+        let params: Vec<Param> =
+            vec![Box::new(tags), Box::new(created.millis()), Box::new(task_id.as_str().to_owned())];
+        self.defer(
+            "INSERT INTO task_tags (tag, created, task_id) SELECT unnest($1::text[]), $2, $3 ON CONFLICT DO NOTHING",
+            params,
+        )
+        .await
+    }
+
+    async fn file_failure(&mut self, task_id: TaskId, at: Option<Timestamp>) -> Result<(), StoreError> {
+        let id = Box::new(task_id.as_str().to_owned());
+        match at {
+            Some(at) => {
+                self.defer(
+                    "INSERT INTO task_tags (tag, created, task_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    vec![Box::new(crate::FAILED_TAG), Box::new(at.millis()), id],
+                )
+                .await
+            }
+            None => {
+                self.defer(
+                    "DELETE FROM task_tags WHERE tag = $1 AND task_id = $2",
+                    vec![Box::new(crate::FAILED_TAG), id],
+                )
+                .await
+            }
+        }
+    }
+
+    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError> {
+        self.defer("DELETE FROM completions WHERE task_id = $1", vec![Box::new(task_id.as_str().to_owned())]).await
+    }
+}
+
+impl GroupTx for PgTx {
     async fn load_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
         self.lock_group(group).await
     }
@@ -250,7 +322,9 @@ impl WriteTx for PgTx {
             .await?;
         task_ids(&rows)
     }
+}
 
+impl ArtifactTx for PgTx {
     async fn stored_artifact(&mut self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError> {
         let row = self
             .query_opt(
@@ -291,7 +365,9 @@ impl WriteTx for PgTx {
             .collect();
         Ok(self.pipeline(&queries).await?.iter().map(Vec::len).sum())
     }
+}
 
+impl GraphTx for PgTx {
     /// Locked: servers resolving a graph's tasks at once count each resolution once.
     async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError> {
         let sql = format!("SELECT {GRAPH_COLUMNS} FROM task_graphs WHERE task_graph_id = $1 FOR UPDATE");
@@ -375,7 +451,9 @@ impl WriteTx for PgTx {
         ];
         self.defer("UPDATE graph_tasks SET reruns_left = $2, failed = $3 WHERE task_id = $1", params).await
     }
+}
 
+impl ExpireTx for PgTx {
     async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError> {
         let row = self.query_opt("SELECT expires FROM tasks WHERE task_id = $1", &[&task_id.as_str()]).await?;
         row.map(|row| Ok(Timestamp(row.try_get(0)?))).transpose()
@@ -405,74 +483,6 @@ impl WriteTx for PgTx {
         Ok(Some(parse_id(&group)?))
     }
 
-    async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError> {
-        let params: Vec<Param> = vec![Box::new(task_id.as_str().to_owned()), Box::new(secrets.expose().to_owned())];
-        self.defer("INSERT INTO task_secrets (task_id, secrets) VALUES ($1, $2)", params).await
-    }
-
-    async fn load_secrets(&mut self, task_id: TaskId) -> Result<Option<Secrets>, StoreError> {
-        let row = self.query_opt("SELECT secrets FROM task_secrets WHERE task_id = $1", &[&task_id.as_str()]).await?;
-        row.map(|row| Ok(Secrets::from_stored(row.try_get(0)?))).transpose()
-    }
-
-    async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError> {
-        let row = self
-            .query_opt("SELECT task_id FROM completions WHERE hash = $1 AND completed >= $2", &[&hash, &since.millis()])
-            .await?;
-        row.map(|row| parse_id(row.try_get(0)?)).transpose()
-    }
-
-    async fn remember_completion(&mut self, hash: &str, task_id: TaskId, at: Timestamp) -> Result<(), StoreError> {
-        let params: Vec<Param> =
-            vec![Box::new(hash.to_owned()), Box::new(task_id.as_str().to_owned()), Box::new(at.millis())];
-        self.defer(
-            "INSERT INTO completions (hash, task_id, completed) VALUES ($1, $2, $3) \
-             ON CONFLICT (hash) DO UPDATE SET task_id = EXCLUDED.task_id, completed = EXCLUDED.completed",
-            params,
-        )
-        .await
-    }
-
-    async fn index_tags(
-        &mut self,
-        task_id: TaskId,
-        created: Timestamp,
-        tags: &std::collections::BTreeMap<String, String>,
-    ) -> Result<(), StoreError> {
-        let tags: Vec<String> = tags.iter().map(|(key, value)| format!("{key}:{value}")).collect();
-        let params: Vec<Param> =
-            vec![Box::new(tags), Box::new(created.millis()), Box::new(task_id.as_str().to_owned())];
-        self.defer(
-            "INSERT INTO task_tags (tag, created, task_id) SELECT unnest($1::text[]), $2, $3 ON CONFLICT DO NOTHING",
-            params,
-        )
-        .await
-    }
-
-    async fn file_failure(&mut self, task_id: TaskId, at: Option<Timestamp>) -> Result<(), StoreError> {
-        let id = Box::new(task_id.as_str().to_owned());
-        match at {
-            Some(at) => {
-                self.defer(
-                    "INSERT INTO task_tags (tag, created, task_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                    vec![Box::new(crate::FAILED_TAG), Box::new(at.millis()), id],
-                )
-                .await
-            }
-            None => {
-                self.defer(
-                    "DELETE FROM task_tags WHERE tag = $1 AND task_id = $2",
-                    vec![Box::new(crate::FAILED_TAG), id],
-                )
-                .await
-            }
-        }
-    }
-
-    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError> {
-        self.defer("DELETE FROM completions WHERE task_id = $1", vec![Box::new(task_id.as_str().to_owned())]).await
-    }
-
     async fn delete_group_if_empty(&mut self, group: TaskId) -> Result<(), StoreError> {
         let id = group.as_str().to_owned();
         self.defer(
@@ -497,7 +507,9 @@ impl WriteTx for PgTx {
         )
         .await
     }
+}
 
+impl AuthTx for PgTx {
     async fn load_auth(&mut self, kind: AuthKind, id: &str) -> Result<Option<String>, StoreError> {
         let row = self
             .query_opt("SELECT body FROM auth_entities WHERE kind = $1 AND id = $2 FOR UPDATE", &[&kind.as_str(), &id])
@@ -543,7 +555,9 @@ impl WriteTx for PgTx {
             .await?;
         Ok(row.try_get(0)?)
     }
+}
 
+impl WorkerTx for PgTx {
     async fn load_worker(&mut self, key: &WorkerKey) -> Result<Option<Worker>, StoreError> {
         self.lock_worker(key).await
     }
