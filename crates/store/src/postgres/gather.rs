@@ -34,7 +34,7 @@
 //! run on their own: they lock their dependencies before their group.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, LazyLock, Weak};
 
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::rejection::Missing;
@@ -223,42 +223,61 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton
         Err(err) => Err(err),
     };
     match outcome {
-        Ok((outcomes, claimed)) => {
-            let Committed { events, .. } = inner.committed((), tx);
-            let mut events = events.into_iter();
-            let mut answers: Vec<_> = outcomes
-                .into_iter()
-                .map(|(outcome, n_events)| {
-                    let events: Vec<_> = events.by_ref().take(n_events).collect();
-                    outcome.map(|value| Committed { value, events })
-                })
-                .collect();
-            let mut claimed: Vec<_> = claimed
-                .into_iter()
-                .map(|(index, value, n_events)| {
-                    (index, Committed { value, events: events.by_ref().take(n_events).collect() })
-                })
-                .collect();
-            // What the resolutions entailed (dependents released) goes to the last answer
-            // that commits, so that the workers it concerns are woken.
-            if let Some(Ok(last)) = answers.iter_mut().rev().find(|answer| answer.is_ok()) {
-                last.events.extend(events);
-            } else if let Some((_, last)) = claimed.last_mut() {
-                last.events.extend(events);
-            }
-            for (job, answer) in gathered.into_iter().zip(answers) {
-                let _ = job.reply.send(answer);
-            }
-            let mut claims: Vec<_> = claims.into_iter().map(Some).collect();
-            for (index, answer) in claimed {
-                if let Some(job) = claims[index].take() {
-                    let _ = job.reply.send(Ok(answer));
-                }
-            }
+        Ok((outcomes, claimed)) => answer(inner, tx, gathered, claims, outcomes, claimed),
+        Err(err) => failed(inner, tx, err, gathered, claims).await,
+    }
+    for job in again {
+        alone(inner, job);
+    }
+}
+
+/// Answers each operation and claim of a gathering that committed, with its events; what
+/// the resolutions entailed goes to the last answer, so that the workers it concerns are woken.
+fn answer(
+    inner: &Arc<PgInner>,
+    tx: PgTx,
+    gathered: Vec<Job>,
+    claims: Vec<ClaimJob>,
+    outcomes: Outcomes,
+    claimed: Claimed,
+) {
+    let Committed { events, .. } = inner.committed((), tx);
+    let mut events = events.into_iter();
+    let mut answers: Vec<_> = outcomes
+        .into_iter()
+        .map(|(outcome, n_events)| {
+            let events: Vec<_> = events.by_ref().take(n_events).collect();
+            outcome.map(|value| Committed { value, events })
+        })
+        .collect();
+    let mut claimed: Vec<_> = claimed
+        .into_iter()
+        .map(|(index, value, n_events)| (index, Committed { value, events: events.by_ref().take(n_events).collect() }))
+        .collect();
+    // What the resolutions entailed (dependents released) goes to the last answer
+    // that commits, so that the workers it concerns are woken.
+    if let Some(Ok(last)) = answers.iter_mut().rev().find(|answer| answer.is_ok()) {
+        last.events.extend(events);
+    } else if let Some((_, last)) = claimed.last_mut() {
+        last.events.extend(events);
+    }
+    for (job, answer) in gathered.into_iter().zip(answers) {
+        let _ = job.reply.send(answer);
+    }
+    let mut claims: Vec<_> = claims.into_iter().map(Some).collect();
+    for (index, answer) in claimed {
+        if let Some(job) = claims[index].take() {
+            let _ = job.reply.send(Ok(answer));
         }
-        // After the COMMIT went out the outcome is unknown: each caller is told, as when a
-        // create runs alone.
-        Err(StoreError::Unavailable(text)) if tx.committing => {
+    }
+}
+
+/// A gathering that did not commit: after the COMMIT went out its outcome is unknown and each
+/// caller is told so; otherwise each operation and claim runs alone.
+async fn failed(inner: &Arc<PgInner>, tx: PgTx, err: StoreError, gathered: Vec<Job>, claims: Vec<ClaimJob>) {
+    match err {
+        // As when a create runs alone.
+        StoreError::Unavailable(text) if tx.committing => {
             tx.discard();
             for job in gathered {
                 let _ = job.reply.send(Err(StoreError::Unavailable(text.clone())));
@@ -267,7 +286,7 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton
                 let _ = job.reply.send(Err(StoreError::Unavailable(text.clone())));
             }
         }
-        Err(err) => {
+        err => {
             tracing::debug!(error = %err, operations = gathered.len(), "gathered writes failed; running each alone");
             match err {
                 StoreError::Unavailable(_) => tx.discard(),
@@ -280,9 +299,6 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton
                 claim_alone(inner, job);
             }
         }
-    }
-    for job in again {
-        alone(inner, job);
     }
 }
 
@@ -324,40 +340,44 @@ struct ClaimLine<'a> {
     members: Vec<usize>,
 }
 
-/// Runs every operation of `jobs` (distinct task ids) in `tx`, in order, then `claims`.
+/// Runs every operation of `jobs` (distinct task ids) in `tx`, in order, then `claims`: one
+/// round trip reads and locks what they need, each is judged on it, and what the resolutions
+/// among them entail is judged once for all.
 async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(Outcomes, Claimed), StoreError> {
-    // Commanded tasks, then every group the gathering touches (the commanded tasks' and the
-    // created tasks', new ones inserted), each set locked in id order in one statement, tasks
-    // before groups as everywhere: gatherings on two servers do not wait on each other in a
-    // cycle over these locks. Locking the two kinds of group one set after the other
-    // deadlocked whenever tasks of one group were created and reported at once (a decision
-    // task's graph), and PostgreSQL takes a second (deadlock_timeout) to say so.
-    let mut commanded: Vec<&str> =
-        jobs.iter().filter(|job| matches!(job.op, Op::Apply(_))).map(|job| job.task_id.as_str()).collect();
-    commanded.sort_unstable();
-    let mut groups: BTreeMap<&str, (&str, i64, i64)> = BTreeMap::new();
-    for job in jobs {
-        if let Op::Create(definition) = &job.op {
-            // Each group once, extended to the latest expiry asked for. A new group takes the
-            // scheduler and creation time of its first create (as when it commits first).
-            let expires = shoal_engine::group::group_expiry(definition).millis();
-            let first = (definition.scheduler_id.as_str(), expires, definition.created.millis());
-            let entry = groups.entry(definition.task_group_id.as_str()).or_insert(first);
-            entry.1 = entry.1.max(expires);
-        }
+    let lines = claim_lines(claims)?;
+    let (mut found, claimable) = read_all(tx, jobs, &lines).await?;
+    tx.gather_resolutions();
+    let outcomes = run_jobs(tx, jobs, &mut found).await?;
+    let claimed = claim_all(tx, claims, &lines, claimable.into_iter()).await?;
+    if let Some(known) = &mut found.known {
+        judge_groups(known, &found.loaded, jobs, &found.stored, &outcomes);
     }
-    let group_ids: Vec<&str> = groups.keys().copied().collect();
-    let schedulers: Vec<&str> = groups.values().map(|(scheduler, _, _)| *scheduler).collect();
-    let expiries: Vec<i64> = groups.values().map(|(_, expires, _)| *expires).collect();
-    let group_created: Vec<i64> = groups.values().map(|(_, _, created)| *created).collect();
-    let created: Vec<&str> =
-        jobs.iter().filter(|job| matches!(job.op, Op::Create(_))).map(|job| job.task_id.as_str()).collect();
-    let lock_tasks = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE");
-    // Every group the gathering touches, locked in one pass in id order: the created tasks'
-    // groups created or extended, the commanded tasks' groups (which exist) only locked, since
-    // ON CONFLICT locks a row its WHERE then leaves as it is. Their placeholder values pass
-    // the NOT NULL checks, which PostgreSQL makes before it looks for the conflict.
-    let lock_groups = format!(
+    tx.resolve_gathered(found.known).await?;
+    Ok((outcomes, claimed))
+}
+
+/// What a gathering's first round trip found.
+struct Found {
+    /// The commanded tasks, locked.
+    loaded: HashMap<TaskId, TaskRow>,
+    /// The groups the gathering touches, created, extended or locked.
+    upserted: HashMap<TaskId, TaskGroup>,
+    /// What resolving the commanded tasks would entail, when some command may resolve one.
+    known: Option<Known>,
+    /// The created tasks that exist already, with their stored definitions.
+    stored: HashMap<TaskId, (TaskRow, String)>,
+}
+
+/// The commanded tasks, locked in id order.
+static LOCK_TASKS: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE"));
+
+/// Every group the gathering touches, locked in one pass in id order: the created tasks'
+/// groups created or extended, the commanded tasks' groups (which exist) only locked, since
+/// ON CONFLICT locks a row its WHERE then leaves as it is. Their placeholder values pass the
+/// NOT NULL checks, which PostgreSQL makes before it looks for the conflict.
+static LOCK_GROUPS: LazyLock<String> = LazyLock::new(|| {
+    format!(
         "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed, created) \
          SELECT t.id, max(t.scheduler_id), max(t.expires), NULL, max(t.created) FROM \
          (SELECT u.id, u.scheduler_id, u.expires, u.created FROM unnest($2::text[], $3::text[], $4::int8[], $5::int8[]) \
@@ -367,33 +387,90 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
          ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
          WHERE excluded.expires >= 0 \
          RETURNING {GROUP_COLUMNS}"
-    );
-    // The commanded tasks' groups as locked (the upsert returns only the rows it wrote), for
-    // judging what resolutions entail.
-    let commanded_groups = format!(
+    )
+});
+
+/// The commanded tasks' groups as locked (the upsert returns only the rows it wrote), for
+/// judging what resolutions entail.
+static COMMANDED_GROUPS: LazyLock<String> = LazyLock::new(|| {
+    format!(
         "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id IN \
          (SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) ORDER BY task_group_id"
-    );
-    // What resolving the commanded tasks would entail, asked now rather than after writing
-    // (a round trip saved): which of their groups hold unresolved tasks besides them, and
-    // who waits on them. After the locks, so that both stay true until the commit: a group's
-    // tasks resolve, and tasks join it, only under its lock, and a dependent is added only
-    // under a share lock on what it requires.
-    let around = "SELECT g.id, NULL, NULL FROM (SELECT DISTINCT task_group_id AS id FROM tasks \
-         WHERE task_id = ANY($1)) AS g WHERE EXISTS (SELECT 1 FROM tasks AS t WHERE t.task_group_id = g.id \
-         AND t.deadline_due IS NOT NULL AND NOT t.task_id = ANY($1)) \
-         UNION ALL SELECT required_task_id, dependent_task_id, requires FROM task_dependencies \
-         WHERE required_task_id = ANY($1) AND NOT satisfied ORDER BY 1, 2";
+    )
+});
+
+/// What resolving the commanded tasks would entail, asked before writing (a round trip
+/// saved): which of their groups hold unresolved tasks besides them, and who waits on them.
+/// Asked after the locks, so that both stay true until the commit: a group's tasks resolve,
+/// and tasks join it, only under its lock, and a dependent is added only under a share lock
+/// on what it requires.
+const AROUND: &str = "SELECT g.id, NULL, NULL FROM (SELECT DISTINCT task_group_id AS id FROM tasks \
+     WHERE task_id = ANY($1)) AS g WHERE EXISTS (SELECT 1 FROM tasks AS t WHERE t.task_group_id = g.id \
+     AND t.deadline_due IS NOT NULL AND NOT t.task_id = ANY($1)) \
+     UNION ALL SELECT required_task_id, dependent_task_id, requires FROM task_dependencies \
+     WHERE required_task_id = ANY($1) AND NOT satisfied ORDER BY 1, 2";
+
+/// The created tasks that exist already, with their definitions.
+static EXISTING: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ANY($1)"));
+
+/// The groups a gathering's creates make or extend, column by column for [`LOCK_GROUPS`],
+/// in id order: each once, extended to the latest expiry asked for; a new group takes the
+/// scheduler and creation time of its first create (as when it commits first).
+struct GroupPlan<'a> {
+    group_ids: Vec<&'a str>,
+    schedulers: Vec<&'a str>,
+    expiries: Vec<i64>,
+    created: Vec<i64>,
+}
+
+impl<'a> GroupPlan<'a> {
+    fn of(jobs: &'a [Job]) -> GroupPlan<'a> {
+        let mut groups: BTreeMap<&str, (&str, i64, i64)> = BTreeMap::new();
+        for job in jobs {
+            if let Op::Create(definition) = &job.op {
+                let expires = shoal_engine::group::group_expiry(definition).millis();
+                let first = (definition.scheduler_id.as_str(), expires, definition.created.millis());
+                let entry = groups.entry(definition.task_group_id.as_str()).or_insert(first);
+                entry.1 = entry.1.max(expires);
+            }
+        }
+        GroupPlan {
+            group_ids: groups.keys().copied().collect(),
+            schedulers: groups.values().map(|(scheduler, _, _)| *scheduler).collect(),
+            expiries: groups.values().map(|(_, expires, _)| *expires).collect(),
+            created: groups.values().map(|(_, _, created)| *created).collect(),
+        }
+    }
+}
+
+/// Reads and locks, in one round trip, what the gathering's operations need ([`Found`]), and
+/// what each claim line can take (one answer per line).
+async fn read_all(
+    tx: &mut PgTx,
+    jobs: &[Job],
+    lines: &[ClaimLine<'_>],
+) -> Result<(Found, Vec<Vec<tokio_postgres::Row>>), StoreError> {
+    // Commanded tasks, then every group the gathering touches (the commanded tasks' and the
+    // created tasks', new ones inserted), each set locked in id order in one statement, tasks
+    // before groups as everywhere: gatherings on two servers do not wait on each other in a
+    // cycle over these locks. Locking the two kinds of group one set after the other
+    // deadlocked whenever tasks of one group were created and reported at once (a decision
+    // task's graph), and PostgreSQL takes a second (deadlock_timeout) to say so.
+    let mut commanded: Vec<&str> =
+        jobs.iter().filter(|job| matches!(job.op, Op::Apply(_))).map(|job| job.task_id.as_str()).collect();
+    commanded.sort_unstable();
+    let GroupPlan { group_ids, schedulers, expiries, created: group_created } = GroupPlan::of(jobs);
+    let created: Vec<&str> =
+        jobs.iter().filter(|job| matches!(job.op, Op::Create(_))).map(|job| job.task_id.as_str()).collect();
     let resolving =
         jobs.iter().any(|job| matches!(job.op, Op::Apply(TaskCommand::Resolve { .. } | TaskCommand::Cancel)));
-    let existing = format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ANY($1)");
     let commanded_params: [&(dyn ToSql + Sync); 1] = [&commanded];
     let touched_params: [&(dyn ToSql + Sync); 5] = [&commanded, &group_ids, &schedulers, &expiries, &group_created];
     let created_params: [&(dyn ToSql + Sync); 1] = [&created];
     // Claims after everything else: their locks skip what another transaction holds, so
     // they never wait and take no part in a cycle. Not the commanded tasks: this transaction
     // holds them already, which SKIP LOCKED does not skip.
-    let lines = claim_lines(claims)?;
     let claimable = claimable(true);
     let line_params: Vec<[&(dyn ToSql + Sync); 4]> = lines
         .iter()
@@ -401,20 +478,20 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
         .collect();
     let mut queries: Vec<(&str, crate::postgres::pipeline::Params<'_>)> = Vec::with_capacity(5 + lines.len());
     if !commanded.is_empty() {
-        queries.push((&lock_tasks, &commanded_params));
+        queries.push((&LOCK_TASKS, &commanded_params));
     }
     // A gathering of claims alone touches no group: a statement saved on every claimWork
     // that finds its worker waiting, and on the wake-up's path.
     let touches_groups = !commanded.is_empty() || !group_ids.is_empty();
     if touches_groups {
-        queries.push((&lock_groups, &touched_params));
+        queries.push((&LOCK_GROUPS, &touched_params));
     }
     if !commanded.is_empty() && resolving {
-        queries.push((&commanded_groups, &commanded_params));
-        queries.push((around, &commanded_params));
+        queries.push((&COMMANDED_GROUPS, &commanded_params));
+        queries.push((AROUND, &commanded_params));
     }
     if !created.is_empty() {
-        queries.push((&existing, &created_params));
+        queries.push((&EXISTING, &created_params));
     }
     for params in &line_params {
         queries.push((claimable, params));
@@ -446,7 +523,14 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
             stored.insert(found.task.task_id, (found, row.try_get(N_TASK_COLUMNS)?));
         }
     }
-    tx.gather_resolutions();
+    let claimable = answers.collect();
+    Ok((Found { loaded, upserted, known, stored }, claimable))
+}
+
+/// Judges each operation of the gathering alone, in order, on what [`read_all`] found; a
+/// refused one is undone and answered.
+async fn run_jobs(tx: &mut PgTx, jobs: &[Job], found: &mut Found) -> Result<Outcomes, StoreError> {
+    let Found { loaded, upserted, known, stored } = found;
     let mut outcomes = Vec::with_capacity(jobs.len());
     for job in jobs {
         let mark = tx.mark();
@@ -487,12 +571,7 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
             Ok(status) => outcomes.push((Ok(status), tx.events.len() - mark.events)),
         }
     }
-    let claimed = claim_all(tx, claims, &lines, answers).await?;
-    if let Some(known) = &mut known {
-        judge_groups(known, &loaded, jobs, &stored, &outcomes);
-    }
-    tx.resolve_gathered(known).await?;
-    Ok((outcomes, claimed))
+    Ok(outcomes)
 }
 
 /// The gathering's claims by queue and dimensions, each line in the order its first claim came.
