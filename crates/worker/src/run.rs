@@ -76,28 +76,8 @@ pub(crate) async fn run_claim(
     let mut stats = RunStats::default();
     // Beside the task directory, not in it: an artifact of the whole directory must not take it.
     let secrets_file = config.work_dir.join(format!("secrets-{slot}.json"));
-    let prepared = async {
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|err| format!("cannot create the task directory {}: {err}", dir.display()))?;
-        let dir = std::path::absolute(&dir)
-            .map_err(|err| format!("cannot resolve the task directory {}: {err}", dir.display()))?;
-        if let Some(secrets) = &claim.secrets {
-            write_private(&secrets_file, secrets.expose().as_bytes())
-                .map_err(|err| format!("cannot write the secrets file {}: {err}", secrets_file.display()))?;
-        }
-        let secrets_file = std::path::absolute(&secrets_file).unwrap_or_else(|_| secrets_file.clone());
-        let facts = RunFacts {
-            task_id: &task_id,
-            run_id,
-            root_url: client.root_url(),
-            dir: &dir,
-            secrets_file: claim.secrets.is_some().then_some(secrets_file.as_path()),
-        };
-        let (path, lang) = (std::env::var("PATH").ok(), std::env::var("LANG").ok());
-        Ok::<_, String>(task_environment(path.as_deref(), lang.as_deref(), &payload.env, &facts))
-    };
-    let ending = match prepared.await {
+    let prepared = prepare(&client, &claim, &payload, &task_id, &dir, &secrets_file).await;
+    let ending = match prepared {
         Ok(env) => {
             stats.setup_ms = Some(millis(claimed.elapsed()));
             let started = Instant::now();
@@ -123,7 +103,48 @@ pub(crate) async fn run_claim(
         stats.bytes_uploaded = Some(artifacts::upload_all(&target, &payload.artifacts, &dir, &log).await);
         stats.upload_ms = Some(millis(started.elapsed()));
     }
-    let outcome = match &ending {
+    let outcome = outcome_of(&ending, &log).await;
+    drop(log);
+    flusher.finish().await;
+    if let Some(outcome) = outcome {
+        report(&client, &task_id, run_id, &outcome, &stats).await;
+    }
+    empty(&dir).await;
+}
+
+/// Makes the task directory and the secrets file, and the commands' environment.
+async fn prepare(
+    client: &Client,
+    claim: &Claim,
+    payload: &Payload,
+    task_id: &str,
+    dir: &Path,
+    secrets_file: &Path,
+) -> Result<Vec<(String, String)>, String> {
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|err| format!("cannot create the task directory {}: {err}", dir.display()))?;
+    let dir = std::path::absolute(dir)
+        .map_err(|err| format!("cannot resolve the task directory {}: {err}", dir.display()))?;
+    if let Some(secrets) = &claim.secrets {
+        write_private(secrets_file, secrets.expose().as_bytes())
+            .map_err(|err| format!("cannot write the secrets file {}: {err}", secrets_file.display()))?;
+    }
+    let secrets_file = std::path::absolute(secrets_file).unwrap_or_else(|_| secrets_file.to_path_buf());
+    let facts = RunFacts {
+        task_id,
+        run_id: claim.run_id,
+        root_url: client.root_url(),
+        dir: &dir,
+        secrets_file: claim.secrets.is_some().then_some(secrets_file.as_path()),
+    };
+    let (path, lang) = (std::env::var("PATH").ok(), std::env::var("LANG").ok());
+    Ok(task_environment(path.as_deref(), lang.as_deref(), &payload.env, &facts))
+}
+
+/// What a run's ending reports, said in its log too; nothing for a revoked run.
+async fn outcome_of(ending: &Ending, log: &LogSink) -> Option<Outcome> {
+    match ending {
         Ending::Success => Some(Outcome::Completed),
         Ending::Failure(reason) => {
             log.line(reason).await;
@@ -138,13 +159,7 @@ pub(crate) async fn run_claim(
             Some(Outcome::Exception(WorkerException::WorkerShutdown))
         }
         Ending::Revoked => None,
-    };
-    drop(log);
-    flusher.finish().await;
-    if let Some(outcome) = outcome {
-        report(&client, &task_id, run_id, &outcome, &stats).await;
     }
-    empty(&dir).await;
 }
 
 fn millis(elapsed: Duration) -> u64 {
