@@ -24,6 +24,8 @@
 //! assert_eq!(task.state().as_str(), "completed");
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod artifact;
 pub mod auth;
 pub mod command;

@@ -4,6 +4,8 @@
 //! events it caused in one transaction, and only then answers. It is the only crate that
 //! knows SQL. [`Store`] is a closed enum over the backends so callers need no generics.
 
+#![warn(missing_docs)]
+
 mod ops;
 pub mod outbox;
 mod page;

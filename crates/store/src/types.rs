@@ -194,6 +194,7 @@ pub struct RecentGraph {
     pub created: Timestamp,
 }
 
+/// The reads every backend answers (see [`Store::read`]).
 pub trait Reads {
     /// One artifact of a run.
     ///
