@@ -171,7 +171,7 @@ pub(crate) async fn group_wait(client: &Client, group: &str, json: bool) -> anyh
         if !members.is_empty() && resolved == members.len() {
             break members;
         }
-        // No event stream yet (issue 4): poll the group.
+        // Polled: each look lists the group whole, which a quarter second apart costs the server little.
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     bar.finish_and_clear();

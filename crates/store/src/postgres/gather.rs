@@ -1,37 +1,12 @@
 //! Writes from concurrent requests, gathered into one transaction.
 //!
-//! On PostgreSQL a statement costs far more than a row: a create alone is a transaction of five
-//! statements (BEGIN, the group's upsert, the task's insert, the outbox row, COMMIT), a report
-//! seven. Each server therefore *gathers* the creates (of tasks without dependencies), task
-//! commands (reports, reruns, cancels, reclaims, priority changes) and claims (claimWork) that
-//! arrive while its previous gathering is being written, and writes them in one transaction of
-//! two round trips. The first reads: one statement locks every commanded task (in id order) and
-//! one every group the gathering touches (in id order; claims alone touch none); when reports
-//! or cancels are among the commands, two more read their groups and ask what resolving them
-//! would entail (which of their groups hold other unresolved tasks, who waits on them); one
-//! reads the created tasks that exist already; and one per queue and set of dimensions finds
-//! what the claims there can take (`SKIP LOCKED`, so never waiting on a lock), handed to them
-//! in the order they came. The second writes: one statement inserts every new row, updates
-//! every changed row and stages the messages (`PgTx::lower`), and the COMMIT. Two lanes take
-//! gatherings from one queue, one at a time: a lane takes the next gathering once the one
-//! before has been read and judged and goes on to its commit, so while a gathering is written
-//! (most of it waiting for its commit to reach the disk) the next fills and is prepared, and
-//! the busier the server, the more each transaction carries, as group commit does. A gathering
-//! that waits on a row lock (another server's transaction holds it) lets the next one start
-//! after a few milliseconds all the same.
-//!
-//! Each operation is judged alone, by the same rules and in the same order as when it runs
-//! on its own; only what resolutions entail is judged once for all of them, on the
-//! transaction as it will commit (a group two reports left empty is resolved once; one a
-//! report left empty and a create extended is not). One refused (a different definition
-//! under the same id, a sealed group, a report on a run that is not running) writes nothing,
-//! except that a created task's group may have been extended to its expiry, which only
-//! keeps the group a little longer. Claims are judged after every other operation and never
-//! take a task the gathering commands (a cancel and a claim of one pending task arriving
-//! together: the cancel wins). Releasing a dependent reads it first (a round trip more). A
-//! database error rolls the gathering back and every operation of it runs on its own (a
-//! deadlock with another server's gathering included). Creates with dependencies always
-//! run on their own: they lock their dependencies before their group.
+//! On PostgreSQL a statement costs far more than a row, so each server gathers the creates
+//! (of tasks without dependencies), task commands and claims that arrive while its previous
+//! gathering is written, and writes them in one transaction of two round trips: one reads
+//! and locks what they need (`read_all`), the other writes every row and the outbox row and
+//! commits. Each operation is judged alone, by the same `ops` functions and in the same
+//! order as when it runs on its own; one refused writes nothing; a database error runs each
+//! alone. `docs/postgres-internals.md` ("Gathering") tells the lock order and the lanes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Weak};

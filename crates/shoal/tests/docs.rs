@@ -1,0 +1,66 @@
+//! The docs that drift unless a test holds them: every module says what it holds, the map
+//! stays readable, and README carries no dated figures (those live in docs/performance.md).
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, found);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_module_opens_with_its_doc() {
+    let mut files = Vec::new();
+    for krate in std::fs::read_dir(root().join("crates")).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if src.is_dir() {
+            rust_files(&src, &mut files);
+        }
+    }
+    assert!(files.len() > 100, "found only {} files", files.len());
+    let missing: Vec<_> = files
+        .iter()
+        .filter(|path| !std::fs::read_to_string(path).unwrap().starts_with("//!"))
+        .map(|path| path.strip_prefix(root()).unwrap_or(path).display().to_string())
+        .collect();
+    assert!(missing.is_empty(), "modules without a `//!` doc: {missing:?}");
+}
+
+#[test]
+fn the_map_and_the_guides_keep_readable_lines() {
+    for (doc, longest) in [("ARCHITECTURE.md", 600), ("docs/postgres.md", 200), ("docs/postgres-internals.md", 200)] {
+        let text = std::fs::read_to_string(root().join(doc)).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            assert!(line.chars().count() <= longest, "{doc}:{}: {} characters", n + 1, line.chars().count());
+        }
+    }
+}
+
+#[test]
+fn readme_has_no_dated_figures() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let dated = dated_lines(&readme);
+    assert!(dated.is_empty(), "README lines with a date (figures belong in docs/performance.md): {dated:?}");
+}
+
+/// Lines holding a `YYYY-MM-DD` date.
+fn dated_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|line| {
+            line.as_bytes().windows(10).any(|w| {
+                let digit = |i: usize| w[i].is_ascii_digit();
+                (0..4).all(digit) && w[4] == b'-' && digit(5) && digit(6) && w[7] == b'-' && digit(8) && digit(9)
+            })
+        })
+        .collect()
+}
