@@ -9,6 +9,7 @@
 
 mod artifacts;
 mod checkpoint;
+mod domains;
 mod glance;
 mod graph;
 mod outbox;
