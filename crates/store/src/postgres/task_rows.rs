@@ -1,6 +1,7 @@
 //! Task rows as PostgreSQL writes them: inserts and per-step updates over arrays, built from
 //! the one description of a row ([`crate::row::TASK_COLUMNS`]).
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use shoal_engine::task::Task;
@@ -125,13 +126,16 @@ pub(crate) static N_UPDATE_PARAMS: LazyLock<usize> = LazyLock::new(|| step_colum
 pub(crate) struct NewRow {
     pub(crate) task_id: String,
     /// Its cells on PostgreSQL, in [`TASK_COLUMNS`] order.
-    cells: Vec<Cell>,
+    cells: Vec<Cell<'static>>,
 }
 
 impl NewRow {
     /// The row of a new task.
     pub(crate) fn new(row: &TaskRow, new: &NewTask<'_>) -> Result<NewRow, StoreError> {
-        Ok(NewRow { task_id: row.task.task_id.as_str().to_owned(), cells: insert_cells(row, new, Backends::Postgres)? })
+        Ok(NewRow {
+            task_id: row.task.task_id.as_str().to_owned(),
+            cells: insert_cells(row, new, Backends::Postgres)?.into_iter().map(Cell::into_owned).collect(),
+        })
     }
 
     /// A row with no cells, for tests of batching.
@@ -153,7 +157,7 @@ impl NewRow {
 pub(crate) struct RowUpdate {
     pub(crate) task_id: String,
     /// The columns every step rewrites, in [`step_columns`] order.
-    cells: Vec<Cell>,
+    cells: Vec<Cell<'static>>,
     place: &'static str,
     priority: String,
     priority_rank: i16,
@@ -169,7 +173,7 @@ impl RowUpdate {
     pub(crate) fn new(task: &Task, place: Place, priority_changed: bool, moved: bool) -> Result<Self, StoreError> {
         Ok(RowUpdate {
             task_id: task.task_id.as_str().to_owned(),
-            cells: step_cells(task)?,
+            cells: step_cells(task)?.into_iter().map(Cell::into_owned).collect(),
             place: place_name(place),
             priority: json(&task.meta.priority)?,
             priority_rank: i16::from(task.meta.priority.rank()),
@@ -219,28 +223,30 @@ impl RowUpdate {
     }
 }
 
-fn take(cell: &mut Cell) -> Cell {
+fn take(cell: &mut Cell<'static>) -> Cell<'static> {
     std::mem::replace(cell, Cell::Int(None))
 }
 
 /// One cell as a parameter of its own.
-fn one(cell: Cell) -> Param {
+fn one(cell: Cell<'static>) -> Param {
     match cell {
-        Cell::Text(text) => Box::new(text),
+        Cell::Text(text) => Box::new(text.map(Cow::into_owned)),
         Cell::Int(int) => Box::new(int),
         Cell::Joins(joins) => Box::new(joins),
     }
 }
 
 /// A column's cells as one array parameter of [`array_type`].
-fn array(column: &crate::row::Column, cells: impl Iterator<Item = Cell>) -> Param {
+fn array(column: &crate::row::Column, cells: impl Iterator<Item = Cell<'static>>) -> Param {
     match (&column.value, column.kind) {
         (Value::LinePlace, _) => Box::new(cells.map(|cell| matches!(cell, Cell::Joins(true))).collect::<Vec<_>>()),
         (_, Kind::Int) => {
             Box::new(cells.map(|cell| if let Cell::Int(int) = cell { int } else { None }).collect::<Vec<Option<i64>>>())
         }
         (_, Kind::Text | Kind::Jsonb) => Box::new(
-            cells.map(|cell| if let Cell::Text(text) = cell { text } else { None }).collect::<Vec<Option<String>>>(),
+            cells
+                .map(|cell| if let Cell::Text(text) = cell { text.map(Cow::into_owned) } else { None })
+                .collect::<Vec<Option<String>>>(),
         ),
     }
 }

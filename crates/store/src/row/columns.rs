@@ -3,6 +3,8 @@
 //! selects from [`TASK_COLUMNS`]; adding a task field is an entry here, a line in
 //! [`task_from_cells`], and a migration per backend.
 
+use std::borrow::Cow;
+
 use shoal_engine::definition::Requires;
 use shoal_engine::status::Run;
 use shoal_engine::task::{Task, TaskMeta};
@@ -14,13 +16,24 @@ use crate::ops::NewTask;
 
 /// A value bound to (or read from) a task column.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Cell {
-    /// Text, or NULL.
-    Text(Option<String>),
+pub(crate) enum Cell<'a> {
+    /// Text, or NULL: borrowed from the task where it holds the text as stored.
+    Text(Option<Cow<'a, str>>),
     /// An integer, or NULL.
     Int(Option<i64>),
     /// Whether the run joins the claim line ([`Value::LinePlace`] on PostgreSQL).
     Joins(bool),
+}
+
+impl Cell<'_> {
+    /// The cell holding its own text.
+    pub(crate) fn into_owned(self) -> Cell<'static> {
+        match self {
+            Cell::Text(text) => Cell::Text(text.map(|text| Cow::Owned(text.into_owned()))),
+            Cell::Int(int) => Cell::Int(int),
+            Cell::Joins(joins) => Cell::Joins(joins),
+        }
+    }
 }
 
 /// A column's SQL type.
@@ -48,9 +61,9 @@ pub(crate) enum Backends {
 /// Where a column's value comes from.
 pub(crate) enum Value {
     /// The task as it stands.
-    Task(fn(&Task) -> Result<Cell, StoreError>),
+    Task(fn(&Task) -> Result<Cell<'_>, StoreError>),
     /// The creation (definition, `created`).
-    Created(fn(&NewTask<'_>) -> Cell),
+    Created(for<'a> fn(&NewTask<'a>) -> Cell<'a>),
     /// The run's place in the claim line, drawn by the backend when the run is pending.
     LinePlace,
 }
@@ -81,7 +94,7 @@ const fn column(name: &'static str, kind: Kind, value: Value) -> Column {
     Column { name, kind, backends: Backends::Both, value, each_step: false }
 }
 
-const fn step(name: &'static str, kind: Kind, value: fn(&Task) -> Result<Cell, StoreError>) -> Column {
+const fn step(name: &'static str, kind: Kind, value: fn(&Task) -> Result<Cell<'_>, StoreError>) -> Column {
     Column { name, kind, backends: Backends::Both, value: Value::Task(value), each_step: true }
 }
 
@@ -89,16 +102,16 @@ const fn only(backends: Backends, column: Column) -> Column {
     Column { backends, ..column }
 }
 
-fn text(value: &str) -> Cell {
-    Cell::Text(Some(value.to_owned()))
+fn text(value: &str) -> Cell<'_> {
+    Cell::Text(Some(Cow::Borrowed(value)))
 }
 
 /// A JSON column that is NULL for the empty value.
-fn json_unless(empty: bool, value: &impl serde::Serialize) -> Result<Cell, StoreError> {
-    Ok(Cell::Text((!empty).then(|| json(value)).transpose()?))
+fn json_unless(empty: bool, value: &impl serde::Serialize) -> Result<Cell<'static>, StoreError> {
+    Ok(Cell::Text((!empty).then(|| json(value).map(Cow::Owned)).transpose()?))
 }
 
-fn millis(at: Option<Timestamp>) -> Cell {
+fn millis(at: Option<Timestamp>) -> Cell<'static> {
     Cell::Int(at.map(Timestamp::millis))
 }
 
@@ -109,25 +122,25 @@ pub(crate) const TASK_COLUMNS: &[Column] = &[
     column("scheduler_id", Kind::Text, Value::Task(|t| Ok(text(&t.meta.scheduler_id)))),
     column("project_id", Kind::Text, Value::Task(|t| Ok(text(&t.meta.project_id)))),
     column("task_group_id", Kind::Text, Value::Task(|t| Ok(text(t.meta.task_group_id.as_str())))),
-    column("priority", Kind::Text, Value::Task(|t| Ok(Cell::Text(Some(json(&t.meta.priority)?))))),
+    column("priority", Kind::Text, Value::Task(|t| Ok(Cell::Text(Some(Cow::Owned(json(&t.meta.priority)?)))))),
     column("retries", Kind::Int, Value::Task(|t| Ok(Cell::Int(Some(i64::from(t.meta.retries)))))),
     step("retries_left", Kind::Int, |t| Ok(Cell::Int(Some(i64::from(t.retries_left()))))),
     column("deadline", Kind::Int, Value::Task(|t| Ok(Cell::Int(Some(t.meta.deadline.millis()))))),
     column("expires", Kind::Int, Value::Task(|t| Ok(Cell::Int(Some(t.meta.expires.millis()))))),
     column("requires", Kind::Text, Value::Task(|t| Ok(text(t.meta.requires.as_str())))),
     column("dimensions", Kind::Jsonb, Value::Task(|t| json_unless(t.meta.dimensions.is_empty(), &t.meta.dimensions))),
-    step("runs", Kind::Text, |t| Ok(Cell::Text(Some(json(t.runs())?)))),
+    step("runs", Kind::Text, |t| Ok(Cell::Text(Some(Cow::Owned(json(t.runs())?))))),
     column("pending_seq", Kind::Int, Value::LinePlace),
     column("routes", Kind::Text, Value::Task(|t| json_unless(t.meta.routes.is_empty(), &t.meta.routes))),
     column("tags", Kind::Text, Value::Task(|t| json_unless(t.meta.tags.is_empty(), &t.meta.tags))),
     column("slices", Kind::Text, Value::Task(|t| json_unless(t.meta.slices.is_empty(), &t.meta.slices))),
-    column("dedup", Kind::Text, Value::Task(|t| Ok(Cell::Text(t.meta.dedup_hash.clone())))),
+    column("dedup", Kind::Text, Value::Task(|t| Ok(Cell::Text(t.meta.dedup_hash.as_deref().map(Cow::Borrowed))))),
     column("secrets", Kind::Int, Value::Task(|t| Ok(Cell::Int(t.meta.has_secrets.then_some(1))))),
     // Written, not read back: derived from the above, or kept for queries.
     step("state", Kind::Text, |t| Ok(text(t.state().as_str()))),
     step("taken_until", Kind::Int, |t| Ok(millis(t.running_until()))),
     step("deadline_due", Kind::Int, |t| Ok(millis(t.deadline_due()))),
-    step("worker", Kind::Text, |t| Ok(Cell::Text(t.running_worker()))),
+    step("worker", Kind::Text, |t| Ok(Cell::Text(t.running_worker().map(Cow::Owned)))),
     column("definition", Kind::Text, Value::Created(|new| text(new.definition))),
     only(
         Backends::Postgres,
@@ -205,7 +218,11 @@ impl std::fmt::Display for SelectList {
 
 /// The cells of a new task's row on `backend`, in [`TASK_COLUMNS`] order (the line place
 /// as `pending_seq` on SQLite, as whether it joins on PostgreSQL).
-pub(crate) fn insert_cells(row: &TaskRow, new: &NewTask<'_>, backend: Backends) -> Result<Vec<Cell>, StoreError> {
+pub(crate) fn insert_cells<'a>(
+    row: &'a TaskRow,
+    new: &NewTask<'a>,
+    backend: Backends,
+) -> Result<Vec<Cell<'a>>, StoreError> {
     TASK_COLUMNS
         .iter()
         .filter(|column| column.on(backend))
@@ -226,7 +243,7 @@ pub(crate) fn step_columns() -> impl Iterator<Item = &'static Column> {
 }
 
 /// The cells of the columns every step rewrites, in [`step_columns`] order.
-pub(crate) fn step_cells(task: &Task) -> Result<Vec<Cell>, StoreError> {
+pub(crate) fn step_cells(task: &Task) -> Result<Vec<Cell<'_>>, StoreError> {
     step_columns()
         .map(|column| match &column.value {
             Value::Task(value) => value(task),

@@ -50,7 +50,7 @@ impl Cells for Row<'_> {
     }
 }
 
-impl rusqlite::ToSql for Cell {
+impl rusqlite::ToSql for Cell<'_> {
     fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
         match self {
             Cell::Text(text) => text.to_sql(),

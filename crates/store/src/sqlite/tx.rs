@@ -239,7 +239,7 @@ impl WriteTx for Tx<'_> {
         let task = &row.task;
         let mut cells = step_cells(task)?;
         cells.push(Cell::Int(row.pending_seq.map(|seq| seq as i64)));
-        cells.push(Cell::Text(Some(task.task_id.as_str().to_owned())));
+        cells.push(Cell::Text(Some(std::borrow::Cow::Borrowed(task.task_id.as_str()))));
         self.conn.prepare_cached(&UPDATE)?.execute(rusqlite::params_from_iter(&cells))?;
         if change.moved_from.is_some() {
             let dimensions = &task.meta.dimensions;
