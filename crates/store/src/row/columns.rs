@@ -179,6 +179,14 @@ const fn same(a: &str, b: &str) -> bool {
     true
 }
 
+/// The index of task column `$name`, found at compile time (a compile error when there is none).
+macro_rules! col {
+    ($name:literal) => {{
+        const INDEX: usize = at($name);
+        INDEX
+    }};
+}
+
 /// A row's cells, by column index, as a backend reads them.
 pub(crate) trait Cells {
     /// A text cell (NULL as `None`).
@@ -267,28 +275,28 @@ pub(crate) fn task_from_cells(row: &impl Cells) -> Result<TaskRow, StoreError> {
     let small = |name: usize| -> Result<u32, StoreError> {
         u32::try_from(int(name)?).map_err(|_| corrupt(format!("{} out of range", TASK_COLUMNS[name].name)))
     };
-    let runs: Vec<Run> = serde_json::from_str(text(at("runs"))?).map_err(corrupt)?;
+    let runs: Vec<Run> = serde_json::from_str(text(col!("runs"))?).map_err(corrupt)?;
     let meta = TaskMeta {
-        task_queue_id: text(at("task_queue_id"))?.to_owned(),
-        scheduler_id: text(at("scheduler_id"))?.to_owned(),
-        project_id: text(at("project_id"))?.to_owned(),
-        task_group_id: id(at("task_group_id"))?,
-        priority: serde_json::from_str(text(at("priority"))?).map_err(corrupt)?,
-        retries: small(at("retries"))?,
-        deadline: Timestamp(int(at("deadline"))?),
-        expires: Timestamp(int(at("expires"))?),
-        requires: Requires::from_name(text(at("requires"))?).ok_or_else(|| corrupt("bad requires"))?,
-        dimensions: optional_json(row, at("dimensions"))?,
-        routes: optional_json(row, at("routes"))?,
-        tags: optional_json(row, at("tags"))?,
-        slices: optional_json(row, at("slices"))?,
-        dedup_hash: row.text(at("dedup"))?.map(str::to_owned),
-        has_secrets: row.int(at("secrets"))? == Some(1),
+        task_queue_id: text(col!("task_queue_id"))?.to_owned(),
+        scheduler_id: text(col!("scheduler_id"))?.to_owned(),
+        project_id: text(col!("project_id"))?.to_owned(),
+        task_group_id: id(col!("task_group_id"))?,
+        priority: serde_json::from_str(text(col!("priority"))?).map_err(corrupt)?,
+        retries: small(col!("retries"))?,
+        deadline: Timestamp(int(col!("deadline"))?),
+        expires: Timestamp(int(col!("expires"))?),
+        requires: Requires::from_name(text(col!("requires"))?).ok_or_else(|| corrupt("bad requires"))?,
+        dimensions: optional_json(row, col!("dimensions"))?,
+        routes: optional_json(row, col!("routes"))?,
+        tags: optional_json(row, col!("tags"))?,
+        slices: optional_json(row, col!("slices"))?,
+        dedup_hash: row.text(col!("dedup"))?.map(str::to_owned),
+        has_secrets: row.int(col!("secrets"))? == Some(1),
     };
-    let retries_left = small(at("retries_left"))?;
+    let retries_left = small(col!("retries_left"))?;
     Ok(TaskRow {
-        task: Task::from_parts(id(at("task_id"))?, meta, retries_left, runs),
-        pending_seq: row.int(at("pending_seq"))?.map(|seq| seq as u64),
+        task: Task::from_parts(id(col!("task_id"))?, meta, retries_left, runs),
+        pending_seq: row.int(col!("pending_seq"))?.map(|seq| seq as u64),
     })
 }
 
