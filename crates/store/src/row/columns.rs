@@ -231,18 +231,18 @@ pub(crate) fn insert_cells<'a>(
     new: &NewTask<'a>,
     backend: Backends,
 ) -> Result<Vec<Cell<'a>>, StoreError> {
-    TASK_COLUMNS
-        .iter()
-        .filter(|column| column.on(backend))
-        .map(|column| match &column.value {
-            Value::Task(value) => value(&row.task),
-            Value::Created(value) => Ok(value(new)),
+    let mut cells = Vec::with_capacity(TASK_COLUMNS.len());
+    for column in TASK_COLUMNS.iter().filter(|column| column.on(backend)) {
+        cells.push(match &column.value {
+            Value::Task(value) => value(&row.task)?,
+            Value::Created(value) => value(new),
             Value::LinePlace if backend == Backends::Postgres => {
-                Ok(Cell::Joins(crate::ops::pending_run(&row.task).is_some()))
+                Cell::Joins(crate::ops::pending_run(&row.task).is_some())
             }
-            Value::LinePlace => Ok(Cell::Int(row.pending_seq.map(|seq| seq as i64))),
-        })
-        .collect()
+            Value::LinePlace => Cell::Int(row.pending_seq.map(|seq| seq as i64)),
+        });
+    }
+    Ok(cells)
 }
 
 /// The columns every step rewrites.
@@ -252,12 +252,15 @@ pub(crate) fn step_columns() -> impl Iterator<Item = &'static Column> {
 
 /// The cells of the columns every step rewrites, in [`step_columns`] order.
 pub(crate) fn step_cells(task: &Task) -> Result<Vec<Cell<'_>>, StoreError> {
-    step_columns()
-        .map(|column| match &column.value {
-            Value::Task(value) => value(task),
+    // Room for the place in line and the task id the backends bind after them.
+    let mut cells = Vec::with_capacity(8);
+    for column in step_columns() {
+        cells.push(match &column.value {
+            Value::Task(value) => value(task)?,
             Value::Created(_) | Value::LinePlace => unreachable!("step columns are computed from the task"),
-        })
-        .collect()
+        });
+    }
+    Ok(cells)
 }
 
 /// A task read back from the first [`READ`] cells of a row.
