@@ -66,6 +66,15 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
     let (stop_workers, workers_stop) = watch::channel(false);
     let mut workers = tokio::task::JoinSet::new();
     for idx in 0..args.workers {
+        // Contained where bubblewrap can be used (each worker's slots their own uids); on a
+        // machine without it the example still runs.
+        let first_uid = shoal_worker::SLOT_UID_BASE + idx * 4;
+        let isolation = shoal_worker::Isolation::bubblewrap(first_uid).unwrap_or_else(|reason| {
+            if idx == 0 {
+                println!("local workers run tasks uncontained: {reason}");
+            }
+            shoal_worker::Isolation::None
+        });
         let client = Client::new(&root)?.with_credentials(Some(root_credentials.clone()));
         let config = shoal_worker::WorkerConfig {
             task_queue_id: DEV_QUEUE.into(),
@@ -75,6 +84,7 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
             capacity: 4,
             work_dir: temp.path().join(format!("work-{idx}")),
             grace: Duration::from_secs(5),
+            isolation,
         };
         shoal_worker::guard(&config.work_dir).context("preparing a local worker's directory")?;
         workers.spawn(shoal_worker::run(client, config, stopped(workers_stop.clone())));

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use shoal_worker::Isolation;
+
 use crate::cli;
 use crate::server::ShutdownSignal;
 
@@ -37,6 +39,41 @@ pub(crate) struct WorkerArgs {
     /// Seconds between SIGTERM and SIGKILL when a task is stopped.
     #[arg(long, default_value_t = 10)]
     grace: u64,
+    /// How tasks are contained: `bubblewrap` (each command in a sandbox; as root, each slot its
+    /// own uid from 60000) or `none` (tasks run as the worker, in its filesystem).
+    #[arg(long, value_enum, default_value_t = IsolationArg::Bubblewrap, env = "SHOAL_ISOLATION")]
+    isolation: IsolationArg,
+    /// With bubblewrap, when the worker runs as root: slot `n`'s tasks run as uid and gid
+    /// `first-uid + n`. Give each worker on a machine its own range.
+    #[arg(long, default_value_t = shoal_worker::SLOT_UID_BASE, value_parser = clap::value_parser!(u32).range(1000..))]
+    first_uid: u32,
+}
+
+/// `--isolation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum IsolationArg {
+    /// A bubblewrap sandbox per command.
+    Bubblewrap,
+    /// None: tasks are not contained.
+    None,
+}
+
+impl IsolationArg {
+    /// The isolation, checked on this machine.
+    pub(crate) fn resolve(self, first_uid: u32) -> anyhow::Result<Isolation> {
+        match self {
+            IsolationArg::Bubblewrap => {
+                Isolation::bubblewrap(first_uid).map_err(|err| anyhow::anyhow!("--isolation bubblewrap: {err}"))
+            }
+            IsolationArg::None => {
+                tracing::warn!(
+                    "--isolation none: tasks run as this worker's user in its filesystem and are NOT contained; \
+                     any task can read and change what this user can"
+                );
+                Ok(Isolation::None)
+            }
+        }
+    }
 }
 
 fn parse_dimension(text: &str) -> Result<(String, String), String> {
@@ -63,6 +100,7 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         capacity: args.capacity,
         work_dir: args.work_dir.unwrap_or_else(|| std::env::temp_dir().join("shoal-work")),
         grace: Duration::from_secs(args.grace),
+        isolation: args.isolation.resolve(args.first_uid)?,
     };
     shoal_worker::guard(&config.work_dir)
         .with_context(|| format!("preparing the work directory {}", config.work_dir.display()))?;

@@ -160,7 +160,8 @@ async fn artifacts_and_the_live_log() {
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("data")).await;
     let _worker = worker(&server.root, "e2e/art", "w1", &dir.path().join("work"));
-    let gate = dir.path().join("gate");
+    // In the task directory: the only place outside its sandbox the task sees.
+    let gate = dir.path().join("work/slot-0/gate");
     let task_id = create(&server, "e2e/art", json!({
         "command": [
             "echo started",
@@ -230,37 +231,25 @@ async fn artifacts_and_the_live_log() {
 async fn cancel_stops_the_process_and_a_dead_worker_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("data")).await;
-    let pid_file = dir.path().join("pid");
     let mut doomed = worker(&server.root, "e2e/cancel", "doomed", &dir.path().join("work1"));
-    let long = create(
-        &server,
-        "e2e/cancel",
-        json!({
-            "command": ["echo $$ > \"$PID_FILE\"; exec sleep 300"],
-            "env": {"PID_FILE": pid_file.to_string_lossy()},
-            "maxRunTime": 600
-        }),
-    )
-    .await;
-    let pid = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse::<i32>().ok()) {
-            break pid;
-        }
+    // Found by its arguments: inside its sandbox the task has a PID namespace of its own.
+    let long = create(&server, "e2e/cancel", json!({"command": ["exec sleep 347"], "maxRunTime": 600})).await;
+    let running = || processes_running(&["sleep", "347"]);
+    while !running() {
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    }
     let url = format!("{}/task/{long}/cancel", server.api);
     let res = support::signed(&reqwest::Client::new(), reqwest::Method::POST, &url, None).send().await.unwrap();
     assert!(res.status().is_success());
-    // The worker learns of the cancel at its next reclaim (claims last 3 s here) and stops
+    // The worker hears of the cancel on the event stream (or at its next reclaim) and stops
     // the process group: SIGTERM, then SIGKILL after the 2 s grace.
-    let alive = |pid: i32| std::path::Path::new(&format!("/proc/{pid}")).exists();
     for _ in 0..200 {
-        if !alive(pid) {
+        if !running() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!alive(pid), "the canceled task's process is gone");
+    assert!(!running(), "the canceled task's process is gone");
     assert_eq!(status(&server, &long).await["runs"][0]["reasonResolved"], "canceled", "nothing else was reported");
 
     // kill -9 the worker in the middle of a task: the claim expires and another worker retries it.
@@ -278,6 +267,15 @@ async fn cancel_stops_the_process_and_a_dead_worker_is_replaced() {
 }
 
 /// Every file under `dir`, recursively.
+/// Whether a process on this machine runs with exactly `argv`.
+fn processes_running(argv: &[&str]) -> bool {
+    let wanted: Vec<u8> = argv.iter().flat_map(|arg| arg.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|entry| std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| cmdline == wanted))
+}
+
 fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     let mut pending = vec![dir.to_path_buf()];

@@ -23,7 +23,9 @@ pub(crate) async fn upload_all(target: &Target<'_>, specs: &[ArtifactSpec], dir:
     let mut uploaded = 0;
     for spec in specs {
         let path = dir.join(&spec.path);
-        let files = if spec.directory {
+        let files = if !reached_without_links(dir, &path) {
+            None
+        } else if spec.directory {
             files_under(&path).map(|files| {
                 files
                     .into_iter()
@@ -31,7 +33,7 @@ pub(crate) async fn upload_all(target: &Target<'_>, specs: &[ArtifactSpec], dir:
                     .collect()
             })
         } else {
-            path.is_file().then(|| vec![(path.clone(), spec.name.clone())])
+            is_plain_file(&path).then(|| vec![(path.clone(), spec.name.clone())])
         };
         let Some(files) = files else {
             missing(target, spec, log).await;
@@ -76,10 +78,27 @@ async fn upload(target: &Target<'_>, file: &Path, name: &str, content_type: Opti
     Ok(size)
 }
 
+/// Whether `path` (under `dir`) is reached without following a symbolic link: the worker
+/// reads what a task left with rights the task may not have, so a link must not lead it out
+/// of the task directory.
+fn reached_without_links(dir: &Path, path: &Path) -> bool {
+    let Ok(relative) = path.strip_prefix(dir) else { return false };
+    let mut at = dir.to_path_buf();
+    relative.components().all(|part| {
+        at.push(part);
+        std::fs::symlink_metadata(&at).is_ok_and(|meta| !meta.file_type().is_symlink())
+    })
+}
+
+/// Whether `path` is a regular file itself, not a link to one.
+fn is_plain_file(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_file())
+}
+
 /// Every file under `dir` with its artifact name (`<prefix>/<relative path>`); `None` when
 /// `dir` is not a directory.
 fn files_under(dir: &Path) -> Option<Vec<(PathBuf, String)>> {
-    if !dir.is_dir() {
+    if !std::fs::symlink_metadata(dir).is_ok_and(|meta| meta.is_dir()) {
         return None;
     }
     let mut res = Vec::new();
@@ -87,11 +106,11 @@ fn files_under(dir: &Path) -> Option<Vec<(PathBuf, String)>> {
     while let Some(current) = pending.pop() {
         let Ok(entries) = std::fs::read_dir(&current) else { continue };
         for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.is_file() {
-                res.push(path);
+            // The entry's own type: a symbolic link is neither followed nor uploaded.
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => pending.push(entry.path()),
+                Ok(kind) if kind.is_file() => res.push(entry.path()),
+                _ => {}
             }
         }
     }
@@ -115,5 +134,31 @@ fn guess_content_type(name: &str) -> &'static str {
         "zip" => "application/zip",
         "png" => "image/png",
         _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod link_tests {
+    use super::*;
+
+    #[test]
+    fn links_are_neither_followed_nor_uploaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "s3cr3t").unwrap();
+        let task = dir.path();
+        std::fs::create_dir(task.join("out")).unwrap();
+        std::fs::write(task.join("out/report.txt"), "ok").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), task.join("out/leak.txt")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), task.join("out/elsewhere")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), task.join("linked")).unwrap();
+        let names: Vec<String> = files_under(&task.join("out")).unwrap().into_iter().map(|(_, name)| name).collect();
+        assert_eq!(names, ["report.txt"]);
+        assert!(!reached_without_links(task, &task.join("linked/secret")), "through a linked directory");
+        assert!(!is_plain_file(&task.join("out/leak.txt")));
+        assert!(
+            reached_without_links(task, &task.join("out/report.txt")) && is_plain_file(&task.join("out/report.txt"))
+        );
+        assert!(files_under(&task.join("linked")).is_none(), "a linked directory is not walked");
     }
 }

@@ -14,6 +14,9 @@ pub(crate) struct RunFacts<'a> {
     pub(crate) task_id: &'a str,
     pub(crate) run_id: u32,
     pub(crate) root_url: &'a str,
+    /// The worker's group and id.
+    pub(crate) worker_group: &'a str,
+    pub(crate) worker_id: &'a str,
     /// The task directory, the commands' working directory and `HOME`.
     pub(crate) dir: &'a Path,
     /// The file holding the task's secrets, when it has any.
@@ -22,8 +25,8 @@ pub(crate) struct RunFacts<'a> {
 
 /// The whole environment of a task's command: `PATH` and `LANG` (the worker's, or defaults),
 /// `HOME`, then the payload's `env` (which may replace those three), then the run's facts
-/// (`TASK_ID`, `RUN_ID`, `TASKCLUSTER_ROOT_URL`, `SHOAL_SECRETS`), which the payload cannot
-/// replace.
+/// (`TASK_ID`, `RUN_ID`, `TASKCLUSTER_ROOT_URL`, `TASKCLUSTER_WORKER_GROUP`,
+/// `TASKCLUSTER_WORKER_ID`, `SHOAL_SECRETS`), which the payload cannot replace.
 pub(crate) fn task_environment(
     worker_path: Option<&str>,
     worker_lang: Option<&str>,
@@ -38,6 +41,8 @@ pub(crate) fn task_environment(
     env.insert("TASK_ID".into(), run.task_id.into());
     env.insert("RUN_ID".into(), run.run_id.to_string());
     env.insert("TASKCLUSTER_ROOT_URL".into(), run.root_url.into());
+    env.insert("TASKCLUSTER_WORKER_GROUP".into(), run.worker_group.into());
+    env.insert("TASKCLUSTER_WORKER_ID".into(), run.worker_id.into());
     if let Some(file) = run.secrets_file {
         env.insert("SHOAL_SECRETS".into(), file.to_string_lossy().into_owned());
     }
@@ -53,6 +58,8 @@ mod tests {
             task_id: "abc",
             run_id: 2,
             root_url: "http://127.0.0.1:8080",
+            worker_group: "wg",
+            worker_id: "w1",
             dir: Path::new("/work/slot-0"),
             secrets_file,
         }
@@ -63,7 +70,20 @@ mod tests {
         let payload = BTreeMap::from([("CI".to_owned(), "1".to_owned())]);
         let env = task_environment(Some("/bin"), None, &payload, &facts(None));
         let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
-        assert_eq!(names, ["CI", "HOME", "LANG", "PATH", "RUN_ID", "TASKCLUSTER_ROOT_URL", "TASK_ID"]);
+        assert_eq!(
+            names,
+            [
+                "CI",
+                "HOME",
+                "LANG",
+                "PATH",
+                "RUN_ID",
+                "TASKCLUSTER_ROOT_URL",
+                "TASKCLUSTER_WORKER_GROUP",
+                "TASKCLUSTER_WORKER_ID",
+                "TASK_ID"
+            ]
+        );
         assert!(env.contains(&("HOME".into(), "/work/slot-0".into())));
         assert!(env.contains(&("LANG".into(), DEFAULT_LANG.into())));
         assert!(env.contains(&("PATH".into(), "/bin".into())));

@@ -13,6 +13,7 @@ mod memory;
 pub mod payload;
 mod process;
 mod run;
+mod sandbox;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -23,6 +24,7 @@ use shoal_client::Client;
 use tokio_util::sync::CancellationToken;
 
 use crate::control::Held;
+pub use crate::sandbox::{Isolation, SLOT_UID_BASE};
 
 /// Settings of one worker.
 #[derive(Debug, Clone)]
@@ -41,6 +43,8 @@ pub struct WorkerConfig {
     pub work_dir: PathBuf,
     /// Time between SIGTERM and SIGKILL when a task is stopped.
     pub grace: Duration,
+    /// How tasks are contained.
+    pub isolation: Isolation,
 }
 
 /// Guards what the worker holds from the tasks it runs as its own user: its memory and

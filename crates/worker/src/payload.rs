@@ -24,6 +24,8 @@ pub struct Payload {
     pub retry_exit_codes: Vec<i32>,
     /// Files and directories to upload after the commands.
     pub artifacts: Vec<ArtifactSpec>,
+    /// Whether the commands reach the network (`false`: loopback only, in a sandbox).
+    pub network: bool,
 }
 
 /// One command.
@@ -93,7 +95,12 @@ pub fn parse(payload: &Value) -> Result<Payload, String> {
         }
         Some(_) => return Err("payload.artifacts must be a list".into()),
     };
-    Ok(Payload { commands, env, max_run_time, io_timeout, retry_exit_codes, artifacts })
+    let network = match object.get("network") {
+        None => true,
+        Some(Value::Bool(network)) => *network,
+        Some(_) => return Err("payload.network must be true or false".into()),
+    };
+    Ok(Payload { commands, env, max_run_time, io_timeout, retry_exit_codes, artifacts, network })
 }
 
 fn parse_commands(items: &[Value]) -> Result<Vec<CommandSpec>, String> {

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::logsink::LogSink;
 use crate::memory;
 use crate::payload::CommandSpec;
+use crate::sandbox::Sandbox;
 
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,27 +50,30 @@ pub(crate) struct Limits<'a> {
     pub(crate) grace: Duration,
 }
 
-/// Runs `spec` in `dir` with `env` as its whole environment, streaming its output to `log`, within `limits`.
+/// Runs `spec` in `dir` with `env` as its whole environment, in `sandbox` when given,
+/// streaming its output to `log`, within `limits`.
 pub(crate) async fn run(
     spec: &CommandSpec,
     dir: &Path,
     env: &[(String, String)],
+    sandbox: Option<&Sandbox<'_>>,
     log: &LogSink,
     limits: &Limits<'_>,
 ) -> std::io::Result<Ran> {
-    let mut command = match spec {
-        CommandSpec::Argv(argv) => {
-            let mut command = Command::new(&argv[0]);
-            command.args(&argv[1..]);
-            command
-        }
-        CommandSpec::Shell(line) => {
-            let mut command = Command::new("sh");
-            command.arg("-c").arg(line);
-            command
+    let argv = match spec {
+        CommandSpec::Argv(argv) => argv.clone(),
+        CommandSpec::Shell(line) => vec!["sh".to_owned(), "-c".to_owned(), line.clone()],
+    };
+    let (program, args) = match sandbox {
+        Some(sandbox) => sandbox.wrap(argv),
+        None => {
+            let mut argv = argv.into_iter();
+            (argv.next().unwrap_or_default().into(), argv.collect())
         }
     };
+    let mut command = Command::new(program);
     command
+        .args(args)
         .current_dir(dir)
         .env_clear()
         .envs(env.iter().map(|(key, value)| (key.as_str(), value.as_str())))

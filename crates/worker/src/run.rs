@@ -15,6 +15,7 @@ use crate::environment::{RunFacts, task_environment};
 use crate::logsink::LogSink;
 use crate::payload::{self, Payload};
 use crate::process::{self, Exit, Limits};
+use crate::sandbox::{self, Isolation, Sandbox};
 
 /// What ended the commands.
 enum Ending {
@@ -76,12 +77,25 @@ pub(crate) async fn run_claim(
     let mut stats = RunStats::default();
     // Beside the task directory, not in it: an artifact of the whole directory must not take it.
     let secrets_file = config.work_dir.join(format!("secrets-{slot}.json"));
-    let prepared = prepare(&client, &claim, &payload, &task_id, &dir, &secrets_file).await;
+    let user = sandbox::slot_user(&config.isolation, slot);
+    let prepared = prepare(&client, &config, &claim, &payload, &task_id, (&dir, &secrets_file), user).await;
     let ending = match prepared {
         Ok(env) => {
             stats.setup_ms = Some(millis(claimed.elapsed()));
             let started = Instant::now();
-            let ending = run_commands(&payload, &dir, &env, &log, &stop, config.grace, &mut stats).await;
+            let sandbox = match &config.isolation {
+                Isolation::Bubblewrap { bwrap, .. } => Some(Sandbox {
+                    bwrap,
+                    work_dir: &config.work_dir,
+                    task_dir: &dir,
+                    secrets_file: claim.secrets.is_some().then_some(secrets_file.as_path()),
+                    user,
+                    network: payload.network,
+                }),
+                Isolation::None => None,
+            };
+            let commands = Commands { payload: &payload, dir: &dir, env: &env, sandbox: sandbox.as_ref() };
+            let ending = run_commands(&commands, &log, &stop, config.grace, &mut stats).await;
             stats.run_ms = Some(millis(started.elapsed()));
             ending
         }
@@ -112,29 +126,39 @@ pub(crate) async fn run_claim(
     empty(&dir).await;
 }
 
-/// Makes the task directory and the secrets file, and the commands' environment.
+/// Makes the task directory and the secrets file (owned by the slot's `user` when it has
+/// one of its own), and the commands' environment.
 async fn prepare(
     client: &Client,
+    config: &WorkerConfig,
     claim: &Claim,
     payload: &Payload,
     task_id: &str,
-    dir: &Path,
-    secrets_file: &Path,
+    (dir, secrets_file): (&Path, &Path),
+    user: Option<u32>,
 ) -> Result<Vec<(String, String)>, String> {
     tokio::fs::create_dir_all(dir)
         .await
         .map_err(|err| format!("cannot create the task directory {}: {err}", dir.display()))?;
     let dir = std::path::absolute(dir)
         .map_err(|err| format!("cannot resolve the task directory {}: {err}", dir.display()))?;
+    if let Some(user) = user {
+        give(&dir, user).map_err(|err| format!("cannot give the task directory to uid {user}: {err}"))?;
+    }
     if let Some(secrets) = &claim.secrets {
         write_private(secrets_file, secrets.expose().as_bytes())
             .map_err(|err| format!("cannot write the secrets file {}: {err}", secrets_file.display()))?;
+        if let Some(user) = user {
+            give(secrets_file, user).map_err(|err| format!("cannot give the secrets file to uid {user}: {err}"))?;
+        }
     }
     let secrets_file = std::path::absolute(secrets_file).unwrap_or_else(|_| secrets_file.to_path_buf());
     let facts = RunFacts {
         task_id,
         run_id: claim.run_id,
         root_url: client.root_url(),
+        worker_group: &config.worker_group,
+        worker_id: &config.worker_id,
         dir: &dir,
         secrets_file: claim.secrets.is_some().then_some(secrets_file.as_path()),
     };
@@ -181,6 +205,14 @@ async fn empty(dir: &Path) {
     }
 }
 
+/// Makes `path` belong to `user` (uid and gid), readable by it alone.
+fn give(path: &Path, user: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(path, Some(user), Some(user))?;
+    let mode = if path.is_dir() { 0o700 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
 /// Writes `bytes` to a new file at `path` that only this user may read (replacing any left
 /// over from a crash).
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -192,21 +224,29 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// A run's commands and where they run.
+#[derive(Clone, Copy)]
+struct Commands<'a> {
+    payload: &'a Payload,
+    dir: &'a Path,
+    env: &'a [(String, String)],
+    sandbox: Option<&'a Sandbox<'a>>,
+}
+
 /// Runs the payload's commands in order with `env` as their whole environment; `stats` gets
 /// the last exit code and the peak memory.
 async fn run_commands(
-    payload: &Payload,
-    dir: &Path,
-    env: &[(String, String)],
+    commands: &Commands<'_>,
     log: &LogSink,
     stop: &CancellationToken,
     grace: Duration,
     stats: &mut RunStats,
 ) -> Ending {
+    let Commands { payload, dir, env, sandbox } = *commands;
     let limits =
         Limits { deadline: Instant::now() + payload.max_run_time, io_timeout: payload.io_timeout, stop, grace };
     for (idx, spec) in payload.commands.iter().enumerate() {
-        let exit = match process::run(spec, dir, env, log, &limits).await {
+        let exit = match process::run(spec, dir, env, sandbox, log, &limits).await {
             Ok(ran) => {
                 stats.peak_memory_bytes = stats.peak_memory_bytes.max(ran.peak_memory);
                 if let Exit::Code(code) = ran.exit {
