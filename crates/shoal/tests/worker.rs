@@ -22,9 +22,14 @@ async fn server(data_dir: &Path) -> Server {
 }
 
 fn worker(root: &str, queue: &str, id: &str, work_dir: &Path) -> Child {
+    worker_with(root, queue, id, work_dir, &[])
+}
+
+fn worker_with(root: &str, queue: &str, id: &str, work_dir: &Path, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_shoal"))
         .args(["worker", "--root-url", root, "--queue", queue, "--worker-id", id, "--grace", "2", "--work-dir"])
         .arg(work_dir)
+        .args(extra)
         .env("SHOAL_LOG", "warn")
         .env("TASKCLUSTER_CLIENT_ID", "root")
         .env("TASKCLUSTER_ACCESS_TOKEN", support::ROOT_TOKEN)
@@ -451,4 +456,106 @@ async fn a_task_sees_none_of_the_workers_environment() {
     let pwd = log.lines().find_map(|line| line.strip_prefix("home=")).expect("the last line");
     let (home, pwd) = pwd.split_once(" pwd=").unwrap();
     assert_eq!(home, pwd, "HOME is the task directory");
+}
+
+/// The contained task: everything a pull request's test might try, each answered by the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_task_sees_only_its_own_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let work = dir.path().join("work");
+    // What a task must not see: a file of the worker's, another slot's directory, a file
+    // beside the work directory.
+    std::fs::create_dir_all(work.join("slot-1")).unwrap();
+    std::fs::write(work.join("slot-1/theirs.txt"), "theirs").unwrap();
+    std::fs::write(work.join("worker-config.toml"), "token = 'x'").unwrap();
+    std::fs::write(dir.path().join("beside.txt"), "beside").unwrap();
+    let _worker = worker_with(&server.root, "e2e/box", "w1", &work, &["--capacity", "2"]);
+    let task_id = create(
+        &server,
+        "e2e/box",
+        json!({
+            "command": [[
+                "sh", "-c",
+                "test -e \"$WORK/worker-config.toml\" && echo SAW-CONFIG; \
+                 test -e \"$WORK/slot-1/theirs.txt\" && echo SAW-OTHER-SLOT; \
+                 test -e \"$BESIDE\" && echo SAW-BESIDE; \
+                 echo processes $(ls /proc | grep -c '^[0-9]'); \
+                 touch /etc/shoal-probe 2>/dev/null && echo WROTE-ETC; \
+                 touch \"$WORK/../escaped\" 2>/dev/null; \
+                 echo t > /tmp/probe && echo tmp-writable; \
+                 echo h > \"$HOME/out.txt\" && echo home-writable; \
+                 echo uid $(id -u)"
+            ]],
+            "env": {"WORK": work.to_string_lossy(), "BESIDE": dir.path().join("beside.txt").to_string_lossy()},
+            "maxRunTime": 60
+        }),
+    )
+    .await;
+    assert_eq!(resolved(&server, &task_id, 1).await["state"], "completed");
+    let log = log_of(&server, &task_id, 0).await;
+    for seen in ["SAW-CONFIG", "SAW-OTHER-SLOT", "SAW-BESIDE", "WROTE-ETC"] {
+        assert!(!log.contains(seen), "{seen}: {log}");
+    }
+    assert!(log.contains("tmp-writable\n") && log.contains("home-writable\n"), "{log}");
+    let processes: usize = log.split("processes ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(processes < 10, "the task sees only its own processes, not the worker's: {processes}\n{log}");
+    assert!(!dir.path().join("escaped").exists(), "nothing was written outside the task directory");
+    assert!(!std::path::Path::new("/etc/shoal-probe").exists());
+    let uid: u32 = log.split("uid ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    if nix::unistd::geteuid().is_root() {
+        assert!(uid >= shoal_worker::SLOT_UID_BASE, "a root worker's task runs as its slot's own user: {uid}");
+    } else {
+        assert_eq!(uid, nix::unistd::geteuid().as_raw(), "an unprivileged worker's task runs as the worker");
+    }
+}
+
+/// `payload.network: false`: the task reaches nothing, not even the server on loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_network_a_task_cannot_reach_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let _worker = worker(&server.root, "e2e/net", "w1", &dir.path().join("work"));
+    let port = server.root.rsplit(':').next().unwrap().to_owned();
+    // bash's /dev/tcp: a connection from a shell, with nothing to install.
+    let probe = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo 'reached the server'");
+    let online = create(&server, "e2e/net", json!({"command": [["bash", "-c", probe]], "maxRunTime": 60})).await;
+    let offline =
+        create(&server, "e2e/net", json!({"command": [["bash", "-c", probe]], "maxRunTime": 60, "network": false}))
+            .await;
+    let state = resolved(&server, &online, 1).await["state"].clone();
+    let online_log = log_of(&server, &online, 0).await;
+    assert_eq!(state, "completed", "{online_log}");
+    assert!(online_log.contains("reached the server"), "{online_log}");
+    assert_eq!(resolved(&server, &offline, 1).await["state"], "failed");
+    assert!(!log_of(&server, &offline, 0).await.contains("reached the server"));
+}
+
+/// Two tasks running at once, in two slots, run as two users when the worker is root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_tasks_run_as_different_users() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let _worker = worker_with(&server.root, "e2e/uid", "w1", &dir.path().join("work"), &["--capacity", "2"]);
+    let task = json!({"command": ["echo uid $(id -u); sleep 3"], "maxRunTime": 60});
+    let (first, second) = (create(&server, "e2e/uid", task.clone()).await, create(&server, "e2e/uid", task).await);
+    let mut uids = Vec::new();
+    for task_id in [&first, &second] {
+        assert_eq!(resolved(&server, task_id, 1).await["state"], "completed");
+        let log = log_of(&server, task_id, 0).await;
+        uids.push(log.split("uid ").nth(1).unwrap().split_whitespace().next().unwrap().parse::<u32>().unwrap());
+    }
+    let overlapped = {
+        let started = |status: &Value| status["runs"][0]["started"].as_str().unwrap().to_owned();
+        let resolved_at = |status: &Value| status["runs"][0]["resolved"].as_str().unwrap().to_owned();
+        let (a, b) = (status(&server, &first).await, status(&server, &second).await);
+        started(&b) < resolved_at(&a) && started(&a) < resolved_at(&b)
+    };
+    assert!(overlapped, "the two tasks ran at once");
+    if nix::unistd::geteuid().is_root() {
+        assert_ne!(uids[0], uids[1], "two slots, two users");
+        assert!(uids.iter().all(|uid| *uid >= shoal_worker::SLOT_UID_BASE), "{uids:?}");
+    } else {
+        assert_eq!(uids, [nix::unistd::geteuid().as_raw(); 2]);
+    }
 }
