@@ -32,6 +32,14 @@ if ! ls /usr/lib/postgresql/*/bin/pg_ctl > /dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $sudo apt-get install -y -qq --no-install-recommends postgresql > /dev/null
 fi
 
+if ! command -v bwrap > /dev/null; then
+    echo "== installing bubblewrap (Debian package; the worker's sandbox)"
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends bubblewrap > /dev/null
+fi
+
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     echo "== installing chromium and chromium-driver (Debian packages, for the browser tests)"
     sudo=""
