@@ -35,7 +35,7 @@ pub(crate) async fn cancel(samples: usize) -> anyhow::Result<()> {
     let server = Server::start(None, &[]).await?;
     let work = tempfile::tempdir()?;
     let root = server.base.replace("/api/queue/v1", "");
-    let _worker = start_worker(&root, "bench/cancel", 1, &work.path().join("work"))?;
+    let _worker = start_worker(&root, "bench/cancel", 1, &work.path().join("work"), &[])?;
     let client = server.client();
     let mut latencies = Vec::with_capacity(samples);
     for n in 0..samples {

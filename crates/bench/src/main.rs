@@ -148,6 +148,9 @@ enum Command {
         tasks: usize,
         #[arg(long, default_value_t = 32)]
         capacity: u32,
+        /// The worker's `--isolation` (bubblewrap or none).
+        #[arg(long, default_value = "bubblewrap")]
+        isolation: String,
     },
     /// Live-log throughput end to end: a chatty task on a real worker, one reader following.
     Chatty {
@@ -251,7 +254,7 @@ fn main() -> anyhow::Result<()> {
                 throughput(50_000, 32, 32, 8, None).await?;
                 wake(1000, None, 1).await?;
                 live_log(256, 1024).await?;
-                worker(5000, 32).await?;
+                worker(5000, 32, "bubblewrap").await?;
                 chatty(256).await?;
                 graph::graph_bench(graph::Shape::Chain, 1000, 16).await?;
                 graph::graph_bench(graph::Shape::Fan, 10_000, 16).await?;
@@ -287,7 +290,7 @@ fn main() -> anyhow::Result<()> {
                 wake(samples, database.as_deref(), usize::from(servers)).await?;
             }
             Command::LiveLog { megabytes, chunk_kb } => live_log(megabytes, chunk_kb).await?,
-            Command::Worker { tasks, capacity } => worker(tasks, capacity).await?,
+            Command::Worker { tasks, capacity, isolation } => worker(tasks, capacity, &isolation).await?,
             Command::Chatty { megabytes } => chatty(megabytes).await?,
             Command::Scale { pending, claims } => scale(&pending, claims).await?,
             Command::Dimensions { tasks, workers, concurrency } => {
@@ -623,12 +626,12 @@ async fn wake(samples: usize, database: Option<&str>, servers: usize) -> anyhow:
     Ok(())
 }
 
-async fn worker(n_tasks: usize, capacity: u32) -> anyhow::Result<()> {
+async fn worker(n_tasks: usize, capacity: u32, isolation: &str) -> anyhow::Result<()> {
     let server = Server::start(None, &[]).await?;
     let client = server.client();
     let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
     let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
-    let worker = server::start_worker(&root, "bench/trivial", capacity, work_dir.path())?;
+    let worker = server::start_worker(&root, "bench/trivial", capacity, work_dir.path(), &["--isolation", isolation])?;
     let body = bytes_of(&json!({
         "taskQueueId": "bench/trivial",
         "created": definition("x")["created"],
@@ -653,7 +656,7 @@ async fn worker(n_tasks: usize, capacity: u32) -> anyhow::Result<()> {
     }
     let elapsed = started.elapsed().as_secs_f64();
     println!(
-        "worker: {n_tasks} trivial tasks (`true`) through one worker process (capacity {capacity}) in {elapsed:.2} s = {:.0} tasks/s",
+        "worker: {n_tasks} trivial tasks (`true`) through one worker process (capacity {capacity}, isolation {isolation}) in {elapsed:.2} s = {:.0} tasks/s",
         n_tasks as f64 / elapsed
     );
     drop(worker);
@@ -666,7 +669,7 @@ async fn chatty(megabytes: usize) -> anyhow::Result<()> {
     let client = server.client();
     let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
     let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
-    let worker = server::start_worker(&root, "bench/chatty", 1, work_dir.path())?;
+    let worker = server::start_worker(&root, "bench/chatty", 1, work_dir.path(), &[])?;
     let bytes = megabytes * 1024 * 1024;
     let mut task = definition("bench/chatty");
     task["payload"] = json!({

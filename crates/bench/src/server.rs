@@ -118,11 +118,19 @@ impl Server {
     }
 }
 
-/// Starts `shoal worker` on `queue`; it stops when the returned child is dropped.
-pub(crate) fn start_worker(root_url: &str, queue: &str, capacity: u32, work_dir: &Path) -> anyhow::Result<Child> {
+/// Starts `shoal worker` on `queue` (with `extra` flags); it stops when the returned child is
+/// dropped.
+pub(crate) fn start_worker(
+    root_url: &str,
+    queue: &str,
+    capacity: u32,
+    work_dir: &Path,
+    extra: &[&str],
+) -> anyhow::Result<Child> {
     Command::new(server_binary()?)
         .args(["worker", "--root-url", root_url, "--queue", queue, "--capacity", &capacity.to_string(), "--work-dir"])
         .arg(work_dir)
+        .args(extra)
         .env("SHOAL_LOG", "warn")
         .kill_on_drop(true)
         .spawn()
