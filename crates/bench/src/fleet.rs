@@ -1,7 +1,6 @@
 //! The fleet: how long a cancel takes to stop a worker's process, and what many registered
 //! workers cost listWorkers and claimWork.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -20,10 +19,16 @@ fn exited(pid: i32) -> bool {
     }
 }
 
-/// The PID a task wrote to `path`, once it has.
-async fn pid_in(path: &Path) -> i32 {
+/// The host PID of the process running with exactly `argv`, once there is one (a sandboxed
+/// task's own `$$` is its PID namespace's).
+async fn pid_of(argv: &[&str]) -> i32 {
+    let wanted: Vec<u8> = argv.iter().flat_map(|arg| arg.bytes().chain([0])).collect();
     loop {
-        if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()) {
+        let found = std::fs::read_dir("/proc").into_iter().flatten().flatten().find_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            (std::fs::read(entry.path().join("cmdline")).ok()? == wanted).then_some(pid)
+        });
+        if let Some(pid) = found {
             return pid;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -39,17 +44,13 @@ pub(crate) async fn cancel(samples: usize) -> anyhow::Result<()> {
     let client = server.client();
     let mut latencies = Vec::with_capacity(samples);
     for n in 0..samples {
-        let pid_file = work.path().join(format!("pid-{n}"));
+        let seconds = (300_000 + n).to_string();
         let mut task = definition("bench/cancel");
-        task["payload"] = json!({
-            "command": ["echo $$ > \"$PID_FILE\"; exec sleep 300"],
-            "env": {"PID_FILE": pid_file.to_string_lossy()},
-            "maxRunTime": 600
-        });
+        task["payload"] = json!({"command": [["sleep", seconds]], "maxRunTime": 600});
         let task_id = slugid::nice();
         let res = client.put(format!("{}/task/{task_id}", server.base)).json(&task).send().await?;
         anyhow::ensure!(res.status().is_success(), "createTask: {}", res.text().await?);
-        let pid = pid_in(&pid_file).await;
+        let pid = pid_of(&["sleep", &seconds]).await;
         let sent = Instant::now();
         let res = client.post(format!("{}/task/{task_id}/cancel", server.base)).send().await?;
         anyhow::ensure!(res.status().is_success(), "cancelTask: {}", res.text().await?);

@@ -129,7 +129,8 @@ async fn workers_are_registered_quarantined_and_terminated() {
     assert_eq!(done["runs"][0]["workerId"], "w1", "{done}");
 
     // Asked to terminate, it finishes its task, takes no more and exits.
-    let gate = dir.path().join("gate");
+    // In the task directory: the only place outside its sandbox the task sees.
+    let gate = dir.path().join("work/slot-0/gate");
     let last = create(&server, gated(&gate)).await;
     until_status(&server, &last, |status| status["state"] == "running").await;
     call(&server, reqwest::Method::POST, &format!("{WORKERS}/local/w1/terminate"), Some(json!({}))).await;
@@ -175,19 +176,10 @@ async fn a_cancel_reaches_the_running_process_through_the_event_stream() {
     let server = server(&dir.path().join("data")).await;
     let mut w = worker(&server.root, "w", &dir.path().join("work"), "info");
     let mut lines = BufReader::new(w.stderr.take().unwrap()).lines();
-    let pid_file = dir.path().join("pid");
-    let task_id = create(
-        &server,
-        json!({
-            "command": ["echo $$ > \"$PID_FILE\"; exec sleep 300"],
-            "env": {"PID_FILE": pid_file.to_string_lossy()},
-            "maxRunTime": 600
-        }),
-    )
-    .await;
+    let task_id = create(&server, json!({"command": ["exec sleep 348"], "maxRunTime": 600})).await;
     until_status(&server, &task_id, |status| status["state"] == "running").await;
     let pid = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse::<i32>().ok()) {
+        if let Some(pid) = support::pid_with_argv(&["sleep", "348"]) {
             break pid;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -239,7 +239,7 @@ async fn cancel_stops_the_process_and_a_dead_worker_is_replaced() {
     let mut doomed = worker(&server.root, "e2e/cancel", "doomed", &dir.path().join("work1"));
     // Found by its arguments: inside its sandbox the task has a PID namespace of its own.
     let long = create(&server, "e2e/cancel", json!({"command": ["exec sleep 347"], "maxRunTime": 600})).await;
-    let running = || processes_running(&["sleep", "347"]);
+    let running = || support::pid_with_argv(&["sleep", "347"]).is_some();
     while !running() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -272,15 +272,6 @@ async fn cancel_stops_the_process_and_a_dead_worker_is_replaced() {
 }
 
 /// Every file under `dir`, recursively.
-/// Whether a process on this machine runs with exactly `argv`.
-fn processes_running(argv: &[&str]) -> bool {
-    let wanted: Vec<u8> = argv.iter().flat_map(|arg| arg.bytes().chain([0])).collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .any(|entry| std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| cmdline == wanted))
-}
-
 fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
@@ -471,6 +462,7 @@ async fn a_sandboxed_task_sees_only_its_own_directory() {
     std::fs::write(work.join("worker-config.toml"), "token = 'x'").unwrap();
     std::fs::write(dir.path().join("beside.txt"), "beside").unwrap();
     let _worker = worker_with(&server.root, "e2e/box", "w1", &work, &["--capacity", "2"]);
+    let probe = format!("/etc/shoal-probe-{}", slugid::nice());
     let task_id = create(
         &server,
         "e2e/box",
@@ -481,13 +473,13 @@ async fn a_sandboxed_task_sees_only_its_own_directory() {
                  test -e \"$WORK/slot-1/theirs.txt\" && echo SAW-OTHER-SLOT; \
                  test -e \"$BESIDE\" && echo SAW-BESIDE; \
                  echo processes $(ls /proc | grep -c '^[0-9]'); \
-                 touch /etc/shoal-probe 2>/dev/null && echo WROTE-ETC; \
+                 touch \"$PROBE\" 2>/dev/null && echo WROTE-ETC; \
                  touch \"$WORK/../escaped\" 2>/dev/null; \
                  echo t > /tmp/probe && echo tmp-writable; \
                  echo h > \"$HOME/out.txt\" && echo home-writable; \
                  echo uid $(id -u)"
             ]],
-            "env": {"WORK": work.to_string_lossy(), "BESIDE": dir.path().join("beside.txt").to_string_lossy()},
+            "env": {"WORK": work.to_string_lossy(), "BESIDE": dir.path().join("beside.txt").to_string_lossy(), "PROBE": probe},
             "maxRunTime": 60
         }),
     )
@@ -501,7 +493,7 @@ async fn a_sandboxed_task_sees_only_its_own_directory() {
     let processes: usize = log.split("processes ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
     assert!(processes < 10, "the task sees only its own processes, not the worker's: {processes}\n{log}");
     assert!(!dir.path().join("escaped").exists(), "nothing was written outside the task directory");
-    assert!(!std::path::Path::new("/etc/shoal-probe").exists());
+    assert!(!std::path::Path::new(&probe).exists());
     let uid: u32 = log.split("uid ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
     if nix::unistd::geteuid().is_root() {
         assert!(uid >= shoal_worker::SLOT_UID_BASE, "a root worker's task runs as its slot's own user: {uid}");
