@@ -8,25 +8,27 @@
 //! order as when it runs on its own; one refused writes nothing; a database error runs each
 //! alone. `docs/postgres-internals.md` ("Gathering") tells the lock order and the lanes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, LazyLock, Weak};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
 
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::rejection::Missing;
 use shoal_engine::status::TaskStatus;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::types::ToSql;
 
 use super::{PgInner, PgStore};
-use crate::ops::{self, CreateLookup, Waiting, WriteTx};
-use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_from_row, task_group_from_row};
+use crate::ops::{self, CreateLookup, WriteTx};
 use crate::postgres::tx::{Known, PgTx};
 use crate::postgres::workers;
-use crate::postgres::write::{candidate, claimable};
+use crate::postgres::write::candidate;
 use crate::row::{TaskRow, json};
 use crate::{Claim, ClaimRequest, Committed, StoreError, TaskGroup};
 use shoal_engine::command::TaskCommand;
+
+mod read;
+
+use read::{Found, read_all};
 
 /// Operations one gathering holds at most.
 const MAX_GATHERING: usize = 128;
@@ -331,177 +333,6 @@ async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(
     Ok((outcomes, claimed))
 }
 
-/// What a gathering's first round trip found.
-struct Found {
-    /// The commanded tasks, locked.
-    loaded: HashMap<TaskId, TaskRow>,
-    /// The groups the gathering touches, created, extended or locked.
-    upserted: HashMap<TaskId, TaskGroup>,
-    /// What resolving the commanded tasks would entail, when some command may resolve one.
-    known: Option<Known>,
-    /// The created tasks that exist already, with their stored definitions.
-    stored: HashMap<TaskId, (TaskRow, String)>,
-}
-
-/// The commanded tasks, locked in id order.
-static LOCK_TASKS: LazyLock<String> =
-    LazyLock::new(|| format!("SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ANY($1) ORDER BY task_id FOR UPDATE"));
-
-/// Every group the gathering touches, locked in one pass in id order: the created tasks'
-/// groups created or extended, the commanded tasks' groups (which exist) only locked, since
-/// ON CONFLICT locks a row its WHERE then leaves as it is. Their placeholder values pass the
-/// NOT NULL checks, which PostgreSQL makes before it looks for the conflict.
-static LOCK_GROUPS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "INSERT INTO task_groups AS g (task_group_id, scheduler_id, expires, sealed, created) \
-         SELECT t.id, max(t.scheduler_id), max(t.expires), NULL, max(t.created) FROM \
-         (SELECT u.id, u.scheduler_id, u.expires, u.created FROM unnest($2::text[], $3::text[], $4::int8[], $5::int8[]) \
-         AS u(id, scheduler_id, expires, created) \
-         UNION ALL SELECT task_group_id, '', -1, 0 FROM tasks WHERE task_id = ANY($1)) AS t \
-         GROUP BY t.id ORDER BY t.id COLLATE \"C\" \
-         ON CONFLICT (task_group_id) DO UPDATE SET expires = greatest(g.expires, excluded.expires) \
-         WHERE excluded.expires >= 0 \
-         RETURNING {GROUP_COLUMNS}"
-    )
-});
-
-/// The commanded tasks' groups as locked (the upsert returns only the rows it wrote), for
-/// judging what resolutions entail.
-static COMMANDED_GROUPS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id IN \
-         (SELECT task_group_id FROM tasks WHERE task_id = ANY($1)) ORDER BY task_group_id"
-    )
-});
-
-/// What resolving the commanded tasks would entail, asked before writing (a round trip
-/// saved): which of their groups hold unresolved tasks besides them, and who waits on them.
-/// Asked after the locks, so that both stay true until the commit: a group's tasks resolve,
-/// and tasks join it, only under its lock, and a dependent is added only under a share lock
-/// on what it requires.
-const AROUND: &str = "SELECT g.id, NULL, NULL FROM (SELECT DISTINCT task_group_id AS id FROM tasks \
-     WHERE task_id = ANY($1)) AS g WHERE EXISTS (SELECT 1 FROM tasks AS t WHERE t.task_group_id = g.id \
-     AND t.deadline_due IS NOT NULL AND NOT t.task_id = ANY($1)) \
-     UNION ALL SELECT required_task_id, dependent_task_id, requires FROM task_dependencies \
-     WHERE required_task_id = ANY($1) AND NOT satisfied ORDER BY 1, 2";
-
-/// The created tasks that exist already, with their definitions.
-static EXISTING: LazyLock<String> =
-    LazyLock::new(|| format!("SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_id = ANY($1)"));
-
-/// The groups a gathering's creates make or extend, column by column for [`LOCK_GROUPS`],
-/// in id order: each once, extended to the latest expiry asked for; a new group takes the
-/// scheduler and creation time of its first create (as when it commits first).
-struct GroupPlan<'a> {
-    group_ids: Vec<&'a str>,
-    schedulers: Vec<&'a str>,
-    expiries: Vec<i64>,
-    created: Vec<i64>,
-}
-
-impl<'a> GroupPlan<'a> {
-    fn of(jobs: &'a [Job]) -> GroupPlan<'a> {
-        let mut groups: BTreeMap<&str, (&str, i64, i64)> = BTreeMap::new();
-        for job in jobs {
-            if let Op::Create(definition) = &job.op {
-                let expires = shoal_engine::group::group_expiry(definition).millis();
-                let first = (definition.scheduler_id.as_str(), expires, definition.created.millis());
-                let entry = groups.entry(definition.task_group_id.as_str()).or_insert(first);
-                entry.1 = entry.1.max(expires);
-            }
-        }
-        GroupPlan {
-            group_ids: groups.keys().copied().collect(),
-            schedulers: groups.values().map(|(scheduler, _, _)| *scheduler).collect(),
-            expiries: groups.values().map(|(_, expires, _)| *expires).collect(),
-            created: groups.values().map(|(_, _, created)| *created).collect(),
-        }
-    }
-}
-
-/// Reads and locks, in one round trip, what the gathering's operations need ([`Found`]), and
-/// what each claim line can take (one answer per line).
-async fn read_all(
-    tx: &mut PgTx,
-    jobs: &[Job],
-    lines: &[ClaimLine<'_>],
-) -> Result<(Found, Vec<Vec<tokio_postgres::Row>>), StoreError> {
-    // Commanded tasks, then every group the gathering touches (the commanded tasks' and the
-    // created tasks', new ones inserted), each set locked in id order in one statement, tasks
-    // before groups as everywhere: gatherings on two servers do not wait on each other in a
-    // cycle over these locks. Locking the two kinds of group one set after the other
-    // deadlocked whenever tasks of one group were created and reported at once (a decision
-    // task's graph), and PostgreSQL takes a second (deadlock_timeout) to say so.
-    let mut commanded: Vec<&str> =
-        jobs.iter().filter(|job| matches!(job.op, Op::Apply(_))).map(|job| job.task_id.as_str()).collect();
-    commanded.sort_unstable();
-    let GroupPlan { group_ids, schedulers, expiries, created: group_created } = GroupPlan::of(jobs);
-    let created: Vec<&str> =
-        jobs.iter().filter(|job| matches!(job.op, Op::Create(_))).map(|job| job.task_id.as_str()).collect();
-    let resolving =
-        jobs.iter().any(|job| matches!(job.op, Op::Apply(TaskCommand::Resolve { .. } | TaskCommand::Cancel)));
-    let commanded_params: [&(dyn ToSql + Sync); 1] = [&commanded];
-    let touched_params: [&(dyn ToSql + Sync); 5] = [&commanded, &group_ids, &schedulers, &expiries, &group_created];
-    let created_params: [&(dyn ToSql + Sync); 1] = [&created];
-    // Claims after everything else: their locks skip what another transaction holds, so
-    // they never wait and take no part in a cycle. Not the commanded tasks: this transaction
-    // holds them already, which SKIP LOCKED does not skip.
-    let claimable = claimable(true);
-    let line_params: Vec<[&(dyn ToSql + Sync); 4]> = lines
-        .iter()
-        .map(|line| [&line.task_queue_id as _, &line.limit as _, &line.dimensions as _, &commanded as _])
-        .collect();
-    let mut queries: Vec<(&str, crate::postgres::pipeline::Params<'_>)> = Vec::with_capacity(5 + lines.len());
-    if !commanded.is_empty() {
-        queries.push((&LOCK_TASKS, &commanded_params));
-    }
-    // A gathering of claims alone touches no group: a statement saved on every claimWork
-    // that finds its worker waiting, and on the wake-up's path.
-    let touches_groups = !commanded.is_empty() || !group_ids.is_empty();
-    if touches_groups {
-        queries.push((&LOCK_GROUPS, &touched_params));
-    }
-    if !commanded.is_empty() && resolving {
-        queries.push((&COMMANDED_GROUPS, &commanded_params));
-        queries.push((AROUND, &commanded_params));
-    }
-    if !created.is_empty() {
-        queries.push((&EXISTING, &created_params));
-    }
-    for params in &line_params {
-        queries.push((claimable, params));
-    }
-    let mut answers = tx.pipeline(&queries).await?.into_iter();
-    let mut loaded: HashMap<TaskId, TaskRow> = HashMap::with_capacity(commanded.len());
-    let mut known = None;
-    if !commanded.is_empty() {
-        for row in &answers.next().unwrap_or_default() {
-            let row = task_from_row(row)?;
-            loaded.insert(row.task.task_id, row);
-        }
-    }
-    let mut upserted: HashMap<TaskId, TaskGroup> = HashMap::with_capacity(group_ids.len());
-    if touches_groups {
-        for row in &answers.next().unwrap_or_default() {
-            let group = task_group_from_row(row)?;
-            upserted.insert(group.task_group_id, group);
-        }
-    }
-    if !commanded.is_empty() && resolving {
-        let locked = answers.next().unwrap_or_default();
-        known = Some(known_before(&loaded, &locked, &answers.next().unwrap_or_default())?);
-    }
-    let mut stored: HashMap<TaskId, (TaskRow, String)> = HashMap::with_capacity(created.len());
-    if !created.is_empty() {
-        for row in &answers.next().unwrap_or_default() {
-            let found = task_from_row(row)?;
-            stored.insert(found.task.task_id, (found, row.try_get(N_TASK_COLUMNS)?));
-        }
-    }
-    let claimable = answers.collect();
-    Ok((Found { loaded, upserted, known, stored }, claimable))
-}
-
 /// Judges each operation of the gathering alone, in order, on what [`read_all`] found; a
 /// refused one is undone and answered.
 async fn run_jobs(tx: &mut PgTx, jobs: &[Job], found: &mut Found) -> Result<Outcomes, StoreError> {
@@ -622,33 +453,6 @@ async fn claim_all(
         tx.touch_queue(queue, now).await?;
     }
     Ok(claimed)
-}
-
-/// What the lock round trip told about the commanded tasks (`loaded`): their groups
-/// (`locked`), and (`around`) which of those hold other unresolved tasks and who waits on
-/// each task. The groups' verdicts are completed by [`judge_groups`].
-fn known_before(
-    loaded: &HashMap<TaskId, TaskRow>,
-    locked: &[tokio_postgres::Row],
-    around: &[tokio_postgres::Row],
-) -> Result<Known, StoreError> {
-    let groups = locked.iter().map(task_group_from_row).collect::<Result<Vec<_>, _>>()?;
-    let mut unresolved = HashSet::new();
-    let mut waiting: HashMap<TaskId, Vec<Waiting>> = HashMap::new();
-    for row in around {
-        let first: &str = row.try_get(0)?;
-        let id = TaskId::parse(first).ok_or_else(|| StoreError::Corrupt(format!("bad id {first}")))?;
-        match (row.try_get::<_, Option<String>>(1)?, row.try_get::<_, Option<String>>(2)?) {
-            (Some(dependent), Some(requires)) => {
-                waiting.entry(id).or_default().push(Waiting::parse(&dependent, &requires)?);
-            }
-            _ => {
-                unresolved.insert(id);
-            }
-        }
-    }
-    let covers = loaded.keys().copied().collect();
-    Ok(Known { covers, groups, unresolved, waiting })
 }
 
 /// Completes, once every operation ran, which of the commanded tasks' groups still hold an
