@@ -20,9 +20,11 @@ mod graph;
 mod hostile;
 mod http1;
 mod longpoll;
+mod scale;
 mod server;
 mod soak;
 mod timings;
+mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -253,12 +255,12 @@ fn main() -> anyhow::Result<()> {
             Command::All => {
                 throughput(50_000, 32, 32, 8, None).await?;
                 wake(1000, None, 1).await?;
-                live_log(256, 1024).await?;
-                worker(5000, 32, "bubblewrap").await?;
-                chatty(256).await?;
+                worker::live_log(256, 1024).await?;
+                worker::worker(5000, 32, "bubblewrap").await?;
+                worker::chatty(256).await?;
                 graph::graph_bench(graph::Shape::Chain, 1000, 16).await?;
                 graph::graph_bench(graph::Shape::Fan, 10_000, 16).await?;
-                scale(&[1_000, 1_000_000], 20_000).await?;
+                scale::scale(&[1_000, 1_000_000], 20_000).await?;
                 fleet::cancel(100).await?;
                 fleet::registry(&[10, 10_000], 2000).await?;
             }
@@ -289,10 +291,10 @@ fn main() -> anyhow::Result<()> {
                 anyhow::ensure!(servers == 1 || database.is_some(), "servers: 2 needs --database");
                 wake(samples, database.as_deref(), usize::from(servers)).await?;
             }
-            Command::LiveLog { megabytes, chunk_kb } => live_log(megabytes, chunk_kb).await?,
-            Command::Worker { tasks, capacity, isolation } => worker(tasks, capacity, &isolation).await?,
-            Command::Chatty { megabytes } => chatty(megabytes).await?,
-            Command::Scale { pending, claims } => scale(&pending, claims).await?,
+            Command::LiveLog { megabytes, chunk_kb } => worker::live_log(megabytes, chunk_kb).await?,
+            Command::Worker { tasks, capacity, isolation } => worker::worker(tasks, capacity, &isolation).await?,
+            Command::Chatty { megabytes } => worker::chatty(megabytes).await?,
+            Command::Scale { pending, claims } => scale::scale(&pending, claims).await?,
             Command::Dimensions { tasks, workers, concurrency } => {
                 dimensions::dimensions(tasks, workers, concurrency).await?
             }
@@ -622,212 +624,6 @@ async fn wake(samples: usize, database: Option<&str>, servers: usize) -> anyhow:
     server.stop().await;
     if let Some(other) = waiting_on {
         other.stop().await;
-    }
-    Ok(())
-}
-
-async fn worker(n_tasks: usize, capacity: u32, isolation: &str) -> anyhow::Result<()> {
-    let server = Server::start(None, &[]).await?;
-    let client = server.client();
-    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
-    let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
-    let worker = server::start_worker(&root, "bench/trivial", capacity, work_dir.path(), &["--isolation", isolation])?;
-    let body = bytes_of(&json!({
-        "taskQueueId": "bench/trivial",
-        "created": definition("x")["created"],
-        "deadline": definition("x")["deadline"],
-        "payload": {"command": [["true"]], "maxRunTime": 60},
-        "metadata": {"name": "trivial", "description": "", "owner": "bench@example.com", "source": "https://example.com"}
-    }))?;
-    let started = Instant::now();
-    let mut creators =
-        spawn_creators(std::slice::from_ref(&server.base), body, n_tasks, 8, 0, &Arc::new(Timings::default()));
-    while let Some(res) = creators.join_next().await {
-        res??;
-    }
-    // Done when nothing is pending or claimed any more.
-    loop {
-        let counts: Value =
-            client.get(format!("{}/task-queues/bench%2Ftrivial/counts", server.base)).send().await?.json().await?;
-        if counts["pendingTasks"] == 0 && counts["claimedTasks"] == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    println!(
-        "worker: {n_tasks} trivial tasks (`true`) through one worker process (capacity {capacity}, isolation {isolation}) in {elapsed:.2} s = {:.0} tasks/s",
-        n_tasks as f64 / elapsed
-    );
-    drop(worker);
-    server.stop().await;
-    Ok(())
-}
-
-async fn chatty(megabytes: usize) -> anyhow::Result<()> {
-    let server = Server::start(None, &[]).await?;
-    let client = server.client();
-    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
-    let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
-    let worker = server::start_worker(&root, "bench/chatty", 1, work_dir.path(), &[])?;
-    let bytes = megabytes * 1024 * 1024;
-    let mut task = definition("bench/chatty");
-    task["payload"] = json!({
-        "command": [format!("yes 'compiling src/some/module.rs ... ok (a typical line of build output)' | head -c {bytes}")],
-        "maxRunTime": 600
-    });
-    let task_id = slugid::nice();
-    let res = client.put(format!("{}/task/{task_id}", server.base)).json(&task).send().await?;
-    anyhow::ensure!(res.status().is_success(), "createTask failed");
-    // Follow from the moment the run exists.
-    let started = Instant::now();
-    let mut res = loop {
-        let res = client.get(format!("{root}/logs/v1/{task_id}/0?follow=1")).send().await?;
-        if res.status().is_success() {
-            break res;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    let mut n_read = 0usize;
-    while let Some(chunk) = res.chunk().await? {
-        n_read += chunk.len();
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    anyhow::ensure!(n_read >= bytes, "the follower read {n_read} of {bytes} bytes");
-    let mib = n_read as f64 / (1024.0 * 1024.0);
-    println!(
-        "chatty task: {mib:.0} MiB of output through one worker to a following reader in {elapsed:.2} s = {:.0} MiB/s",
-        mib / elapsed
-    );
-    drop(worker);
-    server.stop().await;
-    Ok(())
-}
-
-async fn live_log(megabytes: usize, chunk_kb: usize) -> anyhow::Result<()> {
-    let server = Server::start(None, &[]).await?;
-    let client = server.client();
-    let task_id = slugid::nice();
-    let res = client.put(format!("{}/task/{task_id}", server.base)).json(&definition("bench/log")).send().await?;
-    anyhow::ensure!(res.status().is_success(), "createTask failed");
-    let body = json!({"workerGroup": "bench", "workerId": "chatty", "tasks": 1});
-    let claimed: ClaimAnswer =
-        client.post(format!("{}/claim-work/bench%2Flog", server.base)).json(&body).send().await?.json().await?;
-    anyhow::ensure!(claimed.tasks.len() == 1, "nothing claimed");
-    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
-    let log_url = format!("{root}/logs/v1/{task_id}/0");
-
-    let reader = {
-        let (client, url) = (client.clone(), format!("{log_url}?follow=1"));
-        tokio::spawn(async move {
-            let mut res = client.get(url).send().await?;
-            let mut n_read = 0usize;
-            while let Some(chunk) = res.chunk().await? {
-                n_read += chunk.len();
-            }
-            Ok::<(usize, Instant), anyhow::Error>((n_read, Instant::now()))
-        })
-    };
-    // Printable output, as a chatty build would write.
-    let chunk: Vec<u8> =
-        (0..chunk_kb * 1024).map(|n| if n % 100 == 99 { b'\n' } else { b'a' + (n % 26) as u8 }).collect();
-    let total = megabytes * 1024 * 1024;
-    let started = Instant::now();
-    let mut offset = 0usize;
-    while offset < total {
-        let res = client.post(format!("{log_url}?offset={offset}")).body(chunk.clone()).send().await?;
-        anyhow::ensure!(res.status().is_success(), "append failed: {}", res.text().await?);
-        res.bytes().await?;
-        offset += chunk.len();
-    }
-    let written = started.elapsed().as_secs_f64();
-    let res = client.post(format!("{}/task/{task_id}/runs/0/completed", server.base)).send().await?;
-    anyhow::ensure!(res.status().is_success(), "reportCompleted failed");
-    let (n_read, finished) = reader.await??;
-    anyhow::ensure!(n_read == offset, "the follower read {n_read} of {offset} bytes");
-    let elapsed = finished.saturating_duration_since(started).as_secs_f64();
-    let mib = offset as f64 / (1024.0 * 1024.0);
-    println!(
-        "live log: {mib:.0} MiB in {chunk_kb} KiB chunks, appended (fsync each) at {:.0} MiB/s; \
-         the following reader had all of it after {elapsed:.2} s = {:.0} MiB/s",
-        mib / written,
-        mib / elapsed
-    );
-    server.stop().await;
-    Ok(())
-}
-
-async fn scale(sizes: &[usize], n_claims: usize) -> anyhow::Result<()> {
-    let mut costs = Vec::new();
-    for &n_pending in sizes {
-        let dir = tempfile::tempdir_in(std::env::temp_dir())?;
-        let preload = Instant::now();
-        server::preload(dir.path(), "bench/scale", n_pending).await.context("preloading")?;
-        let preload_secs = preload.elapsed().as_secs_f64();
-        let boot = Instant::now();
-        let server = Server::start(Some(dir.path()), &[]).await?;
-        let boot_secs = boot.elapsed().as_secs_f64();
-        let rss_idle = server.rss_mb();
-        let client = server.client();
-        let n_workers = 4;
-        let per_worker = n_claims / n_workers;
-        let started = Instant::now();
-        let mut workers = tokio::task::JoinSet::new();
-        for w in 0..n_workers {
-            let (client, base) = (client.clone(), server.base.clone());
-            workers.spawn(async move {
-                let body = json!({"workerGroup": "bench", "workerId": format!("s{w}"), "tasks": 1});
-                let shutdown = json!({"reason": "worker-shutdown"});
-                let mut latencies = Vec::with_capacity(per_worker);
-                for _ in 0..per_worker {
-                    let sent = Instant::now();
-                    let res: Value = client
-                        .post(format!("{base}/claim-work/bench%2Fscale"))
-                        .json(&body)
-                        .send()
-                        .await?
-                        .json()
-                        .await?;
-                    latencies.push(sent.elapsed());
-                    let claim = res["tasks"].get(0).context("nothing to claim")?;
-                    let task_id = claim["status"]["taskId"].as_str().unwrap_or_default();
-                    let run_id = claim["runId"].as_u64().unwrap_or(0);
-                    // Hand the run back: the retry goes to the back of the line, so the
-                    // number of pending tasks stays what was preloaded.
-                    let url = format!("{base}/task/{task_id}/runs/{run_id}/exception");
-                    client.post(url).json(&shutdown).send().await?.error_for_status()?;
-                }
-                Ok::<Vec<Duration>, anyhow::Error>(latencies)
-            });
-        }
-        let mut latencies = Vec::new();
-        while let Some(res) = workers.join_next().await {
-            latencies.extend(res??);
-        }
-        let elapsed = started.elapsed().as_secs_f64();
-        latencies.sort();
-        let rate = latencies.len() as f64 / elapsed;
-        println!(
-            "scale: {n_pending} pending (preloaded in {preload_secs:.1} s, server ready in {boot_secs:.2} s, RSS {rss_idle} MB idle, {} MB after): \
-             {} claims by {n_workers} workers (each handed back) at {rate:.0} claims/s, claimWork p50 {:.2} ms, p99 {:.2} ms",
-            server.rss_mb(),
-            latencies.len(),
-            percentile(&latencies, 0.5).as_secs_f64() * 1e3,
-            percentile(&latencies, 0.99).as_secs_f64() * 1e3,
-        );
-        costs.push((n_pending, 1.0 / rate, percentile(&latencies, 0.5)));
-        server.stop().await;
-    }
-    if let (Some(first), Some(last)) = (costs.first(), costs.last())
-        && first.0 != last.0
-    {
-        println!(
-            "scale: claim cost at {} pending is {:.2}x the cost at {} (by throughput), {:.2}x (by p50 latency)",
-            last.0,
-            last.1 / first.1,
-            first.0,
-            last.2.as_secs_f64() / first.2.as_secs_f64()
-        );
     }
     Ok(())
 }

@@ -1,0 +1,137 @@
+//! The benchmarks of a real `shoal worker` and of live logs.
+
+use super::*;
+
+/// Trivial tasks through one `shoal worker`, isolated as asked.
+pub(crate) async fn worker(n_tasks: usize, capacity: u32, isolation: &str) -> anyhow::Result<()> {
+    let server = Server::start(None, &[]).await?;
+    let client = server.client();
+    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
+    let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let worker = server::start_worker(&root, "bench/trivial", capacity, work_dir.path(), &["--isolation", isolation])?;
+    let body = bytes_of(&json!({
+        "taskQueueId": "bench/trivial",
+        "created": definition("x")["created"],
+        "deadline": definition("x")["deadline"],
+        "payload": {"command": [["true"]], "maxRunTime": 60},
+        "metadata": {"name": "trivial", "description": "", "owner": "bench@example.com", "source": "https://example.com"}
+    }))?;
+    let started = Instant::now();
+    let mut creators =
+        spawn_creators(std::slice::from_ref(&server.base), body, n_tasks, 8, 0, &Arc::new(Timings::default()));
+    while let Some(res) = creators.join_next().await {
+        res??;
+    }
+    // Done when nothing is pending or claimed any more.
+    loop {
+        let counts: Value =
+            client.get(format!("{}/task-queues/bench%2Ftrivial/counts", server.base)).send().await?.json().await?;
+        if counts["pendingTasks"] == 0 && counts["claimedTasks"] == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "worker: {n_tasks} trivial tasks (`true`) through one worker process (capacity {capacity}, isolation {isolation}) in {elapsed:.2} s = {:.0} tasks/s",
+        n_tasks as f64 / elapsed
+    );
+    drop(worker);
+    server.stop().await;
+    Ok(())
+}
+
+/// A chatty task's output through the worker to a live-log reader.
+pub(crate) async fn chatty(megabytes: usize) -> anyhow::Result<()> {
+    let server = Server::start(None, &[]).await?;
+    let client = server.client();
+    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
+    let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let worker = server::start_worker(&root, "bench/chatty", 1, work_dir.path(), &[])?;
+    let bytes = megabytes * 1024 * 1024;
+    let mut task = definition("bench/chatty");
+    task["payload"] = json!({
+        "command": [format!("yes 'compiling src/some/module.rs ... ok (a typical line of build output)' | head -c {bytes}")],
+        "maxRunTime": 600
+    });
+    let task_id = slugid::nice();
+    let res = client.put(format!("{}/task/{task_id}", server.base)).json(&task).send().await?;
+    anyhow::ensure!(res.status().is_success(), "createTask failed");
+    // Follow from the moment the run exists.
+    let started = Instant::now();
+    let mut res = loop {
+        let res = client.get(format!("{root}/logs/v1/{task_id}/0?follow=1")).send().await?;
+        if res.status().is_success() {
+            break res;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let mut n_read = 0usize;
+    while let Some(chunk) = res.chunk().await? {
+        n_read += chunk.len();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    anyhow::ensure!(n_read >= bytes, "the follower read {n_read} of {bytes} bytes");
+    let mib = n_read as f64 / (1024.0 * 1024.0);
+    println!(
+        "chatty task: {mib:.0} MiB of output through one worker to a following reader in {elapsed:.2} s = {:.0} MiB/s",
+        mib / elapsed
+    );
+    drop(worker);
+    server.stop().await;
+    Ok(())
+}
+
+/// Live-log appends and a follower, straight against the server.
+pub(crate) async fn live_log(megabytes: usize, chunk_kb: usize) -> anyhow::Result<()> {
+    let server = Server::start(None, &[]).await?;
+    let client = server.client();
+    let task_id = slugid::nice();
+    let res = client.put(format!("{}/task/{task_id}", server.base)).json(&definition("bench/log")).send().await?;
+    anyhow::ensure!(res.status().is_success(), "createTask failed");
+    let body = json!({"workerGroup": "bench", "workerId": "chatty", "tasks": 1});
+    let claimed: ClaimAnswer =
+        client.post(format!("{}/claim-work/bench%2Flog", server.base)).json(&body).send().await?.json().await?;
+    anyhow::ensure!(claimed.tasks.len() == 1, "nothing claimed");
+    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
+    let log_url = format!("{root}/logs/v1/{task_id}/0");
+
+    let reader = {
+        let (client, url) = (client.clone(), format!("{log_url}?follow=1"));
+        tokio::spawn(async move {
+            let mut res = client.get(url).send().await?;
+            let mut n_read = 0usize;
+            while let Some(chunk) = res.chunk().await? {
+                n_read += chunk.len();
+            }
+            Ok::<(usize, Instant), anyhow::Error>((n_read, Instant::now()))
+        })
+    };
+    // Printable output, as a chatty build would write.
+    let chunk: Vec<u8> =
+        (0..chunk_kb * 1024).map(|n| if n % 100 == 99 { b'\n' } else { b'a' + (n % 26) as u8 }).collect();
+    let total = megabytes * 1024 * 1024;
+    let started = Instant::now();
+    let mut offset = 0usize;
+    while offset < total {
+        let res = client.post(format!("{log_url}?offset={offset}")).body(chunk.clone()).send().await?;
+        anyhow::ensure!(res.status().is_success(), "append failed: {}", res.text().await?);
+        res.bytes().await?;
+        offset += chunk.len();
+    }
+    let written = started.elapsed().as_secs_f64();
+    let res = client.post(format!("{}/task/{task_id}/runs/0/completed", server.base)).send().await?;
+    anyhow::ensure!(res.status().is_success(), "reportCompleted failed");
+    let (n_read, finished) = reader.await??;
+    anyhow::ensure!(n_read == offset, "the follower read {n_read} of {offset} bytes");
+    let elapsed = finished.saturating_duration_since(started).as_secs_f64();
+    let mib = offset as f64 / (1024.0 * 1024.0);
+    println!(
+        "live log: {mib:.0} MiB in {chunk_kb} KiB chunks, appended (fsync each) at {:.0} MiB/s; \
+         the following reader had all of it after {elapsed:.2} s = {:.0} MiB/s",
+        mib / written,
+        mib / elapsed
+    );
+    server.stop().await;
+    Ok(())
+}
