@@ -13,6 +13,8 @@ use tokio::sync::watch;
 use crate::server::{RunningServer, ShutdownSignal, stopped};
 use crate::settings::ServerConfig;
 
+/// Tasks each local worker runs at once.
+const CAPACITY: u32 = 4;
 /// The example graph, built into the binary so `shoal dev --example` works from anywhere.
 const EXAMPLE: &str = include_str!("../../../examples/ci-graph.yaml");
 /// The queue local workers serve.
@@ -65,23 +67,21 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
 
     let (stop_workers, workers_stop) = watch::channel(false);
     let mut workers = tokio::task::JoinSet::new();
+    // Contained where bubblewrap can be used; on a machine without it the example still runs.
+    let isolation = shoal_worker::Isolation::bubblewrap(shoal_worker::SLOT_UID_BASE).unwrap_or_else(|reason| {
+        println!("local workers run tasks uncontained: {reason}");
+        shoal_worker::Isolation::None
+    });
     for idx in 0..args.workers {
-        // Contained where bubblewrap can be used (each worker's slots their own uids); on a
-        // machine without it the example still runs.
-        let first_uid = shoal_worker::SLOT_UID_BASE + idx * 4;
-        let isolation = shoal_worker::Isolation::bubblewrap(first_uid).unwrap_or_else(|reason| {
-            if idx == 0 {
-                println!("local workers run tasks uncontained: {reason}");
-            }
-            shoal_worker::Isolation::None
-        });
+        // Each worker's slots their own uids.
+        let isolation = isolation.clone().with_first_uid(shoal_worker::SLOT_UID_BASE + idx * CAPACITY);
         let client = Client::new(&root)?.with_credentials(Some(root_credentials.clone()));
         let config = shoal_worker::WorkerConfig {
             task_queue_id: DEV_QUEUE.into(),
             worker_group: "dev".into(),
             worker_id: format!("dev-{idx}"),
             dimensions: json!({}),
-            capacity: 4,
+            capacity: CAPACITY,
             work_dir: temp.path().join(format!("work-{idx}")),
             grace: Duration::from_secs(5),
             isolation,

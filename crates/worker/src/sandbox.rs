@@ -55,6 +55,17 @@ impl Isolation {
     }
 }
 
+impl Isolation {
+    /// The same isolation with slot 0 at `first_uid` (several workers on one machine).
+    #[must_use]
+    pub fn with_first_uid(self, first_uid: u32) -> Isolation {
+        match self {
+            Isolation::Bubblewrap { bwrap, .. } => Isolation::Bubblewrap { bwrap, first_uid },
+            Isolation::None => Isolation::None,
+        }
+    }
+}
+
 /// The user slot `slot`'s tasks run as: its own when the worker runs as root, else the
 /// worker's (`None`).
 pub(crate) fn slot_user(isolation: &Isolation, slot: usize) -> Option<u32> {

@@ -132,8 +132,7 @@ async fn persist(
         if !was_resolved && state.is_resolved() {
             let task = &row.task;
             if let Some(aftermath) = tx.aftermath(task.task_id, task.meta.task_group_id, state, now).await? {
-                let emptied = Vec::from_iter(aftermath.group_resolved);
-                publish_resolved_groups(tx, &emptied);
+                publish_resolved_groups(tx, aftermath.group_resolved.as_slice());
                 collect_released(tx, task.task_id, &aftermath.waiting, state, released).await?;
             }
         }

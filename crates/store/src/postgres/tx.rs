@@ -417,11 +417,13 @@ impl PgTx {
             }
             _ => self.ask_aftermath(&resolutions, &touched).await?,
         };
-        let resolved = resolutions.iter().map(|resolution| {
-            let waiting = waiting.remove(&resolution.task_id).unwrap_or_default();
-            (resolution.task_id, resolution.state, resolution.now, waiting)
-        });
-        let resolved: Vec<_> = resolved.collect();
+        let resolved = resolutions
+            .iter()
+            .map(|resolution| {
+                let waiting = waiting.remove(&resolution.task_id).unwrap_or_default();
+                (resolution.task_id, resolution.state, resolution.now, waiting)
+            })
+            .collect();
         ops::entail(self, &emptied, resolved).await
     }
 
