@@ -65,12 +65,29 @@ impl Credentials {
     }
 
     /// The `ext` attribute carrying the certificate, when there is one.
+    ///
+    /// # Errors
+    /// When the certificate is not JSON.
     pub fn ext(&self) -> Result<Option<String>, ClientError> {
-        let Some(certificate) = &self.certificate else { return Ok(None) };
-        let certificate: serde_json::Value = serde_json::from_str(certificate)
-            .map_err(|err| ClientError::Decode(format!("certificate: not JSON: {err}")))?;
-        let ext = serde_json::json!({ "certificate": certificate });
-        Ok(Some(STANDARD.encode(ext.to_string())))
+        self.ext_restricted(None)
+    }
+
+    /// The `ext` attribute carrying the certificate and, when given, `authorizedScopes`: the
+    /// signed request then acts with those scopes only (which the credentials must hold).
+    ///
+    /// # Errors
+    /// When the certificate is not JSON.
+    pub fn ext_restricted(&self, authorized_scopes: Option<&[String]>) -> Result<Option<String>, ClientError> {
+        let mut ext = serde_json::Map::new();
+        if let Some(certificate) = &self.certificate {
+            let certificate: serde_json::Value = serde_json::from_str(certificate)
+                .map_err(|err| ClientError::Decode(format!("certificate: not JSON: {err}")))?;
+            ext.insert("certificate".into(), certificate);
+        }
+        if let Some(scopes) = authorized_scopes {
+            ext.insert("authorizedScopes".into(), serde_json::json!(scopes));
+        }
+        Ok((!ext.is_empty()).then(|| STANDARD.encode(serde_json::Value::Object(ext).to_string())))
     }
 
     /// The `Authorization` header for `method` on `url` with `body` (its content type and

@@ -4,6 +4,7 @@
 
 mod credentials;
 mod events;
+mod forward;
 mod workers;
 
 use std::time::Duration;

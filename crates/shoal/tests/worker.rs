@@ -7,82 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
-
-struct Server {
-    _child: Child,
-    root: String,
-    api: String,
-}
-
-async fn server(data_dir: &Path) -> Server {
-    let (child, root) = support::start_server(data_dir, &["--claim-timeout", "3"]).await;
-    let api = format!("{root}/api/queue/v1");
-    Server { _child: child, root, api }
-}
-
-fn worker(root: &str, queue: &str, id: &str, work_dir: &Path) -> Child {
-    worker_with(root, queue, id, work_dir, &[])
-}
-
-fn worker_with(root: &str, queue: &str, id: &str, work_dir: &Path, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_shoal"))
-        .args(["worker", "--root-url", root, "--queue", queue, "--worker-id", id, "--grace", "2", "--work-dir"])
-        .arg(work_dir)
-        .args(extra)
-        .env("SHOAL_LOG", "warn")
-        .env("TASKCLUSTER_CLIENT_ID", "root")
-        .env("TASKCLUSTER_ACCESS_TOKEN", support::ROOT_TOKEN)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
-}
-
-fn definition(queue: &str, payload: Value) -> Value {
-    let now = shoal_engine::Timestamp(
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64,
-    );
-    json!({
-        "taskQueueId": queue,
-        "created": now.to_string(),
-        "deadline": now.plus_secs(600).to_string(),
-        "retries": 2,
-        "payload": payload,
-        "metadata": {"name": "e2e", "description": "d", "owner": "o", "source": "https://x"}
-    })
-}
-
-async fn create(server: &Server, queue: &str, payload: Value) -> String {
-    let task_id = slugid::nice();
-    let url = format!("{}/task/{task_id}", server.api);
-    let body = definition(queue, payload);
-    let res = support::signed(&reqwest::Client::new(), reqwest::Method::PUT, &url, Some(&body)).send().await.unwrap();
-    assert!(res.status().is_success(), "{}", res.text().await.unwrap());
-    task_id
-}
-
-async fn status(server: &Server, task_id: &str) -> Value {
-    let res = reqwest::get(format!("{}/task/{task_id}/status", server.api)).await.unwrap();
-    res.json::<Value>().await.unwrap()["status"].clone()
-}
-
-/// Waits (bounded) until the task is resolved with `runs` runs; the worker reports over
-/// HTTP, so the status is the event to wait for.
-async fn resolved(server: &Server, task_id: &str, runs: usize) -> Value {
-    for _ in 0..600 {
-        let status = status(server, task_id).await;
-        let n_runs = status["runs"].as_array().map_or(0, Vec::len);
-        if n_runs == runs && ["completed", "failed", "exception"].contains(&status["state"].as_str().unwrap_or("")) {
-            return status;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("task {task_id} did not resolve: {}", status(server, task_id).await);
-}
-
-async fn log_of(server: &Server, task_id: &str, run_id: u32) -> String {
-    reqwest::get(format!("{}/logs/v1/{task_id}/{run_id}", server.root)).await.unwrap().text().await.unwrap()
-}
+use support::worker::{create, definition, log_of, resolved, server, status, worker, worker_with};
+use tokio::process::Command;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outcomes_follow_exit_codes_and_limits() {

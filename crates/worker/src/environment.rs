@@ -21,12 +21,15 @@ pub(crate) struct RunFacts<'a> {
     pub(crate) dir: &'a Path,
     /// The file holding the task's secrets, when it has any.
     pub(crate) secrets_file: Option<&'a Path>,
+    /// The run's credentials proxy, when the task asked for one.
+    pub(crate) proxy_url: Option<&'a str>,
 }
 
 /// The whole environment of a task's command: `PATH` and `LANG` (the worker's, or defaults),
 /// `HOME`, then the payload's `env` (which may replace those three), then the run's facts
 /// (`TASK_ID`, `RUN_ID`, `TASKCLUSTER_ROOT_URL`, `TASKCLUSTER_WORKER_GROUP`,
-/// `TASKCLUSTER_WORKER_ID`, `SHOAL_SECRETS`), which the payload cannot replace.
+/// `TASKCLUSTER_WORKER_ID`, `SHOAL_SECRETS`, `TASKCLUSTER_PROXY_URL`), which the payload
+/// cannot replace.
 pub(crate) fn task_environment(
     worker_path: Option<&str>,
     worker_lang: Option<&str>,
@@ -46,6 +49,9 @@ pub(crate) fn task_environment(
     if let Some(file) = run.secrets_file {
         env.insert("SHOAL_SECRETS".into(), file.to_string_lossy().into_owned());
     }
+    if let Some(url) = run.proxy_url {
+        env.insert("TASKCLUSTER_PROXY_URL".into(), url.into());
+    }
     env.into_iter().collect()
 }
 
@@ -62,6 +68,7 @@ mod tests {
             worker_id: "w1",
             dir: Path::new("/work/slot-0"),
             secrets_file,
+            proxy_url: None,
         }
     }
 
@@ -95,9 +102,12 @@ mod tests {
             ("PATH".to_owned(), "/opt/bin".to_owned()),
             ("TASK_ID".to_owned(), "forged".to_owned()),
             ("SHOAL_SECRETS".to_owned(), "/etc/shadow".to_owned()),
+            ("TASKCLUSTER_PROXY_URL".to_owned(), "http://attacker.example".to_owned()),
         ]);
         let secrets = Path::new("/work/secrets-0.json");
-        let env = task_environment(None, None, &payload, &facts(Some(secrets)));
+        let facts = RunFacts { proxy_url: Some("http://127.0.0.1:9/p"), ..facts(Some(secrets)) };
+        let env = task_environment(None, None, &payload, &facts);
+        assert!(env.contains(&("TASKCLUSTER_PROXY_URL".into(), "http://127.0.0.1:9/p".into())));
         assert!(env.contains(&("PATH".into(), "/opt/bin".into())));
         assert!(env.contains(&("TASK_ID".into(), "abc".into())));
         assert!(env.contains(&("SHOAL_SECRETS".into(), "/work/secrets-0.json".into())));

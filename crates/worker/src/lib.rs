@@ -10,8 +10,10 @@ mod control;
 mod environment;
 mod logsink;
 mod memory;
+mod netns;
 pub mod payload;
 mod process;
+mod proxy;
 mod run;
 mod sandbox;
 

@@ -26,6 +26,8 @@ pub struct Payload {
     pub artifacts: Vec<ArtifactSpec>,
     /// Whether the commands reach the network (`false`: loopback only, in a sandbox).
     pub network: bool,
+    /// `features.taskclusterProxy`: the run's credentials proxy at `TASKCLUSTER_PROXY_URL`.
+    pub taskcluster_proxy: bool,
 }
 
 /// One command.
@@ -100,7 +102,33 @@ pub fn parse(payload: &Value) -> Result<Payload, String> {
         Some(Value::Bool(network)) => *network,
         Some(_) => return Err("payload.network must be true or false".into()),
     };
-    Ok(Payload { commands, env, max_run_time, io_timeout, retry_exit_codes, artifacts, network })
+    let taskcluster_proxy = parse_features(object.get("features"))?;
+    Ok(Payload { commands, env, max_run_time, io_timeout, retry_exit_codes, artifacts, network, taskcluster_proxy })
+}
+
+/// `payload.features`, generic-worker's switches; this worker has `taskclusterProxy`.
+fn parse_features(features: Option<&Value>) -> Result<bool, String> {
+    let mut taskcluster_proxy = false;
+    match features {
+        None => {}
+        Some(Value::Object(features)) => {
+            for (name, value) in features {
+                let Value::Bool(on) = value else {
+                    return Err(format!("payload.features.{name} must be true or false"));
+                };
+                match name.as_str() {
+                    "taskclusterProxy" => taskcluster_proxy = *on,
+                    _ => {
+                        return Err(format!(
+                            "payload.features.{name} is not a feature of this worker (taskclusterProxy)"
+                        ));
+                    }
+                }
+            }
+        }
+        Some(_) => return Err("payload.features must be an object of true or false".into()),
+    }
+    Ok(taskcluster_proxy)
 }
 
 fn parse_commands(items: &[Value]) -> Result<Vec<CommandSpec>, String> {
@@ -173,6 +201,9 @@ mod tests {
         assert_eq!(payload.io_timeout, Some(Duration::from_secs(10)));
         assert_eq!(payload.retry_exit_codes, vec![75]);
         assert_eq!(payload.artifacts[0].name, "public/report.txt");
+        assert!(!payload.taskcluster_proxy && payload.network);
+        let proxied = parse(&json!({"command": ["true"], "maxRunTime": 5, "features": {"taskclusterProxy": true}}));
+        assert!(proxied.unwrap().taskcluster_proxy);
     }
 
     #[test]
@@ -191,6 +222,15 @@ mod tests {
                 json!({"command": ["true"], "maxRunTime": 5, "onExitStatus": {"retry": ["x"]}}),
                 "payload.onExitStatus.retry",
             ),
+            (
+                json!({"command": ["true"], "maxRunTime": 5, "features": {"interactive": true}}),
+                "payload.features.interactive",
+            ),
+            (
+                json!({"command": ["true"], "maxRunTime": 5, "features": {"taskclusterProxy": 1}}),
+                "payload.features.taskclusterProxy",
+            ),
+            (json!({"command": ["true"], "maxRunTime": 5, "features": []}), "payload.features"),
         ];
         for (payload, field) in cases {
             let err = parse(&payload).unwrap_err();

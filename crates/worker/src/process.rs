@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::logsink::LogSink;
 use crate::memory;
 use crate::payload::CommandSpec;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Network, Sandbox};
 
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +83,13 @@ pub(crate) async fn run(
         // Its own process group, so stopping it stops everything it started.
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(Sandbox { network: Network::Joined(namespace), .. }) = sandbox {
+        let namespace = std::os::fd::AsRawFd::as_raw_fd(namespace);
+        // SAFETY: between fork and exec only a system call is made (setns).
+        unsafe {
+            command.pre_exec(move || crate::netns::join(namespace));
+        }
+    }
     let mut child = command.spawn()?;
     let started = Instant::now();
     let pid = child.id();

@@ -1,8 +1,11 @@
 //! One claimed run, from claim to report: live log, commands under their limits, reclaims,
 //! artifacts, and the report that matches how it ended.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 use shoal_client::{Claim, Client, Outcome};
 use shoal_engine::status::{RunStats, WorkerException};
@@ -13,9 +16,11 @@ use crate::artifacts::{self, Target};
 use crate::control::Held;
 use crate::environment::{RunFacts, task_environment};
 use crate::logsink::LogSink;
+use crate::netns;
 use crate::payload::{self, Payload};
 use crate::process::{self, Exit, Limits};
-use crate::sandbox::{self, Isolation, Sandbox};
+use crate::proxy::Proxy;
+use crate::sandbox::{self, Isolation, Network, Sandbox};
 
 /// What ended the commands.
 enum Ending {
@@ -47,7 +52,12 @@ pub(crate) async fn run_claim(
     let header = format!("task {task_id} run {run_id} on {}/{}", config.worker_group, config.worker_id);
     let (log, flusher) = LogSink::start(client.clone(), task_id.clone(), run_id, header);
 
-    let payload = match payload::parse(&claim.task["payload"]) {
+    let payload = match payload::parse(&claim.task["payload"]).and_then(|payload| {
+        match unsupported(&payload, &config.isolation) {
+            Some(reason) => Err(reason),
+            None => Ok(payload),
+        }
+    }) {
         Ok(payload) => payload,
         Err(message) => {
             log.line(&format!("malformed payload: {message}")).await;
@@ -78,11 +88,24 @@ pub(crate) async fn run_claim(
     // Beside the task directory, not in it: an artifact of the whole directory must not take it.
     let secrets_file = config.work_dir.join(format!("secrets-{slot}.json"));
     let user = sandbox::slot_user(&config.isolation, slot);
-    let prepared = prepare(&client, &config, &claim, &payload, &task_id, (&dir, &secrets_file), user).await;
+    let started = start_proxy(&client, &claim, &payload, user);
+    let proxy_url = started.as_ref().ok().and_then(|(_, proxy)| proxy.as_ref().map(|proxy| proxy.url().to_owned()));
+    let files = (dir.as_path(), secrets_file.as_path());
+    let prepared = match started {
+        Ok(network) => prepare(&client, &config, &claim, &payload, &task_id, files, (user, proxy_url.as_deref()))
+            .await
+            .map(|env| (env, network)),
+        Err(reason) => Err(reason),
+    };
     let ending = match prepared {
-        Ok(env) => {
+        Ok((env, (namespace, proxy))) => {
             stats.setup_ms = Some(millis(claimed.elapsed()));
             let started = Instant::now();
+            let network = match &namespace {
+                _ if payload.network => Network::Shared,
+                Some(namespace) => Network::Joined(namespace.as_fd()),
+                None => Network::Loopback,
+            };
             let sandbox = match &config.isolation {
                 Isolation::Bubblewrap { bwrap, .. } => Some(Sandbox {
                     bwrap,
@@ -90,12 +113,14 @@ pub(crate) async fn run_claim(
                     task_dir: &dir,
                     secrets_file: claim.secrets.is_some().then_some(secrets_file.as_path()),
                     user,
-                    network: payload.network,
+                    network,
                 }),
                 Isolation::None => None,
             };
             let commands = Commands { payload: &payload, dir: &dir, env: &env, sandbox: sandbox.as_ref() };
             let ending = run_commands(&commands, &log, &stop, config.grace, &mut stats).await;
+            // Nothing of the task runs now; its proxy stops with it.
+            drop(proxy);
             stats.run_ms = Some(millis(started.elapsed()));
             ending
         }
@@ -135,7 +160,7 @@ async fn prepare(
     payload: &Payload,
     task_id: &str,
     (dir, secrets_file): (&Path, &Path),
-    user: Option<u32>,
+    (user, proxy_url): (Option<u32>, Option<&str>),
 ) -> Result<Vec<(String, String)>, String> {
     tokio::fs::create_dir_all(dir)
         .await
@@ -161,9 +186,64 @@ async fn prepare(
         worker_id: &config.worker_id,
         dir: &dir,
         secrets_file: claim.secrets.is_some().then_some(secrets_file.as_path()),
+        proxy_url,
     };
     let (path, lang) = (std::env::var("PATH").ok(), std::env::var("LANG").ok());
     Ok(task_environment(path.as_deref(), lang.as_deref(), &payload.env, &facts))
+}
+
+/// Why this worker cannot run a payload as asked, when it cannot.
+fn unsupported(payload: &Payload, isolation: &Isolation) -> Option<String> {
+    if payload.network {
+        return None;
+    }
+    match isolation {
+        Isolation::None => Some(
+            "payload.network is false, but this worker runs tasks without isolation (--isolation none) \
+             and cannot take their network away"
+                .into(),
+        ),
+        Isolation::Bubblewrap { .. } if payload.taskcluster_proxy && !nix::unistd::geteuid().is_root() => Some(
+            "payload.features.taskclusterProxy with payload.network false needs a worker running as root \
+             (the proxy listens in the task's own network namespace)"
+                .into(),
+        ),
+        Isolation::Bubblewrap { .. } => None,
+    }
+}
+
+/// The run's credentials proxy when the task asked for one, listening on the worker's
+/// loopback (answering only the slot's `user`, when it has one) or, for a task without
+/// network, in a network namespace made for the run (returned, for its sandboxes to join).
+fn start_proxy(
+    client: &Client,
+    claim: &Claim,
+    payload: &Payload,
+    user: Option<u32>,
+) -> Result<(Option<OwnedFd>, Option<Proxy>), String> {
+    if !payload.taskcluster_proxy {
+        return Ok((None, None));
+    }
+    if claim.credentials.is_none() {
+        return Err("the server gave this run no credentials, so it can have no taskclusterProxy".into());
+    }
+    let scopes = claim.task["scopes"]
+        .as_array()
+        .map(|scopes| scopes.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
+    let (namespace, listener, user) = if payload.network {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(|err| format!("cannot listen on 127.0.0.1 for the proxy: {err}"))?;
+        (None, listener, user)
+    } else {
+        let private =
+            netns::private_network().map_err(|err| format!("cannot make a network namespace for the proxy: {err}"))?;
+        // Nothing but the task is in that namespace.
+        (Some(private.namespace), private.listener, None)
+    };
+    let proxy = Proxy::start(listener, client.clone(), scopes, user)
+        .map_err(|err| format!("cannot start the credentials proxy: {err}"))?;
+    Ok((namespace, Some(proxy)))
 }
 
 /// What a run's ending reports, said in its log too; nothing for a revoked run.

@@ -2,7 +2,8 @@
 //! directory the only writable place besides a private `/tmp`, its own PID namespace, the
 //! worker's work directory (other slots, their secrets) out of sight, and, when the worker
 //! runs as root, a user of its own per slot. `payload.network: false` adds a network
-//! namespace of its own (loopback only).
+//! namespace of its own (loopback only): bubblewrap's, or the worker's when the run has a
+//! credentials proxy listening in it (`netns.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -88,8 +89,19 @@ pub(crate) struct Sandbox<'a> {
     pub(crate) secrets_file: Option<&'a Path>,
     /// The user the commands run as, when not the worker's.
     pub(crate) user: Option<u32>,
-    /// Whether the commands reach the network.
-    pub(crate) network: bool,
+    /// The network the commands are in.
+    pub(crate) network: Network<'a>,
+}
+
+/// The network a sandbox's commands are in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Network<'a> {
+    /// The worker's.
+    Shared,
+    /// A namespace of their own with loopback only, made by bubblewrap.
+    Loopback,
+    /// The namespace this descriptor holds (joined before bubblewrap starts).
+    Joined(std::os::fd::BorrowedFd<'a>),
 }
 
 impl Sandbox<'_> {
@@ -122,7 +134,7 @@ impl Sandbox<'_> {
         if let Some(secrets) = self.secrets_file {
             args.extend(["--ro-bind".to_owned(), path(secrets), path(secrets)]);
         }
-        if !self.network {
+        if matches!(self.network, Network::Loopback) {
             args.push("--unshare-net".to_owned());
         }
         args.extend(["--chdir".to_owned(), path(self.task_dir)]);
@@ -152,7 +164,7 @@ mod tests {
             task_dir: Path::new("/w/slot-1"),
             secrets_file: Some(Path::new("/w/secrets-1.json")),
             user: Some(60_001),
-            network: false,
+            network: Network::Loopback,
         };
         let (program, args) = sandbox.wrap(vec!["make".into(), "test".into()]);
         assert_eq!(program, Path::new("/usr/bin/bwrap"));
@@ -163,9 +175,15 @@ mod tests {
         assert!(joined.contains("--ro-bind /w/secrets-1.json /w/secrets-1.json"), "{joined}");
         assert!(joined.contains("--unshare-net"), "{joined}");
         assert!(joined.ends_with("setpriv --reuid=60001 --regid=60001 --clear-groups --no-new-privs -- make test"));
-        let open = Sandbox { user: None, network: true, secrets_file: None, ..sandbox };
+        let open = Sandbox { user: None, network: Network::Shared, secrets_file: None, ..sandbox };
         let joined = open.wrap(vec!["true".into()]).1.join(" ");
         assert!(!joined.contains("--unshare-net") && !joined.contains("setpriv"), "{joined}");
         assert!(joined.ends_with("--chdir /w/slot-1 -- true"), "{joined}");
+        let stdin = std::io::stdin();
+        let joined = Sandbox { network: Network::Joined(std::os::fd::AsFd::as_fd(&stdin)), ..open }
+            .wrap(vec!["true".into()])
+            .1
+            .join(" ");
+        assert!(!joined.contains("--unshare-net"), "the namespace is joined before bwrap starts: {joined}");
     }
 }

@@ -6,6 +6,8 @@ use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+pub(crate) mod worker;
+
 /// Starts `shoal server` on a free loopback port over `data_dir` with `extra_args`; returns
 /// the process (killed when dropped) and its root URL, read from the line it prints.
 pub(crate) async fn start_server(data_dir: &Path, extra_args: &[&str]) -> (Child, String) {
