@@ -78,7 +78,8 @@ async fn dev_runs_the_example_graph_to_completion() {
     let out = shoal().args(["dev", "--example", "--once", "--listen", "127.0.0.1:0"]).output().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    for name in ["build", "test-unit", "test-integration", "test-lint", "report"] {
+    // test-smoke is added by the decision task, through its credentials proxy.
+    for name in ["decision", "build", "test-unit", "test-integration", "test-lint", "report", "test-smoke"] {
         assert!(
             stdout.lines().any(|line| line.contains(name) && line.contains("completed")),
             "{name} completed:\n{stdout}"

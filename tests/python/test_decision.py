@@ -1,0 +1,199 @@
+"""Decision tasks: a real `shoal worker` runs a task that uses the official Python client
+through its credentials proxy (`features.taskclusterProxy`) to add to its own graph."""
+
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import requests
+import taskcluster
+from taskcluster import slugid
+
+from conftest import ROOT_TOKEN
+
+# The scheduler's two calls used here, in the official client's reference shape (the client
+# ships no class for Shoal's task-graph scheduler; `createApiClient` makes one).
+SCHEDULER = {
+    "reference": {
+        "serviceName": "scheduler",
+        "apiVersion": "v1",
+        "entries": [
+            {"type": "function", "name": "createTaskGraph", "method": "put", "route": "/task-graph/<taskGraphId>",
+             "args": ["taskGraphId"], "input": "graph", "query": []},
+            {"type": "function", "name": "extendTaskGraph", "method": "post",
+             "route": "/task-graph/<taskGraphId>/extend", "args": ["taskGraphId"], "input": "extension", "query": []},
+            {"type": "function", "name": "inspect", "method": "get", "route": "/task-graph/<taskGraphId>/inspect",
+             "args": ["taskGraphId"], "query": []},
+        ],
+    }
+}
+
+# What the decision task runs, with the client copied where its user can read it.
+DECISION = f"""
+import datetime, os, sys
+import taskcluster
+from taskcluster import slugid
+
+proxy = os.environ["TASKCLUSTER_PROXY_URL"]
+queue = taskcluster.Queue({{"rootUrl": proxy}})
+scheduler = taskcluster.client.createApiClient("Scheduler", {SCHEDULER!r})({{"rootUrl": proxy}})
+me = queue.task(os.environ["TASK_ID"])
+now = datetime.datetime.now(datetime.timezone.utc)
+
+def task(name):
+    return {{
+        "taskQueueId": me["taskQueueId"],
+        "created": taskcluster.stringDate(now),
+        "deadline": taskcluster.stringDate(now + datetime.timedelta(hours=1)),
+        "payload": {{"command": ["echo " + name], "maxRunTime": 30}},
+        "metadata": {{"name": name, "description": "added by the decision task", "owner": "ci@example.com",
+                      "source": "https://example.com/shoal"}},
+    }}
+
+try:
+    made = slugid.nice()
+    queue.createTask(made, {{**task("made"), "taskGroupId": me["taskGroupId"], "schedulerId": me["schedulerId"]}})
+    print("created", made)
+    scheduler.extendTaskGraph(me["taskGroupId"], {{"tasks": {{"added": {{"requires": ["decision"], "task": task("added")}}}}}})
+    print("extended", me["taskGroupId"])
+except taskcluster.exceptions.TaskclusterRestFailure as failure:
+    print("refused", failure.status_code, failure.body.get("code"))
+    sys.exit(1)
+"""
+
+
+@pytest.fixture(scope="module")
+def client_copy():
+    """The official client and what it imports, copied where a task's own user can read them
+    (this suite's virtualenv may sit in a home directory no other user may enter; a sandboxed
+    task has a `/tmp` of its own)."""
+    copy = tempfile.mkdtemp(prefix="shoal-py-client-", dir="/var/tmp")
+    # What `import taskcluster` loads from the virtualenv, asked of a fresh interpreter.
+    listing = subprocess.run(
+        [sys.executable, "-c", "import sys, taskcluster; print(*(m.__file__ for m in list(sys.modules.values()) "
+                               "if '.' not in m.__name__ and 'site-packages' in (getattr(m, '__file__', '') or '')))"],
+        check=True, capture_output=True, text=True,
+    )
+    for path in listing.stdout.split():
+        source = os.path.dirname(path) if os.path.basename(path) == "__init__.py" else path
+        target = os.path.join(copy, os.path.basename(source))
+        if os.path.isdir(source):
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        else:
+            shutil.copy(source, target)
+    with open(os.path.join(copy, "decision.py"), "w") as script:
+        script.write(DECISION)
+    for root, dirs, files in os.walk(copy):
+        for entry in dirs:
+            os.chmod(os.path.join(root, entry), 0o755)
+        for entry in files:
+            os.chmod(os.path.join(root, entry), 0o644)
+    os.chmod(copy, 0o755)
+    yield copy
+    shutil.rmtree(copy)
+
+
+@pytest.fixture
+def worker(server, task_queue_id):
+    """A `shoal worker` (containing its tasks with bubblewrap) serving the test's queue."""
+    work_dir = tempfile.mkdtemp(prefix="shoal-py-work-")
+    proc = subprocess.Popen(
+        [os.environ.get("SHOAL_BIN", "shoal"), "worker", "--root-url", server, "--queue", task_queue_id,
+         "--capacity", "2", "--work-dir", work_dir],
+        env={**os.environ, "SHOAL_LOG": "warn", "TASKCLUSTER_CLIENT_ID": "root", "TASKCLUSTER_ACCESS_TOKEN": ROOT_TOKEN},
+    )
+    yield proc
+    proc.terminate()
+    proc.wait(timeout=30)
+    shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def decision_graph(task_queue_id, client_copy, scopes):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return {
+        "routing": "decide",
+        "tasks": {
+            "decision": {
+                "task": {
+                    "taskQueueId": task_queue_id,
+                    "created": taskcluster.stringDate(now),
+                    "deadline": taskcluster.stringDate(now + datetime.timedelta(hours=1)),
+                    "scopes": scopes,
+                    "payload": {
+                        "command": [["python3", os.path.join(client_copy, "decision.py")]],
+                        # The system's interpreter, which the task's user can run (this
+                        # process's PATH may lead through a home directory it cannot enter).
+                        "env": {"PYTHONPATH": client_copy, "PATH": "/usr/local/bin:/usr/bin:/bin"},
+                        "features": {"taskclusterProxy": True},
+                        "maxRunTime": 120,
+                    },
+                    "metadata": {"name": "decision", "description": "extends its graph", "owner": "ci@example.com",
+                                 "source": "https://example.com/shoal"},
+                }
+            }
+        },
+    }
+
+
+def wait_for(check, what):
+    """Polls `check` (over HTTP, as a client would) until it answers something true."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        answer = check()
+        if answer:
+            return answer
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def log_of(server, task_id):
+    return requests.get(f"{server}/logs/v1/{task_id}/0", timeout=30).text
+
+
+def test_a_decision_task_extends_its_graph_through_the_proxy(server, root_credentials, queue, worker,
+                                                            task_queue_id, client_copy):
+    scheduler = taskcluster.client.createApiClient("Scheduler", SCHEDULER)({"rootUrl": server, "credentials": root_credentials})
+    graph_id = slugid.nice()
+    scopes = [f"queue:create-task:lowest:{task_queue_id}", "queue:create-task:project:none",
+              "queue:scheduler-id:task-graph-scheduler"]
+    scheduler.createTaskGraph(graph_id, decision_graph(task_queue_id, client_copy, scopes))
+
+    def finished():
+        inspection = scheduler.inspect(graph_id)
+        return inspection if inspection["status"]["state"] != "running" else None
+
+    inspection = wait_for(finished, "the graph to finish")
+    states = {task["label"]: task["state"] for task in inspection["tasks"]}
+    decision = next(task["taskId"] for task in inspection["tasks"] if task["label"] == "decision")
+    assert inspection["status"]["state"] == "finished", (states, log_of(server, decision))
+    assert states == {"decision": "completed", "added": "completed"}
+    log = log_of(server, decision)
+    made = log.split("created ")[1].split()[0]
+    assert queue.task(made)["taskGroupId"] == graph_id, "the task it created is in its own group"
+
+
+def test_a_decision_task_without_the_scopes_is_refused_and_creates_nothing(server, root_credentials, queue,
+                                                                          worker, task_queue_id, client_copy):
+    scheduler = taskcluster.client.createApiClient("Scheduler", SCHEDULER)({"rootUrl": server, "credentials": root_credentials})
+    graph_id = slugid.nice()
+    # It may create in another queue only: not its own.
+    scopes = ["queue:create-task:lowest:elsewhere/other", "queue:create-task:project:none",
+              "queue:scheduler-id:task-graph-scheduler"]
+    scheduler.createTaskGraph(graph_id, decision_graph(task_queue_id, client_copy, scopes))
+
+    def blocked():
+        inspection = scheduler.inspect(graph_id)
+        return inspection if inspection["status"]["state"] != "running" else None
+
+    inspection = wait_for(blocked, "the graph to block")
+    assert inspection["status"]["state"] == "blocked"
+    assert [task["label"] for task in inspection["tasks"]] == ["decision"], "nothing was added"
+    decision = inspection["tasks"][0]["taskId"]
+    assert "refused 403 InsufficientScopes" in log_of(server, decision)
+    members = queue.listTaskGroup(graph_id)["tasks"]
+    assert [member["status"]["taskId"] for member in members] == [decision], "nothing was created"
