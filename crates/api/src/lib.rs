@@ -90,8 +90,9 @@ fn api_router(
     let mut api: Router<AppState> = Router::new();
     for endpoint in endpoints {
         let filter = endpoint.method.filter();
-        // Only what authentication needs, so a request clones two handles, not the state.
-        let gate = auth::Gate { auth: state.auth.clone(), nonces: Arc::clone(&state.nonces) };
+        // Only what authentication needs, so a request clones three handles, not the state.
+        let gate =
+            auth::Gate { auth: state.auth.clone(), nonces: Arc::clone(&state.nonces), queue: state.queue.clone() };
         let routed = (endpoint.handler)(filter).layer(middleware::from_fn(move |req: Request, next: Next| {
             around_endpoint(gate.clone(), endpoint, max_body, req, next)
         }));

@@ -28,6 +28,8 @@ pub(crate) struct Gate {
     pub(crate) auth: shoal_service::Authority,
     /// Nonces seen lately.
     pub(crate) nonces: Arc<nonces::Nonces>,
+    /// The queue, to ask whether a run whose credentials are used is still running.
+    pub(crate) queue: shoal_service::Queue,
 }
 
 /// The caller of one request: who, what they hold, and the endpoint they called.
@@ -122,6 +124,14 @@ fn has_bewit(uri: &axum::http::Uri) -> bool {
     uri.query().is_some_and(|query| query.split('&').any(|pair| pair.starts_with("bewit=")))
 }
 
+/// Whether the task's run `run_id` is running: a run's credentials act with the task's
+/// scopes (through the worker's proxy) only until the run ends, not until they expire.
+async fn running(queue: &shoal_service::Queue, task_id: shoal_engine::TaskId, run_id: u32) -> Result<bool, ApiError> {
+    let record = queue.store().read(move |reads| reads.task(task_id)).await?;
+    let run = record.as_ref().and_then(|record| record.status.runs.get(run_id as usize));
+    Ok(run.is_some_and(|run| run.state == shoal_engine::status::RunState::Running))
+}
+
 /// Authenticates `req` for `endpoint`: inserts its [`Caller`], with the body read back into
 /// the request when its payload hash had to be checked.
 ///
@@ -170,6 +180,12 @@ pub(crate) async fn authenticate(
     };
     let caller = match principal {
         Ok(Some(found)) => {
+            if let Some((task_id, run_id)) = shoal_engine::auth::run_of_client_id(&found.client_id)
+                && !shoal_engine::auth::RUN_OWN_CALLS.contains(&endpoint.name)
+                && !running(&state.queue, task_id, run_id).await?
+            {
+                return Err(ApiError::unauthorized(&AuthFailure::RunEnded(found.client_id)));
+            }
             Caller { client_id: Some(found.client_id), scopes: found.scopes, endpoint, checked: Arc::default() }
         }
         Ok(None) => Caller { client_id: None, scopes: Arc::clone(&auth.anonymous), endpoint, checked: Arc::default() },

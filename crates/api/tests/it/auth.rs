@@ -248,7 +248,7 @@ async fn a_runs_credentials_work_on_that_run_only() {
     let credentials =
         |idx: usize| -> Credentials { serde_json::from_value(claims[idx]["credentials"].clone()).unwrap() };
     let (mine, theirs) = if claims[0]["status"]["taskId"] == first.as_str() { (0, 1) } else { (1, 0) };
-    let run = credentials(mine);
+    let (run, other_run) = (credentials(mine), credentials(theirs));
     assert!(run.client_id.starts_with(&format!("task-client/{first}/0/on/g/w/until/")), "{}", run.client_id);
     let other = claims[theirs]["status"]["taskId"].as_str().unwrap().to_owned();
 
@@ -278,6 +278,18 @@ async fn a_runs_credentials_work_on_that_run_only() {
     let (status, body) =
         app.call_as(Some(&run), Method::POST, &url(&format!("/task/{first}/runs/0/completed")), None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+
+    // The run has ended: its credentials (still unexpired) no longer act with the task's
+    // scopes, and the run's own calls answer as for any ended run.
+    let (status, body) = app.call_as(Some(&run), Method::GET, &app.auth_url("/scopes/current"), None).await;
+    assert_refused(status, &body, StatusCode::UNAUTHORIZED, "AuthenticationFailed", "no longer running");
+    let (status, body) = app.call_as(Some(&run), Method::GET, &url(&format!("/task/{first}")), None).await;
+    assert_refused(status, &body, StatusCode::UNAUTHORIZED, "AuthenticationFailed", "no longer running");
+    let (status, body) =
+        app.call_as(Some(&run), Method::POST, &url(&format!("/task/{first}/runs/0/reclaim")), None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, _) = app.call_as(Some(&other_run), Method::GET, &app.auth_url("/scopes/current"), None).await;
+    assert_eq!(status, StatusCode::OK, "another run still running keeps its credentials");
 }
 
 #[tokio::test]

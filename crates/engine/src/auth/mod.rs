@@ -81,6 +81,9 @@ pub enum AuthFailure {
     /// `authorizedScopes` beyond the credentials' scopes.
     #[error("Supplied credentials do not satisfy authorizedScopes: {0}")]
     AuthorizedScopes(ScopeExpr),
+    /// A run's credentials used, beyond the run's own calls, after the run ended.
+    #[error("client `{0}`: the run these credentials were issued for is no longer running")]
+    RunEnded(String),
 }
 
 /// What a request's Hawk `ext` may carry.
@@ -227,6 +230,28 @@ pub fn run_client_id(task_id: TaskId, run_id: u32, worker_group: &str, worker_id
     format!("task-client/{task_id}/{run_id}/on/{worker_group}/{worker_id}/until/{until_secs}")
 }
 
+/// The run a client id of [`run_client_id`]'s shape names.
+#[must_use]
+pub fn run_of_client_id(client_id: &str) -> Option<(TaskId, u32)> {
+    let mut parts = client_id.strip_prefix("task-client/")?.splitn(3, '/');
+    let task_id = TaskId::parse(parts.next()?)?;
+    let run_id = parts.next()?.parse().ok()?;
+    parts.next()?.starts_with("on/").then_some((task_id, run_id))
+}
+
+/// The calls a run's own credentials make for the run itself (each refuses a run that is not
+/// running on its own); any other call with them is allowed only while the run is running.
+pub const RUN_OWN_CALLS: [&str; 8] = [
+    "reclaimTask",
+    "reportCompleted",
+    "reportFailed",
+    "reportException",
+    "createArtifact",
+    "finishArtifact",
+    "putBlob",
+    "appendLog",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +277,16 @@ mod tests {
         assert_eq!(found.key, token);
         assert_eq!(found.client_id, "temp");
         assert!(found.scopes.satisfies("queue:a") && !found.scopes.satisfies("queue:b"));
+    }
+
+    #[test]
+    fn a_runs_client_id_names_its_run() {
+        let task_id = TaskId::parse("fN1ySwQHT6u1i1nTHvyBuA").unwrap();
+        let client_id = run_client_id(task_id, 3, "group", "worker", 1_700_000_000);
+        assert_eq!(run_of_client_id(&client_id), Some((task_id, 3)));
+        assert_eq!(run_of_client_id("task-client/fN1ySwQHT6u1i1nTHvyBuA/3"), None);
+        assert_eq!(run_of_client_id("task-client/not-an-id/3/on/g/w/until/1"), None);
+        assert_eq!(run_of_client_id("root"), None);
     }
 
     #[test]
