@@ -155,19 +155,25 @@ def log_of(server, task_id):
     return requests.get(f"{server}/logs/v1/{task_id}/0", timeout=30).text
 
 
-def test_a_decision_task_extends_its_graph_through_the_proxy(server, root_credentials, queue, worker,
-                                                            task_queue_id, client_copy):
+def run_decision(server, root_credentials, task_queue_id, client_copy, scopes):
+    """Submits a graph of one decision task holding `scopes`; answers its graph id and its
+    inspection once it no longer runs."""
     scheduler = taskcluster.client.createApiClient("Scheduler", SCHEDULER)({"rootUrl": server, "credentials": root_credentials})
     graph_id = slugid.nice()
-    scopes = [f"queue:create-task:lowest:{task_queue_id}", "queue:create-task:project:none",
-              "queue:scheduler-id:task-graph-scheduler"]
     scheduler.createTaskGraph(graph_id, decision_graph(task_queue_id, client_copy, scopes))
 
-    def finished():
+    def settled():
         inspection = scheduler.inspect(graph_id)
         return inspection if inspection["status"]["state"] != "running" else None
 
-    inspection = wait_for(finished, "the graph to finish")
+    return graph_id, wait_for(settled, "the graph to finish or block")
+
+
+def test_a_decision_task_extends_its_graph_through_the_proxy(server, root_credentials, queue, worker,
+                                                            task_queue_id, client_copy):
+    scopes = [f"queue:create-task:lowest:{task_queue_id}", "queue:create-task:project:none",
+              "queue:scheduler-id:task-graph-scheduler"]
+    graph_id, inspection = run_decision(server, root_credentials, task_queue_id, client_copy, scopes)
     states = {task["label"]: task["state"] for task in inspection["tasks"]}
     decision = next(task["taskId"] for task in inspection["tasks"] if task["label"] == "decision")
     assert inspection["status"]["state"] == "finished", (states, log_of(server, decision))
@@ -179,18 +185,10 @@ def test_a_decision_task_extends_its_graph_through_the_proxy(server, root_creden
 
 def test_a_decision_task_without_the_scopes_is_refused_and_creates_nothing(server, root_credentials, queue,
                                                                           worker, task_queue_id, client_copy):
-    scheduler = taskcluster.client.createApiClient("Scheduler", SCHEDULER)({"rootUrl": server, "credentials": root_credentials})
-    graph_id = slugid.nice()
     # It may create in another queue only: not its own.
     scopes = ["queue:create-task:lowest:elsewhere/other", "queue:create-task:project:none",
               "queue:scheduler-id:task-graph-scheduler"]
-    scheduler.createTaskGraph(graph_id, decision_graph(task_queue_id, client_copy, scopes))
-
-    def blocked():
-        inspection = scheduler.inspect(graph_id)
-        return inspection if inspection["status"]["state"] != "running" else None
-
-    inspection = wait_for(blocked, "the graph to block")
+    graph_id, inspection = run_decision(server, root_credentials, task_queue_id, client_copy, scopes)
     assert inspection["status"]["state"] == "blocked"
     assert [task["label"] for task in inspection["tasks"]] == ["decision"], "nothing was added"
     decision = inspection["tasks"][0]["taskId"]

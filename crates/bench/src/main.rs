@@ -154,6 +154,14 @@ enum Command {
         #[arg(long, default_value = "bubblewrap")]
         isolation: String,
     },
+    /// A task's requests through its credentials proxy against the same requests sent directly.
+    Proxy {
+        #[arg(long, default_value_t = 500)]
+        requests: usize,
+        /// The worker's `--isolation` (bubblewrap or none).
+        #[arg(long, default_value = "bubblewrap")]
+        isolation: String,
+    },
     /// Live-log throughput end to end: a chatty task on a real worker, one reader following.
     Chatty {
         #[arg(long, default_value_t = 256)]
@@ -293,6 +301,7 @@ fn main() -> anyhow::Result<()> {
             }
             Command::LiveLog { megabytes, chunk_kb } => worker::live_log(megabytes, chunk_kb).await?,
             Command::Worker { tasks, capacity, isolation } => worker::worker(tasks, capacity, &isolation).await?,
+            Command::Proxy { requests, isolation } => worker::proxy(requests, &isolation).await?,
             Command::Chatty { megabytes } => worker::chatty(megabytes).await?,
             Command::Scale { pending, claims } => scale::scale(&pending, claims).await?,
             Command::Dimensions { tasks, workers, concurrency } => {

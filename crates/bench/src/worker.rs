@@ -135,3 +135,51 @@ pub(crate) async fn live_log(megabytes: usize, chunk_kb: usize) -> anyhow::Resul
     server.stop().await;
     Ok(())
 }
+
+/// What a task's request costs through its credentials proxy: one task alternates requests
+/// to the server directly and through `TASKCLUSTER_PROXY_URL` (signed there), timing each.
+pub(crate) async fn proxy(requests: usize, isolation: &str) -> anyhow::Result<()> {
+    const TIMED: &str = r#"
+import os, sys, time, urllib.request
+path = "/api/queue/v1/task/%s/status" % os.environ["TASK_ID"]
+bases = {"direct": os.environ["TASKCLUSTER_ROOT_URL"], "proxy": os.environ["TASKCLUSTER_PROXY_URL"]}
+times = {name: [] for name in bases}
+for _ in range(int(sys.argv[1])):
+    for name, base in bases.items():
+        started = time.perf_counter()
+        urllib.request.urlopen(base + path).read()
+        times[name].append((time.perf_counter() - started) * 1000)
+for name, taken in times.items():
+    taken.sort()
+    print("%s p50 %.2f ms p99 %.2f ms" % (name, taken[len(taken) // 2], taken[int(len(taken) * 0.99)]))
+"#;
+    let server = Server::start(None, &[]).await?;
+    let client = server.client();
+    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
+    let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let worker = server::start_worker(&root, "bench/proxy", 1, work_dir.path(), &["--isolation", isolation])?;
+    let mut task = definition("bench/proxy");
+    task["payload"] = json!({
+        "command": [["python3", "-c", TIMED, requests.to_string()]],
+        "env": {"PATH": "/usr/local/bin:/usr/bin:/bin"},
+        "features": {"taskclusterProxy": true},
+        "maxRunTime": 600
+    });
+    let task_id = slugid::nice();
+    let res = client.put(format!("{}/task/{task_id}", server.base)).json(&task).send().await?;
+    anyhow::ensure!(res.status().is_success(), "createTask failed: {}", res.text().await?);
+    // Following the log ends when the run does.
+    let log = loop {
+        let res = client.get(format!("{root}/logs/v1/{task_id}/0?follow=1")).send().await?;
+        if res.status().is_success() {
+            break res.text().await?;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let timed: Vec<&str> = log.lines().filter(|line| line.contains(" p50 ")).collect();
+    anyhow::ensure!(timed.len() == 2, "the task did not report its timings:\n{log}");
+    println!("proxy: {requests} requests each way from one task (isolation {isolation}): {}", timed.join("; "));
+    drop(worker);
+    server.stop().await;
+    Ok(())
+}

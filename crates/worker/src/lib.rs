@@ -12,6 +12,7 @@ mod logsink;
 mod memory;
 mod netns;
 pub mod payload;
+mod peer;
 mod process;
 mod proxy;
 mod run;

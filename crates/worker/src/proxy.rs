@@ -6,7 +6,6 @@
 //! user's connections; it stops when the run's commands end.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use futures_util::TryStreamExt;
@@ -94,7 +93,7 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, user: Opt
         }
         if let Some(user) = user {
             let port = listener.local_addr().map_or(0, |addr| addr.port());
-            let owner = std::fs::read_to_string("/proc/net/tcp").ok().and_then(|table| owner_of(&table, peer, port));
+            let owner = crate::peer::owner_of(peer, port);
             if owner != Some(user) {
                 tracing::warn!(%peer, ?owner, user, "a connection to a run's proxy from another user was refused");
                 continue;
@@ -109,19 +108,6 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, user: Opt
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
     }
-}
-
-/// The uid owning the loopback socket `peer` connected to `port`, from the kernel's table
-/// of TCP sockets (`/proc/net/tcp`, addresses as little-endian hex words).
-fn owner_of(table: &str, peer: SocketAddr, port: u16) -> Option<u32> {
-    let SocketAddr::V4(peer) = peer else { return None };
-    let hex = |ip: std::net::Ipv4Addr, port: u16| format!("{:08X}:{port:04X}", u32::from_le_bytes(ip.octets()));
-    let (local, remote) = (hex(*peer.ip(), peer.port()), hex(std::net::Ipv4Addr::LOCALHOST, port));
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let matches = fields.get(1)?.eq_ignore_ascii_case(&local) && fields.get(2)?.eq_ignore_ascii_case(&remote);
-        if matches { fields.get(7)?.parse().ok() } else { None }
-    })
 }
 
 async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> {
@@ -204,17 +190,6 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response<ProxyBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_owner_of_a_loopback_connection_is_read_from_the_kernels_table() {
-        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
-                     \x20  0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n\
-                     \x20  1: 0100007F:C350 0100007F:1F90 01 00000000:00000000 00:00000000 00000000 60001        0 2\n";
-        let peer: SocketAddr = "127.0.0.1:50000".parse().unwrap();
-        assert_eq!(owner_of(table, peer, 8080), Some(60_001));
-        assert_eq!(owner_of(table, peer, 8081), None, "another listener's connection");
-        assert_eq!(owner_of(table, "127.0.0.1:50001".parse().unwrap(), 8080), None);
-    }
 
     #[test]
     fn the_proxy_keeps_end_to_end_headers_and_drops_credentials() {
