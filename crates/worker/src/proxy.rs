@@ -152,12 +152,14 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> 
 }
 
 /// The request headers passed on: all but the connection's own, `Host` and `Authorization`
-/// (the proxy signs).
+/// (the proxy signs), and what a proxy in front of the server would say (`Forwarded`,
+/// `X-Forwarded-*`: the server reads the signed port from them).
 fn passed_on(headers: &HeaderMap) -> HeaderMap {
     let mut kept = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
-        if !hop_by_hop(name) && name != header::HOST && name != header::AUTHORIZATION && name != header::CONTENT_LENGTH
-        {
+        let forwarding = name == header::FORWARDED || name.as_str().starts_with("x-forwarded-");
+        let ours = [header::HOST, header::AUTHORIZATION, header::CONTENT_LENGTH].contains(name);
+        if !hop_by_hop(name) && !forwarding && !ours {
             kept.append(name, value.clone());
         }
     }
@@ -198,6 +200,8 @@ mod tests {
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Hawk id=\"forged\""));
         headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:1"));
         headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        headers.insert("x-forwarded-port", HeaderValue::from_static("443"));
+        headers.insert(header::FORWARDED, HeaderValue::from_static("for=10.0.0.1"));
         let kept = passed_on(&headers);
         assert_eq!(kept.len(), 1);
         assert!(kept.contains_key(header::CONTENT_TYPE));
