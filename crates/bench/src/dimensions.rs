@@ -45,9 +45,15 @@ where
 
 /// `tasks` pending tasks with distinct dimension sets, then `workers` workers each claiming
 /// once, `concurrency` at a time, in an order unrelated to the tasks'.
-pub(crate) async fn dimensions(tasks: usize, workers: usize, concurrency: usize) -> anyhow::Result<()> {
+pub(crate) async fn dimensions(
+    tasks: usize,
+    workers: usize,
+    concurrency: usize,
+    database: Option<&str>,
+) -> anyhow::Result<()> {
     anyhow::ensure!(workers * DEVICES <= tasks, "--workers must be at most --tasks / {DEVICES}");
-    let server = Server::start(None, &[]).await?;
+    let args: Vec<&str> = database.map(|url| vec!["--database", url]).unwrap_or_default();
+    let server = Server::start(None, &args).await?;
     let client = server.client();
     let base = server.base.clone();
     let created = Instant::now();
@@ -91,13 +97,14 @@ pub(crate) async fn dimensions(tasks: usize, workers: usize, concurrency: usize)
     println!(
         "dimensions: {tasks} distinct dimension sets pending in one queue (created at {:.0}/s), {workers} workers \
          with their own dimensions each claiming once, {concurrency} at a time: claimWork p50 {:.2} ms, p99 {:.2} ms, \
-         max {:.2} ms; {:.0} claims/s; server RSS {} MB",
+         max {:.2} ms; {:.0} claims/s; server RSS {} MB{}",
         tasks as f64 / creating.as_secs_f64(),
         ms(percentile(&times, 0.5)),
         ms(percentile(&times, 0.99)),
         ms(times.last().copied().unwrap_or_default()),
         workers as f64 / claiming.as_secs_f64(),
         server.rss_mb(),
+        if database.is_some() { " (PostgreSQL)" } else { "" },
     );
     server.stop().await;
     Ok(())

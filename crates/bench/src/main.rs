@@ -217,6 +217,9 @@ enum Command {
         /// Seconds between size reports.
         #[arg(long, default_value_t = 30)]
         every: u64,
+        /// On this PostgreSQL database (its size is reported instead of SQLite's files).
+        #[arg(long)]
+        database: Option<String>,
     },
     /// cancelTask sent -> the running task's process gone, through a real `shoal worker`.
     Cancel {
@@ -239,6 +242,9 @@ enum Command {
         /// Claims in flight at once.
         #[arg(long, default_value_t = 1)]
         concurrency: usize,
+        /// On this PostgreSQL database.
+        #[arg(long)]
+        database: Option<String>,
     },
     /// Claim cost and memory with many pending tasks.
     Scale {
@@ -304,13 +310,13 @@ fn main() -> anyhow::Result<()> {
             Command::Proxy { requests, isolation } => worker::proxy(requests, &isolation).await?,
             Command::Chatty { megabytes } => worker::chatty(megabytes).await?,
             Command::Scale { pending, claims } => scale::scale(&pending, claims).await?,
-            Command::Dimensions { tasks, workers, concurrency } => {
-                dimensions::dimensions(tasks, workers, concurrency).await?
+            Command::Dimensions { tasks, workers, concurrency, database } => {
+                dimensions::dimensions(tasks, workers, concurrency, database.as_deref()).await?
             }
             Command::Cancel { samples } => fleet::cancel(samples).await?,
             Command::Fleet { workers, claims } => fleet::registry(&workers, claims).await?,
-            Command::Soak { seconds, rate, expires_after, every } => {
-                soak::soak(seconds, rate, expires_after, every).await?;
+            Command::Soak { seconds, rate, expires_after, every, database } => {
+                soak::soak(seconds, rate, expires_after, every, database.as_deref()).await?;
             }
             Command::Hostile { tasks, slow_connections } => hostile::hostile(tasks, slow_connections).await?,
             Command::Longpoll { polls, samples, targeted } => longpoll::longpoll(polls, samples, targeted).await?,

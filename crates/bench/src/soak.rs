@@ -28,11 +28,29 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// The size of the database at `url` (tables, indexes and their dead rows; not the WAL,
+/// which belongs to the whole cluster).
+async fn database_bytes(url: &str) -> anyhow::Result<u64> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    let connection = tokio::spawn(connection);
+    let row = client.query_one("SELECT pg_database_size(current_database())", &[]).await?;
+    drop(client);
+    let _ = connection.await;
+    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
+
 /// Runs the load for `seconds` at `rate` tasks/s, tasks expiring `expires_after` seconds after
-/// they are created; prints the sizes every `every` seconds.
-pub(crate) async fn soak(seconds: u64, rate: usize, expires_after: i64, every: u64) -> anyhow::Result<()> {
+/// they are created; prints the sizes every `every` seconds (on `database`, when given).
+pub(crate) async fn soak(
+    seconds: u64,
+    rate: usize,
+    expires_after: i64,
+    every: u64,
+    database: Option<&str>,
+) -> anyhow::Result<()> {
     let data = tempfile::tempdir_in(std::env::temp_dir())?;
-    let server = Server::start(Some(data.path()), &[]).await?;
+    let args: Vec<&str> = database.map(|url| vec!["--database", url]).unwrap_or_default();
+    let server = Server::start(Some(data.path()), &args).await?;
     let db = data.path().join("shoal.db");
     let completed = Arc::new(AtomicUsize::new(0));
     let mut workers = tokio::task::JoinSet::new();
@@ -47,7 +65,8 @@ pub(crate) async fn soak(seconds: u64, rate: usize, expires_after: i64, every: u
     let tick = Duration::from_millis(100);
     let per_tick = (rate / 10).max(1);
     println!("soak: {rate} tasks/s for {seconds} s, each expiring {expires_after} s after it is created");
-    println!("{:>6} {:>9} {:>9} {:>12} {:>14}", "secs", "created", "done", "db+wal MiB", "data dir MiB");
+    let db_column = if database.is_some() { "database MiB" } else { "db+wal MiB" };
+    println!("{:>6} {:>9} {:>9} {:>12} {:>14}", "secs", "created", "done", db_column, "data dir MiB");
     while started.elapsed() < Duration::from_secs(seconds) {
         let now = crate::now();
         let mut body: Value = definition("bench/soak");
@@ -68,8 +87,10 @@ pub(crate) async fn soak(seconds: u64, rate: usize, expires_after: i64, every: u
         }
         if started.elapsed() >= next_report {
             let wal = data.path().join("shoal.db-wal");
-            let db_bytes =
-                std::fs::metadata(&db).map_or(0, |m| m.len()) + std::fs::metadata(&wal).map_or(0, |m| m.len());
+            let db_bytes = match database {
+                Some(url) => database_bytes(url).await?,
+                None => std::fs::metadata(&db).map_or(0, |m| m.len()) + std::fs::metadata(&wal).map_or(0, |m| m.len()),
+            };
             println!(
                 "{:>6} {:>9} {:>9} {:>12.1} {:>14.1}",
                 started.elapsed().as_secs(),

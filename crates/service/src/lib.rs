@@ -502,7 +502,9 @@ impl Queue {
                 .map_err(|err| StoreError::Unavailable(format!("deleting an expired task's files: {err}")))?;
             task_ids.push(task_id);
         }
-        self.inner.store.forget_tasks(task_ids, at, limit).await
+        let deleted = self.inner.store.forget_tasks(task_ids, at, limit).await?;
+        metrics::counter!("shoal_tasks_expired_total").increment(deleted as u64);
+        Ok(deleted)
     }
 
     /// Fires what is due now; returns how many transitions fired.

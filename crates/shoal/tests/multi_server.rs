@@ -219,3 +219,106 @@ async fn a_client_made_on_one_server_works_on_another_until_deleted() {
     assert_eq!(create_as(&root_a, &submitter).await, 401);
     until_create_answers(&root_b, &submitter, 401).await;
 }
+
+/// Rows of every table that holds something of a task, on the database at `url`.
+fn task_rows_left(url: &str) -> Vec<(String, i64)> {
+    let url = url.to_owned();
+    std::thread::spawn(move || {
+        let mut db = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        let tables = [
+            "tasks",
+            "task_dependencies",
+            "task_groups",
+            "task_secrets",
+            "task_tags",
+            "artifacts",
+            "task_graphs",
+            "graph_tasks",
+            "completions",
+        ];
+        tables
+            .iter()
+            .map(|table| {
+                let n: i64 = db.query_one(&format!("SELECT count(*) FROM {table}"), &[]).expect("count").get(0);
+                ((*table).to_owned(), n)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    })
+    .join()
+    .expect("no panic")
+}
+
+/// `shoal_tasks_expired_total` of the server at `root`.
+async fn expired_by(root: &str) -> u64 {
+    let text = reqwest::get(format!("{root}/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("shoal_tasks_expired_total "))
+        .map_or(0, |value| value.trim().parse().unwrap())
+}
+
+/// Two servers sweep expiry on one database at once: every task (with its dependencies,
+/// group, secrets, tags, artifacts and graph) is deleted by exactly one of them, and nothing
+/// is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_expire_each_task_once_and_leave_nothing() {
+    let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (_a, root_a) = support::start_server(dir_a.path(), &["--database", &url]).await;
+    let (_b, root_b) = support::start_server(dir_b.path(), &["--database", &url]).await;
+    let clients = [support::client(&root_a), support::client(&root_b)];
+    let now = shoal_client::now();
+    // Everything is done (or past its deadline) within seconds and expires right after.
+    let short = |mut task: Value| {
+        task["deadline"] = json!(now.plus_secs(4).to_string());
+        task["expires"] = json!(now.plus_secs(5).to_string());
+        task
+    };
+    const CHAINS: usize = 40;
+    let mut ids = Vec::new();
+    for chain in 0..CHAINS {
+        let client = &clients[chain % 2];
+        let (first, second) = (slugid::nice(), slugid::nice());
+        let mut task = short(definition(&[]));
+        task["taskGroupId"] = json!(format!("{}", ids.first().cloned().unwrap_or_else(|| first.clone())));
+        task["tags"] = json!({"chain": chain.to_string()});
+        if chain % 3 == 0 {
+            task["secrets"] = json!({"token": format!("s{chain}")});
+        }
+        client.create_task(&first, &task).await.expect("createTask");
+        let mut dependent = short(definition(std::slice::from_ref(&first)));
+        dependent["taskGroupId"] = task["taskGroupId"].clone();
+        client.create_task(&second, &dependent).await.expect("createTask");
+        ids.extend([first, second]);
+    }
+    // Half the first tasks run, with an artifact each; the rest pass their deadline.
+    for claim in clients[1].claim_work("fleet/linux", "g", "w", (CHAINS / 2) as u32, &json!({})).await.unwrap() {
+        let task_id = claim.status.task_id.to_string();
+        let reference = json!({"storageType": "reference", "url": "https://example.com/x",
+            "expires": now.plus_secs(5).to_string(), "contentType": "text/plain"});
+        clients[0].create_artifact(&task_id, claim.run_id, "public/x", &reference).await.expect("createArtifact");
+        clients[0].report(&task_id, claim.run_id, &Outcome::Completed).await.expect("reportCompleted");
+    }
+    let mut graph = json!({"routing": "exp", "tasks": {}});
+    for label in ["a", "b"] {
+        graph["tasks"][label] = json!({"requires": [], "task": short(definition(&[]))});
+    }
+    clients[0].create_task_graph(&slugid::nice(), &graph).await.expect("createTaskGraph");
+    let n_tasks = ids.len() as u64 + 2;
+
+    // Both due loops sweep every 250 ms; done when both together deleted every task.
+    let mut expired = 0;
+    for _ in 0..400 {
+        expired = expired_by(&root_a).await + expired_by(&root_b).await;
+        if expired >= n_tasks {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(expired, n_tasks, "each task deleted once, by one of the two servers");
+    let left = tokio::task::spawn_blocking(move || task_rows_left(&url)).await.unwrap();
+    assert!(left.is_empty(), "rows left behind: {left:?}");
+    for (client, id) in clients.iter().cycle().zip(&ids).take(4) {
+        assert!(client.task_status(id).await.unwrap_err().status() == Some(reqwest::StatusCode::NOT_FOUND));
+    }
+}
