@@ -20,7 +20,13 @@ pub(crate) struct Conn {
     sender: SendRequest<Full<Bytes>>,
     connection: Connection<TokioIo<TcpStream>, Full<Bytes>>,
     closed: bool,
+    /// When the last answer came: the server closes a connection idle for its header
+    /// timeout (30 s), and this one is not polled between requests to notice.
+    last_used: std::time::Instant,
 }
+
+/// Idle time after which a connection is opened anew before the next request.
+const MAX_IDLE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// An answer's status and body.
 pub(crate) struct Answer {
@@ -32,6 +38,10 @@ impl Conn {
     /// Connects to `base` (`http://host:port/prefix`); requests go to paths under its prefix.
     pub(crate) async fn open(base: &str) -> anyhow::Result<Conn> {
         let rest = base.strip_prefix("http://").unwrap_or(base);
+        Conn::connect(rest).await
+    }
+
+    async fn connect(rest: &str) -> anyhow::Result<Conn> {
         let (authority, prefix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let stream = TcpStream::connect(authority).await?;
         stream.set_nodelay(true)?;
@@ -44,6 +54,7 @@ impl Conn {
             sender,
             connection,
             closed: false,
+            last_used: std::time::Instant::now(),
         })
     }
 
@@ -84,6 +95,18 @@ impl Conn {
             request = request.header("authorization", header);
         }
         let request = request.body(Full::new(body))?;
+        if self.last_used.elapsed() > MAX_IDLE {
+            let credentials = self.credentials.take();
+            *self = Conn::connect(&format!("{}{}", self.host, self.prefix)).await?;
+            self.credentials = credentials;
+        }
+        let answer = self.exchange(request).await;
+        self.last_used = std::time::Instant::now();
+        answer
+    }
+
+    /// Sends `request` and waits for its whole answer, driving the connection meanwhile.
+    async fn exchange(&mut self, request: Request<Full<Bytes>>) -> anyhow::Result<Answer> {
         anyhow::ensure!(!self.closed, "the server closed the connection");
         let Conn { sender, connection, closed, .. } = self;
         let mut answer = std::pin::pin!(async {

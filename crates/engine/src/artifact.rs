@@ -53,10 +53,13 @@ pub enum ArtifactKind {
         url: String,
     },
     /// Another artifact of the same run.
-    #[serde(rename = "link")]
+    #[serde(rename = "link", rename_all = "camelCase")]
     Link {
         /// Its name.
         artifact: String,
+        /// What the client said it holds (informational, as Taskcluster's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content_type: Option<String>,
     },
     /// The run's live log on this server; served as a `reference` to it. Every claimed run
     /// gets one under [`LIVE_LOG_NAME`]; clients cannot create this kind.
@@ -89,7 +92,7 @@ impl ArtifactKind {
     pub fn content_type(&self) -> &str {
         match self {
             ArtifactKind::Blob { content_type, .. } | ArtifactKind::Reference { content_type, .. } => content_type,
-            ArtifactKind::Link { .. } => "application/octet-stream",
+            ArtifactKind::Link { content_type, .. } => content_type.as_deref().unwrap_or("application/octet-stream"),
             ArtifactKind::LiveLog => "text/plain; charset=utf-8",
             ArtifactKind::Error { .. } => "application/json",
         }
@@ -233,8 +236,13 @@ impl ArtifactRequest {
         }
         match &self.kind {
             ArtifactKind::Reference { url, .. } => check_reference_url(url)?,
-            ArtifactKind::Link { artifact } => check_name(artifact)
-                .map_err(|_| Rejection::invalid("artifact", "must be 1 to 1024 printable ASCII characters"))?,
+            ArtifactKind::Link { artifact, content_type } => {
+                check_name(artifact)
+                    .map_err(|_| Rejection::invalid("artifact", "must be 1 to 1024 printable ASCII characters"))?;
+                if content_type.as_ref().is_some_and(|content_type| content_type.len() > 255) {
+                    return Err(Rejection::invalid("contentType", "must be at most 255 characters"));
+                }
+            }
             ArtifactKind::LiveLog => {
                 return Err(Rejection::invalid("storageType", "must be s3, reference, link or error"));
             }
@@ -282,7 +290,7 @@ pub fn follow_links<E>(
             return Ok(Err(Missing::LinkTarget(current).into()));
         };
         match &artifact.kind {
-            ArtifactKind::Link { artifact: target } => current.clone_from(target),
+            ArtifactKind::Link { artifact: target, .. } => current.clone_from(target),
             _ => return Ok(Ok(artifact)),
         }
     }
@@ -403,7 +411,7 @@ mod tests {
         );
         assert_eq!(reference.kind.storage_type(), "reference");
         let link = request(json!({"storageType": "link", "expires": "2026-01-02T00:00:00Z", "artifact": "public/a"}));
-        assert_eq!(link.kind, ArtifactKind::Link { artifact: "public/a".into() });
+        assert_eq!(link.kind, ArtifactKind::Link { artifact: "public/a".into(), content_type: None });
         let error = request(
             json!({"storageType": "error", "expires": "2026-01-02T00:00:00Z", "reason": "file-missing-on-worker", "message": "gone"}),
         );
@@ -465,13 +473,15 @@ mod tests {
         let stored = |name: &str, kind: ArtifactKind| Artifact { name: name.into(), expires: NOW, kind, present: true };
         let lookup = |name: &str| -> Result<Option<Artifact>, ()> {
             Ok(match name {
-                "a" => Some(stored("a", ArtifactKind::Link { artifact: "b".into() })),
+                "a" => Some(stored("a", ArtifactKind::Link { artifact: "b".into(), content_type: None })),
                 "b" => {
                     Some(stored("b", ArtifactKind::Blob { content_type: "text/plain".into(), content_length: None }))
                 }
-                "loop1" => Some(stored("loop1", ArtifactKind::Link { artifact: "loop2".into() })),
-                "loop2" => Some(stored("loop2", ArtifactKind::Link { artifact: "loop1".into() })),
-                "dangling" => Some(stored("dangling", ArtifactKind::Link { artifact: "nowhere".into() })),
+                "loop1" => Some(stored("loop1", ArtifactKind::Link { artifact: "loop2".into(), content_type: None })),
+                "loop2" => Some(stored("loop2", ArtifactKind::Link { artifact: "loop1".into(), content_type: None })),
+                "dangling" => {
+                    Some(stored("dangling", ArtifactKind::Link { artifact: "nowhere".into(), content_type: None }))
+                }
                 _ => None,
             })
         };

@@ -38,6 +38,8 @@ pub enum Event {
         old: Priority,
         /// After.
         new: Priority,
+        /// Changed with its whole group (`changeTaskGroupPriority`), whose message tells of it.
+        with_group: bool,
     },
 }
 

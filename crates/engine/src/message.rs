@@ -210,6 +210,8 @@ pub fn task_messages(task: &Task, events: &[Event]) -> Vec<Message> {
     let cc = topic::route_keys(&task.meta.routes);
     events
         .iter()
+        // A group's priority change is told by the group's message alone.
+        .filter(|event| !matches!(event, Event::PriorityChanged { with_group: true, .. }))
         .map(|event| {
             let run = event.run_id().and_then(|run_id| task.runs().get(run_id as usize));
             let with_run = TaskBody { task: Some(tags_of(task)), ..TaskBody::new(&status).with_run(run) };
@@ -226,10 +228,11 @@ pub fn task_messages(task: &Task, events: &[Event]) -> Vec<Message> {
                 Event::Completed { .. } => (Exchange::TaskCompleted, with_run, run),
                 Event::Failed { .. } => (Exchange::TaskFailed, with_run, run),
                 Event::Exception { .. } => (Exchange::TaskException, with_run, run),
-                Event::PriorityChanged { old, new } => (
+                // About the task, not a run: the routing key's run and worker words are `_`.
+                Event::PriorityChanged { old, new, .. } => (
                     Exchange::TaskPriorityChanged,
                     TaskBody { old_priority: Some(old), new_priority: Some(new), ..TaskBody::new(&status) },
-                    task.runs().last(),
+                    None,
                 ),
             };
             Message {
@@ -246,9 +249,13 @@ fn tags_of(task: &Task) -> PulseTask<'_> {
     PulseTask { tags: &task.meta.tags }
 }
 
-/// artifact-created for `artifact` of run `run_id` of `task`.
+/// artifact-created for `artifact` of run `run_id` of `task`; none for an `s3` artifact, as
+/// Taskcluster sends none (its exchange schema has no `s3`).
 #[must_use]
-pub fn artifact_created(task: &Task, run_id: u32, artifact: &Artifact) -> Message {
+pub fn artifact_created(task: &Task, run_id: u32, artifact: &Artifact) -> Option<Message> {
+    if artifact.kind.storage_type() == "s3" {
+        return None;
+    }
     let status = status_json(task);
     let run = task.runs().get(run_id as usize);
     let body = TaskBody {
@@ -260,12 +267,12 @@ pub fn artifact_created(task: &Task, run_id: u32, artifact: &Artifact) -> Messag
         }),
         ..TaskBody::new(&status).with_run(run)
     };
-    Message {
+    Some(Message {
         exchange: Exchange::ArtifactCreated,
         routing_key: task_key(task, run).routing_key(),
         cc: topic::route_keys(&task.meta.routes),
         body: encode(&body),
-    }
+    })
 }
 
 #[derive(Serialize)]

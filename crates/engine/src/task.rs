@@ -439,6 +439,19 @@ impl Task {
     /// # Errors
     /// Conflict when the task is resolved or past its deadline.
     pub fn change_priority(&mut self, priority: Priority, now: Timestamp) -> Result<Effects, Rejection> {
+        self.reprioritize(priority, now, false)
+    }
+
+    /// [`Task::change_priority`] as part of its whole group's change: no message of its own
+    /// (Taskcluster publishes only `task-group-priority-changed` then).
+    ///
+    /// # Errors
+    /// As [`Task::change_priority`].
+    pub fn change_priority_with_group(&mut self, priority: Priority, now: Timestamp) -> Result<Effects, Rejection> {
+        self.reprioritize(priority, now, true)
+    }
+
+    fn reprioritize(&mut self, priority: Priority, now: Timestamp, with_group: bool) -> Result<Effects, Rejection> {
         self.check_deadline(now)?;
         if self.state().is_resolved() {
             return Err(Conflict::PriorityOfResolved(self.task_id).into());
@@ -447,7 +460,7 @@ impl Task {
         if old == priority {
             return Ok(Effects::none());
         }
-        Ok(Effects(vec![Event::PriorityChanged { old, new: priority }]))
+        Ok(Effects(vec![Event::PriorityChanged { old, new: priority, with_group }]))
     }
 
     fn check_deadline(&self, now: Timestamp) -> Result<(), Rejection> {

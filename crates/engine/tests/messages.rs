@@ -61,13 +61,23 @@ fn every_exchange_body_as_sent() {
     messages.extend(task_messages(&life, &[shoal_engine::event::Event::Defined]));
     messages.extend(step(&mut life, |t| t.schedule(at(1), &Capacity::Assumed)));
     messages.extend(step(&mut life, |t| t.claim(0, "wg", "w1", at(2), 1200)));
-    let log = Artifact {
+    let blob = Artifact {
         name: "public/build.tar.gz".into(),
         kind: ArtifactKind::Blob { content_type: "application/gzip".into(), content_length: Some(3) },
         present: true,
         expires: at(7200),
     };
-    messages.push(artifact_created(&life, 0, &log));
+    assert!(artifact_created(&life, 0, &blob).is_none(), "no artifact-created for s3, as Taskcluster");
+    let reference = Artifact {
+        name: "public/build.log".into(),
+        kind: ArtifactKind::Reference {
+            url: "https://example.com/build.log".into(),
+            content_type: "text/plain".into(),
+        },
+        present: true,
+        expires: at(7200),
+    };
+    messages.extend(artifact_created(&life, 0, &reference));
     messages.extend(step(&mut life, |t| t.resolve(0, Resolution::Completed, at(3))));
     let mut failing = task(1);
     let _ = failing.schedule(at(1), &Capacity::Assumed).expect("schedule");

@@ -26,14 +26,16 @@ pub(crate) async fn list_task_group(
         .queue
         .store()
         .read(move |reads| {
-            if reads.task_group(group)?.is_none() {
-                return Ok(None);
-            }
-            reads.list_task_group(group, paging.continuation.as_deref(), paging.limit).map(Some)
+            let Some(found) = reads.task_group(group)? else { return Ok(None) };
+            let page = reads.list_task_group(group, paging.continuation.as_deref(), paging.limit)?;
+            Ok(Some((found, page)))
         })
         .await?;
-    let page = page.ok_or_else(|| ApiError::not_found(format!("task group {group} not found")))?;
-    Ok(with_continuation(json!({ "taskGroupId": group, "tasks": page.items }), page.continuation))
+    let (found, page) = page.ok_or_else(|| ApiError::not_found(format!("task group {group} not found")))?;
+    // Taskcluster's answer: the group's own fields (taskGroupResponse's) on every page.
+    let mut answer = json!(found);
+    answer["tasks"] = json!(page.items);
+    Ok(with_continuation(answer, page.continuation))
 }
 
 pub(crate) async fn get_task_group(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {

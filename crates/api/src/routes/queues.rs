@@ -92,14 +92,13 @@ async fn queue_listing<T: Serialize + Send + 'static>(
     paging: Paging,
     list: QueueListing<T>,
 ) -> Result<Json<Value>, ApiError> {
-    let task_queue_id = params.task_queue_id()?;
-    let queue = task_queue_id.clone();
+    let queue = params.task_queue_id()?;
     let page = state
         .queue
         .store()
         .read(move |reads| list(reads, &queue, paging.continuation.as_deref(), paging.limit))
         .await?;
-    Ok(with_continuation(json!({ "taskQueueId": task_queue_id, "tasks": page.items }), page.continuation))
+    Ok(with_continuation(json!({ "tasks": page.items }), page.continuation))
 }
 
 pub(crate) async fn list_pending_tasks(

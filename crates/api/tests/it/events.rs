@@ -12,10 +12,10 @@ use crate::{TestApp, slugid};
 const Q: &str = "exchange/taskcluster-queue/v1/";
 
 /// A connected event-stream client that has seen `ready` (the CLI's own client).
-struct Listener(shoal_client::EventStream);
+pub(crate) struct Listener(shoal_client::EventStream);
 
 impl Listener {
-    async fn connect(app: &TestApp, bindings: &[(&str, &str)]) -> Listener {
+    pub(crate) async fn connect(app: &TestApp, bindings: &[(&str, &str)]) -> Listener {
         let client = shoal_client::Client::new(&app.root).unwrap();
         let bindings: Vec<(String, String)> =
             bindings.iter().map(|(exchange, pattern)| (format!("{Q}{exchange}"), (*pattern).to_owned())).collect();
@@ -23,7 +23,7 @@ impl Listener {
     }
 
     /// The next message, as `{exchange, routingKey, routes, payload}`.
-    async fn next_message(&mut self) -> Value {
+    pub(crate) async fn next_message(&mut self) -> Value {
         // A listener that hears nothing would hang the suite; fail loudly instead.
         let next = tokio::time::timeout(Duration::from_secs(30), self.0.next_message()).await;
         next.expect("no message within 30 s").expect("reading the stream").expect("the stream ended")

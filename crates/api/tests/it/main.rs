@@ -14,6 +14,7 @@ mod errors;
 mod events;
 mod graphs;
 mod logs;
+mod schemas;
 mod tasks;
 mod workers;
 

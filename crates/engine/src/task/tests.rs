@@ -224,7 +224,7 @@ fn rerun_and_priority_rules() {
          rerun",
         "rerun -> [Pending { run_id: 0 }] | pending retries=5 [pending/rerun]
          schedule -> [] | pending retries=5 [pending/rerun]
-         priority high -> [PriorityChanged { old: Named(6), new: Named(2) }] | pending retries=5 [pending/rerun]
+         priority high -> [PriorityChanged { old: Named(6), new: Named(2), with_group: false }] | pending retries=5 [pending/rerun]
          priority high -> [] | pending retries=5 [pending/rerun]
          claim 0 -> [Running { run_id: 0 }] | running retries=5 [running/rerun]
          complete 0 -> [Completed { run_id: 0 }] | completed retries=5 [completed/rerun/completed]

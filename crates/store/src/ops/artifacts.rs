@@ -36,9 +36,10 @@ pub(crate) async fn create(
     let stored = request.apply(&key.name, run, row.task.meta.expires, existing.as_ref(), now)?;
     if existing.as_ref() != Some(&stored) {
         tx.put_artifact(key, &stored).await?;
-        // Listeners hear of an artifact when its content can be fetched: blobs once uploaded.
-        if stored.present {
-            tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
+        // Listeners hear of an artifact when it is created, save of blobs (`s3`), of which
+        // Taskcluster says nothing.
+        if let Some(created) = message::artifact_created(&row.task, key.run_id, &stored) {
+            tx.publish(created);
         }
     }
     Ok(stored)
@@ -60,7 +61,6 @@ pub(crate) async fn uploaded(tx: &mut impl WriteTx, key: &ArtifactKey, now: Time
     check_run_takes_artifacts(run, now)?;
     stored.present = true;
     tx.put_artifact(key, &stored).await?;
-    tx.publish(message::artifact_created(&row.task, key.run_id, &stored));
     Ok(stored)
 }
 

@@ -60,7 +60,7 @@ pub(crate) async fn change_priority(
     now: Timestamp,
 ) -> Result<Vec<TaskId>, StoreError> {
     let found = existing(tx, group).await?;
-    let changed = each_unresolved(tx, group, now, |task| task.change_priority(priority, now)).await?;
+    let changed = each_unresolved(tx, group, now, |task| task.change_priority_with_group(priority, now)).await?;
     tx.publish(message::group_priority_changed(&found, priority, changed.len() as u64));
     Ok(changed)
 }
