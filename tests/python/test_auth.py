@@ -141,3 +141,35 @@ def test_test_authenticate(server):
     with pytest.raises(TaskclusterRestFailure) as err:
         tester.testAuthenticate({"clientScopes": ["test:a"], "requiredScopes": ["test:b"]})
     assert err.value.status_code == 403
+
+
+def test_test_authenticate_get_monitoring_and_audit(server, auth):
+    tester = taskcluster.Auth({"rootUrl": server, "credentials": {"clientId": "tester", "accessToken": "no-secret"}})
+    answer = tester.testAuthenticateGet()
+    assert answer["clientId"] == "tester"
+    assert sorted(answer["scopes"]) == ["auth:create-client:test:*", "test:*"]
+    # Signed URLs (bewits) work for it too: it exists for them.
+    signed = tester.buildSignedUrl("testAuthenticateGet")
+    assert requests.get(signed, timeout=30).json()["clientId"] == "tester"
+    anonymous = taskcluster.Auth({"rootUrl": server})
+    with pytest.raises(TaskclusterRestFailure) as err:
+        anonymous.testAuthenticateGet()
+    assert err.value.status_code == 403
+    assert anonymous.lbheartbeat() == {} and anonymous.heartbeat() == {}
+    assert "version" in anonymous.version()
+    # No audit history is kept: an honest empty list, behind Taskcluster's scopes.
+    assert auth.listAuditHistory("root") == {"auditHistory": []}
+    assert auth.getEntityHistory("client", "root") == {"auditHistory": []}
+    with pytest.raises(TaskclusterRestFailure) as err:
+        anonymous.listAuditHistory("root")
+    assert err.value.status_code == 403
+
+
+def test_every_method_of_the_official_auth_client_is_served_or_documented(server):
+    reference = requests.get(server + "/api/auth/v1/reference", timeout=30).json()
+    served = {entry["name"] for entry in reference["entries"]}
+    # docs/API.md says why these are not served.
+    documented = {"authenticateHawk", "awsS3Credentials", "gcpCredentials", "githubRepoToken", "listRoles2",
+                  "sentryDSN", "websocktunnelToken"}
+    missing = sorted(set(taskcluster.Auth.funcinfo) - served - documented)
+    assert missing == [], f"methods of taskcluster.Auth without an endpoint: {missing}"

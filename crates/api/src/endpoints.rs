@@ -455,7 +455,7 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
     endpoint!("ping", Get, "/ping", Public, Stable, meta::ping),
     endpoint!("reference", Get, "/reference", Public, Experimental, meta::reference),
     endpoint!("listClients", Get, "/clients/", Public, Stable, auth::list_clients),
-    endpoint!("getClient", Get, "/clients/{client_id}", Public, Stable, auth::get_client),
+    endpoint!("client", Get, "/clients/{client_id}", Public, Stable, auth::get_client),
     endpoint!(
         "createClient",
         Put,
@@ -509,7 +509,7 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
     ),
     endpoint!("listRoles", Get, "/roles/", Public, Stable, auth::list_roles),
     endpoint!("listRoleIds", Get, "/roleids/", Public, Stable, auth::list_role_ids),
-    endpoint!("getRole", Get, "/roles/{role_id}", Public, Stable, auth::get_role),
+    endpoint!("role", Get, "/roles/{role_id}", Public, Stable, auth::get_role),
     endpoint!(
         "createRole",
         Put,
@@ -533,6 +533,33 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
     endpoint!("expandScopes", Post, "/scopes/expand", Public, Stable, auth::expand_scopes),
     endpoint!("currentScopes", Get, "/scopes/current", Public, Stable, auth::current_scopes),
     endpoint!("testAuthenticate", Post, "/test-authenticate", Public, Stable, auth::test_authenticate),
+    endpoint!(
+        "testAuthenticateGet",
+        Get,
+        "/test-authenticate-get/",
+        Scope("test:authenticate-get"),
+        Stable,
+        auth::test_authenticate_get
+    ),
+    endpoint!(
+        "listAuditHistory",
+        Get,
+        "/clients/{client_id}/audit",
+        Scope("auth:client-audit-history:<clientId>"),
+        Stable,
+        auth::list_audit_history
+    ),
+    endpoint!(
+        "getEntityHistory",
+        Get,
+        "/audit/{entity_type}/{entity_id}",
+        Scope("auth:audit-history:<entityType>"),
+        Stable,
+        auth::get_entity_history
+    ),
+    endpoint!("lbheartbeat", Get, "/__lbheartbeat__", Public, Stable, meta::lbheartbeat),
+    endpoint!("version", Get, "/__version__", Public, Stable, meta::version),
+    endpoint!("heartbeat", Get, "/__heartbeat__", Public, Stable, meta::heartbeat),
 ];
 
 /// The server's own blob endpoint, where putUrls and artifact redirects point (`/blobs/v1`).

@@ -32,7 +32,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Params {
 }
 
 impl Params {
-    fn get(&self, name: &str) -> Result<&str, ApiError> {
+    /// A parameter as given.
+    ///
+    /// # Errors
+    /// 400 when the route has no such parameter.
+    pub fn get(&self, name: &str) -> Result<&str, ApiError> {
         self.0.get(name).map(String::as_str).ok_or_else(|| ApiError::bad_argument(format!("{name} is missing")))
     }
 

@@ -105,12 +105,19 @@ const PUT_BLOB: &str = "putBlob";
 /// The Auth API's call that authenticates against a fake client described in its own body.
 const TEST_AUTHENTICATE: &str = "testAuthenticate";
 
+/// testAuthenticateGet's: the same client, with Taskcluster's fixed scopes for it.
+const TEST_AUTHENTICATE_GET: &str = "testAuthenticateGet";
+
 /// What testAuthenticate authenticates against: only the client `tester` (access token
-/// `no-secret`) holding the body's `clientScopes`.
-fn tester(body: &[u8]) -> AuthState {
-    let scopes = serde_json::from_slice::<crate::routes::auth::TestAuthenticate>(body)
-        .map(|body| body.client_scopes)
-        .unwrap_or_default();
+/// `no-secret`) holding the body's `clientScopes` (testAuthenticateGet: `test:*` and
+/// `auth:create-client:test:*`).
+fn tester(body: Option<&[u8]>) -> AuthState {
+    let scopes = match body {
+        Some(body) => serde_json::from_slice::<crate::routes::auth::TestAuthenticate>(body)
+            .map(|body| body.client_scopes)
+            .unwrap_or_default(),
+        None => vec!["test:*".to_owned(), "auth:create-client:test:*".to_owned()],
+    };
     let client = KnownClient {
         access_token: "no-secret".into(),
         scopes: Arc::new(ScopeSet::new(scopes)),
@@ -162,7 +169,13 @@ pub(crate) async fn authenticate(
     } else {
         (None, body)
     };
-    let auth = if testing { Arc::new(tester(bytes.as_deref().unwrap_or_default())) } else { state.auth.current() };
+    let auth = if testing {
+        Arc::new(tester(Some(bytes.as_deref().unwrap_or_default())))
+    } else if endpoint.name == TEST_AUTHENTICATE_GET {
+        Arc::new(tester(None))
+    } else {
+        state.auth.current()
+    };
     // Inside a nested router the URI lacks the API's prefix; the signature covers all of it.
     let uri = parts.extensions.get::<axum::extract::OriginalUri>().map_or(&parts.uri, |original| &original.0);
     let (host, port) = host_and_port(&parts.headers, uri);

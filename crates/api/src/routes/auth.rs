@@ -322,3 +322,24 @@ pub(crate) async fn test_authenticate(
     caller.require(&ScopeExpr::all_of(body.required_scopes))?;
     Ok(Json(json!({ "clientId": caller.client_id, "scopes": caller.scopes.as_slice() })))
 }
+
+/// testAuthenticateGet: as testAuthenticate, with GET (so with a bewit too), as the fake
+/// client `tester` (access token `no-secret`) holding Taskcluster's fixed scopes for it.
+pub(crate) async fn test_authenticate_get(caller: Caller) -> Result<Json<Value>, ApiError> {
+    caller.authorize(&Vars::new())?;
+    Ok(Json(json!({ "clientId": caller.client_id, "scopes": caller.scopes.as_slice() })))
+}
+
+/// listAuditHistory: Shoal keeps no audit history, so the list is empty (docs/API.md).
+pub(crate) async fn list_audit_history(caller: Caller, params: Params) -> Result<Json<Value>, ApiError> {
+    let client_id = client_id(&params)?;
+    caller.authorize(&Vars::new().one("clientId", &client_id))?;
+    Ok(Json(json!({ "auditHistory": [] })))
+}
+
+/// getEntityHistory: Shoal keeps no audit history, so the list is empty (docs/API.md).
+pub(crate) async fn get_entity_history(caller: Caller, params: Params) -> Result<Json<Value>, ApiError> {
+    let entity_type = params.get("entity_type")?;
+    caller.authorize(&Vars::new().one("entityType", entity_type))?;
+    Ok(Json(json!({ "auditHistory": [] })))
+}
