@@ -64,3 +64,48 @@ fn dated_lines(text: &str) -> Vec<&str> {
         })
         .collect()
 }
+
+/// The scopes the docs show in backticks (`queue:…`, `auth:…`, `assume:…`, …).
+fn scope_examples(text: &str) -> Vec<&str> {
+    const SERVICES: [&str; 5] = ["queue:", "auth:", "assume:", "test:", "secrets:"];
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .flat_map(|quoted| quoted.split('"'))
+        .filter(|word| SERVICES.iter().any(|service| word.starts_with(service)) && !word.contains(' '))
+        .collect()
+}
+
+/// Every scope example the docs show satisfies something: a `*` counts only at the end of
+/// a scope (Taskcluster's rule), so one in the middle is a scope that grants nothing.
+#[test]
+fn the_docs_scope_examples_can_grant_something() {
+    let mut seen = 0;
+    for doc in ["README.md", "docs/API.md", "docs/security.md"] {
+        let text = std::fs::read_to_string(root().join(doc)).unwrap();
+        for scope in scope_examples(&text) {
+            seen += 1;
+            let star = scope.find('*');
+            assert!(star.is_none_or(|at| at == scope.len() - 1), "{doc}: `{scope}` has a `*` before its end");
+        }
+    }
+    assert!(seen > 20, "found only {seen} scope examples");
+}
+
+/// README's example role for a CI system lets that system create what it says it does.
+#[test]
+fn readmes_ci_role_creates_tasks_in_its_pool() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let line = readme.lines().find(|line| line.contains(r#"{"roleId": "ci""#)).expect("the example role");
+    let json = &line[line.find('{').unwrap()..=line.rfind('}').unwrap()];
+    let role: serde_json::Value = serde_json::from_str(json).unwrap();
+    let scopes: Vec<String> = serde_json::from_value(role["scopes"].clone()).unwrap();
+    let held = shoal_engine::auth::ScopeSet::new(scopes);
+    // createTask of a task on my-pool/linux at priority high (or a more urgent name's scope)
+    // with an index route.
+    let urgent = ["high", "very-high", "highest"];
+    assert!(urgent.iter().any(|p| held.satisfies(&format!("queue:create-task:{p}:my-pool/linux"))), "{held:?}");
+    for required in ["queue:scheduler-id:-", "queue:create-task:project:none", "queue:route:index.project.build"] {
+        assert!(held.satisfies(required), "the README's ci role lacks {required}");
+    }
+}
