@@ -159,10 +159,13 @@ def test_group_page_shows_every_task_and_follows_changes_live(server, queue, mak
 
 def test_task_page_follows_the_live_log(server, queue, make_task, task_queue_id, browser, shots):
     task_id = slugid_nice()
-    queue.createTask(task_id, make_task(metadata=named("logging task"), tags={"suite": "ui"}))
+    command = [["sh", "-c", "echo 'hi there'"], "make test"]
+    queue.createTask(task_id, make_task(metadata=named("logging task"), tags={"suite": "ui"}, payload={"command": command}))
     run_id = claim(queue, task_queue_id)["runId"]
     offset = append_log(server, task_id, run_id, 0, "first line\n")
     open_page(browser, f"{server}/tasks/{task_id}", "#log")
+    # One command per line, an argv list quoted as a shell would take it.
+    assert text_of(browser, "#command") == "sh -c 'echo '\\''hi there'\\'''\nmake test"
     wait(browser, lambda d: "first line" in text_of(d, "#log"), "the log so far")
     assert text_of(browser, "#log-state") == "following"
     browser.execute_script("window.notReloaded = true")

@@ -1,6 +1,7 @@
 //! The client verbs: `shoal task …`, `shoal artifact get`, `shoal group wait`. They speak
 //! to a server over HTTP only, like any other client.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{Value, json};
 use shoal_client::{Client, GroupMember};
-use shoal_engine::status::TaskState;
+use shoal_engine::status::{TaskState, TaskStatus};
 
 pub(crate) use crate::credentials::ServerAddress;
 
@@ -150,29 +151,51 @@ fn read_definition(file: &Path) -> anyhow::Result<Value> {
     Ok(definition)
 }
 
+/// The queue exchanges a task's transitions are published on.
+const TASK_EXCHANGES: [&str; 6] =
+    ["task-defined", "task-pending", "task-running", "task-completed", "task-failed", "task-exception"];
+
 /// `shoal group wait`: a progress bar until every task of the group is resolved, then a
-/// summary table; true when every task completed.
+/// summary table; true when every task completed. It follows the group's transitions on the
+/// server's event stream (subscribed before the first listing, so none is missed), listing the
+/// group again only to confirm the end; should the stream fail, it lists every 250 ms.
 pub(crate) async fn group_wait(client: &Client, group: &str, json: bool) -> anyhow::Result<bool> {
     let bar = progress_bar("resolved", json);
+    let pattern = format!("primary.*.*.*.*.*.*.*.{group}.#");
+    let bindings: Vec<(String, String)> = TASK_EXCHANGES
+        .iter()
+        .map(|exchange| (format!("exchange/taskcluster-queue/v1/{exchange}"), pattern.clone()))
+        .collect();
+    let mut stream = client.listen(&bindings).await.ok();
+    let mut states = states_of(&client.task_group(group).await?);
     let members = loop {
-        let members = client.task_group(group).await?;
-        let count = |state: TaskState| members.iter().filter(|m| m.status.state == state).count();
-        let resolved = members.iter().filter(|m| m.status.state.is_resolved()).count();
-        bar.set_length(members.len() as u64);
-        bar.set_position(resolved as u64);
-        bar.set_message(format!(
-            "{} running, {} pending, {} waiting, {} failed, {} exception",
-            count(TaskState::Running),
-            count(TaskState::Pending),
-            count(TaskState::Unscheduled),
-            count(TaskState::Failed),
-            count(TaskState::Exception)
-        ));
-        if !members.is_empty() && resolved == members.len() {
-            break members;
+        draw_group(&bar, &states);
+        if !states.is_empty() && states.values().all(|state| state.is_resolved()) {
+            // The table needs every definition; a task defined meanwhile keeps the wait going.
+            let members = client.task_group(group).await?;
+            if members.iter().all(|member| member.status.state.is_resolved()) {
+                break members;
+            }
+            states = states_of(&members);
+            continue;
         }
-        // Polled: each look lists the group whole, which a quarter second apart costs the server little.
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        let heard = match stream.as_mut() {
+            Some(events) => events.next_message().await.ok().flatten(),
+            None => None,
+        };
+        match heard.and_then(|message| serde_json::from_value::<TaskStatus>(message["payload"]["status"].clone()).ok())
+        {
+            Some(status) => {
+                states.insert(status.task_id.to_string(), status.state);
+            }
+            None => {
+                if stream.take().is_some() {
+                    tracing::warn!("the event stream ended; listing the group every 250 ms instead");
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                states = states_of(&client.task_group(group).await?);
+            }
+        }
     };
     bar.finish_and_clear();
     let all_completed = members.iter().all(|m| m.status.state == TaskState::Completed);
@@ -183,6 +206,25 @@ pub(crate) async fn group_wait(client: &Client, group: &str, json: bool) -> anyh
         print_table(&members);
     }
     Ok(all_completed)
+}
+
+/// Each member's state, by task id.
+fn states_of(members: &[GroupMember]) -> HashMap<String, TaskState> {
+    members.iter().map(|member| (member.status.task_id.to_string(), member.status.state)).collect()
+}
+
+fn draw_group(bar: &indicatif::ProgressBar, states: &HashMap<String, TaskState>) {
+    let count = |wanted: TaskState| states.values().filter(|state| **state == wanted).count();
+    bar.set_length(states.len() as u64);
+    bar.set_position(states.values().filter(|state| state.is_resolved()).count() as u64);
+    bar.set_message(format!(
+        "{} running, {} pending, {} waiting, {} failed, {} exception",
+        count(TaskState::Running),
+        count(TaskState::Pending),
+        count(TaskState::Unscheduled),
+        count(TaskState::Failed),
+        count(TaskState::Exception)
+    ));
 }
 
 /// A progress bar counting tasks that are `done`, hidden when the output is JSON.

@@ -35,7 +35,7 @@ async fn task_verbs_from_create_to_artifacts() {
     std::fs::write(
         &file,
         format!(
-            "taskQueueId: cli/q\ntaskGroupId: {group}\npayload:\n  maxRunTime: 30\n  command:\n    - echo made by the cli > out.txt; cat out.txt\n  artifacts:\n    - {{type: file, path: out.txt, name: public/out.txt}}\nmetadata: {{name: from-yaml, description: d, owner: o, source: 'https://x'}}\n"
+            "taskQueueId: cli/q\ntaskGroupId: {group}\npayload:\n  maxRunTime: 30\n  command:\n    - echo made by the cli > out.txt; cat out.txt; sleep 1\n  artifacts:\n    - {{type: file, path: out.txt, name: public/out.txt}}\nmetadata: {{name: from-yaml, description: d, owner: o, source: 'https://x'}}\n"
         ),
     )
     .unwrap();
@@ -53,6 +53,15 @@ async fn task_verbs_from_create_to_artifacts() {
     let (code, table) = verb(&root, &["group", "wait", &group]).await;
     assert_eq!(code, 0, "every task completed: {table}");
     assert!(table.contains("from-yaml") && table.contains("completed"), "{table}");
+    // It followed the group on the event stream: one listing to start, one to confirm the
+    // end, none in between.
+    let metrics = reqwest::get(format!("{root}/metrics")).await.unwrap().text().await.unwrap();
+    let listings: u64 = metrics
+        .lines()
+        .filter(|line| line.starts_with("shoal_request_duration_seconds_count{endpoint=\"listTaskGroup\""))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(listings, 2, "{metrics}");
 
     let (_, status) = verb(&root, &["task", "status", &task_id]).await;
     assert!(status.starts_with(&format!("{task_id}\tcompleted")), "{status}");

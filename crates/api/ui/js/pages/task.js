@@ -58,8 +58,23 @@ function describe(task) {
     ['Dimensions', dimensions(task.dimensions)],
     ['Slices', task.slices?.length ? h('ol', {}, task.slices.map((slice) => h('li', {}, dimensions(slice.dimensions), ` waits ${slice.expiresAfter} s`))) : null],
     ['Tags', tags.length ? h('div', { class: 'chips' }, tags.map(([k, v]) => h('a', { class: 'chip', href: `/tasks?tag=${encodeURIComponent(`${k}:${v}`)}` }, `${k}:${v}`))) : null],
-    ['Command', task.payload?.command ? h('code', {}, [].concat(task.payload.command).join(' ')) : null],
+    ['Command', task.payload?.command ? h('pre', { class: 'command', id: 'command' }, commandLines(task.payload.command)) : null],
   ]);
+}
+
+// The payload's commands one per line: an argv list as a shell would quote it, a shell
+// string as given, anything else as JSON.
+function commandLines(command) {
+  const commands = Array.isArray(command) ? command : [command];
+  return commands.map((one) => {
+    if (typeof one === 'string') return one;
+    if (Array.isArray(one)) return one.map((arg) => shellQuote(String(arg))).join(' ');
+    return JSON.stringify(one);
+  }).join('\n');
+}
+
+function shellQuote(arg) {
+  return /^[A-Za-z0-9_\-.,:\/=@%+]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
 }
 
 function dimensions(dims) {
