@@ -57,7 +57,6 @@ fn provisioner_body(provisioner_id: &str, queues: &[TaskQueueInfo]) -> Value {
         "description": "",
         "expires": expires,
         "lastDateActive": active,
-        "actions": [],
     })
 }
 
@@ -125,7 +124,5 @@ pub(crate) async fn get_worker_type(State(state): State<AppState>, params: Param
     let queue = task_queue_id.clone();
     let found = state.queue.store().read(move |reads| reads.task_queue(&queue)).await?;
     let found = found.ok_or_else(|| ApiError::not_found(format!("worker type {task_queue_id} not found")))?;
-    let mut body = worker_type_body(&found);
-    body["actions"] = json!([]);
-    Ok(Json(body))
+    Ok(Json(worker_type_body(&found)))
 }

@@ -81,7 +81,6 @@ fn worker_body(worker: &Worker, running: &[TaskId], state: &AppState) -> Value {
         "quarantineDetails": worker.quarantine_details,
         "firstClaim": worker.first_claim.unwrap_or(worker.first_seen),
         "lastDateActive": worker.last_seen,
-        "actions": [],
         "state": worker_state,
         "dimensions": worker.dimensions,
         "firstSeen": worker.first_seen,
