@@ -267,9 +267,12 @@ async fn two_servers_expire_each_task_once_and_leave_nothing() {
     let (_a, root_a) = support::start_server(dir_a.path(), &["--database", &url]).await;
     let (_b, root_b) = support::start_server(dir_b.path(), &["--database", &url]).await;
     let clients = [support::client(&root_a), support::client(&root_b)];
-    let now = shoal_client::now();
-    // Everything is done (or past its deadline) within seconds and expires right after.
+    // Everything is done (or past its deadline) within seconds of its creation and expires
+    // right after (each task's times from its own creation: creating them all may take a
+    // while on a loaded machine).
     let short = |mut task: Value| {
+        let now = shoal_client::now();
+        task["created"] = json!(now.to_string());
         task["deadline"] = json!(now.plus_secs(4).to_string());
         task["expires"] = json!(now.plus_secs(5).to_string());
         task
@@ -295,7 +298,7 @@ async fn two_servers_expire_each_task_once_and_leave_nothing() {
     for claim in clients[1].claim_work("fleet/linux", "g", "w", (CHAINS / 2) as u32, &json!({})).await.unwrap() {
         let task_id = claim.status.task_id.to_string();
         let reference = json!({"storageType": "reference", "url": "https://example.com/x",
-            "expires": now.plus_secs(5).to_string(), "contentType": "text/plain"});
+            "expires": claim.task["expires"], "contentType": "text/plain"});
         clients[0].create_artifact(&task_id, claim.run_id, "public/x", &reference).await.expect("createArtifact");
         clients[0].report(&task_id, claim.run_id, &Outcome::Completed).await.expect("reportCompleted");
     }
