@@ -129,6 +129,7 @@ def test_overview_lists_queues_groups_and_failures(server, queue, make_task, tas
     open_page(browser, server + "/", f'tr[data-queue="{task_queue_id}"]')
     wait(browser, lambda d: "will fail" in text_of(d, ".grid"), "the failure listed")
     assert browser.find_elements(By.CSS_SELECTOR, f'a[href="/tasks/groups/{failing}"]'), "its group listed"
+    assert browser.title == "Overview · Shoal", browser.title
     snap(browser, shots, "overview")
 
 
@@ -138,6 +139,7 @@ def test_group_page_shows_every_task_and_follows_changes_live(server, queue, mak
     for n, task_id in enumerate(ids):
         queue.createTask(task_id, make_task(taskGroupId=group, metadata=named(f"group task {n}")))
     open_page(browser, f"{server}/tasks/groups/{group}", "#loading.live")
+    assert browser.title == f"Group {group} · Shoal", browser.title
     def shown(d):
         rows = d.find_elements(By.CSS_SELECTOR, "#tasks tr")
         return sorted((r.get_attribute("data-task"), r.get_attribute("data-state")) for r in rows)
@@ -195,15 +197,31 @@ def test_cancel_from_the_page_needs_the_scopes(server, queue, auth, make_task, b
     token = auth.createClient(nobody, {"expires": expires, "description": "no scopes", "scopes": []})["accessToken"]
     sign_in(browser, server, nobody, token)
     open_page(browser, f"{server}/tasks/{task_id}", "#cancel")
+    # The tab says which task it shows.
+    assert browser.title == "cancel me · task · Shoal", browser.title
+    # A pending task may be cancelled or reprioritized, not rerun.
+    assert not browser.find_element(By.ID, "rerun").is_enabled()
+    assert browser.find_element(By.ID, "set-priority").is_enabled()
+    # Each action asks first; declined, nothing is sent.
     browser.find_element(By.ID, "cancel").click()
+    browser.switch_to.alert.dismiss()
+    assert text_of(browser, "#action-result") == ""
+    browser.find_element(By.ID, "cancel").click()
+    browser.switch_to.alert.accept()
     wait(browser, lambda d: "InsufficientScopes" in text_of(d, "#action-result"), "the refusal shown")
     assert queue.status(task_id)["status"]["state"] == "pending"
-    # Signed in as root: cancelled.
+    # Signed in as root: cancelled, and the page says it was done.
     sign_in(browser, server, "root", ROOT_TOKEN)
     open_page(browser, f"{server}/tasks/{task_id}", "#cancel")
     browser.find_element(By.ID, "cancel").click()
+    browser.switch_to.alert.accept()
     wait(browser, lambda d: "exception" in text_of(d, "h1"), "the task shown cancelled")
+    wait(browser, lambda d: text_of(d, "#action-result") == "Cancel: done", "the result shown")
     assert queue.status(task_id)["status"]["state"] == "exception"
+    # Resolved: rerun is offered, cancel and priority are not.
+    assert browser.find_element(By.ID, "rerun").is_enabled()
+    assert not browser.find_element(By.ID, "cancel").is_enabled()
+    assert not browser.find_element(By.ID, "set-priority").is_enabled()
     snap(browser, shots, "task-cancelled")
     sign_out(browser, server)
 

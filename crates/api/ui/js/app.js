@@ -9,18 +9,20 @@ import { taskPage } from './pages/task.js';
 import { taskList } from './pages/tasks.js';
 import { fleetPage, queuePage, queuesPage, workerPage } from './pages/workers.js';
 
+// Each page: its path, what draws it, and the tab's title (a page may refine it).
 const ROUTES = [
-  [/^\/$/, () => overview],
-  [/^\/tasks\/?$/, () => taskList],
-  [/^\/tasks\/groups\/([^/]+)\/?$/, (m) => (main) => groupPage(main, m[1])],
-  [/^\/tasks\/([^/]+)(?:\/runs\/(\d+))?\/?$/, (m) => (main) => taskPage(main, m[1], m[2])],
-  [/^\/task-graphs\/([^/]+)\/?$/, (m) => (main) => graphPage(main, m[1])],
-  [/^\/provisioners\/?$/, () => (main) => queuesPage(main)],
-  [/^\/provisioners\/([^/]+)\/?$/, (m) => (main) => queuesPage(main, m[1])],
-  [/^\/provisioners\/([^/]+)\/worker-types\/([^/]+)\/?$/, (m) => (main) => queuePage(main, `${m[1]}/${m[2]}`)],
+  [/^\/$/, () => overview, () => 'Overview'],
+  [/^\/tasks\/?$/, () => taskList, () => 'Tasks'],
+  [/^\/tasks\/groups\/([^/]+)\/?$/, (m) => (main) => groupPage(main, m[1]), (m) => `Group ${m[1]}`],
+  [/^\/tasks\/([^/]+)(?:\/runs\/(\d+))?\/?$/, (m) => (main) => taskPage(main, m[1], m[2]), (m) => `Task ${m[1]}`],
+  [/^\/task-graphs\/([^/]+)\/?$/, (m) => (main) => graphPage(main, m[1]), (m) => `Graph ${m[1]}`],
+  [/^\/provisioners\/?$/, () => (main) => queuesPage(main), () => 'Task queues'],
+  [/^\/provisioners\/([^/]+)\/?$/, (m) => (main) => queuesPage(main, m[1]), (m) => `Provisioner ${m[1]}`],
+  [/^\/provisioners\/([^/]+)\/worker-types\/([^/]+)\/?$/, (m) => (main) => queuePage(main, `${m[1]}/${m[2]}`), (m) => `Queue ${m[1]}/${m[2]}`],
   [/^\/provisioners\/([^/]+)\/worker-types\/([^/]+)\/workers\/([^/]+)\/([^/]+)\/?$/,
-    (m) => (main) => workerPage(main, `${m[1]}/${m[2]}`, decodeURIComponent(m[3]), decodeURIComponent(m[4]))],
-  [/^\/workers\/?$/, () => fleetPage],
+    (m) => (main) => workerPage(main, `${m[1]}/${m[2]}`, decodeURIComponent(m[3]), decodeURIComponent(m[4])),
+    (m) => `Worker ${decodeURIComponent(m[4])}`],
+  [/^\/workers\/?$/, () => fleetPage, () => 'Workers'],
 ];
 
 /** Draws the header's sign-in: a form when anonymous, the client and a sign-out otherwise. */
@@ -57,8 +59,14 @@ async function route() {
   const path = location.pathname;
   try {
     const found = ROUTES.find(([pattern]) => pattern.test(path));
-    if (!found) fill(main, h('p', { class: 'error' }, `No page at ${path}.`));
-    else await found[1](path.match(found[0]))(main);
+    if (!found) {
+      document.title = 'Not found · Shoal';
+      fill(main, h('p', { class: 'error' }, `No page at ${path}.`));
+    } else {
+      const match = path.match(found[0]);
+      document.title = `${found[2](match)} · Shoal`;
+      await found[1](match)(main);
+    }
   } catch (err) {
     fill(main, problem(err));
   } finally {

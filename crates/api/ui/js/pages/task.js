@@ -27,6 +27,7 @@ export async function taskPage(main, taskId, wantedRun) {
     section('Definition', h('details', {}, h('summary', {}, 'payload and full definition (JSON)'),
       h('pre', { class: 'json' }, JSON.stringify(task, null, 2)))));
 
+  document.title = `${task.metadata.name} · task · Shoal`;
   draw = () => {
     fill(parts.head,
       h('h1', {}, task.metadata.name, ' ', badge(status.state)),
@@ -116,25 +117,33 @@ function runView(taskId, status, run) {
 function drawActions(el, task, status, onStatus) {
   const signedIn = Boolean(credentials());
   const message = h('span', { class: 'action-result', id: 'action-result', role: 'status' });
+  // Asked first; the result is written once the page shows the new status (which redraws
+  // this bar, so into the bar as it is then).
   const act = (label, method, path, body) => async () => {
+    if (!window.confirm(`${label} task ${status.taskId}?`)) return;
     fill(message, `${label}…`);
+    let result;
     try {
       const answer = await call(method, queue(path), body);
       if (answer.status) onStatus(answer.status);
-      fill(message, `${label}: done`);
+      result = `${label}: done`;
     } catch (err) {
-      fill(message, problem(err instanceof ApiError ? err : { message: String(err) }));
+      result = problem(err instanceof ApiError ? err : { message: String(err) });
     }
+    fill(document.getElementById('action-result') || message, result);
   };
   const hint = signedIn ? null : 'sign in to act on this task';
   const resolved = ['completed', 'failed', 'exception'].includes(status.state);
-  const priority = h('select', { id: 'priority', disabled: !signedIn, 'aria-label': 'priority' },
+  // Offered only where the server would take it: a rerun of a resolved (or unscheduled)
+  // task, a priority for one not yet resolved.
+  const rerunnable = resolved || status.state === 'unscheduled';
+  const priority = h('select', { id: 'priority', disabled: !signedIn || resolved, 'aria-label': 'priority' },
     PRIORITIES.map((p) => h('option', { value: p, selected: p === task.priority }, p)));
   fill(el,
     h('button', { id: 'cancel', disabled: !signedIn || resolved, title: hint, onclick: act('Cancel', 'POST', `/task/${status.taskId}/cancel`) }, 'Cancel'),
-    h('button', { id: 'rerun', disabled: !signedIn, title: hint, onclick: act('Rerun', 'POST', `/task/${status.taskId}/rerun`) }, 'Rerun'),
+    h('button', { id: 'rerun', disabled: !signedIn || !rerunnable, title: hint, onclick: act('Rerun', 'POST', `/task/${status.taskId}/rerun`) }, 'Rerun'),
     priority,
-    h('button', { id: 'set-priority', disabled: !signedIn, title: hint, onclick: () => act('Priority', 'POST', `/task/${status.taskId}/priority`, { newPriority: priority.value })() }, 'Set priority'),
+    h('button', { id: 'set-priority', disabled: !signedIn || resolved, title: hint, onclick: () => act('Priority', 'POST', `/task/${status.taskId}/priority`, { newPriority: priority.value })() }, 'Set priority'),
     signedIn ? null : h('span', { class: 'muted' }, ' Sign in to cancel, rerun or change priority.'),
     message);
 }
