@@ -32,6 +32,12 @@ fn filters(query: Vec<(String, String)>, tagged: bool) -> Result<TagQuery, ApiEr
             Timestamp::parse(value).ok_or_else(|| ApiError::invalid_input(format!("{key}: must be an RFC 3339 time")))
         };
         match key.as_str() {
+            // Never one of several silently: a listing goes by one tag.
+            "tag" if tagged && !found.tag.is_empty() => {
+                return Err(ApiError::invalid_input(
+                    "tag: give one tag (a listing goes by one; several are not combined)",
+                ));
+            }
             "tag" if tagged && value.contains(':') => found.tag = value,
             "tag" if tagged => return Err(ApiError::invalid_input("tag: must be key:value")),
             "taskQueueId" if split_task_queue_id(&value).is_some() => found.task_queue_id = Some(value),

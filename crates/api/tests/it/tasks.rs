@@ -328,6 +328,12 @@ async fn tasks_are_listed_and_counted_by_tag_newest_first() {
         let (code, body) = app.get(&format!("/tasks?{bad}")).await;
         assert_eq!(code, StatusCode::BAD_REQUEST, "{bad}: {body}");
     }
+    // Two tags are refused, not silently one of them (for listing and counting alike).
+    for path in ["/tasks?tag=kind:build&tag=kind:test", "/tasks/count?tag=kind:build&tag=kind:test"] {
+        let (code, body) = app.get(path).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert!(body["message"].as_str().unwrap().starts_with("tag:"), "{body}");
+    }
 }
 
 #[tokio::test]
