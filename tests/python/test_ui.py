@@ -174,8 +174,16 @@ def test_task_page_follows_the_live_log(server, queue, make_task, task_queue_id,
     append_log(server, task_id, run_id, offset, "second line\n")
     wait(browser, lambda d: "second line" in text_of(d, "#log"), "the log growing")
     snap(browser, shots, "task-running")
+    expires = taskcluster.stringDate(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    queue.createArtifact(task_id, run_id, "public/missing.txt", {"storageType": "error", "expires": expires,
+                                                                "reason": "file-missing-on-worker", "message": "gone"})
     queue.reportCompleted(task_id, run_id)
     wait(browser, lambda d: text_of(d, "#log-state") == "finished", "the log finished")
+    # An error artifact is said to be missing, not offered as a file to click.
+    missing = f'li[data-artifact="public/missing.txt"]'
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, missing), "the error artifact listed")
+    item = browser.find_element(By.CSS_SELECTOR, missing)
+    assert "not produced" in item.text and not item.find_elements(By.TAG_NAME, "a"), item.text
     wait(browser, lambda d: "completed" in text_of(d, "h1"), "the task shown completed")
     assert browser.execute_script("return window.notReloaded === true"), "followed without a reload"
     snap(browser, shots, "task-completed")
@@ -197,8 +205,9 @@ def test_cancel_from_the_page_needs_the_scopes(server, queue, auth, make_task, b
     token = auth.createClient(nobody, {"expires": expires, "description": "no scopes", "scopes": []})["accessToken"]
     sign_in(browser, server, nobody, token)
     open_page(browser, f"{server}/tasks/{task_id}", "#cancel")
-    # The tab says which task it shows.
+    # The tab says which task it shows; the run has not started, and its log says so.
     assert browser.title == "cancel me · task · Shoal", browser.title
+    assert text_of(browser, "#log-state") == "waiting to start"
     # A pending task may be cancelled or reprioritized, not rerun.
     assert not browser.find_element(By.ID, "rerun").is_enabled()
     assert browser.find_element(By.ID, "set-priority").is_enabled()

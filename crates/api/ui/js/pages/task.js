@@ -88,9 +88,12 @@ function runView(taskId, status, run) {
   const took = run.started && run.resolved ? new Date(run.resolved) - new Date(run.started) : null;
   const artifacts = h('div', { class: 'artifacts' });
   get(queue(`/task/${taskId}/runs/${run.runId}/artifacts`)).then(({ artifacts: list }) => {
-    fill(artifacts, list.length ? h('ul', { class: 'plain' }, list.map((a) => h('li', {},
-      h('a', { href: queue(`/task/${taskId}/runs/${run.runId}/artifacts/${a.name.split('/').map(encodeURIComponent).join('/')}`) }, a.name),
-      ' ', h('span', { class: 'muted' }, a.contentType || a.storageType)))) : h('span', { class: 'muted' }, 'no artifacts'));
+    // An error artifact is what the worker could not produce: said so, not offered as a file.
+    fill(artifacts, list.length ? h('ul', { class: 'plain' }, list.map((a) => h('li', { 'data-artifact': a.name },
+      a.storageType === 'error'
+        ? [h('span', { class: 'error' }, a.name), ' ', h('span', { class: 'muted' }, 'not produced (error artifact)')]
+        : [h('a', { href: queue(`/task/${taskId}/runs/${run.runId}/artifacts/${a.name.split('/').map(encodeURIComponent).join('/')}`) }, a.name),
+          ' ', h('span', { class: 'muted' }, a.contentType || a.storageType)]))) : h('span', { class: 'muted' }, 'no artifacts'));
   }).catch((err) => fill(artifacts, problem(err)));
   const worker = run.workerId ? h('a', { href: workerHref(status.taskQueueId, run.workerGroup, run.workerId) }, `${run.workerGroup}/${run.workerId}`) : null;
   return h('div', { class: 'run', 'data-run': run.runId },
@@ -159,6 +162,12 @@ class LogView {
   show(taskId, run) {
     if (!run) {
       fill(this.el, h('p', { class: 'muted' }, 'No run yet, so no log.'));
+      this.key = null;
+      return;
+    }
+    if (run.state === 'pending') {
+      // Not started: nothing logged yet, and nothing finished either.
+      fill(this.el, h('p', {}, `Run ${run.runId} · `, h('span', { class: 'muted', id: 'log-state' }, 'waiting to start')));
       this.key = null;
       return;
     }
