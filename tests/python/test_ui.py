@@ -190,6 +190,12 @@ def test_task_page_follows_the_live_log(server, queue, make_task, task_queue_id,
     # Swarming's task list by tag links to it.
     open_page(browser, f"{server}/tasks?tag=suite:ui", f'tr[data-task="{task_id}"]')
     snap(browser, shots, "task-list")
+    # Taskcluster's log URL, pasted, shows the task at that run; an unknown page says so.
+    open_page(browser, f"{server}/tasks/{task_id}/runs/{run_id}/logs/public/logs/live.log", "#log")
+    wait(browser, lambda d: "second line" in text_of(d, "#log"), "the run's log")
+    open_page(browser, f"{server}/no/such/page", "p.error")
+    assert "No page at /no/such/page" in text_of(browser, "p.error")
+    assert browser.title == "Not found · Shoal"
 
 
 def test_cancel_from_the_page_needs_the_scopes(server, queue, auth, make_task, browser, shots):

@@ -74,7 +74,7 @@ pub fn router(state: AppState) -> Router {
         .nest("/blobs/v1", blobs)
         .nest("/logs/v1", logs)
         .nest("/api/events/v1", events)
-        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .fallback(ui::fallback)
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .with_state(state)
 }

@@ -48,10 +48,38 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         "/provisioners/{*rest}",
         "/workers",
         "/workers/{*rest}",
+        // Taskcluster's log URL, as people paste it.
+        "/tasks/{task_id}/runs/{run_id}/logs/{*name}",
     ] {
         router = router.route(path, shell.clone());
+        // The same with a trailing slash, as Taskcluster's UI writes some of them.
+        if !path.ends_with('/') && !path.contains('*') {
+            router = router.route(&format!("{path}/"), shell.clone());
+        }
     }
     router
+}
+
+/// What answers a path nothing else does: a browser (asking for HTML, outside the APIs) gets
+/// the shell, whose script shows the page a pasted Taskcluster URL names (a trailing slash, a
+/// log URL) or its own not-found page; an API client gets Taskcluster's JSON 404.
+pub(crate) async fn fallback(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let wants_html = headers
+        .get(header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/html"));
+    let api = ["/api/", "/blobs/", "/logs/", "/metrics", "/ui/"].iter().any(|prefix| uri.path().starts_with(prefix));
+    if method == axum::http::Method::GET && wants_html && !api {
+        let mut res = page(SHELL, "text/html; charset=utf-8");
+        *res.status_mut() = StatusCode::NOT_FOUND;
+        // The script draws the page; the status is for crawlers and scripts.
+        return res;
+    }
+    crate::error::ApiError::not_found("no such endpoint").into_response()
 }
 
 async fn asset(Path(path): Path<String>) -> Response {

@@ -1,7 +1,7 @@
 //! Every bad input gets Taskcluster's error body naming the field and the rule.
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{TestApp, slugid, task_def};
 
@@ -99,4 +99,33 @@ async fn worker_input_is_checked() {
     assert!(res["message"].as_str().unwrap().starts_with("reason"), "{res}");
     let (status, res) = app.post(&format!("/task/{task_id}/runs/0/completed"), json!({})).await;
     assert_eq!((status, res["code"].as_str()), (StatusCode::CONFLICT, Some("RequestConflict")), "pending, not running");
+}
+
+#[tokio::test]
+async fn pasted_taskcluster_urls_reach_the_ui_and_unknown_paths_its_not_found_page() {
+    let app = TestApp::start().await;
+    let html = |path: &str| {
+        let url = format!("{}{path}", app.root);
+        async move { reqwest::Client::new().get(url).header("accept", "text/html").send().await.unwrap() }
+    };
+    let task_id = slugid();
+    for path in [format!("/tasks/{task_id}/"), format!("/tasks/{task_id}/runs/0/logs/public/logs/live.log")] {
+        let res = html(&path).await;
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        assert!(res.headers()["content-type"].to_str().unwrap().starts_with("text/html"), "{path}");
+    }
+    // A browser gets the UI (which says there is no such page), with a 404.
+    let res = html("/no/such/page").await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert!(res.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    // An API client still gets Taskcluster's JSON error, under the APIs as anywhere.
+    for path in ["/no/such/page", "/api/queue/v1/nope"] {
+        let res = reqwest::get(format!("{}{path}", app.root)).await.unwrap();
+        assert_eq!(res.status(), StatusCode::NOT_FOUND, "{path}");
+        let body: Value = res.json().await.unwrap();
+        assert_eq!(body["code"], "ResourceNotFound", "{path}: {body}");
+    }
+    let res = html("/api/queue/v1/nope").await;
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert!(res.headers()["content-type"].to_str().unwrap().starts_with("application/json"), "the APIs stay JSON");
 }

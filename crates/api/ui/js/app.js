@@ -15,6 +15,8 @@ const ROUTES = [
   [/^\/tasks\/?$/, () => taskList, () => 'Tasks'],
   [/^\/tasks\/groups\/([^/]+)\/?$/, (m) => (main) => groupPage(main, m[1]), (m) => `Group ${m[1]}`],
   [/^\/tasks\/([^/]+)(?:\/runs\/(\d+))?\/?$/, (m) => (main) => taskPage(main, m[1], m[2]), (m) => `Task ${m[1]}`],
+  // Taskcluster's log URL: the task's page at that run (its log shown there).
+  [/^\/tasks\/([^/]+)\/runs\/(\d+)\/logs\/.+$/, (m) => (main) => taskPage(main, m[1], m[2]), (m) => `Task ${m[1]}`],
   [/^\/task-graphs\/([^/]+)\/?$/, (m) => (main) => graphPage(main, m[1]), (m) => `Graph ${m[1]}`],
   [/^\/provisioners\/?$/, () => (main) => queuesPage(main), () => 'Task queues'],
   [/^\/provisioners\/([^/]+)\/?$/, (m) => (main) => queuesPage(main, m[1]), (m) => `Provisioner ${m[1]}`],
