@@ -126,8 +126,16 @@ def test_overview_lists_queues_groups_and_failures(server, queue, make_task, tas
     queue.createTask(failing, make_task(metadata=named("will fail")))
     claimed = claim(queue, task_queue_id)
     queue.reportFailed(claimed["status"]["taskId"], claimed["runId"])
+    cancelled = slugid_nice()
+    queue.createTask(cancelled, make_task(metadata=named("cancelled on purpose")))
+    queue.cancelTask(cancelled)
     open_page(browser, server + "/", f'tr[data-queue="{task_queue_id}"]')
     wait(browser, lambda d: "will fail" in text_of(d, ".grid"), "the failure listed")
+    # A cancellation is not a failure, unless asked for.
+    assert not browser.find_elements(By.CSS_SELECTOR, f'#failures li[data-task="{cancelled}"]')
+    browser.find_element(By.ID, "toggle-cancelled").click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'#failures li[data-task="{cancelled}"]'), "cancellations shown")
+    open_page(browser, server + "/", f'tr[data-queue="{task_queue_id}"]')
     assert browser.find_elements(By.CSS_SELECTOR, f'a[href="/tasks/groups/{failing}"]'), "its group listed"
     assert browser.title == "Overview · Shoal", browser.title
     snap(browser, shots, "overview")

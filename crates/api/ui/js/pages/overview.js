@@ -68,9 +68,14 @@ async function drawGraphs(el) {
 }
 
 async function drawFailures(el) {
-  const { tasks } = await get(queue('/tasks/failed?limit=10'));
-  if (!tasks.length) return fill(el, h('p', { class: 'muted' }, 'Nothing failed lately.'));
-  fill(el, h('ul', { class: 'plain' }, tasks.map(({ task, status }) => h('li', {},
+  // Cancellations are deliberate, not failures: left out unless asked for.
+  const withCancels = new URLSearchParams(location.search).get('cancelled') === 'shown';
+  const { tasks } = await get(queue('/tasks/failed?limit=50'));
+  const shown = tasks.filter(({ status }) => withCancels || status.runs[status.runs.length - 1]?.reasonResolved !== 'canceled').slice(0, 10);
+  const toggle = h('a', { href: withCancels ? '/' : '/?cancelled=shown', class: 'small', id: 'toggle-cancelled' },
+    withCancels ? 'hide cancellations' : 'show cancellations too');
+  if (!shown.length) return fill(el, h('p', { class: 'muted' }, 'Nothing failed lately. ', toggle));
+  fill(el, h('ul', { class: 'plain', id: 'failures' }, shown.map(({ task, status }) => h('li', { 'data-task': status.taskId },
     badge(status.state), ' ', taskLink(status.taskId, task.metadata.name), ' ',
-    h('span', { class: 'muted' }, status.taskQueueId), ' ', when(status.runs[status.runs.length - 1]?.resolved)))));
+    h('span', { class: 'muted' }, status.taskQueueId), ' failed ', when(status.runs[status.runs.length - 1]?.resolved)))), toggle);
 }
