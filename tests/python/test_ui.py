@@ -231,7 +231,11 @@ def test_cancel_from_the_page_needs_the_scopes(server, queue, auth, make_task, b
     assert text_of(browser, "#action-result") == ""
     browser.find_element(By.ID, "cancel").click()
     browser.switch_to.alert.accept()
-    wait(browser, lambda d: "InsufficientScopes" in text_of(d, "#action-result"), "the refusal shown")
+    wait(browser, lambda d: "Not allowed" in text_of(d, "#action-result"), "the refusal shown")
+    # The refusal lists the missing scope, not the server's raw message.
+    missing = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#action-result .missing-scopes li")]
+    assert len(missing) >= 1 and all(scope.startswith(("queue:", "assume:")) for scope in missing), missing
+    assert "```" not in text_of(browser, "#action-result")
     assert queue.status(task_id)["status"]["state"] == "pending"
     # Signed in as root: cancelled, and the page says it was done.
     sign_in(browser, server, "root", ROOT_TOKEN)
@@ -241,6 +245,8 @@ def test_cancel_from_the_page_needs_the_scopes(server, queue, auth, make_task, b
     wait(browser, lambda d: "exception" in text_of(d, "h1"), "the task shown cancelled")
     wait(browser, lambda d: text_of(d, "#action-result") == "Cancel: done", "the result shown")
     assert queue.status(task_id)["status"]["state"] == "exception"
+    # A run cancelled before it started has no log, and the page says so.
+    wait(browser, lambda d: text_of(d, "#log-state") == "never started, so no log", "the log's state")
     # Resolved: rerun is offered, cancel and priority are not.
     assert browser.find_element(By.ID, "rerun").is_enabled()
     assert not browser.find_element(By.ID, "cancel").is_enabled()

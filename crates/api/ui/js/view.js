@@ -76,7 +76,25 @@ export function section(title, ...children) {
 
 /** An error as the page shows it. */
 export function problem(err) {
+  if (err.code === 'InsufficientScopes') {
+    const missing = missingScopes(err.message);
+    if (missing.length) {
+      return h('div', { class: 'error', role: 'alert' },
+        h('p', {}, 'Not allowed: the signed-in client lacks ', missing.length === 1 ? 'this scope:' : 'these scopes:'),
+        h('ul', { class: 'missing-scopes' }, missing.map((scope) => h('li', { class: 'mono' }, scope))));
+    }
+  }
   return h('p', { class: 'error', role: 'alert' }, err.code ? `${err.code}: ${err.message}` : String(err.message || err));
+}
+
+/** The scopes an InsufficientScopes message says are missing (its first fenced block, a
+ * scope expression: a scope, or {AllOf|AnyOf: [...]}), flattened; none if it cannot tell. */
+function missingScopes(message) {
+  const block = /```\n([\s\S]*?)\n```/.exec(message || '');
+  if (!block) return [];
+  const flatten = (expr) => (typeof expr === 'string' ? [expr]
+    : Object.values(expr || {}).flat().flatMap(flatten));
+  try { return flatten(JSON.parse(block[1])); } catch { return []; }
 }
 
 /** A definition list from [label, value] pairs, skipping empty values. */

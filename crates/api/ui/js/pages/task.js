@@ -165,9 +165,10 @@ class LogView {
       this.key = null;
       return;
     }
-    if (run.state === 'pending') {
-      // Not started: nothing logged yet, and nothing finished either.
-      fill(this.el, h('p', {}, `Run ${run.runId} · `, h('span', { class: 'muted', id: 'log-state' }, 'waiting to start')));
+    if (run.state === 'pending' || !run.started) {
+      // Not started (yet, or ever): nothing was logged, and nothing finished either.
+      const said = run.state === 'pending' ? 'waiting to start' : 'never started, so no log';
+      fill(this.el, h('p', {}, `Run ${run.runId} · `, h('span', { class: 'muted', id: 'log-state' }, said)));
       this.key = null;
       return;
     }
