@@ -148,6 +148,15 @@ def test_group_page_shows_every_task_and_follows_changes_live(server, queue, mak
         queue.createTask(task_id, make_task(taskGroupId=group, metadata=named(f"group task {n}")))
     open_page(browser, f"{server}/tasks/groups/{group}", "#loading.live")
     assert browser.title == f"Group {group} · Shoal", browser.title
+    # Every state badge is readable: white text at WCAG AA contrast (4.5:1) on its colour.
+    ratios = browser.execute_script("""
+        const lum = (rgb) => { const c = rgb.match(/\\d+/g).slice(0, 3).map((v) => v / 255)
+          .map((v) => (v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4));
+          return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]; };
+        return [...document.querySelectorAll('.badge')].map((b) => { const s = getComputedStyle(b);
+          const [hi, lo] = [lum(s.color), lum(s.backgroundColor)].sort((a, b) => b - a);
+          return [b.textContent, (hi + 0.05) / (lo + 0.05)]; });""")
+    assert ratios and all(ratio >= 4.5 for _, ratio in ratios), ratios
     def shown(d):
         rows = d.find_elements(By.CSS_SELECTOR, "#tasks tr")
         return sorted((r.get_attribute("data-task"), r.get_attribute("data-state")) for r in rows)
