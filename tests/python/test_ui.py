@@ -264,6 +264,32 @@ def test_cancel_from_the_page_needs_the_scopes(server, queue, auth, make_task, b
     sign_out(browser, server)
 
 
+def test_group_actions_rerun_the_failed_and_cancel_the_group(server, queue, make_task, task_queue_id, browser, shots):
+    group = slugid_nice()
+    ids = [slugid_nice() for _ in range(3)]
+    for n, task_id in enumerate(ids):
+        queue.createTask(task_id, make_task(taskGroupId=group, metadata=named(f"grouped {n}")))
+    failed = claim(queue, task_queue_id)["status"]["taskId"]
+    queue.reportFailed(failed, 0)
+    sign_in(browser, server, "root", ROOT_TOKEN)
+    open_page(browser, f"{server}/tasks/groups/{group}", "#loading.live")
+    browser.find_element(By.ID, "rerun-failed").click()
+    browser.switch_to.alert.accept()
+    wait(browser, lambda d: text_of(d, "#group-action-result") == "Rerun failed: 1 rerun", "the rerun said")
+    assert queue.status(failed)["status"]["state"] == "pending"
+    # Cancelling a group seals it first (the queue cancels only sealed groups); declined, nothing.
+    browser.find_element(By.ID, "cancel-group").click()
+    browser.switch_to.alert.dismiss()
+    assert "sealed" not in queue.getTaskGroup(group)
+    browser.find_element(By.ID, "cancel-group").click()
+    browser.switch_to.alert.accept()
+    wait(browser, lambda d: text_of(d, "#group-action-result") == "Cancel group: 3 cancelled", "the cancel said")
+    assert all(queue.status(task_id)["status"]["state"] == "exception" for task_id in ids)
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, '#tasks tr[data-state="exception"]')) == 3, "shown cancelled")
+    snap(browser, shots, "group-cancelled")
+    sign_out(browser, server)
+
+
 def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue_id, browser, shots):
     queue.createTask(slugid_nice(), make_task())
     claim(queue, task_queue_id, worker_id="w-quarantine")

@@ -2,8 +2,8 @@
 // by name, a page of rows at a time (a group may hold tens of thousands), kept current from
 // the event stream without reloading.
 
-import { TASK_EXCHANGES, allPages, get, listen, queue } from '../api.js';
-import { badge, fill, h, queueLink, throttle, when } from '../view.js';
+import { ApiError, TASK_EXCHANGES, allPages, call, credentials, get, listen, queue } from '../api.js';
+import { badge, fill, h, problem, queueLink, throttle, when } from '../view.js';
 
 const PAGE_ROWS = 100;
 const STATES = ['unscheduled', 'pending', 'running', 'completed', 'failed', 'exception'];
@@ -32,6 +32,7 @@ export async function groupPage(main, groupId) {
     h('h1', {}, 'Task group ', h('span', { class: 'mono' }, groupId)),
     h('p', { class: 'muted' }, `scheduler ${group.schedulerId}`, group.sealed ? ' · sealed ' : '', group.sealed ? when(group.sealed) : '',
       ' · expires ', when(group.expires), graphLink, ' · ', loading),
+    groupActions(groupId, tasks),
     counts, h('div', { class: 'toolbar' }, filter),
     h('div', { class: 'scroll' }, h('table', { class: 'list' },
       h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'State'), h('th', { class: 'wide' }, 'Queue'),
@@ -120,4 +121,41 @@ function row({ name, status }) {
     h('td', { class: 'wide' }, queueLink(status.taskQueueId)),
     h('td', { class: 'num' }, status.runs.length),
     h('td', { class: 'wide' }, when(changed)));
+}
+
+/** Seal, cancel (sealing first, as the queue asks) and rerun the failed: each asked first,
+ * its result said; for the signed-in only. */
+function groupActions(groupId, tasks) {
+  const signedIn = Boolean(credentials());
+  const message = h('span', { class: 'action-result', id: 'group-action-result', role: 'status' });
+  const act = (label, question, work) => async () => {
+    if (!window.confirm(question)) return;
+    fill(message, `${label}…`);
+    try {
+      fill(message, `${label}: ${await work()}`);
+    } catch (err) {
+      fill(message, problem(err instanceof ApiError ? err : { message: String(err) }));
+    }
+  };
+  const seal = () => call('POST', queue(`/task-group/${groupId}/seal`));
+  const hint = signedIn ? null : 'sign in to act on this group';
+  return h('div', { class: 'actions', id: 'group-actions' },
+    h('button', { id: 'seal-group', disabled: !signedIn, title: hint,
+      onclick: act('Seal', `Seal group ${groupId}? No task can join it afterwards.`, async () => { await seal(); return 'sealed'; }) }, 'Seal'),
+    h('button', { id: 'cancel-group', disabled: !signedIn, title: hint,
+      onclick: act('Cancel group', `Seal group ${groupId} and cancel every unresolved task of it?`, async () => {
+        await seal();
+        const answer = await call('POST', queue(`/task-group/${groupId}/cancel`));
+        return `${answer.cancelledCount} cancelled`;
+      }) }, 'Cancel group'),
+    h('button', { id: 'rerun-failed', disabled: !signedIn, title: hint,
+      onclick: act('Rerun failed', `Rerun every failed task of group ${groupId}?`, async () => {
+        // Failed, or ended in an exception other than a cancel (a cancel was meant).
+        const failed = [...tasks.values()].map(({ status }) => status).filter((status) => status.state === 'failed'
+          || (status.state === 'exception' && status.runs[status.runs.length - 1]?.reasonResolved !== 'canceled'));
+        for (const status of failed) await call('POST', queue(`/task/${status.taskId}/rerun`));
+        return `${failed.length} rerun`;
+      }) }, 'Rerun failed'),
+    signedIn ? null : h('span', { class: 'muted' }, ' Sign in to seal, cancel or rerun.'),
+    message);
 }
