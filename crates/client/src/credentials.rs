@@ -96,11 +96,25 @@ impl Credentials {
     /// # Errors
     /// When the URL or the credentials cannot be used.
     pub fn authorization(&self, method: &str, url: &str, body: Option<(&str, &[u8])>) -> Result<String, ClientError> {
+        self.authorization_restricted(method, url, body, None)
+    }
+
+    /// [`Credentials::authorization`] acting with `authorized_scopes` only, when given.
+    ///
+    /// # Errors
+    /// When the URL or the credentials cannot be used.
+    pub fn authorization_restricted(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<(&str, &[u8])>,
+        authorized_scopes: Option<&[String]>,
+    ) -> Result<String, ClientError> {
         let parsed = url::Url::parse(url).map_err(|err| unusable("a bad URL", &err))?;
         let host = parsed.host_str().unwrap_or_default();
         let port = parsed.port_or_known_default().unwrap_or(80);
         let resource = &parsed[url::Position::BeforePath..];
-        let ext = self.ext()?;
+        let ext = self.ext_restricted(authorized_scopes)?;
         self.authorization_for(method, (host, port), resource, body, ext.as_deref())
     }
 

@@ -27,16 +27,11 @@ impl Client {
             return Err(ClientError::Transport("no credentials to sign a forwarded request with".into()));
         };
         let credentials = credentials.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        let parsed = url::Url::parse(&url).map_err(|err| ClientError::Transport(format!("{url}: {err}")))?;
-        let host = parsed.host_str().unwrap_or_default();
-        let port = parsed.port_or_known_default().unwrap_or(80);
-        let resource = &parsed[url::Position::BeforePath..];
-        let ext = credentials.ext_restricted(Some(authorized_scopes))?;
         // No payload hash: Hawk leaves it optional, and the bytes pass on as they came.
         let authorization =
-            credentials.authorization_for(method.as_str(), (host, port), resource, None, ext.as_deref())?;
+            credentials.authorization_restricted(method.as_str(), &url, None, Some(authorized_scopes))?;
         self.http
-            .request(method, parsed)
+            .request(method, url)
             .headers(headers)
             .header(reqwest::header::AUTHORIZATION, authorization)
             .body(body)

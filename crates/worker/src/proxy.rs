@@ -76,6 +76,7 @@ struct Shared {
 }
 
 async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, user: Option<u32>) {
+    let port = listener.local_addr().map_or(0, |addr| addr.port());
     let mut connections = JoinSet::new();
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -92,7 +93,6 @@ async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>, user: Opt
             continue;
         }
         if let Some(user) = user {
-            let port = listener.local_addr().map_or(0, |addr| addr.port());
             let owner = crate::peer::owner_of(peer, port);
             if owner != Some(user) {
                 tracing::warn!(%peer, ?owner, user, "a connection to a run's proxy from another user was refused");

@@ -52,12 +52,9 @@ pub(crate) async fn run_claim(
     let header = format!("task {task_id} run {run_id} on {}/{}", config.worker_group, config.worker_id);
     let (log, flusher) = LogSink::start(client.clone(), task_id.clone(), run_id, header);
 
-    let payload = match payload::parse(&claim.task["payload"]).and_then(|payload| {
-        match unsupported(&payload, &config.isolation) {
-            Some(reason) => Err(reason),
-            None => Ok(payload),
-        }
-    }) {
+    let parsed = payload::parse(&claim.task["payload"])
+        .and_then(|payload| unsupported(&payload, &config.isolation).map_or(Ok(payload), Err));
+    let payload = match parsed {
         Ok(payload) => payload,
         Err(message) => {
             log.line(&format!("malformed payload: {message}")).await;
@@ -88,17 +85,16 @@ pub(crate) async fn run_claim(
     // Beside the task directory, not in it: an artifact of the whole directory must not take it.
     let secrets_file = config.work_dir.join(format!("secrets-{slot}.json"));
     let user = sandbox::slot_user(&config.isolation, slot);
-    let started = start_proxy(&client, &claim, &payload, user);
-    let proxy_url = started.as_ref().ok().and_then(|(_, proxy)| proxy.as_ref().map(|proxy| proxy.url().to_owned()));
     let files = (dir.as_path(), secrets_file.as_path());
-    let prepared = match started {
-        Ok(network) => prepare(&client, &config, &claim, &payload, &task_id, files, (user, proxy_url.as_deref()))
-            .await
-            .map(|env| (env, network)),
-        Err(reason) => Err(reason),
-    };
+    let prepared = async {
+        let (namespace, proxy) = start_proxy(&client, &claim, &payload, user)?;
+        let proxy_url = proxy.as_ref().map(Proxy::url);
+        let env = prepare(&client, &config, &claim, &payload, &task_id, files, (user, proxy_url)).await?;
+        Ok::<_, String>((env, namespace, proxy))
+    }
+    .await;
     let ending = match prepared {
-        Ok((env, (namespace, proxy))) => {
+        Ok((env, namespace, proxy)) => {
             stats.setup_ms = Some(millis(claimed.elapsed()));
             let started = Instant::now();
             let network = match &namespace {
