@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{Value, json};
 use shoal_client::{Client, GroupMember};
+use shoal_engine::message::Exchange;
 use shoal_engine::status::{TaskState, TaskStatus};
 
 pub(crate) use crate::credentials::ServerAddress;
@@ -151,9 +152,15 @@ fn read_definition(file: &Path) -> anyhow::Result<Value> {
     Ok(definition)
 }
 
-/// The queue exchanges a task's transitions are published on.
-const TASK_EXCHANGES: [&str; 6] =
-    ["task-defined", "task-pending", "task-running", "task-completed", "task-failed", "task-exception"];
+/// The exchanges a task's transitions are published on.
+const TASK_EXCHANGES: [Exchange; 6] = [
+    Exchange::TaskDefined,
+    Exchange::TaskPending,
+    Exchange::TaskRunning,
+    Exchange::TaskCompleted,
+    Exchange::TaskFailed,
+    Exchange::TaskException,
+];
 
 /// `shoal group wait`: a progress bar until every task of the group is resolved, then a
 /// summary table; true when every task completed. It follows the group's transitions on the
@@ -162,10 +169,8 @@ const TASK_EXCHANGES: [&str; 6] =
 pub(crate) async fn group_wait(client: &Client, group: &str, json: bool) -> anyhow::Result<bool> {
     let bar = progress_bar("resolved", json);
     let pattern = format!("primary.*.*.*.*.*.*.*.{group}.#");
-    let bindings: Vec<(String, String)> = TASK_EXCHANGES
-        .iter()
-        .map(|exchange| (format!("exchange/taskcluster-queue/v1/{exchange}"), pattern.clone()))
-        .collect();
+    let bindings: Vec<(String, String)> =
+        TASK_EXCHANGES.iter().map(|exchange| (exchange.name().to_owned(), pattern.clone())).collect();
     let mut stream = client.listen(&bindings).await.ok();
     let mut states = states_of(&client.task_group(group).await?);
     let members = loop {
