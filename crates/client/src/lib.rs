@@ -3,6 +3,7 @@
 //! exponential backoff on transport errors and 5xx answers, as Taskcluster's clients do.
 
 mod credentials;
+mod download;
 mod events;
 mod forward;
 mod workers;
@@ -300,10 +301,11 @@ impl Client {
         count: u32,
         dimensions: &Value,
     ) -> Result<Vec<Claim>, ClientError> {
-        Ok(self.claim_for_worker(task_queue_id, worker_group, worker_id, count, dimensions).await?.tasks)
+        Ok(self.claim_for_worker(task_queue_id, worker_group, worker_id, count, dimensions, None).await?.tasks)
     }
 
-    /// claimWork as Shoal's worker makes it: with its version, and told whether to stop.
+    /// claimWork as Shoal's worker makes it: with its version and the named caches it holds
+    /// (when given), and told whether to stop.
     ///
     /// # Errors
     /// As the server answers.
@@ -314,20 +316,25 @@ impl Client {
         worker_id: &str,
         count: u32,
         dimensions: &Value,
+        caches: Option<&[String]>,
     ) -> Result<ClaimAnswer, ClientError> {
         let url = self.queue(&format!("/claim-work/{}", task_queue_id.replace('/', "%2F")));
-        let body = json!({
+        let mut body = json!({
             "workerGroup": worker_group,
             "workerId": worker_id,
             "tasks": count,
             "dimensions": dimensions,
             "version": env!("CARGO_PKG_VERSION"),
         });
+        if let Some(caches) = caches {
+            body["caches"] = json!(caches);
+        }
         self.call(Method::POST, &url, Some(Body::Json(&body))).await
     }
 
-    /// A worker's heartbeat (Shoal's): says it is alive (and, with `exiting`, that it exits as
-    /// it was asked to); the answer says whether to stop and when to call again.
+    /// A worker's heartbeat (Shoal's): says it is alive, what it has (dimensions, the named
+    /// caches it holds) and, with `exiting`, that it exits as it was asked to; the answer
+    /// says whether to stop and when to call again.
     ///
     /// # Errors
     /// As the server answers.
@@ -336,14 +343,19 @@ impl Client {
         task_queue_id: &str,
         worker_group: &str,
         worker_id: &str,
-        dimensions: &Value,
+        (dimensions, caches): (&Value, &[String]),
         exiting: bool,
     ) -> Result<Standing, ClientError> {
         let (provisioner_id, worker_type) = task_queue_id.split_once('/').unwrap_or((task_queue_id, ""));
         let url = self.queue(&format!(
             "/provisioners/{provisioner_id}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/heartbeat"
         ));
-        let body = json!({"dimensions": dimensions, "version": env!("CARGO_PKG_VERSION"), "exiting": exiting});
+        let body = json!({
+            "dimensions": dimensions,
+            "version": env!("CARGO_PKG_VERSION"),
+            "exiting": exiting,
+            "caches": caches,
+        });
         self.call(Method::POST, &url, Some(Body::Json(&body))).await
     }
 

@@ -251,6 +251,12 @@ pub struct RunStats {
     /// Milliseconds from the claim to the first command's start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup_ms: Option<u64>,
+    /// Milliseconds spent placing mounts and named caches (part of `setup_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_ms: Option<u64>,
+    /// Bytes downloaded for mounts (0 when all came from the worker's cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_fetched: Option<u64>,
     /// Milliseconds the commands ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_ms: Option<u64>,

@@ -20,6 +20,10 @@ pub const KEPT_EVENTS: u64 = 100;
 pub const KEPT_QUARANTINE_DETAILS: usize = 20;
 /// Longest `quarantineInfo`, in bytes.
 pub const MAX_QUARANTINE_INFO: usize = 4096;
+/// Most named caches a worker's record lists.
+pub const MAX_CACHES: usize = 100;
+/// Longest named cache name, in bytes.
+pub const MAX_CACHE_NAME: usize = 100;
 /// Longest worker version, in bytes.
 pub const MAX_VERSION: usize = 128;
 /// How long a worker may stay silent before it is missing, unless set otherwise.
@@ -103,20 +107,33 @@ pub struct Sighting {
     pub version: Option<String>,
     /// Whether it heartbeats (then silence past the dead-after time makes it missing).
     pub heartbeat: bool,
+    /// The named caches it holds, most recently used first, if it said.
+    pub caches: Option<Vec<String>>,
 }
 
 impl Sighting {
-    /// Checks the version's length.
+    /// Checks the version's length and the cache names.
     ///
     /// # Errors
-    /// Invalid naming `version`.
+    /// Invalid naming `version` or `caches`.
     pub fn check(&self) -> Result<(), Rejection> {
-        match &self.version {
-            Some(version) if version.len() > MAX_VERSION => {
-                Err(Rejection::invalid("version", format!("must be at most {MAX_VERSION} bytes")))
-            }
-            _ => Ok(()),
+        if self.version.as_ref().is_some_and(|version| version.len() > MAX_VERSION) {
+            return Err(Rejection::invalid("version", format!("must be at most {MAX_VERSION} bytes")));
         }
+        let names_fine = |names: &Vec<String>| {
+            names.len() <= MAX_CACHES
+                && names.iter().all(|name| {
+                    (1..=MAX_CACHE_NAME).contains(&name.len())
+                        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+                })
+        };
+        if self.caches.as_ref().is_some_and(|names| !names_fine(names)) {
+            return Err(Rejection::invalid(
+                "caches",
+                format!("must list at most {MAX_CACHES} names of 1..={MAX_CACHE_NAME} of A-Z a-z 0-9 . _ : -"),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -231,6 +248,9 @@ pub struct Worker {
     /// The version it last sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The named caches it last said it holds, most recently used first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caches: Vec<String>,
     /// Its latest claims, oldest first.
     #[serde(default)]
     pub recent_tasks: Vec<TaskRun>,
@@ -267,6 +287,7 @@ impl Worker {
             first_claim: None,
             dimensions: sighting.dimensions.unwrap_or_default(),
             version: sighting.version,
+            caches: sighting.caches.unwrap_or_default(),
             recent_tasks: Vec::new(),
             quarantine_until: None,
             quarantine_details: Vec::new(),
@@ -289,6 +310,9 @@ impl Worker {
         }
         if sighting.version.is_some() {
             self.version = sighting.version;
+        }
+        if let Some(caches) = sighting.caches {
+            self.caches = caches;
         }
         self.heartbeats |= sighting.heartbeat;
         if std::mem::take(&mut self.missing) {

@@ -48,6 +48,7 @@ struct Seen {
 struct Told {
     dimensions: Option<u64>,
     version: Option<u64>,
+    caches: Option<u64>,
     heartbeat: bool,
 }
 
@@ -62,6 +63,7 @@ impl Told {
         Told {
             dimensions: sighting.dimensions.as_ref().map(hash_of),
             version: sighting.version.as_ref().map(hash_of),
+            caches: sighting.caches.as_ref().map(hash_of),
             heartbeat: sighting.heartbeat,
         }
     }
@@ -70,6 +72,7 @@ impl Told {
     fn covers(&self, other: &Told) -> bool {
         other.dimensions.is_none_or(|hash| self.dimensions == Some(hash))
             && other.version.is_none_or(|hash| self.version == Some(hash))
+            && other.caches.is_none_or(|hash| self.caches == Some(hash))
             && (self.heartbeat || !other.heartbeat)
     }
 
@@ -77,6 +80,7 @@ impl Told {
         Told {
             dimensions: newer.dimensions.or(self.dimensions),
             version: newer.version.or(self.version),
+            caches: newer.caches.or(self.caches),
             heartbeat: self.heartbeat || newer.heartbeat,
         }
     }
@@ -142,6 +146,8 @@ mod tests {
         assert_eq!(fleet.fresh(&key, &sighting, Timestamp(5_000)), None, "stale");
         let changed = Sighting { version: Some("2".into()), ..sighting.clone() };
         assert_eq!(fleet.fresh(&key, &changed, Timestamp(1)), None, "a new version is written at once");
+        let cached = Sighting { caches: Some(vec!["checkout".into()]), ..sighting.clone() };
+        assert_eq!(fleet.fresh(&key, &cached, Timestamp(1)), None, "new caches are written at once");
         let plain = Sighting::default();
         assert!(fleet.fresh(&key, &plain, Timestamp(1)).is_some(), "a sighting telling less is not written");
         worker.request_termination("admin", Timestamp(2));

@@ -15,6 +15,8 @@ use crate::settings::ServerConfig;
 
 /// Tasks each local worker runs at once.
 const CAPACITY: u32 = 4;
+/// Bytes each local worker keeps of mount downloads and named caches.
+const DEV_CACHE_SIZE: u64 = 1 << 30;
 /// The example graph, built into the binary so `shoal dev --example` works from anywhere.
 const EXAMPLE: &str = include_str!("../../../examples/ci-graph.yaml");
 /// The queue local workers serve.
@@ -76,17 +78,21 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
         // Each worker's slots their own uids.
         let isolation = isolation.clone().with_first_uid(shoal_worker::SLOT_UID_BASE + idx * CAPACITY);
         let client = Client::new(&root)?.with_credentials(Some(root_credentials.clone()));
+        let work_dir = temp.path().join(format!("work-{idx}"));
+        shoal_worker::guard(&work_dir).context("preparing a local worker's directory")?;
+        let cache =
+            shoal_worker::Cache::open(&work_dir.join("cache"), DEV_CACHE_SIZE).context("a local worker's cache")?;
         let config = shoal_worker::WorkerConfig {
             task_queue_id: DEV_QUEUE.into(),
             worker_group: "dev".into(),
             worker_id: format!("dev-{idx}"),
             dimensions: json!({}),
             capacity: CAPACITY,
-            work_dir: temp.path().join(format!("work-{idx}")),
+            work_dir,
             grace: Duration::from_secs(5),
             isolation,
+            cache: std::sync::Arc::new(cache),
         };
-        shoal_worker::guard(&config.work_dir).context("preparing a local worker's directory")?;
         workers.spawn(shoal_worker::run(client, config, stopped(workers_stop.clone())));
     }
     println!("{} local worker(s) serve queue {DEV_QUEUE}", args.workers);

@@ -47,6 +47,10 @@ pub(crate) struct WorkerArgs {
     /// `first-uid + n`. Give each worker on a machine its own range.
     #[arg(long, default_value_t = shoal_worker::SLOT_UID_BASE, value_parser = clap::value_parser!(u32).range(1000..))]
     first_uid: u32,
+    /// Most bytes kept in `<work-dir>/cache` for mount downloads and named caches, e.g.
+    /// `10GiB`, `500MiB` (the least recently used go first).
+    #[arg(long, default_value = "10GiB", value_parser = parse_size)]
+    cache_size: u64,
 }
 
 /// `--isolation`.
@@ -76,6 +80,25 @@ impl IsolationArg {
     }
 }
 
+/// A size in bytes: a number with an optional KiB, MiB, GiB or TiB (or K, M, G, T).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let shift = match unit.trim().trim_end_matches("iB").trim_end_matches('B') {
+        "" => 0,
+        "K" | "k" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("`{text}`: a size is a number with KiB, MiB, GiB or TiB")),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|number| number.checked_mul(1 << shift))
+        .ok_or_else(|| format!("`{text}`: a size is a number with KiB, MiB, GiB or TiB"))
+}
+
 fn parse_dimension(text: &str) -> Result<(String, String), String> {
     let (key, value) = text.split_once('=').ok_or("a dimension is key=value")?;
     Ok((key.to_owned(), value.to_owned()))
@@ -92,18 +115,21 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
             values.push(serde_json::Value::String(value));
         }
     }
+    let work_dir = args.work_dir.unwrap_or_else(|| std::env::temp_dir().join("shoal-work"));
+    shoal_worker::guard(&work_dir).with_context(|| format!("preparing the work directory {}", work_dir.display()))?;
+    let cache = shoal_worker::Cache::open(&work_dir.join("cache"), args.cache_size)
+        .with_context(|| format!("opening the cache in {}", work_dir.display()))?;
     let config = shoal_worker::WorkerConfig {
         task_queue_id: args.queue,
         worker_group: args.worker_group,
         worker_id: args.worker_id.unwrap_or_else(host_worker_id),
         dimensions: serde_json::Value::Object(dimensions),
         capacity: args.capacity,
-        work_dir: args.work_dir.unwrap_or_else(|| std::env::temp_dir().join("shoal-work")),
+        work_dir,
         grace: Duration::from_secs(args.grace),
         isolation: args.isolation.resolve(args.first_uid)?,
+        cache: std::sync::Arc::new(cache),
     };
-    shoal_worker::guard(&config.work_dir)
-        .with_context(|| format!("preparing the work directory {}", config.work_dir.display()))?;
     tracing::info!(queue = %config.task_queue_id, worker.id = %config.worker_id, capacity = config.capacity, "worker started");
     shoal_worker::run(client, config, shutdown.received()).await;
     tracing::info!("worker stopped");

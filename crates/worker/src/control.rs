@@ -56,8 +56,8 @@ pub(crate) async fn heartbeat(
 ) {
     let mut every = FIRST_INTERVAL;
     loop {
-        let beat =
-            client.heartbeat(&config.task_queue_id, &config.worker_group, &config.worker_id, &config.dimensions, false);
+        let about = (&config.dimensions, &config.cache.names()[..]);
+        let beat = client.heartbeat(&config.task_queue_id, &config.worker_group, &config.worker_id, about, false);
         let wait = match beat.await {
             Ok(standing) => {
                 if standing.terminate && !terminate.is_cancelled() {

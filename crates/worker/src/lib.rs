@@ -6,10 +6,12 @@
 //! its runs' cancels on the event stream (`control.rs`).
 
 mod artifacts;
+mod cache;
 mod control;
 mod environment;
 mod logsink;
 mod memory;
+mod mount;
 mod netns;
 pub mod payload;
 mod peer;
@@ -17,15 +19,18 @@ mod process;
 mod proxy;
 mod run;
 mod sandbox;
+mod unpack;
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use shoal_client::Client;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::cache::Cache;
 use crate::control::Held;
 pub use crate::sandbox::{Isolation, SLOT_UID_BASE};
 
@@ -48,6 +53,9 @@ pub struct WorkerConfig {
     pub grace: Duration,
     /// How tasks are contained.
     pub isolation: Isolation,
+    /// Mount downloads and named caches, kept between tasks ([`Cache::open`] in
+    /// `work_dir/cache`).
+    pub cache: Arc<Cache>,
 }
 
 /// Guards what the worker holds from the tasks it runs as its own user: its memory and
@@ -108,10 +116,11 @@ pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Out
             }
         }
         let (queue, group, id) = (&config.task_queue_id, &config.worker_group, &config.worker_id);
+        let caches = config.cache.names();
         let answer = tokio::select! {
             () = &mut shutdown => break true,
             () = terminate.cancelled() => break false,
-            answer = client.claim_for_worker(queue, group, id, free, &config.dimensions) => answer,
+            answer = client.claim_for_worker(queue, group, id, free, &config.dimensions, Some(&caches)) => answer,
         };
         match answer {
             Ok(answer) => {
@@ -163,7 +172,7 @@ pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Out
         while running.join_next().await.is_some() {}
     } else {
         let (queue, group, id) = (&config.task_queue_id, &config.worker_group, &config.worker_id);
-        match client.heartbeat(queue, group, id, &config.dimensions, true).await {
+        match client.heartbeat(queue, group, id, (&config.dimensions, &config.cache.names()), true).await {
             Ok(_) => tracing::info!("terminated as asked"),
             Err(err) => tracing::warn!(error = %err, "telling the server this worker exits failed"),
         }

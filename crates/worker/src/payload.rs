@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+mod mounts;
+
+pub use mounts::{ArchiveFormat, CacheSpec, Compression, Content, Mount, MountKind, cache_scopes};
+
 /// Longest `maxRunTime` accepted (Taskcluster's deadline cap is 5 days).
 const MAX_RUN_TIME_SECS: u64 = 5 * 24 * 3600;
 
@@ -22,12 +26,18 @@ pub struct Payload {
     pub io_timeout: Option<Duration>,
     /// Exit codes that mean "retry me" (intermittent-task).
     pub retry_exit_codes: Vec<i32>,
+    /// Exit codes after which the task's named caches are thrown away (`onExitStatus.purgeCaches`).
+    pub purge_exit_codes: Vec<i32>,
     /// Files and directories to upload after the commands.
     pub artifacts: Vec<ArtifactSpec>,
     /// Whether the commands reach the network (`false`: loopback only, in a sandbox).
     pub network: bool,
     /// `features.taskclusterProxy`: the run's credentials proxy at `TASKCLUSTER_PROXY_URL`.
     pub taskcluster_proxy: bool,
+    /// What is placed in the task directory first (`payload.mounts`).
+    pub mounts: Vec<Mount>,
+    /// Named caches bound into the task directory (`payload.caches`, or cache mounts).
+    pub caches: Vec<CacheSpec>,
 }
 
 /// One command.
@@ -78,18 +88,8 @@ pub fn parse(payload: &Value) -> Result<Payload, String> {
         None => return Err("payload.maxRunTime is required (seconds)".into()),
     };
     let io_timeout = object.get("ioTimeout").map(|value| seconds(value, "payload.ioTimeout", 1)).transpose()?;
-    let retry_exit_codes = match object.get("onExitStatus").and_then(|on| on.get("retry")) {
-        None => Vec::new(),
-        Some(Value::Array(codes)) => codes
-            .iter()
-            .map(|code| {
-                code.as_i64()
-                    .and_then(|code| i32::try_from(code).ok())
-                    .ok_or("payload.onExitStatus.retry must list integer exit codes".to_owned())
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err("payload.onExitStatus.retry must be a list of exit codes".into()),
-    };
+    let retry_exit_codes = exit_codes(object, "retry")?;
+    let purge_exit_codes = exit_codes(object, "purgeCaches")?;
     let artifacts = match object.get("artifacts") {
         None => Vec::new(),
         Some(Value::Array(items)) => {
@@ -103,7 +103,36 @@ pub fn parse(payload: &Value) -> Result<Payload, String> {
         Some(_) => return Err("payload.network must be true or false".into()),
     };
     let taskcluster_proxy = parse_features(object.get("features"))?;
-    Ok(Payload { commands, env, max_run_time, io_timeout, retry_exit_codes, artifacts, network, taskcluster_proxy })
+    let (mounts, caches) = mounts::parse(object.get("mounts"), object.get("caches"))?;
+    Ok(Payload {
+        commands,
+        env,
+        max_run_time,
+        io_timeout,
+        retry_exit_codes,
+        purge_exit_codes,
+        artifacts,
+        network,
+        taskcluster_proxy,
+        mounts,
+        caches,
+    })
+}
+
+/// `payload.onExitStatus.<key>`: a list of exit codes.
+fn exit_codes(object: &serde_json::Map<String, Value>, key: &str) -> Result<Vec<i32>, String> {
+    match object.get("onExitStatus").and_then(|on| on.get(key)) {
+        None => Ok(Vec::new()),
+        Some(Value::Array(codes)) => codes
+            .iter()
+            .map(|code| {
+                code.as_i64()
+                    .and_then(|code| i32::try_from(code).ok())
+                    .ok_or(format!("payload.onExitStatus.{key} must list integer exit codes"))
+            })
+            .collect(),
+        Some(_) => Err(format!("payload.onExitStatus.{key} must be a list of exit codes")),
+    }
 }
 
 /// `payload.features`, generic-worker's switches; this worker has `taskclusterProxy`.

@@ -16,6 +16,7 @@ use crate::artifacts::{self, Target};
 use crate::control::Held;
 use crate::environment::{RunFacts, task_environment};
 use crate::logsink::LogSink;
+use crate::mount::{self, Setup, SetupError};
 use crate::netns;
 use crate::payload::{self, Payload};
 use crate::process::{self, Exit, Limits};
@@ -28,6 +29,8 @@ enum Ending {
     Success,
     /// A command failed, ran too long or fell silent.
     Failure(String),
+    /// The run could not start as asked (its mounts), for this reason.
+    Exception(WorkerException, String),
     /// A command asked to be retried with one of the payload's retry exit codes.
     Retry(i32),
     /// The server refused a reclaim: the run is over (canceled or expired); report nothing.
@@ -86,11 +89,26 @@ pub(crate) async fn run_claim(
     let secrets_file = config.work_dir.join(format!("secrets-{slot}.json"));
     let user = sandbox::slot_user(&config.isolation, slot);
     let files = (dir.as_path(), secrets_file.as_path());
+    let scopes = task_scopes(&claim.task);
+    let mut lent = Vec::new();
     let prepared = async {
-        let (namespace, proxy) = start_proxy(&client, &claim, &payload, user)?;
+        let (namespace, proxy) = start_proxy(&client, &claim, &payload, &scopes, user).map_err(Ending::Failure)?;
         let proxy_url = proxy.as_ref().map(Proxy::url);
-        let env = prepare(&client, &config, &claim, &payload, &task_id, files, (user, proxy_url)).await?;
-        Ok::<_, String>((env, namespace, proxy))
+        let env = prepare(&client, &config, &claim, &payload, &task_id, files, (user, proxy_url))
+            .await
+            .map_err(Ending::Failure)?;
+        if !payload.mounts.is_empty() || !payload.caches.is_empty() {
+            let started = Instant::now();
+            let setup =
+                Setup { cache: &config.cache, client: &client, scopes: &scopes, task_dir: &dir, user, log: &log };
+            let fetched = mount::place(&setup, &payload, &mut lent).await.map_err(|err| match err {
+                SetupError::Payload(reason) => Ending::Exception(WorkerException::MalformedPayload, reason),
+                SetupError::Worker(reason) => Ending::Exception(WorkerException::InternalError, reason),
+            })?;
+            stats.mount_ms = Some(millis(started.elapsed()));
+            stats.bytes_fetched = Some(fetched);
+        }
+        Ok::<_, Ending>((env, namespace, proxy))
     }
     .await;
     let ending = match prepared {
@@ -120,7 +138,7 @@ pub(crate) async fn run_claim(
             stats.run_ms = Some(millis(started.elapsed()));
             ending
         }
-        Err(reason) => Ending::Failure(reason),
+        Err(ending) => ending,
     };
     if claim.secrets.is_some() {
         let _ = tokio::fs::remove_file(&secrets_file).await;
@@ -138,6 +156,9 @@ pub(crate) async fn run_claim(
         stats.bytes_uploaded = Some(artifacts::upload_all(&target, &payload.artifacts, &dir, &log).await);
         stats.upload_ms = Some(millis(started.elapsed()));
     }
+    let purge = matches!(ending, Ending::Failure(_) | Ending::Retry(_))
+        && stats.exit_code.is_some_and(|code| payload.purge_exit_codes.contains(&code));
+    mount::give_back(&config.cache, &dir, lent, purge, &log).await;
     let outcome = outcome_of(&ending, &log).await;
     drop(log);
     flusher.finish().await;
@@ -215,6 +236,7 @@ fn start_proxy(
     client: &Client,
     claim: &Claim,
     payload: &Payload,
+    scopes: &[String],
     user: Option<u32>,
 ) -> Result<(Option<OwnedFd>, Option<Proxy>), String> {
     if !payload.taskcluster_proxy {
@@ -223,10 +245,6 @@ fn start_proxy(
     if claim.credentials.is_none() {
         return Err("the server gave this run no credentials, so it can have no taskclusterProxy".into());
     }
-    let scopes = claim.task["scopes"]
-        .as_array()
-        .map(|scopes| scopes.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-        .unwrap_or_default();
     let (namespace, listener, user) = if payload.network {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .map_err(|err| format!("cannot listen on 127.0.0.1 for the proxy: {err}"))?;
@@ -237,9 +255,17 @@ fn start_proxy(
         // Nothing but the task is in that namespace.
         (Some(private.namespace), private.listener, None)
     };
-    let proxy = Proxy::start(listener, client.clone(), scopes, user)
+    let proxy = Proxy::start(listener, client.clone(), scopes.to_vec(), user)
         .map_err(|err| format!("cannot start the credentials proxy: {err}"))?;
     Ok((namespace, Some(proxy)))
+}
+
+/// The task's `scopes`.
+fn task_scopes(task: &Value) -> Vec<String> {
+    task["scopes"]
+        .as_array()
+        .map(|scopes| scopes.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// What a run's ending reports, said in its log too; nothing for a revoked run.
@@ -249,6 +275,10 @@ async fn outcome_of(ending: &Ending, log: &LogSink) -> Option<Outcome> {
         Ending::Failure(reason) => {
             log.line(reason).await;
             Some(Outcome::Failed)
+        }
+        Ending::Exception(reason, message) => {
+            log.line(message).await;
+            Some(Outcome::Exception(*reason))
         }
         Ending::Retry(code) => {
             log.line(&format!("exit code {code} asks for a retry (onExitStatus.retry)")).await;

@@ -38,6 +38,9 @@ pub(crate) struct ClaimWorkBody {
     /// The worker's software version (Shoal's), kept in the worker registry.
     #[serde(default)]
     version: Option<String>,
+    /// The named caches the worker holds (Shoal's), kept in the worker registry.
+    #[serde(default)]
+    caches: Option<Vec<String>>,
 }
 
 fn one() -> u32 {
@@ -132,7 +135,8 @@ pub(crate) async fn claim_work(
         return Err(ApiError::invalid_input(format!("tasks: must be an integer 1..={MAX_CLAIM}")));
     }
     let dimensions = Dimensions::parse("dimensions", body.dimensions)?;
-    let sighting = Sighting { dimensions: Some(dimensions.clone()), version: body.version, heartbeat: false };
+    let sighting =
+        Sighting { dimensions: Some(dimensions.clone()), version: body.version, heartbeat: false, caches: body.caches };
     sighting.check()?;
     let request = ClaimRequest {
         task_queue_id,

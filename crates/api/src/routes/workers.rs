@@ -64,7 +64,7 @@ fn dead_after_ms(state: &AppState) -> i64 {
 }
 
 /// A worker in Taskcluster's getWorker shape, with Shoal's fields (`state`, `dimensions`,
-/// `version`, `firstSeen`, `runningTasks`, `terminating`).
+/// `version`, `firstSeen`, `runningTasks`, `terminating`, `caches`).
 fn worker_body(worker: &Worker, running: &[TaskId], state: &AppState) -> Value {
     let now = now();
     let key = &worker.key;
@@ -92,6 +92,9 @@ fn worker_body(worker: &Worker, running: &[TaskId], state: &AppState) -> Value {
     }
     if let Some(version) = &worker.version {
         body["version"] = json!(version);
+    }
+    if !worker.caches.is_empty() {
+        body["caches"] = json!(worker.caches);
     }
     body
 }
@@ -282,6 +285,8 @@ pub(crate) struct HeartbeatBody {
     version: Option<String>,
     #[serde(default)]
     exiting: bool,
+    #[serde(default)]
+    caches: Option<Vec<String>>,
 }
 
 /// What a worker is told after it called: whether to stop, until when it is quarantined,
@@ -307,7 +312,8 @@ pub(crate) async fn heartbeat(
     let key = key_of(&params)?;
     caller.authorize(&vars_of(&key))?;
     let dimensions = body.dimensions.map(|raw| Dimensions::parse("dimensions", raw)).transpose()?;
-    let sighting = Sighting { dimensions, version: body.version, heartbeat: true };
+    let sighting = Sighting { dimensions, version: body.version, heartbeat: true, caches: body.caches };
+    sighting.check()?;
     let standing = state.queue.heartbeat(&key, sighting, body.exiting).await?;
     Ok(Json(standing_body(standing, &state)))
 }

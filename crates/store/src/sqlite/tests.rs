@@ -233,7 +233,7 @@ async fn a_parked_claim_is_given_the_run_a_batch_makes_pending_without_a_claim_o
     let woken = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = Arc::clone(&woken);
     assert!(store.wake_at_commit(Box::new(move |queue, _| seen.lock().unwrap().push(queue.to_owned()))));
-    let sighting = shoal_engine::worker::Sighting { dimensions: None, version: None, heartbeat: true };
+    let sighting = shoal_engine::worker::Sighting { heartbeat: true, ..Default::default() };
     let earlier = PARKED_AT.plus_millis(-60_000);
     store.worker_seen(parked_request("w").worker_key(), sighting, earlier).await.unwrap();
     let mut parked = store.park_claim(&parked_request("w"), parked_clock).unwrap();
@@ -281,7 +281,7 @@ async fn a_parked_claim_of_a_worker_quarantined_meanwhile_is_answered_with_nothi
     let dir = tempfile::tempdir().unwrap();
     let store = crate::Store::Sqlite(open(&dir));
     let request = parked_request("held");
-    let sighting = shoal_engine::worker::Sighting { dimensions: None, version: None, heartbeat: false };
+    let sighting = shoal_engine::worker::Sighting::default();
     store.worker_seen(request.worker_key(), sighting, PARKED_AT).await.unwrap();
     let mut parked = store.park_claim(&request, parked_clock).unwrap();
     let quarantine = crate::WorkerChange::Quarantine { until: PARKED_AT.plus_secs(3600), info: String::new() };

@@ -1,0 +1,394 @@
+//! The worker's cache, kept between tasks and across restarts under `<work dir>/cache`:
+//! downloaded mount content (`content/<digest of its key>`) and named caches
+//! (`named/<name>/<n>`, one directory per copy, each lent to one task at a time). Both share
+//! one size bound; the least recently used entry nobody holds is evicted first.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use sha2::{Digest, Sha256};
+
+/// Most names a worker reports of the named caches it holds.
+pub(crate) const MAX_REPORTED: usize = 100;
+
+/// The worker's cache.
+#[derive(Debug)]
+pub struct Cache {
+    root: PathBuf,
+    limit: u64,
+    state: Mutex<State>,
+    /// One lock per content key being fetched, so that two tasks fetch it once.
+    fetching: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Id {
+    /// A content file, by the digest of its key.
+    Content(String),
+    /// A copy of a named cache.
+    Named(String, u32),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<Id, Entry>,
+    /// Ticks up with every use; an entry's `used` orders eviction.
+    clock: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    size: u64,
+    used: u64,
+    held: u32,
+}
+
+impl State {
+    /// Marks `id` used now and held once more; false when it is not there.
+    fn touch(&mut self, id: &Id) -> bool {
+        self.clock += 1;
+        let clock = self.clock;
+        let Some(entry) = self.entries.get_mut(id) else { return false };
+        entry.used = clock;
+        entry.held += 1;
+        true
+    }
+
+    fn total(&self) -> u64 {
+        self.entries.values().map(|entry| entry.size).sum()
+    }
+}
+
+/// A content file held (not evicted) while a task places it.
+#[derive(Debug)]
+pub(crate) struct HeldContent {
+    cache: Arc<Cache>,
+    id: Id,
+    /// The file.
+    pub(crate) path: PathBuf,
+}
+
+impl Drop for HeldContent {
+    fn drop(&mut self) {
+        self.cache.release(&self.id);
+    }
+}
+
+/// A copy of a named cache lent to one task.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    id: Id,
+    /// Where the copy lives while nobody holds it.
+    pub(crate) home: PathBuf,
+    /// Whether it was made for this task (empty).
+    pub(crate) fresh: bool,
+}
+
+impl Cache {
+    /// Opens (or makes) the cache under `root`, bounded by `limit` bytes, finding what an
+    /// earlier run of the worker left there.
+    ///
+    /// # Errors
+    /// When the directories cannot be made or read.
+    pub fn open(root: &Path, limit: u64) -> std::io::Result<Cache> {
+        let mut state = State::default();
+        let content = root.join("content");
+        std::fs::create_dir_all(&content)?;
+        let mut found: Vec<(std::time::SystemTime, Id, u64)> = Vec::new();
+        for entry in std::fs::read_dir(&content)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let metadata = entry.metadata()?;
+            if name.starts_with('.') || !metadata.is_file() {
+                // A download a crash cut short.
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
+            found.push((metadata.modified()?, Id::Content(name), metadata.len()));
+        }
+        let named = root.join("named");
+        std::fs::create_dir_all(&named)?;
+        for cache in std::fs::read_dir(&named)? {
+            let cache = cache?;
+            let name = cache.file_name().to_string_lossy().into_owned();
+            for copy in std::fs::read_dir(cache.path())? {
+                let copy = copy?;
+                let number = copy.file_name().to_str().and_then(|n| n.parse::<u32>().ok());
+                match number {
+                    Some(number) if copy.file_type()?.is_dir() => {
+                        let modified = copy.metadata()?.modified()?;
+                        found.push((modified, Id::Named(name.clone(), number), disk_usage(&copy.path())));
+                    }
+                    _ => remove(&copy.path()),
+                }
+            }
+        }
+        found.sort();
+        for (_, id, size) in found {
+            state.clock += 1;
+            state.entries.insert(id, Entry { size, used: state.clock, held: 0 });
+        }
+        let cache = Cache {
+            root: root.to_path_buf(),
+            limit,
+            state: Mutex::new(state),
+            fetching: tokio::sync::Mutex::default(),
+        };
+        let victims = cache.victims();
+        cache.remove_all(&victims);
+        Ok(cache)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The most bytes one download may have.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The content file of `key`, held, when it is cached.
+    pub(crate) fn content(self: &Arc<Self>, key: &str) -> Option<HeldContent> {
+        let id = Id::Content(digest(key));
+        self.lock().touch(&id).then(|| self.held(id))
+    }
+
+    fn held(self: &Arc<Self>, id: Id) -> HeldContent {
+        let Id::Content(name) = &id else { unreachable!("only content is held this way") };
+        let path = self.root.join("content").join(name);
+        HeldContent { cache: Arc::clone(self), id, path }
+    }
+
+    /// A lock that two fetches of `key` share: the second finds what the first cached.
+    pub(crate) async fn fetch_lock(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = Arc::clone(self.fetching.lock().await.entry(digest(key)).or_default());
+        lock.lock_owned().await
+    }
+
+    /// Where a download is written before it is complete.
+    pub(crate) fn partial(&self) -> PathBuf {
+        self.root.join("content").join(format!(".partial-{}", slugid::nice()))
+    }
+
+    /// Keeps the finished download at `partial` as `key`'s content, held.
+    ///
+    /// # Errors
+    /// When it cannot be moved into place.
+    pub(crate) fn insert_content(
+        self: &Arc<Self>,
+        key: &str,
+        partial: &Path,
+        size: u64,
+    ) -> std::io::Result<HeldContent> {
+        let id = Id::Content(digest(key));
+        let held = self.held(id.clone());
+        std::fs::rename(partial, &held.path)?;
+        let mut state = self.lock();
+        state.clock += 1;
+        let used = state.clock;
+        let entry = state.entries.entry(id).or_insert(Entry { size, used, held: 0 });
+        entry.held += 1;
+        drop(state);
+        let victims = self.victims();
+        self.remove_all(&victims);
+        Ok(held)
+    }
+
+    /// Lends a copy of the named cache `name`: the most recently used one nobody holds, or
+    /// a new empty one when every copy is held.
+    ///
+    /// # Errors
+    /// When a new copy cannot be made.
+    pub(crate) fn lend(&self, name: &str) -> std::io::Result<Lease> {
+        let mut state = self.lock();
+        let free = state
+            .entries
+            .iter()
+            .filter(|(id, entry)| matches!(id, Id::Named(n, _) if n == name) && entry.held == 0)
+            .max_by_key(|(_, entry)| entry.used)
+            .map(|(id, _)| id.clone());
+        let (id, fresh) = match free {
+            Some(id) => (id, false),
+            None => {
+                let number =
+                    (0..).find(|n| !state.entries.contains_key(&Id::Named(name.to_owned(), *n))).unwrap_or(u32::MAX);
+                let id = Id::Named(name.to_owned(), number);
+                std::fs::create_dir_all(self.home(&id))?;
+                state.entries.insert(id.clone(), Entry { size: 0, used: 0, held: 0 });
+                (id, true)
+            }
+        };
+        state.touch(&id);
+        Ok(Lease { home: self.home(&id), id, fresh })
+    }
+
+    fn home(&self, id: &Id) -> PathBuf {
+        match id {
+            Id::Named(name, number) => self.root.join("named").join(name).join(number.to_string()),
+            Id::Content(name) => self.root.join("content").join(name),
+        }
+    }
+
+    /// Takes a lent copy back, now holding `size` bytes at its home; `None` when the task's
+    /// copy is not kept (purged, or not found where it was lent), and it is deleted.
+    pub(crate) fn give_back(&self, lease: Lease, size: Option<u64>) {
+        match size {
+            Some(size) => {
+                let mut state = self.lock();
+                if let Some(entry) = state.entries.get_mut(&lease.id) {
+                    entry.size = size;
+                }
+            }
+            None => {
+                self.lock().entries.remove(&lease.id);
+                remove(&lease.home);
+                return;
+            }
+        }
+        self.release(&lease.id);
+    }
+
+    fn release(&self, id: &Id) {
+        if let Some(entry) = self.lock().entries.get_mut(id) {
+            entry.held = entry.held.saturating_sub(1);
+        }
+        let victims = self.victims();
+        self.remove_all(&victims);
+    }
+
+    /// The entries to evict so that the cache fits its bound, taken out of the state.
+    fn victims(&self) -> Vec<PathBuf> {
+        let mut state = self.lock();
+        let mut total = state.total();
+        let mut free: Vec<(u64, Id)> = state
+            .entries
+            .iter()
+            .filter(|(_, entry)| entry.held == 0)
+            .map(|(id, entry)| (entry.used, id.clone()))
+            .collect();
+        free.sort();
+        let mut victims = Vec::new();
+        for (_, id) in free {
+            if total <= self.limit {
+                break;
+            }
+            if let Some(entry) = state.entries.remove(&id) {
+                total -= entry.size;
+                victims.push(self.home(&id));
+            }
+        }
+        victims
+    }
+
+    fn remove_all(&self, victims: &[PathBuf]) {
+        for victim in victims {
+            tracing::debug!(path = %victim.display(), "evicting from the cache");
+            remove(victim);
+        }
+    }
+
+    /// The named caches this worker holds, most recently used first (at most
+    /// [`MAX_REPORTED`]).
+    pub(crate) fn names(&self) -> Vec<String> {
+        let state = self.lock();
+        let mut named: Vec<(u64, &str)> = state
+            .entries
+            .iter()
+            .filter_map(|(id, entry)| match id {
+                Id::Named(name, _) => Some((entry.used, name.as_str())),
+                _ => None,
+            })
+            .collect();
+        named.sort_by(|a, b| b.cmp(a));
+        let mut names: Vec<String> = Vec::new();
+        for (_, name) in named {
+            if !names.iter().any(|known| known == name) && names.len() < MAX_REPORTED {
+                names.push(name.to_owned());
+            }
+        }
+        names
+    }
+
+    /// Bytes the cache holds now.
+    #[cfg(test)]
+    fn size(&self) -> u64 {
+        self.lock().total()
+    }
+}
+
+/// The file name content cached under `key` has.
+fn digest(key: &str) -> String {
+    format!("{:x}", Sha256::digest(key.as_bytes()))
+}
+
+/// Bytes of the files under `path`, links not followed.
+pub(crate) fn disk_usage(path: &Path) -> u64 {
+    let Ok(metadata) = std::fs::symlink_metadata(path) else { return 0 };
+    if !metadata.is_dir() {
+        return metadata.len();
+    }
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries.filter_map(Result::ok).map(|entry| disk_usage(&entry.path())).sum()
+}
+
+/// Removes a file or a directory tree (links removed, never followed).
+fn remove(path: &Path) {
+    let removed = match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(_) => Ok(()),
+    };
+    if let Err(err) = removed {
+        tracing::warn!(path = %path.display(), error = %err, "removing from the cache failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(cache: &Arc<Cache>, key: &str, bytes: usize) -> HeldContent {
+        let partial = cache.partial();
+        std::fs::write(&partial, vec![7u8; bytes]).unwrap();
+        cache.insert_content(key, &partial, bytes as u64).unwrap()
+    }
+
+    #[test]
+    fn the_least_recently_used_entry_nobody_holds_goes_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(Cache::open(dir.path(), 250).unwrap());
+        drop(put(&cache, "a", 100));
+        drop(put(&cache, "b", 100));
+        drop(cache.content("a").expect("a is cached"));
+        let held = put(&cache, "c", 100);
+        assert!(cache.content("b").is_none(), "b was used least recently");
+        assert!(cache.content("a").is_some() && held.path.exists());
+        assert_eq!(cache.size(), 200);
+        // Held entries stay even beyond the bound; they go once let go.
+        let big = put(&cache, "d", 300);
+        assert!(big.path.exists());
+        drop(big);
+        assert!(cache.size() <= 250, "{}", cache.size());
+    }
+
+    #[test]
+    fn a_named_cache_is_lent_to_one_task_at_a_time_and_found_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path(), 1 << 20).unwrap();
+        let first = cache.lend("checkout").unwrap();
+        assert!(first.fresh);
+        std::fs::write(first.home.join("kept"), b"12345").unwrap();
+        let second = cache.lend("checkout").unwrap();
+        assert!(second.fresh && second.home != first.home, "a held copy is not lent twice");
+        cache.give_back(second, None);
+        let home = first.home.clone();
+        cache.give_back(first, Some(5));
+        assert_eq!(cache.names(), ["checkout"]);
+        drop(cache);
+        let cache = Cache::open(dir.path(), 1 << 20).unwrap();
+        let again = cache.lend("checkout").unwrap();
+        assert!(!again.fresh && again.home == home && again.home.join("kept").exists());
+    }
+}

@@ -1,0 +1,363 @@
+//! Before a run's commands: its mounts fetched through the worker's cache and placed in the
+//! task directory, and its named caches lent and moved in; after them, the caches moved
+//! back (or thrown away). The worker does this itself, before any process of the task
+//! runs, so paths are checked against links the task could have planted.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+use shoal_client::{Client, ClientError};
+use shoal_engine::auth::scope::ScopeSet;
+
+use crate::cache::{Cache, HeldContent, Lease, disk_usage};
+use crate::logsink::LogSink;
+use crate::payload::{CacheSpec, Content, Mount, MountKind, Payload, cache_scopes};
+use crate::unpack::{self, UnpackError};
+
+/// Why a run's mounts could not be placed.
+#[derive(Debug)]
+pub(crate) enum SetupError {
+    /// The payload asks for what cannot be had (missing or forbidden artifact, wrong
+    /// SHA-256, unsafe archive, a cache without its scope): `malformed-payload`.
+    Payload(String),
+    /// The worker failed (the server unreachable, a disk full): `internal-error`.
+    Worker(String),
+}
+
+impl From<UnpackError> for SetupError {
+    fn from(err: UnpackError) -> SetupError {
+        match err {
+            UnpackError::Unsafe(reason) | UnpackError::Corrupt(reason) => SetupError::Payload(reason),
+            UnpackError::Io(err) => SetupError::Worker(err.to_string()),
+        }
+    }
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> SetupError + '_ {
+    move |err| SetupError::Worker(format!("{what}: {err}"))
+}
+
+/// What one run's setup needs.
+pub(crate) struct Setup<'a> {
+    pub(crate) cache: &'a Arc<Cache>,
+    /// The run's client (its credentials), narrowed to `scopes` for artifacts.
+    pub(crate) client: &'a Client,
+    /// The task's scopes.
+    pub(crate) scopes: &'a [String],
+    pub(crate) task_dir: &'a Path,
+    /// The slot's own user, when it has one (what is placed is given to it).
+    pub(crate) user: Option<u32>,
+    pub(crate) log: &'a LogSink,
+}
+
+/// A named cache moved into a task directory.
+pub(crate) struct Lent {
+    lease: Lease,
+    at: PathBuf,
+}
+
+/// Places the payload's caches and mounts; the caches lent are pushed to `lent` as they
+/// are (to be given back whatever happens). Answers the bytes downloaded.
+pub(crate) async fn place(setup: &Setup<'_>, payload: &Payload, lent: &mut Vec<Lent>) -> Result<u64, SetupError> {
+    let held = ScopeSet::new(setup.scopes.iter().cloned());
+    for spec in &payload.caches {
+        if !cache_scopes(&spec.name).iter().any(|scope| held.satisfies(scope)) {
+            let [ours, theirs] = cache_scopes(&spec.name);
+            return Err(SetupError::Payload(format!(
+                "the named cache `{}` needs the scope {ours} (or {theirs}) in the task's scopes",
+                spec.name
+            )));
+        }
+    }
+    let mut fetched = 0;
+    for spec in &payload.caches {
+        fetched += lend(setup, spec, lent).await?;
+    }
+    for mount in &payload.mounts {
+        fetched += place_mount(setup, mount).await?;
+    }
+    Ok(fetched)
+}
+
+async fn lend(setup: &Setup<'_>, spec: &CacheSpec, lent: &mut Vec<Lent>) -> Result<u64, SetupError> {
+    let lease = setup.cache.lend(&spec.name).map_err(io("making a named cache"))?;
+    let at = setup.task_dir.join(&spec.path);
+    let fresh = lease.fresh;
+    let (task_dir, user, home) = (setup.task_dir.to_path_buf(), setup.user, lease.home.clone());
+    let target = at.clone();
+    let moved = blocking(move || {
+        make_parents(&task_dir, &target, user)?;
+        std::fs::rename(&home, &target)?;
+        if let Some(user) = user {
+            use std::os::unix::fs::MetadataExt;
+            if std::fs::symlink_metadata(&target)?.uid() != user {
+                give_tree(&target, user)?;
+            }
+        }
+        Ok(())
+    })
+    .await;
+    lent.push(Lent { lease, at: at.clone() });
+    moved.map_err(io("moving a named cache into the task directory"))?;
+    let said = if fresh { "new (empty)" } else { "kept from an earlier task" };
+    setup.log.line(&format!("cache {} at {}: {said}", spec.name, spec.path)).await;
+    match &spec.preload {
+        Some((content, format)) if fresh => {
+            let (source, fetched) = obtain(setup, content, &spec.path).await?;
+            let (file, format, target) = (source.path().to_path_buf(), *format, at);
+            let user = setup.user;
+            blocking(move || {
+                unpack::unpack(&file, format, &target)?;
+                if let Some(user) = user {
+                    give_tree(&target, user)?;
+                }
+                Ok::<_, UnpackError>(())
+            })
+            .await?;
+            Ok(fetched)
+        }
+        _ => Ok(0),
+    }
+}
+
+/// Gives the lent caches back: each kept as the task left it, or thrown away when `purge`
+/// or when the task put something else than a directory in its place.
+pub(crate) async fn give_back(cache: &Arc<Cache>, task_dir: &Path, lent: Vec<Lent>, purge: bool, log: &LogSink) {
+    if purge && !lent.is_empty() {
+        log.line("named caches purged (the exit code is in onExitStatus.purgeCaches)").await;
+    }
+    for Lent { lease, at } in lent {
+        if purge {
+            cache.give_back(lease, None);
+            continue;
+        }
+        let (task_dir, home) = (task_dir.to_path_buf(), lease.home.clone());
+        let moved = blocking(move || {
+            let rel = at.strip_prefix(&task_dir).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+            if !no_links(&task_dir, rel) || !std::fs::symlink_metadata(&at)?.is_dir() {
+                return Err(std::io::Error::other("the task left no directory in the cache's place"));
+            }
+            std::fs::rename(&at, &home)?;
+            Ok(disk_usage(&home))
+        })
+        .await;
+        match moved {
+            Ok(size) => cache.give_back(lease, Some(size)),
+            Err(err) => {
+                tracing::warn!(error = %err, "a named cache is not kept");
+                cache.give_back(lease, None);
+            }
+        }
+    }
+}
+
+async fn place_mount(setup: &Setup<'_>, mount: &Mount) -> Result<u64, SetupError> {
+    let (source, fetched) = obtain(setup, &mount.content, &mount.path).await?;
+    let (file, kind, task_dir, user) =
+        (source.path().to_path_buf(), mount.kind, setup.task_dir.to_path_buf(), setup.user);
+    let target = setup.task_dir.join(&mount.path);
+    blocking(move || {
+        make_parents(&task_dir, &target, user)?;
+        match kind {
+            MountKind::File(compression) => unpack::place_file(&file, compression, &target)?,
+            MountKind::Directory(format) => unpack::unpack(&file, format, &target)?,
+        }
+        if let Some(user) = user {
+            give_tree(&target, user)?;
+        }
+        Ok::<_, UnpackError>(())
+    })
+    .await?;
+    drop(source);
+    Ok(fetched)
+}
+
+/// Bytes to place: a cached file (held while placed), or inline bytes in a file of their own.
+enum Source {
+    Cached(HeldContent),
+    Inline(PathBuf),
+}
+
+impl Source {
+    fn path(&self) -> &Path {
+        match self {
+            Source::Cached(held) => &held.path,
+            Source::Inline(path) => path,
+        }
+    }
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        if let Source::Inline(path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The content's bytes: from the cache, or fetched into it (once, when two runs want them at
+/// once); answers how many bytes were downloaded.
+async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Source, u64), SetupError> {
+    let started = Instant::now();
+    let (key, what) = match content {
+        Content::Inline { bytes, sha256 } => {
+            check_digest(&format!("{:x}", Sha256::digest(bytes)), sha256.as_deref(), path)?;
+            let file = setup.cache.partial();
+            std::fs::write(&file, bytes).map_err(io("writing inline content"))?;
+            return Ok((Source::Inline(file), 0));
+        }
+        Content::Artifact { task_id, artifact, sha256 } => {
+            let run_id = latest_run(setup.client, task_id, artifact).await?;
+            let key = match sha256 {
+                Some(sha256) => format!("sha256:{sha256}"),
+                None => format!("artifact:{task_id}/{run_id}/{artifact}"),
+            };
+            (key, format!("artifact {artifact} of task {task_id} run {run_id}"))
+        }
+        Content::Url { url, sha256 } => {
+            let key = sha256.as_ref().map_or_else(|| format!("url:{url}"), |sha256| format!("sha256:{sha256}"));
+            (key, url.clone())
+        }
+    };
+    if let Some(held) = setup.cache.content(&key) {
+        setup.log.line(&format!("mount {path}: {what}, from the worker's cache")).await;
+        return Ok((Source::Cached(held), 0));
+    }
+    let _fetching = setup.cache.fetch_lock(&key).await;
+    if let Some(held) = setup.cache.content(&key) {
+        setup.log.line(&format!("mount {path}: {what}, from the worker's cache")).await;
+        return Ok((Source::Cached(held), 0));
+    }
+    let response = match content {
+        Content::Artifact { task_id, artifact, .. } => {
+            let run_id = latest_run(setup.client, task_id, artifact).await?;
+            setup.client.download_artifact(task_id, run_id, artifact, setup.scopes).await
+        }
+        Content::Url { url, .. } => setup.client.download_url(url).await,
+        Content::Inline { .. } => unreachable!("inline content is placed above"),
+    }
+    .map_err(|err| refused(&what, &err))?;
+    let partial = setup.cache.partial();
+    let written = write_download(response, &partial, setup.cache.limit(), &what).await;
+    let (size, digest) = match written {
+        Ok(written) => written,
+        Err(err) => {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(err);
+        }
+    };
+    if let Err(err) = check_digest(&digest, content.sha256(), path) {
+        let _ = tokio::fs::remove_file(&partial).await;
+        return Err(err);
+    }
+    let held = setup.cache.insert_content(&key, &partial, size).map_err(io("keeping a download in the cache"))?;
+    let millis = started.elapsed().as_millis();
+    setup.log.line(&format!("mount {path}: {what}, {size} bytes fetched in {millis} ms")).await;
+    Ok((Source::Cached(held), size))
+}
+
+/// The latest run of `task_id` (whose artifact a mount reads, as getLatestArtifact does).
+async fn latest_run(client: &Client, task_id: &str, artifact: &str) -> Result<u32, SetupError> {
+    let status = client.task_status(task_id).await.map_err(|err| refused(&format!("task {task_id}"), &err))?;
+    status
+        .runs
+        .last()
+        .map(|run| run.run_id)
+        .ok_or_else(|| SetupError::Payload(format!("task {task_id} has no run, so no artifact {artifact} to mount")))
+}
+
+/// A refused download: the payload's fault when the server said no (4xx), the worker's
+/// when it could not be reached.
+fn refused(what: &str, err: &ClientError) -> SetupError {
+    match err.status() {
+        Some(status) if status.is_client_error() => SetupError::Payload(format!("cannot get {what}: {err}")),
+        _ => SetupError::Worker(format!("cannot get {what}: {err}")),
+    }
+}
+
+/// Streams a download into `file`, bounded by `limit` bytes; answers its size and SHA-256.
+async fn write_download(
+    mut response: reqwest::Response,
+    file: &Path,
+    limit: u64,
+    what: &str,
+) -> Result<(u64, String), SetupError> {
+    use tokio::io::AsyncWriteExt;
+    let mut out = tokio::fs::File::create(file).await.map_err(io("writing a download"))?;
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    while let Some(chunk) =
+        response.chunk().await.map_err(|err| SetupError::Worker(format!("downloading {what}: {err}")))?
+    {
+        size += chunk.len() as u64;
+        if size > limit {
+            return Err(SetupError::Worker(format!("{what} is larger than this worker's cache ({limit} bytes)")));
+        }
+        hasher.update(&chunk);
+        out.write_all(&chunk).await.map_err(io("writing a download"))?;
+    }
+    out.sync_all().await.map_err(io("writing a download"))?;
+    Ok((size, format!("{:x}", hasher.finalize())))
+}
+
+fn check_digest(actual: &str, expected: Option<&str>, path: &str) -> Result<(), SetupError> {
+    match expected {
+        Some(expected) if expected != actual => Err(SetupError::Payload(format!(
+            "mount {path}: the content's SHA-256 is {actual}, not {expected} as the payload says"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+async fn blocking<T: Send + 'static, E: From<std::io::Error> + Send + 'static>(
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|err| Err(std::io::Error::other(format!("the worker's setup thread failed: {err}")).into()))
+}
+
+/// Whether no directory between `task_dir` and `task_dir/rel` (`rel` itself excluded) is a
+/// link.
+fn no_links(task_dir: &Path, rel: &Path) -> bool {
+    let mut at = task_dir.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    parts[..parts.len().saturating_sub(1)].iter().all(|part| {
+        at.push(part);
+        std::fs::symlink_metadata(&at).is_ok_and(|metadata| metadata.is_dir())
+    })
+}
+
+/// Makes the directories above `target` (below `task_dir`), given to `user`.
+fn make_parents(task_dir: &Path, target: &Path, user: Option<u32>) -> std::io::Result<()> {
+    let rel = target.strip_prefix(task_dir).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    let mut at = task_dir.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(metadata) if metadata.is_dir() => {}
+            Ok(_) => return Err(std::io::Error::other(format!("{} is in the way", at.display()))),
+            Err(_) => {
+                std::fs::create_dir(&at)?;
+                if let Some(user) = user {
+                    std::os::unix::fs::lchown(&at, Some(user), Some(user))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Gives everything under `path` to `user` (links themselves, never what they point to).
+fn give_tree(path: &Path, user: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(path, Some(user), Some(user))?;
+    if std::fs::symlink_metadata(path)?.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            give_tree(&entry?.path(), user)?;
+        }
+    }
+    Ok(())
+}
