@@ -20,6 +20,8 @@ pub struct Cache {
     state: Mutex<State>,
     /// One lock per content key being fetched, so that two tasks fetch it once.
     fetching: tokio::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Told when a named cache copy is made or goes, so the registry hears of it soon.
+    named_changed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -134,6 +136,7 @@ impl Cache {
             limit,
             state: Mutex::new(state),
             fetching: tokio::sync::Mutex::default(),
+            named_changed: tokio::sync::Notify::new(),
         };
         let victims = cache.victims();
         cache.remove_all(&victims);
@@ -217,6 +220,7 @@ impl Cache {
                 let id = Id::Named(name.to_owned(), number);
                 std::fs::create_dir_all(self.home(&id))?;
                 state.entries.insert(id.clone(), Entry { size: 0, used: 0, held: 0 });
+                self.named_changed.notify_one();
                 (id, true)
             }
         };
@@ -244,6 +248,7 @@ impl Cache {
             None => {
                 self.lock().entries.remove(&lease.id);
                 remove(&lease.home);
+                self.named_changed.notify_one();
                 return;
             }
         }
@@ -276,6 +281,9 @@ impl Cache {
             }
             if let Some(entry) = state.entries.remove(&id) {
                 total -= entry.size;
+                if matches!(id, Id::Named(..)) {
+                    self.named_changed.notify_one();
+                }
                 victims.push(self.home(&id));
             }
         }
@@ -309,6 +317,11 @@ impl Cache {
             }
         }
         names
+    }
+
+    /// Resolves when a named cache copy was made or went since the last call.
+    pub(crate) async fn named_changed(&self) {
+        self.named_changed.notified().await;
     }
 
     /// Bytes the cache holds now.

@@ -46,8 +46,8 @@ impl Held {
     }
 }
 
-/// Heartbeats until `done`, at the interval the server asks for; cancels `terminate` when
-/// the server asks this worker to stop.
+/// Heartbeats until `done`, at the interval the server asks for and when the named caches
+/// held change; cancels `terminate` when the server asks this worker to stop.
 pub(crate) async fn heartbeat(
     client: Client,
     config: WorkerConfig,
@@ -75,6 +75,8 @@ pub(crate) async fn heartbeat(
         tokio::select! {
             () = done.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
+            // The registry lists the named caches a worker holds: told soon after they change.
+            () = config.cache.named_changed() => {}
         }
     }
 }

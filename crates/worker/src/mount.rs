@@ -209,6 +209,18 @@ async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Sou
             return Ok((Source::Inline(file), 0));
         }
         Content::Artifact { task_id, artifact, sha256 } => {
+            // Checked here, not only by the server: a cached copy must not reach a task that
+            // could not have downloaded it (generic-worker checks the same way).
+            let held = ScopeSet::new(setup.scopes.iter().cloned());
+            if let Some(private) = shoal_engine::artifact::private_names([artifact.as_str()]).first() {
+                let needed = format!("queue:get-artifact:{private}");
+                if !held.satisfies(&needed) {
+                    return Err(SetupError::Payload(format!(
+                        "mount {path}: cannot get artifact {artifact} of task {task_id}: it is private and the \
+                         task's scopes do not include {needed}"
+                    )));
+                }
+            }
             let run_id = latest_run(setup.client, task_id, artifact).await?;
             let key = match sha256 {
                 Some(sha256) => format!("sha256:{sha256}"),

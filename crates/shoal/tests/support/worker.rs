@@ -85,3 +85,13 @@ pub(crate) async fn resolved(server: &Server, task_id: &str, runs: usize) -> Val
 pub(crate) async fn log_of(server: &Server, task_id: &str, run_id: u32) -> String {
     reqwest::get(format!("{}/logs/v1/{task_id}/{run_id}", server.root)).await.unwrap().text().await.unwrap()
 }
+
+/// Creates a task from a whole `definition` (with scopes, say); answers its id.
+pub(crate) async fn create_definition(server: &Server, definition: &Value) -> String {
+    let task_id = slugid::nice();
+    let url = format!("{}/task/{task_id}", server.api);
+    let res =
+        super::signed(&reqwest::Client::new(), reqwest::Method::PUT, &url, Some(definition)).send().await.unwrap();
+    assert!(res.status().is_success(), "{}", res.text().await.unwrap());
+    task_id
+}
