@@ -162,6 +162,14 @@ enum Command {
         #[arg(long, default_value = "bubblewrap")]
         isolation: String,
     },
+    /// A task's mount of an artifact through a real worker: downloaded the first time, from
+    /// the worker's cache after.
+    Mounts {
+        #[arg(long, default_value_t = 50)]
+        megabytes: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// Live-log throughput end to end: a chatty task on a real worker, one reader following.
     Chatty {
         #[arg(long, default_value_t = 256)]
@@ -309,6 +317,7 @@ fn main() -> anyhow::Result<()> {
             Command::Worker { tasks, capacity, isolation } => worker::worker(tasks, capacity, &isolation).await?,
             Command::Proxy { requests, isolation } => worker::proxy(requests, &isolation).await?,
             Command::Chatty { megabytes } => worker::chatty(megabytes).await?,
+            Command::Mounts { megabytes, runs } => worker::mounts(megabytes, runs).await?,
             Command::Scale { pending, claims } => scale::scale(&pending, claims).await?,
             Command::Dimensions { tasks, workers, concurrency, database } => {
                 dimensions::dimensions(tasks, workers, concurrency, database.as_deref()).await?

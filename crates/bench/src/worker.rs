@@ -183,3 +183,75 @@ for name, taken in times.items():
     server.stop().await;
     Ok(())
 }
+
+/// A task's mount of a `megabytes` artifact through a real worker: the first run downloads it
+/// into the worker's cache, the next `runs` take it from there; as a file and unpacked.
+pub(crate) async fn mounts(megabytes: usize, runs: usize) -> anyhow::Result<()> {
+    let server = Server::start(None, &[]).await?;
+    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
+    let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let worker = server::start_worker(&root, "bench/mounts", 1, work_dir.path(), &[])?;
+    let run = |payload: Value| run_task(&server, payload);
+    let build = || {
+        run(json!({
+            "command": [format!("head -c {megabytes}M /dev/urandom > data.bin && tar czf data.tar.gz data.bin")],
+            "artifacts": [{"type": "file", "path": "data.tar.gz", "name": "public/data.tar.gz"}],
+            "maxRunTime": 600
+        }))
+    };
+    // One build per kind, so that each kind's first run downloads.
+    let (file_build, dir_build) = (build().await?.0, build().await?.0);
+    let content = |build: &str| json!({"taskId": build, "artifact": "public/data.tar.gz"});
+    for (kind, mount) in [
+        ("file", json!({"file": "data.tar.gz", "content": content(&file_build)})),
+        (
+            "directory (tar.gz unpacked)",
+            json!({"directory": "data", "format": "tar.gz", "content": content(&dir_build)}),
+        ),
+    ] {
+        let payload = json!({"command": [["true"]], "mounts": [mount], "maxRunTime": 600});
+        let mut cached = Vec::new();
+        let mut first = None;
+        for _ in 0..=runs {
+            let (_, stats) = run(payload.clone()).await?;
+            let (millis, fetched) =
+                (stats["mountMs"].as_u64().unwrap_or(0), stats["bytesFetched"].as_u64().unwrap_or(0));
+            match first {
+                None => first = Some((millis, fetched)),
+                Some(_) => cached.push(millis),
+            }
+        }
+        cached.sort_unstable();
+        let (millis, fetched) = first.unwrap_or_default();
+        let mib = fetched as f64 / (1024.0 * 1024.0);
+        println!(
+            "mounts: {megabytes} MiB artifact as a {kind}: first run {millis} ms ({mib:.0} MiB fetched, {:.0} MiB/s), \
+             from the cache median {} ms over {runs} runs",
+            mib / (millis.max(1) as f64 / 1000.0),
+            cached.get(cached.len() / 2).copied().unwrap_or_default()
+        );
+    }
+    drop(worker);
+    server.stop().await;
+    Ok(())
+}
+
+/// Creates a task with `payload` and waits for it to complete; answers its id and its run's
+/// stats.
+async fn run_task(server: &Server, payload: Value) -> anyhow::Result<(String, Value)> {
+    let client = server.client();
+    let mut task = definition("bench/mounts");
+    task["payload"] = payload;
+    let task_id = slugid::nice();
+    let res = client.put(format!("{}/task/{task_id}", server.base)).json(&task).send().await?;
+    anyhow::ensure!(res.status().is_success(), "createTask failed: {}", res.text().await?);
+    loop {
+        let status: Value = client.get(format!("{}/task/{task_id}/status", server.base)).send().await?.json().await?;
+        let run = &status["status"]["runs"][0];
+        match run["state"].as_str() {
+            Some("completed") => return Ok((task_id, run["stats"].clone())),
+            Some("failed" | "exception") => anyhow::bail!("task {task_id} did not complete: {run}"),
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}

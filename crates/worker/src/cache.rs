@@ -152,10 +152,19 @@ impl Cache {
         self.limit
     }
 
-    /// The content file of `key`, held, when it is cached.
+    /// The content file of `key`, held, when it is cached (and still on disk: an operator
+    /// may have cleared the directory).
     pub(crate) fn content(self: &Arc<Self>, key: &str) -> Option<HeldContent> {
         let id = Id::Content(digest(key));
-        self.lock().touch(&id).then(|| self.held(id))
+        if !self.lock().touch(&id) {
+            return None;
+        }
+        let held = self.held(id);
+        if held.path.is_file() {
+            return Some(held);
+        }
+        self.lock().entries.remove(&held.id);
+        None
     }
 
     fn held(self: &Arc<Self>, id: Id) -> HeldContent {
@@ -384,6 +393,10 @@ mod tests {
         assert!(big.path.exists());
         drop(big);
         assert!(cache.size() <= 250, "{}", cache.size());
+        // A file cleared from under the worker is a miss, not an error later.
+        let gone = put(&cache, "e", 10).path.clone();
+        std::fs::remove_file(gone).unwrap();
+        assert!(cache.content("e").is_none());
     }
 
     #[test]
