@@ -439,7 +439,8 @@ impl Client {
             let file = tokio::fs::File::open(path)
                 .await
                 .map_err(|err| ClientError::Transport(format!("opening {}: {err}", path.display())))?;
-            let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(file));
+            // Large reads: each read of a tokio file is a trip to a blocking thread.
+            let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024));
             let failure = match self.http.put(put_url).body(body).send().await {
                 Ok(res) if res.status().is_success() => return Ok(()),
                 Ok(res) if !res.status().is_server_error() => {

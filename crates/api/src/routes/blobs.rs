@@ -40,6 +40,9 @@ pub(crate) async fn put_blob(
     Ok(StatusCode::OK)
 }
 
+/// Bytes read from a blob file at a time.
+const BLOB_READ: usize = 256 * 1024;
+
 /// Serves a blob artifact's bytes with its content type.
 pub(crate) async fn get_blob(
     State(state): State<AppState>,
@@ -49,7 +52,8 @@ pub(crate) async fn get_blob(
     let key = key_of(&params)?;
     caller.authorize(&Vars::new().many("privateNames", private_names([key.name.as_str()])))?;
     let (artifact, file, size) = state.queue.open_blob(&key).await?;
-    let stream = tokio_util::io::ReaderStream::new(file);
+    // Large reads: each read of a tokio file is a trip to a blocking thread (4 KiB by default).
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, BLOB_READ);
     let mut res = Body::from_stream(stream).into_response();
     let content_type = HeaderValue::from_str(artifact.kind.content_type())
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
