@@ -97,8 +97,9 @@ def sign_out(driver, server):
     driver.execute_script("sessionStorage.clear()")
 
 
-def claim(queue, task_queue_id, worker_id="w1"):
-    claimed = queue.claimWork(task_queue_id, {"workerGroup": "ui", "workerId": worker_id, "tasks": 1})
+def claim(queue, task_queue_id, worker_id="w1", **shoal_fields):
+    body = {"workerGroup": "ui", "workerId": worker_id, "tasks": 1, **shoal_fields}
+    claimed = queue.claimWork(task_queue_id, body)
     assert claimed["tasks"], "a task to claim"
     return claimed["tasks"][0]
 
@@ -292,7 +293,7 @@ def test_group_actions_rerun_the_failed_and_cancel_the_group(server, queue, make
 
 def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue_id, browser, shots):
     queue.createTask(slugid_nice(), make_task())
-    claim(queue, task_queue_id, worker_id="w-quarantine")
+    claim(queue, task_queue_id, worker_id="w-quarantine", caches=["checkout", "ccache"])
     provisioner, worker_type = task_queue_id.split("/")
     page = f"{server}/provisioners/{provisioner}/worker-types/{worker_type}/workers/ui/w-quarantine"
     sign_in(browser, server, "root", ROOT_TOKEN)
@@ -304,6 +305,7 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     worker = queue.getWorker(provisioner, worker_type, "ui", "w-quarantine")
     assert "quarantineUntil" in worker
     wait(browser, lambda d: "flaky disk" in text_of(d, "#events"), "the quarantine in its events")
+    assert "Named caches\ncheckout, ccache" in text_of(browser, ".grid"), "the caches it holds"
     snap(browser, shots, "worker")
     open_page(browser, f"{server}/provisioners/{provisioner}/worker-types/{worker_type}", '#workers tr[data-worker="ui/w-quarantine"]')
     snap(browser, shots, "queue")

@@ -110,6 +110,7 @@ function runView(taskId, status, run) {
       ['Slice', run.slice ? `${run.slice.index}` : null],
       ['Exit code', stats.exitCode],
       ['Setup', stats.setupMs !== undefined ? duration(stats.setupMs) : null],
+      ['Mounts', stats.mountMs !== undefined ? `${duration(stats.mountMs)}, ${bytes(stats.bytesFetched ?? 0)} fetched` : null],
       ['Command ran', stats.runMs !== undefined ? duration(stats.runMs) : null],
       ['Uploads', stats.uploadMs !== undefined ? `${duration(stats.uploadMs)}, ${bytes(stats.bytesUploaded)}` : null],
       ['Peak memory', stats.peakMemoryBytes !== undefined ? bytes(stats.peakMemoryBytes) : null],

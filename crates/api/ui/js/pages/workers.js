@@ -107,6 +107,7 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
         ['Quarantined until', worker.quarantineUntil ? when(worker.quarantineUntil) : null],
         ['Dimensions', dimensionChips(worker.dimensions)],
         ['Version', worker.version],
+        ['Named caches', worker.caches && worker.caches.length ? worker.caches.join(', ') : null],
         ['First seen', when(worker.firstSeen)],
         ['Last active', when(worker.lastDateActive)],
         ['Expires', when(worker.expires)],
