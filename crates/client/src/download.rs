@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
 
-use crate::{ATTEMPTS, BACKOFF, Client, ClientError, MAX_BACKOFF, encode_path, error_of};
+use crate::{Client, ClientError, Try, encode_path, error_of, retried};
 
 /// Most redirects one download follows.
 const MAX_REDIRECTS: usize = 5;
@@ -86,33 +86,24 @@ impl Client {
         authorized_scopes: Option<&[String]>,
     ) -> Result<reqwest::Response, ClientError> {
         let ours = url.starts_with(&format!("{}/", self.root_url));
-        let mut backoff = BACKOFF;
-        let mut attempt = 1;
-        loop {
+        retried(url, || async move {
             let mut request = http.request(Method::GET, url);
             if let (true, Some(credentials)) = (ours, &self.credentials) {
                 let credentials = credentials.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-                let authorization = credentials.authorization_restricted("GET", url, None, authorized_scopes)?;
-                request = request.header(reqwest::header::AUTHORIZATION, authorization);
+                match credentials.authorization_restricted("GET", url, None, authorized_scopes) {
+                    Ok(authorization) => request = request.header(reqwest::header::AUTHORIZATION, authorization),
+                    Err(err) => return Try::Done(Err(err)),
+                }
             }
-            let failure = match request.send().await {
-                Ok(res) if !res.status().is_server_error() => return Ok(res),
+            match request.send().await {
+                Ok(res) if !res.status().is_server_error() => Try::Done(Ok(res)),
                 Ok(res) => {
                     let status = res.status();
-                    let bytes = res.bytes().await.unwrap_or_default();
-                    if attempt >= ATTEMPTS {
-                        return Err(error_of(status, &bytes));
-                    }
-                    ClientError::Status { status: StatusCode::BAD_GATEWAY, code: String::new(), message: String::new() }
+                    Try::Again(error_of(status, &res.bytes().await.unwrap_or_default()))
                 }
-                Err(err) => ClientError::Transport(err.to_string()),
-            };
-            if attempt >= ATTEMPTS {
-                return Err(failure);
+                Err(err) => Try::Again(ClientError::Transport(err.to_string())),
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-            attempt += 1;
-        }
+        })
+        .await
     }
 }

@@ -228,8 +228,6 @@ impl Client {
         url: &str,
         body: Option<Body<'_>>,
     ) -> Result<(StatusCode, Vec<u8>), ClientError> {
-        let mut backoff = BACKOFF;
-        let mut attempt = 1;
         let body = match &body {
             Some(Body::Json(value)) => Some((
                 "application/json",
@@ -238,7 +236,8 @@ impl Client {
             Some(Body::Bytes(bytes)) => Some(("application/octet-stream", bytes.to_vec())),
             None => None,
         };
-        loop {
+        let (body, method) = (&body, &method);
+        retried(url, || async move {
             let mut request = self.http.request(method.clone(), url);
             if let Some((content_type, bytes)) = &body {
                 request = request.header(reqwest::header::CONTENT_TYPE, *content_type).body(bytes.clone());
@@ -247,32 +246,28 @@ impl Client {
                 // Signed anew each attempt: a retry must not reuse the nonce.
                 let signed = body.as_ref().map(|(content_type, bytes)| (*content_type, bytes.as_slice()));
                 let credentials = credentials.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-                let authorization = credentials.authorization(method.as_str(), url, signed)?;
-                request = request.header(reqwest::header::AUTHORIZATION, authorization);
+                match credentials.authorization(method.as_str(), url, signed) {
+                    Ok(authorization) => request = request.header(reqwest::header::AUTHORIZATION, authorization),
+                    Err(err) => return Try::Done(Err(err)),
+                }
             }
-            let failure = match request.send().await {
+            match request.send().await {
                 Ok(res) => {
                     let status = res.status();
                     match res.bytes().await {
-                        Ok(bytes) if !status.is_server_error() => return Ok((status, bytes.to_vec())),
-                        Ok(bytes) => ClientError::Status {
+                        Ok(bytes) if !status.is_server_error() => Try::Done(Ok((status, bytes.to_vec()))),
+                        Ok(bytes) => Try::Again(ClientError::Status {
                             status,
                             code: "ServerError".into(),
                             message: String::from_utf8_lossy(&bytes).into_owned(),
-                        },
-                        Err(err) => ClientError::Transport(err.to_string()),
+                        }),
+                        Err(err) => Try::Again(ClientError::Transport(err.to_string())),
                     }
                 }
-                Err(err) => ClientError::Transport(err.to_string()),
-            };
-            if attempt >= ATTEMPTS {
-                return Err(failure);
+                Err(err) => Try::Again(ClientError::Transport(err.to_string())),
             }
-            tracing::debug!(url, attempt, "retrying after a failed call");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-            attempt += 1;
-        }
+        })
+        .await
     }
 
     /// A call whose success answer is JSON of type `T`.
@@ -433,33 +428,26 @@ impl Client {
     /// # Errors
     /// When the file cannot be read or the server refuses.
     pub async fn upload_file(&self, put_url: &str, path: &std::path::Path) -> Result<(), ClientError> {
-        let mut backoff = BACKOFF;
-        let mut attempt = 1;
-        loop {
-            let file = tokio::fs::File::open(path)
-                .await
-                .map_err(|err| ClientError::Transport(format!("opening {}: {err}", path.display())))?;
+        retried(put_url, || async move {
+            let file = match tokio::fs::File::open(path).await {
+                Ok(file) => file,
+                Err(err) => {
+                    return Try::Done(Err(ClientError::Transport(format!("opening {}: {err}", path.display()))));
+                }
+            };
             // Large reads: each read of a tokio file is a trip to a blocking thread.
             let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024));
-            let failure = match self.http.put(put_url).body(body).send().await {
-                Ok(res) if res.status().is_success() => return Ok(()),
-                Ok(res) if !res.status().is_server_error() => {
-                    let status = res.status();
-                    let bytes = res.bytes().await.unwrap_or_default();
-                    return Err(error_of(status, &bytes));
-                }
+            match self.http.put(put_url).body(body).send().await {
+                Ok(res) if res.status().is_success() => Try::Done(Ok(())),
                 Ok(res) => {
-                    ClientError::Status { status: res.status(), code: "ServerError".into(), message: String::new() }
+                    let status = res.status();
+                    let error = error_of(status, &res.bytes().await.unwrap_or_default());
+                    if status.is_server_error() { Try::Again(error) } else { Try::Done(Err(error)) }
                 }
-                Err(err) => ClientError::Transport(err.to_string()),
-            };
-            if attempt >= ATTEMPTS {
-                return Err(failure);
+                Err(err) => Try::Again(ClientError::Transport(err.to_string())),
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-            attempt += 1;
-        }
+        })
+        .await
     }
 
     /// createTask.
@@ -618,6 +606,31 @@ fn error_of(status: StatusCode, bytes: &[u8]) -> ClientError {
         status,
         code: body["code"].as_str().unwrap_or("Unknown").to_owned(),
         message: body["message"].as_str().map_or_else(|| String::from_utf8_lossy(bytes).into_owned(), str::to_owned),
+    }
+}
+
+/// One try of a call: how it ended, or an error worth another try (transport, 5xx).
+enum Try<T> {
+    Done(Result<T, ClientError>),
+    Again(ClientError),
+}
+
+/// Tries `call` up to [`ATTEMPTS`] times with capped exponential backoff, as long as it
+/// says another try may succeed; answers the last error otherwise.
+async fn retried<T, F: Future<Output = Try<T>>>(url: &str, mut call: impl FnMut() -> F) -> Result<T, ClientError> {
+    let mut backoff = BACKOFF;
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Try::Done(result) => return result,
+            Try::Again(err) if attempt >= ATTEMPTS => return Err(err),
+            Try::Again(_) => {
+                tracing::debug!(url, attempt, "retrying after a failed call");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                attempt += 1;
+            }
+        }
     }
 }
 
