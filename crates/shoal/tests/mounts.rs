@@ -264,3 +264,28 @@ async fn a_named_cache_is_kept_lent_to_one_task_at_a_time_guarded_and_purged() {
     }
     panic!("the worker's record does not list its caches: {record}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_run_places_the_next_runs_mounts_where_the_old_ones_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let (queue, work) = ("e2e/killed", dir.path().join("work"));
+    let mut worker = worker_with(&server.root, queue, "w1", &work, &[]);
+    let mounts = json!([{"file": "inputs/notes.txt", "content": {"raw": "notes"}}]);
+    let hang = json!({"command": ["echo placed; sleep 600"], "mounts": mounts, "maxRunTime": 600});
+    let mut task = definition(queue, hang);
+    task["retries"] = json!(0);
+    let hung = create_definition(&server, &task).await;
+    for _ in 0..600 {
+        if log_of(&server, &hung, 0).await.contains("placed") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(work.join("slot-0/inputs/notes.txt").exists(), "the mount is in place while the task runs");
+    worker.kill().await.unwrap();
+    let _worker = worker_with(&server.root, queue, "w2", &work, &[]);
+    let payload = json!({"command": ["cat inputs/notes.txt"], "mounts": mounts, "maxRunTime": 60});
+    let (next, log) = run(&server, queue, payload, &[]).await;
+    assert_eq!(next["state"], "completed", "the slot's leftovers were cleared first: {log}");
+}

@@ -169,7 +169,11 @@ async fn place_mount(setup: &Setup<'_>, mount: &Mount) -> Result<u64, SetupError
         }
         Ok::<_, UnpackError>(())
     })
-    .await?;
+    .await
+    .map_err(|err| match SetupError::from(err) {
+        SetupError::Payload(reason) => SetupError::Payload(format!("mount {}: {reason}", mount.path)),
+        SetupError::Worker(reason) => SetupError::Worker(format!("mount {}: {reason}", mount.path)),
+    })?;
     drop(source);
     Ok(fetched)
 }

@@ -179,6 +179,9 @@ async fn prepare(
     (dir, secrets_file): (&Path, &Path),
     (user, proxy_url): (Option<u32>, Option<&str>),
 ) -> Result<Vec<(String, String)>, String> {
+    // Whatever a crash left in the slot's directory goes first: mounts are placed only where
+    // nothing is.
+    empty(dir).await;
     tokio::fs::create_dir_all(dir)
         .await
         .map_err(|err| format!("cannot create the task directory {}: {err}", dir.display()))?;

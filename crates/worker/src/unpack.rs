@@ -288,6 +288,31 @@ mod tests {
     }
 
     #[test]
+    fn compressed_tars_and_files_are_read_in_each_format() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let tar = tar_with(&[("bin/app", tar::EntryType::Regular, "payload")]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&tar).unwrap();
+        let cases = [
+            (ArchiveFormat::TarGz, Some(Compression::Gz), gz.finish().unwrap()),
+            (ArchiveFormat::TarZst, Some(Compression::Zst), zstd::encode_all(&tar[..], 1).unwrap()),
+        ];
+        for (idx, (format, compression, bytes)) in cases.into_iter().enumerate() {
+            let file = dir.path().join(format!("archive-{idx}"));
+            std::fs::write(&file, &bytes).unwrap();
+            let out = dir.path().join(format!("out-{idx}"));
+            unpack(&file, format, &out).unwrap();
+            assert_eq!(std::fs::read_to_string(out.join("bin/app")).unwrap(), "payload", "{format:?}");
+            let placed = dir.path().join(format!("placed-{idx}.tar"));
+            place_file(&file, compression, &placed).unwrap();
+            assert_eq!(std::fs::read(&placed).unwrap(), tar, "{compression:?}");
+            let result = unpack(&placed, format, &dir.path().join(format!("wrong-{idx}")));
+            assert!(matches!(result, Err(UnpackError::Corrupt(_))), "a plain tar is not {format:?}: {result:?}");
+        }
+    }
+
+    #[test]
     fn zip_entries_are_checked_the_same_way() {
         use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
