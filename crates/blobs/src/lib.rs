@@ -21,7 +21,49 @@ pub struct LocalBlobs {
     root: PathBuf,
 }
 
-/// An upload in progress; dropped without [`BlobWriter::finish`] it leaves nothing behind.
+/// A blob being read: its bytes, and how many there are.
+pub struct BlobReader {
+    bytes: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    size: u64,
+}
+
+impl std::fmt::Debug for BlobReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobReader").field("size", &self.size).finish_non_exhaustive()
+    }
+}
+
+impl BlobReader {
+    async fn of_file(path: &Path) -> io::Result<Option<BlobReader>> {
+        match File::open(path).await {
+            Ok(file) => {
+                let size = file.metadata().await?.len();
+                Ok(Some(BlobReader { bytes: Box::pin(file), size }))
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// How many bytes the blob holds.
+    #[must_use]
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+impl tokio::io::AsyncRead for BlobReader {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        self.bytes.as_mut().poll_read(cx, buf)
+    }
+}
+
+/// An upload in progress; [`BlobWriter::finish`] keeps it, [`BlobWriter::abort`] (or a drop)
+/// leaves nothing behind.
 #[derive(Debug)]
 pub struct BlobWriter {
     file: File,
@@ -65,45 +107,13 @@ impl Blobs {
         }
     }
 
-    /// Opens the blob `key` for reading, with its size; `None` when it does not exist.
+    /// Opens the blob `key` for reading; `None` when it does not exist.
     ///
     /// # Errors
-    /// When the file exists but cannot be read.
-    pub async fn open(&self, key: &BlobKey<'_>) -> io::Result<Option<(File, u64)>> {
+    /// When it exists but cannot be read.
+    pub async fn open(&self, key: &BlobKey<'_>) -> io::Result<Option<BlobReader>> {
         match self {
-            Blobs::Local(local) => match File::open(local.path(key)).await {
-                Ok(file) => {
-                    let size = file.metadata().await?.len();
-                    Ok(Some((file, size)))
-                }
-                Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
-                Err(err) => Err(err),
-            },
-        }
-    }
-
-    /// The bytes of the blobs of run `run_id` of `task_id` stored so far (uploads in progress
-    /// not counted).
-    ///
-    /// # Errors
-    /// When the run's directory exists but cannot be read.
-    pub async fn run_bytes(&self, task_id: &str, run_id: u32) -> io::Result<u64> {
-        match self {
-            Blobs::Local(local) => {
-                let dir = local.root.join(task_id).join(run_id.to_string());
-                let mut entries = match tokio::fs::read_dir(&dir).await {
-                    Ok(entries) => entries,
-                    Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(0),
-                    Err(err) => return Err(err),
-                };
-                let mut total = 0;
-                while let Some(entry) = entries.next_entry().await? {
-                    if !entry.file_name().to_string_lossy().starts_with(UPLOAD_PREFIX) {
-                        total += entry.metadata().await?.len();
-                    }
-                }
-                Ok(total)
-            }
+            Blobs::Local(local) => BlobReader::of_file(&local.path(key)).await,
         }
     }
 
@@ -241,20 +251,39 @@ impl Blobs {
         }
     }
 
-    /// Opens the live log of a run for reading, with its size; `None` before the first chunk.
+    /// The size of a run's live log (0 before the first chunk).
     ///
     /// # Errors
     /// When it exists but cannot be read.
-    pub async fn open_log(&self, task_id: &str, run_id: u32) -> io::Result<Option<(File, u64)>> {
+    pub async fn log_size(&self, task_id: &str, run_id: u32) -> io::Result<u64> {
         match self {
-            Blobs::Local(local) => match File::open(local.log_path(task_id, run_id)).await {
-                Ok(file) => {
-                    let size = file.metadata().await?.len();
-                    Ok(Some((file, size)))
-                }
-                Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+            Blobs::Local(local) => match tokio::fs::metadata(local.log_path(task_id, run_id)).await {
+                Ok(metadata) => Ok(metadata.len()),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(0),
                 Err(err) => Err(err),
             },
+        }
+    }
+
+    /// Up to `max` bytes of a run's live log from `offset` (fewer at its end; none before
+    /// the first chunk).
+    ///
+    /// # Errors
+    /// When it exists but cannot be read.
+    pub async fn read_log(&self, task_id: &str, run_id: u32, offset: u64, max: usize) -> io::Result<Vec<u8>> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        match self {
+            Blobs::Local(local) => {
+                let mut file = match File::open(local.log_path(task_id, run_id)).await {
+                    Ok(file) => file,
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+                    Err(err) => return Err(err),
+                };
+                file.seek(io::SeekFrom::Start(offset)).await?;
+                let mut buf = Vec::with_capacity(max.min(1 << 20));
+                file.take(max as u64).read_to_end(&mut buf).await?;
+                Ok(buf)
+            }
         }
     }
 }
@@ -356,6 +385,14 @@ impl BlobWriter {
     }
 }
 
+impl BlobWriter {
+    /// Gives the upload up: nothing of it is kept.
+    pub async fn abort(mut self) {
+        self.finished = true;
+        let _ = tokio::fs::remove_file(&self.temp).await;
+    }
+}
+
 impl Drop for BlobWriter {
     fn drop(&mut self) {
         if !self.finished {
@@ -383,8 +420,8 @@ mod tests {
         let mut writer = blobs.writer(&key).await.unwrap();
         writer.write(b"bytes").await.unwrap();
         writer.finish().await.unwrap();
-        let (_, size) = blobs.open(&key).await.unwrap().expect("stored");
-        assert_eq!(size, 5);
+        let reader = blobs.open(&key).await.unwrap().expect("stored");
+        assert_eq!(reader.size(), 5);
     }
 
     #[tokio::test]
@@ -421,10 +458,10 @@ mod tests {
         writer.write(b"world").await.unwrap();
         assert!(blobs.open(&key).await.unwrap().is_none(), "not visible before finish");
         assert_eq!(writer.finish().await.unwrap(), 11);
-        let (mut file, size) = blobs.open(&key).await.unwrap().unwrap();
+        let mut reader = blobs.open(&key).await.unwrap().unwrap();
         let mut text = String::new();
-        file.read_to_string(&mut text).await.unwrap();
-        assert_eq!((text.as_str(), size), ("hello world", 11));
+        reader.read_to_string(&mut text).await.unwrap();
+        assert_eq!((text.as_str(), reader.size()), ("hello world", 11));
         let run_dir = dir.path().join("t").join("0");
         assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), 1, "the name stayed inside its run's directory");
         blobs.delete(&key).await.unwrap();
@@ -443,9 +480,9 @@ mod tests {
         second.finish().await.unwrap();
         let refused = first.finish().await.unwrap_err();
         assert_eq!(refused.kind(), io::ErrorKind::AlreadyExists);
-        let (mut file, _) = blobs.open(&key).await.unwrap().unwrap();
+        let mut reader = blobs.open(&key).await.unwrap().unwrap();
         let mut text = String::new();
-        file.read_to_string(&mut text).await.unwrap();
+        reader.read_to_string(&mut text).await.unwrap();
         assert_eq!(text, "second");
         let run_dir = dir.path().join("t").join("0");
         assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), 1, "no temporary file is left");
@@ -475,9 +512,9 @@ mod tests {
         for path in &theirs {
             assert_eq!(std::fs::read(path).unwrap(), b"theirs", "{}", path.display());
         }
-        let (mut file, _) = blobs.open(&key).await.unwrap().unwrap();
+        let mut reader = blobs.open(&key).await.unwrap().unwrap();
         let mut text = String::new();
-        file.read_to_string(&mut text).await.unwrap();
+        reader.read_to_string(&mut text).await.unwrap();
         assert_eq!(text, "mine");
     }
 
@@ -490,21 +527,26 @@ mod tests {
         writer.write(b"partial").await.unwrap();
         drop(writer);
         assert_eq!(std::fs::read_dir(dir.path().join("t").join("1")).unwrap().count(), 0);
+        let mut aborted = blobs.writer(&key).await.unwrap();
+        aborted.write(b"partial").await.unwrap();
+        aborted.abort().await;
+        assert_eq!(std::fs::read_dir(dir.path().join("t").join("1")).unwrap().count(), 0, "aborted");
+        assert!(blobs.open(&key).await.unwrap().is_none());
     }
 
     #[tokio::test]
     async fn log_appends_are_idempotent_and_refuse_gaps() {
         let dir = tempfile::tempdir().unwrap();
         let blobs = Blobs::local(dir.path()).unwrap();
-        assert!(blobs.open_log("t", 0).await.unwrap().is_none());
+        assert_eq!(blobs.log_size("t", 0).await.unwrap(), 0);
+        assert!(blobs.read_log("t", 0, 0, 100).await.unwrap().is_empty());
         assert_eq!(blobs.append_log("t", 0, 0, b"hello ").await.unwrap(), Appended::Size(6));
         assert_eq!(blobs.append_log("t", 0, 0, b"hello ").await.unwrap(), Appended::Size(6), "a resend adds nothing");
         assert_eq!(blobs.append_log("t", 0, 3, b"lo world").await.unwrap(), Appended::Size(11), "overlap is skipped");
         assert_eq!(blobs.append_log("t", 0, 20, b"later").await.unwrap(), Appended::Gap(11));
-        let (mut file, size) = blobs.open_log("t", 0).await.unwrap().unwrap();
-        let mut text = String::new();
-        file.read_to_string(&mut text).await.unwrap();
-        assert_eq!((text.as_str(), size), ("hello world", 11));
+        assert_eq!(blobs.read_log("t", 0, 0, 100).await.unwrap(), b"hello world");
+        assert_eq!(blobs.read_log("t", 0, 6, 3).await.unwrap(), b"wor", "a window of it");
+        assert_eq!(blobs.log_size("t", 0).await.unwrap(), 11);
     }
 
     #[test]

@@ -120,6 +120,9 @@ pub struct Artifact {
     pub kind: ArtifactKind,
     /// Whether its content is there (a blob not uploaded yet is not).
     pub present: bool,
+    /// For an uploaded blob, how many bytes it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 impl Artifact {
@@ -208,7 +211,13 @@ pub fn check_name(name: &str) -> Result<(), Rejection> {
 #[must_use]
 pub fn implicit_live_log(run: &Run, task_expires: Timestamp) -> Option<Artifact> {
     run.worker_id.as_ref()?;
-    Some(Artifact { name: LIVE_LOG_NAME.to_owned(), expires: task_expires, kind: ArtifactKind::LiveLog, present: true })
+    Some(Artifact {
+        name: LIVE_LOG_NAME.to_owned(),
+        expires: task_expires,
+        kind: ArtifactKind::LiveLog,
+        present: true,
+        bytes: None,
+    })
 }
 
 impl ArtifactRequest {
@@ -251,7 +260,13 @@ impl ArtifactRequest {
         check_run_takes_artifacts(run, now)?;
         let present = !matches!(self.kind, ArtifactKind::Blob { .. });
         let Some(existing) = existing else {
-            return Ok(Artifact { name: name.to_owned(), expires: self.expires, kind: self.kind, present });
+            return Ok(Artifact {
+                name: name.to_owned(),
+                expires: self.expires,
+                kind: self.kind,
+                present,
+                bytes: None,
+            });
         };
         let replaceable = match (&existing.kind, &self.kind) {
             (
@@ -269,8 +284,9 @@ impl ArtifactRequest {
         if self.expires < existing.expires && existing.kind != ArtifactKind::LiveLog {
             return Err(Conflict::ArtifactExpiresEarlier { name: name.to_owned(), expires: existing.expires }.into());
         }
-        let present = present || (existing.present && existing.kind == self.kind);
-        Ok(Artifact { name: name.to_owned(), expires: self.expires, kind: self.kind, present })
+        let kept = existing.present && existing.kind == self.kind;
+        let bytes = if kept { existing.bytes } else { None };
+        Ok(Artifact { name: name.to_owned(), expires: self.expires, kind: self.kind, present: present || kept, bytes })
     }
 }
 
@@ -470,7 +486,13 @@ mod tests {
 
     #[test]
     fn links_are_followed_and_cycles_refused() {
-        let stored = |name: &str, kind: ArtifactKind| Artifact { name: name.into(), expires: NOW, kind, present: true };
+        let stored = |name: &str, kind: ArtifactKind| Artifact {
+            name: name.into(),
+            expires: NOW,
+            kind,
+            present: true,
+            bytes: None,
+        };
         let lookup = |name: &str| -> Result<Option<Artifact>, ()> {
             Ok(match name {
                 "a" => Some(stored("a", ArtifactKind::Link { artifact: "b".into(), content_type: None })),

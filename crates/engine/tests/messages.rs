@@ -65,6 +65,7 @@ fn every_exchange_body_as_sent() {
         name: "public/build.tar.gz".into(),
         kind: ArtifactKind::Blob { content_type: "application/gzip".into(), content_length: Some(3) },
         present: true,
+        bytes: None,
         expires: at(7200),
     };
     assert!(artifact_created(&life, 0, &blob).is_none(), "no artifact-created for s3, as Taskcluster");
@@ -75,6 +76,7 @@ fn every_exchange_body_as_sent() {
             content_type: "text/plain".into(),
         },
         present: true,
+        bytes: None,
         expires: at(7200),
     };
     messages.extend(artifact_created(&life, 0, &reference));

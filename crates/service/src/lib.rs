@@ -259,9 +259,8 @@ impl Queue {
         let (log, fresh) = self.inner.live.entry(task_id, run_id);
         let receiver = log.progress.subscribe();
         if fresh {
-            let size = match self.inner.blobs.open_log(task_id.as_str(), run_id).await {
-                Ok(Some((_, size))) => size,
-                Ok(None) => 0,
+            let size = match self.inner.blobs.log_size(task_id.as_str(), run_id).await {
+                Ok(size) => size,
                 Err(err) => return Err(StoreError::Unavailable(format!("reading a live log: {err}"))),
             };
             log.progress.send_modify(|progress| progress.size = progress.size.max(size));
@@ -459,8 +458,8 @@ impl Queue {
     ///
     /// # Errors
     /// As the store.
-    pub async fn artifact_uploaded(&self, key: ArtifactKey) -> Result<Artifact, StoreError> {
-        let committed = self.inner.store.artifact_uploaded(key, now()).await?;
+    pub async fn artifact_uploaded(&self, key: ArtifactKey, bytes: u64) -> Result<Artifact, StoreError> {
+        let committed = self.inner.store.artifact_uploaded(key, bytes, now()).await?;
         Ok(self.committed(committed))
     }
 

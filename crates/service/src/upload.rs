@@ -1,11 +1,10 @@
 //! Artifact bytes: uploads allowed by the rules, and downloads of what was uploaded.
 
-use shoal_blobs::{BlobKey, BlobWriter};
+use shoal_blobs::{BlobKey, BlobReader, BlobWriter};
 use shoal_engine::Rejection;
 use shoal_engine::artifact::{Artifact, check_run_takes_artifacts, check_size};
 use shoal_engine::rejection::{Conflict, Missing};
 use shoal_store::{ArtifactKey, StoreError};
-use tokio::fs::File;
 
 use crate::{Queue, now};
 
@@ -37,6 +36,11 @@ impl Upload {
         check_size(|| self.limited.clone(), self.written, self.limit)?;
         self.writer.write(bytes).await.map_err(blob_error)
     }
+
+    /// Gives the upload up (the client went away, or a limit refused it): nothing is kept.
+    pub async fn abort(self) {
+        self.writer.abort().await;
+    }
 }
 
 impl Queue {
@@ -57,7 +61,8 @@ impl Queue {
         check_run_takes_artifacts(run, now())?;
         let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
         let sizes = self.config().sizes;
-        let stored = self.blobs().run_bytes(key.task_id.as_str(), key.run_id).await.map_err(blob_error)?;
+        let (task_id, run_id) = (key.task_id, key.run_id);
+        let stored = self.store().read(move |reads| reads.run_bytes(task_id, run_id)).await?;
         let run_left = sizes.run_bytes.saturating_sub(stored);
         let (limit, limited) = match run_left < sizes.artifact_bytes {
             true => (run_left, format!("the artifacts of run {} of task {} together", key.run_id, key.task_id)),
@@ -80,14 +85,14 @@ impl Queue {
     /// Conflict as above; otherwise as the blob store and the store.
     pub async fn finish_upload(&self, upload: Upload) -> Result<Artifact, StoreError> {
         let Upload { key, writer, .. } = upload;
-        match writer.finish().await {
-            Ok(_) => {}
+        let bytes = match writer.finish().await {
+            Ok(bytes) => bytes,
             Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(Rejection::from(Conflict::AlreadyUploaded(key.name)).into());
             }
             Err(err) => return Err(blob_error(err)),
-        }
-        match self.artifact_uploaded(key.clone()).await {
+        };
+        match self.artifact_uploaded(key.clone(), bytes).await {
             Err(StoreError::Rejected(rejection)) => {
                 // Refused, so never accepted: these bytes are this upload's own.
                 let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
@@ -98,15 +103,15 @@ impl Queue {
         }
     }
 
-    /// A blob artifact's record and bytes (with their size).
+    /// A blob artifact's record and bytes.
     ///
     /// # Errors
     /// NotFound when the artifact does not exist or has not been uploaded.
-    pub async fn open_blob(&self, key: &ArtifactKey) -> Result<(Artifact, File, u64), StoreError> {
+    pub async fn open_blob(&self, key: &ArtifactKey) -> Result<(Artifact, BlobReader), StoreError> {
         let artifact = self.blob_record(key).await?;
         let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
         match self.blobs().open(&blob).await.map_err(blob_error)? {
-            Some((file, size)) if artifact.present => Ok((artifact, file, size)),
+            Some(reader) if artifact.present => Ok((artifact, reader)),
             _ => Err(Rejection::from(Missing::NotUploaded(key.name.clone())).into()),
         }
     }

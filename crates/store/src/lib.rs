@@ -438,11 +438,16 @@ impl Store {
     /// # Errors
     /// Rejected when there is no such blob artifact, it was recorded already, or its run
     /// takes no more artifacts.
-    pub async fn artifact_uploaded(&self, key: ArtifactKey, now: Timestamp) -> Result<Committed<Artifact>, StoreError> {
+    pub async fn artifact_uploaded(
+        &self,
+        key: ArtifactKey,
+        bytes: u64,
+        now: Timestamp,
+    ) -> Result<Committed<Artifact>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::uploaded(tx, &key, now))).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::uploaded(tx, &key, bytes, now))).await,
             Store::Postgres(store) => {
-                store.write(key, move |tx, key| Box::pin(ops::artifacts::uploaded(tx, key, now))).await
+                store.write(key, move |tx, key| Box::pin(ops::artifacts::uploaded(tx, key, bytes, now))).await
             }
         }
     }

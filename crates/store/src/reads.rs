@@ -41,6 +41,8 @@ pub(crate) trait ReadDb {
     fn artifacts(&self, task_id: TaskId, run_id: u32, after: &str, limit: usize) -> Result<Vec<Artifact>, StoreError>;
     /// Artifacts expired at `now`, earliest first, at most `limit`.
     fn expired_artifacts(&self, now: Timestamp, limit: usize) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError>;
+    /// The bytes of a run's uploaded blobs, by their records.
+    fn run_bytes(&self, task_id: TaskId, run_id: u32) -> Result<u64, StoreError>;
     /// A task group.
     fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
     /// A graph's row.
@@ -175,6 +177,10 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
 
     fn expired_artifacts(&self, now: Timestamp, limit: usize) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError> {
         self.0.expired_artifacts(now, limit)
+    }
+
+    fn run_bytes(&self, task_id: TaskId, run_id: u32) -> Result<u64, StoreError> {
+        self.0.run_bytes(task_id, run_id)
     }
 
     fn task(&self, task_id: TaskId) -> Result<Option<TaskRecord>, StoreError> {

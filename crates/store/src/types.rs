@@ -217,6 +217,11 @@ pub trait Reads {
     /// # Errors
     /// Storage failure.
     fn expired_artifacts(&self, now: Timestamp, limit: usize) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError>;
+    /// The bytes of a run's uploaded blobs, by their records (what the run's uploads used).
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn run_bytes(&self, task_id: TaskId, run_id: u32) -> Result<u64, StoreError>;
     /// A task's definition and status.
     ///
     /// # Errors

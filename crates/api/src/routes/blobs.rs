@@ -30,11 +30,19 @@ pub(crate) async fn put_blob(
     let key = key_of(&params)?;
     caller.authorize(&Vars::new().one("taskId", key.task_id).one("runId", key.run_id))?;
     let mut upload = state.queue.begin_upload(key).await?;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|err| ApiError::invalid_input(format!("body: upload interrupted: {err}")))?;
-        if let Some(data) = frame.data_ref() {
-            upload.write(data).await?;
+    let received = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|err| ApiError::invalid_input(format!("body: upload interrupted: {err}")))?;
+            if let Some(data) = frame.data_ref() {
+                upload.write(data).await?;
+            }
         }
+        Ok::<_, ApiError>(())
+    }
+    .await;
+    if let Err(err) = received {
+        upload.abort().await;
+        return Err(err);
     }
     state.queue.finish_upload(upload).await?;
     Ok(StatusCode::OK)
@@ -51,9 +59,10 @@ pub(crate) async fn get_blob(
 ) -> Result<Response, ApiError> {
     let key = key_of(&params)?;
     caller.authorize(&Vars::new().many("privateNames", private_names([key.name.as_str()])))?;
-    let (artifact, file, size) = state.queue.open_blob(&key).await?;
+    let (artifact, reader) = state.queue.open_blob(&key).await?;
+    let size = reader.size();
     // Large reads: each read of a tokio file is a trip to a blocking thread (4 KiB by default).
-    let stream = tokio_util::io::ReaderStream::with_capacity(file, BLOB_READ);
+    let stream = tokio_util::io::ReaderStream::with_capacity(reader, BLOB_READ);
     let mut res = Body::from_stream(stream).into_response();
     let content_type = HeaderValue::from_str(artifact.kind.content_type())
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));

@@ -10,8 +10,6 @@ use serde_json::{Value, json};
 use shoal_engine::rejection::Conflict;
 use shoal_engine::{Rejection, TaskId};
 use shoal_service::{Appended, LogProgress, Queue};
-use tokio::fs::File;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::watch;
 
 use crate::AppState;
@@ -64,15 +62,8 @@ pub(crate) async fn read_log(
         Some(Extension(PeerAddr(peer))) if !progress.borrow().done => Some(state.subscribers.take(peer)?),
         _ => None,
     };
-    let follower = Follower {
-        queue: state.queue.clone(),
-        task_id,
-        run_id,
-        offset: query.offset,
-        progress,
-        file: None,
-        _slot: slot,
-    };
+    let follower =
+        Follower { queue: state.queue.clone(), task_id, run_id, offset: query.offset, progress, _slot: slot };
     let stream = futures_util::stream::unfold(follower, |mut follower| async move {
         match follower.next_chunk().await {
             Ok(Some(bytes)) => Some((Ok::<Bytes, std::io::Error>(bytes), follower)),
@@ -97,7 +88,6 @@ struct Follower {
     progress: watch::Receiver<LogProgress>,
     /// The follow's place among its address's open streams, freed with the follower.
     _slot: Option<Place>,
-    file: Option<File>,
 }
 
 impl Follower {
@@ -105,8 +95,12 @@ impl Follower {
     async fn next_chunk(&mut self) -> std::io::Result<Option<Bytes>> {
         loop {
             let progress = *self.progress.borrow_and_update();
-            // Once the run ended, the file (not the last announcement) says where the end is.
-            let end = if progress.done { self.file_size().await? } else { progress.size };
+            // Once the run ended, the log (not the last announcement) says where the end is.
+            let end = if progress.done {
+                self.queue.blobs().log_size(self.task_id.as_str(), self.run_id).await?
+            } else {
+                progress.size
+            };
             if self.offset < end {
                 return self.read(end).await.map(Some);
             }
@@ -120,28 +114,11 @@ impl Follower {
         }
     }
 
-    async fn file_size(&mut self) -> std::io::Result<u64> {
-        match self.open().await? {
-            Some(file) => Ok(file.metadata().await?.len()),
-            None => Ok(0),
-        }
-    }
-
-    async fn open(&mut self) -> std::io::Result<Option<&mut File>> {
-        if self.file.is_none() {
-            self.file = self.queue.blobs().open_log(self.task_id.as_str(), self.run_id).await?.map(|(file, _)| file);
-        }
-        Ok(self.file.as_mut())
-    }
-
     async fn read(&mut self, end: u64) -> std::io::Result<Bytes> {
         let offset = self.offset;
         let want = usize::try_from(end - offset).unwrap_or(READ_BYTES).min(READ_BYTES);
-        let Some(file) = self.open().await? else { return Ok(Bytes::new()) };
-        file.seek(std::io::SeekFrom::Start(offset)).await?;
-        let mut buf = vec![0; want];
-        let n_read = file.read(&mut buf).await?;
-        buf.truncate(n_read);
+        let buf = self.queue.blobs().read_log(self.task_id.as_str(), self.run_id, offset, want).await?;
+        let n_read = buf.len();
         self.offset += n_read as u64;
         if n_read == 0 {
             // The file is shorter than announced (cannot happen while appends are durable

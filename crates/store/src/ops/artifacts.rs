@@ -48,7 +48,12 @@ pub(crate) async fn create(
 /// Records that a blob artifact's bytes are complete: once, and only while its run takes
 /// artifacts, so an upload that ends after the run resolved or after another upload of the
 /// same artifact is refused.
-pub(crate) async fn uploaded(tx: &mut impl WriteTx, key: &ArtifactKey, now: Timestamp) -> Result<Artifact, StoreError> {
+pub(crate) async fn uploaded(
+    tx: &mut impl WriteTx,
+    key: &ArtifactKey,
+    bytes: u64,
+    now: Timestamp,
+) -> Result<Artifact, StoreError> {
     let row = load_existing(tx, key.task_id).await?;
     let Some(mut stored) = stored(tx, key, &row.task).await? else {
         let missing = Missing::Artifact { task_id: key.task_id, run_id: key.run_id, name: key.name.clone() };
@@ -60,6 +65,7 @@ pub(crate) async fn uploaded(tx: &mut impl WriteTx, key: &ArtifactKey, now: Time
     };
     check_run_takes_artifacts(run, now)?;
     stored.present = true;
+    stored.bytes = Some(bytes);
     tx.put_artifact(key, &stored).await?;
     Ok(stored)
 }

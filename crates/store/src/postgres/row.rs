@@ -68,5 +68,6 @@ pub(crate) fn task_group_from_row(row: &Row) -> Result<TaskGroup, StoreError> {
 /// An artifact from the columns `name, kind, present, expires`.
 pub(crate) fn artifact_from_row(row: &Row) -> Result<Artifact, StoreError> {
     let kind: ArtifactKind = serde_json::from_str(row.try_get(1)?).map_err(corrupt)?;
-    Ok(Artifact { name: row.try_get(0)?, kind, present: row.try_get(2)?, expires: Timestamp(row.try_get(3)?) })
+    let bytes = row.try_get::<_, Option<i64>>(4)?.map(|bytes| u64::try_from(bytes).unwrap_or_default());
+    Ok(Artifact { name: row.try_get(0)?, kind, present: row.try_get(2)?, expires: Timestamp(row.try_get(3)?), bytes })
 }

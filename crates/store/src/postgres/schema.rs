@@ -263,6 +263,10 @@ INSERT INTO task_tags (tag, created, task_id)
 ALTER TABLE tasks ADD COLUMN secrets SMALLINT;
 UPDATE tasks SET secrets = 1 WHERE (definition::jsonb ->> 'hasSecrets') = 'true';
 "#,
+    // 16: an uploaded blob's size, so a run's bytes are summed from its records.
+    r#"
+ALTER TABLE artifacts ADD COLUMN bytes BIGINT;
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

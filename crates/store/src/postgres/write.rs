@@ -328,7 +328,7 @@ impl ArtifactTx for PgTx {
     async fn stored_artifact(&mut self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError> {
         let row = self
             .query_opt(
-                "SELECT name, kind, present, expires FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
+                "SELECT name, kind, present, expires, bytes FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
                 &[&key.task_id.as_str(), &(key.run_id as i32), &key.name],
             )
             .await?;
@@ -343,11 +343,13 @@ impl ArtifactTx for PgTx {
             Box::new(json(&artifact.kind)?),
             Box::new(artifact.present),
             Box::new(artifact.expires.millis()),
+            Box::new(artifact.bytes.map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX))),
         ];
         self.defer(
-            "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires) VALUES ($1, $2, $3, $4, $5, $6) \
+            "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires, bytes) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
              ON CONFLICT (task_id, run_id, name) DO UPDATE SET kind = excluded.kind, present = excluded.present, \
-             expires = excluded.expires",
+             expires = excluded.expires, bytes = excluded.bytes",
             params,
         )
         .await

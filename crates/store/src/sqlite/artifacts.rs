@@ -16,7 +16,7 @@ pub(crate) fn listed(
     limit: usize,
 ) -> Result<Vec<Artifact>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT name, kind, present, expires FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name > ?3 \
+        "SELECT name, kind, present, expires, bytes FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name > ?3 \
          ORDER BY name LIMIT ?4",
     )?;
     let mut rows = stmt.query(params![task_id.as_str(), run_id, after, limit as i64])?;
@@ -34,15 +34,16 @@ pub(crate) fn expired(
     limit: usize,
 ) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT name, kind, present, expires, task_id, run_id FROM artifacts WHERE expires <= ?1 ORDER BY expires LIMIT ?2",
+        "SELECT name, kind, present, expires, bytes, task_id, run_id FROM artifacts WHERE expires <= ?1 \
+         ORDER BY expires LIMIT ?2",
     )?;
     let mut rows = stmt.query(params![now.millis(), limit as i64])?;
     let mut res = Vec::new();
     while let Some(row) = rows.next()? {
         let artifact = from_row(row)?;
-        let task_id: String = row.get(4)?;
+        let task_id: String = row.get(5)?;
         let task_id = TaskId::parse(&task_id).ok_or_else(|| corrupt("bad task id"))?;
-        let key = ArtifactKey { task_id, run_id: row.get(5)?, name: artifact.name.clone() };
+        let key = ArtifactKey { task_id, run_id: row.get(6)?, name: artifact.name.clone() };
         res.push((key, artifact));
     }
     Ok(res)
@@ -51,7 +52,14 @@ pub(crate) fn expired(
 fn from_row(row: &Row<'_>) -> Result<Artifact, StoreError> {
     let kind: ArtifactKind =
         serde_json::from_str(row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?).map_err(corrupt)?;
-    Ok(Artifact { name: row.get(0)?, kind, present: row.get::<_, i64>(2)? != 0, expires: Timestamp(row.get(3)?) })
+    let bytes = row.get::<_, Option<i64>>(4)?.map(|bytes| u64::try_from(bytes).unwrap_or_default());
+    Ok(Artifact {
+        name: row.get(0)?,
+        kind,
+        present: row.get::<_, i64>(2)? != 0,
+        expires: Timestamp(row.get(3)?),
+        bytes,
+    })
 }
 
 /// The stored record of an artifact (not the implicit live log).
@@ -62,7 +70,7 @@ pub(crate) fn stored(
     name: &str,
 ) -> Result<Option<Artifact>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT name, kind, present, expires FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name = ?3",
+        "SELECT name, kind, present, expires, bytes FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name = ?3",
     )?;
     let mut rows = stmt.query(params![task_id.as_str(), run_id, name])?;
     rows.next()?.map(from_row).transpose()
@@ -78,12 +86,21 @@ pub(crate) fn delete(conn: &Connection, keys: &[ArtifactKey]) -> Result<usize, S
     Ok(n_deleted)
 }
 
+/// The bytes of a run's uploaded blobs.
+pub(crate) fn run_bytes(conn: &Connection, task_id: TaskId, run_id: u32) -> Result<u64, StoreError> {
+    let total: i64 = conn
+        .prepare_cached("SELECT COALESCE(SUM(bytes), 0) FROM artifacts WHERE task_id = ?1 AND run_id = ?2")?
+        .query_row(params![task_id.as_str(), run_id], |row| row.get(0))?;
+    Ok(u64::try_from(total).unwrap_or_default())
+}
+
 /// Stores an artifact's record, replacing any under its key.
 pub(crate) fn put(conn: &Connection, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
     let mut stmt = conn.prepare_cached(
-        "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+        "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires, bytes) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
          ON CONFLICT (task_id, run_id, name) DO UPDATE SET kind = excluded.kind, present = excluded.present, \
-         expires = excluded.expires",
+         expires = excluded.expires, bytes = excluded.bytes",
     )?;
     stmt.execute(params![
         key.task_id.as_str(),
@@ -91,7 +108,8 @@ pub(crate) fn put(conn: &Connection, key: &ArtifactKey, artifact: &Artifact) -> 
         key.name,
         json(&artifact.kind)?,
         artifact.present,
-        artifact.expires.millis()
+        artifact.expires.millis(),
+        artifact.bytes.map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX)),
     ])?;
     Ok(())
 }

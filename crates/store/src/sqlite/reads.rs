@@ -157,6 +157,10 @@ impl ReadDb for ReadConn<'_> {
         artifacts::expired(self.0, now, limit)
     }
 
+    fn run_bytes(&self, task_id: TaskId, run_id: u32) -> Result<u64, StoreError> {
+        artifacts::run_bytes(self.0, task_id, run_id)
+    }
+
     fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
         row::task_group(self.0, group)
     }

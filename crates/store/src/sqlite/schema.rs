@@ -265,6 +265,10 @@ CREATE INDEX workers_expires ON workers (expires);
 ALTER TABLE tasks ADD COLUMN secrets INTEGER;
 UPDATE tasks SET secrets = 1 WHERE json_extract(definition, '$.hasSecrets') = 1;
 ",
+    // 17: an uploaded blob's size, so a run's bytes are summed from its records.
+    r"
+ALTER TABLE artifacts ADD COLUMN bytes INTEGER;
+",
 ];
 
 /// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its one
