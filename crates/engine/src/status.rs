@@ -272,6 +272,21 @@ pub struct RunStats {
     /// The most memory the commands' processes held at once, in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
+    /// Which time limit stopped the commands, when one did (Swarming's TIMED_OUT; the run's
+    /// `reasonResolved` stays Taskcluster's `failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_out: Option<TimeLimit>,
+}
+
+/// A time limit of a task's payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeLimit {
+    /// `maxRunTime`: the commands ran too long.
+    #[serde(rename = "maxRunTime")]
+    MaxRunTime,
+    /// `ioTimeout`: the commands were silent too long.
+    #[serde(rename = "ioTimeout")]
+    IoTimeout,
 }
 
 /// The status structure every status-returning call sends.

@@ -50,6 +50,8 @@ async fn outcomes_follow_exit_codes_and_limits() {
     let status = resolved(&server, &slow, 1).await;
     assert_eq!(status["state"], "failed");
     assert!(log_of(&server, &slow, 0).await.contains("maxRunTime of 1 s exceeded"), "the log says why");
+    assert_eq!(status["runs"][0]["stats"]["timedOut"], "maxRunTime", "and the stats: {status}");
+    assert_eq!(status["runs"][0]["reasonResolved"], "failed", "Taskcluster's reason stays");
 
     let status = resolved(&server, &flaky, 2).await;
     assert_eq!(status["runs"][0]["reasonResolved"], "intermittent-task");
@@ -63,6 +65,9 @@ async fn outcomes_follow_exit_codes_and_limits() {
     let status = resolved(&server, &silent, 1).await;
     assert_eq!(status["state"], "failed");
     assert!(log_of(&server, &silent, 0).await.contains("no output for 1 s"), "the log says why");
+    assert_eq!(status["runs"][0]["stats"]["timedOut"], "ioTimeout", "{status}");
+    let status = resolved(&server, &failing, 1).await;
+    assert!(status["runs"][0]["stats"].get("timedOut").is_none(), "a plain failure did not time out: {status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -83,14 +83,26 @@ pub fn guard(work_dir: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Gives the worker the dimension `id: <workerId>` (Swarming's bots have it), so a task can
+/// name one machine, unless its configuration says otherwise.
+fn with_id_dimension(config: &mut WorkerConfig) {
+    if !config.dimensions.is_object() {
+        config.dimensions = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(dimensions) = &mut config.dimensions {
+        dimensions.entry("id").or_insert_with(|| Value::Array(vec![Value::String(config.worker_id.clone())]));
+    }
+}
+
 /// Pause after a failed claim before trying again.
 const CLAIM_RETRY: Duration = Duration::from_secs(1);
 
 /// Claims and runs tasks until `shutdown` resolves (then hands back what is running) or the
 /// server asks this worker to terminate (then finishes what is running, says it exits, and
 /// returns).
-pub async fn run(client: Client, config: WorkerConfig, shutdown: impl Future<Output = ()>) {
+pub async fn run(client: Client, mut config: WorkerConfig, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
+    with_id_dimension(&mut config);
     let stopping = CancellationToken::new();
     let terminate = CancellationToken::new();
     let done = CancellationToken::new();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use shoal_client::{Claim, Client, Outcome};
-use shoal_engine::status::{RunStats, WorkerException};
+use shoal_engine::status::{RunStats, TimeLimit, WorkerException};
 use tokio_util::sync::CancellationToken;
 
 use crate::WorkerConfig;
@@ -370,12 +370,14 @@ async fn run_commands(
             Exit::Code(code) if payload.retry_exit_codes.contains(&code) => return Ending::Retry(code),
             Exit::Code(code) => return Ending::Failure(format!("command {idx} exited with code {code}")),
             Exit::TimedOut => {
+                stats.timed_out = Some(TimeLimit::MaxRunTime);
                 return Ending::Failure(format!(
                     "maxRunTime of {} s exceeded; the task was stopped",
                     payload.max_run_time.as_secs()
                 ));
             }
             Exit::Silent => {
+                stats.timed_out = Some(TimeLimit::IoTimeout);
                 let secs = payload.io_timeout.map_or(0, |timeout| timeout.as_secs());
                 return Ending::Failure(format!("no output for {secs} s (ioTimeout); the task was stopped"));
             }

@@ -109,6 +109,7 @@ function runView(taskId, status, run) {
       ['Deduped from', run.dedupedFrom ? taskLink(run.dedupedFrom) : null],
       ['Slice', run.slice ? `${run.slice.index}` : null],
       ['Exit code', stats.exitCode],
+      ['Timed out', stats.timedOut ? `${stats.timedOut} exceeded` : null],
       ['Setup', stats.setupMs !== undefined ? duration(stats.setupMs) : null],
       ['Mounts', stats.mountMs !== undefined ? `${duration(stats.mountMs)}, ${bytes(stats.bytesFetched ?? 0)} fetched` : null],
       ['Command ran', stats.runMs !== undefined ? duration(stats.runMs) : null],
