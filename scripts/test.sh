@@ -3,8 +3,8 @@
 # store conformance, HTTP scenarios, kill -9 restart, events through a private RabbitMQ) and
 # the official Taskcluster Python client and the web UI in headless Chromium against a real
 # server. Installs what it needs (RabbitMQ, PostgreSQL, Chromium and ChromeDriver from Debian's
-# packages; the tests start and stop their own broker, database clusters and browser on 127.0.0.1);
-# needs no running services.
+# packages, moto's S3 server from PyPI; the tests start and stop their own broker, database
+# clusters, S3 server and browser on 127.0.0.1); needs no running services.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +48,17 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver > /dev/null
 fi
 
+echo "== Python packages (PyPI): Taskcluster's client and the browser driver, and moto's S3 server"
+# (Re)install when a pinned requirement is missing from the venv (extras are not in pip freeze).
+missing=$(comm -23 <(grep -v '^#' tests/python/requirements.txt | sed 's/\[[a-z,]*\]//' | sort) \
+    <("$venv/bin/pip" freeze 2>/dev/null | sort))
+if [ ! -x "$venv/bin/pytest" ] || [ -n "$missing" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+fi
+# The blob suite starts its own S3-compatible server on 127.0.0.1 from this program.
+export SHOAL_MOTO_SERVER="$venv/bin/moto_server"
+
 echo "== rust tests"
 cargo test --workspace --locked
 
@@ -56,10 +67,4 @@ SHOAL_TEST_BACKEND=postgres cargo test --locked -p shoal-api --test it
 
 echo "== official Taskcluster Python client and the web UI in headless Chromium, against a real server"
 cargo build --locked --bin shoal
-# (Re)install when a pinned requirement is missing from the venv.
-missing=$(comm -23 <(grep -v '^#' tests/python/requirements.txt | sort) <("$venv/bin/pip" freeze 2>/dev/null | sort))
-if [ ! -x "$venv/bin/pytest" ] || [ -n "$missing" ]; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
-fi
 SHOAL_BIN="$CARGO_TARGET_DIR/debug/shoal" "$venv/bin/pytest" -q tests/python

@@ -1,24 +1,32 @@
-//! Where artifact bytes live. [`Blobs`] is a closed enum over backends; today a local
-//! directory under the data dir. Writes are atomic: bytes go to a temporary file that is
-//! renamed into place only once complete, so a reader never sees half an artifact.
+//! Where artifact bytes live. [`Blobs`] is a closed enum over backends: a local directory
+//! (`local.rs`), or S3-compatible storage for artifacts with live logs in a local directory
+//! (`s3.rs`). Readers and writers hide the backend; bytes are written once, and a reader
+//! never sees half a blob.
+
+mod local;
+mod s3;
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use tokio::fs::File;
-use tokio::io::AsyncWriteExt;
+pub use local::LocalBlobs;
+pub use s3::S3Blobs;
+
+use local::LocalWriter;
+use s3::S3Writer;
 
 /// The blob backends.
 #[derive(Debug, Clone)]
 pub enum Blobs {
     /// Files under a directory.
     Local(LocalBlobs),
-}
-
-/// Blobs as files under `root`, one directory per task and run.
-#[derive(Debug, Clone)]
-pub struct LocalBlobs {
-    root: PathBuf,
+    /// Artifacts in a bucket; live logs in a local directory.
+    S3 {
+        /// The bucket.
+        objects: S3Blobs,
+        /// Where live logs are kept.
+        logs: LocalBlobs,
+    },
 }
 
 /// A blob being read: its bytes, and how many there are.
@@ -34,17 +42,6 @@ impl std::fmt::Debug for BlobReader {
 }
 
 impl BlobReader {
-    async fn of_file(path: &Path) -> io::Result<Option<BlobReader>> {
-        match File::open(path).await {
-            Ok(file) => {
-                let size = file.metadata().await?.len();
-                Ok(Some(BlobReader { bytes: Box::pin(file), size }))
-            }
-            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(err) => Err(err),
-        }
-    }
-
     /// How many bytes the blob holds.
     #[must_use]
     pub fn size(&self) -> u64 {
@@ -66,154 +63,23 @@ impl tokio::io::AsyncRead for BlobReader {
 /// leaves nothing behind.
 #[derive(Debug)]
 pub struct BlobWriter {
-    file: File,
-    temp: PathBuf,
-    target: PathBuf,
-    written: u64,
-    finished: bool,
+    inner: Writer,
 }
 
-impl Blobs {
-    /// Blobs stored under `root` (created if missing).
-    ///
-    /// # Errors
-    /// When the directory cannot be created.
-    pub fn local(root: &Path) -> io::Result<Blobs> {
-        std::fs::create_dir_all(root.join(LIVE_DIR))?;
-        Ok(Blobs::Local(LocalBlobs { root: root.to_path_buf() }))
-    }
-
-    /// Starts writing the blob `key` (a task id, a run id and an artifact name).
-    ///
-    /// # Errors
-    /// When the file cannot be created.
-    pub async fn writer(&self, key: &BlobKey<'_>) -> io::Result<BlobWriter> {
-        match self {
-            Blobs::Local(local) => {
-                let target = local.path(key);
-                let dir = target.parent().unwrap_or(&local.root).to_path_buf();
-                tokio::fs::create_dir_all(&dir).await?;
-                // Created only if new: servers on other machines sharing this directory may
-                // have the same process id (each the first process of its container).
-                loop {
-                    let temp = dir.join(format!("{UPLOAD_PREFIX}{}-{}", std::process::id(), next_upload()));
-                    match tokio::fs::OpenOptions::new().write(true).create_new(true).open(&temp).await {
-                        Ok(file) => return Ok(BlobWriter { file, temp, target, written: 0, finished: false }),
-                        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-                        Err(err) => return Err(err),
-                    }
-                }
-            }
-        }
-    }
-
-    /// Opens the blob `key` for reading; `None` when it does not exist.
-    ///
-    /// # Errors
-    /// When it exists but cannot be read.
-    pub async fn open(&self, key: &BlobKey<'_>) -> io::Result<Option<BlobReader>> {
-        match self {
-            Blobs::Local(local) => BlobReader::of_file(&local.path(key)).await,
-        }
-    }
-
-    /// Deletes what is left of a task's files: the live logs of its `runs` runs and its
-    /// directory of artifact bytes (those expire before the task, so it is normally empty).
-    ///
-    /// # Errors
-    /// When something exists but cannot be removed.
-    pub async fn delete_task(&self, task_id: &str, runs: u32) -> io::Result<()> {
-        let gone = |res: io::Result<()>| match res {
-            Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
-            _ => Ok(()),
-        };
-        match self {
-            Blobs::Local(local) => {
-                for run_id in 0..runs {
-                    gone(tokio::fs::remove_file(local.log_path(task_id, run_id)).await)?;
-                }
-                gone(tokio::fs::remove_dir_all(local.root.join(task_id)).await)
-            }
-        }
-    }
-
-    /// Deletes the blob `key` if it was last written more than `idle` ago; says whether it
-    /// did. For bytes a crash left in place without the record that accepts them: an upload
-    /// that just put its bytes there is recording them now, and is left alone.
-    ///
-    /// # Errors
-    /// When it exists but cannot be read or removed.
-    pub async fn remove_leftover(&self, key: &BlobKey<'_>, idle: std::time::Duration) -> io::Result<bool> {
-        match self {
-            Blobs::Local(local) => {
-                let path = local.path(key);
-                let modified = match tokio::fs::metadata(&path).await {
-                    Ok(metadata) => metadata.modified()?,
-                    Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
-                    Err(err) => return Err(err),
-                };
-                if modified.elapsed().unwrap_or_default() < idle {
-                    return Ok(false);
-                }
-                tokio::fs::remove_file(&path).await?;
-                Ok(true)
-            }
-        }
-    }
-
-    /// Deletes the blob `key` if it exists.
-    ///
-    /// # Errors
-    /// When it exists but cannot be removed.
-    pub async fn delete(&self, key: &BlobKey<'_>) -> io::Result<()> {
-        match self {
-            Blobs::Local(local) => match tokio::fs::remove_file(local.path(key)).await {
-                Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
-                _ => Ok(()),
-            },
-        }
-    }
+#[derive(Debug)]
+enum Writer {
+    Local(LocalWriter),
+    S3(S3Writer),
 }
 
-impl Blobs {
-    /// Deletes temporary upload files not written to for `idle` (what a process killed
-    /// mid-upload left behind); says how many. Uploads in progress, this server's or another
-    /// sharing the directory, keep writing theirs, so an idle time far above any pause in an
-    /// upload leaves them alone.
-    ///
-    /// # Errors
-    /// When a directory cannot be read.
-    pub fn remove_stale_uploads(&self, idle: std::time::Duration) -> io::Result<usize> {
-        match self {
-            Blobs::Local(local) => {
-                let now = std::time::SystemTime::now();
-                let mut n_removed = 0;
-                // <root>/<taskId>/<runId>/.upload-*; the live logs' directory holds no uploads.
-                for task in std::fs::read_dir(&local.root)? {
-                    let task = task?;
-                    if task.file_name() == LIVE_DIR || !task.file_type()?.is_dir() {
-                        continue;
-                    }
-                    for run in std::fs::read_dir(task.path())? {
-                        let run = run?;
-                        if !run.file_type()?.is_dir() {
-                            continue;
-                        }
-                        for file in std::fs::read_dir(run.path())? {
-                            let file = file?;
-                            let stale = file.file_name().to_string_lossy().starts_with(UPLOAD_PREFIX)
-                                && file.metadata()?.modified()?.checked_add(idle).is_some_and(|at| at < now);
-                            if stale {
-                                std::fs::remove_file(file.path())?;
-                                n_removed += 1;
-                            }
-                        }
-                    }
-                }
-                Ok(n_removed)
-            }
-        }
-    }
+/// A finished upload: its size, and the object holding it where the backend keeps each
+/// upload apart (to be recorded with the artifact, and named to read it back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Its bytes.
+    pub bytes: u64,
+    /// The object, for backends that name each upload (S3); `None` for the local directory.
+    pub object: Option<String>,
 }
 
 /// What an append to a live log did.
@@ -224,75 +90,6 @@ pub enum Appended {
     /// The chunk starts past the end: the log has only this many bytes.
     Gap(u64),
 }
-
-impl Blobs {
-    /// Appends `bytes`, which belong at `offset`, to the live log of a run, durably.
-    /// Re-sent bytes (a retry after a lost answer) are skipped, so appends are idempotent.
-    ///
-    /// # Errors
-    /// When the file cannot be written.
-    pub async fn append_log(&self, task_id: &str, run_id: u32, offset: u64, bytes: &[u8]) -> io::Result<Appended> {
-        match self {
-            Blobs::Local(local) => {
-                let path = local.log_path(task_id, run_id);
-                let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&path).await?;
-                let size = file.metadata().await?.len();
-                if offset > size {
-                    return Ok(Appended::Gap(size));
-                }
-                let skip = usize::try_from(size - offset).unwrap_or(usize::MAX).min(bytes.len());
-                let fresh = &bytes[skip..];
-                if !fresh.is_empty() {
-                    file.write_all(fresh).await?;
-                    file.sync_data().await?;
-                }
-                Ok(Appended::Size(size + fresh.len() as u64))
-            }
-        }
-    }
-
-    /// The size of a run's live log (0 before the first chunk).
-    ///
-    /// # Errors
-    /// When it exists but cannot be read.
-    pub async fn log_size(&self, task_id: &str, run_id: u32) -> io::Result<u64> {
-        match self {
-            Blobs::Local(local) => match tokio::fs::metadata(local.log_path(task_id, run_id)).await {
-                Ok(metadata) => Ok(metadata.len()),
-                Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(0),
-                Err(err) => Err(err),
-            },
-        }
-    }
-
-    /// Up to `max` bytes of a run's live log from `offset` (fewer at its end; none before
-    /// the first chunk).
-    ///
-    /// # Errors
-    /// When it exists but cannot be read.
-    pub async fn read_log(&self, task_id: &str, run_id: u32, offset: u64, max: usize) -> io::Result<Vec<u8>> {
-        use tokio::io::{AsyncReadExt, AsyncSeekExt};
-        match self {
-            Blobs::Local(local) => {
-                let mut file = match File::open(local.log_path(task_id, run_id)).await {
-                    Ok(file) => file,
-                    Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-                    Err(err) => return Err(err),
-                };
-                file.seek(io::SeekFrom::Start(offset)).await?;
-                let mut buf = Vec::with_capacity(max.min(1 << 20));
-                file.take(max as u64).read_to_end(&mut buf).await?;
-                Ok(buf)
-            }
-        }
-    }
-}
-
-/// How temporary upload files begin (escaped artifact names begin with `a` or `h`).
-const UPLOAD_PREFIX: &str = ".upload-";
-
-/// The directory of live logs, under the root (task ids never contain a `.`).
-const LIVE_DIR: &str = ".live";
 
 /// Names one blob: the artifact `name` of run `run_id` of task `task_id`.
 #[derive(Debug, Clone, Copy)]
@@ -305,15 +102,173 @@ pub struct BlobKey<'a> {
     pub name: &'a str,
 }
 
-impl LocalBlobs {
-    fn path(&self, key: &BlobKey<'_>) -> PathBuf {
-        self.root.join(key.task_id).join(key.run_id.to_string()).join(file_name(key.name))
+impl Blobs {
+    /// Blobs stored under `root` (created if missing).
+    ///
+    /// # Errors
+    /// When the directory cannot be created.
+    pub fn local(root: &Path) -> io::Result<Blobs> {
+        Ok(Blobs::Local(LocalBlobs::new(root)?))
     }
 
-    /// Live logs are files in one directory, one per run: making directories per run costs
-    /// inodes that ext4 allocates slowly when many were recently deleted.
-    fn log_path(&self, task_id: &str, run_id: u32) -> PathBuf {
-        self.root.join(LIVE_DIR).join(format!("{task_id}-{run_id}.log"))
+    /// Artifacts in the bucket of `url` (`s3://bucket[/prefix]`, with `settings`: see
+    /// [`S3Blobs::new`]), live logs under `logs` (created if missing).
+    ///
+    /// # Errors
+    /// When the URL or the AWS settings are unusable, or the directory cannot be created.
+    pub fn s3(url: &str, settings: &[(&str, &str)], logs: &Path) -> io::Result<Blobs> {
+        Ok(Blobs::S3 { objects: S3Blobs::new(url, settings)?, logs: LocalBlobs::new(logs)? })
+    }
+
+    fn logs(&self) -> &LocalBlobs {
+        match self {
+            Blobs::Local(local) | Blobs::S3 { logs: local, .. } => local,
+        }
+    }
+
+    /// Starts writing the blob `key` (a task id, a run id and an artifact name).
+    ///
+    /// # Errors
+    /// When the upload cannot be started.
+    pub async fn writer(&self, key: &BlobKey<'_>) -> io::Result<BlobWriter> {
+        let inner = match self {
+            Blobs::Local(local) => Writer::Local(local.writer(key).await?),
+            Blobs::S3 { objects, .. } => Writer::S3(objects.writer(key).await?),
+        };
+        Ok(BlobWriter { inner })
+    }
+
+    /// Opens the blob `key` for reading (`object` as [`Stored`] named it); `None` when it
+    /// does not exist.
+    ///
+    /// # Errors
+    /// When it exists but cannot be read.
+    pub async fn open(&self, key: &BlobKey<'_>, object: Option<&str>) -> io::Result<Option<BlobReader>> {
+        match (self, object) {
+            (Blobs::Local(local), _) => local.open(key).await,
+            (Blobs::S3 { objects, .. }, Some(object)) => objects.open(key, object).await,
+            // Recorded before the bucket was the store: not in it.
+            (Blobs::S3 { .. }, None) => Ok(None),
+        }
+    }
+
+    /// Deletes the blob `key` (`object` as [`Stored`] named it) if it exists.
+    ///
+    /// # Errors
+    /// When it exists but cannot be removed.
+    pub async fn delete(&self, key: &BlobKey<'_>, object: Option<&str>) -> io::Result<()> {
+        match (self, object) {
+            (Blobs::Local(local), _) => local.delete(key).await,
+            (Blobs::S3 { objects, .. }, Some(object)) => objects.delete(key, object).await,
+            (Blobs::S3 { .. }, None) => Ok(()),
+        }
+    }
+
+    /// Deletes what is left of a task's bytes: the live logs of its `runs` runs and its
+    /// artifacts' bytes (those expire before the task, so normally none, but an upload a
+    /// crash left unrecorded may be there).
+    ///
+    /// # Errors
+    /// When something exists but cannot be removed.
+    pub async fn delete_task(&self, task_id: &str, runs: u32) -> io::Result<()> {
+        self.logs().delete_logs(task_id, runs).await?;
+        match self {
+            Blobs::Local(local) => local.delete_task(task_id).await,
+            Blobs::S3 { objects, .. } => objects.delete_task(task_id).await,
+        }
+    }
+
+    /// Deletes the blob `key` if it was last written more than `idle` ago; says whether it
+    /// did. For bytes a crash left in place without the record that accepts them: an upload
+    /// that just put its bytes there is recording them now, and is left alone. (S3 keeps
+    /// each upload apart, so nothing is ever in an upload's way there.)
+    ///
+    /// # Errors
+    /// When it exists but cannot be read or removed.
+    pub async fn remove_leftover(&self, key: &BlobKey<'_>, idle: std::time::Duration) -> io::Result<bool> {
+        match self {
+            Blobs::Local(local) => local.remove_leftover(key, idle).await,
+            Blobs::S3 { .. } => Ok(false),
+        }
+    }
+
+    /// Deletes temporary upload files not written to for `idle` (what a process killed
+    /// mid-upload left behind); says how many. Uploads in progress, this server's or another
+    /// sharing the directory, keep writing theirs, so an idle time far above any pause in an
+    /// upload leaves them alone. (A bucket's unfinished multipart uploads are its lifecycle
+    /// rule's to remove.)
+    ///
+    /// # Errors
+    /// When a directory cannot be read.
+    pub fn remove_stale_uploads(&self, idle: std::time::Duration) -> io::Result<usize> {
+        match self {
+            Blobs::Local(local) => local.remove_stale_uploads(idle),
+            Blobs::S3 { .. } => Ok(0),
+        }
+    }
+
+    /// Appends `bytes`, which belong at `offset`, to the live log of a run, durably.
+    /// Re-sent bytes (a retry after a lost answer) are skipped, so appends are idempotent.
+    ///
+    /// # Errors
+    /// When the log cannot be written.
+    pub async fn append_log(&self, task_id: &str, run_id: u32, offset: u64, bytes: &[u8]) -> io::Result<Appended> {
+        self.logs().append_log(task_id, run_id, offset, bytes).await
+    }
+
+    /// The size of a run's live log (0 before the first chunk).
+    ///
+    /// # Errors
+    /// When it exists but cannot be read.
+    pub async fn log_size(&self, task_id: &str, run_id: u32) -> io::Result<u64> {
+        self.logs().log_size(task_id, run_id).await
+    }
+
+    /// Up to `max` bytes of a run's live log from `offset` (fewer at its end; none before
+    /// the first chunk).
+    ///
+    /// # Errors
+    /// When it exists but cannot be read.
+    pub async fn read_log(&self, task_id: &str, run_id: u32, offset: u64, max: usize) -> io::Result<Vec<u8>> {
+        self.logs().read_log(task_id, run_id, offset, max).await
+    }
+}
+
+impl BlobWriter {
+    /// Appends bytes.
+    ///
+    /// # Errors
+    /// When the write fails.
+    pub async fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.inner {
+            Writer::Local(writer) => writer.write(bytes).await,
+            Writer::S3(writer) => writer.write(bytes).await,
+        }
+    }
+
+    /// Makes the blob durable and readable. On the local directory it takes the blob's name
+    /// only if the name is free (bytes are written once); in S3 it is an object of its own,
+    /// and the artifact's record says which.
+    ///
+    /// # Errors
+    /// `AlreadyExists` when the local name holds a blob; otherwise when the bytes cannot be
+    /// stored.
+    pub async fn finish(self) -> io::Result<Stored> {
+        match self.inner {
+            Writer::Local(writer) => Ok(Stored { bytes: writer.finish().await?, object: None }),
+            Writer::S3(writer) => {
+                let (bytes, object) = writer.finish().await?;
+                Ok(Stored { bytes, object: Some(object) })
+            }
+        }
+    }
+
+    /// Gives the upload up: nothing of it is kept.
+    pub async fn abort(self) {
+        match self.inner {
+            Writer::Local(writer) => writer.abort().await,
+            Writer::S3(writer) => writer.abort().await,
+        }
     }
 }
 
@@ -324,7 +279,7 @@ const MAX_FILE_NAME: usize = 255;
 /// slashes cannot leave the run's directory and no two names collide. A name whose escaped
 /// form would be longer than a file name may be is stored under `h` and the SHA-256 of the
 /// name instead (escaped names start with `a`, so the two forms never meet).
-fn file_name(name: &str) -> String {
+pub(crate) fn file_name(name: &str) -> String {
     let escaped = escaped_name(name);
     if escaped.len() <= MAX_FILE_NAME {
         return escaped;
@@ -353,59 +308,21 @@ fn escaped_name(name: &str) -> String {
     res
 }
 
-fn next_upload() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-impl BlobWriter {
-    /// Appends bytes.
-    ///
-    /// # Errors
-    /// When the write fails.
-    pub async fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.file.write_all(bytes).await?;
-        self.written += bytes.len() as u64;
-        Ok(())
-    }
-
-    /// Makes the blob durable and visible under its key, unless a blob is there already:
-    /// bytes are written once, so a second upload never replaces the first's (a hard link
-    /// made only if the name is free, where a rename would replace). Returns its size.
-    ///
-    /// # Errors
-    /// `AlreadyExists` when the key holds a blob; otherwise when flushing or linking fails.
-    pub async fn finish(mut self) -> io::Result<u64> {
-        self.file.sync_all().await?;
-        tokio::fs::hard_link(&self.temp, &self.target).await?;
-        self.finished = true;
-        // The blob is in place; a temporary name left by a failure here is swept at start.
-        let _ = tokio::fs::remove_file(&self.temp).await;
-        Ok(self.written)
-    }
-}
-
-impl BlobWriter {
-    /// Gives the upload up: nothing of it is kept.
-    pub async fn abort(mut self) {
-        self.finished = true;
-        let _ = tokio::fs::remove_file(&self.temp).await;
-    }
-}
-
-impl Drop for BlobWriter {
-    fn drop(&mut self) {
-        if !self.finished {
-            let _ = std::fs::remove_file(&self.temp);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use tokio::io::AsyncReadExt;
 
+    use super::local::next_upload;
     use super::*;
+
+    impl BlobWriter {
+        fn temp(&self) -> &Path {
+            match &self.inner {
+                Writer::Local(writer) => &writer.temp,
+                Writer::S3(_) => unreachable!("local tests"),
+            }
+        }
+    }
 
     #[tokio::test]
     async fn a_name_too_long_for_a_file_is_stored_under_a_fixed_length_name() {
@@ -420,7 +337,7 @@ mod tests {
         let mut writer = blobs.writer(&key).await.unwrap();
         writer.write(b"bytes").await.unwrap();
         writer.finish().await.unwrap();
-        let reader = blobs.open(&key).await.unwrap().expect("stored");
+        let reader = blobs.open(&key, None).await.unwrap().expect("stored");
         assert_eq!(reader.size(), 5);
     }
 
@@ -433,17 +350,17 @@ mod tests {
         let left = blobs.writer(&key("public/left")).await.unwrap();
         let hour = std::time::Duration::from_secs(3600);
         let old = std::time::SystemTime::now() - 2 * hour;
-        std::fs::File::options().write(true).open(&left.temp).unwrap().set_modified(old).unwrap();
+        std::fs::File::options().write(true).open(left.temp()).unwrap().set_modified(old).unwrap();
         let mut live = blobs.writer(&key("public/live")).await.unwrap();
         let mut done = blobs.writer(&key("public/done")).await.unwrap();
         done.write(b"x").await.unwrap();
         done.finish().await.unwrap();
         assert_eq!(blobs.remove_stale_uploads(hour).unwrap(), 1);
-        assert!(!left.temp.exists(), "the stale upload is gone");
-        assert!(live.temp.exists(), "the upload in progress stays");
+        assert!(!left.temp().exists(), "the stale upload is gone");
+        assert!(live.temp().exists(), "the upload in progress stays");
         live.write(b"y").await.unwrap();
         live.finish().await.unwrap();
-        assert!(blobs.open(&key("public/done")).await.unwrap().is_some(), "finished blobs are kept");
+        assert!(blobs.open(&key("public/done"), None).await.unwrap().is_some(), "finished blobs are kept");
         assert_eq!(blobs.remove_stale_uploads(hour).unwrap(), 0);
         drop(left);
     }
@@ -456,16 +373,16 @@ mod tests {
         let mut writer = blobs.writer(&key).await.unwrap();
         writer.write(b"hello ").await.unwrap();
         writer.write(b"world").await.unwrap();
-        assert!(blobs.open(&key).await.unwrap().is_none(), "not visible before finish");
-        assert_eq!(writer.finish().await.unwrap(), 11);
-        let mut reader = blobs.open(&key).await.unwrap().unwrap();
+        assert!(blobs.open(&key, None).await.unwrap().is_none(), "not visible before finish");
+        assert_eq!(writer.finish().await.unwrap(), Stored { bytes: 11, object: None });
+        let mut reader = blobs.open(&key, None).await.unwrap().unwrap();
         let mut text = String::new();
         reader.read_to_string(&mut text).await.unwrap();
         assert_eq!((text.as_str(), reader.size()), ("hello world", 11));
         let run_dir = dir.path().join("t").join("0");
         assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), 1, "the name stayed inside its run's directory");
-        blobs.delete(&key).await.unwrap();
-        assert!(blobs.open(&key).await.unwrap().is_none());
+        blobs.delete(&key, None).await.unwrap();
+        assert!(blobs.open(&key, None).await.unwrap().is_none());
     }
 
     #[tokio::test]
@@ -480,7 +397,7 @@ mod tests {
         second.finish().await.unwrap();
         let refused = first.finish().await.unwrap_err();
         assert_eq!(refused.kind(), io::ErrorKind::AlreadyExists);
-        let mut reader = blobs.open(&key).await.unwrap().unwrap();
+        let mut reader = blobs.open(&key, None).await.unwrap().unwrap();
         let mut text = String::new();
         reader.read_to_string(&mut text).await.unwrap();
         assert_eq!(text, "second");
@@ -489,7 +406,7 @@ mod tests {
         let hour = std::time::Duration::from_secs(3600);
         assert!(!blobs.remove_leftover(&key, hour).await.unwrap(), "fresh bytes are left alone");
         assert!(blobs.remove_leftover(&key, std::time::Duration::ZERO).await.unwrap());
-        assert!(blobs.open(&key).await.unwrap().is_none());
+        assert!(blobs.open(&key, None).await.unwrap().is_none());
     }
 
     #[tokio::test]
@@ -512,7 +429,7 @@ mod tests {
         for path in &theirs {
             assert_eq!(std::fs::read(path).unwrap(), b"theirs", "{}", path.display());
         }
-        let mut reader = blobs.open(&key).await.unwrap().unwrap();
+        let mut reader = blobs.open(&key, None).await.unwrap().unwrap();
         let mut text = String::new();
         reader.read_to_string(&mut text).await.unwrap();
         assert_eq!(text, "mine");
@@ -531,7 +448,7 @@ mod tests {
         aborted.write(b"partial").await.unwrap();
         aborted.abort().await;
         assert_eq!(std::fs::read_dir(dir.path().join("t").join("1")).unwrap().count(), 0, "aborted");
-        assert!(blobs.open(&key).await.unwrap().is_none());
+        assert!(blobs.open(&key, None).await.unwrap().is_none());
     }
 
     #[tokio::test]

@@ -123,6 +123,10 @@ pub struct Artifact {
     /// For an uploaded blob, how many bytes it holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
+    /// For an uploaded blob in a store that keeps each upload apart (S3), which object
+    /// holds its bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
 }
 
 impl Artifact {
@@ -217,6 +221,7 @@ pub fn implicit_live_log(run: &Run, task_expires: Timestamp) -> Option<Artifact>
         kind: ArtifactKind::LiveLog,
         present: true,
         bytes: None,
+        object: None,
     })
 }
 
@@ -266,6 +271,7 @@ impl ArtifactRequest {
                 kind: self.kind,
                 present,
                 bytes: None,
+                object: None,
             });
         };
         let replaceable = match (&existing.kind, &self.kind) {
@@ -285,8 +291,9 @@ impl ArtifactRequest {
             return Err(Conflict::ArtifactExpiresEarlier { name: name.to_owned(), expires: existing.expires }.into());
         }
         let kept = existing.present && existing.kind == self.kind;
-        let bytes = if kept { existing.bytes } else { None };
-        Ok(Artifact { name: name.to_owned(), expires: self.expires, kind: self.kind, present: present || kept, bytes })
+        let (bytes, object) = if kept { (existing.bytes, existing.object.clone()) } else { (None, None) };
+        let present = present || kept;
+        Ok(Artifact { name: name.to_owned(), expires: self.expires, kind: self.kind, present, bytes, object })
     }
 }
 
@@ -492,6 +499,7 @@ mod tests {
             kind,
             present: true,
             bytes: None,
+            object: None,
         };
         let lookup = |name: &str| -> Result<Option<Artifact>, ()> {
             Ok(match name {

@@ -66,6 +66,7 @@ fn every_exchange_body_as_sent() {
         kind: ArtifactKind::Blob { content_type: "application/gzip".into(), content_length: Some(3) },
         present: true,
         bytes: None,
+        object: None,
         expires: at(7200),
     };
     assert!(artifact_created(&life, 0, &blob).is_none(), "no artifact-created for s3, as Taskcluster");
@@ -77,6 +78,7 @@ fn every_exchange_body_as_sent() {
         },
         present: true,
         bytes: None,
+        object: None,
         expires: at(7200),
     };
     messages.extend(artifact_created(&life, 0, &reference));

@@ -18,7 +18,7 @@ mod workers;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shoal_blobs::{BlobKey, Blobs};
+use shoal_blobs::{BlobKey, Blobs, Stored};
 use shoal_engine::artifact::{Artifact, ArtifactRequest};
 use shoal_engine::artifact::{check_run_takes_output, check_size};
 use shoal_engine::command::TaskCommand;
@@ -458,8 +458,8 @@ impl Queue {
     ///
     /// # Errors
     /// As the store.
-    pub async fn artifact_uploaded(&self, key: ArtifactKey, bytes: u64) -> Result<Artifact, StoreError> {
-        let committed = self.inner.store.artifact_uploaded(key, bytes, now()).await?;
+    pub async fn artifact_uploaded(&self, key: ArtifactKey, stored: Stored) -> Result<Artifact, StoreError> {
+        let committed = self.inner.store.artifact_uploaded(key, (stored.bytes, stored.object), now()).await?;
         Ok(self.committed(committed))
     }
 
@@ -471,11 +471,11 @@ impl Queue {
     pub async fn expire_artifacts(&self, at: Timestamp, limit: usize) -> Result<usize, StoreError> {
         let expired = self.inner.store.read(move |reads| reads.expired_artifacts(at, limit)).await?;
         let mut keys = Vec::with_capacity(expired.len());
-        for (key, _) in expired {
+        for (key, artifact) in expired {
             let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
             self.inner
                 .blobs
-                .delete(&blob)
+                .delete(&blob, artifact.object.as_deref())
                 .await
                 .map_err(|err| StoreError::Unavailable(format!("deleting an expired artifact: {err}")))?;
             keys.push(key);

@@ -85,18 +85,19 @@ impl Queue {
     /// Conflict as above; otherwise as the blob store and the store.
     pub async fn finish_upload(&self, upload: Upload) -> Result<Artifact, StoreError> {
         let Upload { key, writer, .. } = upload;
-        let bytes = match writer.finish().await {
-            Ok(bytes) => bytes,
+        let stored = match writer.finish().await {
+            Ok(stored) => stored,
             Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(Rejection::from(Conflict::AlreadyUploaded(key.name)).into());
             }
             Err(err) => return Err(blob_error(err)),
         };
-        match self.artifact_uploaded(key.clone(), bytes).await {
+        let object = stored.object.clone();
+        match self.artifact_uploaded(key.clone(), stored).await {
             Err(StoreError::Rejected(rejection)) => {
                 // Refused, so never accepted: these bytes are this upload's own.
                 let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
-                self.blobs().delete(&blob).await.map_err(blob_error)?;
+                self.blobs().delete(&blob, object.as_deref()).await.map_err(blob_error)?;
                 Err(StoreError::Rejected(rejection))
             }
             other => other,
@@ -110,7 +111,7 @@ impl Queue {
     pub async fn open_blob(&self, key: &ArtifactKey) -> Result<(Artifact, BlobReader), StoreError> {
         let artifact = self.blob_record(key).await?;
         let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };
-        match self.blobs().open(&blob).await.map_err(blob_error)? {
+        match self.blobs().open(&blob, artifact.object.as_deref()).await.map_err(blob_error)? {
             Some(reader) if artifact.present => Ok((artifact, reader)),
             _ => Err(Rejection::from(Missing::NotUploaded(key.name.clone())).into()),
         }

@@ -64,8 +64,13 @@ impl RunningServer {
             ..QueueConfig::default()
         };
         let blobs_dir = config.data_dir.join("blobs");
-        let blobs =
-            Blobs::local(&blobs_dir).with_context(|| format!("opening blob storage {}", blobs_dir.display()))?;
+        let blobs = match &config.blob_store {
+            // The endpoint, region and credentials come from the standard AWS variables.
+            Some(url) => Blobs::s3(url, &[], &blobs_dir).with_context(|| format!("opening blob storage {url}"))?,
+            None => {
+                Blobs::local(&blobs_dir).with_context(|| format!("opening blob storage {}", blobs_dir.display()))?
+            }
+        };
         // Uploads a killed process left half-written; in the background, since a large data
         // dir takes a while to walk.
         let sweep = blobs.clone();

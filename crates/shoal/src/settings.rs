@@ -136,6 +136,13 @@ server_settings! {
                     .to_owned())
             }
         });
+    #[doc = "Keep artifact bytes in this S3-compatible bucket, s3://bucket/prefix (else under data-dir)"]
+    blob_store: Option<String> [String], "SHOAL_BLOB_STORE", None, "none (<data-dir>/blobs)",
+        |url| optional(url, |url| {
+            if url.strip_prefix("s3://").is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/')) { Ok(()) } else {
+                Err("must be s3://bucket or s3://bucket/prefix (leave it out for <data-dir>/blobs)".to_owned())
+            }
+        });
     #[doc = "Seconds a request waits for PostgreSQL to answer before failing with 503"]
     database_timeout: u64 [u64], "SHOAL_DATABASE_TIMEOUT", shoal_store::PG_REQUEST_TIMEOUT.as_secs(), "20",
         |secs| seconds(secs, 1, 600);

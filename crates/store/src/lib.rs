@@ -441,13 +441,13 @@ impl Store {
     pub async fn artifact_uploaded(
         &self,
         key: ArtifactKey,
-        bytes: u64,
+        stored: (u64, Option<String>),
         now: Timestamp,
     ) -> Result<Committed<Artifact>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::uploaded(tx, &key, bytes, now))).await,
+            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::uploaded(tx, &key, stored, now))).await,
             Store::Postgres(store) => {
-                store.write(key, move |tx, key| Box::pin(ops::artifacts::uploaded(tx, key, bytes, now))).await
+                store.write(key, move |tx, key| Box::pin(ops::artifacts::uploaded(tx, key, stored.clone(), now))).await
             }
         }
     }

@@ -154,7 +154,7 @@ async fn expired_artifacts_and_their_bytes_are_removed() {
     assert_eq!(removed, 1);
     assert_eq!(app.get(&path).await.0, StatusCode::NOT_FOUND, "the record is gone");
     let blob = shoal_blobs::BlobKey { task_id: &task_id, run_id: 0, name: "public/old.txt" };
-    assert!(app.queue.blobs().open(&blob).await.unwrap().is_none(), "and so are the bytes");
+    assert!(app.queue.blobs().open(&blob, None).await.unwrap().is_none(), "and so are the bytes");
 }
 
 #[tokio::test]

@@ -11,7 +11,13 @@ pub(crate) mod worker;
 /// Starts `shoal server` on a free loopback port over `data_dir` with `extra_args`; returns
 /// the process (killed when dropped) and its root URL, read from the line it prints.
 pub(crate) async fn start_server(data_dir: &Path, extra_args: &[&str]) -> (Child, String) {
+    start_server_with(data_dir, extra_args, &[]).await
+}
+
+/// [`start_server`] with more environment variables.
+pub(crate) async fn start_server_with(data_dir: &Path, extra_args: &[&str], env: &[(&str, String)]) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .envs(env.iter().map(|(key, value)| (*key, value.as_str())))
         .args(["server", "--listen", "127.0.0.1:0", "--root-access-token", ROOT_TOKEN, "--data-dir"])
         .arg(data_dir)
         .args(extra_args)

@@ -51,7 +51,7 @@ pub(crate) async fn create(
 pub(crate) async fn uploaded(
     tx: &mut impl WriteTx,
     key: &ArtifactKey,
-    bytes: u64,
+    (bytes, object): (u64, Option<String>),
     now: Timestamp,
 ) -> Result<Artifact, StoreError> {
     let row = load_existing(tx, key.task_id).await?;
@@ -66,6 +66,7 @@ pub(crate) async fn uploaded(
     check_run_takes_artifacts(run, now)?;
     stored.present = true;
     stored.bytes = Some(bytes);
+    stored.object = object;
     tx.put_artifact(key, &stored).await?;
     Ok(stored)
 }

@@ -146,7 +146,7 @@ impl ReadDb for PgReads<'_> {
 
     fn stored_artifact(&self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError> {
         let rows = self.query(
-            "SELECT name, kind, present, expires, bytes FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
+            "SELECT name, kind, present, expires, bytes, object FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
             &[&key.task_id.as_str(), &(key.run_id as i32), &key.name],
         )?;
         rows.first().map(artifact_from_row).transpose()
@@ -154,7 +154,7 @@ impl ReadDb for PgReads<'_> {
 
     fn artifacts(&self, task_id: TaskId, run_id: u32, after: &str, limit: usize) -> Result<Vec<Artifact>, StoreError> {
         let rows = self.query(
-            "SELECT name, kind, present, expires, bytes FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name > $3 \
+            "SELECT name, kind, present, expires, bytes, object FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name > $3 \
              ORDER BY name LIMIT $4",
             &[&task_id.as_str(), &(run_id as i32), &after, &(limit as i64)],
         )?;
@@ -172,16 +172,16 @@ impl ReadDb for PgReads<'_> {
 
     fn expired_artifacts(&self, now: Timestamp, limit: usize) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError> {
         let rows = self.query(
-            "SELECT name, kind, present, expires, bytes, task_id, run_id FROM artifacts WHERE expires <= $1 \
+            "SELECT name, kind, present, expires, bytes, object, task_id, run_id FROM artifacts WHERE expires <= $1 \
              ORDER BY expires LIMIT $2",
             &[&now.millis(), &(limit as i64)],
         )?;
         let mut expired = Vec::with_capacity(rows.len());
         for row in &rows {
             let artifact = artifact_from_row(row)?;
-            let task_id: &str = row.try_get(5)?;
+            let task_id: &str = row.try_get(6)?;
             let task_id = TaskId::parse(task_id).ok_or_else(|| corrupt(format!("task id {task_id}")))?;
-            let key = ArtifactKey { task_id, run_id: row.try_get::<_, i32>(6)? as u32, name: artifact.name.clone() };
+            let key = ArtifactKey { task_id, run_id: row.try_get::<_, i32>(7)? as u32, name: artifact.name.clone() };
             expired.push((key, artifact));
         }
         Ok(expired)

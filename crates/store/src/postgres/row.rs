@@ -69,5 +69,12 @@ pub(crate) fn task_group_from_row(row: &Row) -> Result<TaskGroup, StoreError> {
 pub(crate) fn artifact_from_row(row: &Row) -> Result<Artifact, StoreError> {
     let kind: ArtifactKind = serde_json::from_str(row.try_get(1)?).map_err(corrupt)?;
     let bytes = row.try_get::<_, Option<i64>>(4)?.map(|bytes| u64::try_from(bytes).unwrap_or_default());
-    Ok(Artifact { name: row.try_get(0)?, kind, present: row.try_get(2)?, expires: Timestamp(row.try_get(3)?), bytes })
+    Ok(Artifact {
+        name: row.try_get(0)?,
+        kind,
+        present: row.try_get(2)?,
+        expires: Timestamp(row.try_get(3)?),
+        bytes,
+        object: row.try_get(5)?,
+    })
 }

@@ -263,9 +263,11 @@ INSERT INTO task_tags (tag, created, task_id)
 ALTER TABLE tasks ADD COLUMN secrets SMALLINT;
 UPDATE tasks SET secrets = 1 WHERE (definition::jsonb ->> 'hasSecrets') = 'true';
 "#,
-    // 16: an uploaded blob's size, so a run's bytes are summed from its records.
+    // 16: an uploaded blob's size (a run's bytes are summed from its records) and, in a
+    // store that keeps each upload apart, its object.
     r#"
 ALTER TABLE artifacts ADD COLUMN bytes BIGINT;
+ALTER TABLE artifacts ADD COLUMN object TEXT;
 "#,
 ];
 

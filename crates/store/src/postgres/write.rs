@@ -328,7 +328,7 @@ impl ArtifactTx for PgTx {
     async fn stored_artifact(&mut self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError> {
         let row = self
             .query_opt(
-                "SELECT name, kind, present, expires, bytes FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
+                "SELECT name, kind, present, expires, bytes, object FROM artifacts WHERE task_id = $1 AND run_id = $2 AND name = $3",
                 &[&key.task_id.as_str(), &(key.run_id as i32), &key.name],
             )
             .await?;
@@ -344,12 +344,13 @@ impl ArtifactTx for PgTx {
             Box::new(artifact.present),
             Box::new(artifact.expires.millis()),
             Box::new(artifact.bytes.map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX))),
+            Box::new(artifact.object.clone()),
         ];
         self.defer(
-            "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires, bytes) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+            "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires, bytes, object) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
              ON CONFLICT (task_id, run_id, name) DO UPDATE SET kind = excluded.kind, present = excluded.present, \
-             expires = excluded.expires, bytes = excluded.bytes",
+             expires = excluded.expires, bytes = excluded.bytes, object = excluded.object",
             params,
         )
         .await

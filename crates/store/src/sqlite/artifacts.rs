@@ -16,7 +16,7 @@ pub(crate) fn listed(
     limit: usize,
 ) -> Result<Vec<Artifact>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT name, kind, present, expires, bytes FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name > ?3 \
+        "SELECT name, kind, present, expires, bytes, object FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name > ?3 \
          ORDER BY name LIMIT ?4",
     )?;
     let mut rows = stmt.query(params![task_id.as_str(), run_id, after, limit as i64])?;
@@ -34,16 +34,16 @@ pub(crate) fn expired(
     limit: usize,
 ) -> Result<Vec<(ArtifactKey, Artifact)>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT name, kind, present, expires, bytes, task_id, run_id FROM artifacts WHERE expires <= ?1 \
+        "SELECT name, kind, present, expires, bytes, object, task_id, run_id FROM artifacts WHERE expires <= ?1 \
          ORDER BY expires LIMIT ?2",
     )?;
     let mut rows = stmt.query(params![now.millis(), limit as i64])?;
     let mut res = Vec::new();
     while let Some(row) = rows.next()? {
         let artifact = from_row(row)?;
-        let task_id: String = row.get(5)?;
+        let task_id: String = row.get(6)?;
         let task_id = TaskId::parse(&task_id).ok_or_else(|| corrupt("bad task id"))?;
-        let key = ArtifactKey { task_id, run_id: row.get(6)?, name: artifact.name.clone() };
+        let key = ArtifactKey { task_id, run_id: row.get(7)?, name: artifact.name.clone() };
         res.push((key, artifact));
     }
     Ok(res)
@@ -59,6 +59,7 @@ fn from_row(row: &Row<'_>) -> Result<Artifact, StoreError> {
         present: row.get::<_, i64>(2)? != 0,
         expires: Timestamp(row.get(3)?),
         bytes,
+        object: row.get(5)?,
     })
 }
 
@@ -70,7 +71,7 @@ pub(crate) fn stored(
     name: &str,
 ) -> Result<Option<Artifact>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT name, kind, present, expires, bytes FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name = ?3",
+        "SELECT name, kind, present, expires, bytes, object FROM artifacts WHERE task_id = ?1 AND run_id = ?2 AND name = ?3",
     )?;
     let mut rows = stmt.query(params![task_id.as_str(), run_id, name])?;
     rows.next()?.map(from_row).transpose()
@@ -97,10 +98,10 @@ pub(crate) fn run_bytes(conn: &Connection, task_id: TaskId, run_id: u32) -> Resu
 /// Stores an artifact's record, replacing any under its key.
 pub(crate) fn put(conn: &Connection, key: &ArtifactKey, artifact: &Artifact) -> Result<(), StoreError> {
     let mut stmt = conn.prepare_cached(
-        "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires, bytes) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+        "INSERT INTO artifacts (task_id, run_id, name, kind, present, expires, bytes, object) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
          ON CONFLICT (task_id, run_id, name) DO UPDATE SET kind = excluded.kind, present = excluded.present, \
-         expires = excluded.expires, bytes = excluded.bytes",
+         expires = excluded.expires, bytes = excluded.bytes, object = excluded.object",
     )?;
     stmt.execute(params![
         key.task_id.as_str(),
@@ -110,6 +111,7 @@ pub(crate) fn put(conn: &Connection, key: &ArtifactKey, artifact: &Artifact) -> 
         artifact.present,
         artifact.expires.millis(),
         artifact.bytes.map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX)),
+        artifact.object,
     ])?;
     Ok(())
 }

@@ -265,9 +265,11 @@ CREATE INDEX workers_expires ON workers (expires);
 ALTER TABLE tasks ADD COLUMN secrets INTEGER;
 UPDATE tasks SET secrets = 1 WHERE json_extract(definition, '$.hasSecrets') = 1;
 ",
-    // 17: an uploaded blob's size, so a run's bytes are summed from its records.
+    // 17: an uploaded blob's size (a run's bytes are summed from its records) and, in a
+    // store that keeps each upload apart, its object.
     r"
 ALTER TABLE artifacts ADD COLUMN bytes INTEGER;
+ALTER TABLE artifacts ADD COLUMN object TEXT;
 ",
 ];
 

@@ -27,19 +27,20 @@ pub(crate) async fn artifacts_are_recorded_uploaded_listed_and_expired(name: &st
     let error = json!({"storageType": "error", "expires": "2026-01-01T03:00:00.000Z", "reason": "file-missing-on-worker", "message": "no"});
     let error = store.create_artifact(key(task_id, 0, "public/b"), artifact_request(error), at(2)).await.unwrap().value;
     assert!(error.present, "{name}: an error artifact needs no upload");
-    let uploaded = store.artifact_uploaded(key(task_id, 0, "public/a"), 1_000, at(2)).await.unwrap().value;
+    let uploaded =
+        store.artifact_uploaded(key(task_id, 0, "public/a"), (1_000, Some("o1".into())), at(2)).await.unwrap().value;
     assert!(uploaded.present, "{name}");
-    assert_eq!(uploaded.bytes, Some(1_000), "{name}");
+    assert_eq!((uploaded.bytes, uploaded.object.as_deref()), (Some(1_000), Some("o1")), "{name}");
     let run_bytes = store.read(move |reads| reads.run_bytes(task_id, 0)).await.unwrap();
     assert_eq!(run_bytes, 1_000, "{name}: a run's bytes are its uploaded blobs'");
-    let again = store.artifact_uploaded(key(task_id, 0, "public/a"), 7, at(2)).await;
+    let again = store.artifact_uploaded(key(task_id, 0, "public/a"), (7, None), at(2)).await;
     assert!(matches!(again, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}: bytes are accepted once");
     let repeat = store.create_artifact(key(task_id, 0, "public/a"), artifact_request(blob), at(3)).await.unwrap().value;
     assert!(repeat.present, "{name}: repeating the creation keeps the upload");
     assert_eq!(repeat.bytes, Some(1_000), "{name}: and its size");
     let stored = store.read(move |reads| reads.artifact(task_id, 0, "public/a")).await.unwrap().unwrap();
-    assert_eq!(stored.bytes, Some(1_000), "{name}: read back");
-    let not_blob = store.artifact_uploaded(key(task_id, 0, "public/b"), 7, at(3)).await;
+    assert_eq!((stored.bytes, stored.object.as_deref()), (Some(1_000), Some("o1")), "{name}: read back");
+    let not_blob = store.artifact_uploaded(key(task_id, 0, "public/b"), (7, None), at(3)).await;
     assert!(matches!(not_blob, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}");
 
     let page = store.read(move |reads| reads.list_artifacts(task_id, 0, None, 1)).await.unwrap();
@@ -62,7 +63,7 @@ pub(crate) async fn artifacts_are_recorded_uploaded_listed_and_expired(name: &st
     let _ = store.create_artifact(key(task_id, 0, "public/late"), artifact_request(late), at(3)).await.unwrap();
     apply(store, task_id, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }, at(3))
         .await;
-    let after_resolution = store.artifact_uploaded(key(task_id, 0, "public/late"), 7, at(4)).await;
+    let after_resolution = store.artifact_uploaded(key(task_id, 0, "public/late"), (7, None), at(4)).await;
     assert!(
         matches!(after_resolution, Err(StoreError::Rejected(Rejection::Conflict(_)))),
         "{name}: an upload ending after its run resolved: {after_resolution:?}"

@@ -1,0 +1,63 @@
+//! Artifacts in an S3-compatible bucket (moto's server on loopback) shared by two servers on
+//! one PostgreSQL database: uploaded through one server, read through the other (also after
+//! the first is killed), and gone from the bucket when they expire.
+
+#[path = "../../blobs/tests/support/moto.rs"]
+mod moto;
+#[path = "../../store/tests/support/postgres.rs"]
+mod pg;
+mod support;
+
+use serde_json::json;
+use shoal_client::Outcome;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifacts_in_one_bucket_are_read_through_any_server_and_expire_from_it() {
+    let moto = moto::moto();
+    moto.create_bucket("fleet").await;
+    let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let args = ["--database", url.as_str(), "--blob-store", "s3://fleet/shoal"];
+    let (mut server_a, root_a) = support::start_server_with(dir_a.path(), &args, &moto.env()).await;
+    let (_server_b, root_b) = support::start_server_with(dir_b.path(), &args, &moto.env()).await;
+    let (a, b) = (support::client(&root_a), support::client(&root_b));
+
+    let task_id = slugid::nice();
+    let mut task = support::plain_task("fleet/s3");
+    task["expires"] = json!(shoal_client::now().plus_secs(3600).to_string());
+    a.create_task(&task_id, &task).await.expect("createTask");
+    let claim = b.claim_work("fleet/s3", "g", "w", 1, &json!({})).await.unwrap().pop().expect("claimed");
+    let run_id = claim.run_id;
+    let expires = shoal_client::now().plus_secs(4).to_string();
+    let blob = json!({"storageType": "s3", "contentType": "text/plain", "expires": expires});
+    let created = a.create_artifact(&task_id, run_id, "public/report.txt", &blob).await.expect("createArtifact");
+    let put_url = created["putUrl"].as_str().expect("a putUrl");
+    assert!(put_url.starts_with(&root_a), "uploaded through server A: {put_url}");
+    let bytes = "all tests passed\n".repeat(1000);
+    let res = reqwest::Client::new().put(put_url).body(bytes.clone()).send().await.unwrap();
+    assert!(res.status().is_success(), "{}", res.text().await.unwrap());
+    let objects = moto.keys("fleet", &format!("shoal/{task_id}/")).await;
+    assert_eq!(objects.len(), 1, "the bytes are in the bucket, not on server A's disk: {objects:?}");
+
+    server_a.kill().await.unwrap();
+    let read = b.artifact_bytes(&task_id, Some(run_id), "public/report.txt").await.expect("read through B");
+    assert_eq!(String::from_utf8(read).unwrap(), bytes, "server A is gone; its upload is readable through B");
+    let res = reqwest::get(format!("{root_b}/api/queue/v1/task/{task_id}/runs/{run_id}/artifacts/public/report.txt"))
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["content-type"], "text/plain", "the declared type is kept");
+    b.report(&task_id, run_id, &Outcome::Completed).await.expect("reportCompleted");
+
+    // Server B sweeps expired artifacts every 250 ms: the object goes with the record.
+    let mut left = objects;
+    for _ in 0..400 {
+        left = moto.keys("fleet", &format!("shoal/{task_id}/")).await;
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(left.is_empty(), "the expired artifact's object is gone from the bucket: {left:?}");
+    let gone = b.artifact_bytes(&task_id, Some(run_id), "public/report.txt").await.unwrap_err();
+    assert_eq!(gone.status(), Some(reqwest::StatusCode::NOT_FOUND), "{gone}");
+}
