@@ -13,6 +13,7 @@
 //! The server binary is the `shoal` next to this one (build both with `--bins`).
 #![expect(clippy::print_stdout, reason = "a benchmark reports on stdout")]
 
+mod blobs;
 mod dimensions;
 mod events;
 mod fleet;
@@ -182,6 +183,17 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         chunk_kb: usize,
     },
+    /// A large artifact uploaded to and downloaded from the server, its bytes in the local
+    /// directory against an S3-compatible store (moto's server on loopback), interleaved.
+    Blobs {
+        #[arg(long, default_value_t = 100)]
+        megabytes: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// moto's server program (`pip install 'moto[server]'`).
+        #[arg(long, env = "SHOAL_MOTO_SERVER", default_value = "moto_server")]
+        moto: String,
+    },
     /// What hostile clients do to a server: costly event-stream patterns against long routes,
     /// slow connections, listings of large definitions; ping latency and memory under each.
     Hostile {
@@ -327,6 +339,7 @@ fn main() -> anyhow::Result<()> {
             Command::Soak { seconds, rate, expires_after, every, database } => {
                 soak::soak(seconds, rate, expires_after, every, database.as_deref()).await?;
             }
+            Command::Blobs { megabytes, rounds, moto } => blobs::blobs(megabytes, rounds, &moto).await?,
             Command::Hostile { tasks, slow_connections } => hostile::hostile(tasks, slow_connections).await?,
             Command::Longpoll { polls, samples, targeted } => longpoll::longpoll(polls, samples, targeted).await?,
             Command::Graph { shape, tasks, workers } => {

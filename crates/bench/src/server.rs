@@ -29,6 +29,15 @@ impl Server {
 
     /// [`Server::start`] with the server's own limits per client address.
     pub(crate) async fn start_as_deployed(data_dir: Option<&Path>, extra_args: &[&str]) -> anyhow::Result<Server> {
+        Server::start_with_env(data_dir, extra_args, &[]).await
+    }
+
+    /// [`Server::start_as_deployed`] with more environment variables.
+    pub(crate) async fn start_with_env(
+        data_dir: Option<&Path>,
+        extra_args: &[&str],
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Server> {
         let (dir, path) = match data_dir {
             Some(path) => (None, path.to_path_buf()),
             None => {
@@ -41,6 +50,7 @@ impl Server {
             .args(["server", "--listen", "127.0.0.1:0", "--root-access-token", crate::ROOT_TOKEN, "--data-dir"])
             .arg(&path)
             .args(extra_args)
+            .envs(env.iter().map(|(key, value)| (*key, value.as_str())))
             .env("SHOAL_LOG", "warn")
             .stdout(Stdio::piped())
             .kill_on_drop(true)
