@@ -121,6 +121,46 @@ def append_log(server, task_id, run_id, offset, text):
     return offset + len(body)
 
 
+def post_json(server, path, body):
+    url = f"{server}{path}"
+    data = json.dumps(body).encode()
+    sender = mohawk.Sender(
+        {"id": "root", "key": ROOT_TOKEN, "algorithm": "sha256"}, url, "POST", content=data, content_type="application/json"
+    )
+    res = requests.post(url, data=data, headers={"Authorization": sender.request_header, "Content-Type": "application/json"})
+    assert res.status_code == 200, res.text
+    return res.json()
+
+
+def test_a_failed_task_shows_why_and_the_end_of_its_log_first(server, queue, make_task, task_queue_id, browser, shots):
+    task_id = slugid_nice()
+    queue.createTask(task_id, make_task(metadata=named("failing task")))
+    run_id = claim(queue, task_queue_id)["runId"]
+    log = "".join(f"compiling module {n} of the build, a line long enough to wrap on a phone\n" for n in range(300))
+    append_log(server, task_id, run_id, 0, log + "error: test_widget failed\n")
+    post_json(server, f"/api/queue/v1/task/{task_id}/runs/{run_id}/failed", {"stats": {"exitCode": 3, "runMs": 5}})
+    for size, (width, height) in SIZES.items():
+        browser.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": size == "phone"},
+        )
+        open_page(browser, f"{server}/tasks/{task_id}", "#failure")
+        wait(browser, lambda d: "error: test_widget failed" in text_of(d, "#failure-tail"), f"the log's end ({size})")
+        assert text_of(browser, "#failure-why") == "failed · exit code 3"
+        assert "module 299" in text_of(browser, "#failure-tail") and "module 2 " not in text_of(browser, "#failure-tail")
+        bottom = browser.execute_script("return document.getElementById('failure').getBoundingClientRect().bottom")
+        inner = browser.execute_script("return window.innerHeight")
+        assert bottom <= inner, f"{size}: why it failed and the log's end are above the fold ({bottom} > {inner})"
+        browser.save_screenshot(os.path.join(shots, f"task-failed-{size}.png"))
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    # A cancelled task is not a failure to explain.
+    cancelled = slugid_nice()
+    queue.createTask(cancelled, make_task(metadata=named("cancelled task")))
+    queue.cancelTask(cancelled)
+    open_page(browser, f"{server}/tasks/{cancelled}", "#log-state")
+    assert not browser.find_elements(By.ID, "failure")
+
+
 def test_overview_lists_queues_groups_and_failures(server, queue, make_task, task_queue_id, browser, shots):
     sign_out(browser, server)
     failing = slugid_nice()

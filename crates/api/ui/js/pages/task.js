@@ -8,6 +8,8 @@ import { badge, bytes, duration, facts, fill, h, problem, queueLink, section, ta
 const PRIORITIES = ['highest', 'very-high', 'high', 'medium', 'low', 'very-low', 'lowest'];
 /** Most of a log kept on the page; the rest is a link away. */
 const LOG_KEEP = 2 * 1024 * 1024;
+/** Lines of a failed run's log shown at the top of its page. */
+const TAIL_LINES = 15;
 
 export async function taskPage(main, taskId, wantedRun) {
   const task = await get(queue(`/task/${taskId}`));
@@ -18,10 +20,13 @@ export async function taskPage(main, taskId, wantedRun) {
     (message) => { if (status && message.payload.status) { status = message.payload.status; draw(); } },
     async () => { ({ status } = await get(queue(`/task/${taskId}/status`))); draw(); });
   ({ status } = await get(queue(`/task/${taskId}/status`)));
-  const parts = { head: h('div'), actions: h('div', { class: 'actions', id: 'actions' }), runs: h('div', { id: 'runs' }), log: h('div') };
+  const parts = {
+    head: h('div'), failure: h('div'), actions: h('div', { class: 'actions', id: 'actions' }),
+    runs: h('div', { id: 'runs' }), log: h('div'),
+  };
   const logView = new LogView(parts.log);
   fill(main,
-    parts.head, parts.actions,
+    parts.head, parts.failure, parts.actions,
     h('div', { class: 'grid' }, section('Task', describe(task)), section('Runs', parts.runs)),
     section('Log', parts.log),
     section('Definition', h('details', {}, h('summary', {}, 'payload and full definition (JSON)'),
@@ -38,8 +43,34 @@ export async function taskPage(main, taskId, wantedRun) {
     const runId = wantedRun !== undefined ? Number(wantedRun) : status.runs.length - 1;
     const run = status.runs[runId];
     logView.show(taskId, run);
+    drawFailure(parts.failure, run, logView);
   };
   draw();
+}
+
+/** A failed run, first: why it ended and the end of its log, above the fold on any screen. */
+function drawFailure(el, run, logView) {
+  if (!run || !['failed', 'exception'].includes(run.state) || run.reasonResolved === 'canceled') {
+    fill(el);
+    logView.onEnd = null;
+    return;
+  }
+  const stats = run.stats || {};
+  const tail = h('pre', { class: 'log tail', id: 'failure-tail' }, '…');
+  const why = [
+    run.reasonResolved,
+    stats.exitCode !== undefined ? `exit code ${stats.exitCode}` : null,
+    stats.timedOut ? `${stats.timedOut} exceeded` : null,
+  ].filter(Boolean).join(' · ');
+  fill(el, h('section', { class: 'failure', id: 'failure' },
+    h('p', {}, h('strong', {}, `Run ${run.runId} ${run.state}`), ': ', h('span', { id: 'failure-why' }, why)),
+    tail));
+  logView.onEnd = (text) => {
+    const lines = text ? text.replace(/\n$/, '').split('\n') : [];
+    fill(tail, lines.length ? lines.slice(-TAIL_LINES).join('\n') : 'No log.');
+  };
+  // A redraw after the log was read: its end is known already.
+  if (logView.ended !== undefined) logView.onEnd(logView.ended);
 }
 
 function describe(task) {
@@ -179,6 +210,7 @@ class LogView {
     // Already showing it (a following read ends by itself when the run does).
     if (key === this.key || (this.key === `${taskId}/${run.runId}/true` && this.following)) return;
     this.key = key;
+    this.ended = undefined;
     this.abort?.abort();
     const pre = h('pre', { class: 'log', id: 'log' });
     const state = h('span', { class: live ? 'live' : 'muted', id: 'log-state' }, live ? 'following' : 'finished');
@@ -195,6 +227,8 @@ class LogView {
       const res = await fetch(follow ? `${url}?follow=true` : url, { signal: controller.signal });
       if (!res.ok) {
         fill(pre, res.status === 404 ? 'No log for this run.' : `HTTP ${res.status}`);
+        this.ended = '';
+        this.onEnd?.('');
         return;
       }
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -210,6 +244,8 @@ class LogView {
       }
       if (follow) fill(state, 'finished');
       state.className = 'muted';
+      this.ended = text;
+      this.onEnd?.(text);
     } catch (err) {
       if (err.name !== 'AbortError') fill(state, `stopped: ${err.message}`);
     } finally {
