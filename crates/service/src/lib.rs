@@ -238,16 +238,59 @@ impl Queue {
         let (log, _) = self.inner.live.entry(task_id, run_id);
         // One append at a time per run: the size check and the write must not interleave.
         let _guard = log.append.lock().await;
-        let appended = self
-            .inner
-            .blobs
-            .append_log(task_id.as_str(), run_id, offset, bytes)
-            .await
-            .map_err(|err| StoreError::Unavailable(format!("writing a live log: {err}")))?;
+        let appended = if self.inner.store.keeps_logs() {
+            match self.inner.store.append_log(task_id, run_id, offset, bytes.to_vec()).await? {
+                shoal_store::LogAppend::Size(size) => Appended::Size(size),
+                shoal_store::LogAppend::Gap(size) => Appended::Gap(size),
+            }
+        } else {
+            self.inner
+                .blobs
+                .append_log(task_id.as_str(), run_id, offset, bytes)
+                .await
+                .map_err(|err| StoreError::Unavailable(format!("writing a live log: {err}")))?
+        };
         if let Appended::Size(size) = appended {
             log.progress.send_modify(|progress| progress.size = progress.size.max(size));
         }
         Ok(appended)
+    }
+
+    /// Whether a run's live log may grow through other servers (logs kept in the database),
+    /// so that a follower here must look for itself now and then.
+    #[must_use]
+    pub fn logs_shared(&self) -> bool {
+        self.inner.store.keeps_logs()
+    }
+
+    /// The size of a run's live log now.
+    ///
+    /// # Errors
+    /// Unavailable when it cannot be read.
+    pub async fn log_size(&self, task_id: TaskId, run_id: u32) -> Result<u64, StoreError> {
+        if self.inner.store.keeps_logs() {
+            return self.inner.store.log_size(task_id, run_id).await;
+        }
+        self.inner
+            .blobs
+            .log_size(task_id.as_str(), run_id)
+            .await
+            .map_err(|err| StoreError::Unavailable(format!("reading a live log: {err}")))
+    }
+
+    /// Up to `max` bytes of a run's live log from `offset`.
+    ///
+    /// # Errors
+    /// Unavailable when it cannot be read.
+    pub async fn read_log(&self, task_id: TaskId, run_id: u32, offset: u64, max: usize) -> Result<Vec<u8>, StoreError> {
+        if self.inner.store.keeps_logs() {
+            return self.inner.store.read_log(task_id, run_id, offset, max).await;
+        }
+        self.inner
+            .blobs
+            .read_log(task_id.as_str(), run_id, offset, max)
+            .await
+            .map_err(|err| StoreError::Unavailable(format!("reading a live log: {err}")))
     }
 
     /// Watches a run's live log: its size now and whenever it grows, and when it ends.
@@ -259,10 +302,7 @@ impl Queue {
         let (log, fresh) = self.inner.live.entry(task_id, run_id);
         let receiver = log.progress.subscribe();
         if fresh {
-            let size = match self.inner.blobs.log_size(task_id.as_str(), run_id).await {
-                Ok(size) => size,
-                Err(err) => return Err(StoreError::Unavailable(format!("reading a live log: {err}"))),
-            };
+            let size = self.log_size(task_id, run_id).await?;
             log.progress.send_modify(|progress| progress.size = progress.size.max(size));
         }
         if self.run(task_id, run_id).await?.state.is_resolved() {

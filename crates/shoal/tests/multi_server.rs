@@ -142,26 +142,38 @@ async fn work_created_on_one_server_wakes_a_worker_waiting_on_another() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_live_log_followed_on_one_server_ends_when_its_run_ends_through_another() {
-    let (_servers, a, b) = two_servers("2").await;
+async fn a_live_log_is_written_through_one_server_and_followed_through_another() {
+    let (mut servers, a, b) = two_servers("2").await;
     let task_id = slugid::nice();
     b.create_task(&task_id, &definition(&[])).await.unwrap();
     let claimed = b.claim_work("fleet/linux", "g", "w", 1, &json!({})).await.unwrap();
     assert_eq!(claimed.len(), 1);
-    // The log's appends and its reader on A (as a load balancer routing a task's logs by its
-    // id sends them), the run's report through B.
+    // Appends through A, a follower on B: no routing of a task's logs to one server.
     assert_eq!(a.append_log(&task_id, 0, 0, b"building\n").await.unwrap(), 9);
-    let mut following = a.log(&task_id, 0, true).await.unwrap();
+    let mut following = b.log(&task_id, 0, true).await.unwrap();
     let first = following.chunk().await.unwrap().expect("the bytes written so far");
     assert_eq!(&first[..], b"building\n");
-    b.report(&task_id, 0, &Outcome::Completed).await.unwrap();
-    // A hang guard, not a measurement: without the run's end reaching A, the reader waits
-    // for bytes that never come.
+    assert_eq!(a.append_log(&task_id, 0, 0, b"building\n").await.unwrap(), 9, "a resent chunk adds nothing");
+    assert_eq!(a.append_log(&task_id, 0, 9, b"testing\n").await.unwrap(), 17);
+    // A hang guard, not a measurement: without the append reaching B's follower, it waits.
+    let second = tokio::time::timeout(std::time::Duration::from_secs(60), following.chunk())
+        .await
+        .expect("B's follower got the bytes appended through A while the run lives")
+        .unwrap()
+        .expect("more bytes");
+    assert_eq!(&second[..], b"testing\n");
+    let gap = a.append_log(&task_id, 0, 40, b"lost\n").await.unwrap_err();
+    assert!(gap.is_conflict(), "a chunk past the end is refused: {gap}");
+    a.report(&task_id, 0, &Outcome::Completed).await.unwrap();
     let rest = tokio::time::timeout(std::time::Duration::from_secs(60), following.bytes())
         .await
-        .expect("the reader on A saw the run end through B")
+        .expect("the follower on B saw the run end through A")
         .unwrap();
-    assert!(rest.is_empty(), "nothing was written after the first chunk");
+    assert!(rest.is_empty(), "nothing was written after the second chunk");
+    // The server that took every append is gone; the log is read whole through the other.
+    servers[0].0.kill().await.unwrap();
+    let whole = b.log(&task_id, 0, false).await.unwrap().bytes().await.unwrap();
+    assert_eq!(&whole[..], b"building\ntesting\n");
 }
 
 /// createTask through `root` signed as `credentials`; answers the HTTP status.
@@ -235,6 +247,7 @@ fn task_rows_left(url: &str) -> Vec<(String, i64)> {
             "task_graphs",
             "graph_tasks",
             "completions",
+            "log_chunks",
         ];
         tables
             .iter()
@@ -258,8 +271,8 @@ async fn expired_by(root: &str) -> u64 {
 }
 
 /// Two servers sweep expiry on one database at once: every task (with its dependencies,
-/// group, secrets, tags, artifacts and graph) is deleted by exactly one of them, and nothing
-/// is left behind.
+/// group, secrets, tags, artifacts, live logs and graph) is deleted by exactly one of them,
+/// and nothing is left behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_expire_each_task_once_and_leave_nothing() {
     let url = tokio::task::spawn_blocking(pg::fresh_database).await.unwrap();
@@ -300,6 +313,7 @@ async fn two_servers_expire_each_task_once_and_leave_nothing() {
         let reference = json!({"storageType": "reference", "url": "https://example.com/x",
             "expires": claim.task["expires"], "contentType": "text/plain"});
         clients[0].create_artifact(&task_id, claim.run_id, "public/x", &reference).await.expect("createArtifact");
+        clients[1].append_log(&task_id, claim.run_id, 0, b"output\n").await.expect("a live log");
         clients[0].report(&task_id, claim.run_id, &Outcome::Completed).await.expect("reportCompleted");
     }
     let mut graph = json!({"routing": "exp", "tasks": {}});

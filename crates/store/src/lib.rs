@@ -563,6 +563,52 @@ impl Store {
         }
     }
 
+    /// Whether live logs are kept in the database (PostgreSQL: shared by every server on it)
+    /// rather than in each server's blob directory (SQLite: one server).
+    #[must_use]
+    pub fn keeps_logs(&self) -> bool {
+        matches!(self, Store::Postgres(_))
+    }
+
+    /// Appends `bytes`, which belong at `offset`, to a run's live log kept in the database.
+    ///
+    /// # Errors
+    /// Internal when this store keeps no logs ([`Store::keeps_logs`]); storage failure.
+    pub async fn append_log(
+        &self,
+        task_id: TaskId,
+        run_id: u32,
+        offset: u64,
+        bytes: Vec<u8>,
+    ) -> Result<LogAppend, StoreError> {
+        match self {
+            Store::Postgres(store) => store.append_log(task_id, run_id, offset, bytes).await,
+            Store::Sqlite(_) => Err(no_logs()),
+        }
+    }
+
+    /// The size of a run's live log kept in the database.
+    ///
+    /// # Errors
+    /// As [`Store::append_log`].
+    pub async fn log_size(&self, task_id: TaskId, run_id: u32) -> Result<u64, StoreError> {
+        match self {
+            Store::Postgres(store) => store.log_size(task_id, run_id).await,
+            Store::Sqlite(_) => Err(no_logs()),
+        }
+    }
+
+    /// Up to `max` bytes of a run's live log kept in the database, from `offset`.
+    ///
+    /// # Errors
+    /// As [`Store::append_log`].
+    pub async fn read_log(&self, task_id: TaskId, run_id: u32, offset: u64, max: usize) -> Result<Vec<u8>, StoreError> {
+        match self {
+            Store::Postgres(store) => store.read_log(task_id, run_id, offset, max).await,
+            Store::Sqlite(_) => Err(no_logs()),
+        }
+    }
+
     /// Stops the writer after it finishes what it has.
     pub async fn close(&self) {
         match self {
@@ -570,4 +616,17 @@ impl Store {
             Store::Postgres(store) => store.close().await,
         }
     }
+}
+
+fn no_logs() -> StoreError {
+    StoreError::Internal("live logs are kept by the blob store with SQLite".into())
+}
+
+/// What an append to a live log did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogAppend {
+    /// The log now has this many bytes (a resent chunk adds nothing).
+    Size(u64),
+    /// The chunk starts past the end: the log has only this many bytes.
+    Gap(u64),
 }

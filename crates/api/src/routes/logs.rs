@@ -52,8 +52,11 @@ pub(crate) async fn read_log(
     let (task_id, run_id) = crate::routes::artifacts::run_of(&state, &params, false).await?;
     let mut progress = state.queue.watch_log(task_id, run_id).await?;
     if !query.follow {
-        // Not following: what is there now, and done.
-        let size = progress.borrow_and_update().size;
+        // Not following: what is there now, and done (through any server, when logs are shared).
+        let mut size = progress.borrow_and_update().size;
+        if state.queue.logs_shared() {
+            size = size.max(state.queue.log_size(task_id, run_id).await?);
+        }
         progress = watch::Sender::new(LogProgress { size, done: true }).subscribe();
     }
     // A follow that may wait counts as an open stream of its address (in-process requests,
@@ -62,8 +65,15 @@ pub(crate) async fn read_log(
         Some(Extension(PeerAddr(peer))) if !progress.borrow().done => Some(state.subscribers.take(peer)?),
         _ => None,
     };
-    let follower =
-        Follower { queue: state.queue.clone(), task_id, run_id, offset: query.offset, progress, _slot: slot };
+    let follower = Follower {
+        queue: state.queue.clone(),
+        task_id,
+        run_id,
+        offset: query.offset,
+        progress,
+        looked: 0,
+        _slot: slot,
+    };
     let stream = futures_util::stream::unfold(follower, |mut follower| async move {
         match follower.next_chunk().await {
             Ok(Some(bytes)) => Some((Ok::<Bytes, std::io::Error>(bytes), follower)),
@@ -86,8 +96,18 @@ struct Follower {
     run_id: u32,
     offset: u64,
     progress: watch::Receiver<LogProgress>,
+    /// The size last looked up in the database (appends through other servers announce
+    /// nothing here).
+    looked: u64,
     /// The follow's place among its address's open streams, freed with the follower.
     _slot: Option<Place>,
+}
+
+/// How often a follower looks for bytes appended through other servers.
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+fn io_error(err: shoal_store::StoreError) -> std::io::Error {
+    std::io::Error::other(err.to_string())
 }
 
 impl Follower {
@@ -97,9 +117,9 @@ impl Follower {
             let progress = *self.progress.borrow_and_update();
             // Once the run ended, the log (not the last announcement) says where the end is.
             let end = if progress.done {
-                self.queue.blobs().log_size(self.task_id.as_str(), self.run_id).await?
+                self.queue.log_size(self.task_id, self.run_id).await.map_err(io_error)?
             } else {
-                progress.size
+                progress.size.max(self.looked)
             };
             if self.offset < end {
                 return self.read(end).await.map(Some);
@@ -107,8 +127,19 @@ impl Follower {
             if progress.done {
                 return Ok(None);
             }
-            if self.progress.changed().await.is_err() {
-                // The entry went away: the run ended. Drain what the file holds.
+            let changed = if self.queue.logs_shared() {
+                tokio::select! {
+                    changed = self.progress.changed() => changed,
+                    () = tokio::time::sleep(LOOK_EVERY) => {
+                        self.looked = self.queue.log_size(self.task_id, self.run_id).await.map_err(io_error)?;
+                        Ok(())
+                    }
+                }
+            } else {
+                self.progress.changed().await
+            };
+            if changed.is_err() {
+                // The entry went away: the run ended. Drain what the log holds.
                 self.progress = watch::Sender::new(LogProgress { size: progress.size, done: true }).subscribe();
             }
         }
@@ -117,7 +148,7 @@ impl Follower {
     async fn read(&mut self, end: u64) -> std::io::Result<Bytes> {
         let offset = self.offset;
         let want = usize::try_from(end - offset).unwrap_or(READ_BYTES).min(READ_BYTES);
-        let buf = self.queue.blobs().read_log(self.task_id.as_str(), self.run_id, offset, want).await?;
+        let buf = self.queue.read_log(self.task_id, self.run_id, offset, want).await.map_err(io_error)?;
         let n_read = buf.len();
         self.offset += n_read as u64;
         if n_read == 0 {

@@ -10,6 +10,7 @@ mod config;
 mod gather;
 mod graph;
 mod listen;
+mod logs;
 mod notify;
 mod outbox;
 mod pipeline;

@@ -269,6 +269,16 @@ UPDATE tasks SET secrets = 1 WHERE (definition::jsonb ->> 'hasSecrets') = 'true'
 ALTER TABLE artifacts ADD COLUMN bytes BIGINT;
 ALTER TABLE artifacts ADD COLUMN object TEXT;
 "#,
+    // 17: live logs, chunk by chunk, so that every server reads and appends to any run's.
+    r#"
+CREATE TABLE log_chunks (
+    task_id TEXT COLLATE "C" NOT NULL,
+    run_id  INTEGER NOT NULL,
+    start   BIGINT NOT NULL,
+    bytes   BYTEA NOT NULL,
+    PRIMARY KEY (task_id, run_id, start)
+);
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

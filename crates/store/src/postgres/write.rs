@@ -480,6 +480,7 @@ impl ExpireTx for PgTx {
             "DELETE FROM task_secrets WHERE task_id = $1",
             "DELETE FROM completions WHERE task_id = $1",
             "DELETE FROM task_tags WHERE task_id = $1",
+            "DELETE FROM log_chunks WHERE task_id = $1",
         ] {
             self.defer(sql, vec![Box::new(task_id.as_str().to_owned())]).await?;
         }
