@@ -600,6 +600,8 @@ async fn wake_on_remote_work(
             Ok(RemoteWork::Anywhere) => inner.wakers.wake_all(),
             // What another server committed: its needs are unknown, so all look.
             Ok(RemoteWork::Queue(task_queue_id)) => inner.wakers.wake_queue(&task_queue_id),
+            // A live log followed here grew through another server.
+            Ok(RemoteWork::Log { task_id, run_id, size }) => inner.live.grown(task_id, run_id, size),
             // Missed some: everyone looks again.
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => inner.wakers.wake_all(),
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,

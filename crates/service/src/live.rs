@@ -50,6 +50,18 @@ impl LiveLogs {
         (log, true)
     }
 
+    /// A run's log grew to `size` elsewhere: its followers here, if any, read on.
+    pub(crate) fn grown(&self, task_id: TaskId, run_id: u32, size: u64) {
+        let runs = self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(log) = runs.get(&(task_id, run_id)) {
+            log.progress.send_if_modified(|progress| {
+                let grew = size > progress.size;
+                progress.size = progress.size.max(size);
+                grew
+            });
+        }
+    }
+
     /// The runs whose logs are being written or followed now.
     pub(crate) fn open(&self) -> Vec<(TaskId, u32)> {
         self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().copied().collect()

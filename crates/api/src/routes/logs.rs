@@ -103,8 +103,9 @@ struct Follower {
     _slot: Option<Place>,
 }
 
-/// How often a follower looks for bytes appended through other servers.
-const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// How often a follower looks for bytes appended through other servers, in case their
+/// announcements were lost (they come at once otherwise).
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn io_error(err: shoal_store::StoreError) -> std::io::Error {
     std::io::Error::other(err.to_string())

@@ -13,7 +13,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use tokio::sync::{broadcast, watch};
 
 use super::outbox::{OUTBOX_CHANNEL, PUBLISH_LOCK, Tail};
-use super::{PgConn, RemoteWork, WAKE_CHANNEL};
+use super::{LOG_CHANNEL, PgConn, RemoteWork, WAKE_CHANNEL};
 use crate::StoreError;
 
 /// How often the listener checks whether the store is gone or wants to publish.
@@ -50,7 +50,7 @@ fn run(listener: &Listener) {
     let mut first = true;
     while listener.listening.load(Ordering::Relaxed) {
         let mut client = match listener.config.connect(NoTls).and_then(|mut client| {
-            client.batch_execute(&format!("LISTEN {WAKE_CHANNEL}; LISTEN {OUTBOX_CHANNEL}"))?;
+            client.batch_execute(&format!("LISTEN {WAKE_CHANNEL}; LISTEN {OUTBOX_CHANNEL}; LISTEN {LOG_CHANNEL}"))?;
             Ok(client)
         }) {
             Ok(client) => PgConn::new(client),
@@ -98,6 +98,10 @@ fn serve(listener: &Listener, conn: &mut PgConn) -> Result<(), StoreError> {
         for notification in &notifications {
             if notification.channel() == OUTBOX_CHANNEL {
                 tail = true;
+            } else if notification.channel() == LOG_CHANNEL {
+                if let Some(grown) = remote_log(notification.payload(), &listener.server) {
+                    let _ = listener.wake.send(grown);
+                }
             } else if let Some(queue) = remote_queue(notification.payload(), &listener.server) {
                 // Nobody waiting is fine.
                 let _ = listener.wake.send(RemoteWork::Queue(queue.to_owned()));
@@ -108,6 +112,17 @@ fn serve(listener: &Listener, conn: &mut PgConn) -> Result<(), StoreError> {
         }
     }
     Ok(())
+}
+
+/// The live log a growth notification names, unless this server sent it.
+fn remote_log(payload: &str, server: &str) -> Option<RemoteWork> {
+    let mut parts = payload.split(' ');
+    let (sender, task_id, run_id, size) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if sender == server {
+        return None;
+    }
+    let task_id = shoal_engine::TaskId::parse(task_id)?;
+    Some(RemoteWork::Log { task_id, run_id: run_id.parse().ok()?, size: size.parse().ok()? })
 }
 
 /// The queue a wake-up names, unless this server sent it (its workers were woken locally).
@@ -128,5 +143,9 @@ mod tests {
         assert_eq!(remote_queue("a1 prov/wt", "a1"), None);
         assert_eq!(remote_queue("b2 prov/wt", "a1"), Some("prov/wt"));
         assert_eq!(remote_queue("prov/wt", "a1"), Some("prov/wt"));
+        assert!(remote_log("a1 fN1SbArXTPSVFNUvaOlinQ 0 17", "a1").is_none(), "its own growth");
+        let grown = remote_log("b2 fN1SbArXTPSVFNUvaOlinQ 3 17", "a1");
+        assert!(matches!(grown, Some(RemoteWork::Log { run_id: 3, size: 17, .. })), "{grown:?}");
+        assert!(remote_log("b2 not-a-slugid 3 17", "a1").is_none());
     }
 }

@@ -5,7 +5,7 @@
 
 use shoal_engine::TaskId;
 
-use super::PgStore;
+use super::{LOG_CHANNEL, PgStore};
 use crate::{LogAppend, StoreError};
 
 /// Most chunks one read gathers.
@@ -42,7 +42,17 @@ impl PgStore {
                 )?;
             }
             tx.commit()?;
-            Ok(LogAppend::Size(size + fresh.len() as u64))
+            let size = size + fresh.len() as u64;
+            if !fresh.is_empty() {
+                // After the commit, outside it: a notifying transaction holds a database-wide
+                // lock through its commit. Lost when the database is away: followers on other
+                // servers then look for themselves (every second).
+                let note = format!("{} {task} {run_id} {size}", inner.server);
+                if let Err(err) = conn.query("SELECT pg_notify($1, $2)", &[&LOG_CHANNEL, &note]) {
+                    tracing::debug!(error = %err, "could not tell other servers a live log grew");
+                }
+            }
+            Ok(LogAppend::Size(size))
         })
         .await
     }

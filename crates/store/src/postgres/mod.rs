@@ -48,6 +48,9 @@ pub use pool::PgPool;
 
 /// The NOTIFY channel on which commits name the queues that gained pending work.
 const WAKE_CHANNEL: &str = "shoal_pending";
+/// The NOTIFY channel on which appends announce a live log's new size
+/// (`<server> <taskId> <runId> <size>`), so followers on other servers read at once.
+const LOG_CHANNEL: &str = "shoal_log";
 /// Work that another server's commit gave, as the wake-up subscribers hear of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RemoteWork {
@@ -56,6 +59,15 @@ pub enum RemoteWork {
     /// Notifications may have been missed (after a reconnect): every waiting worker should
     /// look again.
     Anywhere,
+    /// A run's live log grew to `size` bytes through another server.
+    Log {
+        /// The task.
+        task_id: shoal_engine::TaskId,
+        /// The run.
+        run_id: u32,
+        /// Its size now.
+        size: u64,
+    },
 }
 
 /// How long settling waits for a transaction that drew an outbox id to end.
@@ -92,6 +104,8 @@ struct PgInner {
     gatherer: std::sync::OnceLock<gather::Gatherer>,
     /// How long a request waits for the database.
     request_timeout: Duration,
+    /// This server's name in notifications (see `listen.rs`).
+    server: String,
 }
 
 impl Drop for PgInner {
@@ -132,6 +146,7 @@ impl PgStore {
         // processes and machines (a clash only costs a missed remote wake-up).
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let server = format!("{:x}.{:x}", std::process::id(), nanos.as_nanos());
+        let server_name = server.clone();
         listen::start(listen::Listener {
             config: config.client_config()?,
             server: server.clone(),
@@ -163,6 +178,7 @@ impl PgStore {
             listening,
             gatherer: std::sync::OnceLock::new(),
             request_timeout: config.request_timeout,
+            server: server_name,
         };
         Ok(PgStore { inner: Arc::new(inner) })
     }
