@@ -20,6 +20,7 @@ mod fleet;
 mod graph;
 mod hostile;
 mod http1;
+mod live;
 mod longpoll;
 mod scale;
 mod server;
@@ -194,6 +195,15 @@ enum Command {
         #[arg(long, env = "SHOAL_MOTO_SERVER", default_value = "moto_server")]
         moto: String,
     },
+    /// Live-log latency with two servers on one PostgreSQL database: a line appended through
+    /// one reaching a follower on it and one on the other.
+    LogLatency {
+        /// The database (a fresh one: `scripts/postgres start DIR` gives a cluster).
+        #[arg(long)]
+        database: String,
+        #[arg(long, default_value_t = 300)]
+        appends: usize,
+    },
     /// What hostile clients do to a server: costly event-stream patterns against long routes,
     /// slow connections, listings of large definitions; ping latency and memory under each.
     Hostile {
@@ -339,6 +349,7 @@ fn main() -> anyhow::Result<()> {
             Command::Soak { seconds, rate, expires_after, every, database } => {
                 soak::soak(seconds, rate, expires_after, every, database.as_deref()).await?;
             }
+            Command::LogLatency { database, appends } => live::log_latency(&database, appends).await?,
             Command::Blobs { megabytes, rounds, moto } => blobs::blobs(megabytes, rounds, &moto).await?,
             Command::Hostile { tasks, slow_connections } => hostile::hostile(tasks, slow_connections).await?,
             Command::Longpoll { polls, samples, targeted } => longpoll::longpoll(polls, samples, targeted).await?,

@@ -164,14 +164,16 @@ async fn a_live_log_is_written_through_one_server_and_followed_through_another()
     assert_eq!(&second[..], b"testing\n");
     let gap = a.append_log(&task_id, 0, 40, b"lost\n").await.unwrap_err();
     assert!(gap.is_conflict(), "a chunk past the end is refused: {gap}");
-    a.report(&task_id, 0, &Outcome::Completed).await.unwrap();
+    // The server that took every append is lost mid-run: the log lives on through B.
+    servers[0].0.kill().await.unwrap();
+    let so_far = b.log(&task_id, 0, false).await.unwrap().bytes().await.unwrap();
+    assert_eq!(&so_far[..], b"building\ntesting\n");
+    b.report(&task_id, 0, &Outcome::Completed).await.unwrap();
     let rest = tokio::time::timeout(std::time::Duration::from_secs(60), following.bytes())
         .await
-        .expect("the follower on B saw the run end through A")
+        .expect("the follower on B saw the run end")
         .unwrap();
     assert!(rest.is_empty(), "nothing was written after the second chunk");
-    // The server that took every append is gone; the log is read whole through the other.
-    servers[0].0.kill().await.unwrap();
     let whole = b.log(&task_id, 0, false).await.unwrap().bytes().await.unwrap();
     assert_eq!(&whole[..], b"building\ntesting\n");
 }
