@@ -153,10 +153,10 @@ impl LocalBlobs {
         let path = self.log_path(task_id, run_id);
         let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&path).await?;
         let size = file.metadata().await?.len();
-        if offset > size {
-            return Ok(Appended::Gap(size));
-        }
-        let skip = usize::try_from(size - offset).unwrap_or(usize::MAX).min(bytes.len());
+        let skip = match shoal_engine::artifact::log_append_skip(size, offset, bytes.len()) {
+            Ok(skip) => skip,
+            Err(size) => return Ok(Appended::Gap(size)),
+        };
         let fresh = &bytes[skip..];
         if !fresh.is_empty() {
             file.write_all(fresh).await?;

@@ -349,6 +349,19 @@ pub fn check_run_takes_artifacts(run: &Run, now: Timestamp) -> Result<(), Reject
     Err(Conflict::RunResolved(run.run_id).into())
 }
 
+/// Where `len` bytes sent for `offset` go in a live log of `size` bytes: how many of them to
+/// skip (what the log has already: a resend after a lost answer), or, for a chunk starting
+/// past the end, `Err` with the size to resend from.
+///
+/// # Errors
+/// The log's size, when `offset` is past it.
+pub fn log_append_skip(size: u64, offset: u64, len: usize) -> Result<usize, u64> {
+    if offset > size {
+        return Err(size);
+    }
+    Ok(usize::try_from(size - offset).unwrap_or(usize::MAX).min(len))
+}
+
 /// The names among `names` that are not public (outside `public/`): reading each needs
 /// `queue:get-artifact:<name>`; public ones anyone may read.
 #[must_use]
@@ -364,6 +377,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_log_append_skips_what_the_log_has_and_refuses_gaps() {
+        assert_eq!(log_append_skip(0, 0, 5), Ok(0), "the first chunk");
+        assert_eq!(log_append_skip(5, 0, 5), Ok(5), "a resend adds nothing");
+        assert_eq!(log_append_skip(5, 3, 8), Ok(2), "an overlap keeps its new part");
+        assert_eq!(log_append_skip(5, 9, 1), Err(5), "a gap says where to resend from");
+    }
     use crate::status::ReasonCreated;
 
     const NOW: Timestamp = Timestamp(1_767_225_600_000);

@@ -30,10 +30,10 @@ impl PgStore {
             let (task, run) = (task_id.as_str(), run_id as i32);
             tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))", &[&task, &i64::from(run_id)])?;
             let size = tx.query_opt(LAST_CHUNK, &[&task, &run])?.map_or(0, |row| row.get::<_, i64>(0)) as u64;
-            if offset > size {
-                return Ok(LogAppend::Gap(size));
-            }
-            let skip = usize::try_from(size - offset).unwrap_or(usize::MAX).min(bytes.len());
+            let skip = match shoal_engine::artifact::log_append_skip(size, offset, bytes.len()) {
+                Ok(skip) => skip,
+                Err(size) => return Ok(LogAppend::Gap(size)),
+            };
             let fresh = &bytes[skip..];
             if !fresh.is_empty() {
                 tx.execute(
