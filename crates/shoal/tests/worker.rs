@@ -41,7 +41,13 @@ async fn outcomes_follow_exit_codes_and_limits() {
 
     let status = resolved(&server, &ok, 1).await;
     assert_eq!(status["state"], "completed");
-    assert!(log_of(&server, &ok, 0).await.contains("all good\n"));
+    let live = log_of(&server, &ok, 0).await;
+    assert!(live.contains("all good\n"));
+    // The whole log is also a blob like any artifact (generic-worker's name).
+    let url = format!("{}/task/{ok}/runs/0/artifacts/public/logs/live_backing.log", server.api);
+    let backing = reqwest::get(url).await.unwrap();
+    assert_eq!(backing.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(backing.text().await.unwrap(), live, "the uploaded log is the live one, whole");
 
     let status = resolved(&server, &failing, 1).await;
     assert_eq!(status["state"], "failed");
@@ -61,6 +67,9 @@ async fn outcomes_follow_exit_codes_and_limits() {
     let status = resolved(&server, &malformed, 1).await;
     assert_eq!(status["runs"][0]["reasonResolved"], "malformed-payload");
     assert!(log_of(&server, &malformed, 0).await.contains("payload.command"), "the log names the field");
+    let malformed_log = format!("{}/task/{malformed}/runs/0/artifacts/public/logs/live_backing.log", server.api);
+    let res = reqwest::get(malformed_log).await.unwrap();
+    assert!(res.status().is_success() && res.text().await.unwrap().contains("payload.command"), "a refused run's too");
 
     let status = resolved(&server, &silent, 1).await;
     assert_eq!(status["state"], "failed");

@@ -62,6 +62,14 @@ async fn missing(target: &Target<'_>, spec: &ArtifactSpec, log: &LogSink) {
     }
 }
 
+/// The name of a run's whole log, uploaded when it ends (generic-worker's).
+pub(crate) const BACKING_LOG: &str = "public/logs/live_backing.log";
+
+/// Uploads the run's whole log, kept at `file`, as [`BACKING_LOG`].
+pub(crate) async fn upload_log(target: &Target<'_>, file: &Path) -> anyhow::Result<u64> {
+    upload(target, file, BACKING_LOG, Some("text/plain; charset=utf-8")).await
+}
+
 /// Uploads one file; its size.
 async fn upload(target: &Target<'_>, file: &Path, name: &str, content_type: Option<&str>) -> anyhow::Result<u64> {
     let size = tokio::fs::metadata(file).await?.len();

@@ -1,6 +1,10 @@
 //! Streams a run's output to the server's live log: buffered, flushed every 100 ms or when
-//! a quarter megabyte is waiting, and always before the run is reported.
+//! a quarter megabyte is waiting, and always before the run is reported. Everything sent is
+//! also kept in a file of the worker's, uploaded when the run ends as the log's blob
+//! (generic-worker's `public/logs/live_backing.log`).
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use shoal_client::Client;
@@ -27,9 +31,14 @@ pub(crate) struct LogFlusher {
 impl LogSink {
     /// Starts sending; `header` goes out with the first output, so a run that prints nothing
     /// leaves no log behind.
-    pub(crate) fn start(client: Client, task_id: String, run_id: u32, header: String) -> (LogSink, LogFlusher) {
+    pub(crate) fn start(
+        client: Client,
+        (task_id, run_id): (String, u32),
+        header: String,
+        backing: PathBuf,
+    ) -> (LogSink, LogFlusher) {
         let (chunks, received) = mpsc::channel(64);
-        let handle = tokio::spawn(send_loop(client, task_id, run_id, header, received));
+        let handle = tokio::spawn(send_loop(client, task_id, run_id, header, received, backing));
         (LogSink { chunks }, LogFlusher { handle })
     }
 
@@ -57,8 +66,17 @@ async fn send_loop(
     run_id: u32,
     header: String,
     mut received: mpsc::Receiver<Vec<u8>>,
+    backing: PathBuf,
 ) {
     let mut header = Some(format!("[shoal-worker] {header}\n").into_bytes());
+    // Made anew for the run (0600: the worker's alone); without it the log is only live.
+    let _ = std::fs::remove_file(&backing);
+    let mut kept = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&backing)
+    }
+    .map_err(|err| tracing::warn!(path = %backing.display(), error = %err, "cannot keep the log for its upload"))
+    .ok();
     let mut buffer = Vec::new();
     let mut offset = 0u64;
     let mut tick = tokio::time::interval(FLUSH_EVERY);
@@ -67,10 +85,17 @@ async fn send_loop(
         tokio::select! {
             chunk = received.recv(), if open => match chunk {
                 Some(chunk) => {
+                    let before = buffer.len();
                     if let Some(header) = header.take() {
                         buffer.extend_from_slice(&header);
                     }
                     buffer.extend_from_slice(&chunk);
+                    if let Some(file) = &mut kept
+                        && let Err(err) = file.write_all(&buffer[before..])
+                    {
+                        tracing::warn!(error = %err, "keeping the log for its upload failed");
+                        kept = None;
+                    }
                     if buffer.len() < FLUSH_BYTES {
                         continue;
                     }

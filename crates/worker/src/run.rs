@@ -53,7 +53,9 @@ pub(crate) async fn run_claim(
     let run_id = claim.run_id;
     let expires = claim.task["expires"].as_str().unwrap_or_default().to_owned();
     let header = format!("task {task_id} run {run_id} on {}/{}", config.worker_group, config.worker_id);
-    let (log, flusher) = LogSink::start(client.clone(), task_id.clone(), run_id, header);
+    // Beside the task directory, out of the task's reach.
+    let backing = config.work_dir.join(format!("log-{slot}.txt"));
+    let (log, flusher) = LogSink::start(client.clone(), (task_id.clone(), run_id), header, backing.clone());
 
     let parsed = payload::parse(&claim.task["payload"])
         .and_then(|payload| unsupported(&payload, &config.isolation).map_or(Ok(payload), Err));
@@ -63,6 +65,8 @@ pub(crate) async fn run_claim(
             log.line(&format!("malformed payload: {message}")).await;
             drop(log);
             flusher.finish().await;
+            let target = Target { client: &client, task_id: &task_id, run_id, expires: &expires };
+            upload_backing_log(&target, &backing).await;
             let outcome = Outcome::Exception(WorkerException::MalformedPayload);
             report(&client, &task_id, run_id, &outcome, &RunStats::default()).await;
             return;
@@ -163,9 +167,21 @@ pub(crate) async fn run_claim(
     drop(log);
     flusher.finish().await;
     if let Some(outcome) = outcome {
+        let target = Target { client: &client, task_id: &task_id, run_id, expires: &expires };
+        upload_backing_log(&target, &backing).await;
         report(&client, &task_id, run_id, &outcome, &stats).await;
     }
+    let _ = tokio::fs::remove_file(&backing).await;
     empty(&dir).await;
+}
+
+/// Uploads the run's whole log (kept at `backing`) as a blob like any artifact, before the
+/// run is reported (then it takes no more), and removes the file.
+async fn upload_backing_log(target: &Target<'_>, backing: &Path) {
+    if let Err(err) = artifacts::upload_log(target, backing).await {
+        tracing::warn!(task.id = %target.task_id, run.id = target.run_id, error = %err, "uploading the run's log failed");
+    }
+    let _ = tokio::fs::remove_file(backing).await;
 }
 
 /// Makes the task directory and the secrets file (owned by the slot's `user` when it has
