@@ -1,6 +1,7 @@
 //! Artifacts in an S3-compatible bucket (moto's server on loopback) shared by two servers on
 //! one PostgreSQL database: uploaded through one server, read through the other (also after
-//! the first is killed), and gone from the bucket when they expire.
+//! the first is killed, with the run's live log), and gone from the bucket when they and
+//! their task expire.
 
 #[path = "../../blobs/tests/support/moto.rs"]
 mod moto;
@@ -24,7 +25,8 @@ async fn artifacts_in_one_bucket_are_read_through_any_server_and_expire_from_it(
 
     let task_id = slugid::nice();
     let mut task = support::plain_task("fleet/s3");
-    task["expires"] = json!(shoal_client::now().plus_secs(3600).to_string());
+    task["deadline"] = json!(shoal_client::now().plus_secs(6).to_string());
+    task["expires"] = json!(shoal_client::now().plus_secs(8).to_string());
     a.create_task(&task_id, &task).await.expect("createTask");
     let claim = b.claim_work("fleet/s3", "g", "w", 1, &json!({})).await.unwrap().pop().expect("claimed");
     let run_id = claim.run_id;
@@ -38,8 +40,11 @@ async fn artifacts_in_one_bucket_are_read_through_any_server_and_expire_from_it(
     assert!(res.status().is_success(), "{}", res.text().await.unwrap());
     let objects = moto.keys("fleet", &format!("shoal/{task_id}/")).await;
     assert_eq!(objects.len(), 1, "the bytes are in the bucket, not on server A's disk: {objects:?}");
+    a.append_log(&task_id, run_id, 0, b"compiling\n").await.expect("a live log through A");
 
     server_a.kill().await.unwrap();
+    let log = b.log(&task_id, run_id, false).await.unwrap().bytes().await.unwrap();
+    assert_eq!(&log[..], b"compiling\n", "the live log written through A is read through B");
     let read = b.artifact_bytes(&task_id, Some(run_id), "public/report.txt").await.expect("read through B");
     assert_eq!(String::from_utf8(read).unwrap(), bytes, "server A is gone; its upload is readable through B");
     let res = reqwest::get(format!("{root_b}/api/queue/v1/task/{task_id}/runs/{run_id}/artifacts/public/report.txt"))
@@ -60,4 +65,17 @@ async fn artifacts_in_one_bucket_are_read_through_any_server_and_expire_from_it(
     assert!(left.is_empty(), "the expired artifact's object is gone from the bucket: {left:?}");
     let gone = b.artifact_bytes(&task_id, Some(run_id), "public/report.txt").await.unwrap_err();
     assert_eq!(gone.status(), Some(reqwest::StatusCode::NOT_FOUND), "{gone}");
+
+    // An upload a crash left unrecorded goes with its task.
+    let orphan = format!("{}/fleet/shoal/{task_id}/0/apublic%252Fx/orphan", moto.endpoint);
+    assert!(reqwest::Client::new().put(orphan).body("orphan").send().await.unwrap().status().is_success());
+    for _ in 0..400 {
+        left = moto.keys("fleet", &format!("shoal/{task_id}/")).await;
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(left.is_empty(), "the expired task's objects are gone from the bucket: {left:?}");
+    assert_eq!(b.task_status(&task_id).await.unwrap_err().status(), Some(reqwest::StatusCode::NOT_FOUND));
 }

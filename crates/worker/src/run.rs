@@ -176,8 +176,14 @@ pub(crate) async fn run_claim(
 }
 
 /// Uploads the run's whole log (kept at `backing`) as a blob like any artifact, before the
-/// run is reported (then it takes no more), and removes the file.
+/// run is reported (then it takes no more), and removes the file. A run that printed nothing
+/// has no log, live or uploaded.
 async fn upload_backing_log(target: &Target<'_>, backing: &Path) {
+    let printed = tokio::fs::metadata(backing).await.is_ok_and(|metadata| metadata.len() > 0);
+    if !printed {
+        let _ = tokio::fs::remove_file(backing).await;
+        return;
+    }
     if let Err(err) = artifacts::upload_log(target, backing).await {
         tracing::warn!(task.id = %target.task_id, run.id = target.run_id, error = %err, "uploading the run's log failed");
     }
