@@ -215,6 +215,15 @@ def test_group_page_shows_every_task_and_follows_changes_live(server, queue, mak
     browser.find_element(By.CSS_SELECTOR, 'button[data-state="running"]').click()
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tasks tr")) == 1, "the filter applied")
     snap(browser, shots, "group")
+    # The filters are in the URL: a reload (or the link, shared) shows the same view.
+    browser.find_element(By.CSS_SELECTOR, 'button[data-state="pending"]').click()
+    browser.find_element(By.ID, "filter").send_keys("task 2")
+    wait(browser, lambda d: "q=task+2" in d.current_url and "state=pending" in d.current_url, "the view in the URL")
+    browser.refresh()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#app[data-ready] #loading.live"), "reloaded")
+    wait(browser, lambda d: shown(d) == [(ids[2], "pending")] or (ids[2] == running and shown(d) == []), "the same view")
+    assert browser.find_element(By.ID, "filter").get_attribute("value") == "task 2"
+    assert "on" in browser.find_element(By.CSS_SELECTOR, 'button[data-state="pending"]').get_attribute("class")
 
 
 def test_task_page_follows_the_live_log(server, queue, make_task, task_queue_id, browser, shots):

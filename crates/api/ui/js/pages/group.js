@@ -1,6 +1,7 @@
 // `/tasks/groups/<taskGroupId>`: every task of a group with its state, filtered by state and
 // by name, a page of rows at a time (a group may hold tens of thousands), kept current from
-// the event stream without reloading.
+// the event stream without reloading. The filters and page are kept in the URL
+// (`?state=&q=&page=`), so a link or a reload shows the same view.
 
 import { ApiError, TASK_EXCHANGES, allPages, call, credentials, get, listen, queue } from '../api.js';
 import { badge, fill, h, problem, queueLink, throttle, when } from '../view.js';
@@ -11,12 +12,17 @@ const STATES = ['unscheduled', 'pending', 'running', 'completed', 'failed', 'exc
 export async function groupPage(main, groupId) {
   const tasks = new Map(); // taskId -> {name, status}
   let order = null; // tasks by name, until one arrives or is renamed
-  const view = { state: new URLSearchParams(location.search).get('state') || '', text: '', page: 0 };
+  const asked = new URLSearchParams(location.search);
+  const view = {
+    state: asked.get('state') || '',
+    text: (asked.get('q') || '').toLowerCase(),
+    page: Math.max(0, (Number(asked.get('page')) || 1) - 1),
+  };
   const counts = h('div', { class: 'chips', id: 'counts' });
   const table = h('tbody', { id: 'tasks' });
   const pager = h('div', { class: 'pager' });
   const loading = h('span', { class: 'muted', id: 'loading' }, 'loading…');
-  const filter = h('input', { type: 'search', placeholder: 'filter by name or taskId', id: 'filter', 'aria-label': 'filter' });
+  const filter = h('input', { type: 'search', placeholder: 'filter by name or taskId', id: 'filter', 'aria-label': 'filter', value: asked.get('q') || '' });
   let typing = null;
   filter.addEventListener('input', () => {
     clearTimeout(typing);
@@ -56,6 +62,7 @@ export async function groupPage(main, groupId) {
     const shown = order.filter(matches);
     const pages = Math.max(1, Math.ceil(shown.length / PAGE_ROWS));
     view.page = Math.min(view.page, pages - 1);
+    remember();
     fill(table, shown.slice(view.page * PAGE_ROWS, (view.page + 1) * PAGE_ROWS).map(row));
     fill(pager, pages > 1 ? [
       h('button', { disabled: view.page === 0, onclick: () => { view.page--; draw(); } }, '‹ previous'),
@@ -64,6 +71,15 @@ export async function groupPage(main, groupId) {
     ] : h('span', { class: 'muted' }, `${shown.length} tasks`));
   };
   const redraw = throttle(draw, 200);
+  // The view in the URL, replacing the entry (a filter typed is not a page to go back to).
+  function remember() {
+    const params = new URLSearchParams();
+    if (view.state) params.set('state', view.state);
+    if (view.text) params.set('q', view.text);
+    if (view.page > 0) params.set('page', String(view.page + 1));
+    const search = params.toString() ? `?${params}` : '';
+    if (search !== location.search) history.replaceState(history.state, '', `${location.pathname}${search}`);
+  }
 
   // Listen first, then list: nothing that happens in between is missed.
   const pendingNames = new Set();
