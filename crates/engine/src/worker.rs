@@ -508,6 +508,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_sighting_names_what_is_wrong_with_its_caches() {
+        let with = |caches: Vec<String>| Sighting { caches: Some(caches), ..Sighting::default() }.check();
+        assert!(with(vec!["checkout".into(), "ccache:v2".into()]).is_ok());
+        for bad in [vec!["../up".to_owned()], vec![String::new()], vec!["x".to_owned(); MAX_CACHES + 1]] {
+            let refused = with(bad).unwrap_err();
+            assert!(format!("{refused:?}").contains("caches"), "{refused:?}");
+        }
+    }
+
+    #[test]
     fn a_first_sighting_is_the_oldest_event_of_its_millisecond() {
         let at = Timestamp(1_790_000_000_000);
         let mut events = vec![

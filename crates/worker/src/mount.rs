@@ -205,7 +205,7 @@ impl Drop for Source {
 /// once); answers how many bytes were downloaded.
 async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Source, u64), SetupError> {
     let started = Instant::now();
-    let (key, what) = match content {
+    let (key, what, fetch) = match content {
         Content::Inline { bytes, sha256 } => {
             check_digest(&format!("{:x}", Sha256::digest(bytes)), sha256.as_deref(), path)?;
             let file = setup.cache.partial();
@@ -230,11 +230,12 @@ async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Sou
                 Some(sha256) => format!("sha256:{sha256}"),
                 None => format!("artifact:{task_id}/{run_id}/{artifact}"),
             };
-            (key, format!("artifact {artifact} of task {task_id} run {run_id}"))
+            let what = format!("artifact {artifact} of task {task_id} run {run_id}");
+            (key, what, Fetch::Artifact { task_id, artifact, run_id })
         }
         Content::Url { url, sha256 } => {
             let key = sha256.as_ref().map_or_else(|| format!("url:{url}"), |sha256| format!("sha256:{sha256}"));
-            (key, url.clone())
+            (key, url.clone(), Fetch::Url(url))
         }
     };
     if let Some(held) = setup.cache.content(&key) {
@@ -246,13 +247,11 @@ async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Sou
         setup.log.line(&format!("mount {path}: {what}, from the worker's cache")).await;
         return Ok((Source::Cached(held), 0));
     }
-    let response = match content {
-        Content::Artifact { task_id, artifact, .. } => {
-            let run_id = latest_run(setup.client, task_id, artifact).await?;
+    let response = match fetch {
+        Fetch::Artifact { task_id, artifact, run_id } => {
             setup.client.download_artifact(task_id, run_id, artifact, setup.scopes).await
         }
-        Content::Url { url, .. } => setup.client.download_url(url).await,
-        Content::Inline { .. } => unreachable!("inline content is placed above"),
+        Fetch::Url(url) => setup.client.download_url(url).await,
     }
     .map_err(|err| refused(&what, &err))?;
     let partial = setup.cache.partial();
@@ -272,6 +271,12 @@ async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Sou
     let millis = started.elapsed().as_millis();
     setup.log.line(&format!("mount {path}: {what}, {size} bytes fetched in {millis} ms")).await;
     Ok((Source::Cached(held), size))
+}
+
+/// What a download asks the server (or the URL's host) for.
+enum Fetch<'a> {
+    Artifact { task_id: &'a str, artifact: &'a str, run_id: u32 },
+    Url(&'a str),
 }
 
 /// The latest run of `task_id` (whose artifact a mount reads, as getLatestArtifact does).
