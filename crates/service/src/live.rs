@@ -4,7 +4,9 @@
 //!
 //! Each run being written or followed has an entry: a lock that serializes its appends, and
 //! a watch channel carrying its size and whether the run has ended. Entries exist only
-//! while someone writes or follows; the log itself is a file in the blob store.
+//! while someone writes or follows; the log itself is kept by the blob store (SQLite) or the
+//! database (PostgreSQL, so any server's followers read it; growth elsewhere arrives as
+//! [`LiveLogs::grown`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
