@@ -49,6 +49,9 @@ pub async fn run_due_loop(queue: Queue, shutdown: impl Future<Output = ()>) {
         // tasks drains over several ticks.
         let expire = || queue.expire_tasks(now(), DUE_BATCH);
         drain(EXPIRY_BATCHES_PER_TICK, expire, "expiring tasks").await;
+        if let Err(err) = queue.tidy_pending_index(DUE_BATCH).await {
+            tracing::warn!(error = %err, "tidying the pending index failed; retrying next tick");
+        }
         drain(usize::MAX, || queue.lose_silent_workers(DUE_BATCH), "finding missing workers").await;
         drain(usize::MAX, || queue.fire_due(now(), DUE_BATCH), "firing due transitions").await;
     }

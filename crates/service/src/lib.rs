@@ -546,6 +546,14 @@ impl Queue {
         Ok(deleted)
     }
 
+    /// Forgets up to `limit` entries of the store's pending index that hold nothing any more.
+    ///
+    /// # Errors
+    /// As the store.
+    pub async fn tidy_pending_index(&self, limit: usize) -> Result<(), StoreError> {
+        self.inner.store.tidy_pending_index(limit).await
+    }
+
     /// Fires what is due now; returns how many transitions fired.
     ///
     /// # Errors

@@ -483,6 +483,18 @@ impl Store {
         Ok(committed.value)
     }
 
+    /// Forgets up to `limit` entries of the pending index that hold nothing any more: on
+    /// PostgreSQL dimension sets with no pending task (SQLite's index drops them at once).
+    ///
+    /// # Errors
+    /// Unavailable or Other on storage failure.
+    pub async fn tidy_pending_index(&self, limit: usize) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(_) => Ok(()),
+            Store::Postgres(store) => store.forget_idle_dimension_sets(limit).await,
+        }
+    }
+
     /// Queues that gained pending work through another server's commit;
     /// `None` when no other server can write (embedded SQLite).
     #[must_use]

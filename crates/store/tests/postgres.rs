@@ -3,11 +3,16 @@
 //! write path as the tables grow, creates and reports written by one statement, the
 //! record of a queue's activity written once per interval, where a claimed task's row goes,
 //! claims written together with the other writes of a server, a gathering stuck on a
-//! row lock not holding back the next, and requests given up on while the database hangs.
+//! row lock not holding back the next, requests given up on while the database hangs,
+//! claims by dimension set, and workers' claims appended apart from their records.
 
+#[path = "postgres/dimension_sets.rs"]
+mod dimension_sets;
 #[path = "postgres/outbox.rs"]
 mod outbox;
 mod support;
+#[path = "postgres/worker_claims.rs"]
+mod worker_claims;
 
 use outbox::*;
 

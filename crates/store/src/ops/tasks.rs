@@ -161,11 +161,7 @@ async fn claims_for(
     if claims.is_empty() {
         return Ok(claims);
     }
-    let worker = match read {
-        Some(worker) => worker,
-        None => tx.load_worker(&key).await?,
-    };
-    workers::record_claims_read(tx, worker, &key, &claims, now).await?;
+    workers::record_claims(tx, &key, &claims, now, read).await?;
     Ok(claims)
 }
 
@@ -209,7 +205,7 @@ pub(crate) async fn claim_task(
         worker_group: worker_group.to_owned(),
         worker_id: worker_id.to_owned(),
     };
-    workers::record_claims(tx, &key, std::slice::from_ref(&claim), now).await?;
+    workers::record_claims(tx, &key, std::slice::from_ref(&claim), now, None).await?;
     Ok(claim)
 }
 

@@ -35,6 +35,11 @@ pub(crate) trait WorkerTx {
 
     /// Deletes up to `limit` worker records (with their events) expired at `now`.
     async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError>;
+
+    /// Records that worker `key` claimed `runs` at `now` without reading its record, where
+    /// the backend keeps claims apart and folds them into the record as it reads it
+    /// ([`Worker::claimed`]); `false` where it does not, and the caller writes the record.
+    async fn append_claims(&mut self, key: &WorkerKey, runs: &[TaskRun], now: Timestamp) -> Result<bool, StoreError>;
 }
 
 /// A change an operator (or the worker itself) makes to a worker.
@@ -87,32 +92,27 @@ pub(crate) async fn seen(
 }
 
 /// Adds what `key` just claimed to its recent tasks (recording the worker if it is new).
-/// Runs on every claimWork that took something.
+/// Runs on every claimWork that took something; `read` is the record when the operation
+/// read it already.
 pub(crate) async fn record_claims(
     tx: &mut impl WriteTx,
     key: &WorkerKey,
     claims: &[Claim],
     now: Timestamp,
+    read: Option<Option<Worker>>,
 ) -> Result<(), StoreError> {
     if claims.is_empty() {
         return Ok(());
     }
-    let loaded = tx.load_worker(key).await?;
-    record_claims_read(tx, loaded, key, claims, now).await
-}
-
-/// [`record_claims`] for an operation that read the worker's record already, in the same
-/// transaction (`loaded`, `None` if it has none).
-pub(crate) async fn record_claims_read(
-    tx: &mut impl WriteTx,
-    loaded: Option<Worker>,
-    key: &WorkerKey,
-    claims: &[Claim],
-    now: Timestamp,
-) -> Result<(), StoreError> {
-    if claims.is_empty() {
+    let runs: Vec<TaskRun> =
+        claims.iter().map(|claim| TaskRun { task_id: claim.status.task_id, run_id: claim.run_id }).collect();
+    if tx.append_claims(key, &runs, now).await? {
         return Ok(());
     }
+    let loaded = match read {
+        Some(worker) => worker,
+        None => tx.load_worker(key).await?,
+    };
     // Only the record changes (the claim's sighting was written by the service, at most every
     // few seconds): its indexed columns stay as they are, which keeps this write small.
     let (mut worker, events) = match loaded {
@@ -121,7 +121,6 @@ pub(crate) async fn record_claims_read(
             Worker::first(key.clone(), Sighting::default(), now, now.plus_millis(tx.settings().queue_retention_ms()))
         }
     };
-    let runs = claims.iter().map(|claim| TaskRun { task_id: claim.status.task_id, run_id: claim.run_id });
     worker.claimed(runs, now);
     save(tx, &mut worker, events).await
 }

@@ -7,6 +7,7 @@
 //! so concurrent servers never hand one run out twice.
 
 mod config;
+mod dimension_sets;
 mod gather;
 mod graph;
 mod listen;
@@ -106,6 +107,8 @@ struct PgInner {
     request_timeout: Duration,
     /// This server's name in notifications (see `listen.rs`).
     server: String,
+    /// The last dimension set the sweep of idle ones looked at (`dimension_sets.rs`).
+    sets_swept: std::sync::Mutex<Vec<u8>>,
 }
 
 impl Drop for PgInner {
@@ -179,6 +182,7 @@ impl PgStore {
             gatherer: std::sync::OnceLock::new(),
             request_timeout: config.request_timeout,
             server: server_name,
+            sets_swept: std::sync::Mutex::default(),
         };
         Ok(PgStore { inner: Arc::new(inner) })
     }

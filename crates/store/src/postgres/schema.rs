@@ -279,6 +279,21 @@ CREATE TABLE log_chunks (
     PRIMARY KEY (task_id, run_id, start)
 );
 "#,
+    // 18: pending tasks indexed by dimension set, each set filed under an anchor value.
+    crate::postgres::dimension_sets::MIGRATION,
+    // 19: claims appended apart from their worker's record, folded into it as it is read.
+    r#"
+CREATE TABLE worker_claims (
+    task_queue_id TEXT NOT NULL,
+    worker_group  TEXT NOT NULL,
+    worker_id     TEXT NOT NULL,
+    seq           BIGSERIAL,
+    task_id       TEXT NOT NULL,
+    run_id        INTEGER NOT NULL,
+    at            BIGINT NOT NULL,
+    PRIMARY KEY (task_queue_id, worker_group, worker_id, seq)
+);
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

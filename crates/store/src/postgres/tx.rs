@@ -12,7 +12,7 @@ use deadpool_postgres::Object;
 use serde_json::value::RawValue;
 use shoal_engine::message::Message;
 use shoal_engine::status::TaskState;
-use shoal_engine::worker::{Worker, WorkerKey};
+use shoal_engine::worker::{TaskRun, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
@@ -67,8 +67,11 @@ pub(crate) struct PgTx {
     /// Queues whose activity this transaction took it upon itself to record
     /// ([`PgTx::touch_queue`]), with the time it put in the server's map.
     touched: Vec<(String, i64)>,
-    /// Worker records a gathering locked and read ahead of its claims (each taken once).
-    pub(crate) workers_read: HashMap<WorkerKey, Worker>,
+    /// Claims appended by [`PgTx::append_worker_claims`], written with the commit.
+    pub(crate) claims: Vec<(WorkerKey, TaskRun, Timestamp)>,
+    /// The numbers of the appended claims folded into each worker record read with its lock,
+    /// deleted when the record is stored.
+    pub(crate) claims_folded: HashMap<WorkerKey, Vec<i64>>,
 }
 
 /// A task that resolved, whose group and dependents are yet to hear of it.
@@ -107,7 +110,8 @@ impl PgTx {
             staged: false,
             resolutions: None,
             touched: Vec::new(),
-            workers_read: HashMap::new(),
+            claims: Vec::new(),
+            claims_folded: HashMap::new(),
         }
     }
 
@@ -244,6 +248,9 @@ impl PgTx {
 
     /// Stages the messages and commits, in one round trip with what was held back.
     pub(crate) async fn commit(&mut self) -> Result<(), StoreError> {
+        if !self.claims.is_empty() {
+            self.write_claims().await?;
+        }
         if !self.begun && self.held_back.len() == 1 {
             // Nothing was ever sent: there is nothing to commit.
             self.held_back.clear();

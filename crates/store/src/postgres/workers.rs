@@ -1,12 +1,15 @@
 //! The worker registry's statements on PostgreSQL: the writer's ([`PgTx`]) and the readers'.
 
 use shoal_engine::dimensions::Dimensions;
-use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey, worker_name};
+use std::sync::LazyLock;
+
+use shoal_engine::worker::{KEPT_EVENTS, Sighting, TaskRun, Worker, WorkerEvent, WorkerKey, worker_name};
 use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use crate::StoreError;
+use crate::postgres::pipeline::Param;
 use crate::postgres::reads::PgReads;
 use crate::postgres::tx::PgTx;
 use crate::row::{corrupt, json};
@@ -26,12 +29,53 @@ fn task_id_from_row(row: &Row, column: usize) -> Result<TaskId, StoreError> {
 
 impl PgTx {
     /// A worker's record, locked until the commit.
+    /// The claims appended since it was written are folded in, and deleted when it is stored.
     pub(crate) async fn lock_worker(&mut self, key: &WorkerKey) -> Result<Option<Worker>, StoreError> {
-        if let Some(worker) = self.workers_read.remove(key) {
-            return Ok(Some(worker));
+        let row = self.query_opt(&LOCK_WORKER, &[&key.task_queue_id, &key.worker_group, &key.worker_id]).await?;
+        let Some(row) = row else { return Ok(None) };
+        let (worker, folded) = folded(&row)?;
+        if !folded.is_empty() {
+            self.claims_folded.insert(key.clone(), folded);
         }
-        let row = self.query_opt(LOCK_WORKER, &[&key.task_queue_id, &key.worker_group, &key.worker_id]).await?;
-        row.map(|row| decode("worker", row.try_get::<_, &str>(0)?)).transpose()
+        Ok(Some(worker))
+    }
+
+    /// Appends claims of worker `key` (written with the commit, one statement for all), and
+    /// records the worker if it has no record yet.
+    pub(crate) fn append_worker_claims(&mut self, key: &WorkerKey, runs: &[TaskRun], now: Timestamp) {
+        self.claims.extend(runs.iter().map(|&run| (key.clone(), run, now)));
+    }
+
+    /// The statements writing the appended claims, before the commit: the first records of
+    /// workers that have none (with their first events), then the claims.
+    pub(crate) async fn write_claims(&mut self) -> Result<(), StoreError> {
+        let claims = std::mem::take(&mut self.claims);
+        let mut keys: Vec<(&WorkerKey, Timestamp)> = claims.iter().map(|(key, _, at)| (key, *at)).collect();
+        keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        keys.dedup_by(|a, b| a.0 == b.0);
+        let retention = self.shared.settings.queue_retention_ms();
+        let mut first = FirstRecords::default();
+        for (key, at) in keys {
+            let (mut worker, events) = Worker::first(key.clone(), Sighting::default(), at, at.plus_millis(retention));
+            worker.events_recorded = events.len() as u64;
+            first.push(&worker, events)?;
+        }
+        self.defer(FIRST_RECORDS, first.params()).await?;
+        let column = |f: &dyn Fn(&(WorkerKey, TaskRun, Timestamp)) -> String| claims.iter().map(f).collect::<Vec<_>>();
+        let params: Vec<Param> = vec![
+            Box::new(column(&|(key, ..)| key.task_queue_id.clone())),
+            Box::new(column(&|(key, ..)| key.worker_group.clone())),
+            Box::new(column(&|(key, ..)| key.worker_id.clone())),
+            Box::new(column(&|(_, run, _)| run.task_id.as_str().to_owned())),
+            Box::new(claims.iter().map(|(_, run, _)| run.run_id as i32).collect::<Vec<_>>()),
+            Box::new(claims.iter().map(|(_, _, at)| at.millis()).collect::<Vec<_>>()),
+        ];
+        self.defer(
+            "INSERT INTO worker_claims (task_queue_id, worker_group, worker_id, task_id, run_id, at) \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int4[], $6::int8[])",
+            params,
+        )
+        .await
     }
 
     /// Stores a worker's record and its new events, keeping the latest [`KEPT_EVENTS`].
@@ -57,6 +101,20 @@ impl PgTx {
             ],
         )
         .await?;
+        if let Some(folded) = self.claims_folded.remove(key) {
+            // These rows exactly: claims appended meanwhile may have lower numbers.
+            self.defer(
+                "DELETE FROM worker_claims WHERE task_queue_id = $1 AND worker_group = $2 AND worker_id = $3 \
+                 AND seq = ANY($4)",
+                vec![
+                    Box::new(key.task_queue_id.clone()),
+                    Box::new(key.worker_group.clone()),
+                    Box::new(key.worker_id.clone()),
+                    Box::new(folded),
+                ],
+            )
+            .await?;
+        }
         let Some(&(last, _)) = events.last() else { return Ok(()) };
         for (seq, event) in events {
             self.defer(
@@ -138,7 +196,9 @@ impl PgTx {
         self.defer(
             "WITH gone AS (DELETE FROM workers WHERE (task_queue_id, worker_group, worker_id) IN \
              (SELECT task_queue_id, worker_group, worker_id FROM workers WHERE expires <= $1 LIMIT $2 \
-             FOR UPDATE SKIP LOCKED) RETURNING task_queue_id, worker_group, worker_id) \
+             FOR UPDATE SKIP LOCKED) RETURNING task_queue_id, worker_group, worker_id), \
+             claims AS (DELETE FROM worker_claims c USING gone WHERE c.task_queue_id = gone.task_queue_id \
+             AND c.worker_group = gone.worker_group AND c.worker_id = gone.worker_id) \
              DELETE FROM worker_events e USING gone WHERE e.task_queue_id = gone.task_queue_id \
              AND e.worker_group = gone.worker_group AND e.worker_id = gone.worker_id",
             vec![Box::new(now.millis()), Box::new(limit as i64)],
@@ -147,40 +207,110 @@ impl PgTx {
     }
 }
 
-/// Locks and reads one worker's record.
-const LOCK_WORKER: &str = "SELECT record FROM workers WHERE task_queue_id = $1 AND worker_group = $2 AND worker_id = $3 \
-     FOR UPDATE";
+/// A worker's record and the claims appended since it was written (JSON
+/// `[[seq, taskId, runId, at], ...]` in order, NULL when none), from `workers w`.
+const RECORD_AND_CLAIMS: &str = "w.record, (SELECT json_agg(json_build_array(c.seq, c.task_id, c.run_id, c.at) \
+     ORDER BY c.seq) FROM worker_claims c WHERE c.task_queue_id = w.task_queue_id \
+     AND c.worker_group = w.worker_group AND c.worker_id = w.worker_id)::text";
 
-/// Locks and reads the records of `keys` in one round trip (in key order, so that two
-/// transactions never wait on each other's), for [`PgTx::lock_worker`] to take.
-pub(crate) async fn read_workers(tx: &mut PgTx, mut keys: Vec<WorkerKey>) -> Result<(), StoreError> {
-    keys.sort_unstable();
-    keys.dedup();
-    if keys.is_empty() {
-        return Ok(());
+/// Locks and reads one worker's record.
+static LOCK_WORKER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {RECORD_AND_CLAIMS} FROM workers w \
+         WHERE w.task_queue_id = $1 AND w.worker_group = $2 AND w.worker_id = $3 FOR UPDATE OF w"
+    )
+});
+
+/// A record read with [`RECORD_AND_CLAIMS`], its claims folded in ([`Worker::claimed`], in
+/// the order they were appended); and the claims' numbers.
+fn folded(row: &Row) -> Result<(Worker, Vec<i64>), StoreError> {
+    let mut worker: Worker = decode("worker", row.try_get::<_, &str>(0)?)?;
+    let Some(text) = row.try_get::<_, Option<&str>>(1)? else { return Ok((worker, Vec::new())) };
+    let claims: Vec<(i64, String, u32, i64)> = decode("worker claims", text)?;
+    let mut numbers = Vec::with_capacity(claims.len());
+    for (seq, task, run_id, at) in claims {
+        let task_id = TaskId::parse(&task).ok_or_else(|| corrupt(format!("task id {task}")))?;
+        worker.claimed([TaskRun { task_id, run_id }], Timestamp(at));
+        numbers.push(seq);
     }
-    let params: Vec<[&(dyn ToSql + Sync); 3]> =
-        keys.iter().map(|key| [&key.task_queue_id as _, &key.worker_group as _, &key.worker_id as _]).collect();
-    let queries: Vec<(&str, crate::postgres::pipeline::Params<'_>)> =
-        params.iter().map(|params| (LOCK_WORKER, &params[..])).collect();
-    let answers = tx.pipeline(&queries).await?;
-    for rows in answers {
-        if let Some(row) = rows.first() {
-            let worker: Worker = decode("worker", row.try_get::<_, &str>(0)?)?;
-            tx.workers_read.insert(worker.key.clone(), worker);
+    Ok((worker, numbers))
+}
+
+/// Records workers that have none, with their events: columns `$1..$7` as `workers`',
+/// `$8..$12` the events (key, number, event) of the records inserted.
+const FIRST_RECORDS: &str = "WITH first AS (INSERT INTO workers \
+     (task_queue_id, worker_group, worker_id, record, last_seen, watched, expires) \
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::bool[], $7::int8[]) \
+     ON CONFLICT DO NOTHING RETURNING task_queue_id, worker_group, worker_id) \
+     INSERT INTO worker_events (task_queue_id, worker_group, worker_id, seq, event) \
+     SELECT e.q, e.g, e.i, e.seq, e.event \
+     FROM unnest($8::text[], $9::text[], $10::text[], $11::int8[], $12::text[]) AS e(q, g, i, seq, event) \
+     JOIN first f ON f.task_queue_id = e.q AND f.worker_group = e.g AND f.worker_id = e.i";
+
+/// The parameters of [`FIRST_RECORDS`].
+#[derive(Default)]
+struct FirstRecords {
+    queues: Vec<String>,
+    groups: Vec<String>,
+    ids: Vec<String>,
+    records: Vec<String>,
+    last_seen: Vec<i64>,
+    watched: Vec<bool>,
+    expires: Vec<i64>,
+    event_keys: (Vec<String>, Vec<String>, Vec<String>),
+    event_numbers: Vec<i64>,
+    events: Vec<String>,
+}
+
+impl FirstRecords {
+    fn push(&mut self, worker: &Worker, events: Vec<WorkerEvent>) -> Result<(), StoreError> {
+        let key = &worker.key;
+        self.queues.push(key.task_queue_id.clone());
+        self.groups.push(key.worker_group.clone());
+        self.ids.push(key.worker_id.clone());
+        self.records.push(json(worker)?);
+        self.last_seen.push(worker.last_seen.millis());
+        self.watched.push(worker.watched());
+        self.expires.push(worker.expires.millis());
+        for (number, event) in (1..).zip(events) {
+            self.event_keys.0.push(key.task_queue_id.clone());
+            self.event_keys.1.push(key.worker_group.clone());
+            self.event_keys.2.push(key.worker_id.clone());
+            self.event_numbers.push(number);
+            self.events.push(json(&event)?);
         }
+        Ok(())
     }
-    Ok(())
+
+    fn params(self) -> Vec<Param> {
+        vec![
+            Box::new(self.queues),
+            Box::new(self.groups),
+            Box::new(self.ids),
+            Box::new(self.records),
+            Box::new(self.last_seen),
+            Box::new(self.watched),
+            Box::new(self.expires),
+            Box::new(self.event_keys.0),
+            Box::new(self.event_keys.1),
+            Box::new(self.event_keys.2),
+            Box::new(self.event_numbers),
+            Box::new(self.events),
+        ]
+    }
 }
 
 impl PgReads<'_> {
     /// A worker's record.
     pub(crate) fn worker_record(&self, key: &WorkerKey) -> Result<Option<Worker>, StoreError> {
         let rows = self.query(
-            "SELECT record FROM workers WHERE task_queue_id = $1 AND worker_group = $2 AND worker_id = $3",
+            &format!(
+                "SELECT {RECORD_AND_CLAIMS} FROM workers w \
+                 WHERE w.task_queue_id = $1 AND w.worker_group = $2 AND w.worker_id = $3"
+            ),
             &[&key.task_queue_id, &key.worker_group, &key.worker_id],
         )?;
-        rows.first().map(|row| decode("worker", row.try_get::<_, &str>(0)?)).transpose()
+        rows.first().map(|row| Ok(folded(row)?.0)).transpose()
     }
 
     /// A queue's workers after `(group, id)`, by group and id.
@@ -191,11 +321,13 @@ impl PgReads<'_> {
         limit: usize,
     ) -> Result<Vec<Worker>, StoreError> {
         let rows = self.query(
-            "SELECT record FROM workers WHERE task_queue_id = $1 AND (worker_group, worker_id) > ($2, $3) \
-             ORDER BY worker_group, worker_id LIMIT $4",
+            &format!(
+                "SELECT {RECORD_AND_CLAIMS} FROM workers w WHERE w.task_queue_id = $1 \
+                 AND (w.worker_group, w.worker_id) > ($2, $3) ORDER BY w.worker_group, w.worker_id LIMIT $4"
+            ),
             &[&task_queue_id as &(dyn ToSql + Sync), &after.0, &after.1, &(limit as i64)],
         )?;
-        rows.iter().map(|row| decode("worker", row.try_get::<_, &str>(0)?)).collect()
+        rows.iter().map(|row| Ok(folded(row)?.0)).collect()
     }
 
     /// A queue's running runs: each one's worker and task.

@@ -9,7 +9,7 @@ use shoal_engine::graph::{NodeProgress, Tally};
 use shoal_engine::message::Message;
 use shoal_engine::secrets::Secrets;
 use shoal_engine::status::TaskState;
-use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
+use shoal_engine::worker::{TaskRun, Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -19,11 +19,10 @@ use crate::ops::graph::{NewNode, StoredGraph};
 use crate::ops::{
     Aftermath, ArtifactTx, AuthTx, CreateLookup, Due, ExpireTx, GraphTx, GroupTx, NewTask, RowChange, WorkerTx, WriteTx,
 };
+use crate::postgres::dimension_sets::claimable;
 use crate::postgres::graph::{GRAPH_COLUMNS, graph_from_row, parse_id};
 use crate::postgres::pipeline::{Param, Params};
-use crate::postgres::row::{
-    GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, artifact_from_row, task_group_from_row,
-};
+use crate::postgres::row::{GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, artifact_from_row, task_group_from_row};
 use crate::postgres::tx::PgTx;
 use crate::row::{TaskRow, corrupt, json};
 use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
@@ -54,8 +53,13 @@ impl WriteTx for PgTx {
         if request.count == 0 {
             return Ok(Vec::new());
         }
-        let worker = json(&request.dimensions)?;
-        let rows = self.query(claimable(false), &[&request.task_queue_id, &(request.count as i64), &worker]).await?;
+        let count = request.count as i64;
+        let rows = if request.dimensions.is_empty() {
+            self.query(claimable(false, false), &[&request.task_queue_id, &count]).await?
+        } else {
+            let worker = json(&request.dimensions)?;
+            self.query(claimable(false, true), &[&request.task_queue_id, &count, &worker]).await?
+        };
         rows.iter().map(candidate).collect()
     }
 
@@ -589,31 +593,13 @@ impl WorkerTx for PgTx {
     async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError> {
         self.delete_workers_expired(now, limit).await
     }
-}
 
-/// The pending tasks of queue `$1` whose dimensions the worker's (`$3`, JSON) match, at most
-/// `$2`, in line order (priority, then arrival), locked; those other transactions hold are
-/// skipped rather than waited for. `excluding`: not the tasks of `$4` either (those this
-/// transaction locked already, which `SKIP LOCKED` would not skip).
-pub(crate) fn claimable(excluding: bool) -> &'static str {
-    static SQL: std::sync::LazyLock<[String; 2]> =
-        std::sync::LazyLock::new(|| [claimable_sql(false), claimable_sql(true)]);
-    &SQL[usize::from(excluding)]
-}
-
-fn claimable_sql(excluding: bool) -> String {
-    // The dimension rule of `Dimensions::matched_by`, in SQL, so that matching work behind
-    // any number of tasks this worker cannot run is found: every value of every key the task
-    // names must be among the worker's, by one of its `|` alternatives.
-    format!(
-        "SELECT {TASK_COLUMNS}, definition FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
-         AND (dimensions IS NULL OR NOT EXISTS ( \
-             SELECT 1 FROM jsonb_each(dimensions) AS wanted(key, required), \
-                 jsonb_array_elements_text(wanted.required) AS one(value) \
-             WHERE NOT COALESCE(($3::text::jsonb -> wanted.key) ?| string_to_array(one.value, '|'), false))) {}\
-         ORDER BY priority_rank, pending_seq LIMIT $2 FOR UPDATE SKIP LOCKED",
-        if excluding { "AND NOT task_id = ANY($4) " } else { "" }
-    )
+    /// Appended: a claim neither reads nor locks the worker's row, which claims of one worker
+    /// through two servers (or two gatherings) would otherwise queue on.
+    async fn append_claims(&mut self, key: &WorkerKey, runs: &[TaskRun], now: Timestamp) -> Result<bool, StoreError> {
+        self.append_worker_claims(key, runs, now);
+        Ok(true)
+    }
 }
 
 /// A row a [`claimable`] query found: the task and its definition.

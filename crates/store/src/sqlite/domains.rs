@@ -5,7 +5,7 @@ use rusqlite::{OptionalExtension, params};
 use shoal_engine::artifact::Artifact;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::graph::{NodeProgress, Tally};
-use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey, worker_name};
+use shoal_engine::worker::{TaskRun, Worker, WorkerEvent, WorkerKey, worker_name};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::ops::auth::AuthKind;
@@ -211,6 +211,11 @@ impl AuthTx for Tx<'_> {
 }
 
 impl WorkerTx for Tx<'_> {
+    /// The record is read and written at once: the writer holds it in its page cache.
+    async fn append_claims(&mut self, _: &WorkerKey, _: &[TaskRun], _: Timestamp) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
     async fn load_worker(&mut self, key: &WorkerKey) -> Result<Option<Worker>, StoreError> {
         workers::load(self.conn, key)
     }

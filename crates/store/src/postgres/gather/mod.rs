@@ -20,7 +20,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::{PgInner, PgStore};
 use crate::ops::{self, CreateLookup, WriteTx};
 use crate::postgres::tx::{Known, PgTx};
-use crate::postgres::workers;
 use crate::postgres::write::candidate;
 use crate::row::{TaskRow, json};
 use crate::{Claim, ClaimRequest, Committed, StoreError, TaskGroup};
@@ -312,6 +311,8 @@ type Claimed = Vec<(usize, Vec<Claim>, usize)>;
 struct ClaimLine<'a> {
     task_queue_id: &'a str,
     dimensions: String,
+    /// Whether the dimensions hold anything (else only tasks requiring nothing match).
+    constrained: bool,
     limit: i64,
     /// Indexes of its claims, in the order they came.
     members: Vec<usize>,
@@ -396,6 +397,7 @@ fn claim_lines(claims: &[ClaimJob]) -> Result<Vec<ClaimLine<'_>>, StoreError> {
             }
             None => lines.push(ClaimLine {
                 task_queue_id: &job.request.task_queue_id,
+                constrained: !job.request.dimensions.is_empty(),
                 dimensions,
                 limit: count,
                 members: vec![index],
@@ -435,14 +437,10 @@ async fn claim_all(
             claimed.push((index, runs, tx.events.len() - events_before));
         }
     }
-    // The workers that took something record it; their records are read in one round trip.
-    let took: Vec<usize> = claimed.iter().filter(|(_, runs, _)| !runs.is_empty()).map(|(index, ..)| *index).collect();
-    workers::read_workers(tx, took.iter().map(|&index| claims[index].request.worker_key()).collect()).await?;
+    // The workers that took something record it (appended, their records not read).
     for (index, runs, _) in &claimed {
-        if !runs.is_empty() {
-            let ClaimJob { request, now, .. } = &claims[*index];
-            ops::workers::record_claims(tx, &request.worker_key(), runs, *now).await?;
-        }
+        let ClaimJob { request, now, .. } = &claims[*index];
+        ops::workers::record_claims(tx, &request.worker_key(), runs, *now, None).await?;
     }
     // Each queue recorded as active, as a claim alone does.
     let mut queues: Vec<(&str, Timestamp)> =

@@ -9,9 +9,9 @@ use tokio_postgres::types::ToSql;
 
 use super::{ClaimLine, Job, Op};
 use crate::ops::Waiting;
+use crate::postgres::dimension_sets::claimable;
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_from_row, task_group_from_row};
 use crate::postgres::tx::{Known, PgTx};
-use crate::postgres::write::claimable;
 use crate::row::TaskRow;
 use crate::{StoreError, TaskGroup};
 use shoal_engine::command::TaskCommand;
@@ -131,10 +131,12 @@ pub(super) async fn read_all(
     // Claims after everything else: their locks skip what another transaction holds, so
     // they never wait and take no part in a cycle. Not the commanded tasks: this transaction
     // holds them already, which SKIP LOCKED does not skip.
-    let claimable = claimable(true);
-    let line_params: Vec<[&(dyn ToSql + Sync); 4]> = lines
+    let line_params: Vec<Vec<&(dyn ToSql + Sync)>> = lines
         .iter()
-        .map(|line| [&line.task_queue_id as _, &line.limit as _, &line.dimensions as _, &commanded as _])
+        .map(|line| match line.constrained {
+            true => vec![&line.task_queue_id as _, &line.limit as _, &line.dimensions as _, &commanded as _],
+            false => vec![&line.task_queue_id as _, &line.limit as _, &commanded as _],
+        })
         .collect();
     let mut queries: Vec<(&str, crate::postgres::pipeline::Params<'_>)> = Vec::with_capacity(5 + lines.len());
     if !commanded.is_empty() {
@@ -153,8 +155,8 @@ pub(super) async fn read_all(
     if !created.is_empty() {
         queries.push((&EXISTING, &created_params));
     }
-    for params in &line_params {
-        queries.push((claimable, params));
+    for (line, params) in lines.iter().zip(&line_params) {
+        queries.push((claimable(true, line.constrained), params));
     }
     let mut answers = tx.pipeline(&queries).await?.into_iter();
     let mut loaded: HashMap<TaskId, TaskRow> = HashMap::with_capacity(commanded.len());

@@ -1,0 +1,146 @@
+//! Claims by dimension set (`postgres/dimension_sets.rs`): sets are filed as tasks become
+//! pending in them, forgotten once nothing is pending, never under a task just made pending,
+//! and claims racing on one set take each task once and leave none behind.
+
+use super::*;
+
+/// A task of queue `prov/dims` requiring `dimensions`.
+async fn create_requiring(store: &Store, n: u32, dimensions: serde_json::Value) {
+    let definition = json!({
+        "taskQueueId": "prov/dims",
+        "created": "2026-01-01T00:00:00.000Z",
+        "deadline": "2026-01-01T01:00:00.000Z",
+        "payload": {},
+        "dimensions": dimensions,
+        "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
+    });
+    let input: TaskDefinitionInput = serde_json::from_value(definition).unwrap();
+    let at = Timestamp(1_767_225_600_000);
+    let _ = store.create_task(input.validate(task_id(n), at).unwrap(), task_id(n), at).await.unwrap();
+}
+
+/// A claim of `prov/dims` by worker `id` having `dimensions`.
+fn claim_having(id: &str, dimensions: serde_json::Value, count: usize) -> ClaimRequest {
+    ClaimRequest {
+        task_queue_id: "prov/dims".into(),
+        worker_group: "g".into(),
+        worker_id: id.into(),
+        dimensions: Dimensions::parse("dimensions", serde_json::from_value(dimensions).unwrap()).unwrap(),
+        count,
+    }
+}
+
+async fn claimed(store: &Store, request: ClaimRequest) -> Vec<TaskId> {
+    let at = Timestamp(1_767_225_600_000);
+    store.claim_work(request, at).await.unwrap().value.iter().map(|claim| claim.status.task_id).collect()
+}
+
+/// The sets filed, by their dimensions' text.
+async fn sets_filed(url: &str) -> Vec<String> {
+    let url = url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let rows = client.query("SELECT dimensions::text FROM dimension_sets ORDER BY 1", &[]).unwrap();
+        rows.iter().map(|row| row.get(0)).collect()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_is_forgotten_once_nothing_is_pending_in_it_and_filed_again_when_needed() {
+    let url = fresh_database();
+    let store = open_store(&url);
+    create_requiring(&store, 1, json!({"os": ["linux"]})).await;
+    create_requiring(&store, 2, json!({"os": ["mac"]})).await;
+    create_requiring(&store, 3, json!({"os": ["linux"]})).await;
+    assert_eq!(sets_filed(&url).await.len(), 2, "one set per distinct dimensions");
+    let linux = json!({"os": ["linux"]});
+    assert_eq!(claimed(&store, claim_having("l", linux.clone(), 5)).await, [task_id(1), task_id(3)]);
+    // Twice: the sweep goes on from where it stopped, and starts over past the end.
+    store.tidy_pending_index(100).await.unwrap();
+    store.tidy_pending_index(100).await.unwrap();
+    assert_eq!(sets_filed(&url).await, [r#"{"os": ["mac"]}"#], "the emptied set forgotten, the other kept");
+    create_requiring(&store, 4, linux.clone()).await;
+    assert_eq!(sets_filed(&url).await.len(), 2, "filed again");
+    assert_eq!(claimed(&store, claim_having("l", linux, 5)).await, [task_id(4)]);
+    assert_eq!(claimed(&store, claim_having("m", json!({"os": ["mac", "linux"]}), 5)).await, [task_id(2)]);
+}
+
+#[test]
+fn a_set_being_filed_is_not_forgotten_until_the_filer_commits() {
+    let url = fresh_database();
+    migrate_postgres(&url).unwrap();
+    let connect = || postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let (mut filer, mut sweeper) = (connect(), connect());
+    let file = "SELECT shoal_file_dimension_set('prov/dims', '{\"os\": [\"linux\"]}')";
+    let sweep = "SELECT shoal_forget_idle_dimension_sets('\\x', 100)";
+    let count = "SELECT count(*) FROM dimension_sets";
+    filer.batch_execute(file).unwrap();
+    // A transaction making a task pending in the filed set: it finds the set filed and
+    // writes its task; until it commits, no other transaction sees that task.
+    let mut making = filer.transaction().unwrap();
+    making.batch_execute(file).unwrap();
+    sweeper.batch_execute(sweep).unwrap();
+    assert_eq!(sweeper.query_one(count, &[]).unwrap().get::<_, i64>(0), 1, "kept while a filer may commit a task");
+    making.commit().unwrap();
+    sweeper.batch_execute(sweep).unwrap();
+    assert_eq!(sweeper.query_one(count, &[]).unwrap().get::<_, i64>(0), 0, "forgotten once nothing is pending");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_racing_on_two_servers_take_every_task_of_their_sets_once() {
+    let url = fresh_database();
+    let stores = [open_store(&url), open_store(&url)];
+    // Three sets the workers match, one they do not, and tasks requiring nothing, interleaved
+    // in line order.
+    let sets = [
+        json!({"os": ["linux"]}),
+        json!({"os": ["linux"], "cpu": ["x86"]}),
+        json!({"pool": ["ci"], "os": ["linux|mac"]}),
+        json!({"os": ["windows"]}),
+        json!({}),
+    ];
+    let creates = (0..100u32).map(|n| create_requiring(&stores[n as usize % 2], n, sets[n as usize % 5].clone()));
+    futures_util::future::join_all(creates).await;
+    let have = json!({"os": ["linux"], "cpu": ["x86", "arm"], "pool": ["ci"]});
+    // 12 workers asking for 3 at a time, each until it gets nothing.
+    let workers = (0..12).map(|w| {
+        let (store, have) = (&stores[w % 2], have.clone());
+        async move {
+            let mut got = Vec::new();
+            loop {
+                let runs = claimed(store, claim_having(&format!("w{w}"), have.clone(), 3)).await;
+                if runs.is_empty() {
+                    return got;
+                }
+                got.extend(runs);
+            }
+        }
+    });
+    let mut taken = std::collections::BTreeSet::new();
+    for got in futures_util::future::join_all(workers).await {
+        for task in got {
+            assert!(taken.insert(task), "{task} claimed twice");
+        }
+    }
+    let expected: std::collections::BTreeSet<TaskId> = (0..100).filter(|n| n % 5 != 3).map(task_id).collect();
+    assert_eq!(taken, expected, "every task the workers match, and none other");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_passes_over_the_tasks_another_transaction_holds() {
+    let url = fresh_database();
+    let store = open_store(&url);
+    for n in 0..4 {
+        create_requiring(&store, n, json!({"os": ["linux"]})).await;
+    }
+    // Another server's claim holding the first two, not yet committed.
+    let held = hold_lock(
+        &url,
+        &format!("SELECT 1 FROM tasks WHERE task_id IN ('{}', '{}') FOR UPDATE", task_id(0), task_id(1)),
+    )
+    .await;
+    assert_eq!(claimed(&store, claim_having("w", json!({"os": ["linux"]}), 1)).await, [task_id(2)]);
+    held.send(()).unwrap();
+}
