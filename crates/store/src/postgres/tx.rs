@@ -248,19 +248,22 @@ impl PgTx {
 
     /// Stages the messages and commits, in one round trip with what was held back.
     pub(crate) async fn commit(&mut self) -> Result<(), StoreError> {
-        if !self.claims.is_empty() {
-            self.write_claims().await?;
-        }
         if !self.begun && self.held_back.len() == 1 {
             // Nothing was ever sent: there is nothing to commit.
             self.held_back.clear();
             return Ok(());
         }
+        // The claims go after the stage, which goes out in one statement with the task rows
+        // written before it: between them, they would part the two.
+        let stage_at = self.held_back.len();
+        if !self.claims.is_empty() {
+            self.write_claims().await?;
+        }
         self.staged = !self.messages.is_empty();
         let tag = self.staged.then(|| {
             let (count, encoded) = (self.messages.len() as i32, encode(self.messages.iter()));
             let tag = self.shared.staged.keep(std::mem::take(&mut self.messages));
-            self.held_back.push(HeldBack::Stage(count, encoded, tag));
+            self.held_back.insert(stage_at, HeldBack::Stage(count, encoded, tag));
             self.writes += 1;
             tag
         });

@@ -46,7 +46,7 @@ impl PgTx {
         self.claims.extend(runs.iter().map(|&run| (key.clone(), run, now)));
     }
 
-    /// The statements writing the appended claims, before the commit: the first records of
+    /// The statement writing the appended claims, before the commit: the first records of
     /// workers that have none (with their first events), then the claims.
     pub(crate) async fn write_claims(&mut self) -> Result<(), StoreError> {
         let claims = std::mem::take(&mut self.claims);
@@ -60,22 +60,15 @@ impl PgTx {
             worker.events_recorded = events.len() as u64;
             first.push(&worker, events)?;
         }
-        self.defer(FIRST_RECORDS, first.params()).await?;
+        let mut params = first.params();
         let column = |f: &dyn Fn(&(WorkerKey, TaskRun, Timestamp)) -> String| claims.iter().map(f).collect::<Vec<_>>();
-        let params: Vec<Param> = vec![
-            Box::new(column(&|(key, ..)| key.task_queue_id.clone())),
-            Box::new(column(&|(key, ..)| key.worker_group.clone())),
-            Box::new(column(&|(key, ..)| key.worker_id.clone())),
-            Box::new(column(&|(_, run, _)| run.task_id.as_str().to_owned())),
-            Box::new(claims.iter().map(|(_, run, _)| run.run_id as i32).collect::<Vec<_>>()),
-            Box::new(claims.iter().map(|(_, _, at)| at.millis()).collect::<Vec<_>>()),
-        ];
-        self.defer(
-            "INSERT INTO worker_claims (task_queue_id, worker_group, worker_id, task_id, run_id, at) \
-             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int4[], $6::int8[])",
-            params,
-        )
-        .await
+        params.push(Box::new(column(&|(key, ..)| key.task_queue_id.clone())));
+        params.push(Box::new(column(&|(key, ..)| key.worker_group.clone())));
+        params.push(Box::new(column(&|(key, ..)| key.worker_id.clone())));
+        params.push(Box::new(column(&|(_, run, _)| run.task_id.as_str().to_owned())));
+        params.push(Box::new(claims.iter().map(|(_, run, _)| run.run_id as i32).collect::<Vec<_>>()));
+        params.push(Box::new(claims.iter().map(|(_, _, at)| at.millis()).collect::<Vec<_>>()));
+        self.defer(WRITE_CLAIMS, params).await
     }
 
     /// Stores a worker's record and its new events, keeping the latest [`KEPT_EVENTS`].
@@ -236,18 +229,21 @@ fn folded(row: &Row) -> Result<(Worker, Vec<i64>), StoreError> {
     Ok((worker, numbers))
 }
 
-/// Records workers that have none, with their events: columns `$1..$7` as `workers`',
-/// `$8..$12` the events (key, number, event) of the records inserted.
-const FIRST_RECORDS: &str = "WITH first AS (INSERT INTO workers \
+/// Records workers that have none, with their events, then appends claims, in one
+/// statement: `$1..$7` first records (as `workers`' columns), `$8..$12` the events (key,
+/// number, event) of the records inserted, `$13..$18` the claims.
+const WRITE_CLAIMS: &str = "WITH first AS (INSERT INTO workers \
      (task_queue_id, worker_group, worker_id, record, last_seen, watched, expires) \
      SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::bool[], $7::int8[]) \
-     ON CONFLICT DO NOTHING RETURNING task_queue_id, worker_group, worker_id) \
-     INSERT INTO worker_events (task_queue_id, worker_group, worker_id, seq, event) \
+     ON CONFLICT DO NOTHING RETURNING task_queue_id, worker_group, worker_id), \
+     events AS (INSERT INTO worker_events (task_queue_id, worker_group, worker_id, seq, event) \
      SELECT e.q, e.g, e.i, e.seq, e.event \
      FROM unnest($8::text[], $9::text[], $10::text[], $11::int8[], $12::text[]) AS e(q, g, i, seq, event) \
-     JOIN first f ON f.task_queue_id = e.q AND f.worker_group = e.g AND f.worker_id = e.i";
+     JOIN first f ON f.task_queue_id = e.q AND f.worker_group = e.g AND f.worker_id = e.i) \
+     INSERT INTO worker_claims (task_queue_id, worker_group, worker_id, task_id, run_id, at) \
+     SELECT * FROM unnest($13::text[], $14::text[], $15::text[], $16::text[], $17::int4[], $18::int8[])";
 
-/// The parameters of [`FIRST_RECORDS`].
+/// The first records' parameters of [`WRITE_CLAIMS`].
 #[derive(Default)]
 struct FirstRecords {
     queues: Vec<String>,
