@@ -327,6 +327,13 @@ impl Worker {
         events
     }
 
+    /// Numbers `events` on from those recorded before, and counts them recorded.
+    pub fn number(&mut self, events: Vec<WorkerEvent>) -> Vec<(u64, WorkerEvent)> {
+        let first = self.events_recorded + 1;
+        self.events_recorded += events.len() as u64;
+        (first..).zip(events).collect()
+    }
+
     /// The worker claimed `runs`.
     pub fn claimed(&mut self, runs: impl IntoIterator<Item = TaskRun>, now: Timestamp) {
         self.first_claim.get_or_insert(now);
@@ -605,6 +612,17 @@ mod tests {
         assert_eq!(worker.recent_tasks.len(), RECENT_TASKS);
         assert_eq!(worker.recent_tasks[0].run_id, 6);
         assert_eq!(worker.first_claim, Some(at(1)));
+    }
+
+    #[test]
+    fn events_are_numbered_on_from_those_recorded() {
+        let (mut worker, events) = Worker::first(key(), Sighting::default(), at(0), at(100));
+        let numbers = |numbered: Vec<(u64, WorkerEvent)>| numbered.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        assert_eq!(numbers(worker.number(events)), [1]);
+        let later = worker.request_termination("admin", at(1));
+        let again = worker.exited(at(2));
+        assert_eq!(numbers(worker.number([later, again].concat())), [2, 3]);
+        assert_eq!(worker.events_recorded, 3);
     }
 
     #[test]

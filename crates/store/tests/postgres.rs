@@ -422,6 +422,20 @@ async fn a_servers_own_rows_its_memory_no_longer_holds_are_read_from_the_table()
     assert!(table > 1, "the dropped rows came from the table ({memory} from memory, {table} from the table)");
 }
 
+/// The first column of each row `sql` answers on the database at `url`.
+async fn column<T>(url: &str, sql: &str) -> Vec<T>
+where
+    T: for<'a> postgres::types::FromSql<'a> + Send + 'static,
+{
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        client.query(&sql, &[]).unwrap().iter().map(|row| row.get(0)).collect()
+    })
+    .await
+    .unwrap()
+}
+
 /// Each task's page in the table, by task id.
 async fn task_pages(url: &str) -> Vec<(String, String)> {
     let url = url.to_owned();

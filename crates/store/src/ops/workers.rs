@@ -38,8 +38,15 @@ pub(crate) trait WorkerTx {
 
     /// Records that worker `key` claimed `runs` at `now` without reading its record, where
     /// the backend keeps claims apart and folds them into the record as it reads it
-    /// ([`Worker::claimed`]); `false` where it does not, and the caller writes the record.
-    async fn append_claims(&mut self, key: &WorkerKey, runs: &[TaskRun], now: Timestamp) -> Result<bool, StoreError>;
+    /// ([`Worker::claimed`]), storing `first` (the record and its numbered events) if the
+    /// worker has none; `false` where it does not, and the caller writes the record.
+    async fn append_claims(
+        &mut self,
+        key: &WorkerKey,
+        runs: &[TaskRun],
+        now: Timestamp,
+        first: impl FnOnce() -> (Worker, Vec<(u64, WorkerEvent)>),
+    ) -> Result<bool, StoreError>;
 }
 
 /// A change an operator (or the worker itself) makes to a worker.
@@ -65,10 +72,16 @@ pub enum WorkerChange {
 
 /// Stores `worker` with `events`, numbered on from those it recorded before.
 async fn save(tx: &mut impl WriteTx, worker: &mut Worker, events: Vec<WorkerEvent>) -> Result<(), StoreError> {
-    let first = worker.events_recorded + 1;
-    worker.events_recorded += events.len() as u64;
-    let numbered: Vec<(u64, WorkerEvent)> = (first..).zip(events).collect();
+    let numbered = worker.number(events);
     tx.save_worker(worker, &numbered).await
+}
+
+/// The record a worker's claim makes when the worker has none: first seen then, with its
+/// events numbered.
+fn first_by_claim(key: &WorkerKey, now: Timestamp, retention_ms: i64) -> (Worker, Vec<(u64, WorkerEvent)>) {
+    let (mut worker, events) = Worker::first(key.clone(), Sighting::default(), now, now.plus_millis(retention_ms));
+    let numbered = worker.number(events);
+    (worker, numbered)
 }
 
 /// The worker `key` called: recorded (first seen, or seen again), as it is now.
@@ -106,7 +119,8 @@ pub(crate) async fn record_claims(
     }
     let runs: Vec<TaskRun> =
         claims.iter().map(|claim| TaskRun { task_id: claim.status.task_id, run_id: claim.run_id }).collect();
-    if tx.append_claims(key, &runs, now).await? {
+    let retention_ms = tx.settings().queue_retention_ms();
+    if tx.append_claims(key, &runs, now, || first_by_claim(key, now, retention_ms)).await? {
         return Ok(());
     }
     let loaded = match read {
@@ -117,12 +131,10 @@ pub(crate) async fn record_claims(
     // few seconds): its indexed columns stay as they are, which keeps this write small.
     let (mut worker, events) = match loaded {
         Some(worker) => (worker, Vec::new()),
-        None => {
-            Worker::first(key.clone(), Sighting::default(), now, now.plus_millis(tx.settings().queue_retention_ms()))
-        }
+        None => first_by_claim(key, now, retention_ms),
     };
     worker.claimed(runs, now);
-    save(tx, &mut worker, events).await
+    tx.save_worker(&worker, &events).await
 }
 
 /// Applies `change` to worker `key` on behalf of `client_id`.

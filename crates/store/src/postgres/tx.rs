@@ -5,14 +5,14 @@
 //! is going to change is locked when read (`FOR UPDATE`), and a task group's row is locked
 //! before deciding it has been resolved. Statements are pipelined (`pipeline.rs`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use deadpool_postgres::Object;
 use serde_json::value::RawValue;
 use shoal_engine::message::Message;
 use shoal_engine::status::TaskState;
-use shoal_engine::worker::{TaskRun, WorkerKey};
+use shoal_engine::worker::{TaskRun, Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
@@ -69,6 +69,8 @@ pub(crate) struct PgTx {
     touched: Vec<(String, i64)>,
     /// Claims appended by [`PgTx::append_worker_claims`], written with the commit.
     pub(crate) claims: Vec<(WorkerKey, TaskRun, Timestamp)>,
+    /// The record (and numbered events) each claiming worker gets if it has none yet.
+    pub(crate) first_records: BTreeMap<WorkerKey, (Worker, Vec<(u64, WorkerEvent)>)>,
     /// The numbers of the appended claims folded into each worker record read with its lock,
     /// deleted when the record is stored.
     pub(crate) claims_folded: HashMap<WorkerKey, Vec<i64>>,
@@ -111,6 +113,7 @@ impl PgTx {
             resolutions: None,
             touched: Vec::new(),
             claims: Vec::new(),
+            first_records: BTreeMap::new(),
             claims_folded: HashMap::new(),
         }
     }

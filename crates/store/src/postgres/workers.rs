@@ -1,9 +1,9 @@
 //! The worker registry's statements on PostgreSQL: the writer's ([`PgTx`]) and the readers'.
 
-use shoal_engine::dimensions::Dimensions;
 use std::sync::LazyLock;
 
-use shoal_engine::worker::{KEPT_EVENTS, Sighting, TaskRun, Worker, WorkerEvent, WorkerKey, worker_name};
+use shoal_engine::dimensions::Dimensions;
+use shoal_engine::worker::{KEPT_EVENTS, TaskRun, Worker, WorkerEvent, WorkerKey, worker_name};
 use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -41,24 +41,27 @@ impl PgTx {
     }
 
     /// Appends claims of worker `key` (written with the commit, one statement for all), and
-    /// records the worker if it has no record yet.
-    pub(crate) fn append_worker_claims(&mut self, key: &WorkerKey, runs: &[TaskRun], now: Timestamp) {
+    /// stores `first` as its record if it has none yet.
+    pub(crate) fn append_worker_claims(
+        &mut self,
+        key: &WorkerKey,
+        runs: &[TaskRun],
+        now: Timestamp,
+        first: impl FnOnce() -> (Worker, Vec<(u64, WorkerEvent)>),
+    ) {
         self.claims.extend(runs.iter().map(|&run| (key.clone(), run, now)));
+        if !self.first_records.contains_key(key) {
+            self.first_records.insert(key.clone(), first());
+        }
     }
 
     /// The statement writing the appended claims, before the commit: the first records of
     /// workers that have none (with their first events), then the claims.
     pub(crate) async fn write_claims(&mut self) -> Result<(), StoreError> {
         let claims = std::mem::take(&mut self.claims);
-        let mut keys: Vec<(&WorkerKey, Timestamp)> = claims.iter().map(|(key, _, at)| (key, *at)).collect();
-        keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        keys.dedup_by(|a, b| a.0 == b.0);
-        let retention = self.shared.settings.queue_retention_ms();
         let mut first = FirstRecords::default();
-        for (key, at) in keys {
-            let (mut worker, events) = Worker::first(key.clone(), Sighting::default(), at, at.plus_millis(retention));
-            worker.events_recorded = events.len() as u64;
-            first.push(&worker, events)?;
+        for (worker, events) in std::mem::take(&mut self.first_records).values() {
+            first.push(worker, events)?;
         }
         let mut params = first.params();
         let column = |f: &dyn Fn(&(WorkerKey, TaskRun, Timestamp)) -> String| claims.iter().map(f).collect::<Vec<_>>();
@@ -259,7 +262,7 @@ struct FirstRecords {
 }
 
 impl FirstRecords {
-    fn push(&mut self, worker: &Worker, events: Vec<WorkerEvent>) -> Result<(), StoreError> {
+    fn push(&mut self, worker: &Worker, events: &[(u64, WorkerEvent)]) -> Result<(), StoreError> {
         let key = &worker.key;
         self.queues.push(key.task_queue_id.clone());
         self.groups.push(key.worker_group.clone());
@@ -268,12 +271,12 @@ impl FirstRecords {
         self.last_seen.push(worker.last_seen.millis());
         self.watched.push(worker.watched());
         self.expires.push(worker.expires.millis());
-        for (number, event) in (1..).zip(events) {
+        for (number, event) in events {
             self.event_keys.0.push(key.task_queue_id.clone());
             self.event_keys.1.push(key.worker_group.clone());
             self.event_keys.2.push(key.worker_id.clone());
-            self.event_numbers.push(number);
-            self.events.push(json(&event)?);
+            self.event_numbers.push(*number as i64);
+            self.events.push(json(event)?);
         }
         Ok(())
     }

@@ -596,8 +596,14 @@ impl WorkerTx for PgTx {
 
     /// Appended: a claim neither reads nor locks the worker's row, which claims of one worker
     /// through two servers (or two gatherings) would otherwise queue on.
-    async fn append_claims(&mut self, key: &WorkerKey, runs: &[TaskRun], now: Timestamp) -> Result<bool, StoreError> {
-        self.append_worker_claims(key, runs, now);
+    async fn append_claims(
+        &mut self,
+        key: &WorkerKey,
+        runs: &[TaskRun],
+        now: Timestamp,
+        first: impl FnOnce() -> (Worker, Vec<(u64, WorkerEvent)>),
+    ) -> Result<bool, StoreError> {
+        self.append_worker_claims(key, runs, now, first);
         Ok(true)
     }
 }

@@ -212,7 +212,13 @@ impl AuthTx for Tx<'_> {
 
 impl WorkerTx for Tx<'_> {
     /// The record is read and written at once: the writer holds it in its page cache.
-    async fn append_claims(&mut self, _: &WorkerKey, _: &[TaskRun], _: Timestamp) -> Result<bool, StoreError> {
+    async fn append_claims(
+        &mut self,
+        _: &WorkerKey,
+        _: &[TaskRun],
+        _: Timestamp,
+        _: impl FnOnce() -> (Worker, Vec<(u64, WorkerEvent)>),
+    ) -> Result<bool, StoreError> {
         Ok(false)
     }
 

@@ -37,14 +37,7 @@ async fn claimed(store: &Store, request: ClaimRequest) -> Vec<TaskId> {
 
 /// The sets filed, by their dimensions' text.
 async fn sets_filed(url: &str) -> Vec<String> {
-    let url = url.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        let rows = client.query("SELECT dimensions::text FROM dimension_sets ORDER BY 1", &[]).unwrap();
-        rows.iter().map(|row| row.get(0)).collect()
-    })
-    .await
-    .unwrap()
+    column(url, "SELECT dimensions::text FROM dimension_sets ORDER BY 1").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,25 +5,12 @@ use super::*;
 
 /// Rows of `table` of the database.
 async fn rows_in(url: &str, table: &str) -> i64 {
-    let (url, sql) = (url.to_owned(), format!("SELECT count(*) FROM {table}"));
-    tokio::task::spawn_blocking(move || {
-        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        client.query_one(&sql, &[]).unwrap().get(0)
-    })
-    .await
-    .unwrap()
+    column(url, &format!("SELECT count(*) FROM {table}")).await[0]
 }
 
 /// How many recent tasks the stored record itself holds.
 async fn stored_recent_tasks(url: &str) -> i64 {
-    let url = url.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        let sql = "SELECT jsonb_array_length(record::jsonb -> 'recentTasks')::int8 FROM workers";
-        client.query_one(sql, &[]).unwrap().get(0)
-    })
-    .await
-    .unwrap()
+    column(url, "SELECT jsonb_array_length(record::jsonb -> 'recentTasks')::int8 FROM workers").await[0]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
