@@ -135,7 +135,7 @@ def post_json(server, path, body):
 def test_a_failed_task_shows_why_and_the_end_of_its_log_first(server, queue, make_task, task_queue_id, browser, shots):
     task_id = slugid_nice()
     queue.createTask(task_id, make_task(metadata=named("failing task")))
-    run_id = claim(queue, task_queue_id)["runId"]
+    run_id = claim(queue, task_queue_id, dimensions={"os": ["linux"]}, version="9.9.9-ui")["runId"]
     log = "".join(f"compiling module {n} of the build, a line long enough to wrap on a phone\n" for n in range(300))
     append_log(server, task_id, run_id, 0, log + "error: test_widget failed\n")
     post_json(server, f"/api/queue/v1/task/{task_id}/runs/{run_id}/failed", {"stats": {"exitCode": 3, "runMs": 5}})
@@ -153,6 +153,9 @@ def test_a_failed_task_shows_why_and_the_end_of_its_log_first(server, queue, mak
         assert bottom <= inner, f"{size}: why it failed and the log's end are above the fold ({bottom} > {inner})"
         browser.save_screenshot(os.path.join(shots, f"task-failed-{size}.png"))
     browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    # The run says what ran it: the worker's version and dimensions at the claim.
+    run = text_of(browser, f'[data-run="{run_id}"]')
+    assert "9.9.9-ui" in run and "os:linux" in run, run
     # A cancelled task is not a failure to explain.
     cancelled = slugid_nice()
     queue.createTask(cancelled, make_task(metadata=named("cancelled task")))

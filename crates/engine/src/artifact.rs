@@ -397,6 +397,8 @@ mod tests {
             reason_resolved: resolved_ago_ms.map(|_| ReasonResolved::WorkerShutdown),
             worker_group: Some("g".into()),
             worker_id: Some("w".into()),
+            worker_dimensions: None,
+            worker_version: None,
             taken_until: Some(NOW.plus_secs(60)),
             scheduled: NOW,
             started: Some(NOW),

@@ -67,6 +67,7 @@ mod tests {
     use crate::definition::TaskDefinitionInput;
     use crate::slice::Capacity;
     use crate::status::TaskState;
+    use crate::task::Claimant;
     use crate::{TaskId, Timestamp};
 
     fn task() -> (Task, Timestamp) {
@@ -88,7 +89,7 @@ mod tests {
         let (mut task, now) = task();
         let _scheduled = TaskCommand::Schedule.apply(&mut task, now, 60, &Capacity::Assumed).unwrap();
         assert_eq!(task.state(), TaskState::Pending);
-        let _claimed = task.claim(0, "g", "w", now, 60).unwrap();
+        let _claimed = task.claim(0, &Claimant::named("g", "w"), now, 60).unwrap();
         let _reclaimed =
             TaskCommand::Reclaim { run_id: 0 }.apply(&mut task, now.plus_secs(10), 60, &Capacity::Assumed).unwrap();
         assert_eq!(task.running_until(), Some(now.plus_secs(70)), "the claim renewed for the timeout given");

@@ -388,7 +388,7 @@ mod tests {
     use super::*;
     use crate::slice::Capacity;
     use crate::status::TaskState;
-    use crate::task::Task;
+    use crate::task::{Claimant, Task};
 
     const GRAPH_ID: &str = "fN1S_sG4TTu5SNmTb0Xd6A";
 
@@ -560,7 +560,7 @@ mod tests {
         let mut tally = Tally { open: 1, failed: 0 };
         let fail = |task: &mut Task, node: &mut NodeProgress, tally: &mut Tally| {
             let run_id = task.runs().last().unwrap().run_id;
-            let _ = task.claim(run_id, "g", "w", now, 60).unwrap();
+            let _ = task.claim(run_id, &Claimant::named("g", "w"), now, 60).unwrap();
             let was = task.state();
             let _ = task.resolve(run_id, crate::task::Resolution::Failed, now).unwrap();
             react(task, was, node, tally, now)
@@ -578,7 +578,7 @@ mod tests {
         assert_eq!(react(&task, TaskState::Failed, &mut node, &mut tally, now), Reaction::Count);
         assert_eq!(tally.state(), GraphState::Running);
         let run_id = task.runs().last().unwrap().run_id;
-        let _ = task.claim(run_id, "g", "w", now, 60).unwrap();
+        let _ = task.claim(run_id, &Claimant::named("g", "w"), now, 60).unwrap();
         let _ = task.resolve(run_id, crate::task::Resolution::Completed, now).unwrap();
         assert_eq!(react(&task, TaskState::Running, &mut node, &mut tally, now), Reaction::Count);
         assert_eq!(tally.state(), GraphState::Finished);

@@ -4,7 +4,7 @@
 //! service decides when to call it. A task's life, driven by hand:
 //!
 //! ```
-//! use shoal_engine::{definition::TaskDefinitionInput, task::{Resolution, Task}, TaskId, Timestamp};
+//! use shoal_engine::{definition::TaskDefinitionInput, task::{Claimant, Resolution, Task}, TaskId, Timestamp};
 //!
 //! let now = Timestamp::parse("2026-01-01T00:00:00.000Z").unwrap();
 //! let input: TaskDefinitionInput = serde_json::from_value(serde_json::json!({
@@ -18,7 +18,7 @@
 //! let definition = input.validate(task_id, now).unwrap();
 //! let mut task = Task::new(task_id, &definition);
 //! task.schedule(now, &shoal_engine::slice::Capacity::Assumed).unwrap();
-//! let effects = task.claim(0, "group", "worker", now, 1200).unwrap();
+//! let effects = task.claim(0, &Claimant::named("group", "worker"), now, 1200).unwrap();
 //! assert_eq!(effects.0, vec![shoal_engine::event::Event::Running { run_id: 0 }]);
 //! task.resolve(0, Resolution::Completed, now).unwrap();
 //! assert_eq!(task.state().as_str(), "completed");

@@ -406,7 +406,7 @@ mod tests {
     use crate::definition::TaskDefinitionInput;
     use crate::slice::Capacity;
     use crate::status::ReasonResolved;
-    use crate::task::Resolution;
+    use crate::task::{Claimant, Resolution};
 
     fn at(secs: i64) -> Timestamp {
         Timestamp(1_790_000_000_000 + secs * 1000)
@@ -456,7 +456,7 @@ mod tests {
         assert_eq!(body(pending)["runId"], 0);
         assert!(body(pending).get("workerId").is_none());
 
-        let effects = task.claim(0, "wg", "w1", at(2), 1200).unwrap();
+        let effects = task.claim(0, &Claimant::named("wg", "w1"), at(2), 1200).unwrap();
         let running = &task_messages(&task, &effects.0)[0];
         assert_eq!(running.exchange, Exchange::TaskRunning);
         assert!(running.routing_key.starts_with("primary.dJ0Bhn5BQGuyTK2nR0iEmg.0.wg.w1.proj.linux.sched."));
@@ -483,13 +483,13 @@ mod tests {
         assert_eq!(task_messages(&task, &[Event::Defined])[0].ended_run(), None);
         let effects = task.schedule(at(1), &Capacity::Assumed).unwrap();
         assert_eq!(task_messages(&task, &effects.0)[0].ended_run(), None, "pending");
-        let effects = task.claim(0, "wg", "w1", at(2), 1200).unwrap();
+        let effects = task.claim(0, &Claimant::named("wg", "w1"), at(2), 1200).unwrap();
         assert_eq!(task_messages(&task, &effects.0)[0].ended_run(), None, "running");
         let effects = task.resolve(0, Resolution::Failed, at(3)).unwrap();
         assert_eq!(task_messages(&task, &effects.0)[0].ended_run(), Some((task_id, 0)));
         let effects = task.rerun(at(4)).unwrap();
         assert!(task_messages(&task, &effects.0).iter().all(|message| message.ended_run().is_none()), "rerun");
-        let _ = task.claim(1, "wg", "w1", at(5), 1200).unwrap();
+        let _ = task.claim(1, &Claimant::named("wg", "w1"), at(5), 1200).unwrap();
         let effects = task.exceed_deadline(at(3601)).unwrap();
         assert_eq!(task_messages(&task, &effects.0)[0].ended_run(), Some((task_id, 1)), "deadline");
     }
@@ -513,7 +513,7 @@ mod tests {
     fn a_retried_exception_is_two_messages_with_the_final_status() {
         let mut task = task(&[]);
         let _ = task.schedule(at(1), &Capacity::Assumed).unwrap();
-        let _ = task.claim(0, "wg", "w1", at(2), 1200).unwrap();
+        let _ = task.claim(0, &Claimant::named("wg", "w1"), at(2), 1200).unwrap();
         let effects = task.resolve(0, Resolution::Exception(ReasonResolved::WorkerShutdown), at(3)).unwrap();
         let messages = task_messages(&task, &effects.0);
         let exchanges: Vec<_> = messages.iter().map(|message| message.exchange).collect();

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::dimensions::Dimensions;
 use crate::priority::Priority;
 use crate::slice::SliceAt;
 use crate::{TaskId, Timestamp};
@@ -222,6 +223,12 @@ pub struct Run {
     /// Id of the claiming worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_id: Option<String>,
+    /// The dimensions the claiming worker had when it claimed (Swarming's `bot_dimensions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_dimensions: Option<Dimensions>,
+    /// The claiming worker's software version when it claimed (Swarming's `bot_version`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_version: Option<String>,
     /// Until when the claim holds without a reclaim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub taken_until: Option<Timestamp>,

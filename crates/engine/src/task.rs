@@ -79,6 +79,28 @@ impl TaskMeta {
     }
 }
 
+/// The worker claiming a run, as the run records it (Swarming's `bot_dimensions` and
+/// `bot_version` of a run).
+#[derive(Debug, Clone, Copy)]
+pub struct Claimant<'a> {
+    /// Its group.
+    pub worker_group: &'a str,
+    /// Its id.
+    pub worker_id: &'a str,
+    /// The dimensions it claimed with, if it sent any.
+    pub dimensions: Option<&'a Dimensions>,
+    /// Its software version, if it sent one.
+    pub version: Option<&'a str>,
+}
+
+impl<'a> Claimant<'a> {
+    /// A worker known by name alone.
+    #[must_use]
+    pub fn named(worker_group: &'a str, worker_id: &'a str) -> Claimant<'a> {
+        Claimant { worker_group, worker_id, dimensions: None, version: None }
+    }
+}
+
 /// How a worker (or the queue) ends a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolution {
@@ -258,6 +280,8 @@ impl Task {
             reason_resolved: Some(ReasonResolved::Completed),
             worker_group: None,
             worker_id: None,
+            worker_dimensions: None,
+            worker_version: None,
             taken_until: None,
             scheduled: now,
             started: Some(now),
@@ -308,16 +332,17 @@ impl Task {
     pub fn claim(
         &mut self,
         run_id: u32,
-        worker_group: &str,
-        worker_id: &str,
+        by: &Claimant<'_>,
         now: Timestamp,
         claim_timeout_secs: i64,
     ) -> Result<Effects, Rejection> {
         self.check_deadline(now)?;
         let run = self.last_run_in(run_id, RunState::Pending, "is not pending")?;
         run.state = RunState::Running;
-        run.worker_group = Some(worker_group.to_owned());
-        run.worker_id = Some(worker_id.to_owned());
+        run.worker_group = Some(by.worker_group.to_owned());
+        run.worker_id = Some(by.worker_id.to_owned());
+        run.worker_dimensions = by.dimensions.filter(|dimensions| !dimensions.is_empty()).cloned();
+        run.worker_version = by.version.map(str::to_owned);
         run.taken_until = Some(taken_until(now, claim_timeout_secs));
         run.started = Some(now);
         Ok(Effects(vec![Event::Running { run_id }]))
@@ -501,6 +526,8 @@ impl Task {
             reason_resolved: None,
             worker_group: None,
             worker_id: None,
+            worker_dimensions: None,
+            worker_version: None,
             taken_until: None,
             scheduled: now,
             started: None,
@@ -546,6 +573,8 @@ impl Task {
                 reason_resolved: Some(reason),
                 worker_group: None,
                 worker_id: None,
+                worker_dimensions: None,
+                worker_version: None,
                 taken_until: None,
                 scheduled: now,
                 started: None,

@@ -14,7 +14,7 @@ use shoal_engine::message::{
 use shoal_engine::priority::Priority;
 use shoal_engine::slice::Capacity;
 use shoal_engine::status::WorkerException;
-use shoal_engine::task::{Resolution, Task};
+use shoal_engine::task::{Claimant, Resolution, Task};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 fn at(secs: i64) -> Timestamp {
@@ -60,7 +60,7 @@ fn every_exchange_body_as_sent() {
     let mut life = task(0);
     messages.extend(task_messages(&life, &[shoal_engine::event::Event::Defined]));
     messages.extend(step(&mut life, |t| t.schedule(at(1), &Capacity::Assumed)));
-    messages.extend(step(&mut life, |t| t.claim(0, "wg", "w1", at(2), 1200)));
+    messages.extend(step(&mut life, |t| t.claim(0, &Claimant::named("wg", "w1"), at(2), 1200)));
     let blob = Artifact {
         name: "public/build.tar.gz".into(),
         kind: ArtifactKind::Blob { content_type: "application/gzip".into(), content_length: Some(3) },
@@ -85,11 +85,11 @@ fn every_exchange_body_as_sent() {
     messages.extend(step(&mut life, |t| t.resolve(0, Resolution::Completed, at(3))));
     let mut failing = task(1);
     let _ = failing.schedule(at(1), &Capacity::Assumed).expect("schedule");
-    let _ = failing.claim(0, "wg", "w1", at(2), 1200).expect("claim");
+    let _ = failing.claim(0, &Claimant::named("wg", "w1"), at(2), 1200).expect("claim");
     messages.extend(step(&mut failing, |t| t.resolve(0, Resolution::Failed, at(3))));
     let mut broken = task(2);
     let _ = broken.schedule(at(1), &Capacity::Assumed).expect("schedule");
-    let _ = broken.claim(0, "wg", "w1", at(2), 1200).expect("claim");
+    let _ = broken.claim(0, &Claimant::named("wg", "w1"), at(2), 1200).expect("claim");
     let exception = Resolution::worker_exception(WorkerException::MalformedPayload);
     messages.extend(step(&mut broken, |t| t.resolve(0, exception, at(3))));
     let mut urgent = task(3);

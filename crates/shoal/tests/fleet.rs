@@ -96,7 +96,7 @@ async fn workers_are_registered_quarantined_and_terminated() {
     let server = server(&dir.path().join("data")).await;
     let mut w1 = worker(&server.root, "w1", &dir.path().join("work"), "warn");
     let first = create(&server, json!({"command": ["true"], "maxRunTime": 30})).await;
-    until_status(&server, &first, resolved).await;
+    let ran = until_status(&server, &first, resolved).await;
 
     let record = get(&server, &format!("{WORKERS}/local/w1")).await;
     // `id` is every worker's own, unasked (Swarming's bots have it).
@@ -104,6 +104,9 @@ async fn workers_are_registered_quarantined_and_terminated() {
     assert_eq!(record["dimensions"], dimensions, "{record}");
     assert_eq!(record["recentTasks"][0]["taskId"], json!(first), "{record}");
     assert_eq!(record["version"], env!("CARGO_PKG_VERSION"), "{record}");
+    // The run keeps what its worker had when it claimed (Swarming's bot_dimensions).
+    assert_eq!(ran["runs"][0]["workerDimensions"], dimensions, "{ran}");
+    assert_eq!(ran["runs"][0]["workerVersion"], env!("CARGO_PKG_VERSION"), "{ran}");
     let listed = get(&server, &format!("{WORKERS}?dimension=os:Ubuntu&dimension=pool:ci")).await;
     assert_eq!(listed["workers"][0]["workerId"], "w1", "{listed}");
 

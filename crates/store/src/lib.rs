@@ -93,11 +93,24 @@ pub struct ClaimRequest {
     pub worker_id: String,
     /// The worker's dimensions.
     pub dimensions: Dimensions,
+    /// The worker's software version, if it sent one.
+    pub version: Option<String>,
     /// Most tasks to claim.
     pub count: usize,
 }
 
 impl ClaimRequest {
+    /// The claiming worker, as its runs record it.
+    #[must_use]
+    pub fn claimant(&self) -> shoal_engine::task::Claimant<'_> {
+        shoal_engine::task::Claimant {
+            worker_group: &self.worker_group,
+            worker_id: &self.worker_id,
+            dimensions: Some(&self.dimensions),
+            version: self.version.as_deref(),
+        }
+    }
+
     /// The claiming worker.
     #[must_use]
     pub fn worker_key(&self) -> WorkerKey {

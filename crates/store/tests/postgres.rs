@@ -142,6 +142,7 @@ fn claim_request(count: usize) -> ClaimRequest {
         worker_group: "g".into(),
         worker_id: "w".into(),
         dimensions: Dimensions::default(),
+        version: None,
         count,
     }
 }

@@ -135,14 +135,19 @@ pub(crate) async fn claim_work(
         return Err(ApiError::invalid_input(format!("tasks: must be an integer 1..={MAX_CLAIM}")));
     }
     let dimensions = Dimensions::parse("dimensions", body.dimensions)?;
-    let sighting =
-        Sighting { dimensions: Some(dimensions.clone()), version: body.version, heartbeat: false, caches: body.caches };
+    let sighting = Sighting {
+        dimensions: Some(dimensions.clone()),
+        version: body.version.clone(),
+        heartbeat: false,
+        caches: body.caches,
+    };
     sighting.check()?;
     let request = ClaimRequest {
         task_queue_id,
         worker_group: body.worker_group,
         worker_id: body.worker_id,
         dimensions,
+        version: body.version,
         count: body.tasks as usize,
     };
     let wait: Duration = state.queue.config().claim_wait;

@@ -33,7 +33,7 @@ fn apply(task: &mut Task, now: &mut Timestamp, line: &str) -> String {
             return format!("now +{}s", (now.millis() - T0) / 1000);
         }
         ["schedule"] => task.schedule(*now, &Capacity::Assumed),
-        ["claim", _] => task.claim(run(1), "g", "w", *now, 60),
+        ["claim", _] => task.claim(run(1), &Claimant::named("g", "w"), *now, 60),
         ["reclaim", _] => task.reclaim(run(1), *now, 60),
         ["complete", _] => task.resolve(run(1), Resolution::Completed, *now),
         ["fail", _] => task.resolve(run(1), Resolution::Failed, *now),
@@ -279,7 +279,7 @@ proptest! {
             let silent_change_allowed = matches!(cmd, Cmd::Reclaim(_));
             let res = match cmd {
                 Cmd::Schedule => task.schedule(now, &Capacity::Assumed),
-                Cmd::Claim(run) => task.claim(run, "g", "w", now, 60),
+                Cmd::Claim(run) => task.claim(run, &Claimant::named("g", "w"), now, 60),
                 Cmd::Reclaim(run) => task.reclaim(run, now, 60),
                 Cmd::Resolve(run, how) => {
                     let resolution = match how {
@@ -394,7 +394,7 @@ fn a_task_no_slice_can_run_is_resource_unavailable_and_retries_keep_the_slice() 
     assert_eq!(task.runs()[0].reason_resolved, Some(ReasonResolved::ResourceUnavailable));
     let mut task = input;
     let _ = task.schedule(t0, &workers(&["Linux"])).unwrap();
-    let _ = task.claim(0, "g", "w", t0, 60).unwrap();
+    let _ = task.claim(0, &Claimant::named("g", "w"), t0, 60).unwrap();
     let _ = task.resolve(0, Resolution::Exception(ReasonResolved::WorkerShutdown), t0.plus_secs(5)).unwrap();
     assert_eq!(task.status().current_slice, Some(1), "the retry waits on the slice that ran");
     assert_eq!(task.deadline_due(), Some(t0.plus_secs(125)), "counted from the retry");

@@ -8,7 +8,7 @@ use shoal_engine::group::{TaskGroup, dependencies_satisfied, group_expiry};
 use shoal_engine::rejection::Missing;
 use shoal_engine::slice::Capacity;
 use shoal_engine::status::TaskStatus;
-use shoal_engine::task::Task;
+use shoal_engine::task::{Claimant, Task};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::step::insert_stepped;
@@ -178,7 +178,7 @@ pub(crate) async fn claim_candidates(
     let mut claims = Vec::with_capacity(candidates.len());
     for (row, definition) in candidates {
         let Some(run_id) = row.task.runs().last().map(|run| run.run_id) else { continue };
-        match claim_loaded(tx, row, definition, run_id, &request.worker_group, &request.worker_id, now).await {
+        match claim_loaded(tx, row, definition, run_id, &request.claimant(), now).await {
             Ok(claim) => claims.push(claim),
             Err(StoreError::Rejected(_)) => {}
             Err(err) => return Err(err),
@@ -199,7 +199,7 @@ pub(crate) async fn claim_task(
     let Some((row, definition)) = tx.load_with_definition(task_id).await? else {
         return Err(Rejection::from(Missing::Task(task_id)).into());
     };
-    let claim = claim_loaded(tx, row, definition, run_id, worker_group, worker_id, now).await?;
+    let claim = claim_loaded(tx, row, definition, run_id, &Claimant::named(worker_group, worker_id), now).await?;
     let key = WorkerKey {
         task_queue_id: claim.status.task_queue_id.clone(),
         worker_group: worker_group.to_owned(),
@@ -215,12 +215,11 @@ pub(crate) async fn claim_loaded(
     mut row: TaskRow,
     definition: Box<RawValue>,
     run_id: u32,
-    worker_group: &str,
-    worker_id: &str,
+    by: &Claimant<'_>,
     now: Timestamp,
 ) -> Result<Claim, StoreError> {
     let claim_timeout = tx.settings().claim_timeout_secs;
-    step(tx, &mut row, now, |task| task.claim(run_id, worker_group, worker_id, now, claim_timeout)).await?;
+    step(tx, &mut row, now, |task| task.claim(run_id, by, now, claim_timeout)).await?;
     let secrets = match row.task.meta.has_secrets {
         true => tx.load_secrets(row.task.task_id).await?,
         false => None,
@@ -230,8 +229,8 @@ pub(crate) async fn claim_loaded(
         taken_until: row.task.running_until().unwrap_or(now),
         status: row.task.status(),
         run_id,
-        worker_group: worker_group.to_owned(),
-        worker_id: worker_id.to_owned(),
+        worker_group: by.worker_group.to_owned(),
+        worker_id: by.worker_id.to_owned(),
         task: definition,
     })
 }

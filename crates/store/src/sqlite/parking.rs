@@ -167,6 +167,7 @@ mod tests {
             worker_group: "g".into(),
             worker_id: os.into(),
             dimensions: serde_json::from_value(serde_json::json!({"os": [os]})).unwrap(),
+            version: None,
             count: 1,
         }
     }

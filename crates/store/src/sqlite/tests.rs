@@ -119,6 +119,7 @@ async fn quiet_queues_are_forgotten_in_memory_once_many_were_used() {
         worker_group: "g".into(),
         worker_id: "w".into(),
         dimensions: Dimensions::default(),
+        version: None,
         count: 1,
     };
     assert!(store.claim_work(claim("p/q5"), later).await.unwrap().value.is_empty());
@@ -153,6 +154,7 @@ async fn an_idle_claim_is_answered_without_the_writer_once_its_queue_is_recorded
         worker_group: "g".into(),
         worker_id: "w".into(),
         dimensions: Dimensions::default(),
+        version: None,
         count: 1,
     };
     let now = Timestamp(1_000_000);
@@ -222,6 +224,7 @@ fn parked_request(worker_id: &str) -> crate::ClaimRequest {
         worker_group: "g".into(),
         worker_id: worker_id.into(),
         dimensions: Dimensions::default(),
+        version: None,
         count: 1,
     }
 }

@@ -67,6 +67,7 @@ pub(crate) async fn claims_take_exactly_what_the_dimension_rule_matches(name: &s
             worker_group: "g".into(),
             worker_id: format!("w{case_no}"),
             dimensions: worker_dimensions,
+            version: None,
             count: 32,
         };
         let claimed: BTreeSet<TaskId> = claim_ids(store, request, at(1)).await.into_iter().collect();

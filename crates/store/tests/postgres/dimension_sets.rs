@@ -26,6 +26,7 @@ fn claim_having(id: &str, dimensions: serde_json::Value, count: usize) -> ClaimR
         worker_group: "g".into(),
         worker_id: id.into(),
         dimensions: Dimensions::parse("dimensions", serde_json::from_value(dimensions).unwrap()).unwrap(),
+        version: None,
         count,
     }
 }

@@ -133,6 +133,8 @@ function runView(taskId, status, run) {
       ['Created because', run.reasonCreated],
       ['Resolved because', run.reasonResolved],
       ['Worker', worker],
+      ['Worker version', run.workerVersion],
+      ['Worker had', dimensions(run.workerDimensions)],
       ['Scheduled', when(run.scheduled)],
       ['Started', run.started ? when(run.started) : null],
       ['Resolved', run.resolved ? when(run.resolved) : null],
