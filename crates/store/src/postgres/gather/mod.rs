@@ -111,9 +111,9 @@ impl Gatherer {
     }
 
     /// Queues a claim; gives it back when the lane has stopped.
-    pub(crate) fn submit_claim(&self, job: ClaimJob) -> Result<(), ClaimJob> {
+    pub(crate) fn submit_claim(&self, job: ClaimJob) -> Result<(), Box<ClaimJob>> {
         self.lane.send(Queued::Claim(job)).map_err(|err| match err.0 {
-            Queued::Claim(job) => job,
+            Queued::Claim(job) => Box::new(job),
             Queued::Task(_) => unreachable!("a claim was sent"),
         })
     }
