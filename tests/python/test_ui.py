@@ -156,6 +156,11 @@ def test_a_failed_task_shows_why_and_the_end_of_its_log_first(server, queue, mak
     # The run says what ran it: the worker's version and dimensions at the claim.
     run = text_of(browser, f'[data-run="{run_id}"]')
     assert "9.9.9-ui" in run and "os:linux" in run, run
+    # Who created it, and that client's other tasks a click away.
+    assert text_of(browser, "#created-by") == "root"
+    browser.find_element(By.ID, "created-by").click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'#tasks tr[data-task="{task_id}"]'), "the creator's tasks")
+    assert "created by root" in text_of(browser, "h1")
     # A cancelled task is not a failure to explain.
     cancelled = slugid_nice()
     queue.createTask(cancelled, make_task(metadata=named("cancelled task")))

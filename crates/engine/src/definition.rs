@@ -209,6 +209,10 @@ pub struct TaskDefinition {
     /// For an idempotent task, the hash of its properties ([`crate::dedup`]); never serialized.
     #[serde(skip)]
     pub dedup_hash: Option<String>,
+    /// The authenticated client creating it (set by the API, not the body); never serialized,
+    /// so a repeated createTask by another client is still the same definition.
+    #[serde(skip)]
+    pub created_by: Option<String>,
 }
 
 /// Whether createTask may define `task_id` again as `submitted` when it is stored as
@@ -327,6 +331,7 @@ impl TaskDefinitionInput {
             slices,
             has_secrets: secrets.is_some(),
             dedup_hash,
+            created_by: None,
             idempotent: self.idempotent,
             secrets,
         })

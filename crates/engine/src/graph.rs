@@ -141,6 +141,8 @@ pub struct GraphContext<'a> {
     pub routing: &'a str,
     /// Now, for the queue's definition checks.
     pub now: Timestamp,
+    /// The authenticated client submitting the tasks, recorded as each one's creator.
+    pub created_by: Option<&'a str>,
 }
 
 /// Checks a graph's `routing`: 1 to 10 characters, words of `[a-zA-Z0-9-_]` between dots.
@@ -349,10 +351,12 @@ fn queue_definition(
         let at = if path == "." { field("") } else { field(&path) };
         Rejection::invalid(at, err.into_inner().to_string())
     })?;
-    input.validate(task_id, context.now).map_err(|rejection| match rejection {
+    let mut definition = input.validate(task_id, context.now).map_err(|rejection| match rejection {
         Rejection::Invalid { field: inner, rule } => Rejection::invalid(field(&inner), rule),
         other => other,
-    })
+    })?;
+    definition.created_by = context.created_by.map(str::to_owned);
+    Ok(definition)
 }
 
 /// Checks that every dependency of the planned tasks exists and outlives the task's deadline
@@ -398,6 +402,7 @@ mod tests {
             scheduler_id: "task-graph-scheduler",
             routing: "try.linux",
             now: Timestamp::parse("2026-01-01T00:00:00.000Z").unwrap(),
+            created_by: Some("submitter"),
         }
     }
 

@@ -332,4 +332,8 @@ pub struct TaskStatus {
     /// For a deduped task, the task whose completion stands for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deduped_from: Option<TaskId>,
+    /// The authenticated client that created the task (absent for tasks made before Shoal
+    /// recorded it); Swarming's `authenticated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
 }

@@ -50,6 +50,8 @@ pub struct TaskMeta {
     pub tags: BTreeMap<String, String>,
     /// Whether it has secrets (kept apart from its definition, handed to the worker that claims it).
     pub has_secrets: bool,
+    /// The authenticated client that created it, when known.
+    pub created_by: Option<String>,
 }
 
 impl TaskMeta {
@@ -75,6 +77,7 @@ impl TaskMeta {
             routes: definition.routes.clone(),
             tags: definition.tags.clone(),
             has_secrets: definition.has_secrets,
+            created_by: definition.created_by.clone(),
         }
     }
 }
@@ -214,6 +217,7 @@ impl Task {
             runs: self.runs.clone(),
             current_slice: self.status_slice(),
             deduped_from: self.runs.last().and_then(|run| run.deduped_from),
+            created_by: self.meta.created_by.clone(),
         }
     }
 

@@ -333,8 +333,13 @@ impl Queue {
     ///
     /// # Errors
     /// As the store.
-    pub async fn extend_graph(&self, task_graph_id: TaskId, input: ExtensionInput) -> Result<GraphStatus, StoreError> {
-        let committed = self.inner.store.extend_graph(task_graph_id, input, now()).await?;
+    pub async fn extend_graph(
+        &self,
+        task_graph_id: TaskId,
+        input: ExtensionInput,
+        created_by: Option<String>,
+    ) -> Result<GraphStatus, StoreError> {
+        let committed = self.inner.store.extend_graph(task_graph_id, input, created_by, now()).await?;
         Ok(self.committed(committed))
     }
 

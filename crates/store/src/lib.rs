@@ -148,14 +148,21 @@ impl Store {
         &self,
         task_graph_id: TaskId,
         input: shoal_engine::graph::ExtensionInput,
+        created_by: Option<String>,
         now: Timestamp,
     ) -> Result<Committed<GraphStatus>, StoreError> {
         match self {
             Store::Sqlite(store) => {
-                store.write(move |tx| ready(ops::graph::extend(tx, task_graph_id, &input, now))).await
+                store
+                    .write(move |tx| ready(ops::graph::extend(tx, task_graph_id, &input, created_by.as_deref(), now)))
+                    .await
             }
             Store::Postgres(store) => {
-                store.write(input, move |tx, input| Box::pin(ops::graph::extend(tx, task_graph_id, input, now))).await
+                store
+                    .write((input, created_by), move |tx, (input, created_by)| {
+                        Box::pin(ops::graph::extend(tx, task_graph_id, input, created_by.as_deref(), now))
+                    })
+                    .await
             }
         }
     }

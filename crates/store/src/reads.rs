@@ -262,7 +262,9 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
             let status_matches = query.state.is_none_or(|state| task.row.task.state() == state);
             let queue_matches =
                 query.task_queue_id.as_ref().is_none_or(|queue| *queue == task.row.task.meta.task_queue_id);
-            if status_matches && queue_matches {
+            let creator_matches =
+                query.created_by.as_ref().is_none_or(|client| Some(client) == task.row.task.meta.created_by.as_ref());
+            if status_matches && queue_matches && creator_matches {
                 items.push(record(task));
             }
         }

@@ -94,7 +94,8 @@ pub(crate) async fn create_task_graph(
     let task_graph_id = graph_id(&params)?;
     let input: GraphInput = body(bytes)?;
     authorize_tasks(&state, &caller, &input.tasks)?;
-    let status = state.queue.create_graph(GraphRequest { task_graph_id, input }).await?;
+    let created_by = caller.client_id.clone();
+    let status = state.queue.create_graph(GraphRequest { task_graph_id, input, created_by }).await?;
     Ok(Json(json!({ "status": status })))
 }
 
@@ -108,7 +109,7 @@ pub(crate) async fn extend_task_graph(
     let task_graph_id = graph_id(&params)?;
     let input: ExtensionInput = body(bytes)?;
     authorize_tasks(&state, &caller, &input.tasks)?;
-    let status = state.queue.extend_graph(task_graph_id, input).await?;
+    let status = state.queue.extend_graph(task_graph_id, input, caller.client_id.clone()).await?;
     Ok(Json(json!({ "status": status })))
 }
 

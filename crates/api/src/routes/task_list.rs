@@ -1,4 +1,5 @@
-//! Swarming's task list: tasks by tag, newest first, filtered by queue, state and time; and
+//! Swarming's task list: tasks by tag or creator, newest first, filtered by queue, state,
+//! creator and time; and
 //! the tasks that failed (failed or exception), newest first, as the overview shows them.
 
 use axum::Json;
@@ -7,26 +8,32 @@ use serde_json::{Value, json};
 use shoal_engine::Timestamp;
 use shoal_engine::id::split_task_queue_id;
 use shoal_engine::status::TaskState;
-use shoal_store::{FAILED_TAG, TagQuery};
+use shoal_store::{FAILED_TAG, TagQuery, creator_tag};
 
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::Paging;
 use crate::routes::with_continuation;
 
-/// The query a listing or count names: `tag` (required, `key:value`), and optionally
-/// `taskQueueId`, `state`, `since` and `until` (RFC 3339).
+/// The query a listing or count names: `tag` (`key:value`) or `createdBy` (a client id), one
+/// of them required, and optionally `taskQueueId`, `state`, `since` and `until` (RFC 3339).
 fn tag_query(query: Vec<(String, String)>) -> Result<TagQuery, ApiError> {
-    let found = filters(query, true)?;
+    let mut found = filters(query, true)?;
     if found.tag.is_empty() {
-        return Err(ApiError::invalid_input("tag: is required (key:value); listings go by tag"));
+        let Some(client_id) = &found.created_by else {
+            return Err(ApiError::invalid_input(
+                "tag: is required (key:value) unless createdBy is given; listings go by tag or creator",
+            ));
+        };
+        found.tag = creator_tag(client_id);
     }
     Ok(found)
 }
 
 /// The filters of a listing; `tag` only where `tagged`.
 fn filters(query: Vec<(String, String)>, tagged: bool) -> Result<TagQuery, ApiError> {
-    let mut found = TagQuery { tag: String::new(), task_queue_id: None, state: None, since: None, until: None };
+    let mut found =
+        TagQuery { tag: String::new(), task_queue_id: None, state: None, since: None, until: None, created_by: None };
     for (key, value) in query {
         let time = |value: &str| {
             Timestamp::parse(value).ok_or_else(|| ApiError::invalid_input(format!("{key}: must be an RFC 3339 time")))
@@ -49,6 +56,8 @@ fn filters(query: Vec<(String, String)>, tagged: bool) -> Result<TagQuery, ApiEr
                     )
                 })?);
             }
+            "createdBy" if !value.is_empty() => found.created_by = Some(value),
+            "createdBy" => return Err(ApiError::invalid_input("createdBy: must be a client id")),
             "since" => found.since = Some(time(&value)?),
             "until" => found.until = Some(time(&value)?),
             "limit" | "continuationToken" => {}

@@ -110,8 +110,9 @@ pub(crate) async fn create_task(
 ) -> Result<Json<StatusBody>, ApiError> {
     let task_id = params.task_id()?;
     let input: TaskDefinitionInput = parse_json(&body)?;
-    let definition = input.validate(task_id, shoal_service::now())?;
+    let mut definition = input.validate(task_id, shoal_service::now())?;
     caller.authorize(&create_task_vars(&definition))?;
+    definition.created_by.clone_from(&caller.client_id);
     let status = state.queue.create_task(task_id, definition).await?;
     Ok(status_body(status))
 }

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::{Settings, TestApp, from_now, slugid};
+use crate::{Settings, TestApp, from_now, slugid, task_def};
 
 #[tokio::test]
 async fn definition_and_status_round_trip() {
@@ -334,6 +334,48 @@ async fn tasks_are_listed_and_counted_by_tag_newest_first() {
         assert_eq!(code, StatusCode::BAD_REQUEST, "{path}: {body}");
         assert!(body["message"].as_str().unwrap().starts_with("tag:"), "{body}");
     }
+}
+
+#[tokio::test]
+async fn a_task_shows_who_created_it_and_lists_by_creator() {
+    let app = TestApp::start().await;
+    let alice = app.make_client("ci/alice", &["queue:create-task:*", "queue:scheduler-id:*"]).await;
+    let mut alices = Vec::new();
+    for kind in ["build", "test"] {
+        let task_id = slugid();
+        let url = format!("{}/task/{task_id}", app.base);
+        let (code, body) = app
+            .call_as(Some(&alice), reqwest::Method::PUT, &url, Some(task_def(json!({"tags": {"kind": kind}}))))
+            .await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        assert_eq!(body["status"]["createdBy"], "ci/alice", "{body}");
+        alices.insert(0, task_id);
+    }
+    let roots = slugid();
+    app.create(&roots, json!({"tags": {"kind": "build"}})).await;
+    let (_, status) = app.get(&format!("/task/{roots}/status")).await;
+    assert_eq!(status["status"]["createdBy"], "root", "{status}");
+
+    let ids = |body: &Value| -> Vec<String> {
+        body["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|task| task["status"]["taskId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (code, body) = app.get("/tasks?createdBy=ci/alice").await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(ids(&body), alices, "alice's, newest first");
+    let (_, body) = app.get("/tasks?tag=kind:build&createdBy=ci/alice").await;
+    assert_eq!(ids(&body), alices[1..], "a filter on a tag listing");
+    let (_, body) = app.get("/tasks/count?createdBy=ci/alice&tag=kind:build").await;
+    assert_eq!(body["count"], 1, "{body}");
+    let (_, body) = app.get("/tasks/count?createdBy=ci/alice").await;
+    assert_eq!(body["count"], 2, "{body}");
+    let (code, body) = app.get("/tasks?createdBy=").await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().starts_with("createdBy:"), "{body}");
 }
 
 #[tokio::test]

@@ -121,6 +121,8 @@ pub struct GraphRequest {
     pub task_graph_id: TaskId,
     /// The submission.
     pub input: GraphInput,
+    /// The authenticated client submitting it, recorded as its tasks' creator.
+    pub created_by: Option<String>,
 }
 
 /// Creates a graph and all its tasks, or answers the graph's status when the very same
@@ -130,7 +132,7 @@ pub(crate) async fn create(
     request: &GraphRequest,
     now: Timestamp,
 ) -> Result<GraphStatus, StoreError> {
-    let GraphRequest { task_graph_id, input } = request;
+    let GraphRequest { task_graph_id, input, created_by } = request;
     let task_graph_id = *task_graph_id;
     let submitted = submitted_nodes(&input.tasks)?;
     if let Some(existing) = tx.load_graph(task_graph_id).await? {
@@ -150,7 +152,13 @@ pub(crate) async fn create(
     }
     graph::check_routing(&input.routing)?;
     let scheduler_id = tx.settings().graph_scheduler_id.as_str().to_owned();
-    let context = GraphContext { task_graph_id, scheduler_id: &scheduler_id, routing: &input.routing, now };
+    let context = GraphContext {
+        task_graph_id,
+        scheduler_id: &scheduler_id,
+        routing: &input.routing,
+        now,
+        created_by: created_by.as_deref(),
+    };
     let planned = graph::plan(context, input.tasks.clone(), &BTreeMap::new(), new_task_id)?;
     check_dependencies(tx, &planned).await?;
     let graph = StoredGraph {
@@ -173,6 +181,7 @@ pub(crate) async fn extend(
     tx: &mut impl WriteTx,
     task_graph_id: TaskId,
     input: &ExtensionInput,
+    created_by: Option<&str>,
     now: Timestamp,
 ) -> Result<GraphStatus, StoreError> {
     let Some(mut graph) = tx.load_graph(task_graph_id).await? else {
@@ -190,7 +199,8 @@ pub(crate) async fn extend(
         return Err(Rejection::from(Conflict::GraphSealed(task_graph_id)).into());
     }
     let existing: BTreeMap<String, TaskId> = labels.into_iter().map(|(label, task_id, _)| (label, task_id)).collect();
-    let context = GraphContext { task_graph_id, scheduler_id: &graph.scheduler_id, routing: &graph.routing, now };
+    let context =
+        GraphContext { task_graph_id, scheduler_id: &graph.scheduler_id, routing: &graph.routing, now, created_by };
     let planned = graph::plan(context, input.tasks.clone(), &existing, new_task_id)?;
     check_dependencies(tx, &planned).await?;
     let before = graph.tally.state();

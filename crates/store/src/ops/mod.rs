@@ -92,13 +92,8 @@ pub(crate) trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + W
     /// Records that `task_id`, with properties `hash`, completed at `at`.
     async fn remember_completion(&mut self, hash: &str, task_id: TaskId, at: Timestamp) -> Result<(), StoreError>;
 
-    /// Files a new task under each of its tags (`key:value`), at its `created` time.
-    async fn index_tags(
-        &mut self,
-        task_id: TaskId,
-        created: Timestamp,
-        tags: &std::collections::BTreeMap<String, String>,
-    ) -> Result<(), StoreError>;
+    /// Files a new task under each of `tags` (as listings name them), at its `created` time.
+    async fn index_tags(&mut self, task_id: TaskId, created: Timestamp, tags: &[String]) -> Result<(), StoreError>;
 
     /// Files `task_id` in the list of failed tasks at `at` (it failed or ended in an
     /// exception), or takes it off (`None`: it runs again).

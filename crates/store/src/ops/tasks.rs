@@ -66,8 +66,10 @@ pub(crate) async fn create_looked_up(
     if let Some(secrets) = &definition.secrets {
         tx.save_secrets(task_id, secrets).await?;
     }
-    if !definition.tags.is_empty() {
-        tx.index_tags(task_id, definition.created, &definition.tags).await?;
+    let user_tags = definition.tags.iter().map(|(key, value)| format!("{key}:{value}"));
+    let tags: Vec<String> = user_tags.chain(definition.created_by.as_deref().map(crate::creator_tag)).collect();
+    if !tags.is_empty() {
+        tx.index_tags(task_id, definition.created, &tags).await?;
     }
     record(tx, &row.task, vec![Event::Defined]);
     let new = NewTask { definition: &text, created: definition.created };

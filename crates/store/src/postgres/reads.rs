@@ -106,8 +106,8 @@ impl ReadDb for PgReads<'_> {
         let rows = self.query(
             "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = $1 \
              AND g.created >= $2 AND g.created <= $3 AND ($4::text IS NULL OR t.state = $4) \
-             AND ($5::text IS NULL OR t.task_queue_id = $5)",
-            &[&query.tag, &since, &until, &state, &query.task_queue_id],
+             AND ($5::text IS NULL OR t.task_queue_id = $5) AND ($6::text IS NULL OR t.created_by = $6)",
+            &[&query.tag, &since, &until, &state, &query.task_queue_id, &query.created_by],
         )?;
         let n: i64 = rows.first().map(|row| row.try_get(0)).transpose()?.unwrap_or(0);
         Ok(n as u64)

@@ -294,6 +294,10 @@ CREATE TABLE worker_claims (
     PRIMARY KEY (task_queue_id, worker_group, worker_id, seq)
 );
 "#,
+    // 20: the client that created a task.
+    r#"
+ALTER TABLE tasks ADD COLUMN created_by TEXT;
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

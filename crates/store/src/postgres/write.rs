@@ -258,15 +258,9 @@ impl WriteTx for PgTx {
         .await
     }
 
-    async fn index_tags(
-        &mut self,
-        task_id: TaskId,
-        created: Timestamp,
-        tags: &std::collections::BTreeMap<String, String>,
-    ) -> Result<(), StoreError> {
-        let tags: Vec<String> = tags.iter().map(|(key, value)| format!("{key}:{value}")).collect();
+    async fn index_tags(&mut self, task_id: TaskId, created: Timestamp, tags: &[String]) -> Result<(), StoreError> {
         let params: Vec<Param> =
-            vec![Box::new(tags), Box::new(created.millis()), Box::new(task_id.as_str().to_owned())];
+            vec![Box::new(tags.to_vec()), Box::new(created.millis()), Box::new(task_id.as_str().to_owned())];
         self.defer(
             "INSERT INTO task_tags (tag, created, task_id) SELECT unnest($1::text[]), $2, $3 ON CONFLICT DO NOTHING",
             params,

@@ -135,6 +135,7 @@ pub(crate) const TASK_COLUMNS: &[Column] = &[
     column("tags", Kind::Text, Value::Task(|t| json_unless(t.meta.tags.is_empty(), &t.meta.tags))),
     column("slices", Kind::Text, Value::Task(|t| json_unless(t.meta.slices.is_empty(), &t.meta.slices))),
     column("dedup", Kind::Text, Value::Task(|t| Ok(Cell::Text(t.meta.dedup_hash.as_deref().map(Cow::Borrowed))))),
+    column("created_by", Kind::Text, Value::Task(|t| Ok(Cell::Text(t.meta.created_by.as_deref().map(Cow::Borrowed))))),
     column("secrets", Kind::Int, Value::Task(|t| Ok(Cell::Int(t.meta.has_secrets.then_some(1))))),
     // Written, not read back: derived from the above, or kept for queries.
     step("state", Kind::Text, |t| Ok(text(t.state().as_str()))),
@@ -295,6 +296,7 @@ pub(crate) fn task_from_cells(row: &impl Cells) -> Result<TaskRow, StoreError> {
         slices: optional_json(row, col!("slices"))?,
         dedup_hash: row.text(col!("dedup"))?.map(str::to_owned),
         has_secrets: row.int(col!("secrets"))? == Some(1),
+        created_by: row.text(col!("created_by"))?.map(str::to_owned),
     };
     let retries_left = small(col!("retries_left"))?;
     Ok(TaskRow {

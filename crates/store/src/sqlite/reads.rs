@@ -97,7 +97,7 @@ impl ReadDb for ReadConn<'_> {
             .prepare_cached(
                 "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = ?1 \
                  AND g.created >= ?2 AND g.created <= ?3 AND (?4 IS NULL OR t.state = ?4) \
-                 AND (?5 IS NULL OR t.task_queue_id = ?5)",
+                 AND (?5 IS NULL OR t.task_queue_id = ?5) AND (?6 IS NULL OR t.created_by = ?6)",
             )?
             .query_row(
                 params![
@@ -106,6 +106,7 @@ impl ReadDb for ReadConn<'_> {
                     query.until.map_or(i64::MAX, Timestamp::millis),
                     query.state.map(TaskState::as_str),
                     query.task_queue_id,
+                    query.created_by,
                 ],
                 |row| row.get(0),
             )?;

@@ -271,6 +271,10 @@ UPDATE tasks SET secrets = 1 WHERE json_extract(definition, '$.hasSecrets') = 1;
 ALTER TABLE artifacts ADD COLUMN bytes INTEGER;
 ALTER TABLE artifacts ADD COLUMN object TEXT;
 ",
+    // 18: the client that created a task.
+    r"
+ALTER TABLE tasks ADD COLUMN created_by TEXT;
+",
 ];
 
 /// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its one

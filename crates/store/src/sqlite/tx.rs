@@ -430,16 +430,11 @@ impl WriteTx for Tx<'_> {
         Ok(())
     }
 
-    async fn index_tags(
-        &mut self,
-        task_id: TaskId,
-        created: Timestamp,
-        tags: &std::collections::BTreeMap<String, String>,
-    ) -> Result<(), StoreError> {
+    async fn index_tags(&mut self, task_id: TaskId, created: Timestamp, tags: &[String]) -> Result<(), StoreError> {
         let mut stmt =
             self.conn.prepare_cached("INSERT OR IGNORE INTO task_tags (tag, created, task_id) VALUES (?1, ?2, ?3)")?;
-        for (key, value) in tags {
-            stmt.execute(params![format!("{key}:{value}"), created.millis(), task_id.as_str()])?;
+        for tag in tags {
+            stmt.execute(params![tag, created.millis(), task_id.as_str()])?;
         }
         Ok(())
     }

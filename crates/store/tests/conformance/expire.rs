@@ -50,7 +50,10 @@ pub(crate) async fn expired_tasks_are_forgotten_with_what_hangs_on_them(name: &s
     // A graph goes with its last task.
     let graph = id(902);
     let input = graph_input(json!({"only": {"task": {"expires": "2026-01-01T02:00:00.000Z"}}}));
-    let _ = store.create_graph(shoal_store::GraphRequest { task_graph_id: graph, input }, at(0)).await.unwrap();
+    let _ = store
+        .create_graph(shoal_store::GraphRequest { task_graph_id: graph, input, created_by: None }, at(0))
+        .await
+        .unwrap();
     let node = store.read(move |reads| reads.graph_nodes(graph)).await.unwrap()[0].task_id;
     assert!(claim_ids(store, worker(5), at(4)).await.contains(&node), "{name}");
     apply(store, node, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }, at(5)).await;

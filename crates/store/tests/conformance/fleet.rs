@@ -36,3 +36,63 @@ pub(crate) async fn a_run_keeps_the_dimensions_and_version_it_was_claimed_with(n
     let retried = &claim.status.runs[1];
     assert_eq!((retried.worker_dimensions.as_ref(), retried.worker_version.as_deref()), (None, None), "{name}");
 }
+
+/// `patch`'s task as created by `client_id`.
+async fn create_by(store: &Store, task_id: TaskId, client_id: &str, patch: serde_json::Value) -> TaskStatus {
+    let mut definition = definition(task_id, patch);
+    definition.created_by = Some(client_id.to_owned());
+    store.create_task(definition, task_id, at(0)).await.unwrap().value
+}
+
+pub(crate) async fn a_task_keeps_its_creator_and_is_listed_by_it(name: &str, backend: Backend) {
+    let store = &backend.store;
+    let status = create_by(store, id(1), "alice", json!({"tags": {"kind": "build"}})).await;
+    assert_eq!(status.created_by.as_deref(), Some("alice"), "{name}");
+    // A colon in a client id, and a user tag shaped like the creator's tag, file nothing as alice's.
+    create_by(store, id(2), "alice:ci", json!({"tags": {"kind": "build"}})).await;
+    create_by(store, id(3), "mallory", json!({"tags": {"createdBy=alice": "ci", "kind": "test"}})).await;
+    // The same definition again by someone else is the same task, still alice's.
+    assert_eq!(
+        create_by(store, id(1), "bob", json!({"tags": {"kind": "build"}})).await.created_by.as_deref(),
+        Some("alice")
+    );
+
+    let listed = |tag: String, created_by: Option<&str>| {
+        let query = shoal_store::TagQuery {
+            tag,
+            task_queue_id: None,
+            state: None,
+            since: None,
+            until: None,
+            created_by: created_by.map(str::to_owned),
+        };
+        async move {
+            let listing = query.clone();
+            let page = store.read(move |reads| reads.list_tagged(&listing, None, 10)).await.unwrap();
+            let count = store.read(move |reads| reads.count_tagged(&query)).await.unwrap();
+            let ids: Vec<TaskId> = page.items.iter().map(|task| task.status.task_id).collect();
+            assert_eq!(ids.len() as u64, count, "the count agrees with the listing");
+            ids
+        }
+    };
+    assert_eq!(listed(shoal_store::creator_tag("alice"), Some("alice")).await, vec![id(1)], "{name}");
+    assert_eq!(listed(shoal_store::creator_tag("alice:ci"), None).await, vec![id(2)], "{name}: the index alone");
+    assert_eq!(listed("kind:build".into(), Some("alice:ci")).await, vec![id(2)], "{name}: a filter on a tag");
+    assert_eq!(listed("kind:build".into(), None).await, vec![id(2), id(1)], "{name}");
+
+    // A graph's tasks are their submitter's.
+    let input = serde_json::from_value(json!({
+        "routing": "ci",
+        "tasks": {"only": {"task": {
+            "taskQueueId": "prov/wt", "created": "2026-01-01T00:00:00.000Z", "deadline": "2026-01-01T01:00:00.000Z",
+            "payload": {}, "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}
+        }}}
+    }))
+    .unwrap();
+    let request = shoal_store::GraphRequest { task_graph_id: id(9), input, created_by: Some("carol".into()) };
+    let _ = store.create_graph(request, at(0)).await.unwrap();
+    let carols = listed(shoal_store::creator_tag("carol"), None).await;
+    assert_eq!(carols.len(), 1, "{name}");
+    let record = store.read(move |reads| reads.task(carols[0])).await.unwrap().expect("task");
+    assert_eq!(record.status.created_by.as_deref(), Some("carol"), "{name}");
+}

@@ -48,7 +48,7 @@ pub(crate) async fn a_graph_reruns_a_failure_blocks_then_finishes_once_run_again
     let store = &backend.store;
     let graph = id(900);
     let input = graph_input(json!({"a": {"reruns": 1}, "b": {"requires": ["a"]}}));
-    let request = shoal_store::GraphRequest { task_graph_id: graph, input };
+    let request = shoal_store::GraphRequest { task_graph_id: graph, input, created_by: None };
     let created = store.create_graph(request, at(0)).await.unwrap().value;
     assert_eq!(created.state, GraphState::Running, "{name}");
     let nodes = graph_tasks(store, graph).await;
@@ -90,7 +90,8 @@ pub(crate) async fn a_refused_graph_leaves_nothing_behind(name: &str, backend: B
         "a": {"task": {"deadline": "2026-01-01T00:10:00.000Z", "expires": "2026-01-01T00:20:00.000Z"}},
         "b": {"requires": ["a"]},
     }));
-    let refused = store.create_graph(shoal_store::GraphRequest { task_graph_id: graph, input }, at(0)).await;
+    let refused =
+        store.create_graph(shoal_store::GraphRequest { task_graph_id: graph, input, created_by: None }, at(0)).await;
     let Err(StoreError::Rejected(Rejection::Invalid { field, .. })) = refused else {
         panic!("{name}: expected a field error, got {refused:?}");
     };
@@ -106,7 +107,10 @@ pub(crate) async fn concurrent_completions_of_a_graphs_tasks_are_each_counted_on
     let graph = id(902);
     let tasks: serde_json::Map<String, serde_json::Value> = (0..24).map(|n| (format!("t{n}"), json!({}))).collect();
     let input = graph_input(serde_json::Value::Object(tasks));
-    let _ = store.create_graph(shoal_store::GraphRequest { task_graph_id: graph, input }, at(0)).await.unwrap();
+    let _ = store
+        .create_graph(shoal_store::GraphRequest { task_graph_id: graph, input, created_by: None }, at(0))
+        .await
+        .unwrap();
     let claimed = claim_ids(store, worker(24), at(1)).await;
     assert_eq!(claimed.len(), 24, "{name}");
     let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };

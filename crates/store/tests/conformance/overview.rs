@@ -19,7 +19,8 @@ async fn failed(
     after: Option<String>,
     limit: usize,
 ) -> (Vec<TaskId>, Option<String>) {
-    let query = TagQuery { tag: FAILED_TAG.to_owned(), task_queue_id: None, state, since: None, until: None };
+    let query =
+        TagQuery { tag: FAILED_TAG.to_owned(), task_queue_id: None, state, since: None, until: None, created_by: None };
     let page = store.read(move |reads| reads.list_tagged(&query, after.as_deref(), limit)).await.unwrap();
     (page.items.iter().map(|task| task.status.task_id).collect(), page.continuation)
 }
@@ -76,7 +77,7 @@ pub(crate) async fn the_overview_lists_groups_graphs_and_failures_newest_first(n
     // Graphs, newest first.
     for (graph, secs) in [(201, 10), (202, 11)] {
         let input = graph_input(json!({"a": {}}));
-        let request = shoal_store::GraphRequest { task_graph_id: id(graph), input };
+        let request = shoal_store::GraphRequest { task_graph_id: id(graph), input, created_by: None };
         let _graph = store.create_graph(request, at(secs)).await.unwrap().value;
     }
     let graphs = store.read(|reads| reads.list_task_graphs(None, 10)).await.unwrap();

@@ -2,7 +2,7 @@
 // its log (followed live while the run runs), and cancel, rerun and priority for the
 // signed-in. Kept current from the event stream.
 
-import { ApiError, TASK_EXCHANGES, call, credentials, get, listen, queue } from '../api.js';
+import { ApiError, TASK_EXCHANGES, call, credentials, get, listen, queue, withQuery } from '../api.js';
 import { badge, bytes, duration, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
 
 const PRIORITIES = ['highest', 'very-high', 'high', 'medium', 'low', 'very-low', 'lowest'];
@@ -37,7 +37,8 @@ export async function taskPage(main, taskId, wantedRun) {
     fill(parts.head,
       h('h1', {}, task.metadata.name, ' ', badge(status.state)),
       h('p', { class: 'muted' }, h('span', { class: 'mono' }, taskId), ' · group ',
-        h('a', { href: `/tasks/groups/${status.taskGroupId}`, class: 'mono' }, status.taskGroupId), ' · ', queueLink(status.taskQueueId)));
+        h('a', { href: `/tasks/groups/${status.taskGroupId}`, class: 'mono' }, status.taskGroupId), ' · ', queueLink(status.taskQueueId),
+        status.createdBy ? [' · created by ', h('a', { href: withQuery('/tasks', { createdBy: status.createdBy }), class: 'mono', id: 'created-by' }, status.createdBy)] : null));
     drawActions(parts.actions, task, status, (next) => { status = next; draw(); });
     fill(parts.runs, status.runs.length ? status.runs.slice().reverse().map((run) => runView(taskId, status, run)) : h('p', { class: 'muted' }, 'No run yet.'));
     const runId = wantedRun !== undefined ? Number(wantedRun) : status.runs.length - 1;

@@ -1,5 +1,5 @@
-// `/tasks?tag=k:v&state=..&taskQueueId=..`: Swarming's task list, newest first, by tag,
-// queue and state; without a tag, the tasks that failed lately.
+// `/tasks?tag=k:v&createdBy=..&state=..&taskQueueId=..`: Swarming's task list, newest first,
+// by tag or creator, queue and state; with neither, the tasks that failed lately.
 
 import { get, queue, withQuery } from '../api.js';
 import { badge, fill, h, problem, queueLink, taskLink, when } from '../view.js';
@@ -8,9 +8,13 @@ const STATES = ['', 'unscheduled', 'pending', 'running', 'completed', 'failed', 
 
 export async function taskList(main) {
   const params = new URLSearchParams(location.search);
-  const wanted = { tag: params.get('tag') || '', state: params.get('state') || '', taskQueueId: params.get('taskQueueId') || '' };
+  const wanted = {
+    tag: params.get('tag') || '', createdBy: params.get('createdBy') || '',
+    state: params.get('state') || '', taskQueueId: params.get('taskQueueId') || '',
+  };
   const form = h('form', { class: 'toolbar', id: 'task-filter', method: 'get', action: '/tasks' },
     h('input', { name: 'tag', placeholder: 'tag key:value', value: wanted.tag, 'aria-label': 'tag' }),
+    h('input', { name: 'createdBy', placeholder: 'created by (client id)', value: wanted.createdBy, 'aria-label': 'created by' }),
     h('input', { name: 'taskQueueId', placeholder: 'provisioner/workerType', value: wanted.taskQueueId, 'aria-label': 'queue' }),
     h('select', { name: 'state', 'aria-label': 'state' }, STATES.map((s) => h('option', { value: s, selected: s === wanted.state }, s || 'any state'))),
     h('button', { type: 'submit' }, 'List'));
@@ -22,15 +26,19 @@ export async function taskList(main) {
   const count = h('span', { class: 'muted', id: 'count' });
   const rows = h('tbody', { id: 'tasks' });
   const more = h('div', { class: 'pager' });
-  const title = wanted.tag ? ['Tasks tagged ', h('span', { class: 'mono' }, wanted.tag)] : ['Tasks that failed lately'];
+  const listed = Boolean(wanted.tag || wanted.createdBy);
+  const title = [];
+  if (wanted.tag) title.push('Tasks tagged ', h('span', { class: 'mono' }, wanted.tag));
+  if (wanted.createdBy) title.push(wanted.tag ? ', created by ' : 'Tasks created by ', h('span', { class: 'mono' }, wanted.createdBy));
+  if (!listed) title.push('Tasks that failed lately');
   fill(main, h('h1', {}, ...title), form, h('p', {}, count),
     h('div', { class: 'scroll' }, h('table', { class: 'list' },
       h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'State'), h('th', { class: 'wide' }, 'Queue'), h('th', {}, 'Created'))),
       rows)),
     more);
-  const filters = { ...wanted, state: wanted.tag || ['failed', 'exception'].includes(wanted.state) ? wanted.state : '' };
-  const path = wanted.tag ? queue('/tasks') : queue('/tasks/failed');
-  if (wanted.tag) {
+  const filters = { ...wanted, state: listed || ['failed', 'exception'].includes(wanted.state) ? wanted.state : '' };
+  const path = listed ? queue('/tasks') : queue('/tasks/failed');
+  if (listed) {
     get(withQuery(queue('/tasks/count'), filters)).then(({ count: n }) => fill(count, `${n} tasks`)).catch(() => {});
   }
   const load = async (token) => {
