@@ -17,7 +17,7 @@ mod subs;
 
 pub use progress::{GraphState, NodeProgress, Reaction, Tally, react};
 pub use subs::check_submission;
-use subs::{check_placeholders, substitute};
+use subs::{check_placeholders, substitute_payloads};
 
 /// The scheduler id graph tasks carry unless configured otherwise (Taskcluster's).
 pub const DEFAULT_SCHEDULER_ID: &str = "task-graph-scheduler";
@@ -298,9 +298,7 @@ fn queue_definition(
     let Value::Object(object) = &mut task else {
         return Err(Rejection::invalid(field(""), "must be a task definition object"));
     };
-    if let Some(payload) = object.get_mut("payload") {
-        substitute(payload, ids, &field("payload"))?;
-    }
+    substitute_payloads(object, ids, field)?;
     let group = context.task_graph_id.to_string();
     for (key, wanted) in [("taskGroupId", group.as_str()), ("schedulerId", context.scheduler_id)] {
         match object.get(key) {
@@ -507,6 +505,10 @@ mod tests {
             (json!({"projectId": {"$subs": "taskId:a"}}), "tasks.a.task.projectId.$subs"),
             (json!({"dependencies": [{"$subs": "taskId:a"}]}), "tasks.a.task.dependencies[0].$subs"),
             (json!({"tags": {"k": {"$subs": "taskId:a", "x": 1}}}), "tasks.a.task.tags.k.$subs"),
+            (
+                json!({"slices": [{"expiresAfter": 5, "dimensions": {"os": [{"$subs": "taskId:a"}]}}]}),
+                "tasks.a.task.slices[0].dimensions.os[0].$subs",
+            ),
         ] {
             let tasks = json!({"a": {"task": task(outside)}});
             assert_eq!(field_of(plan_of(tasks.clone())).0, at);
@@ -516,6 +518,13 @@ mod tests {
         assert!(
             check_submission(&parse(json!({"a": {"task": task(json!({"payload": {"$subs": "taskId:a"}}))}}))).is_ok()
         );
+        // A slice's own payload is a payload: substituted, as the task's.
+        let on_linux =
+            json!({"dimensions": {"os": ["Linux"]}, "expiresAfter": 5, "payload": {"on": {"$subs": "taskId:a"}}});
+        let sliced = json!({"slices": [{"expiresAfter": 5}, on_linux]});
+        let planned = plan_of(json!({"a": {"task": task(sliced)}})).unwrap();
+        let id = planned[0].task_id.to_string();
+        assert_eq!(planned[0].definition.slices[1].payload, Some(json!({"on": id})));
 
         let queue = field_of(plan_of(json!({"a": {"task": task(json!({"retries": 1000}))}})));
         assert_eq!(queue.0, "tasks.a.task.retries", "the queue's own rule, under the task's path");

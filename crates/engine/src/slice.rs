@@ -5,6 +5,8 @@
 //! that could run becomes current (the run keeps its place in line), and after the last the
 //! task ends `deadline-exceeded`. A slice "could run" when it waits for capacity or a live
 //! worker of the queue matches it; when none can, the task ends `resource-unavailable`.
+//! A slice may carry its own `payload` (Swarming's TaskSlice properties), which its runs'
+//! workers get in place of the task's.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +32,9 @@ pub struct SliceInput {
     /// Whether the slice waits even when no live worker matches it.
     #[serde(default)]
     pub wait_for_capacity: bool,
+    /// What a worker running this slice gets as the task's `payload`, if not the task's own.
+    #[serde(default)]
+    pub payload: Option<serde_json::Value>,
 }
 
 /// A checked slice.
@@ -43,6 +48,9 @@ pub struct Slice {
     pub expires_after: u32,
     /// Whether it waits even when no live worker matches it.
     pub wait_for_capacity: bool,
+    /// Its own payload (a JSON object), which its runs get instead of the task's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<serde_json::Value>,
 }
 
 /// Which slice a run waits on, and since when.
@@ -79,10 +87,14 @@ pub fn parse_slices(raw: Option<Vec<SliceInput>>, dimensions_given: bool) -> Res
         if let Some(j) = slices.iter().position(|earlier| earlier.dimensions == dimensions) {
             return Err(Rejection::invalid(format!("slices[{i}].dimensions"), format!("repeats slices[{j}]'s")));
         }
+        if input.payload.as_ref().is_some_and(|payload| !payload.is_object()) {
+            return Err(Rejection::invalid(format!("slices[{i}].payload"), "must be a JSON object"));
+        }
         slices.push(Slice {
             dimensions,
             expires_after: input.expires_after as u32,
             wait_for_capacity: input.wait_for_capacity,
+            payload: input.payload,
         });
     }
     Ok(slices)
@@ -115,6 +127,25 @@ pub fn next_runnable(slices: &[Slice], from: usize, capacity: &Capacity) -> Opti
     (from..slices.len()).find(|&i| slices[i].wait_for_capacity || capacity.matches(&slices[i].dimensions))
 }
 
+/// The definition a worker gets for a run on slice `index`: `definition` (a stored task
+/// definition) with the slice's own payload in place of the task's, or `None` when the slice
+/// has none and the definition is handed over as it is.
+///
+/// # Errors
+/// A definition that is not a JSON object.
+pub fn handed_over(
+    definition: &str,
+    slices: &[Slice],
+    index: u32,
+) -> Result<Option<Box<serde_json::value::RawValue>>, serde_json::Error> {
+    let Some(payload) = slices.get(index as usize).and_then(|slice| slice.payload.as_ref()) else {
+        return Ok(None);
+    };
+    let mut object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(definition)?;
+    object.insert("payload".to_owned(), payload.clone());
+    serde_json::value::to_raw_value(&object).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -143,6 +174,7 @@ mod tests {
                 json!([{"dimensions": {"os": ["a"]}, "expiresAfter": 5}, {"dimensions": {"os": ["a"]}, "expiresAfter": 9}]),
                 "slices[1].dimensions",
             ),
+            (json!([{"expiresAfter": 5, "payload": ["echo"]}]), "slices[0].payload"),
         ];
         for (value, field) in cases {
             let err = parse(value.clone()).unwrap_err();
@@ -151,6 +183,21 @@ mod tests {
         let nine: Vec<_> = (0..9).map(|i| json!({"dimensions": {"n": [i.to_string()]}, "expiresAfter": 1})).collect();
         assert!(parse(json!(nine)).is_err());
         assert!(parse_slices(Some(Vec::new()), true).is_err(), "not with top-level dimensions");
+    }
+
+    #[test]
+    fn a_slices_payload_replaces_the_tasks_in_what_its_worker_gets() {
+        let definition = r#"{"payload":{"command":["slow"]},"slices":[{"expiresAfter":5},{"dimensions":{"os":["Linux"]},"expiresAfter":5,"payload":{"command":["fast"]}}]}"#;
+        let slices = parse(serde_json::from_str::<serde_json::Value>(definition).unwrap()["slices"].clone()).unwrap();
+        assert!(handed_over(definition, &slices, 0).unwrap().is_none(), "the task's own");
+        let second = handed_over(definition, &slices, 1).unwrap().expect("the slice's");
+        let second: serde_json::Value = serde_json::from_str(second.get()).unwrap();
+        assert_eq!(second["payload"], json!({"command": ["fast"]}));
+        assert_eq!(
+            second["slices"],
+            serde_json::from_str::<serde_json::Value>(definition).unwrap()["slices"],
+            "the rest as it was"
+        );
     }
 
     #[test]

@@ -209,3 +209,23 @@ async fn a_cancel_reaches_the_running_process_through_the_event_stream() {
     assert!(!alive(pid), "the canceled task's process is gone");
     assert_eq!(status(&server, &task_id).await["runs"][0]["reasonResolved"], "canceled", "nothing else was reported");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_slice_runs_its_own_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let _w = worker(&server.root, "w", &dir.path().join("work"), "warn");
+    let task_id = slugid::nice();
+    let mut definition = support::plain_task(QUEUE);
+    // No Mac worker comes within the first slice's second; the Linux slice runs its own command.
+    definition["payload"] = json!({"command": ["exit 7"], "maxRunTime": 30});
+    definition["slices"] = json!([
+        {"dimensions": {"os": ["Mac"]}, "expiresAfter": 1, "waitForCapacity": true},
+        {"dimensions": {"os": ["Linux"]}, "expiresAfter": 600, "payload": {"command": ["exit 0"], "maxRunTime": 30}}
+    ]);
+    call(&server, reqwest::Method::PUT, &format!("/task/{task_id}"), Some(definition)).await;
+    let done = until_status(&server, &task_id, resolved).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(done["runs"][0]["slice"]["index"], 1, "{done}");
+    assert_eq!(done["runs"][0]["stats"]["exitCode"], 0, "{done}");
+}

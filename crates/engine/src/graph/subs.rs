@@ -1,5 +1,5 @@
-//! `{"$subs": "taskId:<label>"}` placeholders: allowed only in a task's payload (seed 000), and
-//! replaced there by the label's taskId.
+//! `{"$subs": "taskId:<label>"}` placeholders: allowed only in a task's payload (seed 000) and
+//! its slices' payloads, and replaced there by the label's taskId.
 
 use std::collections::HashMap;
 
@@ -24,9 +24,44 @@ pub fn check_submission(tasks: &Labelled) -> Result<(), Rejection> {
 
 pub(crate) fn check_placeholders(label: &str, task: &Value) -> Result<(), Rejection> {
     let Value::Object(object) = task else { return Ok(()) };
+    let outside = |key: &str, value: &Value| find_placeholder(value, &format!("tasks.{label}.task.{key}"));
+    let mut found = None;
     for (key, value) in object.iter().filter(|(key, _)| *key != "payload") {
-        if let Some(at) = find_placeholder(value, &format!("tasks.{label}.task.{key}")) {
-            return Err(Rejection::invalid(at, "a `$subs` placeholder is allowed only in the payload"));
+        found = match (key.as_str(), value) {
+            // A slice's own payload is a payload too.
+            ("slices", Value::Array(slices)) => slices.iter().enumerate().find_map(|(index, slice)| match slice {
+                Value::Object(fields) => fields
+                    .iter()
+                    .filter(|(field, _)| *field != "payload")
+                    .find_map(|(field, inner)| outside(&format!("slices[{index}].{field}"), inner)),
+                other => outside(&format!("slices[{index}]"), other),
+            }),
+            _ => outside(key, value),
+        };
+        if found.is_some() {
+            break;
+        }
+    }
+    match found {
+        Some(at) => Err(Rejection::invalid(at, "a `$subs` placeholder is allowed only in the payload")),
+        None => Ok(()),
+    }
+}
+
+/// Replaces the placeholders of a task's payloads: its own and its slices'.
+pub(crate) fn substitute_payloads(
+    task: &mut serde_json::Map<String, Value>,
+    ids: &HashMap<String, TaskId>,
+    field: impl Fn(&str) -> String,
+) -> Result<(), Rejection> {
+    if let Some(payload) = task.get_mut("payload") {
+        substitute(payload, ids, &field("payload"))?;
+    }
+    if let Some(Value::Array(slices)) = task.get_mut("slices") {
+        for (index, slice) in slices.iter_mut().enumerate() {
+            if let Some(payload) = slice.get_mut("payload") {
+                substitute(payload, ids, &field(&format!("slices[{index}].payload")))?;
+            }
         }
     }
     Ok(())

@@ -6,7 +6,7 @@ use shoal_engine::definition::{TaskDefinition, check_redefinition};
 use shoal_engine::event::{Effects, Event};
 use shoal_engine::group::{TaskGroup, dependencies_satisfied, group_expiry};
 use shoal_engine::rejection::Missing;
-use shoal_engine::slice::Capacity;
+use shoal_engine::slice::{Capacity, handed_over};
 use shoal_engine::status::TaskStatus;
 use shoal_engine::task::{Claimant, Task};
 use shoal_engine::{Rejection, TaskId, Timestamp};
@@ -14,7 +14,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 use crate::ops::step::insert_stepped;
 use crate::ops::workers;
 use crate::ops::{Before, CreateLookup, NewTask, WriteTx, capacity_for, load_existing, record, start, step};
-use crate::row::{TaskRow, json};
+use crate::row::{TaskRow, corrupt, json};
 use crate::{Claim, ClaimRequest, StoreError};
 use shoal_engine::worker::WorkerKey;
 
@@ -222,6 +222,14 @@ pub(crate) async fn claim_loaded(
 ) -> Result<Claim, StoreError> {
     let claim_timeout = tx.settings().claim_timeout_secs;
     step(tx, &mut row, now, |task| task.claim(run_id, by, now, claim_timeout)).await?;
+    // A run on a slice with its own payload hands its worker that payload.
+    let slice = row.task.runs().get(run_id as usize).and_then(|run| run.slice);
+    let definition = match slice {
+        Some(at) => {
+            handed_over(definition.get(), &row.task.meta.slices, at.index).map_err(corrupt)?.unwrap_or(definition)
+        }
+        None => definition,
+    };
     let secrets = match row.task.meta.has_secrets {
         true => tx.load_secrets(row.task.task_id).await?,
         false => None,

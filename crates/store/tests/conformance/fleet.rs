@@ -96,3 +96,54 @@ pub(crate) async fn a_task_keeps_its_creator_and_is_listed_by_it(name: &str, bac
     let record = store.read(move |reads| reads.task(carols[0])).await.unwrap().expect("task");
     assert_eq!(record.status.created_by.as_deref(), Some("carol"), "{name}");
 }
+
+pub(crate) async fn a_fallback_slice_hands_its_worker_its_own_payload(name: &str, backend: Backend) {
+    let store = &backend.store;
+    let slices = json!({
+        "payload": {"command": ["on-a-mac"]},
+        "slices": [
+            {"dimensions": {"os": ["Mac"]}, "expiresAfter": 10, "waitForCapacity": true},
+            {"dimensions": {"os": ["Linux"]}, "expiresAfter": 600, "payload": {"command": ["on-linux"], "maxRunTime": 30}}
+        ]
+    });
+    create(store, id(1), slices.clone(), at(0)).await;
+    create(store, id(2), slices, at(0)).await;
+    let linux =
+        || ClaimRequest { count: 1, worker_id: "linux".into(), ..worker_having(json!({"os": ["Linux"]}), None) };
+    // A live Linux worker: the fallback slice could run.
+    let sighting = shoal_engine::worker::Sighting { dimensions: Some(linux().dimensions), ..Default::default() };
+    store.worker_seen(linux().worker_key(), sighting, at(0)).await.unwrap();
+    let payload_of = |claim: &shoal_store::Claim| {
+        serde_json::from_str::<serde_json::Value>(claim.task.get()).unwrap()["payload"].clone()
+    };
+
+    // On its first slice a task hands over its own payload.
+    let mac = ClaimRequest { count: 1, ..worker_having(json!({"os": ["Mac"]}), None) };
+    let on_mac = store.claim_work(mac, at(1)).await.unwrap().value;
+    assert_eq!(payload_of(&on_mac[0]), json!({"command": ["on-a-mac"]}), "{name}");
+    assert!(store.claim_work(linux(), at(1)).await.unwrap().value.is_empty(), "{name}: the Linux slice is not current");
+
+    // Once it falls back, the slice's own; a retry on that slice, the same.
+    assert_eq!(store.fire_due(at(11), 100).await.unwrap().value, 1, "{name}: the slice expiry fires");
+    let claims = store.claim_work(linux(), at(12)).await.unwrap().value;
+    assert_eq!(claims[0].status.task_id, id(2), "{name}");
+    assert_eq!(payload_of(&claims[0]), json!({"command": ["on-linux"], "maxRunTime": 30}), "{name}");
+    let lost = TaskCommand::Resolve {
+        run_id: 0,
+        resolution: Resolution::Exception(ReasonResolved::WorkerShutdown),
+        stats: None,
+    };
+    apply(store, id(2), lost, at(13)).await;
+    let retried = store.claim_work(linux(), at(14)).await.unwrap().value;
+    assert_eq!(
+        (retried[0].run_id, payload_of(&retried[0])),
+        (1, json!({"command": ["on-linux"], "maxRunTime": 30})),
+        "{name}"
+    );
+
+    // The task's definition is as submitted.
+    let stored = store.read(|reads| reads.task(id(2))).await.unwrap().expect("task");
+    let definition: serde_json::Value = serde_json::from_str(stored.task.get()).unwrap();
+    assert_eq!(definition["payload"], json!({"command": ["on-a-mac"]}), "{name}");
+    assert_eq!(definition["slices"][1]["payload"]["command"], json!(["on-linux"]), "{name}");
+}
