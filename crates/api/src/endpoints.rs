@@ -412,6 +412,22 @@ pub const ENDPOINTS: &[Endpoint] = &[
         workers::terminate_worker
     ),
     endpoint!(
+        "maintainWorker",
+        Post,
+        "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/maintenance",
+        Scope("queue:maintain-worker:<provisionerId>/<workerType>/<workerGroup>/<workerId>"),
+        Experimental,
+        workers::maintain_worker
+    ),
+    endpoint!(
+        "postWorkerEvent",
+        Post,
+        "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/events",
+        Scope("queue:post-worker-event:<provisionerId>/<workerType>/<workerGroup>/<workerId>#<kind>"),
+        Experimental,
+        workers::post_worker_event
+    ),
+    endpoint!(
         "workerHeartbeat",
         Post,
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/heartbeat",

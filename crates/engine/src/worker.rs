@@ -12,6 +12,10 @@ use crate::rejection::Rejection;
 use crate::status::Run;
 use crate::{TaskId, Timestamp};
 
+mod speaking;
+
+pub use speaking::{MAX_MESSAGE, Maintenance, Posted, check_message};
+
 /// How many recent claims a worker keeps (Taskcluster's `recentTasks`).
 pub const RECENT_TASKS: usize = 20;
 /// How many lifecycle events a worker keeps; older ones are deleted.
@@ -109,6 +113,8 @@ pub struct Sighting {
     pub heartbeat: bool,
     /// The named caches it holds, most recently used first, if it said.
     pub caches: Option<Vec<String>>,
+    /// Its own maintenance: a message to enter (or stay in) it, `Some(None)` to leave it.
+    pub maintenance: Option<Option<String>>,
 }
 
 impl Sighting {
@@ -127,6 +133,9 @@ impl Sighting {
                         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
                 })
         };
+        if let Some(Some(message)) = &self.maintenance {
+            check_message("maintenance", message)?;
+        }
         if self.caches.as_ref().is_some_and(|names| !names_fine(names)) {
             return Err(Rejection::invalid(
                 "caches",
@@ -159,6 +168,18 @@ pub enum WorkerEventKind {
     Terminating,
     /// Exited after being asked to.
     Terminated,
+    /// Put in maintenance (by itself, or an operator: `clientId`).
+    Maintenance,
+    /// Out of maintenance.
+    MaintenanceEnded,
+    /// It posted an error.
+    Error,
+    /// It posted that it reboots.
+    Rebooting,
+    /// It posted that it exits.
+    Shutdown,
+    /// It posted a line for its history.
+    Log,
 }
 
 /// One event of a worker's history.
@@ -199,15 +220,18 @@ pub enum WorkerState {
     Busy,
     /// Kept from claiming until its quarantine ends.
     Quarantined,
+    /// Kept from claiming while in maintenance; its runs go on.
+    Maintenance,
     /// Silent past the dead-after time.
     Missing,
-    /// Exited after being asked to.
+    /// Exited (asked to, or said it shut down).
     Terminated,
 }
 
 impl WorkerState {
     /// Every state.
-    pub const ALL: [WorkerState; 5] = [Self::Idle, Self::Busy, Self::Quarantined, Self::Missing, Self::Terminated];
+    pub const ALL: [WorkerState; 6] =
+        [Self::Idle, Self::Busy, Self::Quarantined, Self::Maintenance, Self::Missing, Self::Terminated];
 
     /// The name, as in listings and the `state` filter.
     #[must_use]
@@ -216,6 +240,7 @@ impl WorkerState {
             WorkerState::Idle => "idle",
             WorkerState::Busy => "busy",
             WorkerState::Quarantined => "quarantined",
+            WorkerState::Maintenance => "maintenance",
             WorkerState::Missing => "missing",
             WorkerState::Terminated => "terminated",
         }
@@ -260,6 +285,9 @@ pub struct Worker {
     /// The latest quarantine changes, oldest first.
     #[serde(default)]
     pub quarantine_details: Vec<QuarantineDetail>,
+    /// Its maintenance, while it lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<Maintenance>,
     /// Whether it heartbeats.
     #[serde(default)]
     pub heartbeats: bool,
@@ -280,7 +308,8 @@ impl Worker {
     /// A worker seen for the first time.
     #[must_use]
     pub fn first(key: WorkerKey, sighting: Sighting, now: Timestamp, expires: Timestamp) -> (Worker, Vec<WorkerEvent>) {
-        let worker = Worker {
+        let maintenance = sighting.maintenance.clone().flatten();
+        let mut worker = Worker {
             key,
             first_seen: now,
             last_seen: now,
@@ -291,13 +320,17 @@ impl Worker {
             recent_tasks: Vec::new(),
             quarantine_until: None,
             quarantine_details: Vec::new(),
+            maintenance: None,
             heartbeats: sighting.heartbeat,
             missing: false,
             termination: Termination::None,
             expires,
             events_recorded: 0,
         };
-        (worker, vec![WorkerEvent::at(WorkerEventKind::FirstSeen, now)])
+        let mut events = vec![WorkerEvent::at(WorkerEventKind::FirstSeen, now)];
+        // Checked with the sighting: too long a message cannot get here.
+        events.extend(worker.maintain(maintenance, None, now).unwrap_or_default());
+        (worker, events)
     }
 
     /// The worker called: it is alive, has what it says, and is kept until `expires`.
@@ -313,6 +346,10 @@ impl Worker {
         }
         if let Some(caches) = sighting.caches {
             self.caches = caches;
+        }
+        if let Some(maintenance) = sighting.maintenance {
+            // Checked with the sighting: too long a message cannot get here.
+            events.extend(self.maintain(maintenance, None, now).unwrap_or_default());
         }
         self.heartbeats |= sighting.heartbeat;
         if std::mem::take(&mut self.missing) {
@@ -431,11 +468,11 @@ impl Worker {
         matches!(self.termination, Termination::Requested { .. })
     }
 
-    /// Until when its claims get nothing: the quarantine's end, or forever once asked to
-    /// terminate; `None` when it may claim.
+    /// Until when its claims get nothing: the quarantine's end, or until further notice in
+    /// maintenance or once asked to terminate; `None` when it may claim.
     #[must_use]
     pub fn barred_until(&self, now: Timestamp) -> Option<Timestamp> {
-        if self.termination != Termination::None {
+        if self.termination != Termination::None || self.maintenance.is_some() {
             return Some(Timestamp(i64::MAX));
         }
         self.quarantine_until.filter(|&until| until > now)
@@ -458,6 +495,8 @@ impl Worker {
             WorkerState::Missing
         } else if self.is_quarantined(now) {
             WorkerState::Quarantined
+        } else if self.maintenance.is_some() {
+            WorkerState::Maintenance
         } else if busy {
             WorkerState::Busy
         } else {
@@ -511,127 +550,4 @@ pub fn newest_first(events: &mut [WorkerEvent]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sighting_names_what_is_wrong_with_its_caches() {
-        let with = |caches: Vec<String>| Sighting { caches: Some(caches), ..Sighting::default() }.check();
-        assert!(with(vec!["checkout".into(), "ccache:v2".into()]).is_ok());
-        for bad in [vec!["../up".to_owned()], vec![String::new()], vec!["x".to_owned(); MAX_CACHES + 1]] {
-            let refused = with(bad).unwrap_err();
-            assert!(format!("{refused:?}").contains("caches"), "{refused:?}");
-        }
-    }
-
-    #[test]
-    fn a_first_sighting_is_the_oldest_event_of_its_millisecond() {
-        let at = Timestamp(1_790_000_000_000);
-        let mut events = vec![
-            WorkerEvent::at(WorkerEventKind::FirstSeen, at),
-            WorkerEvent::at(WorkerEventKind::Claimed, at),
-            WorkerEvent::at(WorkerEventKind::Resolved, Timestamp(at.0 + 1)),
-        ];
-        newest_first(&mut events);
-        let kinds: Vec<_> = events.iter().map(|event| event.kind).collect();
-        assert_eq!(kinds, [WorkerEventKind::Resolved, WorkerEventKind::Claimed, WorkerEventKind::FirstSeen]);
-    }
-
-    fn key() -> WorkerKey {
-        WorkerKey { task_queue_id: "p/w".into(), worker_group: "g".into(), worker_id: "i".into() }
-    }
-
-    fn at(secs: i64) -> Timestamp {
-        Timestamp(1_800_000_000_000 + secs * 1000)
-    }
-
-    fn heartbeat() -> Sighting {
-        Sighting { heartbeat: true, ..Sighting::default() }
-    }
-
-    #[test]
-    fn a_silent_heartbeating_worker_goes_missing_once_and_comes_back() {
-        let (mut worker, events) = Worker::first(key(), heartbeat(), at(0), at(100));
-        assert_eq!(events[0].kind, WorkerEventKind::FirstSeen);
-        assert!(worker.lose(at(0), at(130)).is_empty(), "seen at the cutoff is not missing");
-        let lost = worker.lose(at(10), at(130));
-        assert_eq!(lost[0].kind, WorkerEventKind::Missing);
-        assert!(worker.lose(at(10), at(131)).is_empty(), "missing once");
-        assert_eq!(worker.state(at(131), 120_000, false), WorkerState::Missing);
-        let back = worker.seen(heartbeat(), at(140), at(200));
-        assert_eq!(back[0].kind, WorkerEventKind::Back);
-        assert_eq!(worker.state(at(141), 120_000, true), WorkerState::Busy);
-    }
-
-    #[test]
-    fn a_worker_that_does_not_heartbeat_is_never_marked_missing() {
-        let (mut worker, _) = Worker::first(key(), Sighting::default(), at(0), at(100));
-        assert!(worker.lose(at(500), at(600)).is_empty());
-        assert_eq!(worker.state(at(600), 120_000, false), WorkerState::Missing, "but listed as silent");
-    }
-
-    #[test]
-    fn quarantine_bars_claims_until_it_ends_and_a_past_time_releases() {
-        let (mut worker, _) = Worker::first(key(), Sighting::default(), at(0), at(100));
-        let events = worker.quarantine(at(60), "flaky disk".into(), "admin", at(1)).unwrap();
-        assert_eq!(events[0].kind, WorkerEventKind::Quarantined);
-        assert_eq!(events[0].detail.as_deref(), Some("flaky disk"));
-        assert_eq!(worker.barred_until(at(2)), Some(at(60)));
-        assert_eq!(worker.state(at(2), 120_000, false), WorkerState::Quarantined);
-        assert_eq!(worker.barred_until(at(61)), None, "ends by itself");
-        let events = worker.quarantine(at(1), String::new(), "admin", at(3)).unwrap();
-        assert_eq!(events[0].kind, WorkerEventKind::Released);
-        assert_eq!(worker.barred_until(at(4)), None);
-        assert_eq!(worker.quarantine_details.len(), 2);
-        worker.quarantine(at(5000), String::new(), "admin", at(4)).unwrap();
-        assert_eq!(worker.expires, at(5000), "kept while quarantined");
-        let long = "x".repeat(MAX_QUARANTINE_INFO + 1);
-        assert!(matches!(worker.quarantine(at(9), long, "a", at(5)), Err(Rejection::Invalid { .. })));
-    }
-
-    #[test]
-    fn termination_bars_claims_until_the_worker_exits_and_a_new_process_starts_afresh() {
-        let (mut worker, _) = Worker::first(key(), heartbeat(), at(0), at(100));
-        assert!(worker.exited(at(1)).is_empty(), "not asked");
-        assert_eq!(worker.request_termination("admin", at(1))[0].kind, WorkerEventKind::Terminating);
-        assert!(worker.request_termination("admin", at(2)).is_empty());
-        assert!(worker.barred_until(at(2)).is_some());
-        assert_eq!(worker.exited(at(3))[0].kind, WorkerEventKind::Terminated);
-        assert!(worker.lose(at(500), at(600)).is_empty(), "an exited worker is not missing");
-        assert_eq!(worker.state(at(4), 120_000, false), WorkerState::Terminated);
-        assert_eq!(worker.seen(heartbeat(), at(5), at(100))[0].kind, WorkerEventKind::Back);
-        assert_eq!(worker.barred_until(at(6)), None);
-    }
-
-    #[test]
-    fn recent_tasks_keep_the_latest_twenty() {
-        let (mut worker, _) = Worker::first(key(), Sighting::default(), at(0), at(100));
-        let task_id = TaskId::parse("fN1S_sG4TTu5SNmTb0Xd6A").unwrap();
-        worker.claimed((0..25).map(|run_id| TaskRun { task_id, run_id }), at(1));
-        worker.claimed([TaskRun { task_id, run_id: 25 }], at(2));
-        assert_eq!(worker.recent_tasks.len(), RECENT_TASKS);
-        assert_eq!(worker.recent_tasks[0].run_id, 6);
-        assert_eq!(worker.first_claim, Some(at(1)));
-    }
-
-    #[test]
-    fn events_are_numbered_on_from_those_recorded() {
-        let (mut worker, events) = Worker::first(key(), Sighting::default(), at(0), at(100));
-        let numbers = |numbered: Vec<(u64, WorkerEvent)>| numbered.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
-        assert_eq!(numbers(worker.number(events)), [1]);
-        let later = worker.request_termination("admin", at(1));
-        let again = worker.exited(at(2));
-        assert_eq!(numbers(worker.number([later, again].concat())), [2, 3]);
-        assert_eq!(worker.events_recorded, 3);
-    }
-
-    #[test]
-    fn dimension_filters_need_every_pair() {
-        let raw = [("os".to_owned(), vec!["Linux".to_owned(), "Ubuntu".to_owned()])].into_iter().collect();
-        let sighting = Sighting { dimensions: Some(Dimensions::parse("dimensions", raw).unwrap()), ..heartbeat() };
-        let (worker, _) = Worker::first(key(), sighting, at(0), at(100));
-        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
-        assert!(worker.has_dimensions(&[pair("os", "Linux"), pair("os", "Ubuntu")]));
-        assert!(!worker.has_dimensions(&[pair("os", "Linux"), pair("pool", "x")]));
-    }
-}
+mod tests;

@@ -16,6 +16,8 @@ pub struct Standing {
     pub quarantine_until: Option<Timestamp>,
     /// Whether it was asked to terminate.
     pub terminate: bool,
+    /// Whether it is in maintenance.
+    pub maintenance: bool,
 }
 
 impl Standing {
@@ -25,13 +27,20 @@ impl Standing {
         Standing {
             quarantine_until: worker.quarantine_until.filter(|&until| until > now),
             terminate: worker.terminating(),
+            maintenance: worker.maintenance.is_some(),
         }
     }
 
     /// Whether its claims get nothing at `now`.
     #[must_use]
     pub fn barred(&self, now: Timestamp) -> bool {
-        self.terminate || self.quarantine_until.is_some_and(|until| until > now)
+        self.terminate || self.held(now)
+    }
+
+    /// Whether its claims wait without taking work at `now`: quarantined or in maintenance.
+    #[must_use]
+    pub fn held(&self, now: Timestamp) -> bool {
+        self.maintenance || self.quarantine_until.is_some_and(|until| until > now)
     }
 }
 
@@ -49,6 +58,7 @@ struct Told {
     dimensions: Option<u64>,
     version: Option<u64>,
     caches: Option<u64>,
+    maintenance: Option<u64>,
     heartbeat: bool,
 }
 
@@ -64,6 +74,7 @@ impl Told {
             dimensions: sighting.dimensions.as_ref().map(hash_of),
             version: sighting.version.as_ref().map(hash_of),
             caches: sighting.caches.as_ref().map(hash_of),
+            maintenance: sighting.maintenance.as_ref().map(hash_of),
             heartbeat: sighting.heartbeat,
         }
     }
@@ -73,6 +84,7 @@ impl Told {
         other.dimensions.is_none_or(|hash| self.dimensions == Some(hash))
             && other.version.is_none_or(|hash| self.version == Some(hash))
             && other.caches.is_none_or(|hash| self.caches == Some(hash))
+            && other.maintenance.is_none_or(|hash| self.maintenance == Some(hash))
             && (self.heartbeat || !other.heartbeat)
     }
 
@@ -81,6 +93,7 @@ impl Told {
             dimensions: newer.dimensions.or(self.dimensions),
             version: newer.version.or(self.version),
             caches: newer.caches.or(self.caches),
+            maintenance: newer.maintenance.or(self.maintenance),
             heartbeat: self.heartbeat || newer.heartbeat,
         }
     }
@@ -108,6 +121,11 @@ impl Fleet {
         let seen = *self.lock().get(key)?;
         let fresh = seen.told.covers(&Told::of(sighting)) && seen.written.plus_millis(self.interval_ms) > now;
         fresh.then_some(seen.standing)
+    }
+
+    /// The standing last written for `key`, if this server remembers one.
+    pub(crate) fn standing(&self, key: &WorkerKey) -> Option<Standing> {
+        self.lock().get(key).map(|seen| seen.standing)
     }
 
     /// Remembers that `sighting` was written at `now`, leaving the record `worker`.
@@ -148,6 +166,8 @@ mod tests {
         assert_eq!(fleet.fresh(&key, &changed, Timestamp(1)), None, "a new version is written at once");
         let cached = Sighting { caches: Some(vec!["checkout".into()]), ..sighting.clone() };
         assert_eq!(fleet.fresh(&key, &cached, Timestamp(1)), None, "new caches are written at once");
+        let maintained = Sighting { maintenance: Some(Some("disk full".into())), ..sighting.clone() };
+        assert_eq!(fleet.fresh(&key, &maintained, Timestamp(1)), None, "maintenance is written at once");
         let plain = Sighting::default();
         assert!(fleet.fresh(&key, &plain, Timestamp(1)).is_some(), "a sighting telling less is not written");
         worker.request_termination("admin", Timestamp(2));

@@ -353,7 +353,8 @@ impl Queue {
     }
 
     /// claimWork: claims what is there, or waits until matching work appears or `wait` passes;
-    /// a quarantined worker gets nothing, and one asked to terminate is told at once.
+    /// a quarantined worker or one in maintenance gets nothing, and one asked to terminate is
+    /// told at once.
     ///
     /// # Errors
     /// As the store.
@@ -382,7 +383,8 @@ impl Queue {
                 return Ok(ClaimOutcome { claims, standing });
             }
             let mut until = give_up;
-            registration.set_quarantined(standing.quarantine_until.is_some());
+            let held = standing.held(now());
+            registration.set_quarantined(held);
             if let Some(end) = standing.quarantine_until {
                 // Waits out the quarantine (or the poll), or a change to the queue's workers.
                 let left = u64::try_from(end.millis().saturating_sub(now().millis())).unwrap_or(0);
@@ -390,8 +392,7 @@ impl Queue {
             }
             // Where the store can, the wait is also parked with it: a run made pending is then
             // claimed for this call in the batch that made it pending.
-            let mut parked =
-                if standing.quarantine_until.is_none() { self.inner.store.park_claim(&request, now) } else { None };
+            let mut parked = if held { None } else { self.inner.store.park_claim(&request, now) };
             let (answer, timed_out) = tokio::select! {
                 () = registration.woken() => (None, false),
                 answer = async {
@@ -436,7 +437,7 @@ impl Queue {
         sighting: &Sighting,
     ) -> Result<(Vec<Claim>, Standing), StoreError> {
         let standing = self.worker_seen(key, sighting.clone()).await?;
-        if standing.terminate || standing.quarantine_until.is_some() {
+        if standing.barred(now()) {
             return Ok((Vec::new(), standing));
         }
         let claims = self.committed(self.inner.store.claim_work(request.clone(), now()).await?);

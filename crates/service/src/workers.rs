@@ -20,9 +20,15 @@ impl Queue {
         if let Some(standing) = self.inner.fleet.fresh(key, &sighting, now) {
             return Ok(standing);
         }
+        let before = self.inner.fleet.standing(key);
         let worker = self.inner.store.worker_seen(key.clone(), sighting.clone(), now).await?;
         self.inner.fleet.written(&sighting, &worker, now);
-        Ok(Standing::of(&worker, now))
+        let standing = Standing::of(&worker, now);
+        // Out of its maintenance, a worker's waiting claims look again at once.
+        if sighting.maintenance.is_some() && !standing.maintenance && before.is_none_or(|before| before.maintenance) {
+            self.inner.wakers.wake_queue(&key.task_queue_id);
+        }
+        Ok(standing)
     }
 
     /// A worker's heartbeat; `exiting` says it exits now, as it was asked to.

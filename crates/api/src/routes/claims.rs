@@ -140,6 +140,7 @@ pub(crate) async fn claim_work(
         version: body.version.clone(),
         heartbeat: false,
         caches: body.caches,
+        maintenance: None,
     };
     sighting.check()?;
     let request = ClaimRequest {

@@ -1,5 +1,5 @@
-//! The worker registry: Taskcluster's worker calls, and Shoal's (events, terminate,
-//! heartbeat, a queue's dimensions).
+//! The worker registry: Taskcluster's worker calls, and Shoal's (events read and posted,
+//! terminate, maintenance, heartbeat, a queue's dimensions).
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::id::{is_identifier, split_task_queue_id};
-use shoal_engine::worker::{Sighting, Worker, WorkerKey, WorkerState};
+use shoal_engine::worker::{Posted, Sighting, Worker, WorkerKey, WorkerState};
 use shoal_engine::{TaskId, Timestamp};
 use shoal_service::{Standing, now};
 use shoal_store::WorkerChange;
@@ -95,6 +95,9 @@ fn worker_body(worker: &Worker, running: &[TaskId], state: &AppState) -> Value {
     }
     if !worker.caches.is_empty() {
         body["caches"] = json!(worker.caches);
+    }
+    if let Some(maintenance) = &worker.maintenance {
+        body["maintenance"] = json!(maintenance);
     }
     body
 }
@@ -268,6 +271,46 @@ pub(crate) async fn terminate_worker(
     changed(&state, key, WorkerChange::Terminate, &caller).await
 }
 
+/// maintainWorker's body: why the worker is in maintenance, or `null` to end it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MaintainBody {
+    maintenance: Option<String>,
+}
+
+pub(crate) async fn maintain_worker(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+    Body(body): Body<MaintainBody>,
+) -> Result<Json<Value>, ApiError> {
+    let key = key_of(&params)?;
+    caller.authorize(&vars_of(&key))?;
+    changed(&state, key, WorkerChange::Maintain { message: body.maintenance }, &caller).await
+}
+
+/// postWorkerEvent's body: what kind of event, and a short message.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PostedBody {
+    kind: String,
+    #[serde(default)]
+    message: String,
+}
+
+pub(crate) async fn post_worker_event(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+    Body(body): Body<PostedBody>,
+) -> Result<Json<Value>, ApiError> {
+    let key = key_of(&params)?;
+    let kind = Posted::from_name(&body.kind)
+        .ok_or_else(|| ApiError::invalid_input("kind: must be error, rebooting, shutdown or log"))?;
+    caller.authorize(&vars_of(&key).one("kind", kind.as_str()))?;
+    changed(&state, key, WorkerChange::Post { kind, message: body.message }, &caller).await
+}
+
 pub(crate) async fn worker_events(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let key = key_of(&params)?;
     read_worker(&state, key.clone()).await?;
@@ -287,6 +330,14 @@ pub(crate) struct HeartbeatBody {
     exiting: bool,
     #[serde(default)]
     caches: Option<Vec<String>>,
+    /// Absent: says nothing of it; a message: in maintenance; `null`: out of it.
+    #[serde(default, deserialize_with = "present")]
+    maintenance: Option<Option<String>>,
+}
+
+/// A field that may be `null`, told apart from one that is absent.
+fn present<'de, D: serde::Deserializer<'de>>(field: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(field).map(Some)
 }
 
 /// What a worker is told after it called: whether to stop, until when it is quarantined,
@@ -300,6 +351,9 @@ pub(crate) fn standing_body(standing: Standing, state: &AppState) -> Value {
     if let Some(until) = standing.quarantine_until {
         body["quarantineUntil"] = json!(until);
     }
+    if standing.maintenance {
+        body["maintenance"] = json!(true);
+    }
     body
 }
 
@@ -312,7 +366,13 @@ pub(crate) async fn heartbeat(
     let key = key_of(&params)?;
     caller.authorize(&vars_of(&key))?;
     let dimensions = body.dimensions.map(|raw| Dimensions::parse("dimensions", raw)).transpose()?;
-    let sighting = Sighting { dimensions, version: body.version, heartbeat: true, caches: body.caches };
+    let sighting = Sighting {
+        dimensions,
+        version: body.version,
+        heartbeat: true,
+        caches: body.caches,
+        maintenance: body.maintenance,
+    };
     let standing = state.queue.heartbeat(&key, sighting, body.exiting).await?;
     Ok(Json(standing_body(standing, &state)))
 }

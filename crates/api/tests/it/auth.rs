@@ -455,6 +455,8 @@ fn body_of(name: &str) -> Option<Value> {
         "quarantineWorker" => json!({"quarantineUntil": from_now(60)}),
         "declareWorker" => json!({"expires": from_now(60)}),
         "workerHeartbeat" => json!({}),
+        "maintainWorker" => json!({"maintenance": "x"}),
+        "postWorkerEvent" => json!({"kind": "log"}),
         _ => return None,
     })
 }

@@ -199,3 +199,112 @@ async fn a_silent_heartbeating_worker_is_missing_and_its_run_is_retried_at_once(
         "{events}"
     );
 }
+
+#[tokio::test]
+async fn maintenance_holds_work_back_whoever_entered_it() {
+    let app = TestApp::with(short_wait()).await;
+    let heartbeat = |body: Value| {
+        let app = &app;
+        async move {
+            let (status, standing) = app.post(&format!("{WORKERS}/g/w1/heartbeat"), body).await;
+            assert_eq!(status, StatusCode::OK, "{standing}");
+            standing
+        }
+    };
+    // The worker itself: its health check failed.
+    let standing = heartbeat(json!({"maintenance": "health check failed: exit 1"})).await;
+    assert_eq!(standing["maintenance"], true, "{standing}");
+    let task_id = slugid();
+    app.create(&task_id, json!({})).await;
+    assert!(claim_with(&app, "w1", json!({})).await["tasks"].as_array().unwrap().is_empty(), "held back");
+    assert_eq!(listed(&app, "?state=maintenance").await, ["w1"]);
+    let (_, worker) = app.get(&format!("{WORKERS}/g/w1")).await;
+    assert_eq!(worker["maintenance"]["message"], "health check failed: exit 1", "{worker}");
+    assert_eq!(worker["state"], "maintenance", "{worker}");
+    assert!(heartbeat(json!({})).await.get("maintenance").is_none_or(|m| m == true), "saying nothing changes nothing");
+    let standing = heartbeat(json!({"maintenance": null})).await;
+    assert!(standing.get("maintenance").is_none(), "{standing}");
+    assert_eq!(claim_with(&app, "w1", json!({})).await["tasks"][0]["status"]["taskId"], json!(task_id));
+
+    // An operator's stands until an operator ends it.
+    let (status, body) = app.post(&format!("{WORKERS}/g/w1/maintenance"), json!({"maintenance": "reimage"})).await;
+    assert_eq!((status, body["state"].clone()), (StatusCode::OK, json!("maintenance")), "{body}");
+    assert_eq!(body["maintenance"]["clientId"], "root", "{body}");
+    assert_eq!(heartbeat(json!({"maintenance": null})).await["maintenance"], true, "the worker cannot end it");
+    app.create(&slugid(), json!({})).await;
+    assert!(claim_with(&app, "w1", json!({})).await["tasks"].as_array().unwrap().is_empty(), "held back");
+    let (status, body) = app.post(&format!("{WORKERS}/g/w1/maintenance"), json!({"maintenance": null})).await;
+    assert_eq!((status, body["state"].clone()), (StatusCode::OK, json!("busy")), "{body}");
+    let (_, events) = app.get(&format!("{WORKERS}/g/w1/events")).await;
+    let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds[..2], ["maintenance-ended", "maintenance"], "{events}");
+
+    let long = "x".repeat(shoal_engine::worker::MAX_MESSAGE + 1);
+    let (status, body) = app.post(&format!("{WORKERS}/g/w1/heartbeat"), json!({"maintenance": long})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().starts_with("maintenance:"), "{body}");
+    let (status, body) = app.post(&format!("{WORKERS}/g/nobody/maintenance"), json!({"maintenance": "x"})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}
+
+#[tokio::test]
+async fn a_worker_posts_events_each_kind_under_its_own_scope() {
+    let app = TestApp::with(short_wait()).await;
+    app.post(&format!("{WORKERS}/g/w1/heartbeat"), json!({})).await;
+    let events_url = format!("{}{WORKERS}/g/w1/events", app.base);
+    let logger = app.make_client("worker/w1", &["queue:post-worker-event:prov/wt/g/w1#log"]).await;
+    let post = |credentials, body| app.call_as(Some(credentials), reqwest::Method::POST, &events_url, Some(body));
+    let (status, body) = post(&logger, json!({"kind": "log", "message": "disk 91% full"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = post(&logger, json!({"kind": "shutdown"})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("queue:post-worker-event:prov/wt/g/w1#shutdown"), "{body}");
+
+    let (status, body) =
+        app.post(&format!("{WORKERS}/g/w1/events"), json!({"kind": "error", "message": "no sandbox"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = app.post(&format!("{WORKERS}/g/w1/events"), json!({"kind": "shutdown"})).await;
+    assert_eq!((status, body["state"].clone()), (StatusCode::OK, json!("terminated")), "{body}");
+    let (_, events) = app.get(&format!("{WORKERS}/g/w1/events")).await;
+    let said: Vec<(&str, Option<&str>, Option<&str>)> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), e["detail"].as_str(), e["clientId"].as_str()))
+        .collect();
+    assert_eq!(
+        said[..3],
+        [
+            ("shutdown", None, Some("root")),
+            ("error", Some("no sandbox"), Some("root")),
+            ("log", Some("disk 91% full"), Some("worker/w1"))
+        ],
+        "{events}"
+    );
+    for (bad, field) in
+        [(json!({"kind": "reboot"}), "kind:"), (json!({"kind": "log", "message": "x".repeat(1025)}), "message:")]
+    {
+        let (status, body) = app.post(&format!("{WORKERS}/g/w1/events"), bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body["message"].as_str().unwrap().starts_with(field), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn a_claim_waiting_out_a_maintenance_takes_work_once_it_ends() {
+    let app = TestApp::with(Settings { claim_wait: Duration::from_secs(60), ..Settings::default() }).await;
+    app.post(&format!("{WORKERS}/g/w1/heartbeat"), json!({"maintenance": "cooling down"})).await;
+    let task_id = slugid();
+    app.create(&task_id, json!({})).await;
+    let claim = claim_with(&app, "w1", json!({}));
+    let ended = async {
+        while app.queue.claims_waiting() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let (status, _) = app.post(&format!("{WORKERS}/g/w1/heartbeat"), json!({"maintenance": null})).await;
+        assert_eq!(status, StatusCode::OK);
+    };
+    let (answer, ()) = tokio::join!(claim, ended);
+    // Not the minute's end: woken when the maintenance ended.
+    assert_eq!(answer["tasks"][0]["status"]["taskId"], json!(task_id), "{answer}");
+}

@@ -4,7 +4,7 @@
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::event::Effects;
 use shoal_engine::rejection::Missing;
-use shoal_engine::worker::{Sighting, TaskRun, Worker, WorkerEvent, WorkerKey, worker_name};
+use shoal_engine::worker::{Posted, Sighting, TaskRun, Worker, WorkerEvent, WorkerKey, worker_name};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::{WriteTx, load_existing, step};
@@ -67,6 +67,18 @@ pub enum WorkerChange {
     Declare {
         /// When the record may be deleted, if given.
         expires: Option<Timestamp>,
+    },
+    /// An operator puts the worker in maintenance (with why), or takes it out (`None`).
+    Maintain {
+        /// Why, or `None` to end it.
+        message: Option<String>,
+    },
+    /// The worker posts an event about itself.
+    Post {
+        /// What kind.
+        kind: Posted,
+        /// More words (may be empty).
+        message: String,
     },
 }
 
@@ -168,6 +180,14 @@ pub(crate) async fn change(
         }
         (WorkerChange::Exited, Some(mut worker)) => {
             let events = worker.exited(now);
+            (worker, events)
+        }
+        (WorkerChange::Maintain { message }, Some(mut worker)) => {
+            let events = worker.maintain(message.clone(), Some(client_id), now)?;
+            (worker, events)
+        }
+        (WorkerChange::Post { kind, message }, Some(mut worker)) => {
+            let events = worker.posted(*kind, message.clone(), client_id, now)?;
             (worker, events)
         }
     };
