@@ -371,6 +371,18 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     sign_out(browser, server)
 
 
+def test_worker_page_shows_its_maintenance_and_what_it_posted(server, task_queue_id, browser, shots):
+    provisioner, worker_type = task_queue_id.split("/")
+    workers = f"/api/queue/v1/provisioners/{provisioner}/worker-types/{worker_type}/workers/ui/w-sick"
+    post_json(server, f"{workers}/heartbeat", {"maintenance": "health check failed: disk full"})
+    post_json(server, f"{workers}/events", {"kind": "error", "message": "cannot mount /cache"})
+    open_page(browser, f"{server}{workers.replace('/api/queue/v1', '')}", "#maintenance")
+    assert "maintenance" in text_of(browser, "h1")
+    assert "health check failed: disk full by the worker" in text_of(browser, "#maintenance")
+    assert "error" in text_of(browser, "#events") and "cannot mount /cache" in text_of(browser, "#events")
+    snap(browser, shots, "worker-maintenance")
+
+
 def test_graph_page_draws_the_graph_with_states(server, queue, make_task, task_queue_id, browser, shots):
     graph_id = slugid_nice()
     tasks = {

@@ -118,6 +118,22 @@ pub struct Standing {
     pub terminate: bool,
     /// Seconds until the next heartbeat is due.
     pub heartbeat_every: f64,
+    /// Whether it is in maintenance (its own, or an operator's): its claims get nothing.
+    #[serde(default)]
+    pub maintenance: bool,
+}
+
+/// What a heartbeat says of the worker.
+#[derive(Debug, Clone, Copy)]
+pub struct Beat<'a> {
+    /// Its dimensions.
+    pub dimensions: &'a Value,
+    /// The named caches it holds.
+    pub caches: &'a [String],
+    /// Its own maintenance: `Some(Some(why))` in, `Some(None)` out, `None` says nothing.
+    pub maintenance: Option<Option<&'a str>>,
+    /// It exits now, as it was asked to.
+    pub exiting: bool,
 }
 
 /// One claimed run, as claimWork hands it out.
@@ -338,19 +354,21 @@ impl Client {
         task_queue_id: &str,
         worker_group: &str,
         worker_id: &str,
-        (dimensions, caches): (&Value, &[String]),
-        exiting: bool,
+        beat: &Beat<'_>,
     ) -> Result<Standing, ClientError> {
         let (provisioner_id, worker_type) = task_queue_id.split_once('/').unwrap_or((task_queue_id, ""));
         let url = self.queue(&format!(
             "/provisioners/{provisioner_id}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/heartbeat"
         ));
-        let body = json!({
-            "dimensions": dimensions,
+        let mut body = json!({
+            "dimensions": beat.dimensions,
             "version": env!("CARGO_PKG_VERSION"),
-            "exiting": exiting,
-            "caches": caches,
+            "exiting": beat.exiting,
+            "caches": beat.caches,
         });
+        if let Some(maintenance) = beat.maintenance {
+            body["maintenance"] = json!(maintenance);
+        }
         self.call(Method::POST, &url, Some(Body::Json(&body))).await
     }
 

@@ -77,4 +77,35 @@ impl Client {
         let url = self.queue(&format!("{}/{worker_group}/{worker_id}/terminate", workers_path(task_queue_id)));
         self.call(Method::POST, &url, Some(Body::Json(&json!({})))).await
     }
+
+    /// Puts a worker in maintenance with why, or takes it out (`None`) (Shoal's).
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn maintain_worker(
+        &self,
+        task_queue_id: &str,
+        worker_group: &str,
+        worker_id: &str,
+        message: Option<&str>,
+    ) -> Result<Value, ClientError> {
+        let url = self.queue(&format!("{}/{worker_group}/{worker_id}/maintenance", workers_path(task_queue_id)));
+        self.call(Method::POST, &url, Some(Body::Json(&json!({"maintenance": message})))).await
+    }
+
+    /// Posts an event about a worker (Shoal's): `kind` error, rebooting, shutdown or log.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn post_worker_event(
+        &self,
+        task_queue_id: &str,
+        worker_group: &str,
+        worker_id: &str,
+        kind: &str,
+        message: &str,
+    ) -> Result<Value, ClientError> {
+        let url = self.queue(&format!("{}/{worker_group}/{worker_id}/events", workers_path(task_queue_id)));
+        self.call(Method::POST, &url, Some(Body::Json(&json!({"kind": kind, "message": message})))).await
+    }
 }

@@ -92,6 +92,7 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
             grace: Duration::from_secs(5),
             isolation,
             cache: std::sync::Arc::new(cache),
+            health_check: None,
         };
         workers.spawn(shoal_worker::run(client, config, stopped(workers_stop.clone())));
     }

@@ -51,6 +51,13 @@ pub(crate) struct WorkerArgs {
     /// `10GiB`, `500MiB` (the least recently used go first).
     #[arg(long, default_value = "10GiB", value_parser = parse_size)]
     cache_size: u64,
+    /// A command (run with `sh -c`, as the worker) whose failure puts the worker in
+    /// maintenance: it claims nothing until the command passes again; running tasks go on.
+    #[arg(long)]
+    health_check: Option<String>,
+    /// Seconds between health checks; also the most one may take.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    health_check_every: u64,
 }
 
 /// `--isolation`.
@@ -129,6 +136,9 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         grace: Duration::from_secs(args.grace),
         isolation: args.isolation.resolve(args.first_uid)?,
         cache: std::sync::Arc::new(cache),
+        health_check: args
+            .health_check
+            .map(|command| shoal_worker::HealthCheck { command, every: Duration::from_secs(args.health_check_every) }),
     };
     tracing::info!(queue = %config.task_queue_id, worker.id = %config.worker_id, capacity = config.capacity, "worker started");
     shoal_worker::run(client, config, shutdown.received()).await;

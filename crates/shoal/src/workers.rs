@@ -30,7 +30,7 @@ pub(crate) enum WorkersCommand {
         /// Only workers with this dimension, `key:value` (repeat: all must match).
         #[arg(long = "dimension")]
         dimensions: Vec<String>,
-        /// Only workers in this state: idle, busy, quarantined, missing or terminated.
+        /// Only workers in this state: idle, busy, quarantined, maintenance, missing or terminated.
         #[arg(long)]
         state: Option<String>,
         /// Print the answer as JSON.
@@ -61,6 +61,25 @@ pub(crate) enum WorkersCommand {
     },
     /// End a worker's quarantine now.
     Release {
+        #[command(flatten)]
+        name: WorkerName,
+        /// Print the worker as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a worker in maintenance: its claims get nothing until it is ended; its tasks go on.
+    Maintain {
+        #[command(flatten)]
+        name: WorkerName,
+        /// Why (shown with the worker).
+        #[arg(long)]
+        reason: String,
+        /// Print the worker as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a worker's maintenance (an operator's, or the worker's own until it says so again).
+    Resume {
         #[command(flatten)]
         name: WorkerName,
         /// Print the worker as JSON.
@@ -107,6 +126,15 @@ pub(crate) async fn workers(address: &ServerAddress, command: WorkersCommand) ->
             let now = shoal_client::now().to_string();
             let worker =
                 client.quarantine_worker(&name.queue, &name.worker_group, &name.worker_id, &now, "released").await?;
+            print_worker(&worker, json)
+        }
+        WorkersCommand::Maintain { name, reason, json } => {
+            let worker =
+                client.maintain_worker(&name.queue, &name.worker_group, &name.worker_id, Some(&reason)).await?;
+            print_worker(&worker, json)
+        }
+        WorkersCommand::Resume { name, json } => {
+            let worker = client.maintain_worker(&name.queue, &name.worker_group, &name.worker_id, None).await?;
             print_worker(&worker, json)
         }
         WorkersCommand::Terminate { name, json } => {
@@ -209,6 +237,10 @@ fn print_worker(worker: &Value, json: bool) -> anyhow::Result<()> {
     println!("dimensions:   {}", dimensions_text(&worker["dimensions"]));
     if let Some(until) = worker["quarantineUntil"].as_str() {
         println!("quarantined:  until {until}");
+    }
+    if let Some(why) = worker["maintenance"]["message"].as_str() {
+        let by = worker["maintenance"]["clientId"].as_str().unwrap_or("the worker");
+        println!("maintenance:  {why} (by {by}, since {})", text(&worker["maintenance"]["since"]));
     }
     let running: Vec<&str> =
         worker["runningTasks"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();

@@ -299,6 +299,13 @@ async fn workers_verbs_list_show_quarantine_release_and_terminate() {
     let (_, out) = verb(&root, &["workers", "release", "--queue", "cli/fleet", "box1", "--json"]).await;
     assert_ne!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["state"], "quarantined", "{out}");
 
+    let (code, out) =
+        verb(&root, &["workers", "maintain", "--queue", "cli/fleet", "box1", "--reason", "reimage"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("state:        maintenance") && out.contains("maintenance:  reimage (by root"), "{out}");
+    let (_, out) = verb(&root, &["workers", "resume", "--queue", "cli/fleet", "box1", "--json"]).await;
+    assert_ne!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["state"], "maintenance", "{out}");
+
     let (code, out) = verb(&root, &["workers", "terminate", "--queue", "cli/fleet", "box1"]).await;
     assert_eq!(code, 0, "{out}");
     let exit = worker.wait().await.unwrap();

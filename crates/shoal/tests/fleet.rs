@@ -29,9 +29,14 @@ async fn server(data_dir: &Path) -> Server {
 }
 
 fn worker(root: &str, id: &str, work_dir: &Path, log: &str) -> Child {
+    worker_with(root, id, work_dir, log, &[])
+}
+
+fn worker_with(root: &str, id: &str, work_dir: &Path, log: &str, more: &[&str]) -> Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_shoal"));
     command
         .args(["worker", "--root-url", root, "--queue", QUEUE, "--worker-id", id, "--grace", "2"])
+        .args(more)
         .args(["--dimension", "os=Linux", "--dimension", "os=Ubuntu", "--dimension", "pool=ci", "--work-dir"])
         .arg(work_dir)
         .env("SHOAL_LOG", log)
@@ -76,6 +81,20 @@ async fn until_status(server: &Server, task_id: &str, check: impl Fn(&Value) -> 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("task {task_id} never got there: {}", status(server, task_id).await);
+}
+
+/// Waits (bounded) until worker `id`'s record satisfies `check`.
+async fn until_worker(server: &Server, id: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let url = format!("{}{WORKERS}/local/{id}", server.api);
+    for _ in 0..1200 {
+        let res = support::signed(&reqwest::Client::new(), reqwest::Method::GET, &url, None).send().await.unwrap();
+        let record: Value = res.json().await.unwrap();
+        if check(&record) {
+            return record;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("worker {id} never got there");
 }
 
 fn resolved(status: &Value) -> bool {
@@ -228,4 +247,36 @@ async fn a_fallback_slice_runs_its_own_command() {
     assert_eq!(done["state"], "completed", "{done}");
     assert_eq!(done["runs"][0]["slice"]["index"], 1, "{done}");
     assert_eq!(done["runs"][0]["stats"]["exitCode"], 0, "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_health_check_holds_the_worker_in_maintenance_until_it_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let sick = dir.path().join("sick");
+    std::fs::write(&sick, b"").unwrap();
+    let check = format!("test ! -e {} || {{ echo 'disk is sick' >&2; exit 1; }}", sick.display());
+    let more = ["--health-check", check.as_str(), "--health-check-every", "1"];
+    let mut w = worker_with(&server.root, "w", &dir.path().join("work"), "warn", &more);
+    let record = until_worker(&server, "w", |record| record["state"] == "maintenance").await;
+    let message = record["maintenance"]["message"].as_str().unwrap();
+    assert!(message.starts_with("health check failed") && message.ends_with("disk is sick"), "{record}");
+    let task_id = create(&server, json!({"command": ["true"], "maxRunTime": 30})).await;
+    assert_eq!(status(&server, &task_id).await["state"], "pending", "claimed nothing");
+
+    std::fs::remove_file(&sick).unwrap();
+    let done = until_status(&server, &task_id, resolved).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    let record = get(&server, &format!("{WORKERS}/local/w")).await;
+    assert!(record.get("maintenance").is_none(), "{record}");
+
+    // Stopped by a signal, it says it shut down: exited, not missing.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(w.id().unwrap() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    assert!(w.wait().await.unwrap().success());
+    let events = get(&server, &format!("{WORKERS}/local/w/events")).await;
+    let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds[0], "shutdown", "{events}");
+    assert!(kinds.contains(&"maintenance") && kinds.contains(&"maintenance-ended"), "{events}");
+    assert_eq!(get(&server, &format!("{WORKERS}/local/w")).await["state"], "terminated");
 }

@@ -7,10 +7,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shoal_client::Client;
+use shoal_client::{Beat, Client};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::WorkerConfig;
+use crate::health::Verdict;
 
 /// Pause before calling again after a failed heartbeat or a lost event stream.
 const RETRY: Duration = Duration::from_secs(1);
@@ -47,17 +49,26 @@ impl Held {
 }
 
 /// Heartbeats until `done`, at the interval the server asks for and when the named caches
-/// held change; cancels `terminate` when the server asks this worker to stop.
+/// held or the health check's verdict change; cancels `terminate` when the server asks this
+/// worker to stop.
 pub(crate) async fn heartbeat(
     client: Client,
     config: WorkerConfig,
+    mut health: Option<watch::Receiver<Verdict>>,
     terminate: CancellationToken,
     done: CancellationToken,
 ) {
     let mut every = FIRST_INTERVAL;
     loop {
-        let about = (&config.dimensions, &config.cache.names()[..]);
-        let beat = client.heartbeat(&config.task_queue_id, &config.worker_group, &config.worker_id, about, false);
+        let caches = config.cache.names();
+        let verdict = health.as_mut().map(|verdict| verdict.borrow_and_update().clone());
+        let beat = Beat {
+            dimensions: &config.dimensions,
+            caches: &caches,
+            maintenance: verdict.as_ref().map(Option::as_deref),
+            exiting: false,
+        };
+        let beat = client.heartbeat(&config.task_queue_id, &config.worker_group, &config.worker_id, &beat);
         let wait = match beat.await {
             Ok(standing) => {
                 if standing.terminate && !terminate.is_cancelled() {
@@ -72,11 +83,19 @@ pub(crate) async fn heartbeat(
                 RETRY.min(every)
             }
         };
+        let verdict_changed = async {
+            let Some(verdict) = health.as_mut() else { return std::future::pending().await };
+            if verdict.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             () = done.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
             // The registry lists the named caches a worker holds: told soon after they change.
             () = config.cache.named_changed() => {}
+            // Maintenance is said at once.
+            () = verdict_changed => {}
         }
     }
 }

@@ -9,6 +9,7 @@ mod artifacts;
 mod cache;
 mod control;
 mod environment;
+mod health;
 mod logsink;
 mod memory;
 mod mount;
@@ -27,11 +28,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use shoal_client::Client;
+use shoal_client::{Beat, Client};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::cache::Cache;
 use crate::control::Held;
+pub use crate::health::HealthCheck;
 pub use crate::sandbox::{Isolation, SLOT_UID_BASE};
 
 /// Settings of one worker.
@@ -56,6 +58,8 @@ pub struct WorkerConfig {
     /// Mount downloads and named caches, kept between tasks ([`Cache::open`] in
     /// `work_dir/cache`).
     pub cache: Arc<Cache>,
+    /// A command whose failure puts the worker in maintenance, if any.
+    pub health_check: Option<HealthCheck>,
 }
 
 /// Guards what the worker holds from the tasks it runs as its own user: its memory and
@@ -107,7 +111,21 @@ pub async fn run(client: Client, mut config: WorkerConfig, shutdown: impl Future
     let terminate = CancellationToken::new();
     let done = CancellationToken::new();
     let held = Held::default();
-    tokio::spawn(control::heartbeat(client.clone(), config.clone(), terminate.clone(), done.clone()));
+    // Checked once before the first claim: a worker that starts unhealthy claims nothing.
+    let mut health = match config.health_check.clone() {
+        Some(check) => {
+            let first = health::verdict(&check).await;
+            if let Some(why) = &first {
+                tracing::warn!(reason = %why, "unhealthy: in maintenance, claiming nothing");
+            }
+            let (verdicts, verdict) = tokio::sync::watch::channel(first);
+            tokio::spawn(health::keep_checking(check, verdicts, done.clone()));
+            Some(verdict)
+        }
+        None => None,
+    };
+    let beats = health.clone();
+    tokio::spawn(control::heartbeat(client.clone(), config.clone(), beats, terminate.clone(), done.clone()));
     tokio::spawn(control::listen_for_exceptions(client.clone(), config.clone(), held.clone(), done.clone()));
     let mut running = tokio::task::JoinSet::new();
     // Each running task has a slot (and the slot's directory); finished tasks give theirs back.
@@ -122,6 +140,20 @@ pub async fn run(client: Client, mut config: WorkerConfig, shutdown: impl Future
                 () = &mut shutdown => break true,
                 () = terminate.cancelled() => break false,
                 done = running.join_next() => {
+                    free_slots.extend(done.and_then(Result::ok));
+                    continue;
+                }
+            }
+        }
+        // In maintenance by its own check: claims nothing until the check passes again.
+        if let Some(verdict) = health.as_mut()
+            && verdict.borrow_and_update().is_some()
+        {
+            tokio::select! {
+                () = &mut shutdown => break true,
+                () = terminate.cancelled() => break false,
+                _ = verdict.changed() => continue,
+                done = running.join_next(), if !running.is_empty() => {
                     free_slots.extend(done.and_then(Result::ok));
                     continue;
                 }
@@ -177,14 +209,21 @@ pub async fn run(client: Client, mut config: WorkerConfig, shutdown: impl Future
             () = finished => false,
         }
     };
+    let (queue, group, id) = (&config.task_queue_id, &config.worker_group, &config.worker_id);
     if shut_down {
         while running.try_join_next().is_some() {}
         tracing::info!(running = running.len(), "shutting down: stopping running tasks and handing them back");
         stopping.cancel();
         while running.join_next().await.is_some() {}
+        // Said so, the registry shows it exited rather than missing (needs
+        // queue:post-worker-event:<queue>/<group>/<id>#shutdown).
+        if let Err(err) = client.post_worker_event(queue, group, id, "shutdown", "shut down by a signal").await {
+            tracing::warn!(error = %err, "telling the server this worker shuts down failed");
+        }
     } else {
-        let (queue, group, id) = (&config.task_queue_id, &config.worker_group, &config.worker_id);
-        match client.heartbeat(queue, group, id, (&config.dimensions, &config.cache.names()), true).await {
+        let caches = config.cache.names();
+        let beat = Beat { dimensions: &config.dimensions, caches: &caches, maintenance: None, exiting: true };
+        match client.heartbeat(queue, group, id, &beat).await {
             Ok(_) => tracing::info!("terminated as asked"),
             Err(err) => tracing::warn!(error = %err, "telling the server this worker exits failed"),
         }

@@ -5,7 +5,7 @@
 import { allPages, call, credentials, get, queue, withQuery } from '../api.js';
 import { badge, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
 
-const WORKER_STATES = ['', 'idle', 'busy', 'quarantined', 'missing', 'terminated'];
+const WORKER_STATES = ['', 'idle', 'busy', 'quarantined', 'maintenance', 'missing', 'terminated'];
 
 export async function queuesPage(main, provisioner) {
   const queues = [];
@@ -105,6 +105,8 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
       section('Worker', facts([
         ['State', badge(worker.state)],
         ['Quarantined until', worker.quarantineUntil ? when(worker.quarantineUntil) : null],
+        ['Maintenance', worker.maintenance ? h('span', { id: 'maintenance' }, worker.maintenance.message,
+          h('span', { class: 'muted' }, ` by ${worker.maintenance.clientId || 'the worker'}, since `), when(worker.maintenance.since)) : null],
         ['Dimensions', dimensionChips(worker.dimensions)],
         ['Version', worker.version],
         ['Named caches', worker.caches && worker.caches.length ? worker.caches.join(', ') : null],
