@@ -374,12 +374,19 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
 def test_worker_page_shows_its_maintenance_and_what_it_posted(server, task_queue_id, browser, shots):
     provisioner, worker_type = task_queue_id.split("/")
     workers = f"/api/queue/v1/provisioners/{provisioner}/worker-types/{worker_type}/workers/ui/w-sick"
+    other = f"{provisioner}/other-{worker_type}"
+    post_json(server, f"/api/queue/v1/claim-work/{task_queue_id.replace('/', '%2F')}",
+              {"workerGroup": "ui", "workerId": "w-sick", "tasks": 1, "taskQueueIds": [task_queue_id, other]})
     post_json(server, f"{workers}/heartbeat", {"maintenance": "health check failed: disk full"})
     post_json(server, f"{workers}/events", {"kind": "error", "message": "cannot mount /cache"})
     open_page(browser, f"{server}{workers.replace('/api/queue/v1', '')}", "#maintenance")
     assert "maintenance" in text_of(browser, "h1")
     assert "health check failed: disk full by the worker" in text_of(browser, "#maintenance")
     assert "error" in text_of(browser, "#events") and "cannot mount /cache" in text_of(browser, "#events")
+    # One machine serving two queues: its record in the other is a click away.
+    assert text_of(browser, "#serves") == f"{task_queue_id}, {other}"
+    browser.find_element(By.CSS_SELECTOR, "#serves a").click()
+    wait(browser, lambda d: other in text_of(d, "p.muted"), "the worker's record in the other queue")
     snap(browser, shots, "worker-maintenance")
 
 

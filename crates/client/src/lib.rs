@@ -123,6 +123,21 @@ pub struct Standing {
     pub maintenance: bool,
 }
 
+/// The worker a claimWork is for.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimingWorker<'a> {
+    /// Its group.
+    pub worker_group: &'a str,
+    /// Its id.
+    pub worker_id: &'a str,
+    /// Its dimensions.
+    pub dimensions: &'a Value,
+    /// The named caches it holds, when it says.
+    pub caches: Option<&'a [String]>,
+    /// The other task queues it serves, after the claim's (one capacity for all).
+    pub more_queues: &'a [String],
+}
+
 /// What a heartbeat says of the worker.
 #[derive(Debug, Clone, Copy)]
 pub struct Beat<'a> {
@@ -312,33 +327,36 @@ impl Client {
         count: u32,
         dimensions: &Value,
     ) -> Result<Vec<Claim>, ClientError> {
-        Ok(self.claim_for_worker(task_queue_id, worker_group, worker_id, count, dimensions, None).await?.tasks)
+        let worker = ClaimingWorker { worker_group, worker_id, dimensions, caches: None, more_queues: &[] };
+        Ok(self.claim_for_worker(task_queue_id, &worker, count).await?.tasks)
     }
 
-    /// claimWork as Shoal's worker makes it: with its version and the named caches it holds
-    /// (when given), and told whether to stop.
+    /// claimWork as Shoal's worker makes it: with its version, the named caches it holds (when
+    /// given) and the other queues it serves, and told whether to stop.
     ///
     /// # Errors
     /// As the server answers.
     pub async fn claim_for_worker(
         &self,
         task_queue_id: &str,
-        worker_group: &str,
-        worker_id: &str,
+        worker: &ClaimingWorker<'_>,
         count: u32,
-        dimensions: &Value,
-        caches: Option<&[String]>,
     ) -> Result<ClaimAnswer, ClientError> {
         let url = self.queue(&format!("/claim-work/{}", task_queue_id.replace('/', "%2F")));
         let mut body = json!({
-            "workerGroup": worker_group,
-            "workerId": worker_id,
+            "workerGroup": worker.worker_group,
+            "workerId": worker.worker_id,
             "tasks": count,
-            "dimensions": dimensions,
+            "dimensions": worker.dimensions,
             "version": env!("CARGO_PKG_VERSION"),
         });
-        if let Some(caches) = caches {
+        if let Some(caches) = worker.caches {
             body["caches"] = json!(caches);
+        }
+        if !worker.more_queues.is_empty() {
+            let queues: Vec<&str> =
+                std::iter::once(task_queue_id).chain(worker.more_queues.iter().map(String::as_str)).collect();
+            body["taskQueueIds"] = json!(queues);
         }
         self.call(Method::POST, &url, Some(Body::Json(&body))).await
     }

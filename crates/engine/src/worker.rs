@@ -30,6 +30,8 @@ pub const MAX_CACHES: usize = 100;
 pub const MAX_CACHE_NAME: usize = 100;
 /// Longest worker version, in bytes.
 pub const MAX_VERSION: usize = 128;
+/// Most task queues one worker serves at once.
+pub const MAX_QUEUES: usize = 16;
 /// How long a worker may stay silent before it is missing, unless set otherwise.
 pub const DEFAULT_DEAD_AFTER_SECS: i64 = 120;
 
@@ -115,6 +117,8 @@ pub struct Sighting {
     pub caches: Option<Vec<String>>,
     /// Its own maintenance: a message to enter (or stay in) it, `Some(None)` to leave it.
     pub maintenance: Option<Option<String>>,
+    /// Every task queue the worker serves from one process, when it said (its claims did).
+    pub queues: Option<Vec<String>>,
 }
 
 impl Sighting {
@@ -135,6 +139,9 @@ impl Sighting {
         };
         if let Some(Some(message)) = &self.maintenance {
             check_message("maintenance", message)?;
+        }
+        if self.queues.as_ref().is_some_and(|queues| queues.len() > MAX_QUEUES) {
+            return Err(Rejection::invalid("taskQueueIds", format!("must list at most {MAX_QUEUES} task queues")));
         }
         if self.caches.as_ref().is_some_and(|names| !names_fine(names)) {
             return Err(Rejection::invalid(
@@ -288,6 +295,10 @@ pub struct Worker {
     /// Its maintenance, while it lasts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<Maintenance>,
+    /// Every task queue the machine serves from one process (this one included), when more
+    /// than this one: its records in them are one worker's, which operators' changes reach.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub task_queue_ids: Vec<String>,
     /// Whether it heartbeats.
     #[serde(default)]
     pub heartbeats: bool,
@@ -309,6 +320,7 @@ impl Worker {
     #[must_use]
     pub fn first(key: WorkerKey, sighting: Sighting, now: Timestamp, expires: Timestamp) -> (Worker, Vec<WorkerEvent>) {
         let maintenance = sighting.maintenance.clone().flatten();
+        let queues = sighting.queues.clone();
         let mut worker = Worker {
             key,
             first_seen: now,
@@ -321,12 +333,14 @@ impl Worker {
             quarantine_until: None,
             quarantine_details: Vec::new(),
             maintenance: None,
+            task_queue_ids: Vec::new(),
             heartbeats: sighting.heartbeat,
             missing: false,
             termination: Termination::None,
             expires,
             events_recorded: 0,
         };
+        worker.serves(queues);
         let mut events = vec![WorkerEvent::at(WorkerEventKind::FirstSeen, now)];
         // Checked with the sighting: too long a message cannot get here.
         events.extend(worker.maintain(maintenance, None, now).unwrap_or_default());
@@ -347,6 +361,7 @@ impl Worker {
         if let Some(caches) = sighting.caches {
             self.caches = caches;
         }
+        self.serves(sighting.queues);
         if let Some(maintenance) = sighting.maintenance {
             // Checked with the sighting: too long a message cannot get here.
             events.extend(self.maintain(maintenance, None, now).unwrap_or_default());
@@ -362,6 +377,23 @@ impl Worker {
         }
         events.dedup();
         events
+    }
+
+    /// Records the task queues the worker says it serves (one alone: none kept).
+    fn serves(&mut self, queues: Option<Vec<String>>) {
+        if let Some(queues) = queues {
+            self.task_queue_ids = if queues.len() > 1 { queues } else { Vec::new() };
+        }
+    }
+
+    /// The worker's records in the other task queues it serves: one machine's, to which an
+    /// operator's change to this one reaches.
+    pub fn siblings(&self) -> impl Iterator<Item = WorkerKey> + '_ {
+        self.task_queue_ids.iter().filter(|queue| **queue != self.key.task_queue_id).map(|queue| WorkerKey {
+            task_queue_id: queue.clone(),
+            worker_group: self.key.worker_group.clone(),
+            worker_id: self.key.worker_id.clone(),
+        })
     }
 
     /// Numbers `events` on from those recorded before, and counts them recorded.

@@ -37,6 +37,17 @@ impl Standing {
         self.terminate || self.held(now)
     }
 
+    /// The standing of one worker serving several queues, from its records' `self` and
+    /// `other`: held back by any.
+    #[must_use]
+    pub fn with(self, other: Standing) -> Standing {
+        Standing {
+            quarantine_until: self.quarantine_until.max(other.quarantine_until),
+            terminate: self.terminate || other.terminate,
+            maintenance: self.maintenance || other.maintenance,
+        }
+    }
+
     /// Whether its claims wait without taking work at `now`: quarantined or in maintenance.
     #[must_use]
     pub fn held(&self, now: Timestamp) -> bool {
@@ -59,6 +70,7 @@ struct Told {
     version: Option<u64>,
     caches: Option<u64>,
     maintenance: Option<u64>,
+    queues: Option<u64>,
     heartbeat: bool,
 }
 
@@ -75,6 +87,7 @@ impl Told {
             version: sighting.version.as_ref().map(hash_of),
             caches: sighting.caches.as_ref().map(hash_of),
             maintenance: sighting.maintenance.as_ref().map(hash_of),
+            queues: sighting.queues.as_ref().map(hash_of),
             heartbeat: sighting.heartbeat,
         }
     }
@@ -85,6 +98,7 @@ impl Told {
             && other.version.is_none_or(|hash| self.version == Some(hash))
             && other.caches.is_none_or(|hash| self.caches == Some(hash))
             && other.maintenance.is_none_or(|hash| self.maintenance == Some(hash))
+            && other.queues.is_none_or(|hash| self.queues == Some(hash))
             && (self.heartbeat || !other.heartbeat)
     }
 
@@ -94,6 +108,7 @@ impl Told {
             version: newer.version.or(self.version),
             caches: newer.caches.or(self.caches),
             maintenance: newer.maintenance.or(self.maintenance),
+            queues: newer.queues.or(self.queues),
             heartbeat: self.heartbeat || newer.heartbeat,
         }
     }
@@ -138,6 +153,11 @@ impl Fleet {
             let horizon = self.interval_ms.saturating_mul(20);
             map.retain(|_, seen| seen.written.plus_millis(horizon) > now);
         }
+    }
+
+    /// Forgets what was written for `key`: its next sighting is written, and reads its record.
+    pub(crate) fn forget(&self, key: &WorkerKey) {
+        self.lock().remove(key);
     }
 
     /// A change made here: the standing it left, with no sighting written.

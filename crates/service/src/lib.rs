@@ -5,6 +5,7 @@
 //! to wake. This is also the only place that reads the clock.
 
 pub mod auth;
+mod claims;
 mod clock;
 mod counts;
 mod due;
@@ -30,11 +31,8 @@ use shoal_engine::priority::Priority;
 use shoal_engine::rejection::Missing;
 use shoal_engine::status::Run;
 use shoal_engine::status::TaskStatus;
-use shoal_engine::worker::{Sighting, WorkerKey};
 use shoal_engine::{Rejection, TaskId, Timestamp};
-use shoal_store::{
-    ArtifactKey, Claim, ClaimRequest, Committed, GroupCancellation, RemoteWork, Store, StoreError, TaskGroup,
-};
+use shoal_store::{ArtifactKey, Claim, Committed, GroupCancellation, RemoteWork, Store, StoreError, TaskGroup};
 use tokio::sync::watch;
 
 pub use auth::{Authority, run_auth_refresh};
@@ -46,18 +44,10 @@ pub use publish::{Delivery, Subscription, run_publisher};
 pub use shoal_blobs::Appended;
 pub use upload::Upload;
 
+pub use crate::claims::ClaimOutcome;
 use crate::fleet::Fleet;
 use crate::live::LiveLogs;
 use crate::wakers::Wakers;
-
-/// What a claimWork got: its claims, and the worker's standing.
-#[derive(Debug)]
-pub struct ClaimOutcome {
-    /// The runs claimed.
-    pub claims: Vec<Claim>,
-    /// Whether the worker may claim (the claims are empty when it may not).
-    pub standing: Standing,
-}
 
 /// Settings of the queue service.
 #[derive(Debug, Clone)]
@@ -350,99 +340,6 @@ impl Queue {
     pub async fn apply(&self, task_id: TaskId, command: TaskCommand) -> Result<TaskStatus, StoreError> {
         let committed = self.inner.store.apply(task_id, command, now()).await?;
         Ok(self.committed(committed))
-    }
-
-    /// claimWork: claims what is there, or waits until matching work appears or `wait` passes;
-    /// a quarantined worker or one in maintenance gets nothing, and one asked to terminate is
-    /// told at once.
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn claim_work(
-        &self,
-        request: ClaimRequest,
-        sighting: Sighting,
-        wait: Duration,
-    ) -> Result<ClaimOutcome, StoreError> {
-        let give_up = tokio::time::Instant::now() + wait;
-        let wakers = &self.inner.wakers;
-        let queue = request.task_queue_id.clone();
-        let key = request.worker_key();
-        // In line before looking, so work that appears between the look and the wait still
-        // wakes this call.
-        let registration = wakers.register(&queue, &request.dimensions);
-        loop {
-            registration.looking();
-            let looked = self.look(&request, &key, &sighting).await;
-            if looked.is_err() {
-                // The wake-up this look used is passed on.
-                registration.pass_on();
-            }
-            let (claims, standing) = looked?;
-            if standing.terminate || !claims.is_empty() {
-                return Ok(ClaimOutcome { claims, standing });
-            }
-            let mut until = give_up;
-            let held = standing.held(now());
-            registration.set_quarantined(held);
-            if let Some(end) = standing.quarantine_until {
-                // Waits out the quarantine (or the poll), or a change to the queue's workers.
-                let left = u64::try_from(end.millis().saturating_sub(now().millis())).unwrap_or(0);
-                until = until.min(tokio::time::Instant::now() + Duration::from_millis(left));
-            }
-            // Where the store can, the wait is also parked with it: a run made pending is then
-            // claimed for this call in the batch that made it pending.
-            let mut parked = if held { None } else { self.inner.store.park_claim(&request, now) };
-            let (answer, timed_out) = tokio::select! {
-                () = registration.woken() => (None, false),
-                answer = async {
-                    match parked.as_mut() {
-                        Some(parked) => parked.answer().await,
-                        None => std::future::pending().await,
-                    }
-                } => (Some(answer), false),
-                () = tokio::time::sleep_until(until) => (None, true),
-            };
-            // Unless answered, leave the line; if the writer took this call first, its answer
-            // is coming and holds what was claimed for it.
-            let answer = match (answer, parked.as_mut()) {
-                (None, Some(parked)) => {
-                    if parked.leave() {
-                        None
-                    } else {
-                        Some(parked.answer().await)
-                    }
-                }
-                (answer, _) => answer,
-            };
-            if let Some(answer) = answer {
-                let claims = self.committed(answer?);
-                counts::claimed(&claims);
-                if !claims.is_empty() {
-                    return Ok(ClaimOutcome { claims, standing });
-                }
-            }
-            if timed_out && until == give_up {
-                return Ok(ClaimOutcome { claims: Vec::new(), standing });
-            }
-        }
-    }
-
-    /// One look of a claimWork: the worker seen, then (unless quarantined or asked to
-    /// terminate) what it can claim.
-    async fn look(
-        &self,
-        request: &ClaimRequest,
-        key: &WorkerKey,
-        sighting: &Sighting,
-    ) -> Result<(Vec<Claim>, Standing), StoreError> {
-        let standing = self.worker_seen(key, sighting.clone()).await?;
-        if standing.barred(now()) {
-            return Ok((Vec::new(), standing));
-        }
-        let claims = self.committed(self.inner.store.claim_work(request.clone(), now()).await?);
-        counts::claimed(&claims);
-        Ok((claims, standing))
     }
 
     /// claimTask (deprecated): claims one specific run.

@@ -96,17 +96,17 @@ impl Registration<'_> {
         self.waiter.notify.notified().await;
     }
 
-    /// The waiter is about to look for work: a wake-up it had is used, and it goes to the
-    /// back of the line.
-    pub(crate) fn looking(&self) {
+    /// The waiter is about to look for work: a wake-up it had is used (says whether it had
+    /// one), and it goes to the back of the line.
+    pub(crate) fn looking(&self) -> bool {
         // Only a wake-up sets the flag (under the lock); one that comes after this read is
         // used by the next look.
         if !self.waiter.woken.load(Ordering::Relaxed) {
-            return;
+            return false;
         }
         let mut by_queue = self.wakers.lines();
         if !self.waiter.woken.swap(false, Ordering::Relaxed) {
-            return;
+            return false;
         }
         // What it was woken for stays: a look that fails passes the wake-up on with it.
         if let Some(line) = by_queue.get_mut(self.task_queue_id)
@@ -115,6 +115,7 @@ impl Registration<'_> {
             self.waiter.place.store(self.wakers.next.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
             line.enter(&self.waiter);
         }
+        true
     }
 
     /// Passes on a wake-up the last look used without answering (it failed).

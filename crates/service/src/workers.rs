@@ -58,6 +58,11 @@ impl Queue {
         let worker = self.inner.store.change_worker(key, change, client_id, now).await?;
         self.inner.fleet.changed(&worker, now);
         self.inner.wakers.wake_queue(&worker.key.task_queue_id);
+        // The change reached its records in the other queues it serves too.
+        for sibling in worker.siblings() {
+            self.inner.fleet.forget(&sibling);
+            self.inner.wakers.wake_queue(&sibling.task_queue_id);
+        }
         Ok(worker)
     }
 

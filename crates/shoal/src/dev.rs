@@ -84,6 +84,7 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
             shoal_worker::Cache::open(&work_dir.join("cache"), DEV_CACHE_SIZE).context("a local worker's cache")?;
         let config = shoal_worker::WorkerConfig {
             task_queue_id: DEV_QUEUE.into(),
+            more_queues: Vec::new(),
             worker_group: "dev".into(),
             worker_id: format!("dev-{idx}"),
             dimensions: json!({}),

@@ -17,9 +17,10 @@ pub(crate) struct WorkerArgs {
     /// queue:worker-id:<group>/<id>; each claimed run brings its own).
     #[command(flatten)]
     address: cli::ServerAddress,
-    /// The task queue to claim from, `provisionerId/workerType`.
-    #[arg(long)]
-    queue: String,
+    /// The task queue to claim from, `provisionerId/workerType`; repeat to serve several
+    /// (in order of preference) as one worker with one capacity.
+    #[arg(long = "queue", required = true)]
+    queues: Vec<String>,
     /// A dimension this worker has, `key=value` (repeat for more keys or values).
     #[arg(long = "dimension", value_parser = parse_dimension)]
     dimensions: Vec<(String, String)>,
@@ -126,8 +127,17 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     shoal_worker::guard(&work_dir).with_context(|| format!("preparing the work directory {}", work_dir.display()))?;
     let cache = shoal_worker::Cache::open(&work_dir.join("cache"), args.cache_size)
         .with_context(|| format!("opening the cache in {}", work_dir.display()))?;
+    let mut queues = args.queues.into_iter();
+    let task_queue_id = queues.next().context("--queue is required")?;
+    let more_queues: Vec<String> = queues.collect();
+    if let Some(twice) =
+        more_queues.iter().enumerate().find(|(n, queue)| **queue == task_queue_id || more_queues[..*n].contains(queue))
+    {
+        anyhow::bail!("--queue {}: given twice", twice.1);
+    }
     let config = shoal_worker::WorkerConfig {
-        task_queue_id: args.queue,
+        task_queue_id,
+        more_queues,
         worker_group: args.worker_group,
         worker_id: args.worker_id.unwrap_or_else(host_worker_id),
         dimensions: serde_json::Value::Object(dimensions),
@@ -140,7 +150,8 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
             .health_check
             .map(|command| shoal_worker::HealthCheck { command, every: Duration::from_secs(args.health_check_every) }),
     };
-    tracing::info!(queue = %config.task_queue_id, worker.id = %config.worker_id, capacity = config.capacity, "worker started");
+    let queues = std::iter::once(&config.task_queue_id).chain(&config.more_queues).cloned().collect::<Vec<_>>();
+    tracing::info!(queues = %queues.join(" "), worker.id = %config.worker_id, capacity = config.capacity, "worker started");
     shoal_worker::run(client, config, shutdown.received()).await;
     tracing::info!("worker stopped");
     Ok(())

@@ -280,3 +280,42 @@ async fn a_failing_health_check_holds_the_worker_in_maintenance_until_it_passes(
     assert!(kinds.contains(&"maintenance") && kinds.contains(&"maintenance-ended"), "{events}");
     assert_eq!(get(&server, &format!("{WORKERS}/local/w")).await["state"], "terminated");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_serves_two_queues_as_one_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let mut w = worker_with(&server.root, "box", &dir.path().join("work"), "warn", &["--queue", "fleet/mac"]);
+    let on_linux = create(&server, json!({"command": ["true"], "maxRunTime": 30})).await;
+    let on_mac = slugid::nice();
+    let mut definition = support::plain_task("fleet/mac");
+    definition["payload"] = json!({"command": ["true"], "maxRunTime": 30});
+    call(&server, reqwest::Method::PUT, &format!("/task/{on_mac}"), Some(definition)).await;
+    for task_id in [&on_linux, &on_mac] {
+        let done = until_status(&server, task_id, resolved).await;
+        assert_eq!((done["state"].as_str(), done["runs"][0]["workerId"].as_str()), (Some("completed"), Some("box")));
+    }
+    let mac_workers = "/provisioners/fleet/worker-types/mac/workers";
+    for record in
+        [get(&server, &format!("{WORKERS}/local/box")).await, get(&server, &format!("{mac_workers}/local/box")).await]
+    {
+        assert_eq!(record["taskQueueIds"], json!([QUEUE, "fleet/mac"]), "{record}");
+    }
+    // Killed, it is missing in both queues, once each.
+    w.start_kill().unwrap();
+    w.wait().await.unwrap();
+    for path in [format!("{WORKERS}/local/box"), format!("{mac_workers}/local/box")] {
+        // Marked missing (the event), not just listed as silent (the state).
+        let missing =
+            |events: &Value| events["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "missing").count();
+        let events = loop {
+            let events = get(&server, &format!("{path}/events")).await;
+            if missing(&events) > 0 {
+                break events;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(missing(&events), 1, "{events}");
+        assert_eq!(get(&server, &path).await["state"], "missing");
+    }
+}

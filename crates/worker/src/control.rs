@@ -68,8 +68,17 @@ pub(crate) async fn heartbeat(
             maintenance: verdict.as_ref().map(Option::as_deref),
             exiting: false,
         };
-        let beat = client.heartbeat(&config.task_queue_id, &config.worker_group, &config.worker_id, &beat);
-        let wait = match beat.await {
+        // Each queue's record is kept alive; an answer's standing holds for all of them.
+        let mut answer = None;
+        for queue in std::iter::once(&config.task_queue_id).chain(&config.more_queues) {
+            let beaten = client.heartbeat(queue, &config.worker_group, &config.worker_id, &beat).await;
+            let failed = beaten.is_err();
+            answer = Some(beaten);
+            if failed {
+                break;
+            }
+        }
+        let wait = match answer.expect("one queue at least") {
             Ok(standing) => {
                 if standing.terminate && !terminate.is_cancelled() {
                     tracing::info!("the server asks this worker to terminate: finishing the running tasks");
@@ -103,9 +112,14 @@ pub(crate) async fn heartbeat(
 /// Revokes at once each held run the event stream says ended by an exception; reconnects
 /// after a lost stream (meanwhile refused reclaims still revoke runs) until `done`.
 pub(crate) async fn listen_for_exceptions(client: Client, config: WorkerConfig, held: Held, done: CancellationToken) {
-    let (provisioner_id, worker_type) = config.task_queue_id.split_once('/').unwrap_or_default();
-    let pattern = format!("primary.*.*.{}.{}.{provisioner_id}.{worker_type}.#", config.worker_group, config.worker_id);
-    let bindings = [("task-exception".to_owned(), pattern)];
+    let bindings: Vec<(String, String)> = std::iter::once(&config.task_queue_id)
+        .chain(&config.more_queues)
+        .map(|queue| {
+            let (provisioner_id, worker_type) = queue.split_once('/').unwrap_or_default();
+            let (group, id) = (&config.worker_group, &config.worker_id);
+            ("task-exception".to_owned(), format!("primary.*.*.{group}.{id}.{provisioner_id}.{worker_type}.#"))
+        })
+        .collect();
     loop {
         let connected = tokio::select! {
             () = done.cancelled() => return,

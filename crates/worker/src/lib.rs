@@ -1,5 +1,5 @@
-//! Shoal's generic worker: long-polls claimWork for its queue, runs up to `capacity` tasks at
-//! once, streams their output to the server, uploads their artifacts and reports how they
+//! Shoal's generic worker: long-polls claimWork for its queues (one capacity for all), runs up
+//! to `capacity` tasks at once, streams their output to the server, uploads their artifacts and reports how they
 //! ended. It reaches the server only through the HTTP client, as a worker on another machine
 //! would. On shutdown it stops claiming and hands its runs back (`worker-shutdown`, retried);
 //! asked by the server to terminate, it finishes its runs first. It heartbeats, and hears of
@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use shoal_client::{Beat, Client};
+use shoal_client::{Beat, ClaimingWorker, Client};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::cache::Cache;
@@ -41,6 +41,8 @@ pub use crate::sandbox::{Isolation, SLOT_UID_BASE};
 pub struct WorkerConfig {
     /// `provisionerId/workerType`.
     pub task_queue_id: String,
+    /// Further task queues it serves after the first, sharing its capacity (one worker).
+    pub more_queues: Vec<String>,
     /// Worker group.
     pub worker_group: String,
     /// Worker id.
@@ -159,12 +161,18 @@ pub async fn run(client: Client, mut config: WorkerConfig, shutdown: impl Future
                 }
             }
         }
-        let (queue, group, id) = (&config.task_queue_id, &config.worker_group, &config.worker_id);
         let caches = config.cache.names();
+        let worker = ClaimingWorker {
+            worker_group: &config.worker_group,
+            worker_id: &config.worker_id,
+            dimensions: &config.dimensions,
+            caches: Some(&caches),
+            more_queues: &config.more_queues,
+        };
         let answer = tokio::select! {
             () = &mut shutdown => break true,
             () = terminate.cancelled() => break false,
-            answer = client.claim_for_worker(queue, group, id, free, &config.dimensions, Some(&caches)) => answer,
+            answer = client.claim_for_worker(&config.task_queue_id, &worker, free) => answer,
         };
         match answer {
             Ok(answer) => {

@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shoal_engine::command::TaskCommand;
 use shoal_engine::dimensions::Dimensions;
-use shoal_engine::id::is_identifier;
+use shoal_engine::id::{is_identifier, split_task_queue_id};
 use shoal_engine::status::{RunStats, WorkerException};
 use shoal_engine::task::Resolution;
-use shoal_engine::worker::{Sighting, WorkerKey};
+use shoal_engine::worker::{MAX_QUEUES, Sighting, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 use shoal_store::{Claim, ClaimRequest};
 
@@ -41,10 +41,36 @@ pub(crate) struct ClaimWorkBody {
     /// The named caches the worker holds (Shoal's), kept in the worker registry.
     #[serde(default)]
     caches: Option<Vec<String>>,
+    /// Every task queue this one worker claims from (Shoal's), in order, the path's first.
+    #[serde(default)]
+    task_queue_ids: Option<Vec<String>>,
 }
 
 fn one() -> u32 {
     1
+}
+
+/// The task queues a claimWork serves, when its body lists them: `path`'s first, each once,
+/// at most [`MAX_QUEUES`].
+fn served_queues(path: &str, listed: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiError> {
+    let Some(queues) = listed else { return Ok(None) };
+    if queues.first().map(String::as_str) != Some(path) {
+        return Err(ApiError::invalid_input("taskQueueIds: must start with the task queue of the path"));
+    }
+    if queues.len() > MAX_QUEUES {
+        return Err(ApiError::invalid_input(format!("taskQueueIds: must list at most {MAX_QUEUES} task queues")));
+    }
+    for (index, queue) in queues.iter().enumerate() {
+        if split_task_queue_id(queue).is_none() {
+            return Err(ApiError::invalid_input(format!(
+                "taskQueueIds[{index}]: `{queue}` must be provisionerId/workerType"
+            )));
+        }
+        if queues[..index].contains(queue) {
+            return Err(ApiError::invalid_input(format!("taskQueueIds[{index}]: `{queue}` is listed twice")));
+        }
+    }
+    Ok(Some(queues))
 }
 
 fn check_worker(worker_group: &str, worker_id: &str) -> Result<(), ApiError> {
@@ -130,7 +156,10 @@ pub(crate) async fn claim_work(
 ) -> Result<Json<ClaimWorkAnswer>, ApiError> {
     let task_queue_id = params.task_queue_id()?;
     check_worker(&body.worker_group, &body.worker_id)?;
-    caller.authorize(&worker_vars(&task_queue_id, &body.worker_group, &body.worker_id))?;
+    let queues = served_queues(&task_queue_id, body.task_queue_ids)?;
+    for queue in queues.as_deref().unwrap_or(std::slice::from_ref(&task_queue_id)) {
+        caller.authorize(&worker_vars(queue, &body.worker_group, &body.worker_id))?;
+    }
     if !(1..=MAX_CLAIM).contains(&body.tasks) {
         return Err(ApiError::invalid_input(format!("tasks: must be an integer 1..={MAX_CLAIM}")));
     }
@@ -141,6 +170,7 @@ pub(crate) async fn claim_work(
         heartbeat: false,
         caches: body.caches,
         maintenance: None,
+        queues: queues.clone(),
     };
     sighting.check()?;
     let request = ClaimRequest {
@@ -152,7 +182,8 @@ pub(crate) async fn claim_work(
         count: body.tasks as usize,
     };
     let wait: Duration = state.queue.config().claim_wait;
-    let outcome = state.queue.claim_work(request, sighting, wait).await?;
+    let more_queues = queues.map(|queues| queues[1..].to_vec()).unwrap_or_default();
+    let outcome = state.queue.claim_work(request, more_queues, sighting, wait).await?;
     let tasks = outcome.claims.into_iter().map(|claim| claim_body(&state, claim)).collect();
     Ok(Json(ClaimWorkAnswer { tasks, terminate: outcome.standing.terminate }))
 }

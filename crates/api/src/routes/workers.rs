@@ -99,6 +99,9 @@ fn worker_body(worker: &Worker, running: &[TaskId], state: &AppState) -> Value {
     if let Some(maintenance) = &worker.maintenance {
         body["maintenance"] = json!(maintenance);
     }
+    if !worker.task_queue_ids.is_empty() {
+        body["taskQueueIds"] = json!(worker.task_queue_ids);
+    }
     body
 }
 
@@ -372,6 +375,7 @@ pub(crate) async fn heartbeat(
         heartbeat: true,
         caches: body.caches,
         maintenance: body.maintenance,
+        queues: None,
     };
     let standing = state.queue.heartbeat(&key, sighting, body.exiting).await?;
     Ok(Json(standing_body(standing, &state)))

@@ -16,7 +16,7 @@ impl TestApp {
         self.call_as(Some(&crate::root_credentials()), method, &url, body).await
     }
 
-    async fn create_graph(&self, graph_id: &str, graph: Value) -> (StatusCode, Value) {
+    pub(crate) async fn create_graph(&self, graph_id: &str, graph: Value) -> (StatusCode, Value) {
         self.scheduler(reqwest::Method::PUT, &format!("/task-graph/{graph_id}"), Some(graph)).await
     }
 

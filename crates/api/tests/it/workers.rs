@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::{Settings, TestApp, from_now, slugid};
+use crate::{Settings, TestApp, from_now, slugid, task_def};
 
 const WORKERS: &str = "/provisioners/prov/worker-types/wt/workers";
 
@@ -307,4 +307,120 @@ async fn a_claim_waiting_out_a_maintenance_takes_work_once_it_ends() {
     let (answer, ()) = tokio::join!(claim, ended);
     // Not the minute's end: woken when the maintenance ended.
     assert_eq!(answer["tasks"][0]["status"]["taskId"], json!(task_id), "{answer}");
+}
+
+/// claimWork by worker `id` serving `queues` (the first in the path), for up to `n` runs.
+async fn claim_from(app: &TestApp, id: &str, queues: &[&str], n: u32) -> (StatusCode, Value) {
+    let body = json!({"workerGroup": "g", "workerId": id, "tasks": n, "taskQueueIds": queues});
+    app.post(&format!("/claim-work/{}", queues[0].replace('/', "%2F")), body).await
+}
+
+fn claimed_ids(answer: &Value) -> Vec<String> {
+    answer["tasks"].as_array().unwrap().iter().map(|t| t["status"]["taskId"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn one_worker_serves_several_queues_with_one_capacity_and_one_standing() {
+    let app = TestApp::with(short_wait()).await;
+    let (a, b) = ("multi/a", "multi/b");
+    let on_a = slugid();
+    app.create(&on_a, json!({"taskQueueId": a})).await;
+    let on_b: Vec<String> = (0..2).map(|_| slugid()).collect();
+    for task_id in &on_b {
+        app.create(task_id, json!({"taskQueueId": b})).await;
+    }
+    // One count for both, the first queue first.
+    let (status, answer) = claim_from(&app, "box", &[a, b], 2).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(claimed_ids(&answer), [on_a.clone(), on_b[0].clone()], "{answer}");
+    let (_, answer) = claim_from(&app, "box", &[a, b], 2).await;
+    assert_eq!(claimed_ids(&answer), [on_b[1].clone()], "{answer}");
+
+    // Listed in each queue, as one machine serving both.
+    for queue in [a, b] {
+        let (_, record) = app.get(&format!("/provisioners/multi/worker-types/{}/workers/g/box", &queue[6..])).await;
+        assert_eq!(record["taskQueueIds"], json!([a, b]), "{record}");
+    }
+    // A namesake in another queue is another machine: untouched by what follows.
+    app.post("/claim-work/multi%2Fc", json!({"workerGroup": "g", "workerId": "box", "tasks": 1})).await;
+
+    // Quarantined through one queue, held back in both.
+    let (status, body) =
+        app.put("/provisioners/multi/worker-types/a/workers/g/box", json!({"quarantineUntil": from_now(3600)})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, record) = app.get("/provisioners/multi/worker-types/b/workers/g/box").await;
+    assert_eq!(record["state"], "quarantined", "{record}");
+    let (_, other) = app.get("/provisioners/multi/worker-types/c/workers/g/box").await;
+    assert_ne!(other["state"], "quarantined", "{other}");
+    let later = slugid();
+    app.create(&later, json!({"taskQueueId": b})).await;
+    let (_, answer) = claim_from(&app, "box", &[a, b], 1).await;
+    assert!(claimed_ids(&answer).is_empty(), "{answer}");
+
+    // Each queue's claim scope is needed.
+    let only_a = app.make_client("worker/box", &["queue:claim-work:multi/a", "queue:worker-id:g/box"]).await;
+    let url = format!("{}/claim-work/multi%2Fa", app.base);
+    let body = json!({"workerGroup": "g", "workerId": "box", "taskQueueIds": [a, b]});
+    let (status, refused) = app.call_as(Some(&only_a), reqwest::Method::POST, &url, Some(body)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("queue:claim-work:multi/b"), "{refused}");
+    for (queues, field) in [
+        (json!([b, a]), "taskQueueIds:"),
+        (json!([a, b, b]), "taskQueueIds[2]:"),
+        (json!([a, "nope"]), "taskQueueIds[1]:"),
+    ] {
+        let body = json!({"workerGroup": "g", "workerId": "box", "taskQueueIds": queues});
+        let (status, body) = app.post("/claim-work/multi%2Fa", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body["message"].as_str().unwrap().starts_with(field), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn a_claim_waiting_on_several_queues_is_woken_by_work_on_any() {
+    let app = TestApp::with(Settings { claim_wait: Duration::from_secs(60), ..Settings::default() }).await;
+    let claim = claim_from(&app, "box", &["wake/a", "wake/b"], 1);
+    let task_id = slugid();
+    let created = async {
+        while app.queue.claims_waiting() < 2 {
+            tokio::task::yield_now().await;
+        }
+        app.create(&task_id, json!({"taskQueueId": "wake/b"})).await;
+    };
+    let ((status, answer), ()) = tokio::join!(claim, created);
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(claimed_ids(&answer), [task_id], "{answer}");
+}
+
+#[tokio::test]
+async fn a_wake_up_a_several_queue_claim_left_unused_goes_to_another_worker() {
+    let app = TestApp::with(Settings { claim_wait: Duration::from_secs(60), ..Settings::default() }).await;
+    let in_line = |n: usize| {
+        let app = &app;
+        async move {
+            while app.queue.claims_waiting() < n {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    // x is first in line on both queues, y second on b.
+    let x = claim_from(&app, "x", &["pass/a", "pass/b"], 1);
+    let y = async {
+        in_line(2).await;
+        // Serving two queues, its call is not parked with the store: only a wake-up reaches it.
+        claim_from(&app, "y", &["pass/b", "pass/z"], 1).await
+    };
+    let created = async {
+        in_line(4).await;
+        // One commit makes both pending: x is woken on each queue and takes one run.
+        let tasks = json!({
+            "on-a": {"task": task_def(json!({"taskQueueId": "pass/a"}))},
+            "on-b": {"task": task_def(json!({"taskQueueId": "pass/b"}))}
+        });
+        let (status, body) = app.create_graph(&slugid(), json!({"routing": "r", "tasks": tasks})).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    };
+    let ((_, x), (_, y), ()) = tokio::join!(x, y, created);
+    // Not the minute's end: y was woken by the wake-up x left.
+    assert_eq!((claimed_ids(&x).len(), claimed_ids(&y).len()), (1, 1), "{x} {y}");
 }

@@ -149,7 +149,8 @@ pub(crate) async fn record_claims(
     tx.save_worker(&worker, &events).await
 }
 
-/// Applies `change` to worker `key` on behalf of `client_id`.
+/// Applies `change` to worker `key` on behalf of `client_id`, and but for a declaration to
+/// its records in the other task queues it serves (one machine), those that say so too.
 pub(crate) async fn change(
     tx: &mut impl WriteTx,
     key: &WorkerKey,
@@ -167,32 +168,42 @@ pub(crate) async fn change(
             };
             events.extend(worker.seen(Sighting::default(), now, expires));
             worker.expires = expires;
-            (worker, events)
+            save(tx, &mut worker, events).await?;
+            return Ok(worker);
         }
         (_, None) => return Err(Rejection::from(Missing::Worker(key.clone())).into()),
-        (WorkerChange::Quarantine { until, info }, Some(mut worker)) => {
-            let events = worker.quarantine(*until, info.clone(), client_id, now)?;
-            (worker, events)
-        }
-        (WorkerChange::Terminate, Some(mut worker)) => {
-            let events = worker.request_termination(client_id, now);
-            (worker, events)
-        }
-        (WorkerChange::Exited, Some(mut worker)) => {
-            let events = worker.exited(now);
-            (worker, events)
-        }
-        (WorkerChange::Maintain { message }, Some(mut worker)) => {
-            let events = worker.maintain(message.clone(), Some(client_id), now)?;
-            (worker, events)
-        }
-        (WorkerChange::Post { kind, message }, Some(mut worker)) => {
-            let events = worker.posted(*kind, message.clone(), client_id, now)?;
+        (change, Some(mut worker)) => {
+            let events = apply(&mut worker, change, client_id, now)?;
             (worker, events)
         }
     };
     save(tx, &mut worker, events).await?;
+    for sibling in worker.siblings() {
+        let Some(mut record) = tx.load_worker(&sibling).await? else { continue };
+        if !record.task_queue_ids.contains(&key.task_queue_id) {
+            continue;
+        }
+        let events = apply(&mut record, change, client_id, now)?;
+        save(tx, &mut record, events).await?;
+    }
     Ok(worker)
+}
+
+/// What `change` (not a declaration) does to one record.
+fn apply(
+    worker: &mut Worker,
+    change: &WorkerChange,
+    client_id: &str,
+    now: Timestamp,
+) -> Result<Vec<WorkerEvent>, StoreError> {
+    Ok(match change {
+        WorkerChange::Quarantine { until, info } => worker.quarantine(*until, info.clone(), client_id, now)?,
+        WorkerChange::Terminate => worker.request_termination(client_id, now),
+        WorkerChange::Exited => worker.exited(now),
+        WorkerChange::Maintain { message } => worker.maintain(message.clone(), Some(client_id), now)?,
+        WorkerChange::Post { kind, message } => worker.posted(*kind, message.clone(), client_id, now)?,
+        WorkerChange::Declare { .. } => Vec::new(),
+    })
 }
 
 /// Marks missing the heartbeating workers silent since before `cutoff` (at most `limit`) and

@@ -147,3 +147,37 @@ pub(crate) async fn a_fallback_slice_hands_its_worker_its_own_payload(name: &str
     assert_eq!(definition["payload"], json!({"command": ["on-a-mac"]}), "{name}");
     assert_eq!(definition["slices"][1]["payload"]["command"], json!(["on-linux"]), "{name}");
 }
+
+pub(crate) async fn a_change_to_a_worker_reaches_its_records_in_every_queue_it_serves(name: &str, backend: Backend) {
+    use shoal_engine::worker::{Sighting, WorkerKey};
+    use shoal_store::WorkerChange;
+    let store = &backend.store;
+    let key =
+        |queue: &str| WorkerKey { task_queue_id: queue.into(), worker_group: "g".into(), worker_id: "box".into() };
+    let serving = |queues: &[&str]| Sighting {
+        queues: Some(queues.iter().map(|q| (*q).to_owned()).collect()),
+        ..Sighting::default()
+    };
+    store.worker_seen(key("p/a"), serving(&["p/a", "p/b"]), at(0)).await.unwrap();
+    store.worker_seen(key("p/b"), serving(&["p/a", "p/b"]), at(0)).await.unwrap();
+    // A namesake in another queue that never said it is the same machine.
+    store.worker_seen(key("p/c"), Sighting::default(), at(0)).await.unwrap();
+
+    let quarantine = WorkerChange::Quarantine { until: at(600), info: "bad disk".into() };
+    let changed = store.change_worker(key("p/b"), quarantine, "admin".into(), at(1)).await.unwrap();
+    assert_eq!(changed.task_queue_ids, ["p/a", "p/b"], "{name}");
+    let record = |queue: &'static str| async move {
+        store.read(move |reads| reads.worker(&key(queue))).await.unwrap().expect("recorded").0
+    };
+    assert!(record("p/a").await.is_quarantined(at(2)), "{name}: reached through the other queue");
+    assert!(!record("p/c").await.is_quarantined(at(2)), "{name}: a namesake is another machine");
+    let maintain = WorkerChange::Maintain { message: Some("reimage".into()) };
+    store.change_worker(key("p/a"), maintain, "admin".into(), at(3)).await.unwrap();
+    assert!(record("p/b").await.maintenance.is_some(), "{name}");
+
+    // Serving one queue again, it is one record: changes stay there.
+    store.worker_seen(key("p/a"), serving(&["p/a"]), at(4)).await.unwrap();
+    store.change_worker(key("p/a"), WorkerChange::Maintain { message: None }, "admin".into(), at(5)).await.unwrap();
+    assert!(record("p/a").await.maintenance.is_none(), "{name}");
+    assert!(record("p/b").await.maintenance.is_some(), "{name}: no longer one machine");
+}

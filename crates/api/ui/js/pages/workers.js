@@ -104,6 +104,9 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
     h('div', { class: 'grid' },
       section('Worker', facts([
         ['State', badge(worker.state)],
+        // One machine serving several queues: its record in each, one click away.
+        ['Serves', worker.taskQueueIds ? h('span', { id: 'serves' }, worker.taskQueueIds.map((id, n) => [n ? ', ' : '',
+          id === taskQueueId ? id : h('a', { href: workerHref(id, workerGroup, workerId) }, id)])) : null],
         ['Quarantined until', worker.quarantineUntil ? when(worker.quarantineUntil) : null],
         ['Maintenance', worker.maintenance ? h('span', { id: 'maintenance' }, worker.maintenance.message,
           h('span', { class: 'muted' }, ` by ${worker.maintenance.clientId || 'the worker'}, since `), when(worker.maintenance.since)) : null],
