@@ -82,6 +82,9 @@ pub(crate) enum TaskQuery<'a> {
     /// The tasks filed under a tag before the second (`filed:taskId`), newest first, each with
     /// the time it is filed at.
     Tagged(&'a str, &'a str),
+    /// The tasks a client created before the second (`created:taskId`), newest first, each
+    /// with its `created`.
+    Created(&'a str, &'a str),
 }
 
 impl TaskQuery<'_> {
@@ -94,6 +97,7 @@ impl TaskQuery<'_> {
             TaskQuery::Pending(..) => 3,
             TaskQuery::Claimed(..) => 4,
             TaskQuery::Tagged(..) => 5,
+            TaskQuery::Created(..) => 6,
         }
     }
 
@@ -103,7 +107,9 @@ impl TaskQuery<'_> {
             TaskQuery::Id(task_id) => (task_id.as_str(), String::new()),
             TaskQuery::Group(key, after) | TaskQuery::Dependents(key, after) => (key.as_str(), (*after).to_owned()),
             TaskQuery::Pending(queue, after) => (queue, after.to_string()),
-            TaskQuery::Claimed(queue, after) | TaskQuery::Tagged(queue, after) => (queue, (*after).to_owned()),
+            TaskQuery::Claimed(key, after) | TaskQuery::Tagged(key, after) | TaskQuery::Created(key, after) => {
+                (key, (*after).to_owned())
+            }
         }
     }
 }
@@ -111,15 +117,15 @@ impl TaskQuery<'_> {
 /// A backend's statements for each kind of [`TaskQuery`], built once: reading the tasks with
 /// their definitions, and reading only their definitions' sizes.
 pub(crate) struct TaskStatements {
-    tasks: [String; 6],
-    sizes: [String; 6],
+    tasks: [String; 7],
+    sizes: [String; 7],
 }
 
 impl TaskStatements {
     /// From `build` (a statement per kind of query, selecting its first argument, or its
     /// second where the tasks table is `t`), `backend`'s task columns, and the size expressions.
     pub(crate) fn new(
-        build: fn(&str, &str) -> [String; 6],
+        build: fn(&str, &str) -> [String; 7],
         backend: Backends,
         size: &str,
         size_of_t: &str,
@@ -246,7 +252,12 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
                 token.to_owned()
             }
         };
-        let (found, more) = self.bounded(TaskQuery::Tagged(&query.tag, &after), limit)?;
+        // Without a tag, a creator's tasks (the API asks for one or the other).
+        let listing = match (&query.created_by, query.tag.is_empty()) {
+            (Some(client_id), true) => TaskQuery::Created(client_id, &after),
+            _ => TaskQuery::Tagged(&query.tag, &after),
+        };
+        let (found, more) = self.bounded(listing, limit)?;
         let mut items = Vec::with_capacity(found.len());
         let mut last = None;
         for task in found {

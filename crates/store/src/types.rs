@@ -166,21 +166,14 @@ pub struct TagQuery {
     pub since: Option<Timestamp>,
     /// Created at or before.
     pub until: Option<Timestamp>,
-    /// Only those created by this client.
+    /// Only those created by this client; with an empty `tag`, the listing is this client's
+    /// tasks.
     pub created_by: Option<String>,
 }
 
 /// The reserved tag failed tasks (failed or exception) are filed under, newest first; user tags
 /// are all `key:value`, so none can be it.
 pub const FAILED_TAG: &str = "failed";
-
-/// The reserved tag a task is filed under for the client that created it. It holds no `:`
-/// (the client id's are escaped), so no user tag can be it and nobody can file a task as
-/// another client's.
-#[must_use]
-pub fn creator_tag(client_id: &str) -> String {
-    format!("createdBy={}", client_id.replace('%', "%25").replace(':', "%3A"))
-}
 
 /// A group as the listing of recent groups shows it.
 #[derive(Debug, Clone, Serialize)]

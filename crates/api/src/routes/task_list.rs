@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use shoal_engine::Timestamp;
 use shoal_engine::id::split_task_queue_id;
 use shoal_engine::status::TaskState;
-use shoal_store::{FAILED_TAG, TagQuery, creator_tag};
+use shoal_store::{FAILED_TAG, TagQuery};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -18,14 +18,11 @@ use crate::routes::with_continuation;
 /// The query a listing or count names: `tag` (`key:value`) or `createdBy` (a client id), one
 /// of them required, and optionally `taskQueueId`, `state`, `since` and `until` (RFC 3339).
 fn tag_query(query: Vec<(String, String)>) -> Result<TagQuery, ApiError> {
-    let mut found = filters(query, true)?;
-    if found.tag.is_empty() {
-        let Some(client_id) = &found.created_by else {
-            return Err(ApiError::invalid_input(
-                "tag: is required (key:value) unless createdBy is given; listings go by tag or creator",
-            ));
-        };
-        found.tag = creator_tag(client_id);
+    let found = filters(query, true)?;
+    if found.tag.is_empty() && found.created_by.is_none() {
+        return Err(ApiError::invalid_input(
+            "tag: is required (key:value) unless createdBy is given; listings go by tag or creator",
+        ));
     }
     Ok(found)
 }

@@ -66,9 +66,8 @@ pub(crate) async fn create_looked_up(
     if let Some(secrets) = &definition.secrets {
         tx.save_secrets(task_id, secrets).await?;
     }
-    let user_tags = definition.tags.iter().map(|(key, value)| format!("{key}:{value}"));
-    let tags: Vec<String> = user_tags.chain(definition.created_by.as_deref().map(crate::creator_tag)).collect();
-    if !tags.is_empty() {
+    if !definition.tags.is_empty() {
+        let tags: Vec<String> = definition.tags.iter().map(|(key, value)| format!("{key}:{value}")).collect();
         tx.index_tags(task_id, definition.created, &tags).await?;
     }
     record(tx, &row.task, vec![Event::Defined]);

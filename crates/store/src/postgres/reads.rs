@@ -33,7 +33,7 @@ impl PgReads<'_> {
 
 /// The statements of [`TaskQuery`]'s kinds selecting `select` (`select_t` where the tasks
 /// table is `t`): a task by id, the others binding (key, after, limit).
-fn task_statements(select: &str, select_t: &str) -> [String; 6] {
+fn task_statements(select: &str, select_t: &str) -> [String; 7] {
     [
         format!("SELECT {select} FROM tasks WHERE task_id = $1"),
         format!(
@@ -59,6 +59,11 @@ fn task_statements(select: &str, select_t: &str) -> [String; 6] {
              AND (g.created, g.task_id) < (split_part($2, ':', 1)::int8, split_part($2, ':', 2)) \
              ORDER BY g.created DESC, g.task_id DESC LIMIT $3"
         ),
+        format!(
+            "SELECT {select_t}, t.created FROM tasks t WHERE t.created_by = $1 \
+             AND (t.created, t.task_id) < (split_part($2, ':', 1)::int8, split_part($2, ':', 2)) \
+             ORDER BY t.created DESC, t.task_id DESC LIMIT $3"
+        ),
     ]
 }
 
@@ -82,8 +87,9 @@ impl ReadDb for PgReads<'_> {
         };
         rows.iter()
             .map(|row| {
-                let filed =
-                    matches!(query, TaskQuery::Tagged(..)).then(|| row.try_get(N_TASK_COLUMNS + 1)).transpose()?;
+                let filed = matches!(query, TaskQuery::Tagged(..) | TaskQuery::Created(..))
+                    .then(|| row.try_get(N_TASK_COLUMNS + 1))
+                    .transpose()?;
                 Ok(StoredTask { row: task_from_row(row)?, definition: raw_json(row, N_TASK_COLUMNS)?, filed })
             })
             .collect()
@@ -103,12 +109,23 @@ impl ReadDb for PgReads<'_> {
         let since = query.since.map_or(i64::MIN, Timestamp::millis);
         let until = query.until.map_or(i64::MAX, Timestamp::millis);
         let state = query.state.map(TaskState::as_str);
-        let rows = self.query(
-            "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = $1 \
-             AND g.created >= $2 AND g.created <= $3 AND ($4::text IS NULL OR t.state = $4) \
-             AND ($5::text IS NULL OR t.task_queue_id = $5) AND ($6::text IS NULL OR t.created_by = $6)",
-            &[&query.tag, &since, &until, &state, &query.task_queue_id, &query.created_by],
-        )?;
+        let filters = "($4::text IS NULL OR t.state = $4) AND ($5::text IS NULL OR t.task_queue_id = $5)";
+        let rows = match (&query.created_by, query.tag.is_empty()) {
+            (Some(client_id), true) => self.query(
+                &format!(
+                    "SELECT count(*) FROM tasks t WHERE t.created_by = $1 AND t.created >= $2 AND t.created <= $3 \
+                     AND {filters}"
+                ),
+                &[client_id, &since, &until, &state, &query.task_queue_id],
+            )?,
+            _ => self.query(
+                &format!(
+                    "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = $1 \
+                     AND g.created >= $2 AND g.created <= $3 AND {filters} AND ($6::text IS NULL OR t.created_by = $6)"
+                ),
+                &[&query.tag, &since, &until, &state, &query.task_queue_id, &query.created_by],
+            )?,
+        };
         let n: i64 = rows.first().map(|row| row.try_get(0)).transpose()?.unwrap_or(0);
         Ok(n as u64)
     }

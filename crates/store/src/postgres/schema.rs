@@ -294,9 +294,11 @@ CREATE TABLE worker_claims (
     PRIMARY KEY (task_queue_id, worker_group, worker_id, seq)
 );
 "#,
-    // 20: the client that created a task.
+    // 20: the client that created a task (and when), and its tasks newest first.
     r#"
 ALTER TABLE tasks ADD COLUMN created_by TEXT;
+ALTER TABLE tasks ADD COLUMN created BIGINT;
+CREATE INDEX tasks_created_by ON tasks (created_by, created, task_id) WHERE created_by IS NOT NULL;
 "#,
 ];
 

@@ -147,7 +147,7 @@ pub(crate) const TASK_COLUMNS: &[Column] = &[
         Backends::Postgres,
         column("priority_rank", Kind::Int, Value::Task(|t| Ok(Cell::Int(Some(i64::from(t.meta.priority.rank())))))),
     ),
-    only(Backends::Sqlite, column("created", Kind::Int, Value::Created(|new| Cell::Int(Some(new.created.millis()))))),
+    column("created", Kind::Int, Value::Created(|new| Cell::Int(Some(new.created.millis())))),
 ];
 
 /// How many of [`TASK_COLUMNS`] a task select reads, from the first.

@@ -22,7 +22,7 @@ pub(crate) struct ReadConn<'a>(pub(crate) &'a Connection);
 
 /// The statements of [`TaskQuery`]'s kinds selecting `select` (`select_t` where the tasks
 /// table is `t`): a task by id, the others binding (key, after, limit).
-fn task_statements(select: &str, select_t: &str) -> [String; 6] {
+fn task_statements(select: &str, select_t: &str) -> [String; 7] {
     [
         format!("SELECT {select} FROM tasks WHERE task_id = ?1"),
         // A task named like its group is not in `tasks_group` (schema 13): it is found by its
@@ -50,6 +50,11 @@ fn task_statements(select: &str, select_t: &str) -> [String; 6] {
              AND (g.created, g.task_id) < (CAST(substr(?2, 1, instr(?2, ':') - 1) AS INTEGER), \
              substr(?2, instr(?2, ':') + 1)) ORDER BY g.created DESC, g.task_id DESC LIMIT ?3"
         ),
+        format!(
+            "SELECT {select_t}, t.created FROM tasks t WHERE t.created_by = ?1 \
+             AND (t.created, t.task_id) < (CAST(substr(?2, 1, instr(?2, ':') - 1) AS INTEGER), \
+             substr(?2, instr(?2, ':') + 1)) ORDER BY t.created DESC, t.task_id DESC LIMIT ?3"
+        ),
     ]
 }
 
@@ -73,7 +78,9 @@ impl ReadDb for ReadConn<'_> {
         };
         let mut found = Vec::with_capacity(limit.min(1000));
         while let Some(row) = rows.next()? {
-            let filed = matches!(query, TaskQuery::Tagged(..)).then(|| row.get(N_TASK_COLUMNS + 1)).transpose()?;
+            let filed = matches!(query, TaskQuery::Tagged(..) | TaskQuery::Created(..))
+                .then(|| row.get(N_TASK_COLUMNS + 1))
+                .transpose()?;
             found.push(StoredTask { row: task_from_row(row)?, definition: raw_json(row, N_TASK_COLUMNS)?, filed });
         }
         Ok(found)
@@ -92,24 +99,31 @@ impl ReadDb for ReadConn<'_> {
     }
 
     fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError> {
-        let n: i64 = self
-            .0
-            .prepare_cached(
+        // Without a tag, a creator's tasks (the API asks for one or the other).
+        let (sql, key) = match (&query.created_by, query.tag.is_empty()) {
+            (Some(client_id), true) => (
+                "SELECT count(*) FROM tasks t WHERE t.created_by = ?1 AND t.created >= ?2 AND t.created <= ?3 \
+                 AND (?4 IS NULL OR t.state = ?4) AND (?5 IS NULL OR t.task_queue_id = ?5) AND ?6 IS NOT NULL",
+                client_id,
+            ),
+            _ => (
                 "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = ?1 \
                  AND g.created >= ?2 AND g.created <= ?3 AND (?4 IS NULL OR t.state = ?4) \
                  AND (?5 IS NULL OR t.task_queue_id = ?5) AND (?6 IS NULL OR t.created_by = ?6)",
-            )?
-            .query_row(
-                params![
-                    query.tag,
-                    query.since.map_or(i64::MIN, Timestamp::millis),
-                    query.until.map_or(i64::MAX, Timestamp::millis),
-                    query.state.map(TaskState::as_str),
-                    query.task_queue_id,
-                    query.created_by,
-                ],
-                |row| row.get(0),
-            )?;
+                &query.tag,
+            ),
+        };
+        let n: i64 = self.0.prepare_cached(sql)?.query_row(
+            params![
+                key,
+                query.since.map_or(i64::MIN, Timestamp::millis),
+                query.until.map_or(i64::MAX, Timestamp::millis),
+                query.state.map(TaskState::as_str),
+                query.task_queue_id,
+                query.created_by,
+            ],
+            |row| row.get(0),
+        )?;
         Ok(n as u64)
     }
 

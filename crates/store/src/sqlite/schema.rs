@@ -271,9 +271,10 @@ UPDATE tasks SET secrets = 1 WHERE json_extract(definition, '$.hasSecrets') = 1;
 ALTER TABLE artifacts ADD COLUMN bytes INTEGER;
 ALTER TABLE artifacts ADD COLUMN object TEXT;
 ",
-    // 18: the client that created a task.
+    // 18: the client that created a task, and its tasks newest first.
     r"
 ALTER TABLE tasks ADD COLUMN created_by TEXT;
+CREATE INDEX tasks_created_by ON tasks (created_by, created, task_id) WHERE created_by IS NOT NULL;
 ",
 ];
 
