@@ -138,21 +138,19 @@ impl Fleet {
         fresh.then_some(seen.standing)
     }
 
-    /// The standing last written for `key`, if this server remembers one.
-    pub(crate) fn standing(&self, key: &WorkerKey) -> Option<Standing> {
-        self.lock().get(key).map(|seen| seen.standing)
-    }
-
-    /// Remembers that `sighting` was written at `now`, leaving the record `worker`.
-    pub(crate) fn written(&self, sighting: &Sighting, worker: &Worker, now: Timestamp) {
+    /// Remembers that `sighting` was written at `now`, leaving the record `worker`; answers the
+    /// standing remembered before, if any.
+    pub(crate) fn written(&self, sighting: &Sighting, worker: &Worker, now: Timestamp) -> Option<Standing> {
         let mut map = self.lock();
-        let told = map.get(&worker.key).map_or_else(Told::default, |seen| seen.told).merged(Told::of(sighting));
+        let before = map.get(&worker.key).copied();
+        let told = before.map_or_else(Told::default, |seen| seen.told).merged(Told::of(sighting));
         map.insert(worker.key.clone(), Seen { written: now, told, standing: Standing::of(worker, now) });
         // Workers gone for good are forgotten now and then.
         if map.len().is_power_of_two() && map.len() >= 1024 {
             let horizon = self.interval_ms.saturating_mul(20);
             map.retain(|_, seen| seen.written.plus_millis(horizon) > now);
         }
+        before.map(|seen| seen.standing)
     }
 
     /// Forgets what was written for `key`: its next sighting is written, and reads its record.

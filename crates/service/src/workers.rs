@@ -20,9 +20,8 @@ impl Queue {
         if let Some(standing) = self.inner.fleet.fresh(key, &sighting, now) {
             return Ok(standing);
         }
-        let before = self.inner.fleet.standing(key);
         let worker = self.inner.store.worker_seen(key.clone(), sighting.clone(), now).await?;
-        self.inner.fleet.written(&sighting, &worker, now);
+        let before = self.inner.fleet.written(&sighting, &worker, now);
         let standing = Standing::of(&worker, now);
         // Out of its maintenance, a worker's waiting claims look again at once.
         if sighting.maintenance.is_some() && !standing.maintenance && before.is_none_or(|before| before.maintenance) {
