@@ -38,6 +38,18 @@ async fn status_line(stream: &mut TcpStream, path: &str) -> String {
     String::from_utf8_lossy(&received[..n]).into_owned()
 }
 
+/// Reads a chunked body (after its head was read) until its last chunk.
+async fn until_body_ends(stream: &mut TcpStream) {
+    let mut received = Vec::new();
+    let mut chunk = vec![0; 4096];
+    while !received.ends_with(b"0\r\n\r\n") {
+        let read = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut chunk)).await;
+        let n = read.expect("the body to end").unwrap();
+        assert!(n > 0, "closed before the last chunk");
+        received.extend_from_slice(&chunk[..n]);
+    }
+}
+
 /// Everything the server sends until it closes the connection (a guard ends a hang: the
 /// server closing it is what is asserted).
 async fn until_closed(stream: &mut TcpStream) -> String {
@@ -135,8 +147,12 @@ async fn live_log_follows_and_event_streams_share_one_limit_per_address() {
     let mut other = connect_from(&app, [127, 0, 0, 2]).await;
     let answer = status_line(&mut other, &follow).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "another address may follow: {answer}");
-    // Follows end with their run, and free their places.
+    // Follows end with their run, and free their places: each body ends (its last chunk is
+    // written after the follow let its place go).
     app.report(&task_id, 0, "completed").await;
+    for mut stream in held {
+        until_body_ends(&mut stream).await;
+    }
     let mut again = connect(&app).await;
     let answer = status_line(&mut again, &format!("/api/events/v1/connect/?bindings={bindings}")).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");

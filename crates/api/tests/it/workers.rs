@@ -403,16 +403,18 @@ async fn a_wake_up_a_several_queue_claim_left_unused_goes_to_another_worker() {
             }
         }
     };
-    // x is first in line on both queues, y second on b.
+    // x is first in line on both queues, y second on both.
     let x = claim_from(&app, "x", &["pass/a", "pass/b"], 1);
     let y = async {
         in_line(2).await;
-        // Serving two queues, its call is not parked with the store: only a wake-up reaches it.
-        claim_from(&app, "y", &["pass/b", "pass/z"], 1).await
+        // Serving both queues too, its call is not parked with the store: only a wake-up
+        // reaches it, whichever run x leaves.
+        claim_from(&app, "y", &["pass/b", "pass/a"], 1).await
     };
     let created = async {
         in_line(4).await;
-        // One commit makes both pending: x is woken on each queue and takes one run.
+        // One commit makes both pending: x is woken on each queue and takes one run; the
+        // wake-up it leaves is y's.
         let tasks = json!({
             "on-a": {"task": task_def(json!({"taskQueueId": "pass/a"}))},
             "on-b": {"task": task_def(json!({"taskQueueId": "pass/b"}))}
