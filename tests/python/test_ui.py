@@ -349,8 +349,10 @@ def test_group_actions_rerun_the_failed_and_cancel_the_group(server, queue, make
 
 
 def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue_id, browser, shots):
-    queue.createTask(slugid_nice(), make_task())
-    claim(queue, task_queue_id, worker_id="w-quarantine", caches=["checkout", "ccache"])
+    task_id = slugid_nice()
+    queue.createTask(task_id, make_task(metadata=named("nightly build")))
+    run_id = claim(queue, task_queue_id, worker_id="w-quarantine", caches=["checkout", "ccache"])["runId"]
+    post_json(server, f"/api/queue/v1/task/{task_id}/runs/{run_id}/failed", {"stats": {"exitCode": 2}})
     provisioner, worker_type = task_queue_id.split("/")
     page = f"{server}/provisioners/{provisioner}/worker-types/{worker_type}/workers/ui/w-quarantine"
     sign_in(browser, server, "root", ROOT_TOKEN)
@@ -363,11 +365,28 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     assert "quarantineUntil" in worker
     wait(browser, lambda d: "flaky disk" in text_of(d, "#events"), "the quarantine in its events")
     assert "Named caches\ncheckout, ccache" in text_of(browser, ".grid"), "the caches it holds"
+    # Its history is a table: the task by name, its state and exit code.
+    wait(browser, lambda d: "nightly build" in text_of(d, "#recent-tasks"), "the recent task by name")
+    row = text_of(browser, f'#recent-tasks tr[data-task="{task_id}"]')
+    assert "failed" in row and row.endswith("2"), row
     snap(browser, shots, "worker")
     open_page(browser, f"{server}/provisioners/{provisioner}/worker-types/{worker_type}", '#workers tr[data-worker="ui/w-quarantine"]')
     snap(browser, shots, "queue")
     open_page(browser, f"{server}/workers?state=quarantined", '#workers tr[data-worker="ui/w-quarantine"]')
     snap(browser, shots, "workers")
+    # Release, then Terminate: each asks first, and the page shows the worker as it is then.
+    open_page(browser, page, "#release")
+    browser.find_element(By.ID, "release").click()
+    browser.switch_to.alert.accept()
+    wait(browser, lambda d: "quarantined" not in text_of(d, "h1") and d.find_elements(By.ID, "terminate"), "released")
+    assert queue.getWorker(provisioner, worker_type, "ui", "w-quarantine").get("state") != "quarantined"
+    browser.find_element(By.ID, "terminate").click()
+    browser.switch_to.alert.dismiss()
+    assert not queue.getWorker(provisioner, worker_type, "ui", "w-quarantine").get("terminating"), "dismissed: nothing done"
+    browser.find_element(By.ID, "terminate").click()
+    browser.switch_to.alert.accept()
+    wait(browser, lambda d: not d.find_elements(By.ID, "terminate") and d.find_elements(By.ID, "quarantine"), "terminating")
+    assert queue.getWorker(provisioner, worker_type, "ui", "w-quarantine")["terminating"] is True
     sign_out(browser, server)
 
 
@@ -383,11 +402,11 @@ def test_worker_page_shows_its_maintenance_and_what_it_posted(server, task_queue
     assert "maintenance" in text_of(browser, "h1")
     assert "health check failed: disk full by the worker" in text_of(browser, "#maintenance")
     assert "error" in text_of(browser, "#events") and "cannot mount /cache" in text_of(browser, "#events")
+    snap(browser, shots, "worker-maintenance")
     # One machine serving two queues: its record in the other is a click away.
     assert text_of(browser, "#serves") == f"{task_queue_id}, {other}"
     browser.find_element(By.CSS_SELECTOR, "#serves a").click()
     wait(browser, lambda d: other in text_of(d, "p.muted"), "the worker's record in the other queue")
-    snap(browser, shots, "worker-maintenance")
 
 
 def test_graph_page_draws_the_graph_with_states(server, queue, make_task, task_queue_id, browser, shots):

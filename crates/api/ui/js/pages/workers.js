@@ -3,7 +3,7 @@
 // tasks and events (and quarantine, for the signed-in), `/workers` the whole fleet.
 
 import { allPages, call, credentials, get, queue, withQuery } from '../api.js';
-import { badge, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
+import { badge, duration, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
 
 const WORKER_STATES = ['', 'idle', 'busy', 'quarantined', 'maintenance', 'missing', 'terminated'];
 
@@ -81,6 +81,7 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
   const [provisioner, workerType] = taskQueueId.split('/');
   const base = queue(`/provisioners/${provisioner}/worker-types/${workerType}/workers/${encodeURIComponent(workerGroup)}/${encodeURIComponent(workerId)}`);
   const [worker, { events }] = await Promise.all([get(base), get(`${base}/events`)]);
+  document.title = `${workerGroup}/${workerId} · worker · Shoal`;
   const signedIn = Boolean(credentials());
   const result = h('span', { id: 'quarantine-result', role: 'status' });
   const hours = h('select', { id: 'quarantine-for', 'aria-label': 'quarantine for', disabled: !signedIn },
@@ -95,11 +96,30 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
       fill(result, problem(err));
     }
   };
+  // Asked first; the answer (or the refusal) is said, then the page shows the worker as it is.
+  const act = (label, method, path, body) => async () => {
+    if (!window.confirm(`${label} worker ${workerGroup}/${workerId}?`)) return;
+    fill(result, `${label}…`);
+    try {
+      await call(method, `${base}${path}`, body);
+      fill(result, `${label}: done`);
+      location.reload();
+    } catch (err) {
+      fill(result, problem(err));
+    }
+  };
+  const offered = (label, id, shown, method, path, body) => shown
+    ? h('button', { id, disabled: !signedIn, title: signedIn ? null : `sign in to ${label.toLowerCase()}`, onclick: act(label, method, path, body) }, label)
+    : null;
+  const quarantined = Boolean(worker.quarantineUntil && new Date(worker.quarantineUntil) > new Date());
   fill(main,
     h('h1', {}, 'Worker ', h('span', { class: 'mono' }, `${workerGroup}/${workerId}`), ' ', badge(worker.state)),
     h('p', { class: 'muted' }, 'in ', queueLink(taskQueueId)),
     h('div', { class: 'actions' }, hours, reason,
       h('button', { id: 'quarantine', disabled: !signedIn, title: signedIn ? null : 'sign in to quarantine', onclick: quarantine }, 'Quarantine'),
+      offered('Release', 'release', quarantined, 'PUT', '', { quarantineUntil: new Date().toISOString(), quarantineInfo: 'released' }),
+      offered('Resume', 'resume', Boolean(worker.maintenance), 'POST', '/maintenance', { maintenance: null }),
+      offered('Terminate', 'terminate', !worker.terminating && worker.state !== 'terminated', 'POST', '/terminate', {}),
       signedIn ? null : h('span', { class: 'muted' }, ' Sign in to quarantine this worker.'), result),
     h('div', { class: 'grid' },
       section('Worker', facts([
@@ -118,11 +138,34 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
         ['Expires', when(worker.expires)],
         ['Running', worker.runningTasks.length ? h('ul', { class: 'plain' }, worker.runningTasks.map((id) => h('li', {}, taskLink(id)))) : null],
       ])),
-      section('Recent tasks', worker.recentTasks.length
-        ? h('ul', { class: 'plain', id: 'recent-tasks' }, worker.recentTasks.slice().reverse().map((t) => h('li', {}, taskLink(t.taskId), ` run ${t.runId}`)))
-        : h('p', { class: 'muted' }, 'None yet.')),
+      section('Recent tasks', worker.recentTasks.length ? recentTasks(worker.recentTasks) : h('p', { class: 'muted' }, 'None yet.')),
       section('Events', events.length
         ? h('ul', { class: 'plain', id: 'events' }, events.map((e) => h('li', {}, h('strong', {}, e.kind), ' ', when(e.at),
           e.clientId ? h('span', { class: 'muted' }, ` by ${e.clientId}`) : null, e.taskId ? [' ', taskLink(e.taskId)] : null, e.detail ? h('span', { class: 'muted' }, ` ${e.detail}`) : null)))
         : h('p', { class: 'muted' }, 'None.'))));
+}
+
+/** The runs a worker claimed lately, newest first: task, run, state, how long, exit code. */
+function recentTasks(recent) {
+  const rows = h('tbody');
+  const table = h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'recent-tasks' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'Run'), h('th', {}, 'State'), h('th', {}, 'Took'), h('th', {}, 'Exit'))),
+    rows));
+  const taken = recent.slice().reverse();
+  const taskIds = [...new Set(taken.map((t) => t.taskId))];
+  Promise.all([call('POST', queue('/tasks'), { taskIds }), call('POST', queue('/tasks/status'), { taskIds })])
+    .then(([{ tasks }, { statuses }]) => {
+      const names = new Map(tasks.map((t) => [t.taskId, t.task.metadata.name]));
+      const runs = new Map(statuses.map((s) => [s.taskId, s.status.runs]));
+      fill(rows, taken.map(({ taskId, runId }) => {
+        const run = (runs.get(taskId) || [])[runId];
+        const took = run && run.started && run.resolved ? new Date(run.resolved) - new Date(run.started) : null;
+        return h('tr', { 'data-task': taskId },
+          h('td', {}, taskLink(taskId, names.get(taskId) || taskId)), h('td', {}, `${runId}`),
+          h('td', {}, run ? badge(run.state) : h('span', { class: 'muted' }, 'expired')),
+          h('td', {}, took !== null ? duration(took) : ''), h('td', {}, run?.stats?.exitCode ?? ''));
+      }));
+    })
+    .catch((err) => fill(rows, h('tr', {}, h('td', { colspan: 5 }, problem(err)))));
+  return table;
 }
