@@ -1,6 +1,8 @@
 """Times the web UI on a big group in headless Chromium: a release `shoal server`, one task
 graph of N tasks (its task group), then the group page until every task is listed and live,
-a filter and a state chip applied, the graph page, and the overview. Run by ./scripts/bench-ui."""
+a filter and a state chip applied, the graph page, and the overview; then a task whose log is
+50 MB, until its end shows and until one window of earlier lines does. Run by
+./scripts/bench-ui."""
 
 import argparse
 import json
@@ -51,6 +53,34 @@ def put_graph(root, graph_id, n):
     res.raise_for_status()
 
 
+def signed(method, url, body, content_type="application/json"):
+    sender = mohawk.Sender({"id": "root", "key": TOKEN, "algorithm": "sha256"}, url, method,
+                           content=body, content_type=content_type)
+    res = requests.request(method, url, data=body, headers={"Authorization": sender.request_header, "Content-Type": content_type})
+    res.raise_for_status()
+    return res.json()
+
+
+def big_log_task(root, megabytes):
+    """A completed task whose run's log is `megabytes` MB of numbered lines."""
+    task_id = slugid.nice()
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+    deadline = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() + 3600))
+    task = {"taskQueueId": "bench-ui/log", "created": now, "deadline": deadline, "payload": {},
+            "metadata": {"name": "a big log", "description": "d", "owner": "o@example.com", "source": "https://x"}}
+    signed("PUT", f"{root}/api/queue/v1/task/{task_id}", json.dumps(task).encode())
+    claim = json.dumps({"workerGroup": "bench", "workerId": "ui", "tasks": 1}).encode()
+    signed("POST", f"{root}/api/queue/v1/claim-work/bench-ui%2Flog", claim)
+    line = "\x1b[32m[ OK ]\x1b[0m " + "x" * 80
+    chunk = "".join(f"{n:08} {line}\n" for n in range(40000)).encode()  # about 4 MB a call
+    offset = 0
+    while offset < megabytes * 1_000_000:
+        signed("POST", f"{root}/logs/v1/{task_id}/0?offset={offset}", chunk, "text/plain")
+        offset += len(chunk)
+    signed("POST", f"{root}/api/queue/v1/task/{task_id}/runs/0/completed", b"{}")
+    return task_id, offset
+
+
 def timed(driver, action, condition):
     started = time.perf_counter()
     action()
@@ -92,6 +122,16 @@ def main():
                              lambda d: d.find_elements(By.CSS_SELECTOR, '#app[data-ready] tr[data-queue="bench-ui/wt"]'))
             print(f"run {run + 1}: group page listed and live {load:.2f} s; name filter {filt * 1000:.0f} ms; "
                   f"state chip {chip * 1000:.0f} ms; graph page {graph:.2f} s; overview {overview:.2f} s")
+        task_id, size = big_log_task(root, 50)
+        lines = lambda d: len(d.find_elements(By.CSS_SELECTOR, "#log .line"))  # noqa: E731
+        for run in range(args.runs):
+            first = timed(driver, lambda: driver.get(f"{root}/tasks/{task_id}"),
+                          lambda d: d.find_elements(By.ID, "log-earlier-button") and lines(d) > 0)
+            shown = lines(driver)
+            earlier = timed(driver, lambda: driver.find_element(By.ID, "log-earlier-button").click(),
+                            lambda d: lines(d) > shown)
+            print(f"run {run + 1}: a {size / 1e6:.0f} MB log: its end shown in {first:.2f} s ({shown} lines); "
+                  f"earlier lines in {earlier * 1000:.0f} ms")
     finally:
         driver.quit()
         proc.terminate()

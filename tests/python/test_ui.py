@@ -169,6 +169,58 @@ def test_a_failed_task_shows_why_and_the_end_of_its_log_first(server, queue, mak
     assert not browser.find_elements(By.ID, "failure")
 
 
+def test_the_log_viewer_colours_numbers_links_and_searches(server, queue, make_task, task_queue_id, browser, shots):
+    task_id = slugid_nice()
+    queue.createTask(task_id, make_task(metadata=named("coloured log")))
+    run_id = claim(queue, task_queue_id)["runId"]
+    log = "".join(f"\x1b[32m[ OK ]\x1b[0m test {n} \x1b[1mpassed\x1b[22m\n" for n in range(1, 301))
+    append_log(server, task_id, run_id, 0, log)
+    post_json(server, f"/api/queue/v1/task/{task_id}/runs/{run_id}/completed", {})
+    # A pasted line link: that line, marked, and in view.
+    open_page(browser, f"{server}/tasks/{task_id}#L120", "#log")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#L120.target"), "line 120 marked")
+    assert (text_of(browser, "#L120 .line-no"), text_of(browser, "#L120 .line-text")) == ("120", "[ OK ] test 120 passed")
+    assert "\x1b" not in text_of(browser, "#log") and "[32m" not in text_of(browser, "#log"), "no raw escapes"
+    ok = browser.find_element(By.CSS_SELECTOR, "#L120 .ansi-fg32")
+    assert ok.text == "[ OK ]" and ok.value_of_css_property("color") == "rgba(126, 231, 135, 1)"
+    assert browser.find_element(By.CSS_SELECTOR, "#L120 .ansi-bold").text == "passed"
+    assert browser.find_element(By.CSS_SELECTOR, "#L120 a").get_attribute("href").endswith(f"/tasks/{task_id}#L120")
+    # Search: every match marked, Enter steps through them.
+    browser.find_element(By.ID, "log-search").send_keys("TEST 30")
+    wait(browser, lambda d: text_of(d, "#log-hits") == "1 of 2", "two matches, any case (30 and 300)")
+    browser.find_element(By.ID, "log-search").send_keys("\n")
+    wait(browser, lambda d: text_of(d, "#log-hits") == "2 of 2", "the next match")
+    assert text_of(browser, "#log .line.current .line-text") == "[ OK ] test 300 passed"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#log .line.hit")) == 2
+    snap(browser, shots, "log")
+
+
+def test_a_big_log_shows_its_end_first_and_earlier_lines_on_demand(server, queue, make_task, task_queue_id, browser, shots):
+    task_id = slugid_nice()
+    queue.createTask(task_id, make_task(metadata=named("big log")))
+    run_id = claim(queue, task_queue_id)["runId"]
+    line = "x" * 90
+    log = "".join(f"line {n:06} {line}\n" for n in range(1, 8001))  # about 800 KB: four windows
+    append_log(server, task_id, run_id, 0, log)
+    post_json(server, f"/api/queue/v1/task/{task_id}/runs/{run_id}/completed", {})
+    open_page(browser, f"{server}/tasks/{task_id}", "#log")
+    wait(browser, lambda d: "line 008000" in text_of(d, "#log"), "the end first")
+    assert "line 000001 " not in text_of(browser, "#log")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#log .line-no"), "no numbers until the start is known"
+    first = browser.find_element(By.CSS_SELECTOR, "#log .line").text
+    assert first.startswith("line ") and len(first) == len(f"line 000001 {line}"), f"a whole line first: {first!r}"
+    for _ in range(10):
+        buttons = browser.find_elements(By.ID, "log-earlier-button")
+        if not buttons:
+            break
+        before = len(browser.find_elements(By.CSS_SELECTOR, "#log .line"))
+        buttons[0].click()
+        wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#log .line")) > before, "earlier lines")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#log .line")) == 8000, "every line once"
+    assert text_of(browser, "#L1 .line-text") == f"line 000001 {line}"
+    assert text_of(browser, "#L8000 .line-text").startswith("line 008000")
+
+
 def test_overview_lists_queues_groups_and_failures(server, queue, make_task, task_queue_id, browser, shots):
     sign_out(browser, server)
     failing = slugid_nice()

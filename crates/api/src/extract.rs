@@ -93,6 +93,7 @@ struct RawQuery {
     limit: Option<String>,
     offset: Option<String>,
     follow: Option<String>,
+    tail: Option<String>,
 }
 
 async fn raw_query(parts: &mut Parts) -> Result<RawQuery, ApiError> {
@@ -118,13 +119,17 @@ impl<S: Send + Sync> FromRequestParts<S> for Paging {
     }
 }
 
-/// `?offset=&follow=` of live-log calls.
+/// `?offset=&follow=&tail=&limit=` of live-log calls.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LogQuery {
     /// Byte offset into the log.
     pub offset: u64,
     /// Keep the response open and stream new bytes until the run ends.
     pub follow: bool,
+    /// Start this many bytes before the end instead (a viewer's first screen of a big log).
+    pub tail: Option<u64>,
+    /// Most bytes answered (not with `follow`).
+    pub limit: Option<u64>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for LogQuery {
@@ -139,7 +144,20 @@ impl<S: Send + Sync> FromRequestParts<S> for LogQuery {
             }
         };
         let follow = raw.follow.is_some_and(|value| matches!(value.as_str(), "" | "1" | "true"));
-        Ok(LogQuery { offset, follow })
+        let bytes = |name: &str, text: Option<String>| {
+            text.map(|text| {
+                text.parse::<u64>().map_err(|_| ApiError::bad_argument(format!("{name} must be a number of bytes")))
+            })
+            .transpose()
+        };
+        let (tail, limit) = (bytes("tail", raw.tail)?, bytes("limit", raw.limit)?);
+        if tail.is_some() && offset > 0 {
+            return Err(ApiError::bad_argument("tail: give offset or tail, not both"));
+        }
+        if limit.is_some() && follow {
+            return Err(ApiError::bad_argument("limit: a follow reads until the run ends; give one or the other"));
+        }
+        Ok(LogQuery { offset, follow, tail, limit })
     }
 }
 

@@ -16,6 +16,7 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("js/api.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/api.js")),
     ("js/hawk.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/hawk.js")),
     ("js/view.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/view.js")),
+    ("js/log.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/log.js")),
     ("js/pages/overview.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/overview.js")),
     ("js/pages/group.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/group.js")),
     ("js/pages/graph.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/graph.js")),

@@ -59,6 +59,17 @@ pub(crate) async fn read_log(
         }
         progress = watch::Sender::new(LogProgress { size, done: true }).subscribe();
     }
+    // Where the answer starts: `offset`, or `tail` bytes before the end as it is now.
+    let start = match query.tail {
+        Some(tail) => {
+            let mut size = progress.borrow().size;
+            if state.queue.logs_shared() {
+                size = size.max(state.queue.log_size(task_id, run_id).await?);
+            }
+            size.saturating_sub(tail)
+        }
+        None => query.offset,
+    };
     // A follow that may wait counts as an open stream of its address (in-process requests,
     // with no connection, are not counted).
     let slot = match peer {
@@ -69,7 +80,8 @@ pub(crate) async fn read_log(
         queue: state.queue.clone(),
         task_id,
         run_id,
-        offset: query.offset,
+        offset: start,
+        stop: query.limit.map(|limit| start.saturating_add(limit)),
         progress,
         looked: 0,
         _slot: slot,
@@ -85,6 +97,7 @@ pub(crate) async fn read_log(
     let headers = res.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-log-offset", HeaderValue::from(start));
     crate::routes::blobs::sandbox(headers);
     Ok(res)
 }
@@ -95,6 +108,8 @@ struct Follower {
     task_id: TaskId,
     run_id: u32,
     offset: u64,
+    /// Where the answer ends, when it is limited.
+    stop: Option<u64>,
     progress: watch::Receiver<LogProgress>,
     /// The size last looked up in the database (appends through other servers announce
     /// nothing here).
@@ -122,6 +137,10 @@ impl Follower {
             } else {
                 progress.size.max(self.looked)
             };
+            let end = self.stop.map_or(end, |stop| end.min(stop));
+            if self.stop.is_some_and(|stop| self.offset >= stop) {
+                return Ok(None);
+            }
             if self.offset < end {
                 return self.read(end).await.map(Some);
             }

@@ -46,6 +46,32 @@ async fn appends_are_idempotent_and_reads_start_anywhere() {
 }
 
 #[tokio::test]
+async fn a_viewer_reads_the_end_first_then_earlier_windows() {
+    let app = TestApp::start().await;
+    let task_id = running_task(&app).await;
+    append(&app, &task_id, 0, b"one\ntwo\nthree\nfour\n").await;
+    let get = |query: &str| {
+        let url = format!("{}/logs/v1/{task_id}/0?{query}", app.root);
+        let app = &app;
+        async move {
+            let res = app.raw(Method::GET, &url, None).await;
+            let status = res.status();
+            let start = res.headers().get("x-log-offset").map(|v| v.to_str().unwrap().to_owned());
+            (status, start, res.text().await.unwrap())
+        }
+    };
+    // The last 10 bytes of 19, and where they start (mid-line: a viewer drops the part).
+    assert_eq!(get("tail=10").await, (StatusCode::OK, Some("9".into()), "hree\nfour\n".into()));
+    assert_eq!(get("tail=100").await, (StatusCode::OK, Some("0".into()), "one\ntwo\nthree\nfour\n".into()));
+    // The window before it, limited to where the tail began.
+    assert_eq!(get("offset=4&limit=5").await, (StatusCode::OK, Some("4".into()), "two\nt".into()));
+    for bad in ["tail=10&offset=4", "limit=5&follow=1", "tail=-1", "limit=x"] {
+        let (status, _, body) = get(bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+}
+
+#[tokio::test]
 async fn every_claimed_run_has_a_live_log_artifact() {
     let app = TestApp::start().await;
     let task_id = running_task(&app).await;

@@ -3,11 +3,10 @@
 // signed-in. Kept current from the event stream.
 
 import { ApiError, TASK_EXCHANGES, call, credentials, get, listen, queue, withQuery } from '../api.js';
+import { LogView } from '../log.js';
 import { badge, bytes, duration, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
 
 const PRIORITIES = ['highest', 'very-high', 'high', 'medium', 'low', 'very-low', 'lowest'];
-/** Most of a log kept on the page; the rest is a link away. */
-const LOG_KEEP = 2 * 1024 * 1024;
 /** Lines of a failed run's log shown at the top of its page. */
 const TAIL_LINES = 15;
 
@@ -185,74 +184,4 @@ function drawActions(el, task, status, onStatus) {
     h('button', { id: 'set-priority', disabled: !signedIn || resolved, title: hint, onclick: () => act('Priority', 'POST', `/task/${status.taskId}/priority`, { newPriority: priority.value })() }, 'Set priority'),
     signedIn ? null : h('span', { class: 'muted' }, ' Sign in to cancel, rerun or change priority.'),
     message);
-}
-
-/** The log of one run: fetched once when the run is over, followed while it runs. */
-class LogView {
-  constructor(el) {
-    this.el = el;
-    this.key = null;
-    this.abort = null;
-  }
-
-  show(taskId, run) {
-    if (!run) {
-      fill(this.el, h('p', { class: 'muted' }, 'No run yet, so no log.'));
-      this.key = null;
-      return;
-    }
-    if (run.state === 'pending' || !run.started) {
-      // Not started (yet, or ever): nothing was logged, and nothing finished either.
-      const said = run.state === 'pending' ? 'waiting to start' : 'never started, so no log';
-      fill(this.el, h('p', {}, `Run ${run.runId} · `, h('span', { class: 'muted', id: 'log-state' }, said)));
-      this.key = null;
-      return;
-    }
-    const live = run.state === 'running';
-    const key = `${taskId}/${run.runId}/${live}`;
-    // Already showing it (a following read ends by itself when the run does).
-    if (key === this.key || (this.key === `${taskId}/${run.runId}/true` && this.following)) return;
-    this.key = key;
-    this.ended = undefined;
-    this.abort?.abort();
-    const pre = h('pre', { class: 'log', id: 'log' });
-    const state = h('span', { class: live ? 'live' : 'muted', id: 'log-state' }, live ? 'following' : 'finished');
-    const raw = `/logs/v1/${taskId}/${run.runId}`;
-    fill(this.el, h('p', {}, `Run ${run.runId} · `, state, ' · ', h('a', { href: raw }, 'raw log')), pre);
-    this.read(raw, live, pre, state);
-  }
-
-  async read(url, follow, pre, state) {
-    const controller = new AbortController();
-    this.abort = controller;
-    this.following = follow;
-    try {
-      const res = await fetch(follow ? `${url}?follow=true` : url, { signal: controller.signal });
-      if (!res.ok) {
-        fill(pre, res.status === 404 ? 'No log for this run.' : `HTTP ${res.status}`);
-        this.ended = '';
-        this.onEnd?.('');
-        return;
-      }
-      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-      let text = '';
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        text += value;
-        if (text.length > LOG_KEEP) text = '…\n' + text.slice(text.length - LOG_KEEP);
-        const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
-        pre.textContent = text;
-        if (atEnd) pre.scrollTop = pre.scrollHeight;
-      }
-      if (follow) fill(state, 'finished');
-      state.className = 'muted';
-      this.ended = text;
-      this.onEnd?.(text);
-    } catch (err) {
-      if (err.name !== 'AbortError') fill(state, `stopped: ${err.message}`);
-    } finally {
-      this.following = false;
-    }
-  }
 }
