@@ -72,7 +72,7 @@ def big_log_task(root, megabytes):
     claim = json.dumps({"workerGroup": "bench", "workerId": "ui", "tasks": 1}).encode()
     signed("POST", f"{root}/api/queue/v1/claim-work/bench-ui%2Flog", claim)
     line = "\x1b[32m[ OK ]\x1b[0m " + "x" * 80
-    chunk = "".join(f"{n:08} {line}\n" for n in range(40000)).encode()  # about 4 MB a call
+    chunk = "".join(f"{n:08} {line}\n" for n in range(30000)).encode()  # about 3 MB a call (4 MiB at most)
     offset = 0
     while offset < megabytes * 1_000_000:
         signed("POST", f"{root}/logs/v1/{task_id}/0?offset={offset}", chunk, "text/plain")
