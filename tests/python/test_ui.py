@@ -240,6 +240,17 @@ def test_overview_lists_queues_groups_and_failures(server, queue, make_task, tas
     assert browser.find_elements(By.CSS_SELECTOR, f'a[href="/tasks/groups/{failing}"]'), "its group listed"
     assert browser.title == "Overview · Shoal", browser.title
     snap(browser, shots, "overview")
+    # The failures list: when each failed, cancellations left out unless asked for, in a time range.
+    listing = f"{server}/tasks?taskQueueId={task_queue_id}"
+    open_page(browser, listing, f'#tasks tr[data-task="{failing}"]')
+    assert not browser.find_elements(By.CSS_SELECTOR, f'#tasks tr[data-task="{cancelled}"]')
+    assert "Failed" in text_of(browser, "thead") and "just now" in text_of(browser, f'#tasks tr[data-task="{failing}"]')
+    browser.find_element(By.ID, "cancels").click()
+    Select(browser.find_element(By.ID, "within")).select_by_value("1h")
+    browser.find_element(By.CSS_SELECTOR, "#task-filter button[type=submit]").click()
+    wait(browser, lambda d: "within=1h" in d.current_url and "cancels=on" in d.current_url, "the filters in the URL")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'#tasks tr[data-task="{cancelled}"]'), "cancellations shown")
+    assert browser.find_elements(By.CSS_SELECTOR, f'#tasks tr[data-task="{failing}"]')
 
 
 def test_group_page_shows_every_task_and_follows_changes_live(server, queue, make_task, task_queue_id, browser, shots):
