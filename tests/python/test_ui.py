@@ -240,6 +240,16 @@ def test_overview_lists_queues_groups_and_failures(server, queue, make_task, tas
     assert browser.find_elements(By.CSS_SELECTOR, f'a[href="/tasks/groups/{failing}"]'), "its group listed"
     assert browser.title == "Overview · Shoal", browser.title
     snap(browser, shots, "overview")
+    # Every group, newest first, a click away and searchable (the search kept in the URL).
+    browser.find_element(By.ID, "all-groups").click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'#groups tr[data-group="{failing}"]'), "the group listed")
+    assert browser.title == "Task groups · Shoal"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#groups tr")) >= 2
+    browser.find_element(By.ID, "group-search").send_keys(failing[3:12].lower())
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#groups tr")) == 1, "only the group searched for")
+    browser.refresh()
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#groups tr[data-group]")) == 1, "the same after a reload")
+    assert browser.find_element(By.ID, "group-search").get_attribute("value") == failing[3:12].lower()
     # The failures list: when each failed, cancellations left out unless asked for, in a time range.
     listing = f"{server}/tasks?taskQueueId={task_queue_id}"
     open_page(browser, listing, f'#tasks tr[data-task="{failing}"]')

@@ -1,7 +1,7 @@
 // `/`: queues with their pending and claimed counts and live workers, recent groups and
 // graphs, and recent failures. Refreshed every few seconds while open.
 
-import { get, queue } from '../api.js';
+import { get, queue, withQuery } from '../api.js';
 import { badge, fill, h, problem, queueLink, section, taskLink, when } from '../view.js';
 
 const REFRESH_MS = 5000;
@@ -55,7 +55,42 @@ async function drawGroups(el) {
   fill(el, h('ul', { class: 'plain' }, taskGroups.map((group) => h('li', {},
     h('a', { href: `/tasks/groups/${group.taskGroupId}`, class: 'mono' }, group.taskGroupId), ' ',
     h('span', { class: 'muted' }, group.schedulerId), ' ', when(group.created),
-    group.sealed ? h('span', { class: 'muted' }, ' sealed') : null))));
+    group.sealed ? h('span', { class: 'muted' }, ' sealed') : null))),
+  h('p', {}, h('a', { href: '/tasks/groups', id: 'all-groups' }, 'All task groups →')));
+}
+
+/** `/tasks/groups?q=`: every task group, newest first, 100 a page, narrowed by id or scheduler. */
+export async function groupList(main) {
+  const wanted = new URLSearchParams(location.search).get('q') || '';
+  const search = h('input', { id: 'group-search', type: 'search', placeholder: 'group id or scheduler', value: wanted, 'aria-label': 'search groups' });
+  const rows = h('tbody', { id: 'groups' });
+  const more = h('div', { class: 'pager' });
+  const loaded = [];
+  const draw = () => {
+    const q = search.value.trim().toLowerCase();
+    // The search stays in the URL, replaced as it changes, so a link shows the same list.
+    history.replaceState(null, '', withQuery('/tasks/groups', { q: search.value.trim() }));
+    fill(rows, loaded.filter((g) => !q || g.taskGroupId.toLowerCase().includes(q) || g.schedulerId.toLowerCase().includes(q))
+      .map((g) => h('tr', { 'data-group': g.taskGroupId },
+        h('td', {}, h('a', { href: `/tasks/groups/${g.taskGroupId}`, class: 'mono' }, g.taskGroupId)),
+        h('td', {}, g.schedulerId), h('td', {}, when(g.created)), h('td', {}, g.sealed ? 'sealed' : ''))));
+  };
+  search.addEventListener('input', draw);
+  fill(main, h('h1', {}, 'Task groups'), h('div', { class: 'toolbar' }, search),
+    h('div', { class: 'scroll' }, h('table', { class: 'list' },
+      h('thead', {}, h('tr', {}, h('th', {}, 'Group'), h('th', {}, 'Scheduler'), h('th', {}, 'Created'), h('th', {}, ''))), rows)),
+    more);
+  const load = async (token) => {
+    try {
+      const page = await get(withQuery(queue('/task-groups'), { limit: 100, continuationToken: token }));
+      loaded.push(...page.taskGroups);
+      draw();
+      fill(more, page.continuationToken ? h('button', { id: 'more-groups', onclick: () => load(page.continuationToken) }, 'more') : null);
+    } catch (err) {
+      fill(more, problem(err));
+    }
+  };
+  await load();
 }
 
 async function drawGraphs(el) {
