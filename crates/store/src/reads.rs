@@ -252,10 +252,9 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
                 token.to_owned()
             }
         };
-        // Without a tag, a creator's tasks (the API asks for one or the other).
-        let listing = match (&query.created_by, query.tag.is_empty()) {
-            (Some(client_id), true) => TaskQuery::Created(client_id, &after),
-            _ => TaskQuery::Tagged(&query.tag, &after),
+        let listing = match query.creator_listing() {
+            Some(client_id) => TaskQuery::Created(client_id, &after),
+            None => TaskQuery::Tagged(&query.tag, &after),
         };
         let (found, more) = self.bounded(listing, limit)?;
         let mut items = Vec::with_capacity(found.len());

@@ -171,6 +171,15 @@ pub struct TagQuery {
     pub created_by: Option<String>,
 }
 
+impl TagQuery {
+    /// The client whose tasks it lists, when it names no tag (the API asks for one or the
+    /// other); otherwise `created_by` only filters the tag's tasks.
+    #[must_use]
+    pub fn creator_listing(&self) -> Option<&str> {
+        self.created_by.as_deref().filter(|_| self.tag.is_empty())
+    }
+}
+
 /// The reserved tag failed tasks (failed or exception) are filed under, newest first; user tags
 /// are all `key:value`, so none can be it.
 pub const FAILED_TAG: &str = "failed";

@@ -110,15 +110,15 @@ impl ReadDb for PgReads<'_> {
         let until = query.until.map_or(i64::MAX, Timestamp::millis);
         let state = query.state.map(TaskState::as_str);
         let filters = "($4::text IS NULL OR t.state = $4) AND ($5::text IS NULL OR t.task_queue_id = $5)";
-        let rows = match (&query.created_by, query.tag.is_empty()) {
-            (Some(client_id), true) => self.query(
+        let rows = match query.creator_listing() {
+            Some(client_id) => self.query(
                 &format!(
                     "SELECT count(*) FROM tasks t WHERE t.created_by = $1 AND t.created >= $2 AND t.created <= $3 \
                      AND {filters}"
                 ),
-                &[client_id, &since, &until, &state, &query.task_queue_id],
+                &[&client_id, &since, &until, &state, &query.task_queue_id],
             )?,
-            _ => self.query(
+            None => self.query(
                 &format!(
                     "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = $1 \
                      AND g.created >= $2 AND g.created <= $3 AND {filters} AND ($6::text IS NULL OR t.created_by = $6)"

@@ -99,23 +99,22 @@ impl ReadDb for ReadConn<'_> {
     }
 
     fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError> {
-        // Without a tag, a creator's tasks (the API asks for one or the other).
-        let (sql, key) = match (&query.created_by, query.tag.is_empty()) {
-            (Some(client_id), true) => (
-                "SELECT count(*) FROM tasks t WHERE t.created_by = ?1 AND t.created >= ?2 AND t.created <= ?3 \
-                 AND (?4 IS NULL OR t.state = ?4) AND (?5 IS NULL OR t.task_queue_id = ?5) AND ?6 IS NOT NULL",
-                client_id,
-            ),
-            _ => (
+        // Both bind (tag, since, until, state, queue, creator); a creator's listing has no tag,
+        // so it leaves ?1 out.
+        let sql = match query.creator_listing() {
+            Some(_) => {
+                "SELECT count(*) FROM tasks t WHERE t.created_by = ?6 AND t.created >= ?2 AND t.created <= ?3 \
+                 AND (?4 IS NULL OR t.state = ?4) AND (?5 IS NULL OR t.task_queue_id = ?5)"
+            }
+            None => {
                 "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = ?1 \
                  AND g.created >= ?2 AND g.created <= ?3 AND (?4 IS NULL OR t.state = ?4) \
-                 AND (?5 IS NULL OR t.task_queue_id = ?5) AND (?6 IS NULL OR t.created_by = ?6)",
-                &query.tag,
-            ),
+                 AND (?5 IS NULL OR t.task_queue_id = ?5) AND (?6 IS NULL OR t.created_by = ?6)"
+            }
         };
         let n: i64 = self.0.prepare_cached(sql)?.query_row(
             params![
-                key,
+                query.tag,
                 query.since.map_or(i64::MIN, Timestamp::millis),
                 query.until.map_or(i64::MAX, Timestamp::millis),
                 query.state.map(TaskState::as_str),
