@@ -50,10 +50,10 @@ fn one() -> u32 {
     1
 }
 
-/// The task queues a claimWork serves, when its body lists them: `path`'s first, each once,
-/// at most [`MAX_QUEUES`].
-fn served_queues(path: &str, listed: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiError> {
-    let Some(queues) = listed else { return Ok(None) };
+/// The task queues a claimWork serves: `path`'s alone, or as its body lists them, `path`'s
+/// first, each once, at most [`MAX_QUEUES`].
+fn served_queues(path: &str, listed: Option<Vec<String>>) -> Result<Vec<String>, ApiError> {
+    let Some(queues) = listed else { return Ok(vec![path.to_owned()]) };
     if queues.first().map(String::as_str) != Some(path) {
         return Err(ApiError::invalid_input("taskQueueIds: must start with the task queue of the path"));
     }
@@ -70,7 +70,7 @@ fn served_queues(path: &str, listed: Option<Vec<String>>) -> Result<Option<Vec<S
             return Err(ApiError::invalid_input(format!("taskQueueIds[{index}]: `{queue}` is listed twice")));
         }
     }
-    Ok(Some(queues))
+    Ok(queues)
 }
 
 fn check_worker(worker_group: &str, worker_id: &str) -> Result<(), ApiError> {
@@ -157,20 +157,23 @@ pub(crate) async fn claim_work(
     let task_queue_id = params.task_queue_id()?;
     check_worker(&body.worker_group, &body.worker_id)?;
     let queues = served_queues(&task_queue_id, body.task_queue_ids)?;
-    for queue in queues.as_deref().unwrap_or(std::slice::from_ref(&task_queue_id)) {
+    for queue in &queues {
         caller.authorize(&worker_vars(queue, &body.worker_group, &body.worker_id))?;
     }
     if !(1..=MAX_CLAIM).contains(&body.tasks) {
         return Err(ApiError::invalid_input(format!("tasks: must be an integer 1..={MAX_CLAIM}")));
     }
     let dimensions = Dimensions::parse("dimensions", body.dimensions)?;
+    let more_queues = queues[1..].to_vec();
+    // Every claim says which queues its worker serves: one started again on a single queue
+    // is no longer linked to the others.
     let sighting = Sighting {
         dimensions: Some(dimensions.clone()),
         version: body.version.clone(),
         heartbeat: false,
         caches: body.caches,
         maintenance: None,
-        queues: queues.clone(),
+        queues: Some(queues),
     };
     sighting.check()?;
     let request = ClaimRequest {
@@ -182,7 +185,6 @@ pub(crate) async fn claim_work(
         count: body.tasks as usize,
     };
     let wait: Duration = state.queue.config().claim_wait;
-    let more_queues = queues.map(|queues| queues[1..].to_vec()).unwrap_or_default();
     let outcome = state.queue.claim_work(request, more_queues, sighting, wait).await?;
     let tasks = outcome.claims.into_iter().map(|claim| claim_body(&state, claim)).collect();
     Ok(Json(ClaimWorkAnswer { tasks, terminate: outcome.standing.terminate }))

@@ -357,6 +357,11 @@ async fn one_worker_serves_several_queues_with_one_capacity_and_one_standing() {
     let (_, answer) = claim_from(&app, "box", &[a, b], 1).await;
     assert!(claimed_ids(&answer).is_empty(), "{answer}");
 
+    // Started again on one queue, it is that queue's worker alone.
+    app.post("/claim-work/multi%2Fa", json!({"workerGroup": "g", "workerId": "box", "tasks": 1})).await;
+    let (_, record) = app.get("/provisioners/multi/worker-types/a/workers/g/box").await;
+    assert!(record.get("taskQueueIds").is_none(), "{record}");
+
     // Each queue's claim scope is needed.
     let only_a = app.make_client("worker/box", &["queue:claim-work:multi/a", "queue:worker-id:g/box"]).await;
     let url = format!("{}/claim-work/multi%2Fa", app.base);
