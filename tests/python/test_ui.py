@@ -200,7 +200,7 @@ def test_a_big_log_shows_its_end_first_and_earlier_lines_on_demand(server, queue
     queue.createTask(task_id, make_task(metadata=named("big log")))
     run_id = claim(queue, task_queue_id)["runId"]
     line = "x" * 90
-    log = "".join(f"line {n:06} {line}\n" for n in range(1, 8001))  # about 800 KB: four windows
+    log = "".join(f"\x1b[32mline\x1b[0m {n:06} {line}\n" for n in range(1, 8001))  # about 850 KB: four windows
     append_log(server, task_id, run_id, 0, log)
     post_json(server, f"/api/queue/v1/task/{task_id}/runs/{run_id}/completed", {})
     open_page(browser, f"{server}/tasks/{task_id}", "#log")
@@ -219,6 +219,7 @@ def test_a_big_log_shows_its_end_first_and_earlier_lines_on_demand(server, queue
     assert len(browser.find_elements(By.CSS_SELECTOR, "#log .line")) == 8000, "every line once"
     assert text_of(browser, "#L1 .line-text") == f"line 000001 {line}"
     assert text_of(browser, "#L8000 .line-text").startswith("line 008000")
+    assert browser.find_elements(By.CSS_SELECTOR, "#L8000 .ansi-fg32"), "lines shown first keep their colours"
 
 
 def test_overview_lists_queues_groups_and_failures(server, queue, make_task, task_queue_id, browser, shots):

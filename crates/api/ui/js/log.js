@@ -37,6 +37,12 @@ export function ansiLine(text) {
   return parts;
 }
 
+/** Gives `line` its number and its `#L<n>` link. */
+function number(line, n) {
+  line.id = `L${n}`;
+  line.prepend(h('a', { class: 'line-no', href: `#L${n}` }, String(n)));
+}
+
 /** The log of one run: read once when the run is over, followed while it runs. */
 export class LogView {
   constructor(el) {
@@ -86,6 +92,7 @@ export class LogView {
     this.following = follow;
     this.start = 0;
     this.numbered = false;
+    this.dropped = false;
     this.count = 0;
     let text = '';
     try {
@@ -143,13 +150,8 @@ export class LogView {
   /** One element per line; numbered (and linkable) once the view starts at the log's start. */
   lineElements(texts, firstNumber) {
     return texts.map((text, n) => {
-      const number = firstNumber + n;
-      const line = h('div', { class: 'line' });
-      if (this.numbered) {
-        line.id = `L${number}`;
-        line.append(h('a', { class: 'line-no', href: `#L${number}` }, String(number)));
-      }
-      line.append(h('span', { class: 'line-text' }, ansiLine(text)));
+      const line = h('div', { class: 'line' }, h('span', { class: 'line-text' }, ansiLine(text)));
+      if (this.numbered) number(line, firstNumber + n);
       return line;
     });
   }
@@ -192,15 +194,12 @@ export class LogView {
     const texts = text.replace(/\n$/, '').split('\n');
     const scrolled = this.lines.scrollHeight - this.lines.scrollTop;
     this.start = start;
+    this.lines.prepend(...this.lineElements(texts, 1));
+    this.count += texts.length;
     if (start === 0) {
-      // The whole log is here now: every line gets its number.
+      // The whole log is here now: every line gets its number, in place.
       this.numbered = true;
-      const all = texts.concat([...this.lines.children].map((line) => line.lastChild.textContent));
-      fill(this.lines, ...this.lineElements(all, 1));
-      this.count = all.length;
-    } else {
-      this.lines.prepend(...this.lineElements(texts, 1));
-      this.count += texts.length;
+      [...this.lines.children].forEach((line, n) => number(line, n + 1));
     }
     this.lines.scrollTop = this.lines.scrollHeight - scrolled;
     this.drawEarlier();
