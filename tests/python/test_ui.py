@@ -285,7 +285,10 @@ def test_group_page_shows_every_task_and_follows_changes_live(server, queue, mak
         return sorted((r.get_attribute("data-task"), r.get_attribute("data-state")) for r in rows)
 
     wait(browser, lambda d: shown(d) == sorted((task_id, "pending") for task_id in ids), "every task, pending")
+    assert text_of(browser, "#progress") == "0 of 3 resolved (0%)"
+    assert text_of(browser, "#durations") == "No task has started yet."
     browser.execute_script("window.notReloaded = true")
+    rows_before = {task_id: browser.find_element(By.CSS_SELECTOR, f'tr[data-task="{task_id}"]') for task_id in ids}
     running = claim(queue, task_queue_id)["status"]["taskId"]
     wait(
         browser,
@@ -293,8 +296,22 @@ def test_group_page_shows_every_task_and_follows_changes_live(server, queue, mak
         "the claimed task shown running",
     )
     assert browser.execute_script("return window.notReloaded === true"), "changed without a reload"
-    # The state filter keeps only the running one.
-    browser.find_element(By.CSS_SELECTOR, 'button[data-state="running"]').click()
+
+    def still_drawn(element):
+        try:
+            return browser.execute_script("return arguments[0].isConnected", element)
+        except StaleElementReferenceException:
+            return False
+
+    # Only the row that changed was drawn again: a click never lands on a replaced row.
+    assert not still_drawn(rows_before[running])
+    assert all(still_drawn(rows_before[task_id]) for task_id in ids if task_id != running)
+    wait(browser, lambda d: text_of(d, "#durations").startswith("Started just now · under way for"), "the group's durations")
+    queue.reportCompleted(running, 0)
+    wait(browser, lambda d: text_of(d, "#progress") == "1 of 3 resolved (33%)", "the progress moved on")
+    assert f"longest group task {ids.index(running)}" in text_of(browser, "#durations")
+    # The state filter keeps only the completed one.
+    browser.find_element(By.CSS_SELECTOR, 'button[data-state="completed"]').click()
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tasks tr")) == 1, "the filter applied")
     snap(browser, shots, "group")
     # The filters are in the URL: a reload (or the link, shared) shows the same view.

@@ -1,10 +1,11 @@
 // `/tasks/groups/<taskGroupId>`: every task of a group with its state, filtered by state and
-// by name, a page of rows at a time (a group may hold tens of thousands), kept current from
-// the event stream without reloading. The filters and page are kept in the URL
+// by name, a page of rows at a time (a group may hold tens of thousands), under a header with
+// its progress and durations, kept current from the event stream without reloading (only the
+// rows that changed are drawn again). The filters and page are kept in the URL
 // (`?state=&q=&page=`), so a link or a reload shows the same view.
 
 import { ApiError, TASK_EXCHANGES, allPages, call, credentials, get, listen, queue } from '../api.js';
-import { badge, fill, h, problem, queueLink, throttle, when } from '../view.js';
+import { badge, duration, fill, h, problem, queueLink, taskLink, throttle, when } from '../view.js';
 
 const PAGE_ROWS = 100;
 const STATES = ['unscheduled', 'pending', 'running', 'completed', 'failed', 'exception'];
@@ -19,6 +20,9 @@ export async function groupPage(main, groupId) {
     page: Math.max(0, (Number(asked.get('page')) || 1) - 1),
   };
   const counts = h('div', { class: 'chips', id: 'counts' });
+  const progress = h('div', { class: 'progress', id: 'progress', role: 'img' });
+  const times = h('p', { class: 'muted', id: 'durations' });
+  const drawn = new Map(); // taskId -> {key, el}: the rows on show, redrawn only when changed
   const table = h('tbody', { id: 'tasks' });
   const pager = h('div', { class: 'pager' });
   const loading = h('span', { class: 'muted', id: 'loading' }, 'loading…');
@@ -39,6 +43,7 @@ export async function groupPage(main, groupId) {
     h('p', { class: 'muted' }, `scheduler ${group.schedulerId}`, group.sealed ? ' · sealed ' : '', group.sealed ? when(group.sealed) : '',
       ' · expires ', when(group.expires), graphLink, ' · ', loading),
     groupActions(groupId, tasks),
+    progress, times,
     counts, h('div', { class: 'toolbar' }, filter),
     h('div', { class: 'scroll' }, h('table', { class: 'list' },
       h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'State'), h('th', { class: 'wide' }, 'Queue'),
@@ -63,7 +68,8 @@ export async function groupPage(main, groupId) {
     const pages = Math.max(1, Math.ceil(shown.length / PAGE_ROWS));
     view.page = Math.min(view.page, pages - 1);
     remember();
-    fill(table, shown.slice(view.page * PAGE_ROWS, (view.page + 1) * PAGE_ROWS).map(row));
+    drawProgress(progress, times, tasks, byState);
+    drawRows(table, drawn, shown.slice(view.page * PAGE_ROWS, (view.page + 1) * PAGE_ROWS));
     fill(pager, pages > 1 ? [
       h('button', { disabled: view.page === 0, onclick: () => { view.page--; draw(); } }, '‹ previous'),
       ` page ${view.page + 1} of ${pages} (${shown.length} tasks) `,
@@ -128,15 +134,73 @@ const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.status.
 
 const runsOf = (status) => status.runs.length * 10 + STATES.indexOf(status.state);
 
-function row({ name, status }) {
+/** The group's progress as a bar by state with "N of M resolved", and its durations: since
+ * its first run started, until its last ended (or now, while any task is unresolved), the
+ * time its runs took in all, and its longest run. */
+function drawProgress(bar, times, tasks, byState) {
+  const total = tasks.size;
+  const resolved = byState.completed + byState.failed + byState.exception;
+  const share = (n) => `${total ? (100 * n) / total : 0}%`;
+  bar.setAttribute('aria-label', `${resolved} of ${total} resolved`);
+  // Widths set through the CSSOM: the page's policy forbids style attributes.
+  const part = (s) => { const el = h('span', { class: `state-${s}`, title: `${s} ${byState[s]}` }); el.style.width = share(byState[s]); return el; };
+  fill(bar, h('div', { class: 'bar' }, ['completed', 'failed', 'exception', 'running', 'pending'].filter((s) => byState[s]).map(part)),
+  h('span', { class: 'progress-text' }, `${resolved} of ${total} resolved`, total ? ` (${Math.floor((100 * resolved) / total)}%)` : ''));
+  const now = Date.now();
+  let first = Infinity;
+  let last = 0;
+  let busy = 0;
+  let longest = null;
+  for (const { name, status } of tasks.values()) {
+    for (const run of status.runs) {
+      if (!run.started) continue;
+      const started = Date.parse(run.started);
+      const ended = run.resolved ? Date.parse(run.resolved) : now;
+      first = Math.min(first, started);
+      if (run.resolved) last = Math.max(last, ended);
+      busy += ended - started;
+      if (!longest || ended - started > longest.took) longest = { took: ended - started, name, taskId: status.taskId };
+    }
+  }
+  if (first === Infinity) return fill(times, 'No task has started yet.');
+  const open = resolved < total;
+  fill(times, 'Started ', when(new Date(first).toISOString()),
+    open ? ` · under way for ${duration(now - first)}` : ` · took ${duration(last - first)}`,
+    ` · ${duration(busy)} of run time in all · longest `, taskLink(longest.taskId, longest.name), ` (${duration(longest.took)})`);
+}
+
+/** Shows `entries` in `body`, keeping the element of each row whose task has not changed
+ * (a click in the table never lands on a row replaced under it). */
+function drawRows(body, drawn, entries) {
+  const els = entries.map((entry) => {
+    const { status } = entry;
+    const key = `${entry.name}\u0000${status.state}\u0000${status.runs.length}\u0000${lastChange(status)}`;
+    const known = drawn.get(status.taskId);
+    return known && known.key === key ? known : { key, el: row(entry), taskId: status.taskId };
+  });
+  const same = body.children.length === els.length
+    && els.every(({ el, taskId }, i) => body.children[i] === el || body.children[i].dataset.task === taskId);
+  if (same) {
+    els.forEach(({ el }, i) => { if (body.children[i] !== el) body.children[i].replaceWith(el); });
+  } else {
+    body.replaceChildren(...els.map(({ el }) => el));
+  }
+  drawn.clear();
+  for (const entry of els) drawn.set(entry.taskId, entry);
+}
+
+function lastChange(status) {
   const last = status.runs[status.runs.length - 1];
-  const changed = last ? last.resolved || last.started || last.scheduled : null;
+  return last ? last.resolved || last.started || last.scheduled : null;
+}
+
+function row({ name, status }) {
   return h('tr', { 'data-task': status.taskId, 'data-state': status.state },
     h('td', {}, h('a', { href: `/tasks/${status.taskId}` }, name), h('div', { class: 'mono muted small' }, status.taskId)),
     h('td', {}, badge(status.state)),
     h('td', { class: 'wide' }, queueLink(status.taskQueueId)),
     h('td', { class: 'num' }, status.runs.length),
-    h('td', { class: 'wide' }, when(changed)));
+    h('td', { class: 'wide' }, when(lastChange(status))));
 }
 
 /** Seal, cancel (sealing first, as the queue asks) and rerun the failed: each asked first,
