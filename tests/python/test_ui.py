@@ -413,6 +413,59 @@ def test_cancel_from_the_page_needs_the_scopes(server, queue, auth, make_task, b
     sign_out(browser, server)
 
 
+def test_retrigger_and_edit_and_create_make_new_tasks(server, queue, make_task, task_queue_id, browser, shots):
+    original = slugid_nice()
+    queue.createTask(original, make_task(metadata=named("make me again"), tags={"suite": "ui"}))
+    queue.reportFailed(claim(queue, task_queue_id)["status"]["taskId"], 0)
+    before = queue.task(original)
+    sign_in(browser, server, "root", ROOT_TOKEN)
+    open_page(browser, f"{server}/tasks/{original}", "#retrigger")
+    # Retrigger: asked first, then a new task with the same definition at new times.
+    browser.find_element(By.ID, "retrigger").click()
+    browser.switch_to.alert.dismiss()
+    assert text_of(browser, "#action-result") == ""
+    browser.find_element(By.ID, "retrigger").click()
+    browser.switch_to.alert.accept()
+    wait(browser, lambda d: text_of(d, "#action-result").startswith("Retriggered as "), "the retrigger said")
+    again = browser.find_element(By.ID, "retriggered").text
+    copy = queue.task(again)
+    assert again != original and queue.status(again)["status"]["state"] == "pending"
+    assert copy["payload"] == before["payload"] and copy["metadata"] == before["metadata"] and copy["tags"] == before["tags"]
+    assert copy["created"] > before["created"] and copy["deadline"] > before["deadline"]
+    # A blank template from the task list; Edit and create: the definition prefilled, changed
+    # here, created as a new task.
+    open_page(browser, f"{server}/tasks", "#create-task")
+    browser.find_element(By.ID, "create-task").click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#app[data-ready] #definition"), "the blank create page")
+    assert json.loads(browser.find_element(By.ID, "definition").get_attribute("value"))["payload"]["command"]
+    open_page(browser, f"{server}/tasks/{original}", "#edit-and-create")
+    browser.find_element(By.ID, "edit-and-create").click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#app[data-ready] #definition"), "the create page")
+    assert browser.title == "Create a task · Shoal"
+    editor = browser.find_element(By.ID, "definition")
+    definition = json.loads(editor.get_attribute("value"))
+    assert definition["payload"] == before["payload"] and "provisionerId" not in definition
+    snap(browser, shots, "task-create")
+    # Bad input is refused with the reason, and nothing is created.
+    set_value = "arguments[0].value = arguments[1]"
+    browser.execute_script(set_value, editor, "{not json")
+    browser.find_element(By.ID, "create").click()
+    wait(browser, lambda d: "definition: not JSON" in text_of(d, "#create-result"), "the JSON error said")
+    del definition["metadata"]["name"]
+    browser.execute_script(set_value, editor, json.dumps(definition))
+    browser.find_element(By.ID, "create").click()
+    wait(browser, lambda d: "metadata" in text_of(d, "#create-result"), "the server's refusal said")
+    new_id = browser.find_element(By.ID, "new-task-id").get_attribute("value")
+    assert requests.get(f"{server}/api/queue/v1/task/{new_id}").status_code == 404
+    definition["metadata"]["name"] = "made by hand"
+    browser.execute_script(set_value, editor, json.dumps(definition))
+    browser.find_element(By.ID, "create").click()
+    wait(browser, lambda d: d.current_url == f"{server}/tasks/{new_id}", "the new task's page")
+    wait(browser, lambda d: "made by hand" in text_of(d, "h1"), "the new task shown")
+    assert queue.task(new_id)["payload"] == before["payload"]
+    sign_out(browser, server)
+
+
 def test_group_actions_rerun_the_failed_and_cancel_the_group(server, queue, make_task, task_queue_id, browser, shots):
     group = slugid_nice()
     ids = [slugid_nice() for _ in range(3)]

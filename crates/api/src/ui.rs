@@ -19,6 +19,7 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("js/log.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/log.js")),
     ("js/pages/overview.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/overview.js")),
     ("js/pages/group.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/group.js")),
+    ("js/pages/create.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/create.js")),
     ("js/pages/graph.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/graph.js")),
     ("js/pages/task.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/task.js")),
     ("js/pages/tasks.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/tasks.js")),

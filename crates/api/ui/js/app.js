@@ -3,6 +3,7 @@
 import { call, credentials, setCredentials } from './api.js';
 import { fill, h, problem } from './view.js';
 import { groupList, overview } from './pages/overview.js';
+import { createPage } from './pages/create.js';
 import { groupPage } from './pages/group.js';
 import { graphPage } from './pages/graph.js';
 import { taskPage } from './pages/task.js';
@@ -14,6 +15,7 @@ const ROUTES = [
   [/^\/$/, () => overview, () => 'Overview'],
   [/^\/tasks\/?$/, () => taskList, () => 'Tasks'],
   [/^\/tasks\/groups\/?$/, () => groupList, () => 'Task groups'],
+  [/^\/tasks\/create\/?$/, () => createPage, () => 'Create a task'],
   [/^\/tasks\/groups\/([^/]+)\/?$/, (m) => (main) => groupPage(main, m[1]), (m) => `Group ${m[1]}`],
   [/^\/tasks\/([^/]+)(?:\/runs\/(\d+))?\/?$/, (m) => (main) => taskPage(main, m[1], m[2]), (m) => `Task ${m[1]}`],
   // Taskcluster's log URL: the task's page at that run (its log shown there).

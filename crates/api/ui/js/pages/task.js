@@ -1,9 +1,10 @@
 // `/tasks/<taskId>`: what the task is, its runs (reasons, worker, times, stats, artifacts),
-// its log (followed live while the run runs), and cancel, rerun and priority for the
-// signed-in. Kept current from the event stream.
+// its log (followed live while the run runs), and cancel, rerun, retrigger and priority for
+// the signed-in, with a link to edit a copy and create it. Kept current from the event stream.
 
 import { ApiError, TASK_EXCHANGES, call, credentials, get, listen, queue, withQuery } from '../api.js';
 import { LogView } from '../log.js';
+import { copyOf, createTask, newTaskId } from './create.js';
 import { badge, bytes, duration, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
 
 const PRIORITIES = ['highest', 'very-high', 'high', 'medium', 'low', 'very-low', 'lowest'];
@@ -177,11 +178,28 @@ function drawActions(el, task, status, onStatus) {
   const rerunnable = resolved || status.state === 'unscheduled';
   const priority = h('select', { id: 'priority', disabled: !signedIn || resolved, 'aria-label': 'priority' },
     PRIORITIES.map((p) => h('option', { value: p, selected: p === task.priority }, p)));
+  // Retrigger: the same definition as a new task, its times moved to now (Taskcluster's
+  // "Retrigger", Swarming's "Retry").
+  const retrigger = async () => {
+    if (!window.confirm(`Retrigger: create a new task from ${task.metadata.name}'s definition?`)) return;
+    const newId = newTaskId();
+    fill(message, 'Retrigger…');
+    let result;
+    try {
+      await createTask(newId, copyOf(task));
+      result = ['Retriggered as ', h('a', { href: `/tasks/${newId}`, id: 'retriggered', class: 'mono' }, newId)];
+    } catch (err) {
+      result = problem(err instanceof ApiError ? err : { message: String(err) });
+    }
+    fill(document.getElementById('action-result') || message, result);
+  };
   fill(el,
     h('button', { id: 'cancel', disabled: !signedIn || resolved, title: hint, onclick: act('Cancel', 'POST', `/task/${status.taskId}/cancel`) }, 'Cancel'),
     h('button', { id: 'rerun', disabled: !signedIn || !rerunnable, title: hint, onclick: act('Rerun', 'POST', `/task/${status.taskId}/rerun`) }, 'Rerun'),
     priority,
     h('button', { id: 'set-priority', disabled: !signedIn || resolved, title: hint, onclick: () => act('Priority', 'POST', `/task/${status.taskId}/priority`, { newPriority: priority.value })() }, 'Set priority'),
-    signedIn ? null : h('span', { class: 'muted' }, ' Sign in to cancel, rerun or change priority.'),
+    h('button', { id: 'retrigger', disabled: !signedIn, title: hint, onclick: retrigger }, 'Retrigger'),
+    h('a', { href: withQuery('/tasks/create', { from: status.taskId }), id: 'edit-and-create' }, 'Edit and create'),
+    signedIn ? null : h('span', { class: 'muted' }, ' Sign in to cancel, rerun, retrigger or change priority.'),
     message);
 }

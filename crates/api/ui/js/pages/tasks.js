@@ -37,7 +37,7 @@ export async function taskList(main) {
   if (wanted.tag) title.push('Tasks tagged ', h('span', { class: 'mono' }, wanted.tag));
   if (wanted.createdBy) title.push(wanted.tag ? ', created by ' : 'Tasks created by ', h('span', { class: 'mono' }, wanted.createdBy));
   if (!listed) title.push('Tasks that failed lately');
-  fill(main, h('h1', {}, ...title), form, h('p', {}, count),
+  fill(main, h('h1', {}, ...title), form, h('p', {}, count, ' ', h('a', { href: '/tasks/create', id: 'create-task', class: 'small' }, 'Create a task')),
     h('div', { class: 'scroll' }, h('table', { class: 'list' },
       h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'State'), h('th', { class: 'wide' }, 'Queue'), h('th', {}, listed ? 'Created' : 'Failed'))),
       rows)),
