@@ -443,6 +443,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Experimental,
         workers::queue_dimensions
     ),
+    endpoint!("taskQueueBacklog", Get, "/task-queues/{queue}/backlog", Public, Experimental, workers::queue_backlog),
     endpoint!("getTaskQueue", Get, "/task-queues/{queue}", Public, Stable, queues::get_task_queue),
 ];
 

@@ -28,6 +28,7 @@
 
 pub mod artifact;
 pub mod auth;
+pub mod backlog;
 pub mod command;
 pub mod dedup;
 pub mod definition;

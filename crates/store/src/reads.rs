@@ -3,6 +3,7 @@
 
 use serde_json::value::RawValue;
 use shoal_engine::artifact::{Artifact, LIVE_LOG_NAME, implicit_live_log};
+use shoal_engine::backlog::PendingSet;
 use shoal_engine::id::is_identifier;
 use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey, newest_first, run_events, worker_name};
 use shoal_engine::{Rejection, TaskId, Timestamp};
@@ -31,6 +32,10 @@ pub(crate) trait ReadDb {
     fn recent_graphs(&self, before: (i64, &str), limit: usize) -> Result<Vec<(StoredGraph, Timestamp)>, StoreError>;
     /// A queue's pending and running counts.
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError>;
+    /// The dimension sets of at most `scan` of a queue's pending runs (the longest-waiting, as
+    /// the backend's pending index orders them), each with how many
+    /// wait on it and the oldest `scheduled` among them.
+    fn pending_sets(&self, task_queue_id: &str, scan: usize) -> Result<Vec<PendingSet>, StoreError>;
     /// Task queues after `after`, by id, at most `limit`.
     fn task_queues(&self, after: &str, limit: usize) -> Result<Vec<TaskQueueInfo>, StoreError>;
     /// One task queue.
@@ -320,6 +325,10 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         self.0.queue_counts(task_queue_id)
     }
 
+    fn pending_sets(&self, task_queue_id: &str, scan: usize) -> Result<Vec<PendingSet>, StoreError> {
+        self.0.pending_sets(task_queue_id, scan)
+    }
+
     fn list_pending(
         &self,
         task_queue_id: &str,
@@ -481,6 +490,17 @@ impl<D: ReadDb> ReadsOver<D> {
         let task = &found.row.task;
         Ok(task.runs().get(run_id as usize).and_then(|run| implicit_live_log(run, task.meta.expires)))
     }
+}
+
+/// One row of a backend's pending-set count: the dimensions' JSON (NULL for none), how many
+/// runs, and the oldest `scheduled` (as a status writes it).
+pub(crate) fn pending_set(dimensions: Option<&str>, pending: i64, oldest: &str) -> Result<PendingSet, StoreError> {
+    let dimensions = match dimensions {
+        None => Default::default(),
+        Some(json) => serde_json::from_str(json).map_err(|err| crate::row::corrupt(format!("dimensions: {err}")))?,
+    };
+    let oldest = Timestamp::parse(oldest).ok_or_else(|| crate::row::corrupt(format!("scheduled: {oldest:?}")))?;
+    Ok(PendingSet { dimensions, pending: pending as u64, oldest })
 }
 
 fn decode_auth<T: serde::de::DeserializeOwned>(kind: &str, body: &str) -> Result<T, StoreError> {

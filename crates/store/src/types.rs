@@ -3,6 +3,7 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 use shoal_engine::artifact::Artifact;
+use shoal_engine::backlog::PendingSet;
 use shoal_engine::event::Event;
 use shoal_engine::secrets::Secrets;
 use shoal_engine::status::TaskStatus;
@@ -302,6 +303,13 @@ pub trait Reads {
     /// # Errors
     /// Storage failure.
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError>;
+    /// The dimension sets of at most `scan` of a queue's pending runs (the longest-waiting, as
+    /// the backend's pending index orders them), with how many wait
+    /// on each and since when (the backlog's raw counts).
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn pending_sets(&self, task_queue_id: &str, scan: usize) -> Result<Vec<PendingSet>, StoreError>;
     /// Pending runs of a queue, oldest first.
     ///
     /// # Errors

@@ -7,6 +7,7 @@ use axum::Json;
 use axum::extract::{Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use shoal_engine::backlog;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::id::{is_identifier, split_task_queue_id};
 use shoal_engine::worker::{Posted, Sighting, Worker, WorkerKey, WorkerState};
@@ -379,6 +380,45 @@ pub(crate) async fn heartbeat(
     };
     let standing = state.queue.heartbeat(&key, sighting, body.exiting).await?;
     Ok(Json(standing_body(standing, &state)))
+}
+
+/// Most pending runs one backlog reads (the longest-waiting).
+const BACKLOG_SCAN: usize = 10_000;
+
+/// `GET /task-queues/<q>/backlog`: the queue's pending runs by dimension set, each with its
+/// oldest and the workers matching it, the sets no live worker matches marked `stranded`.
+pub(crate) async fn queue_backlog(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
+    let task_queue_id = params.task_queue_id()?;
+    let (now, dead_after) = (now(), dead_after_ms(&state));
+    let queue = task_queue_id.clone();
+    let (counts, sets, workers) = state
+        .queue
+        .store()
+        .read(move |reads| {
+            let every = |_: &Worker, _: bool| true;
+            let workers = reads.list_workers(&queue, None, MAX_SUMMARY_WORKERS, &every)?;
+            Ok((reads.queue_counts(&queue)?, reads.pending_sets(&queue, BACKLOG_SCAN)?, workers))
+        })
+        .await?;
+    let counted: u64 = sets.iter().map(|set| set.pending).sum();
+    let more_sets = sets.len() > backlog::MAX_LINES;
+    let workers: Vec<Worker> = workers.items.into_iter().map(|listed| listed.worker).collect();
+    let lines: Vec<Value> = backlog::backlog(sets, &workers, now, dead_after)
+        .into_iter()
+        .map(|line| {
+            let stranded = line.stranded();
+            let mut body = json!(line);
+            body["stranded"] = json!(stranded);
+            body
+        })
+        .collect();
+    Ok(Json(json!({
+        "taskQueueId": task_queue_id,
+        "pendingTasks": counts.pending_tasks,
+        // Whether every pending run and every set is in `backlog` (the read is bounded).
+        "complete": !more_sets && counted == counts.pending_tasks,
+        "backlog": lines,
+    })))
 }
 
 /// Most workers one dimension summary reads.

@@ -71,6 +71,45 @@ async fn claiming_workers_are_registered_with_dimensions_and_recent_tasks() {
 }
 
 #[tokio::test]
+async fn the_backlog_counts_pending_runs_by_dimension_set_and_marks_those_no_live_worker_matches() {
+    let app = TestApp::with(short_wait()).await;
+    let (linux, mac) = (json!({"os": ["linux"]}), json!({"os": ["mac"]}));
+    app.create(&slugid(), json!({"dimensions": linux})).await;
+    assert_eq!(claim_with(&app, "w1", linux.clone()).await["tasks"].as_array().unwrap().len(), 1);
+    assert!(claim_with(&app, "w2", mac.clone()).await["tasks"].as_array().unwrap().is_empty());
+    let (status, body) = app.put(&format!("{WORKERS}/g/w2"), json!({"quarantineUntil": from_now(3600)})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for dimensions in [&linux, &mac, &mac] {
+        app.create(&slugid(), json!({"dimensions": dimensions})).await;
+    }
+
+    let (status, backlog) = app.get("/task-queues/prov%2Fwt/backlog").await;
+    assert_eq!(status, StatusCode::OK, "{backlog}");
+    assert_eq!((backlog["pendingTasks"].clone(), backlog["complete"].clone()), (json!(3), json!(true)), "{backlog}");
+    let lines = backlog["backlog"].as_array().unwrap();
+    let shown: Vec<(Value, Value, Value, Value)> = lines
+        .iter()
+        .map(|line| {
+            (
+                line["dimensions"].clone(),
+                line["pendingTasks"].clone(),
+                line["workers"].clone(),
+                line["stranded"].clone(),
+            )
+        })
+        .collect();
+    let workers = |live: u64, quarantined: u64| json!({"live": live, "quarantined": quarantined, "maintenance": 0, "terminating": 0, "missing": 0});
+    assert_eq!(
+        shown,
+        [(linux, json!(1), workers(1, 0), json!(false)), (mac, json!(2), workers(0, 1), json!(true))],
+        "{backlog}"
+    );
+    assert!(lines[0]["oldestPending"].as_str().unwrap() <= lines[1]["oldestPending"].as_str().unwrap(), "{backlog}");
+    let (status, body) = app.get("/task-queues/nonsense/backlog").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+#[tokio::test]
 async fn provisioners_and_worker_types_come_from_the_task_queues() {
     let app = TestApp::start().await;
     for queue in ["prov/wt", "prov/other", "elsewhere/wt"] {

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use postgres::Row;
 use postgres::types::ToSql;
 use shoal_engine::artifact::Artifact;
+use shoal_engine::backlog::PendingSet;
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
@@ -16,7 +17,7 @@ use crate::postgres::row::{
     GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, artifact_from_row, raw_json, task_from_row, task_group_from_row,
 };
 use crate::postgres::{PgConn, graph};
-use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
+use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
 use crate::row::Backends;
 use crate::row::corrupt;
 use crate::{ArtifactKey, QueueCounts, RecentGroup, StoreError, TagQuery, TaskGroup, TaskQueueInfo};
@@ -128,6 +129,21 @@ impl ReadDb for PgReads<'_> {
         };
         let n: i64 = rows.first().map(|row| row.try_get(0)).transpose()?.unwrap_or(0);
         Ok(n as u64)
+    }
+
+    fn pending_sets(&self, task_queue_id: &str, scan: usize) -> Result<Vec<PendingSet>, StoreError> {
+        let rows = self.query(
+            "SELECT dimensions::text, count(*), min((runs::jsonb -> -1) ->> 'scheduled') FROM \
+             (SELECT dimensions, runs FROM tasks WHERE task_queue_id = $1 AND state = 'pending' \
+              ORDER BY priority_rank, pending_seq LIMIT $2) line GROUP BY dimensions",
+            &[&task_queue_id, &(scan as i64)],
+        )?;
+        rows.iter()
+            .map(|row| {
+                let (dimensions, oldest): (Option<&str>, &str) = (row.try_get(0)?, row.try_get(2)?);
+                pending_set(dimensions, row.try_get(1)?, oldest)
+            })
+            .collect()
     }
 
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError> {

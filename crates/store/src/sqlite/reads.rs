@@ -2,6 +2,7 @@
 
 use rusqlite::{Connection, Row, params};
 use shoal_engine::artifact::Artifact;
+use shoal_engine::backlog::PendingSet;
 use shoal_engine::group::GROUP_EXPIRY_SLACK_MS;
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
@@ -10,7 +11,7 @@ use crate::StoreError;
 use crate::ops::auth::AuthKind;
 use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
-use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements};
+use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
 use crate::row::Backends;
 use crate::sqlite::row::{self, N_TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{artifacts, graph, outbox, workers};
@@ -135,6 +136,21 @@ impl ReadDb for ReadConn<'_> {
             pending_tasks: count("SELECT COUNT(*) FROM tasks WHERE task_queue_id = ?1 AND state = 'pending'")?,
             claimed_tasks: count("SELECT COUNT(*) FROM tasks WHERE task_queue_id = ?1 AND state = 'running'")?,
         })
+    }
+
+    fn pending_sets(&self, task_queue_id: &str, scan: usize) -> Result<Vec<PendingSet>, StoreError> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT dimensions, COUNT(*), MIN(json_extract(runs, '$[#-1].scheduled')) FROM \
+             (SELECT dimensions, runs FROM tasks WHERE task_queue_id = ?1 AND state = 'pending' \
+              ORDER BY pending_seq LIMIT ?2) GROUP BY dimensions",
+        )?;
+        let mut rows = stmt.query(params![task_queue_id, scan as i64])?;
+        let mut sets = Vec::new();
+        while let Some(row) = rows.next()? {
+            let (dimensions, oldest): (Option<String>, String) = (row.get(0)?, row.get(2)?);
+            sets.push(pending_set(dimensions.as_deref(), row.get::<_, i64>(1)?, &oldest)?);
+        }
+        Ok(sets)
     }
 
     fn task_queues(&self, after: &str, limit: usize) -> Result<Vec<TaskQueueInfo>, StoreError> {

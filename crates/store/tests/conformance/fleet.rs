@@ -182,3 +182,35 @@ pub(crate) async fn a_change_to_a_worker_reaches_its_records_in_every_queue_it_s
     assert!(record("p/a").await.maintenance.is_none(), "{name}");
     assert!(record("p/b").await.maintenance.is_some(), "{name}: no longer one machine");
 }
+
+pub(crate) async fn pending_runs_are_counted_by_dimension_set_with_their_oldest(name: &str, backend: Backend) {
+    let store = &backend.store;
+    let linux = json!({"dimensions": {"os": ["linux"]}});
+    // A running task is no backlog.
+    create(store, id(5), linux.clone(), at(0)).await;
+    assert_eq!(store.claim_work(worker_having(json!({"os": ["linux"]}), None), at(0)).await.unwrap().value.len(), 1);
+    create(store, id(1), linux.clone(), at(1)).await;
+    create(store, id(3), json!({"dimensions": {"os": ["mac"]}}), at(2)).await;
+    create(store, id(2), linux, at(3)).await;
+    create(store, id(4), json!({}), at(4)).await;
+    create(store, id(6), json!({"taskQueueId": "prov/other", "dimensions": {"os": ["mac"]}}), at(5)).await;
+
+    let sets = |store: Store, scan: usize| async move {
+        let mut sets = store.read(move |reads| reads.pending_sets("prov/wt", scan)).await.unwrap();
+        sets.sort_by_key(|set| set.oldest);
+        sets.into_iter()
+            .map(|set| (serde_json::to_value(&set.dimensions).unwrap(), set.pending, set.oldest))
+            .collect::<Vec<_>>()
+    };
+    let expected =
+        vec![(json!({"os": ["linux"]}), 2, at(1)), (json!({"os": ["mac"]}), 1, at(2)), (json!({}), 1, at(4))];
+    assert_eq!(sets(store.clone(), 100).await, expected, "{name}");
+    // At most `scan` runs are read, the longest-waiting first.
+    assert_eq!(
+        sets(store.clone(), 2).await,
+        vec![(json!({"os": ["linux"]}), 1, at(1)), (json!({"os": ["mac"]}), 1, at(2))],
+        "{name}"
+    );
+    let store = backend.reopen();
+    assert_eq!(sets(store, 100).await, expected, "{name}: after a restart");
+}
