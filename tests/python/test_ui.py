@@ -534,6 +534,37 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     sign_out(browser, server)
 
 
+def test_the_backlog_by_dimensions_warns_when_no_live_worker_matches(server, queue, make_task, task_queue_id, browser, shots):
+    plan9 = {"os": ["plan9"]}
+    first = slugid_nice()
+    queue.createTask(first, make_task(dimensions=plan9, metadata=named("ran on plan9")))
+    queue.reportCompleted(claim(queue, task_queue_id, worker_id="p9", dimensions=plan9)["status"]["taskId"], 0)
+    queue.quarantineWorker(*task_queue_id.split("/"), "ui", "p9", {"quarantineUntil": taskcluster.fromNowJSON("1 hour")})
+    warm = slugid_nice()
+    queue.createTask(warm, make_task(metadata=named("ran on linux")))
+    queue.reportCompleted(claim(queue, task_queue_id, worker_id="lx", dimensions={"os": ["linux"]})["status"]["taskId"], 0)
+    waiting = slugid_nice()
+    queue.createTask(waiting, make_task(dimensions=plan9, metadata=named("waits for plan9")))
+    anywhere = slugid_nice()
+    queue.createTask(anywhere, make_task(metadata=named("runs anywhere")))
+    sign_out(browser, server)
+    # The task says nothing will run it, and why: its only match is quarantined.
+    open_page(browser, f"{server}/tasks/{waiting}", "#no-worker")
+    assert text_of(browser, "#no-worker").startswith("No live worker has the dimensions this task waits on (1 quarantined);")
+    snap(browser, shots, "task-stranded")
+    # A task a live worker could run raises no warning.
+    open_page(browser, f"{server}/tasks/{anywhere}", "#actions")
+    assert not browser.find_elements(By.ID, "no-worker")
+    # The queue's backlog, longest-waiting first, with the oldest pending run.
+    provisioner, worker_type = task_queue_id.split("/")
+    open_page(browser, f"{server}/provisioners/{provisioner}/worker-types/{worker_type}", "#backlog")
+    rows = [(r.get_attribute("data-stranded"), r.text) for r in browser.find_elements(By.CSS_SELECTOR, "#backlog tbody tr")]
+    assert rows[0][0] == "true" and "os:plan9" in rows[0][1] and "No live worker matches (1 quarantined)" in rows[0][1], rows
+    assert rows[1][0] == "false" and "any worker" in rows[1][1] and "1 live, 1 quarantined" in rows[1][1], rows
+    assert text_of(browser, "#oldest-pending").startswith("since ")
+    snap(browser, shots, "queue-backlog")
+
+
 def test_worker_page_shows_its_maintenance_and_what_it_posted(server, task_queue_id, browser, shots):
     provisioner, worker_type = task_queue_id.split("/")
     workers = f"/api/queue/v1/provisioners/{provisioner}/worker-types/{worker_type}/workers/ui/w-sick"

@@ -5,6 +5,7 @@
 import { ApiError, TASK_EXCHANGES, call, credentials, get, listen, queue, withQuery } from '../api.js';
 import { LogView } from '../log.js';
 import { copyOf, createTask, newTaskId } from './create.js';
+import { heldWorkers } from './workers.js';
 import { badge, bytes, duration, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
 
 const PRIORITIES = ['highest', 'very-high', 'high', 'medium', 'low', 'very-low', 'lowest'];
@@ -21,12 +22,12 @@ export async function taskPage(main, taskId, wantedRun) {
     async () => { ({ status } = await get(queue(`/task/${taskId}/status`))); draw(); });
   ({ status } = await get(queue(`/task/${taskId}/status`)));
   const parts = {
-    head: h('div'), failure: h('div'), actions: h('div', { class: 'actions', id: 'actions' }),
+    head: h('div'), waiting: h('div'), failure: h('div'), actions: h('div', { class: 'actions', id: 'actions' }),
     runs: h('div', { id: 'runs' }), log: h('div'),
   };
   const logView = new LogView(parts.log);
   fill(main,
-    parts.head, parts.failure, parts.actions,
+    parts.head, parts.waiting, parts.failure, parts.actions,
     h('div', { class: 'grid' }, section('Task', describe(task)), section('Runs', parts.runs)),
     section('Log', parts.log),
     section('Definition', h('details', {}, h('summary', {}, 'payload and full definition (JSON)'),
@@ -45,8 +46,22 @@ export async function taskPage(main, taskId, wantedRun) {
     const run = status.runs[runId];
     logView.show(taskId, run);
     drawFailure(parts.failure, run, logView);
+    drawWaiting(parts.waiting, task, status);
   };
   draw();
+}
+
+/** A pending task that no live worker matches says so: it waits until one does. */
+function drawWaiting(el, task, status) {
+  if (status.state !== 'pending') return fill(el);
+  const wanted = JSON.stringify(task.slices?.length ? task.slices[status.currentSlice ?? 0].dimensions || {} : task.dimensions || {});
+  get(queue(`/task-queues/${status.taskQueueId}/backlog`)).then((backlog) => {
+    const line = backlog.backlog.find((l) => JSON.stringify(l.dimensions) === wanted);
+    const held = line ? heldWorkers(line) : [];
+    fill(el, line?.stranded ? h('p', { class: 'warning', id: 'no-worker', role: 'alert' },
+      'No live worker has the dimensions this task waits on', held.length ? ` (${held.join(', ')})` : '',
+      '; it stays pending until one does. ', queueLink(status.taskQueueId)) : null);
+  }).catch(() => fill(el));
 }
 
 /** A failed run, first: why it ended and the end of its log, above the fold on any screen. */

@@ -53,18 +53,49 @@ async function workersTable(el, queues, params) {
   if (!rows.children.length) rows.append(h('tr', {}, h('td', { colspan: 5, class: 'muted' }, 'No worker matches.')));
 }
 
+/** The queue's pending runs by the dimensions they wait on, the sets no live worker matches
+ * called out. */
+function backlogTable(backlog) {
+  if (!backlog.backlog.length) return h('p', { class: 'muted', id: 'backlog' }, 'Nothing pending.');
+  return h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'backlog' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'Dimensions'), h('th', { class: 'num' }, 'Pending'), h('th', {}, 'Oldest'), h('th', {}, 'Workers matching'))),
+    h('tbody', {}, backlog.backlog.map((line) => h('tr', { 'data-stranded': String(line.stranded) },
+      h('td', {}, Object.keys(line.dimensions).length ? dimensionChips(line.dimensions) : h('span', { class: 'muted' }, 'any worker')),
+      h('td', { class: 'num' }, line.pendingTasks), h('td', {}, when(line.oldestPending)),
+      h('td', {}, matchingWorkers(line)))))),
+  backlog.complete ? null : h('p', { class: 'muted small' }, 'Counted over the longest-waiting runs only.'));
+}
+
+/** The workers of a backlog line that match but cannot claim now: "1 quarantined, 2 missing". */
+export function heldWorkers(line) {
+  return ['quarantined', 'maintenance', 'terminating', 'missing'].filter((k) => line.workers[k]).map((k) => `${line.workers[k]} ${k}`);
+}
+
+/** "3 live", or a warning that no live worker matches, with the workers that match but cannot claim. */
+function matchingWorkers(line) {
+  const held = heldWorkers(line);
+  if (line.stranded) {
+    return h('span', { class: 'warning', role: 'alert' }, 'No live worker matches', held.length ? ` (${held.join(', ')})` : '');
+  }
+  return [`${line.workers.live} live`, held.length ? h('span', { class: 'muted' }, `, ${held.join(', ')}`) : null];
+}
+
 function dimensionChips(dims) {
   return h('div', { class: 'chips' }, Object.entries(dims || {}).map(([k, values]) => h('span', { class: 'chip' }, `${k}:${[].concat(values).join(',')}`)));
 }
 
 export async function queuePage(main, taskQueueId) {
-  const [counts, info] = await Promise.all([
+  const [counts, info, backlog] = await Promise.all([
     get(queue(`/task-queues/${taskQueueId}/counts`)),
     get(queue(`/task-queues/${taskQueueId}`)).catch(() => ({})),
+    get(queue(`/task-queues/${taskQueueId}/backlog`)),
   ]);
   const workers = h('div');
+  const oldest = backlog.backlog[0]?.oldestPending;
   fill(main, h('h1', {}, 'Queue ', h('span', { class: 'mono' }, taskQueueId)),
-    facts([['Pending', counts.pendingTasks], ['Claimed', counts.claimedTasks], ['Last active', when(info.lastDateActive)], ['Description', info.description]]),
+    facts([['Pending', counts.pendingTasks], ['Oldest pending', oldest ? h('span', { id: 'oldest-pending' }, 'since ', when(oldest)) : null],
+      ['Claimed', counts.claimedTasks], ['Last active', when(info.lastDateActive)], ['Description', info.description]]),
+    section('Backlog by dimensions', backlogTable(backlog)),
     section('Workers', workers));
   await workersTable(workers, [taskQueueId], new URLSearchParams(location.search));
 }
