@@ -264,6 +264,20 @@ def test_overview_lists_queues_groups_and_failures(server, queue, make_task, tas
     assert browser.find_elements(By.CSS_SELECTOR, f'#tasks tr[data-task="{failing}"]')
 
 
+def test_a_listings_pages_shown_are_kept_in_the_url(server, queue, make_task, browser, shots):
+    tag = "page:" + slugid_nice()[:8]
+    for n in range(101):
+        queue.createTask(slugid_nice(), make_task(tags={"page": tag[5:]}, metadata=named(f"paged {n}")))
+    sign_out(browser, server)
+    open_page(browser, f"{server}/tasks?tag={tag}", "#tasks tr:nth-child(100)")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#tasks tr")) == 100 and "pages=" not in browser.current_url
+    browser.find_element(By.CSS_SELECTOR, "button.more").click()
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tasks tr")) == 101, "the second page")
+    assert "pages=2" in browser.current_url and not browser.find_elements(By.CSS_SELECTOR, "button.more")
+    browser.refresh()
+    wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#app[data-ready] #tasks tr")) == 101, "both pages again")
+
+
 def test_group_page_shows_every_task_and_follows_changes_live(server, queue, make_task, task_queue_id, browser, shots):
     group = slugid_nice()
     ids = [slugid_nice() for _ in range(3)]

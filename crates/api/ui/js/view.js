@@ -120,6 +120,34 @@ export function queueLink(taskQueueId) {
   return h('a', { href: `/provisioners/${provisioner}/worker-types/${workerType}`, class: 'mono' }, taskQueueId);
 }
 
+/** Most pages of a "more" listing a link may ask for at once. */
+const MAX_PAGES = 20;
+
+/** A listing read a page at a time behind a "more" button, the pages shown kept in the URL
+ * (`?pages=N`) so that a reload or a shared link shows as many: `load(token)` reads a page,
+ * shows it, and answers the next token (or none). */
+export async function pagedListing(more, load) {
+  const wanted = Math.min(MAX_PAGES, Math.max(1, Number(new URLSearchParams(location.search).get('pages')) || 1));
+  let shown = 0;
+  const next = async (token) => {
+    try {
+      const following = await load(token);
+      shown += 1;
+      const url = new URL(location.href);
+      if (shown > 1) url.searchParams.set('pages', String(shown));
+      else url.searchParams.delete('pages');
+      history.replaceState(history.state, '', url);
+      fill(more, following ? h('button', { class: 'more', onclick: () => next(following) }, 'more') : null);
+      return following;
+    } catch (err) {
+      fill(more, problem(err));
+      return null;
+    }
+  };
+  let token = await next();
+  while (token && shown < wanted) token = await next(token);
+}
+
 /** Runs `fn` at most once per `ms`, the last call winning. */
 export function throttle(fn, ms) {
   let timer = null;

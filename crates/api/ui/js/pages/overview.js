@@ -2,7 +2,7 @@
 // graphs, and recent failures. Refreshed every few seconds while open.
 
 import { get, queue, withQuery } from '../api.js';
-import { badge, fill, h, problem, queueLink, section, taskLink, when } from '../view.js';
+import { badge, fill, h, pagedListing, problem, queueLink, section, taskLink, when } from '../view.js';
 
 const REFRESH_MS = 5000;
 
@@ -59,7 +59,8 @@ async function drawGroups(el) {
   h('p', {}, h('a', { href: '/tasks/groups', id: 'all-groups' }, 'All task groups →')));
 }
 
-/** `/tasks/groups?q=`: every task group, newest first, 100 a page, narrowed by id or scheduler. */
+/** `/tasks/groups?q=&pages=`: every task group, newest first, 100 a page, narrowed by id or
+ * scheduler. */
 export async function groupList(main) {
   const wanted = new URLSearchParams(location.search).get('q') || '';
   const search = h('input', { id: 'group-search', type: 'search', placeholder: 'group id or scheduler', value: wanted, 'aria-label': 'search groups' });
@@ -69,7 +70,10 @@ export async function groupList(main) {
   const draw = () => {
     const q = search.value.trim().toLowerCase();
     // The search stays in the URL, replaced as it changes, so a link shows the same list.
-    history.replaceState(null, '', withQuery('/tasks/groups', { q: search.value.trim() }));
+    const url = new URL(location.href);
+    if (search.value.trim()) url.searchParams.set('q', search.value.trim());
+    else url.searchParams.delete('q');
+    history.replaceState(null, '', url);
     fill(rows, loaded.filter((g) => !q || g.taskGroupId.toLowerCase().includes(q) || g.schedulerId.toLowerCase().includes(q))
       .map((g) => h('tr', { 'data-group': g.taskGroupId },
         h('td', {}, h('a', { href: `/tasks/groups/${g.taskGroupId}`, class: 'mono' }, g.taskGroupId)),
@@ -80,17 +84,12 @@ export async function groupList(main) {
     h('div', { class: 'scroll' }, h('table', { class: 'list' },
       h('thead', {}, h('tr', {}, h('th', {}, 'Group'), h('th', {}, 'Scheduler'), h('th', {}, 'Created'), h('th', {}, ''))), rows)),
     more);
-  const load = async (token) => {
-    try {
-      const page = await get(withQuery(queue('/task-groups'), { limit: 100, continuationToken: token }));
-      loaded.push(...page.taskGroups);
-      draw();
-      fill(more, page.continuationToken ? h('button', { id: 'more-groups', onclick: () => load(page.continuationToken) }, 'more') : null);
-    } catch (err) {
-      fill(more, problem(err));
-    }
-  };
-  await load();
+  await pagedListing(more, async (token) => {
+    const page = await get(withQuery(queue('/task-groups'), { limit: 100, continuationToken: token }));
+    loaded.push(...page.taskGroups);
+    draw();
+    return page.continuationToken;
+  });
 }
 
 async function drawGraphs(el) {

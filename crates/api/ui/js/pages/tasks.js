@@ -1,9 +1,12 @@
 // `/tasks?tag=k:v&createdBy=..&state=..&taskQueueId=..&within=..`: Swarming's task list, newest
 // first, by tag or creator, queue, state and time; with neither, the tasks that failed lately
-// (when they failed; deliberate cancellations left out unless `cancels=on`).
+// (when they failed; deliberate cancellations left out unless `cancels=on`); `pages=N` shows
+// that many pages of 100.
 
 import { get, queue, withQuery } from '../api.js';
-import { badge, fill, h, problem, queueLink, taskLink, when } from '../view.js';
+import { badge, fill, h, pagedListing, queueLink, taskLink, when } from '../view.js';
+
+const PAGE_ROWS = 100;
 
 const STATES = ['', 'unscheduled', 'pending', 'running', 'completed', 'failed', 'exception'];
 /** Time ranges: the last hour, day or week (on `created`, or for failures when they failed). */
@@ -33,6 +36,7 @@ export async function taskList(main) {
   const count = h('span', { class: 'muted', id: 'count' });
   const rows = h('tbody', { id: 'tasks' });
   const more = h('div', { class: 'pager' });
+  const empty = h('div');
   const title = [];
   if (wanted.tag) title.push('Tasks tagged ', h('span', { class: 'mono' }, wanted.tag));
   if (wanted.createdBy) title.push(wanted.tag ? ', created by ' : 'Tasks created by ', h('span', { class: 'mono' }, wanted.createdBy));
@@ -41,7 +45,7 @@ export async function taskList(main) {
     h('div', { class: 'scroll' }, h('table', { class: 'list' },
       h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'State'), h('th', { class: 'wide' }, 'Queue'), h('th', {}, listed ? 'Created' : 'Failed'))),
       rows)),
-    more);
+    empty, more);
   const range = WITHIN.find(([v]) => v === wanted.within)?.[2];
   const filters = {
     tag: wanted.tag, createdBy: wanted.createdBy, taskQueueId: wanted.taskQueueId,
@@ -55,18 +59,13 @@ export async function taskList(main) {
   if (listed) {
     get(withQuery(queue('/tasks/count'), filters)).then(({ count: n }) => fill(count, `${n} tasks`)).catch(() => {});
   }
-  const load = async (token) => {
-    try {
-      const page = await get(withQuery(path, { ...filters, limit: 100, continuationToken: token }));
-      rows.append(...page.tasks.filter(shown).map(({ task, status }) => h('tr', { 'data-task': status.taskId },
-        h('td', {}, taskLink(status.taskId, task.metadata.name)), h('td', {}, badge(status.state)),
-        h('td', { class: 'wide' }, queueLink(status.taskQueueId)),
-        h('td', {}, listed ? when(task.created) : when(last(status)?.resolved)))));
-      fill(more, page.continuationToken ? h('button', { onclick: () => load(page.continuationToken) }, 'more') : null);
-      if (!rows.children.length) fill(more, h('p', { class: 'muted' }, 'No task matches.'));
-    } catch (err) {
-      fill(more, problem(err));
-    }
-  };
-  await load();
+  await pagedListing(more, async (token) => {
+    const page = await get(withQuery(path, { ...filters, limit: PAGE_ROWS, continuationToken: token }));
+    rows.append(...page.tasks.filter(shown).map(({ task, status }) => h('tr', { 'data-task': status.taskId },
+      h('td', {}, taskLink(status.taskId, task.metadata.name)), h('td', {}, badge(status.state)),
+      h('td', { class: 'wide' }, queueLink(status.taskQueueId)),
+      h('td', {}, listed ? when(task.created) : when(last(status)?.resolved)))));
+    fill(empty, rows.children.length ? null : h('p', { class: 'muted' }, 'No task matches.'));
+    return page.continuationToken;
+  });
 }
