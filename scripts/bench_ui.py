@@ -1,8 +1,9 @@
 """Times the web UI on a big group in headless Chromium: a release `shoal server`, one task
 graph of N tasks (its task group), then the group page until every task is listed and live,
-a filter and a state chip applied, the graph page, and the overview; then a task whose log is
-50 MB, until its end shows and until one window of earlier lines does. Run by
-./scripts/bench-ui."""
+a filter and a state chip applied, the graph page, and the overview; then, signed in, the
+cancel of a fresh group of N tasks from its page, until the server answered and until every
+row shows the task cancelled; then a task whose log is 50 MB, until its end shows and until one
+window of earlier lines does. Run by ./scripts/bench-ui."""
 
 import argparse
 import json
@@ -122,6 +123,25 @@ def main():
                              lambda d: d.find_elements(By.CSS_SELECTOR, '#app[data-ready] tr[data-queue="bench-ui/wt"]'))
             print(f"run {run + 1}: group page listed and live {load:.2f} s; name filter {filt * 1000:.0f} ms; "
                   f"state chip {chip * 1000:.0f} ms; graph page {graph:.2f} s; overview {overview:.2f} s")
+        driver.execute_script("sessionStorage.setItem('shoal.credentials', JSON.stringify(arguments[0]))",
+                              {"clientId": "root", "accessToken": TOKEN})
+        cancelled = lambda d: f"exception {args.tasks}" in d.find_element(By.ID, "counts").text  # noqa: E731
+        for run in range(args.runs):
+            group_id = slugid.nice()
+            put_graph(root, group_id, args.tasks)
+            timed(driver, lambda: driver.get(f"{root}/tasks/groups/{group_id}"),
+                  lambda d: d.find_elements(By.CSS_SELECTOR, "#app[data-ready] #loading.live") and rows(d) == 100)
+
+            def cancel():
+                driver.find_element(By.ID, "cancel-group").click()
+                driver.switch_to.alert.accept()
+
+            started = time.perf_counter()
+            answered = timed(driver, cancel, lambda d: "cancelled" in d.find_element(By.ID, "group-action-result").text)
+            timed(driver, lambda: None, cancelled)
+            shown = time.perf_counter() - started
+            print(f"run {run + 1}: cancel group of {args.tasks}: answered in {answered:.2f} s "
+                  f"({driver.find_element(By.ID, 'group-action-result').text}); every row cancelled in {shown:.2f} s")
         task_id, size = big_log_task(root, 50)
         lines = lambda d: len(d.find_elements(By.CSS_SELECTOR, "#log .line"))  # noqa: E731
         for run in range(args.runs):
