@@ -231,8 +231,13 @@ def test_overview_lists_queues_groups_and_failures(server, queue, make_task, tas
     cancelled = slugid_nice()
     queue.createTask(cancelled, make_task(metadata=named("cancelled on purpose")))
     queue.cancelTask(cancelled)
+    still_open = slugid_nice()
+    queue.createTask(still_open, make_task(metadata=named("still pending")))
     open_page(browser, server + "/", f'tr[data-queue="{task_queue_id}"]')
     wait(browser, lambda d: "will fail" in text_of(d, ".grid"), "the failure listed")
+    # Each recent group says whether it is done.
+    assert text_of(browser, f'#recent-groups li[data-group="{failing}"] .badge') == "resolved"
+    assert text_of(browser, f'#recent-groups li[data-group="{still_open}"] .badge') == "running"
     # A cancellation is not a failure, unless asked for.
     assert not browser.find_elements(By.CSS_SELECTOR, f'#failures li[data-task="{cancelled}"]')
     browser.find_element(By.ID, "toggle-cancelled").click()

@@ -194,6 +194,8 @@ pub struct RecentGroup {
     pub group: TaskGroup,
     /// When its first task arrived (0 for groups made before Shoal dated them).
     pub created: Timestamp,
+    /// Whether every task of it is resolved (until another joins it, if it is not sealed).
+    pub resolved: bool,
 }
 
 /// A graph as the listing of recent graphs shows it.

@@ -227,14 +227,16 @@ impl ReadDb for PgReads<'_> {
 
     fn recent_groups(&self, before: (i64, &str), limit: usize) -> Result<Vec<RecentGroup>, StoreError> {
         let sql = format!(
-            "SELECT {GROUP_COLUMNS}, created FROM task_groups WHERE (created, task_group_id) < ($1, $2) \
+            "SELECT {GROUP_COLUMNS}, created, NOT EXISTS (SELECT 1 FROM tasks u WHERE u.task_group_id = g.task_group_id \
+             AND u.deadline_due IS NOT NULL) FROM task_groups g WHERE (created, task_group_id) < ($1, $2) \
              ORDER BY created DESC, task_group_id DESC LIMIT $3"
         );
         let rows = self.query(&sql, &[&before.0, &before.1, &(limit as i64)])?;
         rows.iter()
             .map(|row| {
                 let created: i64 = row.try_get(GROUP_COLUMN_COUNT)?;
-                Ok(RecentGroup { group: task_group_from_row(row)?, created: Timestamp(created) })
+                let resolved: bool = row.try_get(GROUP_COLUMN_COUNT + 1)?;
+                Ok(RecentGroup { group: task_group_from_row(row)?, created: Timestamp(created), resolved })
             })
             .collect()
     }

@@ -198,20 +198,23 @@ impl ReadDb for ReadConn<'_> {
     fn recent_groups(&self, before: (i64, &str), limit: usize) -> Result<Vec<RecentGroup>, StoreError> {
         // Groups with rows of their own, and those their namesakes imply (schema 14), merged.
         let mut stmt = self.0.prepare_cached(
-            "SELECT * FROM (SELECT scheduler_id, expires, sealed, task_group_id, created FROM task_groups \
+            "SELECT r.*, NOT EXISTS (SELECT 1 FROM tasks u WHERE u.task_group_id = r.task_group_id \
+             AND u.deadline_due IS NOT NULL) FROM (\
+             SELECT * FROM (SELECT scheduler_id, expires, sealed, task_group_id, created FROM task_groups \
              WHERE (created, task_group_id) < (?1, ?2) ORDER BY created DESC, task_group_id DESC LIMIT ?3) \
              UNION ALL SELECT * FROM (SELECT scheduler_id, expires + ?4, NULL, task_id, created FROM tasks t \
              WHERE task_group_id = task_id AND (created, task_id) < (?1, ?2) \
              AND NOT EXISTS (SELECT 1 FROM task_groups g WHERE g.task_group_id = t.task_id) \
              ORDER BY created DESC, task_id DESC LIMIT ?3) \
-             ORDER BY 5 DESC, 4 DESC LIMIT ?3",
+             ORDER BY 5 DESC, 4 DESC LIMIT ?3) r ORDER BY r.created DESC, r.task_group_id DESC",
         )?;
         let mut rows = stmt.query(params![before.0, before.1, limit as i64, GROUP_EXPIRY_SLACK_MS])?;
         let mut found = Vec::new();
         while let Some(row) = rows.next()? {
             let id: String = row.get(3)?;
             let group = TaskId::parse(&id).ok_or_else(|| crate::row::corrupt(format!("task group id {id}")))?;
-            found.push(RecentGroup { group: row::task_group_from_row(group, row)?, created: Timestamp(row.get(4)?) });
+            let (created, resolved) = (Timestamp(row.get(4)?), row.get(5)?);
+            found.push(RecentGroup { group: row::task_group_from_row(group, row)?, created, resolved });
         }
         Ok(found)
     }

@@ -64,6 +64,12 @@ pub(crate) async fn the_overview_lists_groups_graphs_and_failures_newest_first(n
     apply(store, id(1), resolve(Resolution::Failed), at(7)).await;
     apply(store, id(3), resolve(Resolution::Completed), at(7)).await;
     assert_eq!(failed(store, None, None, 10).await, (vec![id(1), id(2)], None), "{name}: latest failure first");
+    // A group is resolved when none of its tasks is left unresolved.
+    let all = store.read(|reads| reads.list_task_groups(None, 10)).await.unwrap();
+    let resolved: Vec<(TaskId, bool)> =
+        all.items.iter().map(|group| (group.group.task_group_id, group.resolved)).collect();
+    let expected = [(102, true), (105, false), (103, true), (104, false), (101, false)].map(|(n, done)| (id(n), done));
+    assert_eq!(resolved, expected, "{name}");
     let (page, next) = failed(store, None, None, 1).await;
     assert_eq!(page, vec![id(1)], "{name}");
     assert_eq!(failed(store, None, next, 1).await, (vec![id(2)], None), "{name}");

@@ -52,11 +52,16 @@ async function drawQueues(el) {
 async function drawGroups(el) {
   const { taskGroups } = await get(queue('/task-groups?limit=10'));
   if (!taskGroups.length) return fill(el, h('p', { class: 'muted' }, 'No task group yet.'));
-  fill(el, h('ul', { class: 'plain' }, taskGroups.map((group) => h('li', {},
-    h('a', { href: `/tasks/groups/${group.taskGroupId}`, class: 'mono' }, group.taskGroupId), ' ',
+  fill(el, h('ul', { class: 'plain', id: 'recent-groups' }, taskGroups.map((group) => h('li', { 'data-group': group.taskGroupId },
+    groupState(group), ' ', h('a', { href: `/tasks/groups/${group.taskGroupId}`, class: 'mono' }, group.taskGroupId), ' ',
     h('span', { class: 'muted' }, group.schedulerId), ' ', when(group.created),
     group.sealed ? h('span', { class: 'muted' }, ' sealed') : null))),
   h('p', {}, h('a', { href: '/tasks/groups', id: 'all-groups' }, 'All task groups →')));
+}
+
+/** A group's state: running while any task of it is unresolved, else resolved. */
+function groupState(group) {
+  return group.resolved ? h('span', { class: 'badge state-resolved' }, 'resolved') : badge('running');
 }
 
 /** `/tasks/groups?q=&pages=`: every task group, newest first, 100 a page, narrowed by id or
@@ -77,12 +82,12 @@ export async function groupList(main) {
     fill(rows, loaded.filter((g) => !q || g.taskGroupId.toLowerCase().includes(q) || g.schedulerId.toLowerCase().includes(q))
       .map((g) => h('tr', { 'data-group': g.taskGroupId },
         h('td', {}, h('a', { href: `/tasks/groups/${g.taskGroupId}`, class: 'mono' }, g.taskGroupId)),
-        h('td', {}, g.schedulerId), h('td', {}, when(g.created)), h('td', {}, g.sealed ? 'sealed' : ''))));
+        h('td', {}, groupState(g)), h('td', {}, g.schedulerId), h('td', {}, when(g.created)), h('td', {}, g.sealed ? 'sealed' : ''))));
   };
   search.addEventListener('input', draw);
   fill(main, h('h1', {}, 'Task groups'), h('div', { class: 'toolbar' }, search),
     h('div', { class: 'scroll' }, h('table', { class: 'list' },
-      h('thead', {}, h('tr', {}, h('th', {}, 'Group'), h('th', {}, 'Scheduler'), h('th', {}, 'Created'), h('th', {}, ''))), rows)),
+      h('thead', {}, h('tr', {}, h('th', {}, 'Group'), h('th', {}, 'State'), h('th', {}, 'Scheduler'), h('th', {}, 'Created'), h('th', {}, ''))), rows)),
     more);
   await pagedListing(more, async (token) => {
     const page = await get(withQuery(queue('/task-groups'), { limit: 100, continuationToken: token }));
