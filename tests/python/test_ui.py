@@ -584,6 +584,23 @@ def test_the_backlog_by_dimensions_warns_when_no_live_worker_matches(server, que
     snap(browser, shots, "queue-backlog")
 
 
+def test_slices_are_numbered_as_runs_name_them_and_say_when_they_expired(server, queue, make_task, browser, shots):
+    task_id = slugid_nice()
+    slices = [
+        {"dimensions": {"os": ["mac"]}, "expiresAfter": 60},
+        {"dimensions": {"os": ["linux"]}, "expiresAfter": 600, "waitForCapacity": True},
+    ]
+    queue.createTask(task_id, make_task(slices=slices, metadata=named("falls back")))
+    sign_out(browser, server)
+    open_page(browser, f"{server}/tasks/{task_id}", "#slices li")
+    # No live Mac: the first slice was skipped at once; the run waits on the second, which says until when.
+    items = [" ".join(li.text.split()) for li in browser.find_elements(By.CSS_SELECTOR, "#slices li")]
+    assert items[0].startswith("0: os:mac waits 60 s · expired by just now"), items
+    assert items[1].startswith("1: os:linux waits 600 s · waited on since just now, until in 10 min"), items
+    assert "1, current since just now" in text_of(browser, '.run[data-run="0"]')
+    snap(browser, shots, "task-slices")
+
+
 def test_worker_page_shows_its_maintenance_and_what_it_posted(server, task_queue_id, browser, shots):
     provisioner, worker_type = task_queue_id.split("/")
     workers = f"/api/queue/v1/provisioners/{provisioner}/worker-types/{worker_type}/workers/ui/w-sick"

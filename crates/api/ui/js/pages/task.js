@@ -26,9 +26,10 @@ export async function taskPage(main, taskId, wantedRun) {
     runs: h('div', { id: 'runs' }), log: h('div'),
   };
   const logView = new LogView(parts.log);
+  const slicesList = h('ol', { class: 'plain', id: 'slices' });
   fill(main,
     parts.head, parts.waiting, parts.failure, parts.actions,
-    h('div', { class: 'grid' }, section('Task', describe(task)), section('Runs', parts.runs)),
+    h('div', { class: 'grid' }, section('Task', describe(task, slicesList)), section('Runs', parts.runs)),
     section('Log', parts.log),
     section('Definition', h('details', {}, h('summary', {}, 'payload and full definition (JSON)'),
       h('pre', { class: 'json' }, JSON.stringify(task, null, 2)))));
@@ -47,6 +48,7 @@ export async function taskPage(main, taskId, wantedRun) {
     logView.show(taskId, run);
     drawFailure(parts.failure, run, logView);
     drawWaiting(parts.waiting, task, status);
+    drawSlices(slicesList, task, status);
   };
   draw();
 }
@@ -89,7 +91,24 @@ function drawFailure(el, run, logView) {
   if (logView.ended !== undefined) logView.onEnd(logView.ended);
 }
 
-function describe(task) {
+/** Swarming's slices, numbered from 0 as runs name them, each saying where the latest run is
+ * with it: expired (and when), waited on (until when), or run on. */
+function drawSlices(el, task, status) {
+  const run = status.runs[status.runs.length - 1];
+  const at = run?.slice;
+  fill(el, (task.slices || []).map((slice, i) => {
+    let note = null;
+    if (at && i < at.index) note = [' · expired by ', when(at.since)];
+    else if (at && i === at.index && run.state === 'pending') {
+      note = [' · waited on since ', when(at.since), ', until ', when(new Date(Date.parse(at.since) + slice.expiresAfter * 1000).toISOString())];
+    } else if (at && i === at.index && run.reasonResolved === 'deadline-exceeded' && !run.started) note = [' · expired'];
+    else if (at && i === at.index && run.started) note = ' · ran on it';
+    return h('li', { 'data-slice': i, class: at && i === at.index ? 'current' : null }, `${i}: `, dimensions(slice.dimensions) || 'any worker', ` waits ${slice.expiresAfter} s`,
+      h('span', { class: 'muted' }, note));
+  }));
+}
+
+function describe(task, slicesList) {
   const tags = Object.entries(task.tags || {});
   return facts([
     ['Description', task.metadata.description],
@@ -104,7 +123,7 @@ function describe(task) {
     ['Project', task.projectId],
     ['Depends on', task.dependencies?.length ? h('ul', { class: 'plain' }, task.dependencies.map((id) => h('li', {}, taskLink(id)))) : null],
     ['Dimensions', dimensions(task.dimensions)],
-    ['Slices', task.slices?.length ? h('ol', {}, task.slices.map((slice) => h('li', {}, dimensions(slice.dimensions), ` waits ${slice.expiresAfter} s`))) : null],
+    ['Slices', task.slices?.length ? slicesList : null],
     ['Tags', tags.length ? h('div', { class: 'chips' }, tags.map(([k, v]) => h('a', { class: 'chip', href: `/tasks?tag=${encodeURIComponent(`${k}:${v}`)}` }, `${k}:${v}`))) : null],
     ['Command', task.payload?.command ? h('pre', { class: 'command', id: 'command' }, commandLines(task.payload.command)) : null],
   ]);
@@ -156,7 +175,7 @@ function runView(taskId, status, run) {
       ['Resolved', run.resolved ? when(run.resolved) : null],
       ['Took', took !== null ? duration(took) : null],
       ['Deduped from', run.dedupedFrom ? taskLink(run.dedupedFrom) : null],
-      ['Slice', run.slice ? `${run.slice.index}` : null],
+      ['Slice', run.slice ? [`${run.slice.index}, current since `, when(run.slice.since)] : null],
       ['Exit code', stats.exitCode],
       ['Timed out', stats.timedOut ? `${stats.timedOut} exceeded` : null],
       ['Setup', stats.setupMs !== undefined ? duration(stats.setupMs) : null],
