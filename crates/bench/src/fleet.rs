@@ -88,7 +88,8 @@ async fn median_get(client: &reqwest::Client, url: &str, samples: usize) -> anyh
 }
 
 /// With `n` workers registered (by heartbeats, varied dimensions): listWorkers' first page,
-/// a filtered listing, a queue's dimension summary, and `claims` claimWork calls.
+/// a filtered listing, a queue's dimension summary, `claims` claimWork calls, then the
+/// queue's backlog with 10,000 runs pending.
 async fn registry_with(n: usize, claims: usize) -> anyhow::Result<Duration> {
     let server = Server::start(None, &[]).await?;
     let client = server.client();
@@ -144,6 +145,33 @@ async fn registry_with(n: usize, claims: usize) -> anyhow::Result<Duration> {
         ms(percentile(&times, 0.5)),
         ms(claim_p99),
         server.rss_mb(),
+    );
+    // The backlog: pending runs over 30 dimension sets (the workers' os and pool), matched
+    // against every registered worker.
+    let pending = 10_000;
+    futures_util::stream::iter(0..pending)
+        .map(|i| {
+            let (client, base) = (client.clone(), base.clone());
+            async move {
+                let mut task = definition("bench/fleet");
+                let os = ["Linux", "Windows", "Mac"][i % 3];
+                task["dimensions"] = json!({"os": [os], "pool": [format!("p{}", i % 10)]});
+                let res = client.put(format!("{base}/task/{}", slugid::nice())).json(&task).send().await?;
+                anyhow::ensure!(res.status().is_success(), "createTask: {}", res.status());
+                Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<anyhow::Result<()>>>()
+        .await
+        .into_iter()
+        .collect::<anyhow::Result<()>>()?;
+    let (backlog, body) = median_get(&client, &format!("{base}/task-queues/bench%2Ffleet/backlog"), 20).await?;
+    let sets = body["backlog"].as_array().map_or(0, Vec::len);
+    println!(
+        "fleet of {n}: backlog of {} pending runs in {sets} dimension sets, matched against the workers: {:.1} ms (median of 20)",
+        body["pendingTasks"],
+        ms(backlog)
     );
     server.stop().await;
     Ok(claim_p99)

@@ -256,7 +256,7 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         samples: usize,
     },
-    /// listWorkers, a dimension summary and claimWork with this many registered workers.
+    /// listWorkers, a dimension summary, claimWork and the backlog with this many registered workers.
     Fleet {
         #[arg(long, value_delimiter = ',', default_value = "10,10000")]
         workers: Vec<usize>,
