@@ -281,6 +281,9 @@ def test_a_listings_pages_shown_are_kept_in_the_url(server, queue, make_task, br
     assert "pages=2" in browser.current_url and not browser.find_elements(By.CSS_SELECTOR, "button.more")
     browser.refresh()
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#app[data-ready] #tasks tr")) == 101, "both pages again")
+    # Two tags are refused, as the API refuses them, never narrowed to one silently.
+    open_page(browser, f"{server}/tasks?tag={tag}&tag=suite:ui", ".pager .error")
+    assert "give one tag" in text_of(browser, ".pager .error") and not browser.find_elements(By.CSS_SELECTOR, "#tasks tr")
 
 
 def test_group_page_shows_every_task_and_follows_changes_live(server, queue, make_task, task_queue_id, browser, shots):

@@ -45,9 +45,10 @@ export async function call(method, path, body, creds = credentials()) {
 /** GET `path`. */
 export const get = (path) => call('GET', path);
 
-/** `path` with its query parameters (those not empty). */
+/** `path` with its query parameters (those not empty; an array repeats its parameter). */
 export function withQuery(path, params) {
-  const query = new URLSearchParams(Object.entries(params).filter(([, v]) => v !== undefined && v !== null && v !== ''));
+  const pairs = Object.entries(params).flatMap(([k, v]) => (Array.isArray(v) ? v.map((one) => [k, one]) : [[k, v]]));
+  const query = new URLSearchParams(pairs.filter(([, v]) => v !== undefined && v !== null && v !== ''));
   const text = query.toString();
   return text ? `${path}?${text}` : path;
 }

@@ -48,7 +48,8 @@ export async function taskList(main) {
     empty, more);
   const range = WITHIN.find(([v]) => v === wanted.within)?.[2];
   const filters = {
-    tag: wanted.tag, createdBy: wanted.createdBy, taskQueueId: wanted.taskQueueId,
+    // Every tag asked for goes to the API, which refuses several rather than keep one.
+    tag: params.getAll('tag'), createdBy: wanted.createdBy, taskQueueId: wanted.taskQueueId,
     state: listed || ['failed', 'exception'].includes(wanted.state) ? wanted.state : '',
     since: range ? new Date(Date.now() - range).toISOString() : '',
   };
