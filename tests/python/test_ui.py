@@ -533,6 +533,7 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     assert "Named caches\ncheckout, ccache" in text_of(browser, ".grid"), "the caches it holds"
     # Its history is a table: the task by name, its state and exit code.
     wait(browser, lambda d: "nightly build" in text_of(d, "#recent-tasks"), "the recent task by name")
+    wait(browser, lambda d: "claimed just now nightly build" in text_of(d, "#events"), "the events name the task")
     row = text_of(browser, f'#recent-tasks tr[data-task="{task_id}"]')
     assert "failed" in row and row.endswith("2"), row
     snap(browser, shots, "worker")

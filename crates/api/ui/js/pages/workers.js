@@ -143,6 +143,16 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
     ? h('button', { id, disabled: !signedIn, title: signedIn ? null : `sign in to ${label.toLowerCase()}`, onclick: act(label, method, path, body) }, label)
     : null;
   const quarantined = Boolean(worker.quarantineUntil && new Date(worker.quarantineUntil) > new Date());
+  // The names of the tasks its history mentions, read once for the table and the events.
+  const ids = [...new Set([...worker.recentTasks, ...events].map((e) => e.taskId).concat(worker.runningTasks).filter(Boolean))];
+  const names = ids.length
+    ? call('POST', queue('/tasks'), { taskIds: ids }).then(({ tasks }) => new Map(tasks.map((t) => [t.taskId, t.task.metadata.name])))
+    : Promise.resolve(new Map());
+  const named = (taskId) => {
+    const link = taskLink(taskId);
+    names.then((known) => { if (known.has(taskId)) fill(link, known.get(taskId)); link.title = taskId; }).catch(() => {});
+    return link;
+  };
   fill(main,
     h('h1', {}, 'Worker ', h('span', { class: 'mono' }, `${workerGroup}/${workerId}`), ' ', badge(worker.state)),
     h('p', { class: 'muted' }, 'in ', queueLink(taskQueueId)),
@@ -167,32 +177,31 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
         ['First seen', when(worker.firstSeen)],
         ['Last active', when(worker.lastDateActive)],
         ['Expires', when(worker.expires)],
-        ['Running', worker.runningTasks.length ? h('ul', { class: 'plain' }, worker.runningTasks.map((id) => h('li', {}, taskLink(id)))) : null],
+        ['Running', worker.runningTasks.length ? h('ul', { class: 'plain' }, worker.runningTasks.map((id) => h('li', {}, named(id)))) : null],
       ])),
-      section('Recent tasks', worker.recentTasks.length ? recentTasks(worker.recentTasks) : h('p', { class: 'muted' }, 'None yet.')),
+      section('Recent tasks', worker.recentTasks.length ? recentTasks(worker.recentTasks, names) : h('p', { class: 'muted' }, 'None yet.')),
       section('Events', events.length
         ? h('ul', { class: 'plain', id: 'events' }, events.map((e) => h('li', {}, h('strong', {}, e.kind), ' ', when(e.at),
-          e.clientId ? h('span', { class: 'muted' }, ` by ${e.clientId}`) : null, e.taskId ? [' ', taskLink(e.taskId)] : null, e.detail ? h('span', { class: 'muted' }, ` ${e.detail}`) : null)))
+          e.clientId ? h('span', { class: 'muted' }, ` by ${e.clientId}`) : null, e.taskId ? [' ', named(e.taskId)] : null, e.detail ? h('span', { class: 'muted' }, ` ${e.detail}`) : null)))
         : h('p', { class: 'muted' }, 'None.'))));
 }
 
 /** The runs a worker claimed lately, newest first: task, run, state, how long, exit code. */
-function recentTasks(recent) {
+function recentTasks(recent, names) {
   const rows = h('tbody');
   const table = h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'recent-tasks' },
     h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'Run'), h('th', {}, 'State'), h('th', {}, 'Took'), h('th', {}, 'Exit'))),
     rows));
   const taken = recent.slice().reverse();
   const taskIds = [...new Set(taken.map((t) => t.taskId))];
-  Promise.all([call('POST', queue('/tasks'), { taskIds }), call('POST', queue('/tasks/status'), { taskIds })])
-    .then(([{ tasks }, { statuses }]) => {
-      const names = new Map(tasks.map((t) => [t.taskId, t.task.metadata.name]));
+  Promise.all([names, call('POST', queue('/tasks/status'), { taskIds })])
+    .then(([known, { statuses }]) => {
       const runs = new Map(statuses.map((s) => [s.taskId, s.status.runs]));
       fill(rows, taken.map(({ taskId, runId }) => {
         const run = (runs.get(taskId) || [])[runId];
         const took = run && run.started && run.resolved ? new Date(run.resolved) - new Date(run.started) : null;
         return h('tr', { 'data-task': taskId },
-          h('td', {}, taskLink(taskId, names.get(taskId) || taskId)), h('td', {}, `${runId}`),
+          h('td', {}, taskLink(taskId, known.get(taskId) || taskId)), h('td', {}, `${runId}`),
           h('td', {}, run ? badge(run.state) : h('span', { class: 'muted' }, 'expired')),
           h('td', {}, took !== null ? duration(took) : ''), h('td', {}, run?.stats?.exitCode ?? ''));
       }));
