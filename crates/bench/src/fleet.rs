@@ -87,6 +87,22 @@ async fn median_get(client: &reqwest::Client, url: &str, samples: usize) -> anyh
     Ok((percentile(&times, 0.5), last))
 }
 
+/// The dimensions of the `i`th worker (and of a task that one of them matches): one of three
+/// `os` and one of ten `pool`s.
+fn dimensions_of(i: usize) -> Value {
+    let os = ["Linux", "Windows", "Mac"][i % 3];
+    json!({"os": [os], "pool": [format!("p{}", i % 10)]})
+}
+
+/// Runs `call(i)` for each `i` of `range`, 32 at a time; the first error, if any.
+async fn thirty_two_at_a_time<F, Fut>(range: std::ops::Range<usize>, call: F) -> anyhow::Result<()>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    futures_util::stream::iter(range).map(call).buffer_unordered(32).collect::<Vec<_>>().await.into_iter().collect()
+}
+
 /// With `n` workers registered (by heartbeats, varied dimensions): listWorkers' first page,
 /// a filtered listing, a queue's dimension summary, `claims` claimWork calls, then the
 /// queue's backlog with 10,000 runs pending.
@@ -96,22 +112,16 @@ async fn registry_with(n: usize, claims: usize) -> anyhow::Result<Duration> {
     let base = server.base.clone();
     let workers = format!("{base}/provisioners/bench/worker-types/fleet/workers");
     let registered = Instant::now();
-    futures_util::stream::iter(0..n)
-        .map(|i| {
-            let (client, workers) = (client.clone(), workers.clone());
-            async move {
-                let os = ["Linux", "Windows", "Mac"][i % 3];
-                let body = json!({"dimensions": {"os": [os], "pool": [format!("p{}", i % 10)]}});
-                let res = client.post(format!("{workers}/g/w{i:05}/heartbeat")).json(&body).send().await?;
-                anyhow::ensure!(res.status().is_success(), "heartbeat: {}", res.status());
-                Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<anyhow::Result<()>>>()
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<()>>()?;
+    thirty_two_at_a_time(0..n, |i| {
+        let (client, workers) = (client.clone(), workers.clone());
+        async move {
+            let body = json!({"dimensions": dimensions_of(i)});
+            let res = client.post(format!("{workers}/g/w{i:05}/heartbeat")).json(&body).send().await?;
+            anyhow::ensure!(res.status().is_success(), "heartbeat: {}", res.status());
+            Ok(())
+        }
+    })
+    .await?;
     let registering = registered.elapsed();
     let (page, body) = median_get(&client, &format!("{workers}?limit=1000"), 20).await?;
     let listed = body["workers"].as_array().map_or(0, Vec::len);
@@ -149,23 +159,17 @@ async fn registry_with(n: usize, claims: usize) -> anyhow::Result<Duration> {
     // The backlog: pending runs over 30 dimension sets (the workers' os and pool), matched
     // against every registered worker.
     let pending = 10_000;
-    futures_util::stream::iter(0..pending)
-        .map(|i| {
-            let (client, base) = (client.clone(), base.clone());
-            async move {
-                let mut task = definition("bench/fleet");
-                let os = ["Linux", "Windows", "Mac"][i % 3];
-                task["dimensions"] = json!({"os": [os], "pool": [format!("p{}", i % 10)]});
-                let res = client.put(format!("{base}/task/{}", slugid::nice())).json(&task).send().await?;
-                anyhow::ensure!(res.status().is_success(), "createTask: {}", res.status());
-                Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<anyhow::Result<()>>>()
-        .await
-        .into_iter()
-        .collect::<anyhow::Result<()>>()?;
+    thirty_two_at_a_time(0..pending, |i| {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            let mut task = definition("bench/fleet");
+            task["dimensions"] = dimensions_of(i);
+            let res = client.put(format!("{base}/task/{}", slugid::nice())).json(&task).send().await?;
+            anyhow::ensure!(res.status().is_success(), "createTask: {}", res.status());
+            Ok(())
+        }
+    })
+    .await?;
     let (backlog, body) = median_get(&client, &format!("{base}/task-queues/bench%2Ffleet/backlog"), 20).await?;
     let sets = body["backlog"].as_array().map_or(0, Vec::len);
     println!(
