@@ -396,6 +396,14 @@ impl Worker {
         })
     }
 
+    /// Whether `record`, found at one of [`Worker::siblings`]' keys, is this machine's: it
+    /// lists this record's queue among those it serves too (a namesake in a queue the worker
+    /// never listed is another machine).
+    #[must_use]
+    pub fn is_sibling(&self, record: &Worker) -> bool {
+        record.key.task_queue_id != self.key.task_queue_id && record.task_queue_ids.contains(&self.key.task_queue_id)
+    }
+
     /// Numbers `events` on from those recorded before, and counts them recorded.
     pub fn number(&mut self, events: Vec<WorkerEvent>) -> Vec<(u64, WorkerEvent)> {
         let first = self.events_recorded + 1;

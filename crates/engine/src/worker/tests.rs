@@ -161,3 +161,18 @@ fn posted_events_are_kept_and_a_shutdown_means_it_exited() {
     assert_eq!(Posted::from_name("rebooting"), Some(Posted::Rebooting));
     assert_eq!(Posted::from_name("reboot"), None);
 }
+
+#[test]
+fn a_record_in_another_queue_is_the_same_machine_only_if_it_lists_this_queue_too() {
+    let in_queue = |queue: &str, serves: Option<Vec<String>>| {
+        let key = WorkerKey { task_queue_id: queue.into(), ..key() };
+        Worker::first(key, Sighting { queues: serves, ..heartbeat() }, at(0), at(3600)).0
+    };
+    let both = || Some(vec!["p/a".to_owned(), "p/b".to_owned()]);
+    let worker = in_queue("p/a", both());
+    let keys: Vec<String> = worker.siblings().map(|key| key.task_queue_id).collect();
+    assert_eq!(keys, ["p/b"]);
+    assert!(worker.is_sibling(&in_queue("p/b", both())));
+    assert!(!worker.is_sibling(&in_queue("p/b", None)), "a namesake that never listed p/a");
+    assert!(!worker.is_sibling(&in_queue("p/a", both())), "not its own record");
+}

@@ -180,7 +180,7 @@ pub(crate) async fn change(
     save(tx, &mut worker, events).await?;
     for sibling in worker.siblings() {
         let Some(mut record) = tx.load_worker(&sibling).await? else { continue };
-        if !record.task_queue_ids.contains(&key.task_queue_id) {
+        if !worker.is_sibling(&record) {
             continue;
         }
         let events = apply(&mut record, change, client_id, now)?;
