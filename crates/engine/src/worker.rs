@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::dimensions::Dimensions;
+use crate::id::split_task_queue_id;
 use crate::rejection::Rejection;
 use crate::status::Run;
 use crate::{TaskId, Timestamp};
@@ -121,6 +122,31 @@ pub struct Sighting {
     pub queues: Option<Vec<String>>,
 }
 
+/// The task queues one claim serves: `path`'s alone, or as the worker lists them (`listed`),
+/// `path`'s first, each once, at most [`MAX_QUEUES`].
+///
+/// # Errors
+/// Invalid naming `taskQueueIds` (or the entry) and the rule it breaks.
+pub fn served_queues(path: &str, listed: Option<Vec<String>>) -> Result<Vec<String>, Rejection> {
+    let Some(queues) = listed else { return Ok(vec![path.to_owned()]) };
+    if queues.first().map(String::as_str) != Some(path) {
+        return Err(Rejection::invalid("taskQueueIds", "must start with the task queue of the path"));
+    }
+    if queues.len() > MAX_QUEUES {
+        return Err(Rejection::invalid("taskQueueIds", format!("must list at most {MAX_QUEUES} task queues")));
+    }
+    for (index, queue) in queues.iter().enumerate() {
+        let field = || format!("taskQueueIds[{index}]");
+        if split_task_queue_id(queue).is_none() {
+            return Err(Rejection::invalid(field(), format!("`{queue}` must be provisionerId/workerType")));
+        }
+        if queues[..index].contains(queue) {
+            return Err(Rejection::invalid(field(), format!("`{queue}` is listed twice")));
+        }
+    }
+    Ok(queues)
+}
+
 impl Sighting {
     /// Checks the version's length and the cache names.
     ///
@@ -139,9 +165,6 @@ impl Sighting {
         };
         if let Some(Some(message)) = &self.maintenance {
             check_message("maintenance", message)?;
-        }
-        if self.queues.as_ref().is_some_and(|queues| queues.len() > MAX_QUEUES) {
-            return Err(Rejection::invalid("taskQueueIds", format!("must list at most {MAX_QUEUES} task queues")));
         }
         if self.caches.as_ref().is_some_and(|names| !names_fine(names)) {
             return Err(Rejection::invalid(

@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use shoal_engine::command::TaskCommand;
 use shoal_engine::dimensions::Dimensions;
-use shoal_engine::id::{is_identifier, split_task_queue_id};
+use shoal_engine::id::is_identifier;
 use shoal_engine::status::{RunStats, WorkerException};
 use shoal_engine::task::Resolution;
-use shoal_engine::worker::{MAX_QUEUES, Sighting, WorkerKey};
+use shoal_engine::worker::{Sighting, WorkerKey, served_queues};
 use shoal_engine::{TaskId, Timestamp};
 use shoal_store::{Claim, ClaimRequest};
 
@@ -48,29 +48,6 @@ pub(crate) struct ClaimWorkBody {
 
 fn one() -> u32 {
     1
-}
-
-/// The task queues a claimWork serves: `path`'s alone, or as its body lists them, `path`'s
-/// first, each once, at most [`MAX_QUEUES`].
-fn served_queues(path: &str, listed: Option<Vec<String>>) -> Result<Vec<String>, ApiError> {
-    let Some(queues) = listed else { return Ok(vec![path.to_owned()]) };
-    if queues.first().map(String::as_str) != Some(path) {
-        return Err(ApiError::invalid_input("taskQueueIds: must start with the task queue of the path"));
-    }
-    if queues.len() > MAX_QUEUES {
-        return Err(ApiError::invalid_input(format!("taskQueueIds: must list at most {MAX_QUEUES} task queues")));
-    }
-    for (index, queue) in queues.iter().enumerate() {
-        if split_task_queue_id(queue).is_none() {
-            return Err(ApiError::invalid_input(format!(
-                "taskQueueIds[{index}]: `{queue}` must be provisionerId/workerType"
-            )));
-        }
-        if queues[..index].contains(queue) {
-            return Err(ApiError::invalid_input(format!("taskQueueIds[{index}]: `{queue}` is listed twice")));
-        }
-    }
-    Ok(queues)
 }
 
 fn check_worker(worker_group: &str, worker_id: &str) -> Result<(), ApiError> {

@@ -176,3 +176,17 @@ fn a_record_in_another_queue_is_the_same_machine_only_if_it_lists_this_queue_too
     assert!(!worker.is_sibling(&in_queue("p/b", None)), "a namesake that never listed p/a");
     assert!(!worker.is_sibling(&in_queue("p/a", both())), "not its own record");
 }
+
+#[test]
+fn a_claims_queues_start_with_its_paths_each_once_and_few() {
+    let listed = |queues: &[&str]| Some(queues.iter().map(|queue| (*queue).to_owned()).collect::<Vec<_>>());
+    assert_eq!(served_queues("p/a", None).unwrap(), ["p/a"]);
+    assert_eq!(served_queues("p/a", listed(&["p/a", "p/b"])).unwrap(), ["p/a", "p/b"]);
+    let refused = |path, queues: &[&str]| served_queues(path, listed(queues)).unwrap_err().to_string();
+    assert_eq!(refused("p/a", &["p/b", "p/a"]), "taskQueueIds: must start with the task queue of the path");
+    assert_eq!(refused("p/a", &["p/a", "nope"]), "taskQueueIds[1]: `nope` must be provisionerId/workerType");
+    assert_eq!(refused("p/a", &["p/a", "p/b", "p/a"]), "taskQueueIds[2]: `p/a` is listed twice");
+    let many: Vec<String> = (0..=MAX_QUEUES).map(|n| format!("p/{n}")).collect();
+    let too_many: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert!(refused("p/0", &too_many).starts_with("taskQueueIds: must list at most"));
+}
