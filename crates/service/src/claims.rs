@@ -43,11 +43,9 @@ impl Queue {
         wait: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
         let give_up = tokio::time::Instant::now() + wait;
-        let mut requests = Vec::with_capacity(1 + more_queues.len());
-        for task_queue_id in more_queues {
-            requests.push(ClaimRequest { task_queue_id, ..request.clone() });
-        }
-        requests.insert(0, request);
+        let more: Vec<ClaimRequest> =
+            more_queues.into_iter().map(|task_queue_id| ClaimRequest { task_queue_id, ..request.clone() }).collect();
+        let requests: Vec<ClaimRequest> = std::iter::once(request).chain(more).collect();
         let wakers = &self.inner.wakers;
         // In line before looking, so work that appears between the look and the wait still
         // wakes this call.
