@@ -127,14 +127,13 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     shoal_worker::guard(&work_dir).with_context(|| format!("preparing the work directory {}", work_dir.display()))?;
     let cache = shoal_worker::Cache::open(&work_dir.join("cache"), args.cache_size)
         .with_context(|| format!("opening the cache in {}", work_dir.display()))?;
-    let mut queues = args.queues.into_iter();
+    // The server's rule for the queues one worker serves, checked before the first claim.
+    let first = args.queues.first().context("--queue is required")?.clone();
+    let mut queues = shoal_engine::worker::served_queues(&first, Some(args.queues))
+        .map_err(|err| anyhow::anyhow!("--queue: {err}"))?
+        .into_iter();
     let task_queue_id = queues.next().context("--queue is required")?;
     let more_queues: Vec<String> = queues.collect();
-    if let Some(twice) =
-        more_queues.iter().enumerate().find(|(n, queue)| **queue == task_queue_id || more_queues[..*n].contains(queue))
-    {
-        anyhow::bail!("--queue {}: given twice", twice.1);
-    }
     let config = shoal_worker::WorkerConfig {
         task_queue_id,
         more_queues,
@@ -150,7 +149,7 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
             .health_check
             .map(|command| shoal_worker::HealthCheck { command, every: Duration::from_secs(args.health_check_every) }),
     };
-    let queues = std::iter::once(&config.task_queue_id).chain(&config.more_queues).cloned().collect::<Vec<_>>();
+    let queues = config.queues().cloned().collect::<Vec<_>>();
     tracing::info!(queues = %queues.join(" "), worker.id = %config.worker_id, capacity = config.capacity, "worker started");
     shoal_worker::run(client, config, shutdown.received()).await;
     tracing::info!("worker stopped");

@@ -313,3 +313,18 @@ async fn workers_verbs_list_show_quarantine_release_and_terminate() {
     let (code, _) = verb(&root, &["workers", "show", "--queue", "cli/fleet", "nobody"]).await;
     assert_ne!(code, 0, "an unknown worker is an error");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_given_one_queue_twice_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = shoal()
+        .args(["worker", "--queue", "cli/a", "--queue", "cli/b", "--queue", "cli/a"])
+        .args(["--work-dir", dir.path().to_str().unwrap(), "--isolation", "none"])
+        .env("SHOAL_ROOT_URL", "http://127.0.0.1:9")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("--queue: taskQueueIds[2]: `cli/a` is listed twice"), "{stderr}");
+}

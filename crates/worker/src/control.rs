@@ -70,7 +70,7 @@ pub(crate) async fn heartbeat(
         };
         // Each queue's record is kept alive; an answer's standing holds for all of them.
         let mut answer = None;
-        for queue in std::iter::once(&config.task_queue_id).chain(&config.more_queues) {
+        for queue in config.queues() {
             let beaten = client.heartbeat(queue, &config.worker_group, &config.worker_id, &beat).await;
             let failed = beaten.is_err();
             answer = Some(beaten);
@@ -112,8 +112,8 @@ pub(crate) async fn heartbeat(
 /// Revokes at once each held run the event stream says ended by an exception; reconnects
 /// after a lost stream (meanwhile refused reclaims still revoke runs) until `done`.
 pub(crate) async fn listen_for_exceptions(client: Client, config: WorkerConfig, held: Held, done: CancellationToken) {
-    let bindings: Vec<(String, String)> = std::iter::once(&config.task_queue_id)
-        .chain(&config.more_queues)
+    let bindings: Vec<(String, String)> = config
+        .queues()
         .map(|queue| {
             let (provisioner_id, worker_type) = queue.split_once('/').unwrap_or_default();
             let (group, id) = (&config.worker_group, &config.worker_id);

@@ -64,6 +64,13 @@ pub struct WorkerConfig {
     pub health_check: Option<HealthCheck>,
 }
 
+impl WorkerConfig {
+    /// Every task queue it serves, its first first.
+    pub fn queues(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.task_queue_id).chain(&self.more_queues)
+    }
+}
+
 /// Guards what the worker holds from the tasks it runs as its own user: its memory and
 /// environment (its credentials) become unreadable to its other processes (not dumpable, so
 /// `/proc/<pid>/environ` and `mem` belong to root; each task's `exec` makes the task dumpable
