@@ -33,8 +33,8 @@ pub(crate) trait ReadDb {
     /// A queue's pending and running counts.
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError>;
     /// The dimension sets of at most `scan` of a queue's pending runs (the longest-waiting, as
-    /// the backend's pending index orders them), each with how many
-    /// wait on it and the oldest `scheduled` among them.
+    /// the backend's pending index orders them), each with how many wait on it and the oldest
+    /// `scheduled` among them.
     fn pending_sets(&self, task_queue_id: &str, scan: usize) -> Result<Vec<PendingSet>, StoreError>;
     /// Task queues after `after`, by id, at most `limit`.
     fn task_queues(&self, after: &str, limit: usize) -> Result<Vec<TaskQueueInfo>, StoreError>;

@@ -306,8 +306,8 @@ pub trait Reads {
     /// Storage failure.
     fn queue_counts(&self, task_queue_id: &str) -> Result<QueueCounts, StoreError>;
     /// The dimension sets of at most `scan` of a queue's pending runs (the longest-waiting, as
-    /// the backend's pending index orders them), with how many wait
-    /// on each and since when (the backlog's raw counts).
+    /// the backend's pending index orders them), with how many wait on each and since when
+    /// (the backlog's raw counts).
     ///
     /// # Errors
     /// Storage failure.

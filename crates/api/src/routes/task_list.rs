@@ -1,6 +1,6 @@
 //! Swarming's task list: tasks by tag or creator, newest first, filtered by queue, state,
-//! creator and time; and
-//! the tasks that failed (failed or exception), newest first, as the overview shows them.
+//! creator and time; and the tasks that failed (failed or exception), newest first, as the
+//! overview shows them.
 
 use axum::Json;
 use axum::extract::{Query, State};
