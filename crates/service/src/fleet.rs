@@ -114,54 +114,108 @@ impl Told {
     }
 }
 
-/// Sightings written lately, by worker.
+/// Sightings written lately, by worker, and the writes under way.
 #[derive(Debug)]
 pub(crate) struct Fleet {
-    seen: Mutex<HashMap<WorkerKey, Seen>>,
+    state: Mutex<State>,
     interval_ms: i64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    seen: HashMap<WorkerKey, Seen>,
+    writing: HashMap<WorkerKey, Writes>,
+}
+
+/// One worker's record writes under way on this server.
+#[derive(Debug, Default)]
+struct Writes {
+    count: u32,
+    /// Another write or change overlapped one of them: the store ordered them, and which
+    /// record is newest is unknown here, so none of them is remembered.
+    overlapped: bool,
+}
+
+/// A write of one worker's record under way; its end says what the record became.
+pub(crate) struct Writing<'a> {
+    fleet: &'a Fleet,
+    key: WorkerKey,
 }
 
 impl Fleet {
     /// Sightings are written at most every `interval_ms` per worker, unless they change.
     pub(crate) fn new(interval_ms: i64) -> Fleet {
-        Fleet { seen: Mutex::new(HashMap::new()), interval_ms }
+        Fleet { state: Mutex::new(State::default()), interval_ms }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerKey, Seen>> {
-        self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The standing written for an equal sighting within the interval, if any.
     pub(crate) fn fresh(&self, key: &WorkerKey, sighting: &Sighting, now: Timestamp) -> Option<Standing> {
-        let seen = *self.lock().get(key)?;
+        let seen = *self.lock().seen.get(key)?;
         let fresh = seen.told.covers(&Told::of(sighting)) && seen.written.plus_millis(self.interval_ms) > now;
         fresh.then_some(seen.standing)
     }
 
-    /// Remembers that `sighting` was written at `now`, leaving the record `worker`; answers the
-    /// standing remembered before, if any.
-    pub(crate) fn written(&self, sighting: &Sighting, worker: &Worker, now: Timestamp) -> Option<Standing> {
-        let mut map = self.lock();
-        let before = map.get(&worker.key).copied();
-        let told = before.map_or_else(Told::default, |seen| seen.told).merged(Told::of(sighting));
-        map.insert(worker.key.clone(), Seen { written: now, told, standing: Standing::of(worker, now) });
-        // Workers gone for good are forgotten now and then.
-        if map.len().is_power_of_two() && map.len() >= 1024 {
-            let horizon = self.interval_ms.saturating_mul(20);
-            map.retain(|_, seen| seen.written.plus_millis(horizon) > now);
-        }
-        before.map(|seen| seen.standing)
+    /// A write of `key`'s record begins (a sighting or a change).
+    pub(crate) fn writing(&self, key: &WorkerKey) -> Writing<'_> {
+        let mut state = self.lock();
+        let writes = state.writing.entry(key.clone()).or_default();
+        writes.count += 1;
+        writes.overlapped |= writes.count > 1;
+        Writing { fleet: self, key: key.clone() }
     }
 
     /// Forgets what was written for `key`: its next sighting is written, and reads its record.
     pub(crate) fn forget(&self, key: &WorkerKey) {
-        self.lock().remove(key);
+        let mut state = self.lock();
+        state.seen.remove(key);
+        if let Some(writes) = state.writing.get_mut(key) {
+            writes.overlapped = true;
+        }
+    }
+}
+
+impl Writing<'_> {
+    /// `sighting` was written at `now`, leaving the record `worker`; answers the standing
+    /// remembered before, if any.
+    pub(crate) fn written(self, sighting: &Sighting, worker: &Worker, now: Timestamp) -> Option<Standing> {
+        let mut state = self.fleet.lock();
+        if state.writing.get(&self.key).is_some_and(|writes| writes.overlapped) {
+            state.seen.remove(&self.key);
+            return None;
+        }
+        let before = state.seen.get(&worker.key).copied();
+        let told = before.map_or_else(Told::default, |seen| seen.told).merged(Told::of(sighting));
+        state.seen.insert(worker.key.clone(), Seen { written: now, told, standing: Standing::of(worker, now) });
+        // Workers gone for good are forgotten now and then.
+        if state.seen.len().is_power_of_two() && state.seen.len() >= 1024 {
+            let horizon = self.fleet.interval_ms.saturating_mul(20);
+            state.seen.retain(|_, seen| seen.written.plus_millis(horizon) > now);
+        }
+        before.map(|seen| seen.standing)
     }
 
-    /// A change made here: the standing it left, with no sighting written.
-    pub(crate) fn changed(&self, worker: &Worker, now: Timestamp) {
-        if let Some(seen) = self.lock().get_mut(&worker.key) {
+    /// A change made here left the record `worker`, with no sighting written.
+    pub(crate) fn changed(self, worker: &Worker, now: Timestamp) {
+        let mut state = self.fleet.lock();
+        if state.writing.get(&self.key).is_some_and(|writes| writes.overlapped) {
+            state.seen.remove(&self.key);
+        } else if let Some(seen) = state.seen.get_mut(&self.key) {
             seen.standing = Standing::of(worker, now);
+        }
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        let mut state = self.fleet.lock();
+        let Some(writes) = state.writing.get_mut(&self.key) else { return };
+        writes.count -= 1;
+        if writes.count == 0 {
+            state.writing.remove(&self.key);
         }
     }
 }
@@ -177,7 +231,7 @@ mod tests {
         let sighting = Sighting { heartbeat: true, ..Sighting::default() };
         assert_eq!(fleet.fresh(&key, &sighting, Timestamp(0)), None, "never written");
         let (mut worker, _) = Worker::first(key.clone(), sighting.clone(), Timestamp(0), Timestamp(10_000));
-        fleet.written(&sighting, &worker, Timestamp(0));
+        fleet.writing(&key).written(&sighting, &worker, Timestamp(0));
         assert_eq!(fleet.fresh(&key, &sighting, Timestamp(4_999)), Some(Standing::default()));
         assert_eq!(fleet.fresh(&key, &sighting, Timestamp(5_000)), None, "stale");
         let changed = Sighting { version: Some("2".into()), ..sighting.clone() };
@@ -189,7 +243,38 @@ mod tests {
         let plain = Sighting::default();
         assert!(fleet.fresh(&key, &plain, Timestamp(1)).is_some(), "a sighting telling less is not written");
         worker.request_termination("admin", Timestamp(2));
-        fleet.changed(&worker, Timestamp(2));
+        fleet.writing(&key).changed(&worker, Timestamp(2));
         assert!(fleet.fresh(&key, &sighting, Timestamp(3)).is_some_and(|standing| standing.barred(Timestamp(3))));
+    }
+
+    fn in_maintenance(key: &WorkerKey, on: bool) -> (Sighting, Worker) {
+        let sighting = Sighting { maintenance: Some(on.then(|| "cooling".to_owned())), ..Sighting::default() };
+        (sighting.clone(), Worker::first(key.clone(), sighting, Timestamp(0), Timestamp(10_000)).0)
+    }
+
+    #[test]
+    fn overlapping_writes_leave_nothing_remembered_as_the_store_may_have_ordered_them_either_way() {
+        let fleet = Fleet::new(5_000);
+        let key = WorkerKey { task_queue_id: "p/w".into(), worker_group: "g".into(), worker_id: "i".into() };
+        let ((on, maintained), (off, ended)) = (in_maintenance(&key, true), in_maintenance(&key, false));
+        // A claim's sighting reads the record in maintenance; a heartbeat ending it is written
+        // meanwhile and remembered first.
+        let (claim, heartbeat) = (fleet.writing(&key), fleet.writing(&key));
+        heartbeat.written(&off, &ended, Timestamp(1));
+        claim.written(&Sighting::default(), &maintained, Timestamp(1));
+        assert_eq!(fleet.fresh(&key, &Sighting::default(), Timestamp(2)), None, "the next look reads the record");
+        // Alone again, a write is remembered.
+        fleet.writing(&key).written(&on, &maintained, Timestamp(3));
+        assert!(fleet.fresh(&key, &Sighting::default(), Timestamp(4)).is_some_and(|standing| standing.maintenance));
+        // An operator's change overlapping a sighting, and a change reaching a sibling record.
+        let sighting = fleet.writing(&key);
+        fleet.writing(&key).changed(&ended, Timestamp(5));
+        sighting.written(&Sighting::default(), &maintained, Timestamp(5));
+        assert_eq!(fleet.fresh(&key, &Sighting::default(), Timestamp(6)), None);
+        let sighting = fleet.writing(&key);
+        fleet.forget(&key);
+        sighting.written(&Sighting::default(), &maintained, Timestamp(7));
+        assert_eq!(fleet.fresh(&key, &Sighting::default(), Timestamp(8)), None);
+        assert!(fleet.lock().writing.is_empty(), "every write's end is counted");
     }
 }

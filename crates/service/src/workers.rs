@@ -20,8 +20,9 @@ impl Queue {
         if let Some(standing) = self.inner.fleet.fresh(key, &sighting, now) {
             return Ok(standing);
         }
+        let writing = self.inner.fleet.writing(key);
         let worker = self.inner.store.worker_seen(key.clone(), sighting.clone(), now).await?;
-        let before = self.inner.fleet.written(&sighting, &worker, now);
+        let before = writing.written(&sighting, &worker, now);
         let standing = Standing::of(&worker, now);
         // Out of its maintenance, a worker's waiting claims look again at once.
         if sighting.maintenance.is_some() && !standing.maintenance && before.is_none_or(|before| before.maintenance) {
@@ -54,8 +55,9 @@ impl Queue {
         client_id: String,
     ) -> Result<Worker, StoreError> {
         let now = now();
+        let writing = self.inner.fleet.writing(&key);
         let worker = self.inner.store.change_worker(key, change, client_id, now).await?;
-        self.inner.fleet.changed(&worker, now);
+        writing.changed(&worker, now);
         self.inner.wakers.wake_queue(&worker.key.task_queue_id);
         // The change reached its records in the other queues it serves too.
         for sibling in worker.siblings() {
