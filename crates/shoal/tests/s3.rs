@@ -53,29 +53,31 @@ async fn artifacts_in_one_bucket_are_read_through_any_server_and_expire_from_it(
     assert_eq!(res.headers()["content-type"], "text/plain", "the declared type is kept");
     b.report(&task_id, run_id, &Outcome::Completed).await.expect("reportCompleted");
 
-    // Server B sweeps expired artifacts every 250 ms: the object goes with the record.
-    let mut left = objects;
-    for _ in 0..400 {
-        left = moto.keys("fleet", &format!("shoal/{task_id}/")).await;
-        if left.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(left.is_empty(), "the expired artifact's object is gone from the bucket: {left:?}");
-    let gone = b.artifact_bytes(&task_id, Some(run_id), "public/report.txt").await.unwrap_err();
-    assert_eq!(gone.status(), Some(reqwest::StatusCode::NOT_FOUND), "{gone}");
+    // Server B sweeps expired artifacts every 250 ms, the object first, then the record: once
+    // the record is gone, so is the object.
+    let gone = until_not_found(|| b.artifact_bytes(&task_id, Some(run_id), "public/report.txt")).await;
+    assert_eq!(gone, Some(reqwest::StatusCode::NOT_FOUND), "the expired artifact's record is gone");
+    let left = moto.keys("fleet", &format!("shoal/{task_id}/")).await;
+    assert!(left.is_empty(), "the expired artifact's object is gone from the bucket: {left:?} (was {objects:?})");
 
     // An upload a crash left unrecorded goes with its task.
     let orphan = format!("{}/fleet/shoal/{task_id}/0/apublic%252Fx/orphan", moto.endpoint);
     assert!(reqwest::Client::new().put(orphan).body("orphan").send().await.unwrap().status().is_success());
+    let gone = until_not_found(|| b.task_status(&task_id)).await;
+    assert_eq!(gone, Some(reqwest::StatusCode::NOT_FOUND), "the expired task is gone");
+    let left = moto.keys("fleet", &format!("shoal/{task_id}/")).await;
+    assert!(left.is_empty(), "the expired task's objects are gone from the bucket: {left:?}");
+}
+
+/// Calls `read` every 50 ms (for up to 20 s) until it fails; answers the failure's status.
+async fn until_not_found<T, F: Future<Output = Result<T, shoal_client::ClientError>>>(
+    read: impl Fn() -> F,
+) -> Option<reqwest::StatusCode> {
     for _ in 0..400 {
-        left = moto.keys("fleet", &format!("shoal/{task_id}/")).await;
-        if left.is_empty() {
-            break;
+        if let Err(err) = read().await {
+            return err.status();
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert!(left.is_empty(), "the expired task's objects are gone from the bucket: {left:?}");
-    assert_eq!(b.task_status(&task_id).await.unwrap_err().status(), Some(reqwest::StatusCode::NOT_FOUND));
+    None
 }
