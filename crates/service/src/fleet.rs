@@ -176,6 +176,15 @@ impl Fleet {
             writes.overlapped = true;
         }
     }
+
+    /// Forgets what was written for every worker (changes made elsewhere may have been missed).
+    pub(crate) fn forget_all(&self) {
+        let mut state = self.lock();
+        state.seen.clear();
+        for writes in state.writing.values_mut() {
+            writes.overlapped = true;
+        }
+    }
 }
 
 impl Writing<'_> {

@@ -508,13 +508,24 @@ async fn wake_on_remote_work(
         let received = elsewhere.recv().await;
         let Some(inner) = queue.upgrade() else { return };
         match received {
-            Ok(RemoteWork::Anywhere) => inner.wakers.wake_all(),
+            Ok(RemoteWork::Anywhere) => {
+                inner.fleet.forget_all();
+                inner.wakers.wake_all();
+            }
             // What another server committed: its needs are unknown, so all look.
             Ok(RemoteWork::Queue(task_queue_id)) => inner.wakers.wake_queue(&task_queue_id),
+            // Changed through another server: read its record again, and its claims look.
+            Ok(RemoteWork::Worker(key)) => {
+                inner.fleet.forget(&key);
+                inner.wakers.wake_queue(&key.task_queue_id);
+            }
             // A live log followed here grew through another server.
             Ok(RemoteWork::Log { task_id, run_id, size }) => inner.live.grown(task_id, run_id, size),
             // Missed some: everyone looks again.
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => inner.wakers.wake_all(),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                inner.fleet.forget_all();
+                inner.wakers.wake_all();
+            }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         }
     }

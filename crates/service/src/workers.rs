@@ -24,9 +24,13 @@ impl Queue {
         let worker = self.inner.store.worker_seen(key.clone(), sighting.clone(), now).await?;
         let before = writing.written(&sighting, &worker, now);
         let standing = Standing::of(&worker, now);
-        // Out of its maintenance, a worker's waiting claims look again at once.
-        if sighting.maintenance.is_some() && !standing.maintenance && before.is_none_or(|before| before.maintenance) {
-            self.inner.wakers.wake_queue(&key.task_queue_id);
+        if sighting.maintenance.is_some() && before.is_none_or(|before| before.maintenance != standing.maintenance) {
+            // Out of its maintenance, a worker's waiting claims look again at once; other
+            // servers forget what they remember of it either way.
+            if !standing.maintenance {
+                self.inner.wakers.wake_queue(&key.task_queue_id);
+            }
+            self.inner.store.workers_changed(vec![key.clone()]);
         }
         Ok(standing)
     }
@@ -44,7 +48,8 @@ impl Queue {
     }
 
     /// Quarantines, terminates or declares a worker on behalf of `client_id`; the claims its
-    /// queue's workers are waiting on look again, so a worker asked to stop hears it at once.
+    /// queue's workers are waiting on look again, here and on the other servers, so a worker
+    /// asked to stop hears it at once.
     ///
     /// # Errors
     /// As the store (NotFound for an unknown worker, but declare creates it).
@@ -60,10 +65,12 @@ impl Queue {
         writing.changed(&worker, now);
         self.inner.wakers.wake_queue(&worker.key.task_queue_id);
         // The change reached its records in the other queues it serves too.
-        for sibling in worker.siblings() {
-            self.inner.fleet.forget(&sibling);
+        let siblings: Vec<WorkerKey> = worker.siblings().collect();
+        for sibling in &siblings {
+            self.inner.fleet.forget(sibling);
             self.inner.wakers.wake_queue(&sibling.task_queue_id);
         }
+        self.inner.store.workers_changed(std::iter::once(worker.key.clone()).chain(siblings).collect());
         Ok(worker)
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
-use shoal_client::{Client, Outcome};
+use shoal_client::{Beat, ClaimAnswer, ClaimingWorker, Client, Outcome};
 use tokio::sync::Mutex;
 
 const N_SERVERS: usize = 3;
@@ -139,6 +139,70 @@ async fn work_created_on_one_server_wakes_a_worker_waiting_on_another() {
         assert_eq!(claimed[0].status.task_id.to_string(), task_id);
         b.report(&task_id, 0, &Outcome::Completed).await.unwrap();
     }
+}
+
+/// The worker record `id` of `fleet/linux`, as `client`'s server reads it.
+async fn worker_record(client: &Client, id: &str) -> Option<Value> {
+    client.worker("fleet/linux", "g", id).await.ok()
+}
+
+/// A claim of worker `id` on `client`'s server, waited on in the background.
+fn claim_in_background(client: &Client, id: &'static str, dimensions: Value) -> tokio::task::JoinHandle<ClaimAnswer> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let worker = ClaimingWorker {
+            worker_group: "g",
+            worker_id: id,
+            dimensions: &dimensions,
+            caches: None,
+            more_queues: &[],
+        };
+        client.claim_for_worker("fleet/linux", &worker, 1).await.expect("claimWork")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_change_through_one_server_reaches_its_claims_on_another() {
+    // A long-poll far longer than the test: a claim that does not hear of the change gets an
+    // empty answer after it.
+    let (_servers, a, b) = two_servers("120").await;
+    let guard = std::time::Duration::from_secs(60);
+
+    // B has just seen worker w (it remembers whether w may claim), then w waits there.
+    let task_id = slugid::nice();
+    a.create_task(&task_id, &definition(&[])).await.unwrap();
+    assert_eq!(b.claim_work("fleet/linux", "g", "w", 1, &json!({})).await.unwrap().len(), 1);
+    b.report(&task_id, 0, &Outcome::Completed).await.unwrap();
+    let waiting = claim_in_background(&b, "w", json!({}));
+    a.terminate_worker("fleet/linux", "g", "w").await.expect("terminate through A");
+    // A hang guard, not a measurement.
+    let answer = tokio::time::timeout(guard, waiting).await.expect("the claim on B heard of it").unwrap();
+    assert!(answer.terminate && answer.tasks.is_empty(), "asked to stop, through the other server: {answer:?}");
+
+    // Worker m enters maintenance through A; its claim waits on B, held; the heartbeat that
+    // ends it, through A, lets that claim take the pending task.
+    let no_dimensions = json!({});
+    let out =
+        |maintenance| Beat { dimensions: &no_dimensions, caches: &[], maintenance: Some(maintenance), exiting: false };
+    a.heartbeat("fleet/linux", "g", "m", &out(Some("cooling down"))).await.unwrap();
+    let task_id = slugid::nice();
+    a.create_task(&task_id, &definition(&[])).await.unwrap();
+    let waiting = claim_in_background(&b, "m", json!({"pool": ["b"]}));
+    // B wrote the claim's sighting (its dimensions) before the claim waits.
+    for _ in 0..1000 {
+        let record = worker_record(&a, "m").await.expect("m's record");
+        if record["dimensions"]["pool"] == json!(["b"]) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let record = worker_record(&a, "m").await.expect("m's record");
+    assert_eq!(record["dimensions"]["pool"], json!(["b"]), "the claim on B was seen");
+    assert!(!waiting.is_finished(), "held in maintenance");
+    a.heartbeat("fleet/linux", "g", "m", &out(None)).await.unwrap();
+    let answer = tokio::time::timeout(guard, waiting).await.expect("the claim on B heard of it").unwrap();
+    let claimed: Vec<String> = answer.tasks.iter().map(|claim| claim.status.task_id.to_string()).collect();
+    assert_eq!(claimed, [task_id], "out of maintenance through A, the claim waiting on B took the task");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

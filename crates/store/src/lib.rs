@@ -335,6 +335,14 @@ impl Store {
         Ok(committed.value)
     }
 
+    /// Tells the other servers on the database that the records of `workers` changed in a way
+    /// that may change whether they may claim (nobody to tell with SQLite).
+    pub fn workers_changed(&self, workers: Vec<WorkerKey>) {
+        if let Store::Postgres(store) = self {
+            store.workers_changed(workers);
+        }
+    }
+
     /// Marks missing the heartbeating workers silent since before `cutoff` (at most `limit`)
     /// and ends their runs; says how many it marked.
     ///

@@ -1,5 +1,6 @@
 //! What a server hears from the others, on one dedicated connection: the queues their commits
-//! gave pending work (so a worker long-polling here is woken within milliseconds), and new
+//! gave pending work (so a worker long-polling here is woken within milliseconds), the workers
+//! whose records they changed (quarantine, termination, maintenance), live logs that grew, and new
 //! positioned outbox rows (tailed into this server's feed, so its event stream carries every
 //! server's messages). The same connection holds the publishing lock when this server is the
 //! one publishing to the bus: it is released by the database when the connection dies.
@@ -13,7 +14,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use tokio::sync::{broadcast, watch};
 
 use super::outbox::{OUTBOX_CHANNEL, PUBLISH_LOCK, Tail};
-use super::{LOG_CHANNEL, PgConn, RemoteWork, WAKE_CHANNEL};
+use super::{LOG_CHANNEL, PgConn, RemoteWork, WAKE_CHANNEL, WORKER_CHANNEL};
 use crate::StoreError;
 
 /// How often the listener checks whether the store is gone or wants to publish.
@@ -50,7 +51,9 @@ fn run(listener: &Listener) {
     let mut first = true;
     while listener.listening.load(Ordering::Relaxed) {
         let mut client = match listener.config.connect(NoTls).and_then(|mut client| {
-            client.batch_execute(&format!("LISTEN {WAKE_CHANNEL}; LISTEN {OUTBOX_CHANNEL}; LISTEN {LOG_CHANNEL}"))?;
+            client.batch_execute(&format!(
+                "LISTEN {WAKE_CHANNEL}; LISTEN {OUTBOX_CHANNEL}; LISTEN {LOG_CHANNEL}; LISTEN {WORKER_CHANNEL}"
+            ))?;
             Ok(client)
         }) {
             Ok(client) => PgConn::new(client),
@@ -102,6 +105,10 @@ fn serve(listener: &Listener, conn: &mut PgConn) -> Result<(), StoreError> {
                 if let Some(grown) = remote_log(notification.payload(), &listener.server) {
                     let _ = listener.wake.send(grown);
                 }
+            } else if notification.channel() == WORKER_CHANNEL {
+                if let Some(changed) = remote_worker(notification.payload(), &listener.server) {
+                    let _ = listener.wake.send(changed);
+                }
             } else if let Some(queue) = remote_queue(notification.payload(), &listener.server) {
                 // Nobody waiting is fine.
                 let _ = listener.wake.send(RemoteWork::Queue(queue.to_owned()));
@@ -125,6 +132,20 @@ fn remote_log(payload: &str, server: &str) -> Option<RemoteWork> {
     Some(RemoteWork::Log { task_id, run_id: run_id.parse().ok()?, size: size.parse().ok()? })
 }
 
+/// The worker a change notification names, unless this server sent it.
+fn remote_worker(payload: &str, server: &str) -> Option<RemoteWork> {
+    let mut parts = payload.splitn(4, ' ');
+    let (sender, task_queue_id, worker_group, worker_id) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if sender == server {
+        return None;
+    }
+    Some(RemoteWork::Worker(shoal_engine::worker::WorkerKey {
+        task_queue_id: task_queue_id.to_owned(),
+        worker_group: worker_group.to_owned(),
+        worker_id: worker_id.to_owned(),
+    }))
+}
+
 /// The queue a wake-up names, unless this server sent it (its workers were woken locally).
 fn remote_queue<'a>(payload: &'a str, server: &str) -> Option<&'a str> {
     match payload.split_once(' ') {
@@ -136,6 +157,8 @@ fn remote_queue<'a>(payload: &'a str, server: &str) -> Option<&'a str> {
 
 #[cfg(test)]
 mod tests {
+    use shoal_engine::worker::WorkerKey;
+
     use super::*;
 
     #[test]
@@ -147,5 +170,11 @@ mod tests {
         let grown = remote_log("b2 fN1SbArXTPSVFNUvaOlinQ 3 17", "a1");
         assert!(matches!(grown, Some(RemoteWork::Log { run_id: 3, size: 17, .. })), "{grown:?}");
         assert!(remote_log("b2 not-a-slugid 3 17", "a1").is_none());
+        assert_eq!(remote_worker("a1 prov/wt g w", "a1"), None, "its own change");
+        let changed = remote_worker("b2 prov/wt g w", "a1");
+        let key =
+            |id: &str| WorkerKey { task_queue_id: "prov/wt".into(), worker_group: "g".into(), worker_id: id.into() };
+        assert_eq!(changed, Some(RemoteWork::Worker(key("w"))));
+        assert_eq!(remote_worker("b2 prov/wt g", "a1"), None, "a worker id is missing");
     }
 }

@@ -52,6 +52,9 @@ const WAKE_CHANNEL: &str = "shoal_pending";
 /// The NOTIFY channel on which appends announce a live log's new size
 /// (`<server> <taskId> <runId> <size>`), so followers on other servers read at once.
 const LOG_CHANNEL: &str = "shoal_log";
+/// The NOTIFY channel naming a worker whose record changed in a way that may change whether it
+/// may claim (`<server> <taskQueueId> <workerGroup> <workerId>`).
+const WORKER_CHANNEL: &str = "shoal_worker";
 /// Work that another server's commit gave, as the wake-up subscribers hear of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RemoteWork {
@@ -60,6 +63,9 @@ pub enum RemoteWork {
     /// Notifications may have been missed (after a reconnect): every waiting worker should
     /// look again.
     Anywhere,
+    /// A worker's record changed through another server (an operator's change, its own
+    /// maintenance): what this server remembers of it is stale, and its claims look again.
+    Worker(shoal_engine::worker::WorkerKey),
     /// A run's live log grew to `size` bytes through another server.
     Log {
         /// The task.
@@ -95,8 +101,9 @@ struct PgInner {
     tail: Arc<outbox::Tail>,
     /// Asks for a sequencing step (a commit staged messages).
     staged: std::sync::mpsc::Sender<()>,
-    /// Queues that gained pending work, for other servers' waiting workers.
-    woken: std::sync::mpsc::Sender<Vec<String>>,
+    /// What other servers' waiting workers are told (queues with new pending work, changed
+    /// workers).
+    notes: std::sync::mpsc::Sender<Vec<notify::Note>>,
     wake: tokio::sync::broadcast::Sender<RemoteWork>,
     wants_to_publish: Arc<std::sync::atomic::AtomicBool>,
     publishing: tokio::sync::watch::Receiver<bool>,
@@ -118,6 +125,14 @@ impl Drop for PgInner {
 }
 
 impl PgStore {
+    /// Tells the other servers that the records of `workers` changed, so that they read them
+    /// again and their waiting claims look again.
+    pub(crate) fn workers_changed(&self, workers: Vec<shoal_engine::worker::WorkerKey>) {
+        if !workers.is_empty() {
+            let _ = self.inner.notes.send(workers.into_iter().map(notify::Note::Worker).collect());
+        }
+    }
+
     /// The scheduler id of task-graph tasks.
     pub(crate) fn graph_scheduler_id(&self) -> &str {
         &self.inner.shared.settings.graph_scheduler_id
@@ -161,8 +176,8 @@ impl PgStore {
         })?;
         let (staged, steps) = std::sync::mpsc::channel();
         outbox::start_sequencer(pool.clone(), steps)?;
-        let (woken, wake_ups) = std::sync::mpsc::channel();
-        notify::start(pool.clone(), server, wake_ups)?;
+        let (notes, to_send) = std::sync::mpsc::channel();
+        notify::start(pool.clone(), server, to_send)?;
         let inner = PgInner {
             pool,
             writer: config.writer()?,
@@ -174,7 +189,7 @@ impl PgStore {
             feed,
             tail,
             staged,
-            woken,
+            notes,
             wake,
             wants_to_publish,
             publishing,
@@ -502,15 +517,15 @@ impl PgInner {
     /// workers and a sequencing step for its messages are asked for.
     fn committed<T>(&self, value: T, tx: PgTx) -> Committed<T> {
         let PgTx { events, staged, .. } = tx;
-        let mut woken: Vec<String> = events
+        let mut woken: Vec<notify::Note> = events
             .iter()
             .filter(|event| matches!(event.event, shoal_engine::event::Event::Pending { .. }))
-            .map(|event| event.task_queue_id.clone())
+            .map(|event| notify::Note::Pending(event.task_queue_id.clone()))
             .collect();
         woken.dedup();
         // The threads are gone only when the store is: nobody is left to tell.
         if !woken.is_empty() {
-            let _ = self.woken.send(woken);
+            let _ = self.notes.send(woken);
         }
         if staged {
             let _ = self.staged.send(());
