@@ -5,7 +5,7 @@
 // (`?state=&q=&page=`), so a link or a reload shows the same view.
 
 import { ApiError, TASK_EXCHANGES, allPages, call, credentials, get, listen, queue } from '../api.js';
-import { badge, duration, fill, h, problem, queueLink, taskLink, throttle, when } from '../view.js';
+import { badge, duration, fill, h, problem, queueLink, relative, taskLink, throttle, when } from '../view.js';
 
 const PAGE_ROWS = 100;
 const STATES = ['unscheduled', 'pending', 'running', 'completed', 'failed', 'exception'];
@@ -13,6 +13,7 @@ const STATES = ['unscheduled', 'pending', 'running', 'completed', 'failed', 'exc
 export async function groupPage(main, groupId) {
   const tasks = new Map(); // taskId -> {name, status}
   let order = null; // tasks by name, until one arrives or is renamed
+  let open = false; // any task unresolved
   const asked = new URLSearchParams(location.search);
   const view = {
     state: asked.get('state') || '',
@@ -68,7 +69,8 @@ export async function groupPage(main, groupId) {
     const pages = Math.max(1, Math.ceil(shown.length / PAGE_ROWS));
     view.page = Math.min(view.page, pages - 1);
     remember();
-    drawProgress(progress, times, tasks, byState);
+    open = drawProgress(progress, byState, tasks.size);
+    drawDurations(times, tasks, open);
     drawRows(table, drawn, shown.slice(view.page * PAGE_ROWS, (view.page + 1) * PAGE_ROWS));
     fill(pager, pages > 1 ? [
       h('button', { disabled: view.page === 0, onclick: () => { view.page--; draw(); } }, '‹ previous'),
@@ -128,24 +130,33 @@ export async function groupPage(main, groupId) {
   fill(loading, 'live');
   loading.classList.add('live');
   draw();
+  // Under way, the durations move on between events.
+  const tick = setInterval(() => { if (open && document.visibilityState === 'visible') drawDurations(times, tasks, true); }, 1000);
+  addEventListener('pagehide', () => clearInterval(tick));
 }
 
 const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.status.taskId < b.status.taskId ? -1 : 1);
 
 const runsOf = (status) => status.runs.length * 10 + STATES.indexOf(status.state);
 
-/** The group's progress as a bar by state with "N of M resolved", and its durations: since
- * its first run started, until its last ended (or now, while any task is unresolved), the
- * time its runs took in all, and its longest run. */
-function drawProgress(bar, times, tasks, byState) {
-  const total = tasks.size;
+/** The group's progress as a bar by state with "N of M resolved"; answers whether any task
+ * is unresolved. */
+function drawProgress(bar, byState, total) {
   const resolved = byState.completed + byState.failed + byState.exception;
   const share = (n) => `${total ? (100 * n) / total : 0}%`;
   bar.setAttribute('aria-label', `${resolved} of ${total} resolved`);
   // Widths set through the CSSOM: the page's policy forbids style attributes.
   const part = (s) => { const el = h('span', { class: `state-${s}`, title: `${s} ${byState[s]}` }); el.style.width = share(byState[s]); return el; };
   fill(bar, h('div', { class: 'bar' }, ['completed', 'failed', 'exception', 'running', 'pending'].filter((s) => byState[s]).map(part)),
-  h('span', { class: 'progress-text' }, `${resolved} of ${total} resolved`, total ? ` (${Math.floor((100 * resolved) / total)}%)` : ''));
+    h('span', { class: 'progress-text' }, `${resolved} of ${total} resolved`, total ? ` (${Math.floor((100 * resolved) / total)}%)` : ''));
+  return resolved < total;
+}
+
+/** The group's durations: since its first run started, until its last ended (or now, while
+ * `open`), the time its runs took in all, and its longest run. The line is rebuilt only when
+ * its first run or longest task changes; otherwise only its figures are rewritten, so its
+ * link stays the element it was while the line ticks. */
+function drawDurations(times, tasks, open) {
   const now = Date.now();
   let first = Infinity;
   let last = 0;
@@ -162,11 +173,25 @@ function drawProgress(bar, times, tasks, byState) {
       if (!longest || ended - started > longest.took) longest = { took: ended - started, name, taskId: status.taskId };
     }
   }
-  if (first === Infinity) return fill(times, 'No task has started yet.');
-  const open = resolved < total;
-  fill(times, 'Started ', when(new Date(first).toISOString()),
-    open ? ` · under way for ${duration(now - first)}` : ` · took ${duration(last - first)}`,
-    ` · ${duration(busy)} of run time in all · longest `, taskLink(longest.taskId, longest.name), ` (${duration(longest.took)})`);
+  if (first === Infinity) {
+    delete times.dataset.shape;
+    return fill(times, 'No task has started yet.');
+  }
+  const shape = `${first}\u0000${longest.taskId}\u0000${longest.name}`;
+  if (times.dataset.shape !== shape) {
+    times.dataset.shape = shape;
+    fill(times, 'Started ', when(new Date(first).toISOString()), ' · ', h('span', { class: 'group-span' }), ' · ',
+      h('span', { class: 'group-busy' }), ' of run time in all · longest ', taskLink(longest.taskId, longest.name),
+      ' (', h('span', { class: 'group-longest' }), ')');
+  }
+  const set = (selector, text) => {
+    const el = times.querySelector(selector);
+    if (el.textContent !== text) el.textContent = text;
+  };
+  set('time', relative(new Date(first)));
+  set('.group-span', open ? `under way for ${duration(now - first)}` : `took ${duration(last - first)}`);
+  set('.group-busy', duration(busy));
+  set('.group-longest', duration(longest.took));
 }
 
 /** Shows `entries` in `body`, keeping the element of each row whose task has not changed
