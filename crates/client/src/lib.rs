@@ -374,10 +374,7 @@ impl Client {
         worker_id: &str,
         beat: &Beat<'_>,
     ) -> Result<Standing, ClientError> {
-        let (provisioner_id, worker_type) = task_queue_id.split_once('/').unwrap_or((task_queue_id, ""));
-        let url = self.queue(&format!(
-            "/provisioners/{provisioner_id}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/heartbeat"
-        ));
+        let url = self.queue(&format!("{}/{worker_group}/{worker_id}/heartbeat", workers::workers_path(task_queue_id)));
         let mut body = json!({
             "dimensions": beat.dimensions,
             "version": env!("CARGO_PKG_VERSION"),

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::{Body, Client, ClientError};
 
 /// `/provisioners/<p>/worker-types/<wt>/workers` for a task queue.
-fn workers_path(task_queue_id: &str) -> String {
+pub(crate) fn workers_path(task_queue_id: &str) -> String {
     let (provisioner_id, worker_type) = task_queue_id.split_once('/').unwrap_or((task_queue_id, ""));
     format!("/provisioners/{provisioner_id}/worker-types/{worker_type}/workers")
 }
