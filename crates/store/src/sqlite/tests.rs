@@ -134,11 +134,15 @@ async fn hold_writer(store: &SqliteStore) -> std::sync::mpsc::Sender<()> {
     let sender = store.inner.jobs.lock().unwrap().clone().unwrap();
     let (release, held) = std::sync::mpsc::channel::<()>();
     let (reply, _answer) = oneshot::channel::<Result<Committed<()>, StoreError>>();
+    let (started, running) = oneshot::channel::<()>();
     let op = move |_: &mut Tx<'_>| {
+        let _ = started.send(());
         let _ = held.recv();
         Ok(())
     };
     sender.send(Box::new(WriteJob { op, reply })).await.unwrap();
+    // Running, its batch taken: what is sent from now on goes in the batches after it.
+    running.await.unwrap();
     release
 }
 
