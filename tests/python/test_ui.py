@@ -329,14 +329,15 @@ def test_group_page_shows_every_task_and_follows_changes_live(server, queue, mak
     assert not still_drawn(rows_before[running])
     assert all(still_drawn(rows_before[task_id]) for task_id in ids if task_id != running)
     wait(browser, lambda d: text_of(d, "#durations").startswith("Started just now · under way for"), "the group's durations")
-    # The time under way moves on without events, and the line's link is not replaced as it does.
+    queue.reportCompleted(running, 0)
+    wait(browser, lambda d: text_of(d, "#progress") == "1 of 3 resolved (33%)", "the progress moved on")
+    assert f"longest group task {ids.index(running)}" in text_of(browser, "#durations")
+    # Two tasks still pending: the time under way moves on without events, and the line's link
+    # is not replaced as it does.
     longest_link = browser.find_element(By.CSS_SELECTOR, "#durations a")
     seen = set()
     wait(browser, lambda d: seen.add(text_of(d, "#durations .group-span")) or len(seen) >= 3, "the durations ticking")
     assert still_drawn(longest_link)
-    queue.reportCompleted(running, 0)
-    wait(browser, lambda d: text_of(d, "#progress") == "1 of 3 resolved (33%)", "the progress moved on")
-    assert f"longest group task {ids.index(running)}" in text_of(browser, "#durations")
     # The state filter keeps only the completed one.
     browser.find_element(By.CSS_SELECTOR, 'button[data-state="completed"]').click()
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tasks tr")) == 1, "the filter applied")
