@@ -20,10 +20,21 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from conftest import ROOT_TOKEN
+from conftest import ROOT_TOKEN, _start
 
 WAIT_SECS = 30
 SIZES = {"laptop": (1280, 800), "phone": (390, 844)}
+
+
+@pytest.fixture(scope="module")
+def server():
+    # The pages' own server: its claims last the default 20 min, so a run claimed by a test
+    # outlives the page waits before its report on a loaded machine (the suite's server
+    # expires claims after 2 s for the queue's expiry tests).
+    proc, root_url = _start(["--claim-wait", "1"])
+    yield root_url
+    proc.terminate()
+    proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
