@@ -196,9 +196,9 @@ impl Writing<'_> {
             state.seen.remove(&self.key);
             return None;
         }
-        let before = state.seen.get(&worker.key).copied();
+        let before = state.seen.get(&self.key).copied();
         let told = before.map_or_else(Told::default, |seen| seen.told).merged(Told::of(sighting));
-        state.seen.insert(worker.key.clone(), Seen { written: now, told, standing: Standing::of(worker, now) });
+        state.seen.insert(self.key.clone(), Seen { written: now, told, standing: Standing::of(worker, now) });
         // Workers gone for good are forgotten now and then.
         if state.seen.len().is_power_of_two() && state.seen.len() >= 1024 {
             let horizon = self.fleet.interval_ms.saturating_mul(20);

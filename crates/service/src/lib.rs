@@ -515,10 +515,7 @@ async fn wake_on_remote_work(
             // What another server committed: its needs are unknown, so all look.
             Ok(RemoteWork::Queue(task_queue_id)) => inner.wakers.wake_queue(&task_queue_id),
             // Changed through another server: read its record again, and its claims look.
-            Ok(RemoteWork::Worker(key)) => {
-                inner.fleet.forget(&key);
-                inner.wakers.wake_queue(&key.task_queue_id);
-            }
+            Ok(RemoteWork::Worker(key)) => inner.changed_elsewhere(&key),
             // A live log followed here grew through another server.
             Ok(RemoteWork::Log { task_id, run_id, size }) => inner.live.grown(task_id, run_id, size),
             // Missed some: everyone looks again.

@@ -6,7 +6,7 @@ use shoal_engine::worker::{Sighting, Worker, WorkerKey};
 use shoal_store::{StoreError, WorkerChange};
 
 use crate::fleet::Standing;
-use crate::{Queue, now};
+use crate::{Inner, Queue, now};
 
 impl Queue {
     /// Records that worker `key` called, as `sighting` says (written at most every
@@ -67,8 +67,7 @@ impl Queue {
         // The change reached its records in the other queues it serves too.
         let siblings: Vec<WorkerKey> = worker.siblings().collect();
         for sibling in &siblings {
-            self.inner.fleet.forget(sibling);
-            self.inner.wakers.wake_queue(&sibling.task_queue_id);
+            self.inner.changed_elsewhere(sibling);
         }
         self.inner.store.workers_changed(std::iter::once(worker.key.clone()).chain(siblings).collect());
         Ok(worker)
@@ -85,5 +84,14 @@ impl Queue {
         let cutoff = Timestamp(now.millis().saturating_sub(dead_after));
         let committed = self.inner.store.lose_silent_workers(cutoff, now, limit).await?;
         Ok(self.committed(committed))
+    }
+}
+
+impl Inner {
+    /// `key`'s record was changed by another operation (a change reaching a sibling record,
+    /// or another server's): what is remembered of it is stale, and its queue's claims look.
+    pub(crate) fn changed_elsewhere(&self, key: &WorkerKey) {
+        self.fleet.forget(key);
+        self.wakers.wake_queue(&key.task_queue_id);
     }
 }

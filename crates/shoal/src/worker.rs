@@ -128,12 +128,10 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let cache = shoal_worker::Cache::open(&work_dir.join("cache"), args.cache_size)
         .with_context(|| format!("opening the cache in {}", work_dir.display()))?;
     // The server's rule for the queues one worker serves, checked before the first claim.
-    let first = args.queues.first().context("--queue is required")?.clone();
-    let mut queues = shoal_engine::worker::served_queues(&first, Some(args.queues))
-        .map_err(|err| anyhow::anyhow!("--queue: {err}"))?
-        .into_iter();
-    let task_queue_id = queues.next().context("--queue is required")?;
-    let more_queues: Vec<String> = queues.collect();
+    let task_queue_id = args.queues.first().context("--queue is required")?.clone();
+    let mut more_queues = shoal_engine::worker::served_queues(&task_queue_id, Some(args.queues))
+        .map_err(|err| anyhow::anyhow!("--queue: {err}"))?;
+    more_queues.remove(0);
     let config = shoal_worker::WorkerConfig {
         task_queue_id,
         more_queues,

@@ -1,9 +1,9 @@
 //! Shoal's generic worker: long-polls claimWork for its queues (one capacity for all), runs up
 //! to `capacity` tasks at once, streams their output to the server, uploads their artifacts
-//! and reports how they ended. It reaches the server only through the HTTP client, as a worker on another machine
-//! would. On shutdown it stops claiming and hands its runs back (`worker-shutdown`, retried);
-//! asked by the server to terminate, it finishes its runs first. It heartbeats, and hears of
-//! its runs' cancels on the event stream (`control.rs`).
+//! and reports how they ended. It reaches the server only through the HTTP client, as a
+//! worker on another machine would. On shutdown it stops claiming and hands its runs back
+//! (`worker-shutdown`, retried); asked by the server to terminate, it finishes its runs
+//! first. It heartbeats, and hears of its runs' cancels on the event stream (`control.rs`).
 
 mod artifacts;
 mod cache;
