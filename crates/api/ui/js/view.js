@@ -120,6 +120,17 @@ export function queueLink(taskQueueId) {
   return h('a', { href: `/provisioners/${provisioner}/worker-types/${workerType}`, class: 'mono' }, taskQueueId);
 }
 
+/** Keeps `params` in the page's URL, replacing its entry (a view changed is not a page to go
+ * back to): each name set to its value, or removed when the value is empty. */
+export function keepInUrl(params) {
+  const url = new URL(location.href);
+  for (const [name, value] of Object.entries(params)) {
+    if (value === undefined || value === null || value === '') url.searchParams.delete(name);
+    else url.searchParams.set(name, String(value));
+  }
+  if (url.href !== location.href) history.replaceState(history.state, '', url);
+}
+
 /** Most pages of a "more" listing a link may ask for at once. */
 const MAX_PAGES = 20;
 
@@ -133,10 +144,7 @@ export async function pagedListing(more, load) {
     try {
       const following = await load(token);
       shown += 1;
-      const url = new URL(location.href);
-      if (shown > 1) url.searchParams.set('pages', String(shown));
-      else url.searchParams.delete('pages');
-      history.replaceState(history.state, '', url);
+      keepInUrl({ pages: shown > 1 ? shown : '' });
       fill(more, following ? h('button', { class: 'more', onclick: () => next(following) }, 'more') : null);
       return following;
     } catch (err) {

@@ -5,7 +5,7 @@
 // (`?state=&q=&page=`), so a link or a reload shows the same view.
 
 import { ApiError, TASK_EXCHANGES, allPages, call, credentials, get, listen, queue } from '../api.js';
-import { badge, duration, fill, h, problem, queueLink, relative, taskLink, throttle, when } from '../view.js';
+import { badge, duration, fill, h, keepInUrl, problem, queueLink, relative, taskLink, throttle, when } from '../view.js';
 
 const PAGE_ROWS = 100;
 const STATES = ['unscheduled', 'pending', 'running', 'completed', 'failed', 'exception'];
@@ -79,14 +79,9 @@ export async function groupPage(main, groupId) {
     ] : h('span', { class: 'muted' }, `${shown.length} tasks`));
   };
   const redraw = throttle(draw, 200);
-  // The view in the URL, replacing the entry (a filter typed is not a page to go back to).
+  // The view in the URL, so a link or a reload shows the same.
   function remember() {
-    const params = new URLSearchParams();
-    if (view.state) params.set('state', view.state);
-    if (view.text) params.set('q', view.text);
-    if (view.page > 0) params.set('page', String(view.page + 1));
-    const search = params.toString() ? `?${params}` : '';
-    if (search !== location.search) history.replaceState(history.state, '', `${location.pathname}${search}`);
+    keepInUrl({ state: view.state, q: view.text, page: view.page > 0 ? view.page + 1 : '' });
   }
 
   // Listen first, then list: nothing that happens in between is missed.

@@ -2,7 +2,7 @@
 // graphs, and recent failures. Refreshed every few seconds while open.
 
 import { get, queue, withQuery } from '../api.js';
-import { badge, fill, h, pagedListing, problem, queueLink, section, taskLink, when } from '../view.js';
+import { badge, fill, h, keepInUrl, pagedListing, problem, queueLink, section, taskLink, when } from '../view.js';
 
 const REFRESH_MS = 5000;
 
@@ -74,11 +74,8 @@ export async function groupList(main) {
   const loaded = [];
   const draw = () => {
     const q = search.value.trim().toLowerCase();
-    // The search stays in the URL, replaced as it changes, so a link shows the same list.
-    const url = new URL(location.href);
-    if (search.value.trim()) url.searchParams.set('q', search.value.trim());
-    else url.searchParams.delete('q');
-    history.replaceState(null, '', url);
+    // The search stays in the URL, so a link shows the same list.
+    keepInUrl({ q: search.value.trim() });
     fill(rows, loaded.filter((g) => !q || g.taskGroupId.toLowerCase().includes(q) || g.schedulerId.toLowerCase().includes(q))
       .map((g) => h('tr', { 'data-group': g.taskGroupId },
         h('td', {}, h('a', { href: `/tasks/groups/${g.taskGroupId}`, class: 'mono' }, g.taskGroupId)),
