@@ -2,7 +2,7 @@
 // "Create task" and "Edit and create" and Swarming's "Retry" offer: a copy of an existing
 // task (new times, no dedup), or a small template. Also the copy that "Retrigger" creates.
 
-import { ApiError, call, credentials, get, queue } from '../api.js';
+import { call, credentials, get, queue } from '../api.js';
 import { fill, h, problem, taskLink } from '../view.js';
 
 /** A new nice slugid: a random (v4) UUID in URL-safe base64, starting with a letter. */
@@ -76,7 +76,7 @@ export async function createPage(main) {
       await createTask(idInput.value.trim(), body);
       location.assign(`/tasks/${idInput.value.trim()}`);
     } catch (err) {
-      fill(result, problem(err instanceof ApiError ? err : { message: String(err) }));
+      fill(result, problem(err));
     }
   };
   fill(main,

@@ -4,7 +4,7 @@
 // rows that changed are drawn again). The filters and page are kept in the URL
 // (`?state=&q=&page=`), so a link or a reload shows the same view.
 
-import { ApiError, TASK_EXCHANGES, allPages, call, credentials, get, listen, queue } from '../api.js';
+import { TASK_EXCHANGES, allPages, call, credentials, get, listen, queue } from '../api.js';
 import { badge, duration, fill, h, keepInUrl, problem, queueLink, relative, taskLink, throttle, when } from '../view.js';
 
 const PAGE_ROWS = 100;
@@ -234,7 +234,7 @@ function groupActions(groupId, tasks) {
     try {
       fill(message, `${label}: ${await work()}`);
     } catch (err) {
-      fill(message, problem(err instanceof ApiError ? err : { message: String(err) }));
+      fill(message, problem(err));
     }
   };
   const seal = () => call('POST', queue(`/task-group/${groupId}/seal`));

@@ -2,7 +2,7 @@
 // its log (followed live while the run runs), and cancel, rerun, retrigger and priority for
 // the signed-in, with a link to edit a copy and create it. Kept current from the event stream.
 
-import { ApiError, TASK_EXCHANGES, call, credentials, get, listen, queue, withQuery } from '../api.js';
+import { TASK_EXCHANGES, call, credentials, get, listen, queue, withQuery } from '../api.js';
 import { LogView } from '../log.js';
 import { copyOf, createTask, newTaskId } from './create.js';
 import { heldWorkers } from './workers.js';
@@ -201,7 +201,7 @@ function drawActions(el, task, status, onStatus) {
       if (answer.status) onStatus(answer.status);
       result = `${label}: done`;
     } catch (err) {
-      result = problem(err instanceof ApiError ? err : { message: String(err) });
+      result = problem(err);
     }
     fill(document.getElementById('action-result') || message, result);
   };
@@ -223,7 +223,7 @@ function drawActions(el, task, status, onStatus) {
       await createTask(newId, copyOf(task));
       result = ['Retriggered as ', h('a', { href: `/tasks/${newId}`, id: 'retriggered', class: 'mono' }, newId)];
     } catch (err) {
-      result = problem(err instanceof ApiError ? err : { message: String(err) });
+      result = problem(err);
     }
     fill(document.getElementById('action-result') || message, result);
   };
