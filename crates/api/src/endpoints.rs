@@ -116,6 +116,9 @@ pub const CREATE_TASK: Scopes = AllOf(&[
 /// A task graph: what creating each of its tasks needs.
 const GRAPH_TASKS: Scopes = For { var: "task", list: "tasks", each: &CREATE_TASK };
 
+/// Extending a graph: Taskcluster's scheduler scope for it, and creating its new tasks.
+const EXTEND_GRAPH: Scopes = AllOf(&[Scope("scheduler:extend-task-graph:<taskGraphId>"), GRAPH_TASKS]);
+
 /// Writing a run's artifacts and log.
 const CREATE_ARTIFACT: Scopes = Scope("queue:create-artifact:<taskId>/<runId>");
 
@@ -456,7 +459,7 @@ pub const SCHEDULER_ENDPOINTS: &[Endpoint] = &[
         "extendTaskGraph",
         Post,
         "/task-graph/{graph}/extend",
-        GRAPH_TASKS,
+        EXTEND_GRAPH,
         Experimental,
         graphs::extend_task_graph
     ),

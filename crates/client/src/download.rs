@@ -1,7 +1,7 @@
 //! Downloads whose bytes are streamed by the caller (a worker's mounts): an artifact read
-//! with scopes narrowed to a task's, or any URL, redirects followed. Only requests to this
-//! client's server are signed; a redirect elsewhere (a reference artifact, a store's signed
-//! URL) carries no credentials.
+//! with scopes narrowed to a task's, or any URL, redirects followed. Only the artifact reads
+//! to this client's server are signed; a URL, or a redirect elsewhere (a reference artifact,
+//! a store's signed URL), carries no credentials.
 
 use std::time::Duration;
 
@@ -33,7 +33,8 @@ impl Client {
         self.download(url, Some(authorized_scopes)).await
     }
 
-    /// The bytes at `url`, as an open response, fetched without credentials.
+    /// The bytes at `url`, as an open response, fetched without credentials (even a URL of
+    /// this client's server).
     ///
     /// # Errors
     /// As the server there answers, or when it cannot be reached.
@@ -77,7 +78,8 @@ impl Client {
         Err(ClientError::Decode(format!("{url}: more than {MAX_REDIRECTS} redirects")))
     }
 
-    /// One GET of `url` (signed when it is this server's), retried on transport errors and
+    /// One GET of `url` (signed, narrowed to `authorized_scopes`, when those are given and it
+    /// is this server's), retried on transport errors and
     /// 5xx answers.
     async fn fetch_once(
         &self,
@@ -85,7 +87,8 @@ impl Client {
         url: &str,
         authorized_scopes: Option<&[String]>,
     ) -> Result<reqwest::Response, ClientError> {
-        let ours = url.starts_with(&format!("{}/", self.root_url));
+        // Signed only with scopes to narrow to: a plain URL is fetched as anyone would.
+        let ours = authorized_scopes.is_some() && url.starts_with(&format!("{}/", self.root_url));
         retried(url, || async move {
             let mut request = http.request(Method::GET, url);
             if let (true, Some(credentials)) = (ours, &self.credentials) {

@@ -283,6 +283,36 @@ pub struct RunStats {
     /// `reasonResolved` stays Taskcluster's `failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed_out: Option<TimeLimit>,
+    /// Which of the worker's limits on a slot ended the commands, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_exceeded: Option<SlotLimit>,
+}
+
+/// A limit a worker puts on each slot's commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SlotLimit {
+    /// Processes and threads at once.
+    Processes,
+    /// Resident memory of the commands' processes.
+    Memory,
+    /// The private `/tmp` is full.
+    Tmp,
+    /// Bytes in the task directory.
+    Disk,
+}
+
+impl SlotLimit {
+    /// The name a worker's flag and the run's stats give it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlotLimit::Processes => "processes",
+            SlotLimit::Memory => "memory",
+            SlotLimit::Tmp => "tmp",
+            SlotLimit::Disk => "disk",
+        }
+    }
 }
 
 /// A time limit of a task's payload.

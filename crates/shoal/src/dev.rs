@@ -70,10 +70,12 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
     let (stop_workers, workers_stop) = watch::channel(false);
     let mut workers = tokio::task::JoinSet::new();
     // Contained where bubblewrap can be used; on a machine without it the example still runs.
-    let isolation = shoal_worker::Isolation::bubblewrap(shoal_worker::SLOT_UID_BASE).unwrap_or_else(|reason| {
-        println!("local workers run tasks uncontained: {reason}");
-        shoal_worker::Isolation::None
-    });
+    let sandbox = shoal_worker::SandboxOptions::default();
+    let isolation =
+        shoal_worker::Isolation::bubblewrap(shoal_worker::SLOT_UID_BASE, &sandbox).unwrap_or_else(|reason| {
+            println!("local workers run tasks uncontained: {reason}");
+            shoal_worker::Isolation::None
+        });
     for idx in 0..args.workers {
         // Each worker's slots their own uids.
         let isolation = isolation.clone().with_first_uid(shoal_worker::SLOT_UID_BASE + idx * CAPACITY);
@@ -92,6 +94,7 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
             work_dir,
             grace: Duration::from_secs(5),
             isolation,
+            limits: shoal_worker::SlotLimits::defaults(CAPACITY * args.workers),
             cache: std::sync::Arc::new(cache),
             health_check: None,
         };

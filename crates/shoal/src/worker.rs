@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use shoal_worker::Isolation;
+use shoal_worker::{Isolation, SandboxOptions, SlotLimits};
 
 use crate::cli;
 use crate::server::ShutdownSignal;
@@ -48,6 +48,24 @@ pub(crate) struct WorkerArgs {
     /// `first-uid + n`. Give each worker on a machine its own range.
     #[arg(long, default_value_t = shoal_worker::SLOT_UID_BASE, value_parser = clap::value_parser!(u32).range(1000..))]
     first_uid: u32,
+    /// With bubblewrap: a host path a task sees, read-only, beside the system's directories
+    /// (`/usr`, `/bin`, `/lib*`, `/etc` less what only root may read); repeat for more.
+    #[arg(long = "sandbox-path")]
+    sandbox_paths: Vec<PathBuf>,
+    /// With bubblewrap: the size of each task's private `/tmp` (kept in memory), e.g. `2GiB`.
+    #[arg(long, default_value = "2GiB", value_parser = parse_size)]
+    tmp_size: u64,
+    /// Most processes and threads a slot's commands run at once (as root, the kernel's
+    /// per-user limit of each slot's user); reaching it ends the run.
+    #[arg(long, default_value_t = shoal_worker::limits::DEFAULT_PROCESSES, value_parser = clap::value_parser!(u64).range(16..))]
+    max_processes: u64,
+    /// Most resident memory a slot's commands hold, e.g. `8GiB`; more ends the run
+    /// [default: three quarters of the machine's memory, shared among the slots].
+    #[arg(long, value_parser = parse_size)]
+    max_memory: Option<u64>,
+    /// Most bytes in a slot's task directory, e.g. `20GiB`; more ends the run.
+    #[arg(long, default_value = "20GiB", value_parser = parse_size)]
+    max_task_disk: u64,
     /// Most bytes kept in `<work-dir>/cache` for mount downloads and named caches, e.g.
     /// `10GiB`, `500MiB` (the least recently used go first).
     #[arg(long, default_value = "10GiB", value_parser = parse_size)]
@@ -72,11 +90,10 @@ pub(crate) enum IsolationArg {
 
 impl IsolationArg {
     /// The isolation, checked on this machine.
-    pub(crate) fn resolve(self, first_uid: u32) -> anyhow::Result<Isolation> {
+    pub(crate) fn resolve(self, first_uid: u32, options: &SandboxOptions) -> anyhow::Result<Isolation> {
         match self {
-            IsolationArg::Bubblewrap => {
-                Isolation::bubblewrap(first_uid).map_err(|err| anyhow::anyhow!("--isolation bubblewrap: {err}"))
-            }
+            IsolationArg::Bubblewrap => Isolation::bubblewrap(first_uid, options)
+                .map_err(|err| anyhow::anyhow!("--isolation bubblewrap: {err}")),
             IsolationArg::None => {
                 tracing::warn!(
                     "--isolation none: tasks run as this worker's user in its filesystem and are NOT contained; \
@@ -132,6 +149,13 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     let mut more_queues = shoal_engine::worker::served_queues(&task_queue_id, Some(args.queues))
         .map_err(|err| anyhow::anyhow!("--queue: {err}"))?;
     more_queues.remove(0);
+    let sandbox = SandboxOptions { paths: args.sandbox_paths, tmp_size: args.tmp_size };
+    let defaults = SlotLimits::defaults(args.capacity);
+    let limits = SlotLimits {
+        processes: args.max_processes,
+        memory: args.max_memory.unwrap_or(defaults.memory),
+        disk: args.max_task_disk,
+    };
     let config = shoal_worker::WorkerConfig {
         task_queue_id,
         more_queues,
@@ -141,7 +165,8 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         capacity: args.capacity,
         work_dir,
         grace: Duration::from_secs(args.grace),
-        isolation: args.isolation.resolve(args.first_uid)?,
+        isolation: args.isolation.resolve(args.first_uid, &sandbox)?,
+        limits,
         cache: std::sync::Arc::new(cache),
         health_check: args
             .health_check

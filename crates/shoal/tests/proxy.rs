@@ -198,3 +198,38 @@ async fn an_uncontained_worker_refuses_a_task_without_network() {
     let log = log_of(&server, &task_id, 0).await;
     assert!(log.contains("payload.network") && !log.contains("\nran\n"), "{log}");
 }
+
+/// A path that climbs out of the three APIs with dot segments (plain, percent-encoded, or
+/// with backslashes) is judged after they are resolved, as the server would read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dot_segments_do_not_lead_the_proxy_out_of_the_apis() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let _worker = worker_with(&server.root, "e2e/proxy-dots", "w1", &dir.path().join("work"), &[]);
+    let climbs = ["/api/queue/v1/../../../metrics", "/api/queue/v1/%2e%2e/%2E%2e/%2e./metrics"];
+    let commands: Vec<String> = climbs
+        .iter()
+        .enumerate()
+        .map(|(idx, climb)| {
+            format!("printf 'climb{idx}: '; python3 -c \"$FETCH\" GET \"$TASKCLUSTER_PROXY_URL{climb}\"")
+        })
+        .collect();
+    let definition = support::worker::definition(
+        "e2e/proxy-dots",
+        json!({
+            "command": commands,
+            "env": {"FETCH": FETCH},
+            "features": {"taskclusterProxy": true},
+            "maxRunTime": 60
+        }),
+    );
+    let task_id = support::worker::create_definition(&server, &definition).await;
+    let state = resolved(&server, &task_id, 1).await["state"].clone();
+    let log = log_of(&server, &task_id, 0).await;
+    assert_eq!(state, "completed", "{log}");
+    for idx in 0..climbs.len() {
+        let answer = after(&log, &format!("climb{idx}: "));
+        assert!(answer.starts_with("404 "), "{answer}\n{log}");
+        assert!(!log.contains("shoal_"), "the server's metrics came through the proxy: {log}");
+    }
+}

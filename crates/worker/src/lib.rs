@@ -10,6 +10,7 @@ mod cache;
 mod control;
 mod environment;
 mod health;
+pub mod limits;
 mod logsink;
 mod memory;
 mod mount;
@@ -34,7 +35,8 @@ use tokio_util::sync::CancellationToken;
 pub use crate::cache::Cache;
 use crate::control::Held;
 pub use crate::health::HealthCheck;
-pub use crate::sandbox::{Isolation, SLOT_UID_BASE};
+pub use crate::limits::SlotLimits;
+pub use crate::sandbox::{Isolation, SLOT_UID_BASE, SandboxOptions};
 
 /// Settings of one worker.
 #[derive(Debug, Clone)]
@@ -57,6 +59,8 @@ pub struct WorkerConfig {
     pub grace: Duration,
     /// How tasks are contained.
     pub isolation: Isolation,
+    /// What each slot's commands may use.
+    pub limits: SlotLimits,
     /// Mount downloads and named caches, kept between tasks ([`Cache::open`] in
     /// `work_dir/cache`).
     pub cache: Arc<Cache>,
@@ -116,6 +120,12 @@ const CLAIM_RETRY: Duration = Duration::from_secs(1);
 pub async fn run(client: Client, mut config: WorkerConfig, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     with_id_dimension(&mut config);
+    if matches!(config.isolation, Isolation::Bubblewrap(_)) && nix::unistd::geteuid().is_root() {
+        // Inherited by every command; each slot user is held to it, root (this worker) is not.
+        if let Err(err) = limits::hold_slot_users(config.limits.processes) {
+            tracing::warn!(error = %err, "cannot set the slots' process limit (RLIMIT_NPROC)");
+        }
+    }
     let stopping = CancellationToken::new();
     let terminate = CancellationToken::new();
     let done = CancellationToken::new();

@@ -1,23 +1,44 @@
-//! The memory a command's processes hold, read from `/proc` and summed over its process tree.
+//! What a command's processes hold, read from `/proc` and summed over its process tree: the
+//! memory they hold and how many of them (threads included) run as the slot's user.
 
-/// Resident bytes of process `root` and its descendants now; `None` when none is left.
-pub(crate) fn tree_rss_bytes(root: u32) -> Option<u64> {
+/// What a process tree was seen using.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Usage {
+    /// Resident bytes of the whole tree.
+    pub(crate) rss: u64,
+    /// Threads of the tree's processes run by the slot's user (every thread when the slot
+    /// has no user of its own): what `RLIMIT_NPROC` counts.
+    pub(crate) tasks: u64,
+    /// A process of the tree inside the sandbox (whose `/proc/<pid>/root` is its view).
+    pub(crate) inner: Option<u32>,
+}
+
+/// Usage of process `root` and its descendants now; `None` when none is left.
+pub(crate) fn tree_usage(root: u32, user: Option<u32>) -> Option<Usage> {
     let mut stack = vec![root];
-    let mut total = None;
-    // A tree is small; the bound only guards against a pid reused into a loop.
+    let mut usage: Option<Usage> = None;
+    // A tree is bounded by the process limit; this only guards against a pid reused into a loop.
     let mut visits = 0;
     while let Some(pid) = stack.pop() {
         visits += 1;
-        if visits > 4096 {
+        if visits > 65_536 {
             break;
         }
         let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
-        let kib = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
-        if let Some(kib) = kib {
-            total = Some(total.unwrap_or(0) + kib * 1024);
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next().and_then(|first| first.parse::<u64>().ok()))
+        };
+        let seen = usage.get_or_insert_with(Usage::default);
+        seen.rss += field("VmRSS:").unwrap_or(0) * 1024;
+        let uid = field("Uid:");
+        if user.is_none_or(|user| uid == Some(u64::from(user))) {
+            seen.tasks += field("Threads:").unwrap_or(1);
+        }
+        if pid != root && seen.inner.is_none() {
+            seen.inner = Some(pid);
         }
         let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
         for thread in threads.flatten() {
@@ -26,7 +47,13 @@ pub(crate) fn tree_rss_bytes(root: u32) -> Option<u64> {
             }
         }
     }
-    total
+    usage
+}
+
+/// Resident bytes of process `root` and its descendants now; `None` when none is left.
+#[cfg(test)]
+pub(crate) fn tree_rss_bytes(root: u32) -> Option<u64> {
+    tree_usage(root, None).map(|usage| usage.rss)
 }
 
 #[cfg(test)]
@@ -61,6 +88,11 @@ mod tests {
             kib * 1024
         };
         assert!(own > shell_alone, "the sleeps count too: {own} vs {shell_alone}");
+        let me = nix::unistd::getuid().as_raw();
+        let usage = tree_usage(pid, Some(me)).unwrap();
+        assert_eq!(usage.tasks, 3, "the shell and its two sleeps: {usage:?}");
+        assert!(usage.inner.is_some_and(|inner| inner != pid), "{usage:?}");
+        assert_eq!(tree_usage(pid, Some(me + 1)).unwrap().tasks, 0, "another user's processes are not counted");
         let group = nix::unistd::Pid::from_raw(pid as i32);
         nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL).unwrap();
         child.wait().unwrap();

@@ -226,15 +226,13 @@ async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Sou
                 }
             }
             let run_id = latest_run(setup.client, task_id, artifact).await?;
-            let key = match sha256 {
-                Some(sha256) => format!("sha256:{sha256}"),
-                None => format!("artifact:{task_id}/{run_id}/{artifact}"),
-            };
+            // Keyed by where the bytes come from: a digest alone never finds them.
+            let key = content_key(&format!("artifact:{task_id}/{run_id}/{artifact}"), sha256.as_deref());
             let what = format!("artifact {artifact} of task {task_id} run {run_id}");
             (key, what, Fetch::Artifact { task_id, artifact, run_id })
         }
         Content::Url { url, sha256 } => {
-            let key = sha256.as_ref().map_or_else(|| format!("url:{url}"), |sha256| format!("sha256:{sha256}"));
+            let key = content_key(&format!("url:{url}"), sha256.as_deref());
             (key, url.clone(), Fetch::Url(url))
         }
     };
@@ -271,6 +269,16 @@ async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Sou
     let millis = started.elapsed().as_millis();
     setup.log.line(&format!("mount {path}: {what}, {size} bytes fetched in {millis} ms")).await;
     Ok((Source::Cached(held), size))
+}
+
+/// The cache key of content from `source`: the source itself, and the digest it was
+/// checked against when the payload pins one (a copy kept under another pin, or none, is
+/// fetched and checked again).
+fn content_key(source: &str, sha256: Option<&str>) -> String {
+    match sha256 {
+        Some(sha256) => format!("{source}#sha256:{sha256}"),
+        None => source.to_owned(),
+    }
 }
 
 /// What a download asks the server (or the URL's host) for.

@@ -77,8 +77,11 @@ pub fn parse(payload: &Value) -> Result<Payload, String> {
         Some(Value::Object(vars)) => vars
             .iter()
             .map(|(key, value)| match value {
-                Value::String(text) => Ok((key.clone(), text.clone())),
-                _ => Err(format!("payload.env.{key} must be a string")),
+                _ if key.is_empty() || key.contains(['=', '\0']) => Err(format!(
+                    "payload.env has the name `{key}`: a variable's name is not empty and has no `=` or NUL"
+                )),
+                Value::String(text) if !text.contains('\0') => Ok((key.clone(), text.clone())),
+                _ => Err(format!("payload.env.{key} must be a string without NUL")),
             })
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("payload.env must be an object of strings".into()),
@@ -166,6 +169,11 @@ fn parse_commands(items: &[Value]) -> Result<Vec<CommandSpec>, String> {
         .enumerate()
         .map(|(idx, item)| match item {
             Value::String(line) => Ok(CommandSpec::Shell(line.clone())),
+            // A program named with `=` would read as a variable where the sandbox hands the
+            // command its environment (`env -i NAME=VALUE... PROGRAM`).
+            Value::Array(argv) if argv.first().and_then(Value::as_str).is_some_and(|program| program.contains('=')) => {
+                Err(format!("payload.command[{idx}][0] names a program: it may not contain `=`"))
+            }
             Value::Array(argv) if !argv.is_empty() => argv
                 .iter()
                 .map(|arg| arg.as_str().map(str::to_owned))
@@ -243,6 +251,9 @@ mod tests {
             (json!({"command": ["true"]}), "payload.maxRunTime"),
             (json!({"command": ["true"], "maxRunTime": 0}), "payload.maxRunTime"),
             (json!({"command": ["true"], "maxRunTime": 5, "env": {"A": 1}}), "payload.env.A"),
+            (json!({"command": ["true"], "maxRunTime": 5, "env": {"A=B": "1"}}), "payload.env has the name `A=B`"),
+            (json!({"command": ["true"], "maxRunTime": 5, "env": {"": "1"}}), "payload.env has the name ``"),
+            (json!({"command": [["A=1", "true"]], "maxRunTime": 5}), "payload.command[0][0]"),
             (
                 json!({"command": ["true"], "maxRunTime": 5, "artifacts": [{"type": "file", "path": "../x"}]}),
                 "payload.artifacts[0].path",

@@ -13,6 +13,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
+use shoal_engine::status::SlotLimit;
+
+use crate::limits::{self, SlotLimits};
 use crate::logsink::LogSink;
 use crate::memory;
 use crate::payload::CommandSpec;
@@ -29,10 +32,15 @@ pub(crate) enum Exit {
     Silent,
     /// The run was stopped (canceled, or the worker is shutting down).
     Stopped,
+    /// It reached one of the slot's limits.
+    Exceeded(SlotLimit),
 }
 
-/// How often a running command's memory is sampled.
+/// How often a running command's memory and processes are sampled.
 const MEMORY_EVERY: Duration = Duration::from_millis(100);
+
+/// How many samples apart the task directory's disk use is looked at.
+const DISK_EVERY_SAMPLES: u32 = 10;
 
 /// How a command ended, and the most memory its processes were seen holding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +56,31 @@ pub(crate) struct Limits<'a> {
     pub(crate) io_timeout: Option<Duration>,
     pub(crate) stop: &'a CancellationToken,
     pub(crate) grace: Duration,
+    /// The slot's limits.
+    pub(crate) slot: &'a SlotLimits,
+    /// The slot's own user, whose processes are counted (all are, without one).
+    pub(crate) user: Option<u32>,
+    /// The size of the sandbox's private `/tmp`, when there is one.
+    pub(crate) tmp_size: Option<u64>,
+    /// The task directory and the bytes its filesystem held when the commands started.
+    pub(crate) disk: Option<(&'a Path, u64)>,
+}
+
+impl Limits<'_> {
+    /// Which of the slot's limits the process tree `usage` reached, looking at the disk
+    /// when `look_at_disk`.
+    fn reached(&self, usage: &memory::Usage, look_at_disk: bool) -> Option<SlotLimit> {
+        if let Some(limit) = self.slot.reached(usage) {
+            return Some(limit);
+        }
+        if self.tmp_size.is_some() && usage.inner.is_some_and(limits::tmp_full) {
+            return Some(SlotLimit::Tmp);
+        }
+        let (dir, baseline) = self.disk.filter(|_| look_at_disk)?;
+        // Walked only once the filesystem grew by the limit: the directory cannot hold more.
+        let grown = limits::filesystem_used(dir).is_some_and(|used| used.saturating_sub(baseline) > self.slot.disk);
+        (grown && limits::holds_more_than(dir, self.slot.disk)).then_some(SlotLimit::Disk)
+    }
 }
 
 /// Runs `spec` in `dir` with `env` as its whole environment, in `sandbox` when given,
@@ -64,20 +97,28 @@ pub(crate) async fn run(
         CommandSpec::Argv(argv) => argv.clone(),
         CommandSpec::Shell(line) => vec!["sh".to_owned(), "-c".to_owned(), line.clone()],
     };
-    let (program, args) = match sandbox {
-        Some(sandbox) => sandbox.wrap(argv),
+    let mut command = match sandbox {
+        Some(sandbox) => {
+            // bwrap itself (root, when the worker is) gets nothing of the task's: its
+            // variables are handed to the task's own command.
+            let (program, args) = sandbox.wrap(argv, env);
+            let mut command = Command::new(program);
+            command.args(args).current_dir("/").env_clear();
+            command
+        }
         None => {
             let mut argv = argv.into_iter();
             let program = argv.next().unwrap_or_default();
-            (on_path(&program, env, dir), argv.collect())
+            let mut command = Command::new(on_path(&program, env, dir));
+            command
+                .args(argv)
+                .current_dir(dir)
+                .env_clear()
+                .envs(env.iter().map(|(key, value)| (key.as_str(), value.as_str())));
+            command
         }
     };
-    let mut command = Command::new(program);
     command
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .envs(env.iter().map(|(key, value)| (key.as_str(), value.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -94,7 +135,8 @@ pub(crate) async fn run(
     let mut child = command.spawn()?;
     let started = Instant::now();
     let pid = child.id();
-    let mut peak_memory = pid.and_then(memory::tree_rss_bytes);
+    let mut peak_memory = pid.and_then(|pid| memory::tree_usage(pid, limits.user)).map(|usage| usage.rss);
+    let mut samples = 0u32;
     let mut sample = tokio::time::interval_at((started + MEMORY_EVERY).into(), MEMORY_EVERY);
     let last_output = Arc::new(AtomicI64::new(0));
     let mut pumps = tokio::task::JoinSet::new();
@@ -114,8 +156,12 @@ pub(crate) async fn run(
             status = child.wait() => break Exit::Code(code_of(status?)),
             () = limits.stop.cancelled() => break Exit::Stopped,
             _ = sample.tick() => {
-                let now = pid.and_then(memory::tree_rss_bytes);
-                peak_memory = peak_memory.max(now);
+                let Some(usage) = pid.and_then(|pid| memory::tree_usage(pid, limits.user)) else { continue };
+                peak_memory = peak_memory.max(Some(usage.rss));
+                samples = samples.wrapping_add(1);
+                if let Some(limit) = limits.reached(&usage, samples % DISK_EVERY_SAMPLES == 0) {
+                    break Exit::Exceeded(limit);
+                }
                 continue;
             }
             () = tokio::time::sleep_until(wake_at.into()) => {

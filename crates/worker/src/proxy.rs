@@ -115,6 +115,10 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> 
     let Some(rest) = path.strip_prefix(shared.prefix.as_str()).filter(|rest| rest.starts_with('/')) else {
         return error(StatusCode::NOT_FOUND, "ResourceNotFound", "no such path on this proxy");
     };
+    // Judged as the server will read it: dot segments (`..`, `%2e%2e`) resolved first.
+    let Some(rest) = resolved(rest) else {
+        return error(StatusCode::BAD_REQUEST, "InputError", "the path is not a valid URL path");
+    };
     let service = rest.strip_prefix("/api/").and_then(|api| api.split('/').next()).unwrap_or_default();
     if !SERVICES.contains(&service) || !rest.starts_with(&format!("/api/{service}/v1/")) {
         let message = "the proxy passes on /api/queue/v1/, /api/scheduler/v1/ and /api/auth/v1/ only";
@@ -122,7 +126,7 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> 
     }
     let target = match req.uri().query() {
         Some(query) => format!("{rest}?{query}"),
-        None => rest.to_owned(),
+        None => rest,
     };
     let method = req.method().clone();
     let headers = passed_on(req.headers());
@@ -149,6 +153,13 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> 
         }
         Err(err) => error(StatusCode::BAD_GATEWAY, "ProxyError", &err.to_string()),
     }
+}
+
+/// `path` with its dot segments resolved as a URL parser resolves them (`.`, `..` and their
+/// percent-encoded forms, `\` as `/`): what the forwarded request will ask for.
+fn resolved(path: &str) -> Option<String> {
+    let url = reqwest::Url::parse(&format!("http://proxy.invalid{path}")).ok()?;
+    Some(url.path().to_owned())
 }
 
 /// The request headers passed on: all but the connection's own, `Host` and `Authorization`
@@ -192,6 +203,19 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response<ProxyBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot_segments_are_resolved_before_the_path_is_judged() {
+        for (path, seen) in [
+            ("/api/queue/v1/../../../metrics", "/metrics"),
+            ("/api/queue/v1/%2e%2e/%2E%2e/%2e./metrics", "/metrics"),
+            ("/api/queue/v1/..\\..\\..\\metrics", "/metrics"),
+            ("/api/queue/v1/task/x/./status", "/api/queue/v1/task/x/status"),
+            ("/api/queue/v1/claim-work/p%2Fq", "/api/queue/v1/claim-work/p%2Fq"),
+        ] {
+            assert_eq!(resolved(path).as_deref(), Some(seen), "{path}");
+        }
+    }
 
     #[test]
     fn the_proxy_keeps_end_to_end_headers_and_drops_credentials() {

@@ -15,6 +15,7 @@ use crate::WorkerConfig;
 use crate::artifacts::{self, Target};
 use crate::control::Held;
 use crate::environment::{RunFacts, task_environment};
+use crate::limits::SlotLimits;
 use crate::logsink::LogSink;
 use crate::mount::{self, Setup, SetupError};
 use crate::netns;
@@ -125,9 +126,8 @@ pub(crate) async fn run_claim(
                 None => Network::Loopback,
             };
             let sandbox = match &config.isolation {
-                Isolation::Bubblewrap { bwrap, .. } => Some(Sandbox {
-                    bwrap,
-                    work_dir: &config.work_dir,
+                Isolation::Bubblewrap(bubblewrap) => Some(Sandbox {
+                    bubblewrap,
                     task_dir: &dir,
                     secrets_file: claim.secrets.is_some().then_some(secrets_file.as_path()),
                     user,
@@ -135,7 +135,14 @@ pub(crate) async fn run_claim(
                 }),
                 Isolation::None => None,
             };
-            let commands = Commands { payload: &payload, dir: &dir, env: &env, sandbox: sandbox.as_ref() };
+            let commands = Commands {
+                payload: &payload,
+                dir: &dir,
+                env: &env,
+                sandbox: sandbox.as_ref(),
+                limits: &config.limits,
+                user,
+            };
             let ending = run_commands(&commands, &log, &stop, config.grace, &mut stats).await;
             // Nothing of the task runs now; its proxy stops with it.
             drop(proxy);
@@ -245,12 +252,12 @@ fn unsupported(payload: &Payload, isolation: &Isolation) -> Option<String> {
              and cannot take their network away"
                 .into(),
         ),
-        Isolation::Bubblewrap { .. } if payload.taskcluster_proxy && !nix::unistd::geteuid().is_root() => Some(
+        Isolation::Bubblewrap(_) if payload.taskcluster_proxy && !nix::unistd::geteuid().is_root() => Some(
             "payload.features.taskclusterProxy with payload.network false needs a worker running as root \
              (the proxy listens in the task's own network namespace)"
                 .into(),
         ),
-        Isolation::Bubblewrap { .. } => None,
+        Isolation::Bubblewrap(_) => None,
     }
 }
 
@@ -362,6 +369,9 @@ struct Commands<'a> {
     dir: &'a Path,
     env: &'a [(String, String)],
     sandbox: Option<&'a Sandbox<'a>>,
+    limits: &'a SlotLimits,
+    /// The slot's own user, when it has one.
+    user: Option<u32>,
 }
 
 /// Runs the payload's commands in order with `env` as their whole environment; `stats` gets
@@ -373,9 +383,17 @@ async fn run_commands(
     grace: Duration,
     stats: &mut RunStats,
 ) -> Ending {
-    let Commands { payload, dir, env, sandbox } = *commands;
-    let limits =
-        Limits { deadline: Instant::now() + payload.max_run_time, io_timeout: payload.io_timeout, stop, grace };
+    let Commands { payload, dir, env, sandbox, limits: slot, user } = *commands;
+    let limits = Limits {
+        deadline: Instant::now() + payload.max_run_time,
+        io_timeout: payload.io_timeout,
+        stop,
+        grace,
+        slot,
+        user,
+        tmp_size: sandbox.map(|sandbox| sandbox.bubblewrap.tmp_size()),
+        disk: crate::limits::filesystem_used(dir).map(|used| (dir, used)),
+    };
     for (idx, spec) in payload.commands.iter().enumerate() {
         let exit = match process::run(spec, dir, env, sandbox, log, &limits).await {
             Ok(ran) => {
@@ -404,6 +422,10 @@ async fn run_commands(
                 return Ending::Failure(format!("no output for {secs} s (ioTimeout); the task was stopped"));
             }
             Exit::Stopped => return Ending::Shutdown,
+            Exit::Exceeded(limit) => {
+                stats.limit_exceeded = Some(limit);
+                return Ending::Failure(slot.reason(limit, limits.tmp_size));
+            }
         }
     }
     Ending::Success

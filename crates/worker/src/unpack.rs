@@ -80,7 +80,9 @@ fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), UnpackError> {
             }
             tar::EntryType::Link => {
                 let target = entry.link_name().map_err(corrupt)?.ok_or_else(|| corrupt("a link without a target"))?;
-                inside(&target)?;
+                // link(2) follows links on the way to its target: none may be there.
+                let target = inside(&target)?;
+                no_links_on_the_way(dest, &target)?;
             }
             tar::EntryType::XGlobalHeader | tar::EntryType::XHeader => continue,
             other => {
@@ -97,8 +99,11 @@ fn unpack_tar(reader: impl Read, dest: &Path) -> Result<(), UnpackError> {
         if !entry.unpack_in(dest).map_err(|err| unpack_failed(&path, err))? {
             return Err(UnpackError::Unsafe(format!("`{}` would land outside the directory", path.display())));
         }
+        if kind == tar::EntryType::Symlink {
+            resolves_inside(dest, &rel)?;
+        }
     }
-    Ok(())
+    every_link_resolves_inside(dest)
 }
 
 fn unpack_failed(path: &Path, err: std::io::Error) -> UnpackError {
@@ -132,13 +137,14 @@ fn unpack_zip(reader: impl Read + std::io::Seek, dest: &Path) -> Result<(), Unpa
             entry.by_ref().take(4096).read_to_string(&mut link).map_err(corrupt)?;
             check_link(&rel, Path::new(&link))?;
             std::os::unix::fs::symlink(&link, &target)?;
+            resolves_inside(dest, &rel)?;
             continue;
         }
         let mode = entry.unix_mode().map_or(0o644, |mode| mode & 0o777);
         let mut out = create_new(&target, mode)?;
         std::io::copy(&mut entry, &mut out).map_err(|err| unpack_failed(&rel, err))?;
     }
-    Ok(())
+    every_link_resolves_inside(dest)
 }
 
 /// A new file (never through a link), with `mode`.
@@ -192,6 +198,80 @@ fn check_link(rel: &Path, target: &Path) -> Result<(), UnpackError> {
             Component::CurDir => {}
             Component::ParentDir => depth = depth.checked_sub(1).ok_or_else(out)?,
             Component::RootDir | Component::Prefix(_) => return Err(out()),
+        }
+    }
+    Ok(())
+}
+
+/// Most links followed resolving one path, as the kernel's bound (`ELOOP`).
+const MAX_LINK_HOPS: usize = 40;
+
+/// Most entries of a placed tree walked to check its links.
+const MAX_WALKED: usize = 1_000_000;
+
+/// The link at `rel` resolved as the kernel would, against the tree placed so far under
+/// `dest` (each link on the way followed, `..` taken from where a link led): it must stay
+/// under `dest`. A name not placed yet counts as a plain directory, so a `..` after it is
+/// judged lexically.
+fn resolves_inside(dest: &Path, rel: &Path) -> Result<(), UnpackError> {
+    let out =
+        |why: &str| UnpackError::Unsafe(format!("the link `{}` resolves outside the directory ({why})", rel.display()));
+    let target = std::fs::read_link(dest.join(rel))?;
+    let mut todo: Vec<std::ffi::OsString> = Vec::new();
+    let push = |todo: &mut Vec<std::ffi::OsString>, path: &Path| -> Result<(), UnpackError> {
+        // Pushed reversed: the next component is popped from the end.
+        for component in path.components().rev() {
+            match component {
+                Component::Normal(name) => todo.push(name.to_owned()),
+                Component::ParentDir => todo.push("..".into()),
+                Component::CurDir => {}
+                Component::RootDir | Component::Prefix(_) => return Err(out("an absolute target")),
+            }
+        }
+        Ok(())
+    };
+    push(&mut todo, &target)?;
+    let mut at: Vec<std::ffi::OsString> =
+        rel.parent().map(|parent| parent.iter().map(ToOwned::to_owned).collect()).unwrap_or_default();
+    let mut hops = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            at.pop().ok_or_else(|| out("`..` above it"))?;
+            continue;
+        }
+        at.push(name);
+        let here: PathBuf = at.iter().fold(dest.to_path_buf(), |path, name| path.join(name));
+        if std::fs::symlink_metadata(&here).is_ok_and(|metadata| metadata.file_type().is_symlink()) {
+            hops += 1;
+            if hops > MAX_LINK_HOPS {
+                return Err(out("too many links"));
+            }
+            at.pop();
+            push(&mut todo, &std::fs::read_link(&here)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every link under `dest` resolved against the finished tree: a later entry can change
+/// where an earlier link leads (`x -> b/..` before `b -> .`).
+fn every_link_resolves_inside(dest: &Path) -> Result<(), UnpackError> {
+    let mut stack = vec![PathBuf::new()];
+    let mut walked = 0;
+    while let Some(rel) = stack.pop() {
+        for entry in std::fs::read_dir(dest.join(&rel))? {
+            walked += 1;
+            if walked > MAX_WALKED {
+                return Err(UnpackError::Unsafe(format!("more than {MAX_WALKED} entries")));
+            }
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            let child = rel.join(entry.file_name());
+            if kind.is_symlink() {
+                resolves_inside(dest, &child)?;
+            } else if kind.is_dir() {
+                stack.push(child);
+            }
         }
     }
     Ok(())
@@ -262,12 +342,16 @@ mod tests {
             ("bin/", tar::EntryType::Directory, ""),
             ("bin/app", tar::EntryType::Regular, "#!/bin/sh\n"),
             ("lib/current", tar::EntryType::Symlink, "../bin/app"),
+            ("here", tar::EntryType::Symlink, "."),
+            ("deep", tar::EntryType::Symlink, "here/here/lib/../bin"),
+            ("dangling", tar::EntryType::Symlink, "not/yet/there"),
         ]));
         result.unwrap();
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join("out/bin/app")).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o755, "set-uid dropped");
         assert_eq!(std::fs::read_to_string(dir.path().join("out/lib/current")).unwrap(), "#!/bin/sh\n");
+        assert!(dir.path().join("out/deep/app").is_file(), "a chain of links that stays inside is kept");
     }
 
     #[test]
@@ -280,6 +364,18 @@ mod tests {
             vec![("hard", tar::EntryType::Link, "../x")],
             vec![("up", tar::EntryType::Symlink, "."), ("up/x", tar::EntryType::Regular, "through a link")],
             vec![("fifo", tar::EntryType::Fifo, "")],
+            // Each link looks inward; followed as the kernel does, `up` is the parent.
+            vec![("a", tar::EntryType::Symlink, "."), ("up", tar::EntryType::Symlink, "a/a/../..")],
+            vec![("a", tar::EntryType::Symlink, "."), ("up", tar::EntryType::Symlink, "a/a/../../..")],
+            // A later link changes where an earlier one leads.
+            vec![("x", tar::EntryType::Symlink, "b/.."), ("b", tar::EntryType::Symlink, ".")],
+            vec![("l1", tar::EntryType::Symlink, "l2"), ("l2", tar::EntryType::Symlink, "l1")],
+            // link(2) would follow `a` on the way to its target.
+            vec![
+                ("d/", tar::EntryType::Directory, ""),
+                ("d/a", tar::EntryType::Symlink, ".."),
+                ("hard", tar::EntryType::Link, "d/a/x"),
+            ],
         ] {
             let (dir, result) = unpacked(&tar_with(&entries));
             assert!(matches!(result, Err(UnpackError::Unsafe(_))), "{entries:?}: {result:?}");

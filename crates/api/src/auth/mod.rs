@@ -62,6 +62,14 @@ impl Caller {
         self.require(&required)
     }
 
+    /// The same caller holding `scope` besides its own, for one check (what a request itself
+    /// grants, as a graph grants its submitter the right to extend it).
+    #[must_use]
+    pub fn holding(&self, scope: String) -> Caller {
+        let scopes = self.scopes.as_slice().iter().cloned().chain([scope]);
+        Caller { scopes: Arc::new(ScopeSet::new(scopes)), ..self.clone() }
+    }
+
     /// Checks an expression of the handler's own (beyond the endpoint's template).
     ///
     /// # Errors

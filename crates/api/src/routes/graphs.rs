@@ -52,7 +52,7 @@ struct SubmittedTask {
 /// Checks that the caller may create every task of a submission, as the graph's scheduler
 /// would create them. Placeholders are refused outside payloads first, so what is read here
 /// is what will be created; a field read here that is malformed is refused here, naming it.
-fn authorize_tasks(state: &AppState, caller: &Caller, tasks: &Labelled) -> Result<(), ApiError> {
+fn authorize_tasks(state: &AppState, caller: &Caller, graph: TaskId, tasks: &Labelled) -> Result<(), ApiError> {
     shoal_engine::graph::check_submission(tasks)?;
     let scheduler_id = state.queue.store().graph_scheduler_id();
     let mut records = Vec::with_capacity(tasks.0.len());
@@ -81,7 +81,13 @@ fn authorize_tasks(state: &AppState, caller: &Caller, tasks: &Labelled) -> Resul
                 .many("priorities", priority.scope_names()),
         );
     }
-    caller.authorize(&Vars::new().records("tasks", records))
+    caller.authorize(&Vars::new().one("taskGraphId", graph.to_string()).records("tasks", records))
+}
+
+/// The scope to extend graph `graph`, which its submitter holds through it (so a task of
+/// the graph, its decision task, may be given it).
+fn extend_scope(graph: TaskId) -> String {
+    format!("scheduler:extend-task-graph:{graph}")
 }
 
 /// `PUT /task-graph/<taskGraphId>`: creates the graph and its tasks.
@@ -93,7 +99,7 @@ pub(crate) async fn create_task_graph(
 ) -> Result<Json<Value>, ApiError> {
     let task_graph_id = graph_id(&params)?;
     let input: GraphInput = body(bytes)?;
-    authorize_tasks(&state, &caller, &input.tasks)?;
+    authorize_tasks(&state, &caller.holding(extend_scope(task_graph_id)), task_graph_id, &input.tasks)?;
     let created_by = caller.client_id.clone();
     let status = state.queue.create_graph(GraphRequest { task_graph_id, input, created_by }).await?;
     Ok(Json(json!({ "status": status })))
@@ -108,7 +114,7 @@ pub(crate) async fn extend_task_graph(
 ) -> Result<Json<Value>, ApiError> {
     let task_graph_id = graph_id(&params)?;
     let input: ExtensionInput = body(bytes)?;
-    authorize_tasks(&state, &caller, &input.tasks)?;
+    authorize_tasks(&state, &caller, task_graph_id, &input.tasks)?;
     let status = state.queue.extend_graph(task_graph_id, input, caller.client_id.clone()).await?;
     Ok(Json(json!({ "status": status })))
 }

@@ -412,3 +412,54 @@ async fn a_placeholder_outside_the_payload_is_refused_and_skips_no_scope_check()
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
 }
+
+/// Only a holder of `scheduler:extend-task-graph:<taskGraphId>` extends a graph, however
+/// many tasks it may create; the graph's submitter holds it through the graph, so its
+/// decision task can be given it, and one who holds it extends the graph.
+#[tokio::test]
+async fn only_a_holder_of_the_graphs_extend_scope_extends_it() {
+    let app = TestApp::start().await;
+    let creates = [
+        "queue:create-task:project:none",
+        "queue:scheduler-id:task-graph-scheduler",
+        "queue:create-task:lowest:graph/ext",
+        "queue:route:*",
+    ];
+    let submitter = app.make_client("ci/submitter", &creates).await;
+    let stranger = app.make_client("ci/stranger", &creates).await;
+    let graph_id = slugid();
+    let url = format!("{}/api/scheduler/v1/task-graph/{graph_id}", app.root);
+    let decision =
+        task_def(json!({"taskQueueId": "graph/ext", "scopes": [format!("scheduler:extend-task-graph:{graph_id}")]}));
+    let graph = json!({"routing": "r", "tasks": {"decision": {"task": decision}}});
+    let (status, body) = app.call_as(Some(&submitter), reqwest::Method::PUT, &url, Some(graph)).await;
+    assert_eq!(status, StatusCode::OK, "the submitter may give its decision task the extend scope: {body}");
+    let another = slugid();
+    let elsewhere =
+        task_def(json!({"taskQueueId": "graph/ext", "scopes": [format!("scheduler:extend-task-graph:{another}")]}));
+    let (status, body) = app
+        .call_as(
+            Some(&submitter),
+            reqwest::Method::PUT,
+            &format!("{}/api/scheduler/v1/task-graph/{}", app.root, slugid()),
+            Some(json!({"routing": "r", "tasks": {"d": {"task": elsewhere}}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "only its own graph's: {body}");
+    let added = json!({"tasks": {"blocker": {"task": task_def(json!({"taskQueueId": "graph/ext"}))}}});
+    let (status, body) =
+        app.call_as(Some(&stranger), reqwest::Method::POST, &format!("{url}/extend"), Some(added.clone())).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("scheduler:extend-task-graph:"), "{body}");
+    assert_eq!(app.inspect(&graph_id).await.len(), 1, "nothing was added");
+    let extender = app
+        .make_client(
+            "ci/extender",
+            &[&creates[..], &[format!("scheduler:extend-task-graph:{graph_id}").as_str()]].concat(),
+        )
+        .await;
+    let (status, body) =
+        app.call_as(Some(&extender), reqwest::Method::POST, &format!("{url}/extend"), Some(added)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(app.inspect(&graph_id).await.len(), 2);
+}

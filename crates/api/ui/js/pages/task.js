@@ -79,6 +79,7 @@ function drawFailure(el, run, logView) {
     run.reasonResolved,
     stats.exitCode !== undefined ? `exit code ${stats.exitCode}` : null,
     stats.timedOut ? `${stats.timedOut} exceeded` : null,
+    stats.limitExceeded ? `${stats.limitExceeded} limit exceeded` : null,
   ].filter(Boolean).join(' · ');
   fill(el, h('section', { class: 'failure', id: 'failure' },
     h('p', {}, h('strong', {}, `Run ${run.runId} ${run.state}`), ': ', h('span', { id: 'failure-why' }, why)),
@@ -178,6 +179,7 @@ function runView(taskId, status, run) {
       ['Slice', run.slice ? [`${run.slice.index}, current since `, when(run.slice.since)] : null],
       ['Exit code', stats.exitCode],
       ['Timed out', stats.timedOut ? `${stats.timedOut} exceeded` : null],
+      ['Limit exceeded', stats.limitExceeded ? `the slot's ${stats.limitExceeded} limit` : null],
       ['Setup', stats.setupMs !== undefined ? duration(stats.setupMs) : null],
       ['Mounts', stats.mountMs !== undefined ? `${duration(stats.mountMs)}, ${bytes(stats.bytesFetched ?? 0)} fetched` : null],
       ['Command ran', stats.runMs !== undefined ? duration(stats.runMs) : null],
