@@ -109,3 +109,26 @@ fn readmes_ci_role_creates_tasks_in_its_pool() {
         assert!(held.satisfies(required), "the README's ci role lacks {required}");
     }
 }
+
+/// Every test docs/security.md names beside a claim exists, so the table cannot point at
+/// a test that was renamed or removed.
+#[test]
+fn every_test_the_security_table_names_exists() {
+    let security = std::fs::read_to_string(root().join("docs/security.md")).unwrap();
+    let table = security.split("## Each claim and the test that holds it").nth(1).expect("the claims table");
+    let mut sources = String::new();
+    let mut files = Vec::new();
+    rust_files(&root().join("crates"), &mut files);
+    for file in files {
+        sources.push_str(&std::fs::read_to_string(file).unwrap());
+    }
+    let named: Vec<&str> = table
+        .lines()
+        .filter_map(|line| line.rsplit('|').nth(1))
+        .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+        .filter(|name| name.chars().all(|c| c.is_ascii_lowercase() || c == '_') && name.contains('_'))
+        .collect();
+    assert!(named.len() > 25, "the table names tests: {named:?}");
+    let missing: Vec<&&str> = named.iter().filter(|name| !sources.contains(&format!("fn {name}("))).collect();
+    assert!(missing.is_empty(), "docs/security.md names tests that do not exist: {missing:?}");
+}
