@@ -93,7 +93,7 @@ fn physical_memory() -> Option<u64> {
 /// Bytes in use on the filesystem holding `path`.
 pub(crate) fn filesystem_used(path: &Path) -> Option<u64> {
     let stat = nix::sys::statvfs::statvfs(path).ok()?;
-    let blocks = u64::from(stat.blocks()).saturating_sub(u64::from(stat.blocks_free()));
+    let blocks = stat.blocks().saturating_sub(stat.blocks_free());
     Some(blocks.saturating_mul(stat.fragment_size()))
 }
 

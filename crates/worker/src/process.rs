@@ -159,7 +159,7 @@ pub(crate) async fn run(
                 let Some(usage) = pid.and_then(|pid| memory::tree_usage(pid, limits.user)) else { continue };
                 peak_memory = peak_memory.max(Some(usage.rss));
                 samples = samples.wrapping_add(1);
-                if let Some(limit) = limits.reached(&usage, samples % DISK_EVERY_SAMPLES == 0) {
+                if let Some(limit) = limits.reached(&usage, samples.is_multiple_of(DISK_EVERY_SAMPLES)) {
                     break Exit::Exceeded(limit);
                 }
                 continue;
