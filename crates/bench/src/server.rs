@@ -184,11 +184,22 @@ pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result
 
 /// User + system CPU seconds of a process, from its `/proc/<pid>/stat`.
 pub(crate) fn process_cpu_secs(stat_path: &str) -> f64 {
+    stat_ticks(stat_path, 2) / 100.0
+}
+
+/// CPU seconds (user + system) of the process at `stat_path` and of the children it has
+/// waited for, theirs included (a worker's commands, with their sandboxes).
+pub(crate) fn process_tree_cpu_secs(stat_path: &str) -> f64 {
+    stat_ticks(stat_path, 4) / 100.0
+}
+
+/// The sum of `n` clock-tick fields of `/proc/<pid>/stat` from utime (14) on: utime, stime,
+/// cutime, cstime.
+fn stat_ticks(stat_path: &str, n: usize) -> f64 {
     let stat = std::fs::read_to_string(stat_path).unwrap_or_default();
-    // Fields after the parenthesized command name; utime and stime are fields 14 and 15.
+    // Fields after the parenthesized command name; utime is field 14.
     let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |idx: usize| fields.get(idx).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
     // The kernel reports in clock ticks, 100 per second on Linux.
-    (ticks(11) + ticks(12)) / 100.0
+    (11..11 + n).map(|idx| fields.get(idx).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0)).sum()
 }

@@ -16,6 +16,8 @@ pub(crate) async fn worker(n_tasks: usize, capacity: u32, isolation: &str) -> an
         "payload": {"command": [["true"]], "maxRunTime": 60},
         "metadata": {"name": "trivial", "description": "", "owner": "bench@example.com", "source": "https://example.com"}
     }))?;
+    let worker_stat = format!("/proc/{}/stat", worker.id().unwrap_or_default());
+    let cpu_before = server::process_tree_cpu_secs(&worker_stat);
     let started = Instant::now();
     let mut creators =
         spawn_creators(std::slice::from_ref(&server.base), body, n_tasks, 8, 0, &Arc::new(Timings::default()));
@@ -32,9 +34,11 @@ pub(crate) async fn worker(n_tasks: usize, capacity: u32, isolation: &str) -> an
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let worker_cpu = server::process_tree_cpu_secs(&worker_stat) - cpu_before;
     println!(
-        "worker: {n_tasks} trivial tasks (`true`) through one worker process (capacity {capacity}, isolation {isolation}) in {elapsed:.2} s = {:.0} tasks/s",
-        n_tasks as f64 / elapsed
+        "worker: {n_tasks} trivial tasks (`true`) through one worker process (capacity {capacity}, isolation {isolation}) in {elapsed:.2} s = {:.0} tasks/s; worker CPU with its commands {:.2} ms/task",
+        n_tasks as f64 / elapsed,
+        worker_cpu * 1e3 / n_tasks as f64
     );
     drop(worker);
     server.stop().await;
