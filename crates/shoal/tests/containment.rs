@@ -8,20 +8,10 @@ use std::path::Path;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use support::worker::{Server, create_definition, definition, log_of, resolved, server, worker_with};
+use support::worker::{create_definition, definition, log_of, resolved, run, server, worker_with};
 
 fn root_is_running_this() -> bool {
     nix::unistd::geteuid().is_root()
-}
-
-/// Runs a task with `payload` and `scopes` (no retries); answers its run and log.
-async fn run(server: &Server, queue: &str, payload: Value, scopes: &[&str]) -> (Value, String) {
-    let mut task = definition(queue, payload);
-    task["scopes"] = json!(scopes);
-    task["retries"] = json!(0);
-    let task_id = create_definition(server, &task).await;
-    let status = resolved(server, &task_id, 1).await;
-    (status["runs"][0].clone(), log_of(server, &task_id, 0).await)
 }
 
 /// A shared library that, loaded into any process, appends `<program> uid=<uid>` to

@@ -7,7 +7,7 @@ mod support;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
-use support::worker::{Server, create_definition, definition, log_of, resolved, server, worker_with};
+use support::worker::{Server, create_definition, definition, log_of, resolved, run, server, worker_with};
 
 /// A build task that leaves `public/app.tar.gz` (a script in `dist/`) and `private/key.txt`.
 async fn build(server: &Server, queue: &str) -> String {
@@ -25,17 +25,6 @@ async fn build(server: &Server, queue: &str) -> String {
     let task_id = create_definition(server, &definition(queue, payload)).await;
     assert_eq!(resolved(server, &task_id, 1).await["state"], "completed", "{}", log_of(server, &task_id, 0).await);
     task_id
-}
-
-/// Runs a task with `payload` and `scopes`; answers its last run's status and log.
-async fn run(server: &Server, queue: &str, payload: Value, scopes: &[&str]) -> (Value, String) {
-    let mut task = definition(queue, payload);
-    task["scopes"] = json!(scopes);
-    task["retries"] = json!(0);
-    let task_id = create_definition(server, &task).await;
-    let status = resolved(server, &task_id, 1).await;
-    let log = log_of(server, &task_id, 0).await;
-    (status["runs"][0].clone(), log)
 }
 
 /// How many times the server answered getArtifact, from its metrics.

@@ -95,3 +95,13 @@ pub(crate) async fn create_definition(server: &Server, definition: &Value) -> St
     assert!(res.status().is_success(), "{}", res.text().await.unwrap());
     task_id
 }
+
+/// Runs a task with `payload` and `scopes` (no retries); answers its first run and its log.
+pub(crate) async fn run(server: &Server, queue: &str, payload: Value, scopes: &[&str]) -> (Value, String) {
+    let mut task = definition(queue, payload);
+    task["scopes"] = json!(scopes);
+    task["retries"] = json!(0);
+    let task_id = create_definition(server, &task).await;
+    let status = resolved(server, &task_id, 1).await;
+    (status["runs"][0].clone(), log_of(server, &task_id, 0).await)
+}
