@@ -62,7 +62,7 @@ try:
     scheduler.extendTaskGraph(me["taskGroupId"], {{"tasks": {{"added": {{"requires": ["decision"], "task": task("added")}}}}}})
     print("extended", me["taskGroupId"])
 except taskcluster.exceptions.TaskclusterRestFailure as failure:
-    print("refused", failure.status_code, failure.body.get("code"))
+    print("refused", failure.status_code, failure.body.get("code"), failure.body.get("message", ""))
     sys.exit(1)
 """
 
@@ -99,12 +99,13 @@ def client_copy():
 
 
 @pytest.fixture
-def worker(server, task_queue_id):
-    """A `shoal worker` (containing its tasks with bubblewrap) serving the test's queue."""
+def worker(server, task_queue_id, client_copy):
+    """A `shoal worker` (containing its tasks with bubblewrap) serving the test's queue; its
+    tasks see the client's copy, as an operator shows a toolchain (`--sandbox-path`)."""
     work_dir = tempfile.mkdtemp(prefix="shoal-py-work-")
     proc = subprocess.Popen(
         [os.environ.get("SHOAL_BIN", "shoal"), "worker", "--root-url", server, "--queue", task_queue_id,
-         "--capacity", "2", "--work-dir", work_dir],
+         "--capacity", "2", "--work-dir", work_dir, "--sandbox-path", client_copy],
         env={**os.environ, "SHOAL_LOG": "warn", "TASKCLUSTER_CLIENT_ID": "root", "TASKCLUSTER_ACCESS_TOKEN": ROOT_TOKEN},
     )
     yield proc
@@ -155,11 +156,13 @@ def log_of(server, task_id):
     return requests.get(f"{server}/logs/v1/{task_id}/0", timeout=30).text
 
 
-def run_decision(server, root_credentials, task_queue_id, client_copy, scopes):
+def run_decision(server, root_credentials, task_queue_id, client_copy, scopes, extend=True):
     """Submits a graph of one decision task holding `scopes`; answers its graph id and its
     inspection once it no longer runs."""
     scheduler = taskcluster.client.createApiClient("Scheduler", SCHEDULER)({"rootUrl": server, "credentials": root_credentials})
     graph_id = slugid.nice()
+    # What its author gives a decision task to extend its own graph.
+    scopes = scopes + ([f"scheduler:extend-task-graph:{graph_id}"] if extend else [])
     scheduler.createTaskGraph(graph_id, decision_graph(task_queue_id, client_copy, scopes))
 
     def settled():
@@ -195,3 +198,14 @@ def test_a_decision_task_without_the_scopes_is_refused_and_creates_nothing(serve
     assert "refused 403 InsufficientScopes" in log_of(server, decision)
     members = queue.listTaskGroup(graph_id)["tasks"]
     assert [member["status"]["taskId"] for member in members] == [decision], "nothing was created"
+
+
+def test_a_decision_task_without_its_graphs_extend_scope_adds_nothing(server, root_credentials, queue, worker,
+                                                                      task_queue_id, client_copy):
+    scopes = [f"queue:create-task:lowest:{task_queue_id}", "queue:create-task:project:none",
+              "queue:scheduler-id:task-graph-scheduler"]
+    graph_id, inspection = run_decision(server, root_credentials, task_queue_id, client_copy, scopes, extend=False)
+    assert inspection["status"]["state"] == "blocked"
+    assert [task["label"] for task in inspection["tasks"]] == ["decision"], "nothing was added"
+    log = log_of(server, inspection["tasks"][0]["taskId"])
+    assert "scheduler:extend-task-graph:" + graph_id in log, log
