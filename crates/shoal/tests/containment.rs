@@ -188,6 +188,8 @@ async fn a_run_past_a_slot_limit_ends_with_its_reason_and_the_worker_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("data")).await;
     let limits = ["--max-processes", "64", "--max-memory", "200MiB", "--tmp-size", "8MiB", "--max-task-disk", "32MiB"];
+    // A slot user of its own: the kernel counts a uid's processes across every worker.
+    let limits = [&limits[..], &["--first-uid", "61000"]].concat();
     let _worker = worker_with(&server.root, "attack/limits", "w1", &dir.path().join("work"), &limits);
     let cases = [
         // bash retries a fork the kernel refuses, as a build tool would.

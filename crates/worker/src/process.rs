@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -62,8 +62,9 @@ pub(crate) struct Limits<'a> {
     pub(crate) user: Option<u32>,
     /// The size of the sandbox's private `/tmp`, when there is one.
     pub(crate) tmp_size: Option<u64>,
-    /// The task directory and the bytes its filesystem held when the commands started.
-    pub(crate) disk: Option<(&'a Path, u64)>,
+    /// The task directory and the fewest bytes its filesystem was seen holding since the
+    /// commands started (others' deletions lower it, so they hide none of the task's writes).
+    pub(crate) disk: Option<(&'a Path, AtomicU64)>,
 }
 
 impl Limits<'_> {
@@ -76,9 +77,11 @@ impl Limits<'_> {
         if self.tmp_size.is_some() && usage.inner.is_some_and(limits::tmp_full) {
             return Some(SlotLimit::Tmp);
         }
-        let (dir, baseline) = self.disk.filter(|_| look_at_disk)?;
+        let (dir, lowest) = self.disk.as_ref().filter(|_| look_at_disk)?;
         // Walked only once the filesystem grew by the limit: the directory cannot hold more.
-        let grown = limits::filesystem_used(dir).is_some_and(|used| used.saturating_sub(baseline) > self.slot.disk);
+        let used = limits::filesystem_used(dir)?;
+        let baseline = lowest.fetch_min(used, Ordering::Relaxed).min(used);
+        let grown = used.saturating_sub(baseline) > self.slot.disk;
         (grown && limits::holds_more_than(dir, self.slot.disk)).then_some(SlotLimit::Disk)
     }
 }

@@ -392,7 +392,7 @@ async fn run_commands(
         slot,
         user,
         tmp_size: sandbox.map(|sandbox| sandbox.bubblewrap.tmp_size()),
-        disk: crate::limits::filesystem_used(dir).map(|used| (dir, used)),
+        disk: crate::limits::filesystem_used(dir).map(|used| (dir, std::sync::atomic::AtomicU64::new(used))),
     };
     for (idx, spec) in payload.commands.iter().enumerate() {
         let exit = match process::run(spec, dir, env, sandbox, log, &limits).await {
