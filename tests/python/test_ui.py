@@ -361,7 +361,9 @@ def test_group_page_shows_every_task_and_follows_changes_live(server, queue, mak
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#app[data-ready] #loading.live"), "reloaded")
     wait(browser, lambda d: shown(d) == [(ids[2], "pending")] or (ids[2] == running and shown(d) == []), "the same view")
     assert browser.find_element(By.ID, "filter").get_attribute("value") == "task 2"
-    assert "on" in browser.find_element(By.CSS_SELECTOR, 'button[data-state="pending"]').get_attribute("class")
+    # The chips may be redrawn as the page hears its group: read them through `wait`.
+    wait(browser, lambda d: "on" in d.find_element(By.CSS_SELECTOR, 'button[data-state="pending"]').get_attribute("class"),
+         "the state chip kept")
 
 
 def test_task_page_follows_the_live_log(server, queue, make_task, task_queue_id, browser, shots):
