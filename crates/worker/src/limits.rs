@@ -5,6 +5,7 @@
 //! `/tmp` (a write past it fails).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use shoal_engine::status::SlotLimit;
 
@@ -39,8 +40,8 @@ impl SlotLimits {
         }
     }
 
-    /// Which limit `usage` reached, if one.
-    pub(crate) fn reached(&self, usage: &Usage) -> Option<SlotLimit> {
+    /// Which limit of the process tree's `usage` it reached, if one.
+    fn reached(&self, usage: &Usage) -> Option<SlotLimit> {
         if usage.tasks >= self.processes {
             Some(SlotLimit::Processes)
         } else if usage.rss > self.memory {
@@ -51,7 +52,7 @@ impl SlotLimits {
     }
 
     /// What a run ended by `limit` says in its log.
-    pub(crate) fn reason(&self, limit: SlotLimit, tmp_size: Option<u64>) -> String {
+    fn reason(&self, limit: SlotLimit, tmp_size: Option<u64>) -> String {
         match limit {
             SlotLimit::Processes => format!(
                 "the task reached this worker's limit of {} processes and threads per slot (--max-processes); it was stopped",
@@ -73,6 +74,49 @@ impl SlotLimits {
     }
 }
 
+/// One run's commands watched against the slot's limits.
+pub(crate) struct Watch<'a> {
+    slot: &'a SlotLimits,
+    /// The slot's own user, whose processes are counted (all are, without one).
+    pub(crate) user: Option<u32>,
+    /// The size of the sandbox's private `/tmp`, when there is one.
+    tmp_size: Option<u64>,
+    /// The task directory and the fewest bytes its filesystem was seen holding since the
+    /// commands started (others' deletions lower it, so they hide none of the task's writes).
+    disk: Option<(&'a Path, AtomicU64)>,
+}
+
+impl<'a> Watch<'a> {
+    /// Watches the commands about to run in `dir` as `user`, with a private `/tmp` of
+    /// `tmp_size` when sandboxed.
+    pub(crate) fn new(slot: &'a SlotLimits, user: Option<u32>, tmp_size: Option<u64>, dir: &'a Path) -> Watch<'a> {
+        let disk = filesystem_used(dir).map(|used| (dir, AtomicU64::new(used)));
+        Watch { slot, user, tmp_size, disk }
+    }
+
+    /// Which limit the process tree's `usage` reached, looking at the disk when
+    /// `look_at_disk`.
+    pub(crate) fn reached(&self, usage: &Usage, look_at_disk: bool) -> Option<SlotLimit> {
+        if let Some(limit) = self.slot.reached(usage) {
+            return Some(limit);
+        }
+        if self.tmp_size.is_some() && usage.inner.is_some_and(tmp_full) {
+            return Some(SlotLimit::Tmp);
+        }
+        let (dir, lowest) = self.disk.as_ref().filter(|_| look_at_disk)?;
+        // Walked only once the filesystem grew by the limit: the directory cannot hold more.
+        let used = filesystem_used(dir)?;
+        let baseline = lowest.fetch_min(used, Ordering::Relaxed).min(used);
+        let grown = used.saturating_sub(baseline) > self.slot.disk;
+        (grown && holds_more_than(dir, self.slot.disk)).then_some(SlotLimit::Disk)
+    }
+
+    /// What a run ended by `limit` says in its log.
+    pub(crate) fn reason(&self, limit: SlotLimit) -> String {
+        self.slot.reason(limit, self.tmp_size)
+    }
+}
+
 /// Sets the kernel's per-user process limit that every slot user's processes inherit (a fork
 /// past it fails). Root, the worker, is not held by it.
 ///
@@ -91,21 +135,21 @@ fn physical_memory() -> Option<u64> {
 }
 
 /// Bytes in use on the filesystem holding `path`.
-pub(crate) fn filesystem_used(path: &Path) -> Option<u64> {
+fn filesystem_used(path: &Path) -> Option<u64> {
     let stat = nix::sys::statvfs::statvfs(path).ok()?;
     let blocks = stat.blocks().saturating_sub(stat.blocks_free());
     Some(blocks.saturating_mul(stat.fragment_size()))
 }
 
 /// Whether the private `/tmp` seen by process `inner` is full.
-pub(crate) fn tmp_full(inner: u32) -> bool {
+fn tmp_full(inner: u32) -> bool {
     nix::sys::statvfs::statvfs(format!("/proc/{inner}/root/tmp").as_str())
         .is_ok_and(|stat| stat.blocks() > 0 && stat.blocks_available() == 0)
 }
 
 /// Whether the files under `dir` (not following links) hold more than `limit` bytes; the
 /// walk stops as soon as they do.
-pub(crate) fn holds_more_than(dir: &Path, limit: u64) -> bool {
+fn holds_more_than(dir: &Path, limit: u64) -> bool {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     let mut stack = vec![dir.to_path_buf()];

@@ -50,12 +50,6 @@ pub(crate) fn tree_usage(root: u32, user: Option<u32>) -> Option<Usage> {
     usage
 }
 
-/// Resident bytes of process `root` and its descendants now; `None` when none is left.
-#[cfg(test)]
-pub(crate) fn tree_rss_bytes(root: u32) -> Option<u64> {
-    tree_usage(root, None).map(|usage| usage.rss)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,7 +64,7 @@ mod tests {
         let own = loop {
             let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
             if children.split_whitespace().count() == 2 {
-                break tree_rss_bytes(pid).expect("running");
+                break tree_usage(pid, None).expect("running").rss;
             }
             std::thread::yield_now();
         };
@@ -96,6 +90,6 @@ mod tests {
         let group = nix::unistd::Pid::from_raw(pid as i32);
         nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL).unwrap();
         child.wait().unwrap();
-        assert_eq!(tree_rss_bytes(pid), None, "nothing left");
+        assert_eq!(tree_usage(pid, None), None, "nothing left");
     }
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -13,9 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use shoal_engine::status::SlotLimit;
-
-use crate::limits::{self, SlotLimits};
+use crate::limits::Watch;
 use crate::logsink::LogSink;
 use crate::memory;
 use crate::payload::CommandSpec;
@@ -33,7 +31,7 @@ pub(crate) enum Exit {
     /// The run was stopped (canceled, or the worker is shutting down).
     Stopped,
     /// It reached one of the slot's limits.
-    Exceeded(SlotLimit),
+    Exceeded(shoal_engine::status::SlotLimit),
 }
 
 /// How often a running command's memory and processes are sampled.
@@ -56,34 +54,8 @@ pub(crate) struct Limits<'a> {
     pub(crate) io_timeout: Option<Duration>,
     pub(crate) stop: &'a CancellationToken,
     pub(crate) grace: Duration,
-    /// The slot's limits.
-    pub(crate) slot: &'a SlotLimits,
-    /// The slot's own user, whose processes are counted (all are, without one).
-    pub(crate) user: Option<u32>,
-    /// The size of the sandbox's private `/tmp`, when there is one.
-    pub(crate) tmp_size: Option<u64>,
-    /// The task directory and the fewest bytes its filesystem was seen holding since the
-    /// commands started (others' deletions lower it, so they hide none of the task's writes).
-    pub(crate) disk: Option<(&'a Path, AtomicU64)>,
-}
-
-impl Limits<'_> {
-    /// Which of the slot's limits the process tree `usage` reached, looking at the disk
-    /// when `look_at_disk`.
-    fn reached(&self, usage: &memory::Usage, look_at_disk: bool) -> Option<SlotLimit> {
-        if let Some(limit) = self.slot.reached(usage) {
-            return Some(limit);
-        }
-        if self.tmp_size.is_some() && usage.inner.is_some_and(limits::tmp_full) {
-            return Some(SlotLimit::Tmp);
-        }
-        let (dir, lowest) = self.disk.as_ref().filter(|_| look_at_disk)?;
-        // Walked only once the filesystem grew by the limit: the directory cannot hold more.
-        let used = limits::filesystem_used(dir)?;
-        let baseline = lowest.fetch_min(used, Ordering::Relaxed).min(used);
-        let grown = used.saturating_sub(baseline) > self.slot.disk;
-        (grown && limits::holds_more_than(dir, self.slot.disk)).then_some(SlotLimit::Disk)
-    }
+    /// The slot's limits, watched on every sample.
+    pub(crate) watch: &'a Watch<'a>,
 }
 
 /// Runs `spec` in `dir` with `env` as its whole environment, in `sandbox` when given,
@@ -138,7 +110,7 @@ pub(crate) async fn run(
     let mut child = command.spawn()?;
     let started = Instant::now();
     let pid = child.id();
-    let mut peak_memory = pid.and_then(|pid| memory::tree_usage(pid, limits.user)).map(|usage| usage.rss);
+    let mut peak_memory = pid.and_then(|pid| memory::tree_usage(pid, limits.watch.user)).map(|usage| usage.rss);
     let mut samples = 0u32;
     let mut sample = tokio::time::interval_at((started + MEMORY_EVERY).into(), MEMORY_EVERY);
     let last_output = Arc::new(AtomicI64::new(0));
@@ -159,10 +131,10 @@ pub(crate) async fn run(
             status = child.wait() => break Exit::Code(code_of(status?)),
             () = limits.stop.cancelled() => break Exit::Stopped,
             _ = sample.tick() => {
-                let Some(usage) = pid.and_then(|pid| memory::tree_usage(pid, limits.user)) else { continue };
+                let Some(usage) = pid.and_then(|pid| memory::tree_usage(pid, limits.watch.user)) else { continue };
                 peak_memory = peak_memory.max(Some(usage.rss));
                 samples = samples.wrapping_add(1);
-                if let Some(limit) = limits.reached(&usage, samples.is_multiple_of(DISK_EVERY_SAMPLES)) {
+                if let Some(limit) = limits.watch.reached(&usage, samples.is_multiple_of(DISK_EVERY_SAMPLES)) {
                     break Exit::Exceeded(limit);
                 }
                 continue;

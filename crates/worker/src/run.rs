@@ -15,7 +15,7 @@ use crate::WorkerConfig;
 use crate::artifacts::{self, Target};
 use crate::control::Held;
 use crate::environment::{RunFacts, task_environment};
-use crate::limits::SlotLimits;
+use crate::limits::{SlotLimits, Watch};
 use crate::logsink::LogSink;
 use crate::mount::{self, Setup, SetupError};
 use crate::netns;
@@ -384,15 +384,13 @@ async fn run_commands(
     stats: &mut RunStats,
 ) -> Ending {
     let Commands { payload, dir, env, sandbox, limits: slot, user } = *commands;
+    let watch = Watch::new(slot, user, sandbox.map(|sandbox| sandbox.bubblewrap.tmp_size()), dir);
     let limits = Limits {
         deadline: Instant::now() + payload.max_run_time,
         io_timeout: payload.io_timeout,
         stop,
         grace,
-        slot,
-        user,
-        tmp_size: sandbox.map(|sandbox| sandbox.bubblewrap.tmp_size()),
-        disk: crate::limits::filesystem_used(dir).map(|used| (dir, std::sync::atomic::AtomicU64::new(used))),
+        watch: &watch,
     };
     for (idx, spec) in payload.commands.iter().enumerate() {
         let exit = match process::run(spec, dir, env, sandbox, log, &limits).await {
@@ -424,7 +422,7 @@ async fn run_commands(
             Exit::Stopped => return Ending::Shutdown,
             Exit::Exceeded(limit) => {
                 stats.limit_exceeded = Some(limit);
-                return Ending::Failure(slot.reason(limit, limits.tmp_size));
+                return Ending::Failure(watch.reason(limit));
             }
         }
     }
