@@ -1,6 +1,6 @@
 //! The settings of `shoal server`, each declared once (config-file key, flag, variable,
 //! default, rule, help line): the file's keys, the flags and the `SHOAL_*` variables are
-//! made from [`server_settings!`], and a test holds README's settings table to it.
+//! made from [`server_settings!`], and a test holds docs/settings.md's table to it.
 
 use std::fmt::Display;
 use std::net::SocketAddr;
@@ -14,7 +14,7 @@ use shoal_store::{PgConfig, PgStore, SqliteConfig, SqliteStore, Store, StoreSett
 
 use crate::credentials;
 
-/// One setting as README's table shows it.
+/// One setting as docs/settings.md's table shows it.
 #[cfg(test)]
 #[derive(Debug)]
 pub(crate) struct Setting {
@@ -22,7 +22,7 @@ pub(crate) struct Setting {
     pub(crate) key: &'static str,
     /// Environment variable.
     pub(crate) env: &'static str,
-    /// The default, as README's table writes it.
+    /// The default, as docs/settings.md's table writes it.
     pub(crate) default: &'static str,
 }
 
@@ -78,7 +78,7 @@ macro_rules! server_settings {
         }
 
         #[cfg(test)]
-        /// Every setting, in declaration order (defaults as README writes them, without backquotes).
+        /// Every setting, in declaration order (defaults as docs/settings.md writes them, without backquotes).
         pub(crate) const SETTINGS: &[Setting] = &[$(Setting { key: stringify!($name), env: $env, default: $shown },)+];
     };
 }
@@ -315,9 +315,9 @@ mod tests {
     }
 
     #[test]
-    fn readme_lists_every_setting_as_declared() {
-        let readme = include_str!("../../../README.md");
-        let rows: Vec<Vec<&str>> = readme
+    fn the_settings_doc_lists_every_setting_as_declared() {
+        let table = include_str!("../../../docs/settings.md");
+        let rows: Vec<Vec<&str>> = table
             .lines()
             .filter(|line| line.starts_with("| `") && line.contains("| `--"))
             .map(|line| line.trim_matches('|').split(" | ").map(str::trim).collect())
@@ -325,11 +325,11 @@ mod tests {
         for setting in SETTINGS {
             let key = key(setting.key);
             let row = rows.iter().find(|row| row[0] == format!("`{key}`"));
-            let row = row.unwrap_or_else(|| panic!("README's settings table has no row for {key}"));
+            let row = row.unwrap_or_else(|| panic!("docs/settings.md has no row for {key}"));
             assert_eq!(row[1], format!("`--{key}`"), "{key}'s flag");
             assert_eq!(row[2], format!("`{}`", setting.env), "{key}'s variable");
             assert_eq!(row[3].replace('`', ""), setting.default, "{key}'s default");
         }
-        assert_eq!(rows.len(), SETTINGS.len(), "README lists a setting that is not declared");
+        assert_eq!(rows.len(), SETTINGS.len(), "docs/settings.md lists a setting that is not declared");
     }
 }

@@ -81,7 +81,7 @@ fn scope_examples(text: &str) -> Vec<&str> {
 #[test]
 fn the_docs_scope_examples_can_grant_something() {
     let mut seen = 0;
-    for doc in ["README.md", "docs/API.md", "docs/security.md"] {
+    for doc in ["README.md", "docs/API.md", "docs/security.md", "docs/worker.md", "docs/fleet.md"] {
         let text = std::fs::read_to_string(root().join(doc)).unwrap();
         for scope in scope_examples(&text) {
             seen += 1;
@@ -131,4 +131,14 @@ fn every_test_the_security_table_names_exists() {
     assert!(named.len() > 25, "the table names tests: {named:?}");
     let missing: Vec<&&str> = named.iter().filter(|name| !sources.contains(&format!("fn {name}("))).collect();
     assert!(missing.is_empty(), "docs/security.md names tests that do not exist: {missing:?}");
+}
+
+/// README stays a guide: reference tables and long explanations live in docs/.
+#[test]
+fn the_readme_stays_a_guide() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(readme.lines().count() <= 250, "README has {} lines", readme.lines().count());
+    for (n, line) in readme.lines().enumerate() {
+        assert!(line.chars().count() <= 300, "README.md:{}: {} characters", n + 1, line.chars().count());
+    }
 }
