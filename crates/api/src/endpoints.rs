@@ -73,21 +73,34 @@ pub struct Endpoint {
     pub scopes: Scopes,
     /// Stability.
     pub stability: Stability,
+    /// What it does, in a sentence (the reference's title is its first clause).
+    pub doc: &'static str,
+    /// The schema of its body (`v1/<input>.json` under the service's schemas), if it takes one.
+    pub input: Option<&'static str>,
     /// Builds the method router for `method`.
     #[serde(skip)]
     pub handler: fn(MethodFilter) -> MethodRouter<AppState>,
 }
 
 macro_rules! endpoint {
-    ($name:literal, $method:ident, $route:literal, $scopes:expr, $stability:ident, $handler:path) => {
+    ($name:literal, $method:ident, $route:literal, $scopes:expr, $stability:ident, $handler:path, $doc:literal
+        $(, input = $input:literal)?) => {
         Endpoint {
             name: $name,
             method: Method::$method,
             route: $route,
             scopes: $scopes,
             stability: Stability::$stability,
+            doc: $doc,
+            input: endpoint!(@input $($input)?),
             handler: |filter| on(filter, $handler),
         }
+    };
+    (@input) => {
+        None
+    };
+    (@input $input:literal) => {
+        Some($input)
     };
 }
 
@@ -127,26 +140,105 @@ const GET_ARTIFACT: Scopes = For { var: "name", list: "privateNames", each: &Sco
 
 /// The queue API v1.
 pub const ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping),
-    endpoint!("lbheartbeat", Get, "/__lbheartbeat__", Public, Stable, meta::lbheartbeat),
-    endpoint!("version", Get, "/__version__", Public, Stable, meta::version),
-    endpoint!("heartbeat", Get, "/__heartbeat__", Public, Stable, meta::heartbeat),
-    endpoint!("reference", Get, "/reference", Public, Experimental, meta::reference),
-    endpoint!("task", Get, "/task/{task_id}", Public, Stable, tasks::get_task),
-    endpoint!("tasks", Post, "/tasks", Public, Experimental, tasks::get_tasks),
-    endpoint!("statuses", Post, "/tasks/status", Public, Experimental, tasks::get_statuses),
-    endpoint!("status", Get, "/task/{task_id}/status", Public, Stable, tasks::get_status),
-    endpoint!("createTask", Put, "/task/{task_id}", CREATE_TASK, Stable, tasks::create_task),
+    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping, "Answers while the server is up, with its uptime."),
+    endpoint!(
+        "lbheartbeat",
+        Get,
+        "/__lbheartbeat__",
+        Public,
+        Stable,
+        meta::lbheartbeat,
+        "Answers while the server is up, for load balancers."
+    ),
+    endpoint!("version", Get, "/__version__", Public, Stable, meta::version, "The server's version."),
+    endpoint!("heartbeat", Get, "/__heartbeat__", Public, Stable, meta::heartbeat, "Answers while the server is up."),
+    endpoint!(
+        "reference",
+        Get,
+        "/reference",
+        Public,
+        Experimental,
+        meta::reference,
+        "This API's reference, in Taskcluster's api-reference format (also at `/references/<service>/v1/api.json`)."
+    ),
+    endpoint!("task", Get, "/task/{task_id}", Public, Stable, tasks::get_task, "A task's definition."),
+    endpoint!(
+        "tasks",
+        Post,
+        "/tasks",
+        Public,
+        Experimental,
+        tasks::get_tasks,
+        "Several tasks' definitions, paged.",
+        input = "tasks-request"
+    ),
+    endpoint!(
+        "statuses",
+        Post,
+        "/tasks/status",
+        Public,
+        Experimental,
+        tasks::get_statuses,
+        "Several tasks' statuses, paged.",
+        input = "tasks-request"
+    ),
+    endpoint!("status", Get, "/task/{task_id}/status", Public, Stable, tasks::get_status, "A task's status."),
+    endpoint!(
+        "taskResult",
+        Get,
+        "/task/{task_id}/result",
+        Public,
+        Experimental,
+        tasks::get_result,
+        "Shoal's facts about a task beyond its status (Swarming's task result): its creator, slice, dedup and each run's worker dimensions, worker version and stats."
+    ),
+    endpoint!(
+        "taskResults",
+        Post,
+        "/tasks/result",
+        Public,
+        Experimental,
+        tasks::get_results,
+        "`taskResult` for several tasks, paged.",
+        input = "tasks-request"
+    ),
+    endpoint!(
+        "createTask",
+        Put,
+        "/task/{task_id}",
+        CREATE_TASK,
+        Stable,
+        tasks::create_task,
+        "Creates a task; creating the same definition again answers the same status.",
+        input = "create-task-request"
+    ),
     endpoint!(
         "scheduleTask",
         Post,
         "/task/{task_id}/schedule",
         task_command!("schedule-task"),
         Stable,
-        tasks::schedule_task
+        tasks::schedule_task,
+        "Makes a task that waits on its dependencies pending now."
     ),
-    endpoint!("rerunTask", Post, "/task/{task_id}/rerun", task_command!("rerun-task"), Stable, tasks::rerun_task),
-    endpoint!("cancelTask", Post, "/task/{task_id}/cancel", task_command!("cancel-task"), Stable, tasks::cancel_task),
+    endpoint!(
+        "rerunTask",
+        Post,
+        "/task/{task_id}/rerun",
+        task_command!("rerun-task"),
+        Stable,
+        tasks::rerun_task,
+        "Adds a run to a resolved task."
+    ),
+    endpoint!(
+        "cancelTask",
+        Post,
+        "/task/{task_id}/cancel",
+        task_command!("cancel-task"),
+        Stable,
+        tasks::cancel_task,
+        "Resolves a task's run as exception/canceled."
+    ),
     endpoint!(
         "changeTaskPriority",
         Post,
@@ -156,16 +248,28 @@ pub const ENDPOINTS: &[Endpoint] = &[
             Scope("queue:change-task-priority-in-queue:<taskQueueId>")
         ]),
         Experimental,
-        tasks::change_task_priority
+        tasks::change_task_priority,
+        "Changes a task's priority.",
+        input = "change-task-priority-request"
     ),
-    endpoint!("listDependentTasks", Get, "/task/{task_id}/dependents", Public, Stable, tasks::list_dependent_tasks),
+    endpoint!(
+        "listDependentTasks",
+        Get,
+        "/task/{task_id}/dependents",
+        Public,
+        Stable,
+        tasks::list_dependent_tasks,
+        "The tasks that depend on a task, paged."
+    ),
     endpoint!(
         "claimWork",
         Post,
         "/claim-work/{queue}",
         AllOf(&[Scope("queue:claim-work:<taskQueueId>"), Scope("queue:worker-id:<workerGroup>/<workerId>")]),
         Stable,
-        claims::claim_work
+        claims::claim_work,
+        "Claims up to `tasks` pending runs of a task queue, waiting up to 20 s for one.",
+        input = "claim-work-request"
     ),
     endpoint!(
         "claimTask",
@@ -173,7 +277,9 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/claim",
         AllOf(&[Scope("queue:claim-task:<taskQueueId>"), Scope("queue:worker-id:<workerGroup>/<workerId>")]),
         Deprecated,
-        claims::claim_task
+        claims::claim_task,
+        "Claims one named run (kept for old workers).",
+        input = "task-claim-request"
     ),
     endpoint!(
         "reclaimTask",
@@ -181,7 +287,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/reclaim",
         Scope("queue:reclaim-task:<taskId>/<runId>"),
         Stable,
-        claims::reclaim_task
+        claims::reclaim_task,
+        "Extends a run's claim and answers fresh credentials."
     ),
     endpoint!(
         "reportCompleted",
@@ -189,7 +296,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/completed",
         Scope("queue:resolve-task:<taskId>/<runId>"),
         Stable,
-        claims::report_completed
+        claims::report_completed,
+        "Resolves a running run as completed (Shoal takes an optional `{stats}` body)."
     ),
     endpoint!(
         "reportFailed",
@@ -197,7 +305,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/failed",
         Scope("queue:resolve-task:<taskId>/<runId>"),
         Stable,
-        claims::report_failed
+        claims::report_failed,
+        "Resolves a running run as failed (Shoal takes an optional `{stats}` body)."
     ),
     endpoint!(
         "reportException",
@@ -205,7 +314,9 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/exception",
         Scope("queue:resolve-task:<taskId>/<runId>"),
         Stable,
-        claims::report_exception
+        claims::report_exception,
+        "Resolves a running run as exception, with a reason.",
+        input = "task-exception-request"
     ),
     endpoint!(
         "createArtifact",
@@ -213,7 +324,9 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
         CREATE_ARTIFACT,
         Stable,
-        artifacts::create_artifact
+        artifacts::create_artifact,
+        "Creates an artifact of a running run; an s3 or object artifact answers where to upload it.",
+        input = "post-artifact-request"
     ),
     endpoint!(
         "finishArtifact",
@@ -221,7 +334,9 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
         CREATE_ARTIFACT,
         Stable,
-        artifacts::finish_artifact
+        artifacts::finish_artifact,
+        "Marks an uploaded artifact present.",
+        input = "finish-artifact-request"
     ),
     endpoint!(
         "getArtifact",
@@ -229,7 +344,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/artifacts/{*name}",
         GET_ARTIFACT,
         Stable,
-        artifacts::get_artifact
+        artifacts::get_artifact,
+        "Redirects to an artifact of a run."
     ),
     endpoint!(
         "getLatestArtifact",
@@ -237,7 +353,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/artifacts/{*name}",
         GET_ARTIFACT,
         Stable,
-        artifacts::get_latest_artifact
+        artifacts::get_latest_artifact,
+        "Redirects to an artifact of a task's latest run."
     ),
     endpoint!(
         "listArtifacts",
@@ -245,7 +362,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/artifacts",
         Public,
         Stable,
-        artifacts::list_artifacts
+        artifacts::list_artifacts,
+        "A run's artifacts, paged."
     ),
     endpoint!(
         "listLatestArtifacts",
@@ -253,7 +371,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/artifacts",
         Public,
         Stable,
-        artifacts::list_latest_artifacts
+        artifacts::list_latest_artifacts,
+        "The artifacts of a task's latest run, paged."
     ),
     endpoint!(
         "artifactInfo",
@@ -261,7 +380,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/artifact-info/{*name}",
         Public,
         Stable,
-        artifacts::artifact_info
+        artifacts::artifact_info,
+        "An artifact's description."
     ),
     endpoint!(
         "latestArtifactInfo",
@@ -269,7 +389,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/artifact-info/{*name}",
         Public,
         Stable,
-        artifacts::latest_artifact_info
+        artifacts::latest_artifact_info,
+        "An artifact of the latest run, described."
     ),
     endpoint!(
         "artifact",
@@ -277,7 +398,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/runs/{run_id}/artifact-content/{*name}",
         GET_ARTIFACT,
         Stable,
-        artifacts::artifact_content
+        artifacts::artifact_content,
+        "How to read an artifact of a run."
     ),
     endpoint!(
         "latestArtifact",
@@ -285,21 +407,71 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task/{task_id}/artifact-content/{*name}",
         GET_ARTIFACT,
         Stable,
-        artifacts::latest_artifact_content
+        artifacts::latest_artifact_content,
+        "How to read an artifact of a task's latest run."
     ),
-    endpoint!("listTaskGroup", Get, "/task-group/{group}/list", Public, Stable, groups::list_task_group),
-    endpoint!("listTasks", Get, "/tasks", Public, Experimental, task_list::list_tasks),
-    endpoint!("countTasks", Get, "/tasks/count", Public, Experimental, task_list::count_tasks),
-    endpoint!("listFailedTasks", Get, "/tasks/failed", Public, Experimental, task_list::list_failed_tasks),
-    endpoint!("listTaskGroups", Get, "/task-groups", Public, Experimental, task_list::list_task_groups),
-    endpoint!("getTaskGroup", Get, "/task-group/{group}", Public, Stable, groups::get_task_group),
+    endpoint!(
+        "listTaskGroup",
+        Get,
+        "/task-group/{group}/list",
+        Public,
+        Stable,
+        groups::list_task_group,
+        "A task group's tasks with their statuses, paged."
+    ),
+    endpoint!(
+        "listTasks",
+        Get,
+        "/tasks",
+        Public,
+        Experimental,
+        task_list::list_tasks,
+        "Tasks by tag or creator, newest first, paged (Shoal's; Swarming's task list)."
+    ),
+    endpoint!(
+        "countTasks",
+        Get,
+        "/tasks/count",
+        Public,
+        Experimental,
+        task_list::count_tasks,
+        "Counts tasks by tag or creator (Shoal's)."
+    ),
+    endpoint!(
+        "listFailedTasks",
+        Get,
+        "/tasks/failed",
+        Public,
+        Experimental,
+        task_list::list_failed_tasks,
+        "Tasks that failed lately, newest first, paged (Shoal's)."
+    ),
+    endpoint!(
+        "listTaskGroups",
+        Get,
+        "/task-groups",
+        Public,
+        Experimental,
+        task_list::list_task_groups,
+        "Task groups, newest first, paged (Shoal's)."
+    ),
+    endpoint!(
+        "getTaskGroup",
+        Get,
+        "/task-group/{group}",
+        Public,
+        Stable,
+        groups::get_task_group,
+        "A task group's scheduler, expiry and seal."
+    ),
     endpoint!(
         "sealTaskGroup",
         Post,
         "/task-group/{group}/seal",
         Scope("queue:seal-task-group:<schedulerId>/<taskGroupId>"),
         Experimental,
-        groups::seal_task_group
+        groups::seal_task_group,
+        "Seals a task group: no task may join it any more."
     ),
     endpoint!(
         "cancelTaskGroup",
@@ -307,7 +479,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task-group/{group}/cancel",
         Scope("queue:cancel-task-group:<schedulerId>/<taskGroupId>"),
         Experimental,
-        groups::cancel_task_group
+        groups::cancel_task_group,
+        "Cancels every unresolved task of a task group."
     ),
     endpoint!(
         "changeTaskGroupPriority",
@@ -315,17 +488,37 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task-group/{group}/priority",
         Scope("queue:change-task-group-priority:<schedulerId>/<taskGroupId>"),
         Experimental,
-        groups::change_task_group_priority
+        groups::change_task_group_priority,
+        "Changes the priority of every unresolved task of a task group.",
+        input = "change-task-priority-request"
     ),
-    endpoint!("pendingTasks", Get, "/pending/{queue}", Public, Deprecated, queues::pending_tasks),
-    endpoint!("taskQueueCounts", Get, "/task-queues/{queue}/counts", Public, Stable, queues::task_queue_counts),
+    endpoint!(
+        "pendingTasks",
+        Get,
+        "/pending/{queue}",
+        Public,
+        Deprecated,
+        queues::pending_tasks,
+        "How many runs of a task queue are pending (kept for old clients)."
+    ),
+    endpoint!(
+        "taskQueueCounts",
+        Get,
+        "/task-queues/{queue}/counts",
+        Public,
+        Stable,
+        queues::task_queue_counts,
+        "How many runs of a task queue are pending and claimed."
+    ),
     endpoint!(
         "taskQueueCountsBatch",
         Post,
         "/task-queues/counts",
         Public,
         Experimental,
-        queues::task_queue_counts_batch
+        queues::task_queue_counts_batch,
+        "`taskQueueCounts` for several task queues.",
+        input = "task-queue-counts-request"
     ),
     endpoint!(
         "listPendingTasks",
@@ -333,7 +526,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task-queues/{queue}/pending",
         Public,
         Experimental,
-        queues::list_pending_tasks
+        queues::list_pending_tasks,
+        "A task queue's pending runs, paged."
     ),
     endpoint!(
         "listClaimedTasks",
@@ -341,18 +535,44 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task-queues/{queue}/claimed",
         Public,
         Experimental,
-        queues::list_claimed_tasks
+        queues::list_claimed_tasks,
+        "A task queue's claimed runs, paged."
     ),
-    endpoint!("listTaskQueues", Get, "/task-queues", Public, Stable, queues::list_task_queues),
-    endpoint!("listProvisioners", Get, "/provisioners", Public, Deprecated, provisioners::list_provisioners),
-    endpoint!("getProvisioner", Get, "/provisioners/{provisioner}", Public, Deprecated, provisioners::get_provisioner),
+    endpoint!(
+        "listTaskQueues",
+        Get,
+        "/task-queues",
+        Public,
+        Stable,
+        queues::list_task_queues,
+        "The task queues seen, paged."
+    ),
+    endpoint!(
+        "listProvisioners",
+        Get,
+        "/provisioners",
+        Public,
+        Deprecated,
+        provisioners::list_provisioners,
+        "The provisioners: the first halves of the task queues seen."
+    ),
+    endpoint!(
+        "getProvisioner",
+        Get,
+        "/provisioners/{provisioner}",
+        Public,
+        Deprecated,
+        provisioners::get_provisioner,
+        "One provisioner."
+    ),
     endpoint!(
         "listWorkerTypes",
         Get,
         "/provisioners/{provisioner}/worker-types",
         Public,
         Deprecated,
-        provisioners::list_worker_types
+        provisioners::list_worker_types,
+        "A provisioner's worker types, paged."
     ),
     endpoint!(
         "getWorkerType",
@@ -360,7 +580,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}",
         Public,
         Deprecated,
-        provisioners::get_worker_type
+        provisioners::get_worker_type,
+        "One worker type."
     ),
     endpoint!(
         "listWorkers",
@@ -368,7 +589,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers",
         Public,
         Deprecated,
-        workers::list_workers
+        workers::list_workers,
+        "A task queue's workers, paged (Shoal also filters by `dimension` and `state`)."
     ),
     endpoint!(
         "getWorker",
@@ -376,7 +598,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}",
         Public,
         Deprecated,
-        workers::get_worker
+        workers::get_worker,
+        "One worker, with its recent tasks and quarantine."
     ),
     endpoint!(
         "quarantineWorker",
@@ -384,7 +607,9 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}",
         Scope("queue:quarantine-worker:<provisionerId>/<workerType>/<workerGroup>/<workerId>"),
         Experimental,
-        workers::quarantine_worker
+        workers::quarantine_worker,
+        "Holds a worker from claiming until a time (a time not ahead releases it).",
+        input = "quarantine-worker-request"
     ),
     endpoint!(
         "declareWorker",
@@ -396,7 +621,9 @@ pub const ENDPOINTS: &[Endpoint] = &[
             each: &Scope("queue:declare-worker:<provisionerId>/<workerType>/<workerGroup>/<workerId>#<property>"),
         }]),
         Experimental,
-        workers::declare_worker
+        workers::declare_worker,
+        "Records a worker before it claims, with its expiry.",
+        input = "update-worker-request"
     ),
     endpoint!(
         "workerEvents",
@@ -404,7 +631,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/events",
         Public,
         Experimental,
-        workers::worker_events
+        workers::worker_events,
+        "A worker's history, newest first (Shoal's)."
     ),
     endpoint!(
         "terminateWorker",
@@ -412,7 +640,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/terminate",
         Scope("queue:terminate-worker:<provisionerId>/<workerType>/<workerGroup>/<workerId>"),
         Experimental,
-        workers::terminate_worker
+        workers::terminate_worker,
+        "Asks a worker to finish its runs and exit (Shoal's)."
     ),
     endpoint!(
         "maintainWorker",
@@ -420,7 +649,9 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/maintenance",
         Scope("queue:maintain-worker:<provisionerId>/<workerType>/<workerGroup>/<workerId>"),
         Experimental,
-        workers::maintain_worker
+        workers::maintain_worker,
+        "Puts a worker in maintenance, or ends it (Shoal's).",
+        input = "maintain-worker-request"
     ),
     endpoint!(
         "postWorkerEvent",
@@ -428,7 +659,9 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/events",
         Scope("queue:post-worker-event:<provisionerId>/<workerType>/<workerGroup>/<workerId>#<kind>"),
         Experimental,
-        workers::post_worker_event
+        workers::post_worker_event,
+        "Records an event a worker posts: error, rebooting, shutdown or log (Shoal's).",
+        input = "post-worker-event-request"
     ),
     endpoint!(
         "workerHeartbeat",
@@ -436,7 +669,9 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/provisioners/{provisioner}/worker-types/{worker_type}/workers/{worker_group}/{worker_id}/heartbeat",
         AllOf(&[Scope("queue:claim-work:<taskQueueId>"), Scope("queue:worker-id:<workerGroup>/<workerId>")]),
         Experimental,
-        workers::heartbeat
+        workers::heartbeat,
+        "A worker says it is alive, with its dimensions and caches; answers whether to stop (Shoal's).",
+        input = "worker-heartbeat-request"
     ),
     endpoint!(
         "taskQueueDimensions",
@@ -444,45 +679,141 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "/task-queues/{queue}/dimensions",
         Public,
         Experimental,
-        workers::queue_dimensions
+        workers::queue_dimensions,
+        "The dimensions of a task queue's live workers, counted (Shoal's)."
     ),
-    endpoint!("taskQueueBacklog", Get, "/task-queues/{queue}/backlog", Public, Experimental, workers::queue_backlog),
-    endpoint!("getTaskQueue", Get, "/task-queues/{queue}", Public, Stable, queues::get_task_queue),
+    endpoint!(
+        "taskQueueWorkers",
+        Get,
+        "/task-queues/{queue}/workers",
+        Public,
+        Experimental,
+        workers::list_fleet_workers,
+        "A task queue's workers with Shoal's fields (state, dimensions), paged; filters as listWorkers."
+    ),
+    endpoint!(
+        "taskQueueWorker",
+        Get,
+        "/task-queues/{queue}/workers/{worker_group}/{worker_id}",
+        Public,
+        Experimental,
+        workers::get_fleet_worker,
+        "One worker with Shoal's fields: state, dimensions, version, running tasks, caches, maintenance."
+    ),
+    endpoint!(
+        "taskQueueBacklog",
+        Get,
+        "/task-queues/{queue}/backlog",
+        Public,
+        Experimental,
+        workers::queue_backlog,
+        "A task queue's pending runs by the dimensions they wait on, and who could take them (Shoal's)."
+    ),
+    endpoint!("getTaskQueue", Get, "/task-queues/{queue}", Public, Stable, queues::get_task_queue, "One task queue."),
 ];
 
 /// The task-graph scheduler API v1 (seed 000), under `/api/scheduler/v1`.
 pub const SCHEDULER_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping),
-    endpoint!("reference", Get, "/reference", Public, Experimental, meta::reference),
-    endpoint!("createTaskGraph", Put, "/task-graph/{graph}", GRAPH_TASKS, Experimental, graphs::create_task_graph),
+    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping, "Answers while the server is up, with its uptime."),
+    endpoint!(
+        "reference",
+        Get,
+        "/reference",
+        Public,
+        Experimental,
+        meta::reference,
+        "This API's reference, in Taskcluster's api-reference format (also at `/references/<service>/v1/api.json`)."
+    ),
+    endpoint!(
+        "createTaskGraph",
+        Put,
+        "/task-graph/{graph}",
+        GRAPH_TASKS,
+        Experimental,
+        graphs::create_task_graph,
+        "Creates a task graph: its tasks, rerun budgets and routing.",
+        input = "create-task-graph-request"
+    ),
     endpoint!(
         "extendTaskGraph",
         Post,
         "/task-graph/{graph}/extend",
         EXTEND_GRAPH,
         Experimental,
-        graphs::extend_task_graph
+        graphs::extend_task_graph,
+        "Adds tasks to a task graph.",
+        input = "extend-task-graph-request"
     ),
-    endpoint!("listTaskGraphs", Get, "/task-graphs", Public, Experimental, graphs::list_task_graphs),
-    endpoint!("status", Get, "/task-graph/{graph}/status", Public, Experimental, graphs::status),
-    endpoint!("info", Get, "/task-graph/{graph}/info", Public, Experimental, graphs::info),
-    endpoint!("inspect", Get, "/task-graph/{graph}/inspect", Public, Experimental, graphs::inspect),
-    endpoint!("inspectTask", Get, "/task-graph/{graph}/inspect/{task_id}", Public, Experimental, graphs::inspect_task),
+    endpoint!(
+        "listTaskGraphs",
+        Get,
+        "/task-graphs",
+        Public,
+        Experimental,
+        graphs::list_task_graphs,
+        "Task graphs, newest first, paged."
+    ),
+    endpoint!(
+        "status",
+        Get,
+        "/task-graph/{graph}/status",
+        Public,
+        Experimental,
+        graphs::status,
+        "A task graph's state."
+    ),
+    endpoint!(
+        "info",
+        Get,
+        "/task-graph/{graph}/info",
+        Public,
+        Experimental,
+        graphs::info,
+        "A task graph's metadata, tags and state."
+    ),
+    endpoint!(
+        "inspect",
+        Get,
+        "/task-graph/{graph}/inspect",
+        Public,
+        Experimental,
+        graphs::inspect,
+        "A task graph's tasks with their labels, states and reruns left."
+    ),
+    endpoint!(
+        "inspectTask",
+        Get,
+        "/task-graph/{graph}/inspect/{task_id}",
+        Public,
+        Experimental,
+        graphs::inspect_task,
+        "One task of a task graph."
+    ),
 ];
 
 /// The Auth API v1 (clients, roles, scopes), under `/api/auth/v1`.
 pub const AUTH_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping),
-    endpoint!("reference", Get, "/reference", Public, Experimental, meta::reference),
-    endpoint!("listClients", Get, "/clients/", Public, Stable, auth::list_clients),
-    endpoint!("client", Get, "/clients/{client_id}", Public, Stable, auth::get_client),
+    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping, "Answers while the server is up, with its uptime."),
+    endpoint!(
+        "reference",
+        Get,
+        "/reference",
+        Public,
+        Experimental,
+        meta::reference,
+        "This API's reference, in Taskcluster's api-reference format (also at `/references/<service>/v1/api.json`)."
+    ),
+    endpoint!("listClients", Get, "/clients/", Public, Stable, auth::list_clients, "Clients, by prefix, paged."),
+    endpoint!("client", Get, "/clients/{client_id}", Public, Stable, auth::get_client, "One client."),
     endpoint!(
         "createClient",
         Put,
         "/clients/{client_id}",
         AllOf(&[Scope("auth:create-client:<clientId>"), For { var: "scope", list: "scopes", each: &Scope("<scope>") }]),
         Stable,
-        auth::create_client
+        auth::create_client,
+        "Creates a client; answers its access token once.",
+        input = "create-client-request"
     ),
     endpoint!(
         "resetAccessToken",
@@ -490,7 +821,8 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
         "/clients/{client_id}/reset",
         Scope("auth:reset-access-token:<clientId>"),
         Stable,
-        auth::reset_access_token
+        auth::reset_access_token,
+        "Gives a client a new access token, answered once."
     ),
     endpoint!(
         "updateClient",
@@ -501,7 +833,9 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
             For { var: "scope", list: "scopesAdded", each: &Scope("<scope>") },
         ]),
         Stable,
-        auth::update_client
+        auth::update_client,
+        "Changes a client's description, expiry and scopes.",
+        input = "create-client-request"
     ),
     endpoint!(
         "enableClient",
@@ -509,7 +843,8 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
         "/clients/{client_id}/enable",
         AllOf(&[Scope("auth:enable-client:<clientId>"), For { var: "scope", list: "scopes", each: &Scope("<scope>") }]),
         Stable,
-        auth::enable_client
+        auth::enable_client,
+        "Enables a client."
     ),
     endpoint!(
         "disableClient",
@@ -517,7 +852,8 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
         "/clients/{client_id}/disable",
         Scope("auth:disable-client:<clientId>"),
         Stable,
-        auth::disable_client
+        auth::disable_client,
+        "Disables a client: its credentials are refused."
     ),
     endpoint!(
         "deleteClient",
@@ -525,18 +861,21 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
         "/clients/{client_id}",
         Scope("auth:delete-client:<clientId>"),
         Stable,
-        auth::delete_client
+        auth::delete_client,
+        "Deletes a client."
     ),
-    endpoint!("listRoles", Get, "/roles/", Public, Stable, auth::list_roles),
-    endpoint!("listRoleIds", Get, "/roleids/", Public, Stable, auth::list_role_ids),
-    endpoint!("role", Get, "/roles/{role_id}", Public, Stable, auth::get_role),
+    endpoint!("listRoles", Get, "/roles/", Public, Stable, auth::list_roles, "Every role."),
+    endpoint!("listRoleIds", Get, "/roleids/", Public, Stable, auth::list_role_ids, "Every role's id, paged."),
+    endpoint!("role", Get, "/roles/{role_id}", Public, Stable, auth::get_role, "One role, with its expanded scopes."),
     endpoint!(
         "createRole",
         Put,
         "/roles/{role_id}",
         AllOf(&[Scope("auth:create-role:<roleId>"), For { var: "scope", list: "scopes", each: &Scope("<scope>") }]),
         Stable,
-        auth::create_role
+        auth::create_role,
+        "Creates a role.",
+        input = "create-role-request"
     ),
     endpoint!(
         "updateRole",
@@ -547,19 +886,56 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
             For { var: "scope", list: "scopesAdded", each: &Scope("<scope>") }
         ]),
         Stable,
-        auth::update_role
+        auth::update_role,
+        "Changes a role.",
+        input = "create-role-request"
     ),
-    endpoint!("deleteRole", Delete, "/roles/{role_id}", Scope("auth:delete-role:<roleId>"), Stable, auth::delete_role),
-    endpoint!("expandScopes", Post, "/scopes/expand", Public, Stable, auth::expand_scopes),
-    endpoint!("currentScopes", Get, "/scopes/current", Public, Stable, auth::current_scopes),
-    endpoint!("testAuthenticate", Post, "/test-authenticate", Public, Stable, auth::test_authenticate),
+    endpoint!(
+        "deleteRole",
+        Delete,
+        "/roles/{role_id}",
+        Scope("auth:delete-role:<roleId>"),
+        Stable,
+        auth::delete_role,
+        "Deletes a role."
+    ),
+    endpoint!(
+        "expandScopes",
+        Post,
+        "/scopes/expand",
+        Public,
+        Stable,
+        auth::expand_scopes,
+        "Expands scopes through the roles they assume.",
+        input = "scopeset"
+    ),
+    endpoint!(
+        "currentScopes",
+        Get,
+        "/scopes/current",
+        Public,
+        Stable,
+        auth::current_scopes,
+        "The caller's scopes, expanded."
+    ),
+    endpoint!(
+        "testAuthenticate",
+        Post,
+        "/test-authenticate",
+        Public,
+        Stable,
+        auth::test_authenticate,
+        "Checks a signature made with the test client `tester`.",
+        input = "test-authenticate-request"
+    ),
     endpoint!(
         "testAuthenticateGet",
         Get,
         "/test-authenticate-get/",
         Scope("test:authenticate-get"),
         Stable,
-        auth::test_authenticate_get
+        auth::test_authenticate_get,
+        "Checks a signed GET made with the test client `tester`."
     ),
     endpoint!(
         "listAuditHistory",
@@ -567,7 +943,8 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
         "/clients/{client_id}/audit",
         Scope("auth:client-audit-history:<clientId>"),
         Stable,
-        auth::list_audit_history
+        auth::list_audit_history,
+        "A client's history (Shoal keeps none)."
     ),
     endpoint!(
         "getEntityHistory",
@@ -575,25 +952,73 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
         "/audit/{entity_type}/{entity_id}",
         Scope("auth:audit-history:<entityType>"),
         Stable,
-        auth::get_entity_history
+        auth::get_entity_history,
+        "An entity's history (Shoal keeps none)."
     ),
-    endpoint!("lbheartbeat", Get, "/__lbheartbeat__", Public, Stable, meta::lbheartbeat),
-    endpoint!("version", Get, "/__version__", Public, Stable, meta::version),
-    endpoint!("heartbeat", Get, "/__heartbeat__", Public, Stable, meta::heartbeat),
+    endpoint!(
+        "lbheartbeat",
+        Get,
+        "/__lbheartbeat__",
+        Public,
+        Stable,
+        meta::lbheartbeat,
+        "Answers while the server is up, for load balancers."
+    ),
+    endpoint!("version", Get, "/__version__", Public, Stable, meta::version, "The server's version."),
+    endpoint!("heartbeat", Get, "/__heartbeat__", Public, Stable, meta::heartbeat, "Answers while the server is up."),
 ];
 
 /// The server's own blob endpoint, where putUrls and artifact redirects point (`/blobs/v1`).
 pub const BLOB_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("getBlob", Get, "/{task_id}/{run_id}/{*name}", GET_ARTIFACT, Experimental, blobs::get_blob),
-    endpoint!("putBlob", Put, "/{task_id}/{run_id}/{*name}", CREATE_ARTIFACT, Experimental, blobs::put_blob),
+    endpoint!(
+        "getBlob",
+        Get,
+        "/{task_id}/{run_id}/{*name}",
+        GET_ARTIFACT,
+        Experimental,
+        blobs::get_blob,
+        "An artifact's bytes, stored by the server."
+    ),
+    endpoint!(
+        "putBlob",
+        Put,
+        "/{task_id}/{run_id}/{*name}",
+        CREATE_ARTIFACT,
+        Experimental,
+        blobs::put_blob,
+        "Uploads an artifact's bytes (a putUrl)."
+    ),
 ];
 
 /// Live logs (`/logs/v1`): read by anyone, appended by the run's worker.
 pub const LOG_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("readLog", Get, "/{task_id}/{run_id}", Public, Experimental, logs::read_log),
-    endpoint!("appendLog", Post, "/{task_id}/{run_id}", CREATE_ARTIFACT, Experimental, logs::append_log),
+    endpoint!(
+        "readLog",
+        Get,
+        "/{task_id}/{run_id}",
+        Public,
+        Experimental,
+        logs::read_log,
+        "A run's live log, from an offset, followed while the run runs."
+    ),
+    endpoint!(
+        "appendLog",
+        Post,
+        "/{task_id}/{run_id}",
+        CREATE_ARTIFACT,
+        Experimental,
+        logs::append_log,
+        "Appends to a run's live log."
+    ),
 ];
 
 /// The event stream (`/api/events/v1`).
-pub const EVENT_ENDPOINTS: &[Endpoint] =
-    &[endpoint!("connect", Get, "/connect/", Public, Experimental, events::connect)];
+pub const EVENT_ENDPOINTS: &[Endpoint] = &[endpoint!(
+    "connect",
+    Get,
+    "/connect/",
+    Public,
+    Experimental,
+    events::connect,
+    "The event stream: messages of the bound exchanges, as server-sent events."
+)];

@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 mod per_address;
 pub mod prometheus;
+pub(crate) mod reference;
 mod routes;
 mod serve;
 mod ui;
@@ -67,6 +68,9 @@ pub fn router(state: AppState) -> Router {
     let events = api_router(&state, EVENT_ENDPOINTS, None, extract::MAX_BODY_BYTES);
     Router::new()
         .route("/metrics", axum::routing::get(prometheus::serve))
+        .route("/references/manifest.json", axum::routing::get(reference::manifest))
+        .route("/references/{service}/v1/{file}", axum::routing::get(reference::document))
+        .route("/schemas/{service}/v1/{file}", axum::routing::get(reference::schema))
         .merge(ui::routes())
         .nest("/api/queue/v1", api)
         .nest("/api/scheduler/v1", scheduler)
@@ -108,11 +112,11 @@ fn api_router(
     }
     match service_name {
         None => api,
-        Some(service_name) => api.layer(axum::Extension(routes::meta::Reference(Arc::new(json!({
-            "apiVersion": "v1",
-            "serviceName": service_name,
-            "entries": endpoints,
-        }))))),
+        Some(service_name) => {
+            let service = reference::SERVICES.iter().find(|service| service.name == service_name);
+            let document = service.map_or(serde_json::Value::Null, reference::api_reference);
+            api.layer(axum::Extension(routes::meta::Reference(Arc::new(document))))
+        }
     }
 }
 

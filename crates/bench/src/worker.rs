@@ -253,7 +253,11 @@ async fn run_task(server: &Server, payload: Value) -> anyhow::Result<(String, Va
         let status: Value = client.get(format!("{}/task/{task_id}/status", server.base)).send().await?.json().await?;
         let run = &status["status"]["runs"][0];
         match run["state"].as_str() {
-            Some("completed") => return Ok((task_id, run["stats"].clone())),
+            Some("completed") => {
+                let result: Value =
+                    client.get(format!("{}/task/{task_id}/result", server.base)).send().await?.json().await?;
+                return Ok((task_id, result["runs"][0]["stats"].clone()));
+            }
             Some("failed" | "exception") => anyhow::bail!("task {task_id} did not complete: {run}"),
             _ => tokio::time::sleep(Duration::from_millis(10)).await,
         }

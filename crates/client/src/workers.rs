@@ -11,25 +11,31 @@ pub(crate) fn workers_path(task_queue_id: &str) -> String {
     format!("/provisioners/{provisioner_id}/worker-types/{worker_type}/workers")
 }
 
+/// `/task-queues/<p>/<wt>/workers`: Shoal's fleet view of a task queue's workers.
+fn fleet_path(task_queue_id: &str) -> String {
+    format!("/task-queues/{task_queue_id}/workers")
+}
+
 impl Client {
-    /// listWorkers, one page: `query` holds the query string's pairs (`quarantined`,
-    /// `dimension`, `state`, `limit`, `continuationToken`).
+    /// taskQueueWorkers (listWorkers with Shoal's `state` and `dimensions`), one page: `query`
+    /// holds the query string's pairs (`quarantined`, `dimension`, `state`, `limit`,
+    /// `continuationToken`).
     ///
     /// # Errors
     /// As the server answers.
     pub async fn list_workers(&self, task_queue_id: &str, query: &[(&str, String)]) -> Result<Value, ClientError> {
-        let mut url = reqwest::Url::parse(&self.queue(&workers_path(task_queue_id)))
+        let mut url = reqwest::Url::parse(&self.queue(&fleet_path(task_queue_id)))
             .map_err(|err| ClientError::Transport(format!("bad URL: {err}")))?;
         url.query_pairs_mut().extend_pairs(query);
         self.call(Method::GET, url.as_str(), None).await
     }
 
-    /// getWorker.
+    /// taskQueueWorker: getWorker with Shoal's fields (state, dimensions, running tasks ...).
     ///
     /// # Errors
     /// As the server answers (404 for an unknown worker).
     pub async fn worker(&self, task_queue_id: &str, worker_group: &str, worker_id: &str) -> Result<Value, ClientError> {
-        let url = self.queue(&format!("{}/{worker_group}/{worker_id}", workers_path(task_queue_id)));
+        let url = self.queue(&format!("{}/{worker_group}/{worker_id}", fleet_path(task_queue_id)));
         self.call(Method::GET, &url, None).await
     }
 

@@ -41,6 +41,7 @@ pub mod line;
 pub mod message;
 pub mod priority;
 pub mod rejection;
+pub mod result;
 pub mod secrets;
 pub mod slice;
 pub mod status;

@@ -326,7 +326,9 @@ pub enum TimeLimit {
     IoTimeout,
 }
 
-/// The status structure every status-returning call sends.
+/// The status structure every status-returning call sends. It serializes as Taskcluster's
+/// `task-status.json` allows, and no more: Shoal's own facts (the creator, slices, dedup, what
+/// a run's worker had and measured) are kept here but served by [`crate::result::TaskResult`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskStatus {
@@ -354,16 +356,62 @@ pub struct TaskStatus {
     pub retries_left: u32,
     /// State.
     pub state: TaskState,
-    /// Runs, oldest first.
+    /// Runs, oldest first (each in Taskcluster's shape on the wire).
+    #[serde(serialize_with = "taskcluster_runs")]
     pub runs: Vec<Run>,
-    /// For a task with slices, the index of the slice its last run waits or ran on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_slice: Option<u32>,
-    /// For a deduped task, the task whose completion stands for it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deduped_from: Option<TaskId>,
     /// The authenticated client that created the task (absent for tasks made before Shoal
-    /// recorded it); Swarming's `authenticated`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// recorded it); Swarming's `authenticated`. Not in Taskcluster's status.
+    #[serde(skip)]
     pub created_by: Option<String>,
+}
+
+impl TaskStatus {
+    /// For a task with slices, the index of the slice its last run waits or ran on.
+    #[must_use]
+    pub fn current_slice(&self) -> Option<u32> {
+        self.runs.last().and_then(|run| run.slice).map(|at| at.index)
+    }
+
+    /// For a deduped task, the task whose completion stands for it.
+    #[must_use]
+    pub fn deduped_from(&self) -> Option<TaskId> {
+        self.runs.last().and_then(|run| run.deduped_from)
+    }
+}
+
+/// A run's fields that Taskcluster's `task-status.json` allows.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskclusterRun<'a> {
+    run_id: u32,
+    state: RunState,
+    reason_created: ReasonCreated,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason_resolved: Option<ReasonResolved>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_group: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    taken_until: Option<Timestamp>,
+    scheduled: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resolved: Option<Timestamp>,
+}
+
+fn taskcluster_runs<S: serde::Serializer>(runs: &[Run], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(runs.iter().map(|run| TaskclusterRun {
+        run_id: run.run_id,
+        state: run.state,
+        reason_created: run.reason_created,
+        reason_resolved: run.reason_resolved,
+        worker_group: run.worker_group.as_deref(),
+        worker_id: run.worker_id.as_deref(),
+        taken_until: run.taken_until,
+        scheduled: run.scheduled,
+        started: run.started,
+        resolved: run.resolved,
+    }))
 }

@@ -215,8 +215,6 @@ impl Task {
             retries_left: self.retries_left,
             state: self.state(),
             runs: self.runs.clone(),
-            current_slice: self.status_slice(),
-            deduped_from: self.runs.last().and_then(|run| run.deduped_from),
             created_by: self.meta.created_by.clone(),
         }
     }

@@ -13,6 +13,8 @@ use tokio::process::{Child, Command};
 
 const QUEUE: &str = "fleet/linux";
 const WORKERS: &str = "/provisioners/fleet/worker-types/linux/workers";
+/// Shoal's fleet view of the same workers (with `state`, `dimensions` ...).
+const FLEET: &str = "/task-queues/fleet/linux/workers";
 
 struct Server {
     _child: Child,
@@ -67,7 +69,8 @@ async fn create(server: &Server, payload: Value) -> String {
 }
 
 async fn status(server: &Server, task_id: &str) -> Value {
-    get(server, &format!("/task/{task_id}/status")).await["status"].clone()
+    let status = get(server, &format!("/task/{task_id}/status")).await["status"].clone();
+    support::with_result(status, &get(server, &format!("/task/{task_id}/result")).await)
 }
 
 /// Waits (bounded) until `check` holds for the task's status; the workers report over HTTP,
@@ -85,7 +88,7 @@ async fn until_status(server: &Server, task_id: &str, check: impl Fn(&Value) -> 
 
 /// Waits (bounded) until worker `id`'s record satisfies `check`.
 async fn until_worker(server: &Server, id: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let url = format!("{}{WORKERS}/local/{id}", server.api);
+    let url = format!("{}{FLEET}/local/{id}", server.api);
     for _ in 0..1200 {
         let res = support::signed(&reqwest::Client::new(), reqwest::Method::GET, &url, None).send().await.unwrap();
         let record: Value = res.json().await.unwrap();
@@ -117,7 +120,7 @@ async fn workers_are_registered_quarantined_and_terminated() {
     let first = create(&server, json!({"command": ["true"], "maxRunTime": 30})).await;
     let ran = until_status(&server, &first, resolved).await;
 
-    let record = get(&server, &format!("{WORKERS}/local/w1")).await;
+    let record = get(&server, &format!("{FLEET}/local/w1")).await;
     // `id` is every worker's own, unasked (Swarming's bots have it).
     let dimensions = json!({"id": ["w1"], "os": ["Linux", "Ubuntu"], "pool": ["ci"]});
     assert_eq!(record["dimensions"], dimensions, "{record}");
@@ -164,7 +167,7 @@ async fn workers_are_registered_quarantined_and_terminated() {
     assert!(exit.success(), "exits cleanly: {exit:?}");
     assert_eq!(status(&server, &last).await["state"], "completed", "its task finished first");
     assert_eq!(status(&server, &after).await["state"], "pending", "it took nothing more");
-    let record = get(&server, &format!("{WORKERS}/local/w1")).await;
+    let record = get(&server, &format!("{FLEET}/local/w1")).await;
     assert_eq!(record["state"], "terminated", "{record}");
 }
 
@@ -188,7 +191,7 @@ async fn a_worker_killed_mid_task_is_missing_and_its_task_runs_elsewhere_at_once
     let ended = shoal_engine::Timestamp::parse(done["runs"][0]["resolved"].as_str().unwrap()).unwrap();
     let taken_until = shoal_engine::Timestamp::parse(running["runs"][0]["takenUntil"].as_str().unwrap()).unwrap();
     assert!(ended < taken_until, "{done}");
-    let record = get(&server, &format!("{WORKERS}/local/doomed")).await;
+    let record = get(&server, &format!("{FLEET}/local/doomed")).await;
     assert_eq!(record["state"], "missing", "{record}");
     let events = get(&server, &format!("{WORKERS}/local/doomed/events")).await;
     assert!(events["events"].as_array().unwrap().iter().any(|e| e["kind"] == "missing"), "{events}");
@@ -267,7 +270,7 @@ async fn a_failing_health_check_holds_the_worker_in_maintenance_until_it_passes(
     std::fs::remove_file(&sick).unwrap();
     let done = until_status(&server, &task_id, resolved).await;
     assert_eq!(done["state"], "completed", "{done}");
-    let record = get(&server, &format!("{WORKERS}/local/w")).await;
+    let record = get(&server, &format!("{FLEET}/local/w")).await;
     assert!(record.get("maintenance").is_none(), "{record}");
 
     // Stopped by a signal, it says it shut down: exited, not missing.
@@ -278,7 +281,7 @@ async fn a_failing_health_check_holds_the_worker_in_maintenance_until_it_passes(
     let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds[0], "shutdown", "{events}");
     assert!(kinds.contains(&"maintenance") && kinds.contains(&"maintenance-ended"), "{events}");
-    assert_eq!(get(&server, &format!("{WORKERS}/local/w")).await["state"], "terminated");
+    assert_eq!(get(&server, &format!("{FLEET}/local/w")).await["state"], "terminated");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,9 +299,10 @@ async fn one_worker_serves_two_queues_as_one_machine() {
         assert_eq!((done["state"].as_str(), done["runs"][0]["workerId"].as_str()), (Some("completed"), Some("box")));
     }
     let mac_workers = "/provisioners/fleet/worker-types/mac/workers";
-    for record in
-        [get(&server, &format!("{WORKERS}/local/box")).await, get(&server, &format!("{mac_workers}/local/box")).await]
-    {
+    for record in [
+        get(&server, &format!("{FLEET}/local/box")).await,
+        get(&server, "/task-queues/fleet/mac/workers/local/box").await,
+    ] {
         assert_eq!(record["taskQueueIds"], json!([QUEUE, "fleet/mac"]), "{record}");
     }
     // Killed, it is missing in both queues, once each.

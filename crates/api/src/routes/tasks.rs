@@ -8,6 +8,7 @@ use shoal_engine::TaskId;
 use shoal_engine::command::TaskCommand;
 use shoal_engine::definition::{TaskDefinition, TaskDefinitionInput};
 use shoal_engine::priority::Priority;
+use shoal_engine::result::TaskResult;
 use shoal_engine::status::TaskStatus;
 use shoal_store::{Page, StoreError, TaskRecord};
 
@@ -89,6 +90,25 @@ pub(crate) async fn get_statuses(
         .map(|record| json!({ "taskId": record.status.task_id, "status": record.status }))
         .collect();
     Ok(with_continuation(json!({ "statuses": statuses }), page.continuation))
+}
+
+/// Shoal's facts about a task beyond its status (Swarming's task result).
+pub(crate) async fn get_result(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
+    let task_id = params.task_id()?;
+    let record = state.queue.store().read(move |reads| reads.task(task_id)).await?;
+    let record = record.ok_or_else(|| ApiError::not_found(format!("task {task_id} not found")))?;
+    Ok(Json(json!(TaskResult::of(&record.status))))
+}
+
+/// [`get_result`] for several tasks, as `statuses` pages them.
+pub(crate) async fn get_results(
+    State(state): State<AppState>,
+    paging: Paging,
+    Body(body): Body<TaskIds>,
+) -> Result<Json<Value>, ApiError> {
+    let page = known_records(&state, &body, paging).await?;
+    let results: Vec<TaskResult<'_>> = page.items.iter().map(|record| TaskResult::of(&record.status)).collect();
+    Ok(with_continuation(json!({ "results": results }), page.continuation))
 }
 
 /// What createTask's scopes are filled in with for `definition`.

@@ -21,8 +21,12 @@ use crate::error::ApiError;
 use crate::extract::{Body, Paging, Params};
 use crate::routes::with_continuation;
 
-/// The task queue a worker route names by provisionerId and workerType.
+/// The task queue a worker route names: by provisionerId and workerType (Taskcluster's
+/// routes), or as a taskQueueId (Shoal's, under `/task-queues/`).
 pub(crate) fn queue_of(params: &Params) -> Result<String, ApiError> {
+    if params.0.contains_key("queue") {
+        return params.task_queue_id();
+    }
     let provisioner = params.0.get("provisioner").map(String::as_str).unwrap_or_default();
     let worker_type = params.0.get("worker_type").map(String::as_str).unwrap_or_default();
     let task_queue_id = format!("{provisioner}/{worker_type}");
@@ -64,13 +68,10 @@ fn dead_after_ms(state: &AppState) -> i64 {
     i64::try_from(state.queue.config().worker_dead_after.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// A worker in Taskcluster's getWorker shape, with Shoal's fields (`state`, `dimensions`,
-/// `version`, `firstSeen`, `runningTasks`, `terminating`, `caches`).
-fn worker_body(worker: &Worker, running: &[TaskId], state: &AppState) -> Value {
-    let now = now();
+/// A worker in Taskcluster's getWorker shape (`worker-response.json`), nothing more.
+fn worker_body(worker: &Worker) -> Value {
     let key = &worker.key;
     let (provisioner_id, worker_type) = key.task_queue_id.split_once('/').unwrap_or_default();
-    let worker_state = worker.state(now, dead_after_ms(state), !running.is_empty());
     let mut body = json!({
         "provisionerId": provisioner_id,
         "workerType": worker_type,
@@ -82,15 +83,23 @@ fn worker_body(worker: &Worker, running: &[TaskId], state: &AppState) -> Value {
         "quarantineDetails": worker.quarantine_details,
         "firstClaim": worker.first_claim.unwrap_or(worker.first_seen),
         "lastDateActive": worker.last_seen,
-        "state": worker_state,
-        "dimensions": worker.dimensions,
-        "firstSeen": worker.first_seen,
-        "runningTasks": running,
-        "terminating": worker.terminating(),
     });
     if let Some(until) = worker.quarantine_until {
         body["quarantineUntil"] = json!(until);
     }
+    body
+}
+
+/// A worker as Shoal's fleet view shows it: Taskcluster's fields and Shoal's (`state`,
+/// `dimensions`, `version`, `firstSeen`, `runningTasks`, `terminating`, `caches`,
+/// `maintenance`, `taskQueueIds`), which `worker-response.json` has no place for.
+fn fleet_body(worker: &Worker, running: &[TaskId], state: &AppState) -> Value {
+    let mut body = worker_body(worker);
+    body["state"] = json!(worker.state(now(), dead_after_ms(state), !running.is_empty()));
+    body["dimensions"] = json!(worker.dimensions);
+    body["firstSeen"] = json!(worker.first_seen);
+    body["runningTasks"] = json!(running);
+    body["terminating"] = json!(worker.terminating());
     if let Some(version) = &worker.version {
         body["version"] = json!(version);
     }
@@ -113,8 +122,14 @@ async fn read_worker(state: &AppState, key: WorkerKey) -> Result<(Worker, Vec<Ta
 }
 
 pub(crate) async fn get_worker(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
+    let (worker, _) = read_worker(&state, key_of(&params)?).await?;
+    Ok(Json(worker_body(&worker)))
+}
+
+/// Shoal's `taskQueueWorker`: one worker with its standing, dimensions and running tasks.
+pub(crate) async fn get_fleet_worker(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
     let (worker, running) = read_worker(&state, key_of(&params)?).await?;
-    Ok(Json(worker_body(&worker, &running, &state)))
+    Ok(Json(fleet_body(&worker, &running, &state)))
 }
 
 /// listWorkers' query: Taskcluster's `quarantined`, and Shoal's `dimension=key:value`
@@ -156,11 +171,32 @@ fn worker_filter(pairs: Vec<(String, String)>) -> Result<WorkerFilter, ApiError>
     Ok(filter)
 }
 
+/// listWorkers in Taskcluster's shape (`list-workers-response.json`), with Shoal's filters.
 pub(crate) async fn list_workers(
+    state: State<AppState>,
+    params: Params,
+    paging: Paging,
+    query: Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    listing(state, params, paging, query, false).await
+}
+
+/// Shoal's `taskQueueWorkers`: listWorkers with each worker's `state` and `dimensions`.
+pub(crate) async fn list_fleet_workers(
+    state: State<AppState>,
+    params: Params,
+    paging: Paging,
+    query: Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, ApiError> {
+    listing(state, params, paging, query, true).await
+}
+
+async fn listing(
     State(state): State<AppState>,
     params: Params,
     paging: Paging,
     Query(query): Query<Vec<(String, String)>>,
+    fleet: bool,
 ) -> Result<Json<Value>, ApiError> {
     let task_queue_id = queue_of(&params)?;
     let filter = worker_filter(query)?;
@@ -188,9 +224,11 @@ pub(crate) async fn list_workers(
                 "workerId": worker.key.worker_id,
                 "firstClaim": worker.first_claim.unwrap_or(worker.first_seen),
                 "lastDateActive": worker.last_seen,
-                "state": worker.state(now, dead_after, listed.busy),
-                "dimensions": worker.dimensions,
             });
+            if fleet {
+                entry["state"] = json!(worker.state(now, dead_after, listed.busy));
+                entry["dimensions"] = json!(worker.dimensions);
+            }
             if let Some(latest) = worker.recent_tasks.last() {
                 entry["latestTask"] = json!(latest);
             }
@@ -215,18 +253,23 @@ fn client_of(caller: &Caller) -> String {
     caller.client_id.clone().unwrap_or_else(|| "anonymous".into())
 }
 
+/// Applies `change`; Taskcluster's calls answer its shape, Shoal's the fleet view's.
 async fn changed(
     state: &AppState,
     key: WorkerKey,
     change: WorkerChange,
     caller: &Caller,
 ) -> Result<Json<Value>, ApiError> {
+    let taskcluster = matches!(change, WorkerChange::Quarantine { .. } | WorkerChange::Declare { .. });
     let worker = state.queue.change_worker(key.clone(), change, client_of(caller)).await?;
+    if taskcluster {
+        return Ok(Json(worker_body(&worker)));
+    }
     let (worker, running) = match state.queue.store().read(move |reads| reads.worker(&key)).await? {
         Some(found) => found,
         None => (worker, Vec::new()),
     };
-    Ok(Json(worker_body(&worker, &running, state)))
+    Ok(Json(fleet_body(&worker, &running, state)))
 }
 
 fn timestamp(field: &str, text: &str) -> Result<Timestamp, ApiError> {

@@ -265,7 +265,10 @@ async fn a_deduped_task_reads_its_artifacts_through_the_original() {
     let copy = slugid();
     let status = app.create(&copy, same).await;
     assert_eq!(status["state"], "completed", "{status}");
-    assert_eq!(status["dedupedFrom"], original.as_str(), "{status}");
+    assert!(status.get("dedupedFrom").is_none(), "not in Taskcluster's status: {status}");
+    let (_, result) = app.get(&format!("/task/{copy}/result")).await;
+    assert_eq!(result["dedupedFrom"], original.as_str(), "{result}");
+    assert_eq!(result["runs"][0]["dedupedFrom"], original.as_str(), "{result}");
     let (_, task) = app.get(&format!("/task/{copy}")).await;
     assert_eq!(task["idempotent"], true, "{task}");
     for path in [

@@ -244,7 +244,8 @@ async fn a_report_may_carry_what_the_worker_measured() {
         "peakMemoryBytes": 1048576});
     let (code, body) = app.post(&path, json!({"stats": stats})).await;
     assert_eq!(code, StatusCode::OK, "{body}");
-    assert_eq!(body["status"]["runs"][0]["stats"], stats);
-    let (_, body) = app.get(&format!("/task/{task_id}/status")).await;
-    assert_eq!(body["status"]["runs"][0]["stats"]["exitCode"], 2, "kept with the run");
+    assert!(body["status"]["runs"][0].get("stats").is_none(), "not in Taskcluster's run: {body}");
+    let (_, body) = app.get(&format!("/task/{task_id}/result")).await;
+    assert_eq!(body["runs"][0]["stats"], stats, "kept with the run: {body}");
+    assert_eq!(body["runs"][0]["runId"], 0, "{body}");
 }

@@ -223,7 +223,30 @@ async fn every_reference_as_served() {
         assert_eq!(res.status(), StatusCode::OK, "{url}");
         let reference: serde_json::Value = res.json().await.unwrap();
         insta::assert_json_snapshot!(format!("reference-{service}"), reference);
+        // The same document where Taskcluster's tools look for it.
+        let url = format!("{}/references/{service}/v1/api.json", app.root);
+        let served: serde_json::Value = app.client.get(&url).send().await.unwrap().json().await.unwrap();
+        assert_eq!(served, reference, "{url}");
     }
+    let manifest: serde_json::Value =
+        app.client.get(format!("{}/references/manifest.json", app.root)).send().await.unwrap().json().await.unwrap();
+    let listed: Vec<&str> =
+        manifest["references"].as_array().unwrap().iter().filter_map(serde_json::Value::as_str).collect();
+    for document in ["queue/v1/api.json", "queue/v1/exchanges.json", "auth/v1/api.json", "scheduler/v1/exchanges.json"]
+    {
+        let url = format!("{}/references/{document}", app.root);
+        assert!(listed.contains(&url.as_str()), "{url} in {manifest}");
+        let res = app.client.get(&url).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{url}");
+    }
+    let res = app.client.get(format!("{}/references/auth/v1/exchanges.json", app.root)).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND, "the auth service publishes nothing");
+    let res = app.client.get(format!("{}/schemas/queue/v1/task-status.json", app.root)).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let schema: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(schema["$id"], "/schemas/queue/v1/task-status.json#", "{schema}");
+    let res = app.client.get(format!("{}/schemas/queue/v1/nothing.json", app.root)).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
@@ -348,13 +371,19 @@ async fn a_task_shows_who_created_it_and_lists_by_creator() {
             .call_as(Some(&alice), reqwest::Method::PUT, &url, Some(task_def(json!({"tags": {"kind": kind}}))))
             .await;
         assert_eq!(code, StatusCode::OK, "{body}");
-        assert_eq!(body["status"]["createdBy"], "ci/alice", "{body}");
+        assert!(body["status"].get("createdBy").is_none(), "not in Taskcluster's status: {body}");
+        let (_, result) = app.get(&format!("/task/{task_id}/result")).await;
+        assert_eq!(result["createdBy"], "ci/alice", "{result}");
         alices.insert(0, task_id);
     }
     let roots = slugid();
     app.create(&roots, json!({"tags": {"kind": "build"}})).await;
-    let (_, status) = app.get(&format!("/task/{roots}/status")).await;
-    assert_eq!(status["status"]["createdBy"], "root", "{status}");
+    let (_, result) = app.get(&format!("/task/{roots}/result")).await;
+    assert_eq!(result["createdBy"], "root", "{result}");
+    let (_, results) = app.post("/tasks/result", json!({"taskIds": [roots, alices[0]]})).await;
+    let creators: Vec<&str> =
+        results["results"].as_array().unwrap().iter().map(|r| r["createdBy"].as_str().unwrap()).collect();
+    assert_eq!(creators, ["root", "ci/alice"], "{results}");
 
     let ids = |body: &Value| -> Vec<String> {
         body["tasks"]
@@ -521,8 +550,11 @@ async fn dedup_stays_within_a_project_and_scheduler_and_never_covers_secrets() {
         let status = app.create(&slugid(), other.clone()).await;
         assert_eq!(status["state"], "pending", "{other}: {status}");
     }
-    let status = app.create(&slugid(), same.clone()).await;
-    assert_eq!(status["dedupedFrom"], original.as_str(), "the same project and scheduler: {status}");
+    let copy = slugid();
+    let status = app.create(&copy, same.clone()).await;
+    assert_eq!(status["state"], "completed", "the same project and scheduler: {status}");
+    let (_, result) = app.get(&format!("/task/{copy}/result")).await;
+    assert_eq!(result["dedupedFrom"], original.as_str(), "{result}");
 
     // With secrets, neither the first task nor an identical one is deduplicated.
     let mut secret = same.clone();

@@ -9,6 +9,8 @@ use serde_json::{Value, json};
 use crate::{Settings, TestApp, from_now, slugid, task_def};
 
 const WORKERS: &str = "/provisioners/prov/worker-types/wt/workers";
+/// Shoal's fleet view of the same workers (Taskcluster's fields and Shoal's).
+const FLEET: &str = "/task-queues/prov/wt/workers";
 
 fn claim_body(worker_id: &str, dimensions: Value) -> Value {
     json!({"workerGroup": "g", "workerId": worker_id, "tasks": 1, "dimensions": dimensions, "version": "1.2.3"})
@@ -21,7 +23,7 @@ async fn claim_with(app: &TestApp, worker_id: &str, dimensions: Value) -> Value 
 }
 
 async fn listed(app: &TestApp, query: &str) -> Vec<String> {
-    let (status, body) = app.get(&format!("{WORKERS}{query}")).await;
+    let (status, body) = app.get(&format!("{FLEET}{query}")).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body["workers"].as_array().unwrap().iter().map(|w| w["workerId"].as_str().unwrap().to_owned()).collect()
 }
@@ -39,7 +41,7 @@ async fn claiming_workers_are_registered_with_dimensions_and_recent_tasks() {
     assert_eq!(claim_with(&app, "w1", linux).await["tasks"].as_array().unwrap().len(), 1);
     claim_with(&app, "w2", json!({"os": ["Mac"]})).await;
 
-    let (status, worker) = app.get(&format!("{WORKERS}/g/w1")).await;
+    let (status, worker) = app.get(&format!("{FLEET}/g/w1")).await;
     assert_eq!(status, StatusCode::OK, "{worker}");
     assert_eq!((worker["provisionerId"].clone(), worker["workerType"].clone()), (json!("prov"), json!("wt")));
     assert_eq!(worker["recentTasks"], json!([{"taskId": task_id, "runId": 0}]), "{worker}");
@@ -53,6 +55,17 @@ async fn claiming_workers_are_registered_with_dimensions_and_recent_tasks() {
     assert_eq!(listed(&app, "?dimension=os:Linux&dimension=pool:q").await, Vec::<String>::new());
     assert_eq!(listed(&app, "?state=idle").await, ["w2"]);
     assert_eq!(listed(&app, "?limit=1").await, ["w1"], "paged");
+    // Taskcluster's getWorker and listWorkers answer its shapes only (their schemas allow
+    // nothing more); Shoal's fields are in the fleet view above.
+    let (_, plain) = app.get(&format!("{WORKERS}/g/w1")).await;
+    assert_eq!(plain["recentTasks"], worker["recentTasks"], "{plain}");
+    assert!(
+        ["state", "dimensions", "version", "runningTasks"].iter().all(|field| plain.get(field).is_none()),
+        "{plain}"
+    );
+    let (_, plain) = app.get(&format!("{WORKERS}?dimension=os:Linux")).await;
+    assert_eq!(plain["workers"][0]["workerId"], "w1", "Shoal's filters still apply: {plain}");
+    assert!(plain["workers"][0].get("dimensions").is_none(), "{plain}");
     let (status, body) = app.get(&format!("{WORKERS}?dimension=os")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 
@@ -66,7 +79,7 @@ async fn claiming_workers_are_registered_with_dimensions_and_recent_tasks() {
     assert_eq!(kinds, ["resolved", "claimed", "first-seen"], "{events}");
     assert_eq!(events["events"][0]["detail"], "completed", "{events}");
 
-    let (status, body) = app.get(&format!("{WORKERS}/g/nobody")).await;
+    let (status, body) = app.get(&format!("{FLEET}/g/nobody")).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 }
 
@@ -141,7 +154,9 @@ async fn quarantine_holds_work_back_until_released() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["quarantineDetails"][0]["quarantineInfo"], "bad disk", "{body}");
     assert_eq!(body["quarantineDetails"][0]["clientId"], "root", "{body}");
-    assert_eq!(body["state"], "quarantined", "{body}");
+    assert!(body.get("state").is_none(), "Taskcluster's worker-response only: {body}");
+    let (_, worker) = app.get(&format!("{FLEET}/g/w1")).await;
+    assert_eq!(worker["state"], "quarantined", "{worker}");
     let task_id = slugid();
     app.create(&task_id, json!({})).await;
     assert!(claim_with(&app, "w1", json!({})).await["tasks"].as_array().unwrap().is_empty(), "held back");
@@ -192,7 +207,7 @@ async fn a_terminated_worker_is_told_to_stop_and_exits() {
     let (_, standing) = app.post(&format!("{WORKERS}/g/w1/heartbeat"), json!({})).await;
     assert_eq!(standing["terminate"], true, "{standing}");
     app.post(&format!("{WORKERS}/g/w1/heartbeat"), json!({"exiting": true})).await;
-    let (_, worker) = app.get(&format!("{WORKERS}/g/w1")).await;
+    let (_, worker) = app.get(&format!("{FLEET}/g/w1")).await;
     assert_eq!(worker["state"], "terminated", "{worker}");
     // The same name started again is a new life.
     let answer = claim_with(&app, "w1", json!({})).await;
@@ -227,7 +242,7 @@ async fn a_silent_heartbeating_worker_is_missing_and_its_run_is_retried_at_once(
     assert_eq!(retry["payload"]["runId"], 1, "{retry}");
     let (_, status) = app.get(&format!("/task/{task_id}/status")).await;
     assert_eq!(status["status"]["runs"][0]["reasonResolved"], "claim-expired", "{status}");
-    let (_, worker) = app.get(&format!("{WORKERS}/g/w1")).await;
+    let (_, worker) = app.get(&format!("{FLEET}/g/w1")).await;
     assert_eq!(worker["state"], "missing", "{worker}");
     let (_, events) = app.get(&format!("{WORKERS}/g/w1/events")).await;
     let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
@@ -257,7 +272,7 @@ async fn maintenance_holds_work_back_whoever_entered_it() {
     app.create(&task_id, json!({})).await;
     assert!(claim_with(&app, "w1", json!({})).await["tasks"].as_array().unwrap().is_empty(), "held back");
     assert_eq!(listed(&app, "?state=maintenance").await, ["w1"]);
-    let (_, worker) = app.get(&format!("{WORKERS}/g/w1")).await;
+    let (_, worker) = app.get(&format!("{FLEET}/g/w1")).await;
     assert_eq!(worker["maintenance"]["message"], "health check failed: exit 1", "{worker}");
     assert_eq!(worker["state"], "maintenance", "{worker}");
     assert!(heartbeat(json!({})).await.get("maintenance").is_none_or(|m| m == true), "saying nothing changes nothing");
@@ -377,7 +392,7 @@ async fn one_worker_serves_several_queues_with_one_capacity_and_one_standing() {
 
     // Listed in each queue, as one machine serving both.
     for queue in [a, b] {
-        let (_, record) = app.get(&format!("/provisioners/multi/worker-types/{}/workers/g/box", &queue[6..])).await;
+        let (_, record) = app.get(&format!("/task-queues/multi/{}/workers/g/box", &queue[6..])).await;
         assert_eq!(record["taskQueueIds"], json!([a, b]), "{record}");
     }
     // A namesake in another queue is another machine: untouched by what follows.
@@ -387,9 +402,9 @@ async fn one_worker_serves_several_queues_with_one_capacity_and_one_standing() {
     let (status, body) =
         app.put("/provisioners/multi/worker-types/a/workers/g/box", json!({"quarantineUntil": from_now(3600)})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let (_, record) = app.get("/provisioners/multi/worker-types/b/workers/g/box").await;
+    let (_, record) = app.get("/task-queues/multi/b/workers/g/box").await;
     assert_eq!(record["state"], "quarantined", "{record}");
-    let (_, other) = app.get("/provisioners/multi/worker-types/c/workers/g/box").await;
+    let (_, other) = app.get("/task-queues/multi/c/workers/g/box").await;
     assert_ne!(other["state"], "quarantined", "{other}");
     let later = slugid();
     app.create(&later, json!({"taskQueueId": b})).await;
@@ -398,7 +413,7 @@ async fn one_worker_serves_several_queues_with_one_capacity_and_one_standing() {
 
     // Started again on one queue, it is that queue's worker alone.
     app.post("/claim-work/multi%2Fa", json!({"workerGroup": "g", "workerId": "box", "tasks": 1})).await;
-    let (_, record) = app.get("/provisioners/multi/worker-types/a/workers/g/box").await;
+    let (_, record) = app.get("/task-queues/multi/a/workers/g/box").await;
     assert!(record.get("taskQueueIds").is_none(), "{record}");
 
     // Each queue's claim scope is needed.

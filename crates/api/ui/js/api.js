@@ -67,6 +67,26 @@ export async function allPages(path, key, onPage, params = {}) {
 export const queue = (path) => `/api/queue/v1${path}`;
 
 /**
+ * `status` with Shoal's facts from the task's result merged in: `createdBy`, `currentSlice`,
+ * `dedupedFrom`, and each run's `stats`, `workerDimensions`, `workerVersion`, `slice`,
+ * `dedupedFrom` (Taskcluster's status has no place for them).
+ */
+export function withResult(status, result) {
+  const facts = new Map((result?.runs || []).map((run) => [run.runId, run]));
+  const { runs: _, taskId: __, ...task } = result || {};
+  return { ...status, ...task, runs: status.runs.map((run) => ({ ...run, ...facts.get(run.runId) })) };
+}
+
+/** The task's status with its result merged in (see `withResult`). */
+export async function fullStatus(taskId, status) {
+  const [current, result] = await Promise.all([
+    status ? Promise.resolve({ status }) : get(queue(`/task/${taskId}/status`)),
+    get(queue(`/task/${taskId}/result`)),
+  ]);
+  return withResult(current.status, result);
+}
+
+/**
  * Opens the event stream with `bindings`; `onMessage(message)` per event. Answers once the
  * server says the bindings are in place (so a listing read after it misses nothing), with a
  * function that closes the stream.

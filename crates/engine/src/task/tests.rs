@@ -369,13 +369,13 @@ fn slices_fall_back_in_order_keeping_the_run() {
     let mut task = sliced_task();
     let linux = workers(&["Linux"]);
     let _ = task.schedule(t0, &linux).unwrap();
-    assert_eq!(task.status().current_slice, Some(1), "no Mac worker: the first slice is skipped at once");
+    assert_eq!(task.status_slice(), Some(1), "no Mac worker: the first slice is skipped at once");
     assert_eq!(task.meta.dimensions, task.meta.slices[1].dimensions);
     assert_eq!(task.deadline_due(), Some(t0.plus_secs(120)));
     assert!(task.expire_slice(t0.plus_secs(119), &linux).is_none(), "not yet");
     let effects = task.expire_slice(t0.plus_secs(120), &workers(&[])).unwrap();
     assert_eq!(effects.0, vec![Event::Pending { run_id: 0 }], "the same run, announced again");
-    assert_eq!(task.status().current_slice, Some(2), "waitForCapacity waits without workers");
+    assert_eq!(task.status_slice(), Some(2), "waitForCapacity waits without workers");
     assert_eq!(task.runs()[0].slice.map(|at| at.since), Some(t0.plus_secs(120)));
     let effects = task.expire_slice(t0.plus_secs(150), &linux).unwrap();
     assert_eq!(effects.0, vec![Event::Exception { run_id: 0 }]);
@@ -396,6 +396,6 @@ fn a_task_no_slice_can_run_is_resource_unavailable_and_retries_keep_the_slice() 
     let _ = task.schedule(t0, &workers(&["Linux"])).unwrap();
     let _ = task.claim(0, &Claimant::named("g", "w"), t0, 60).unwrap();
     let _ = task.resolve(0, Resolution::Exception(ReasonResolved::WorkerShutdown), t0.plus_secs(5)).unwrap();
-    assert_eq!(task.status().current_slice, Some(1), "the retry waits on the slice that ran");
+    assert_eq!(task.status_slice(), Some(1), "the retry waits on the slice that ran");
     assert_eq!(task.deadline_due(), Some(t0.plus_secs(125)), "counted from the retry");
 }

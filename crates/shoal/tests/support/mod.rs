@@ -96,3 +96,19 @@ pub(crate) fn pid_with_argv(argv: &[&str]) -> Option<i32> {
         (std::fs::read(entry.path().join("cmdline")).ok()? == wanted).then_some(pid)
     })
 }
+
+/// A status with each run's facts from the task's `result` merged into it (matched by `runId`).
+#[allow(dead_code)]
+pub(crate) fn with_result(mut status: serde_json::Value, result: &serde_json::Value) -> serde_json::Value {
+    for facts in result["runs"].as_array().into_iter().flatten() {
+        let Some(run) =
+            status["runs"].as_array_mut().and_then(|runs| runs.iter_mut().find(|r| r["runId"] == facts["runId"]))
+        else {
+            continue;
+        };
+        for (key, value) in facts.as_object().into_iter().flatten() {
+            run[key] = value.clone();
+        }
+    }
+    status
+}

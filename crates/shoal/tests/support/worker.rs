@@ -63,9 +63,13 @@ pub(crate) async fn create(server: &Server, queue: &str, payload: Value) -> Stri
     task_id
 }
 
+/// The task's status with each run's Shoal facts (`stats`, `workerDimensions`, `slice` ...)
+/// merged in from `/task/<taskId>/result`, as the UI shows a run.
 pub(crate) async fn status(server: &Server, task_id: &str) -> Value {
     let res = reqwest::get(format!("{}/task/{task_id}/status", server.api)).await.unwrap();
-    res.json::<Value>().await.unwrap()["status"].clone()
+    let status = res.json::<Value>().await.unwrap()["status"].clone();
+    let res = reqwest::get(format!("{}/task/{task_id}/result", server.api)).await.unwrap();
+    super::with_result(status, &res.json::<Value>().await.unwrap())
 }
 
 /// Waits (bounded) until the task is resolved with `runs` runs; the worker reports over

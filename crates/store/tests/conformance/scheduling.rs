@@ -32,7 +32,7 @@ pub(crate) async fn slices_skip_without_capacity_and_fall_back_when_they_expire(
         {"dimensions": {"os": ["Mac"]}, "expiresAfter": 60},
         {"dimensions": {"os": ["Linux"]}, "expiresAfter": 120}]});
     let status = create(store, id(1), mac_then_linux, at(1)).await;
-    assert_eq!(status.current_slice, Some(1), "{name}: no Mac worker is live: skipped at once");
+    assert_eq!(status.current_slice(), Some(1), "{name}: no Mac worker is live: skipped at once");
     let nothing_can = json!({"slices": [{"dimensions": {"os": ["Mac"]}, "expiresAfter": 60}]});
     create(store, id(2), nothing_can, at(1)).await;
     assert_eq!(state_of(store, id(2)).await, TaskState::Exception, "{name}");
@@ -41,7 +41,7 @@ pub(crate) async fn slices_skip_without_capacity_and_fall_back_when_they_expire(
         {"dimensions": {"os": ["Linux", "Ubuntu"], "gpu": ["yes"]}, "expiresAfter": 10, "waitForCapacity": true},
         {"dimensions": {"os": ["Ubuntu"]}, "expiresAfter": 60},
         {"dimensions": {"os": ["Mac"]}, "expiresAfter": 60}]});
-    assert_eq!(create(store, id(3), waits, at(2)).await.current_slice, Some(0), "{name}: waits for capacity");
+    assert_eq!(create(store, id(3), waits, at(2)).await.current_slice(), Some(0), "{name}: waits for capacity");
     let mut mac = worker(2);
     mac.dimensions = os(&["Mac"]);
     assert!(claim_ids(store, mac, at(3)).await.is_empty(), "{name}: the Mac slices are not current");
@@ -52,7 +52,7 @@ pub(crate) async fn slices_skip_without_capacity_and_fall_back_when_they_expire(
     assert!(claim_ids(store, linux.clone(), at(5)).await.is_empty(), "{name}: slice 0 needs a gpu");
     assert_eq!(store.fire_due(at(12), 100).await.unwrap().value, 1, "{name}: the slice expiry fires");
     let task = store.read(|reads| reads.task(id(3))).await.unwrap().unwrap();
-    assert_eq!(task.status.current_slice, Some(1), "{name}: the next slice with capacity");
+    assert_eq!(task.status.current_slice(), Some(1), "{name}: the next slice with capacity");
     assert_eq!(task.status.runs.len(), 1, "{name}: the same run");
     assert_eq!(claim_ids(store, linux.clone(), at(13)).await, vec![id(3)], "{name}");
     // Past its last slice a task ends deadline-exceeded; a silent worker is no capacity.
@@ -103,23 +103,23 @@ pub(crate) async fn an_idempotent_task_is_deduped_from_a_recent_completion(name:
     finish(2, Resolution::Completed, 7).await;
     let deduped = create(store, id(4), same.clone(), at(8)).await;
     assert_eq!(deduped.state, TaskState::Completed, "{name}");
-    assert_eq!(deduped.deduped_from, Some(id(2)), "{name}");
+    assert_eq!(deduped.deduped_from(), Some(id(2)), "{name}");
     assert!(deduped.runs[0].worker_id.is_none(), "{name}: no worker ran it");
     let other = json!({"idempotent": true, "payload": {"command": ["make", "check"]}, "dimensions": {"os": ["Linux"]}});
     assert_eq!(create(store, id(5), other, at(9)).await.state, TaskState::Pending, "{name}: other properties");
     let not_idempotent = json!({"payload": {"command": ["make"]}, "dimensions": {"os": ["Linux"]}});
     assert_eq!(create(store, id(6), not_idempotent, at(9)).await.state, TaskState::Pending, "{name}");
     // The window (600 s here) counts from the completion, at 7.
-    assert_eq!(create(store, id(7), same.clone(), at(7 + 599)).await.deduped_from, Some(id(2)), "{name}");
+    assert_eq!(create(store, id(7), same.clone(), at(7 + 599)).await.deduped_from(), Some(id(2)), "{name}");
     let late = create(store, id(8), same.clone(), at(7 + 601)).await;
-    assert!(late.deduped_from.is_none(), "{name}: past the dedup window");
+    assert!(late.deduped_from().is_none(), "{name}: past the dedup window");
     // A new completion stands until its task is rerun.
     let claimed = store.claim_task(id(8), 0, "g".into(), "w1".into(), at(609)).await.unwrap().value;
     assert_eq!(claimed.run_id, 0, "{name}");
     finish(8, Resolution::Completed, 610).await;
     let rerun = store.apply(id(8), TaskCommand::Rerun, at(611)).await.unwrap().value;
     assert_eq!(rerun.state, TaskState::Pending, "{name}");
-    assert!(create(store, id(9), same, at(612)).await.deduped_from.is_none(), "{name}: a rerun takes it back");
+    assert!(create(store, id(9), same, at(612)).await.deduped_from().is_none(), "{name}: a rerun takes it back");
 }
 
 /// The scenario Swarming's users know, end to end on one queue.
@@ -142,12 +142,12 @@ pub(crate) async fn swarmings_own_scenario(name: &str, backend: Backend) {
     let sliced = json!({"idempotent": true, "payload": {"command": ["test"]}, "slices": [
         {"dimensions": {"pool": ["p"], "os": ["Mac"]}, "expiresAfter": 60},
         {"dimensions": {"pool": ["p"], "os": ["Linux"]}, "expiresAfter": 120}]});
-    assert_eq!(create(store, id(1), sliced.clone(), at(1)).await.current_slice, Some(1), "{name}");
+    assert_eq!(create(store, id(1), sliced.clone(), at(1)).await.current_slice(), Some(1), "{name}");
     assert_eq!(claim_ids(store, claim.clone(), at(2)).await, vec![id(1)], "{name}");
     let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
     assert!(store.apply(id(1), done, at(3)).await.unwrap().value.state.is_resolved(), "{name}");
     // The same idempotent task again: deduped.
-    assert_eq!(create(store, id(2), sliced, at(4)).await.deduped_from, Some(id(1)), "{name}");
+    assert_eq!(create(store, id(2), sliced, at(4)).await.deduped_from(), Some(id(1)), "{name}");
 
     // Priorities 9, 8, 6, 7, 8 on one busy worker run as 6, 7, 8, 8, 9.
     for (n, priority) in [(11, 9), (12, 8), (13, 6), (14, 7), (15, 8)] {

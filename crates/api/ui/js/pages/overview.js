@@ -32,10 +32,9 @@ async function drawQueues(el) {
   const { taskQueues } = await get(queue('/task-queues?limit=100'));
   if (!taskQueues.length) return fill(el, h('p', { class: 'muted' }, 'No queue has been used yet.'));
   const rows = await Promise.all(taskQueues.map(async ({ taskQueueId }) => {
-    const [provisioner, workerType] = taskQueueId.split('/');
     const [counts, { workers }] = await Promise.all([
       get(queue(`/task-queues/${taskQueueId}/counts`)),
-      get(queue(`/provisioners/${provisioner}/worker-types/${workerType}/workers?limit=1000`)),
+      get(queue(`/task-queues/${taskQueueId}/workers?limit=1000`)),
     ]);
     const live = workers.filter((w) => w.state === 'idle' || w.state === 'busy').length;
     return h('tr', { 'data-queue': taskQueueId },

@@ -2,7 +2,7 @@
 // its log (followed live while the run runs), and cancel, rerun, retrigger and priority for
 // the signed-in, with a link to edit a copy and create it. Kept current from the event stream.
 
-import { TASK_EXCHANGES, call, credentials, get, listen, queue, withQuery } from '../api.js';
+import { TASK_EXCHANGES, call, credentials, fullStatus, get, listen, queue, withQuery } from '../api.js';
 import { LogView } from '../log.js';
 import { copyOf, createTask, newTaskId } from './create.js';
 import { heldWorkers } from './workers.js';
@@ -16,11 +16,19 @@ export async function taskPage(main, taskId, wantedRun) {
   const task = await get(queue(`/task/${taskId}`));
   let status = null;
   let draw = () => {};
+  // Each change reads the task's result too (a message carries Taskcluster's status only);
+  // only the latest read is drawn, so answers arriving out of order draw nothing stale.
+  let reads = 0;
+  const refresh = async (next) => {
+    const read = ++reads;
+    const full = await fullStatus(taskId, next);
+    if (read === reads) { status = full; draw(); }
+  };
   // Listen first, then read the status: nothing that happens in between is missed.
   await listen(TASK_EXCHANGES.map((exchange) => ({ exchange, routingKeyPattern: `primary.${taskId}.#` })),
-    (message) => { if (status && message.payload.status) { status = message.payload.status; draw(); } },
-    async () => { ({ status } = await get(queue(`/task/${taskId}/status`))); draw(); });
-  ({ status } = await get(queue(`/task/${taskId}/status`)));
+    (message) => { if (status && message.payload.status) refresh(message.payload.status); },
+    () => refresh());
+  status = await fullStatus(taskId);
   const parts = {
     head: h('div'), waiting: h('div'), failure: h('div'), actions: h('div', { class: 'actions', id: 'actions' }),
     runs: h('div', { id: 'runs' }), log: h('div'),
@@ -41,7 +49,7 @@ export async function taskPage(main, taskId, wantedRun) {
       h('p', { class: 'muted' }, h('span', { class: 'mono' }, taskId), ' · group ',
         h('a', { href: `/tasks/groups/${status.taskGroupId}`, class: 'mono' }, status.taskGroupId), ' · ', queueLink(status.taskQueueId),
         status.createdBy ? [' · created by ', h('a', { href: withQuery('/tasks', { createdBy: status.createdBy }), class: 'mono', id: 'created-by' }, status.createdBy)] : null));
-    drawActions(parts.actions, task, status, (next) => { status = next; draw(); });
+    drawActions(parts.actions, task, status, (next) => refresh(next));
     fill(parts.runs, status.runs.length ? status.runs.slice().reverse().map((run) => runView(taskId, status, run)) : h('p', { class: 'muted' }, 'No run yet.'));
     const runId = wantedRun !== undefined ? Number(wantedRun) : status.runs.length - 1;
     const run = status.runs[runId];

@@ -2,7 +2,7 @@
 // a queue with its workers by dimension, `.../workers/<group>/<id>` one worker with its recent
 // tasks and events (and quarantine, for the signed-in), `/workers` the whole fleet.
 
-import { allPages, call, credentials, get, queue, withQuery } from '../api.js';
+import { allPages, call, credentials, get, queue, withQuery, withResult } from '../api.js';
 import { badge, duration, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
 
 const WORKER_STATES = ['', 'idle', 'busy', 'quarantined', 'maintenance', 'missing', 'terminated'];
@@ -39,8 +39,7 @@ async function workersTable(el, queues, params) {
       h('th', { class: 'wide' }, 'Last active'), h('th', { class: 'wide' }, 'Latest task'))),
     rows)));
   for (const taskQueueId of queues) {
-    const [provisioner, workerType] = taskQueueId.split('/');
-    await allPages(queue(`/provisioners/${provisioner}/worker-types/${workerType}/workers`), 'workers', (page) => {
+    await allPages(queue(`/task-queues/${taskQueueId}/workers`), 'workers', (page) => {
       rows.append(...page.map((w) => h('tr', { 'data-worker': `${w.workerGroup}/${w.workerId}` },
         h('td', {}, h('a', { href: workerHref(taskQueueId, w.workerGroup, w.workerId) }, `${w.workerGroup}/${w.workerId}`),
           queues.length > 1 ? h('div', { class: 'muted small' }, taskQueueId) : null),
@@ -111,7 +110,8 @@ export async function fleetPage(main) {
 export async function workerPage(main, taskQueueId, workerGroup, workerId) {
   const [provisioner, workerType] = taskQueueId.split('/');
   const base = queue(`/provisioners/${provisioner}/worker-types/${workerType}/workers/${encodeURIComponent(workerGroup)}/${encodeURIComponent(workerId)}`);
-  const [worker, { events }] = await Promise.all([get(base), get(`${base}/events`)]);
+  const fleet = queue(`/task-queues/${taskQueueId}/workers/${encodeURIComponent(workerGroup)}/${encodeURIComponent(workerId)}`);
+  const [worker, { events }] = await Promise.all([get(fleet), get(`${base}/events`)]);
   document.title = `${workerGroup}/${workerId} · worker · Shoal`;
   const signedIn = Boolean(credentials());
   const result = h('span', { id: 'quarantine-result', role: 'status' });
@@ -194,9 +194,10 @@ function recentTasks(recent, names) {
     rows));
   const taken = recent.slice().reverse();
   const taskIds = [...new Set(taken.map((t) => t.taskId))];
-  Promise.all([names, call('POST', queue('/tasks/status'), { taskIds })])
-    .then(([known, { statuses }]) => {
-      const runs = new Map(statuses.map((s) => [s.taskId, s.status.runs]));
+  Promise.all([names, call('POST', queue('/tasks/status'), { taskIds }), call('POST', queue('/tasks/result'), { taskIds })])
+    .then(([known, { statuses }, { results }]) => {
+      const facts = new Map(results.map((r) => [r.taskId, r]));
+      const runs = new Map(statuses.map((s) => [s.taskId, withResult(s.status, facts.get(s.taskId)).runs]));
       fill(rows, taken.map(({ taskId, runId }) => {
         const run = (runs.get(taskId) || [])[runId];
         const took = run && run.started && run.resolved ? new Date(run.resolved) - new Date(run.started) : null;
