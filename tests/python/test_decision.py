@@ -16,32 +16,18 @@ from taskcluster import slugid
 
 from conftest import ROOT_TOKEN
 
-# The scheduler's two calls used here, in the official client's reference shape (the client
-# ships no class for Shoal's task-graph scheduler; `createApiClient` makes one).
-SCHEDULER = {
-    "reference": {
-        "serviceName": "scheduler",
-        "apiVersion": "v1",
-        "entries": [
-            {"type": "function", "name": "createTaskGraph", "method": "put", "route": "/task-graph/<taskGraphId>",
-             "args": ["taskGraphId"], "input": "graph", "query": []},
-            {"type": "function", "name": "extendTaskGraph", "method": "post",
-             "route": "/task-graph/<taskGraphId>/extend", "args": ["taskGraphId"], "input": "extension", "query": []},
-            {"type": "function", "name": "inspect", "method": "get", "route": "/task-graph/<taskGraphId>/inspect",
-             "args": ["taskGraphId"], "query": []},
-        ],
-    }
-}
-
 # What the decision task runs, with the client copied where its user can read it.
 DECISION = f"""
-import datetime, os, sys
+import datetime, json, os, sys, urllib.request
 import taskcluster
 from taskcluster import slugid
 
 proxy = os.environ["TASKCLUSTER_PROXY_URL"]
 queue = taskcluster.Queue({{"rootUrl": proxy}})
-scheduler = taskcluster.client.createApiClient("Scheduler", {SCHEDULER!r})({{"rootUrl": proxy}})
+# Shoal's scheduler, from the reference it serves (the official client ships no class for it).
+with urllib.request.urlopen(proxy + "/api/scheduler/v1/reference") as answer:
+    reference = json.load(answer)
+scheduler = taskcluster.client.createApiClient("Scheduler", {{"reference": reference}})({{"rootUrl": proxy}})
 me = queue.task(os.environ["TASK_ID"])
 now = datetime.datetime.now(datetime.timezone.utc)
 
@@ -159,7 +145,8 @@ def log_of(server, task_id):
 def run_decision(server, root_credentials, task_queue_id, client_copy, scopes, extend=True):
     """Submits a graph of one decision task holding `scopes`; answers its graph id and its
     inspection once it no longer runs."""
-    scheduler = taskcluster.client.createApiClient("Scheduler", SCHEDULER)({"rootUrl": server, "credentials": root_credentials})
+    reference = requests.get(f"{server}/references/scheduler/v1/api.json", timeout=30).json()
+    scheduler = taskcluster.client.createApiClient("Scheduler", {"reference": reference})({"rootUrl": server, "credentials": root_credentials})
     graph_id = slugid.nice()
     # What its author gives a decision task to extend its own graph.
     scopes = scopes + ([f"scheduler:extend-task-graph:{graph_id}"] if extend else [])

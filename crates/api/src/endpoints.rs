@@ -77,6 +77,8 @@ pub struct Endpoint {
     pub doc: &'static str,
     /// The schema of its body (`v1/<input>.json` under the service's schemas), if it takes one.
     pub input: Option<&'static str>,
+    /// The query-string parameters it reads (all optional).
+    pub query: &'static [&'static str],
     /// Builds the method router for `method`.
     #[serde(skip)]
     pub handler: fn(MethodFilter) -> MethodRouter<AppState>,
@@ -84,7 +86,7 @@ pub struct Endpoint {
 
 macro_rules! endpoint {
     ($name:literal, $method:ident, $route:literal, $scopes:expr, $stability:ident, $handler:path, $doc:literal
-        $(, input = $input:literal)?) => {
+        $(, input = $input:literal)? $(, query = [$($query:literal),*])?) => {
         Endpoint {
             name: $name,
             method: Method::$method,
@@ -93,6 +95,7 @@ macro_rules! endpoint {
             stability: Stability::$stability,
             doc: $doc,
             input: endpoint!(@input $($input)?),
+            query: &[$($($query),*)?],
             handler: |filter| on(filter, $handler),
         }
     };
@@ -170,7 +173,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Experimental,
         tasks::get_tasks,
         "Several tasks' definitions, paged.",
-        input = "tasks-request"
+        input = "tasks-request",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "statuses",
@@ -180,7 +184,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Experimental,
         tasks::get_statuses,
         "Several tasks' statuses, paged.",
-        input = "tasks-request"
+        input = "tasks-request",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!("status", Get, "/task/{task_id}/status", Public, Stable, tasks::get_status, "A task's status."),
     endpoint!(
@@ -200,7 +205,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Experimental,
         tasks::get_results,
         "`taskResult` for several tasks, paged.",
-        input = "tasks-request"
+        input = "tasks-request",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "createTask",
@@ -259,7 +265,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Stable,
         tasks::list_dependent_tasks,
-        "The tasks that depend on a task, paged."
+        "The tasks that depend on a task, paged.",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "claimWork",
@@ -363,7 +370,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Stable,
         artifacts::list_artifacts,
-        "A run's artifacts, paged."
+        "A run's artifacts, paged.",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "listLatestArtifacts",
@@ -372,7 +380,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Stable,
         artifacts::list_latest_artifacts,
-        "The artifacts of a task's latest run, paged."
+        "The artifacts of a task's latest run, paged.",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "artifactInfo",
@@ -417,7 +426,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Stable,
         groups::list_task_group,
-        "A task group's tasks with their statuses, paged."
+        "A task group's tasks with their statuses, paged.",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "listTasks",
@@ -426,7 +436,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         task_list::list_tasks,
-        "Tasks by tag or creator, newest first, paged (Shoal's; Swarming's task list)."
+        "Tasks by tag or creator, newest first, paged (Shoal's; Swarming's task list).",
+        query = ["tag", "createdBy", "taskQueueId", "state", "since", "until", "continuationToken", "limit"]
     ),
     endpoint!(
         "countTasks",
@@ -435,7 +446,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         task_list::count_tasks,
-        "Counts tasks by tag or creator (Shoal's)."
+        "Counts tasks by tag or creator (Shoal's).",
+        query = ["tag", "createdBy", "taskQueueId", "state", "since", "until"]
     ),
     endpoint!(
         "listFailedTasks",
@@ -444,7 +456,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         task_list::list_failed_tasks,
-        "Tasks that failed lately, newest first, paged (Shoal's)."
+        "Tasks that failed lately, newest first, paged (Shoal's).",
+        query = ["createdBy", "taskQueueId", "state", "since", "until", "continuationToken", "limit"]
     ),
     endpoint!(
         "listTaskGroups",
@@ -453,7 +466,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         task_list::list_task_groups,
-        "Task groups, newest first, paged (Shoal's)."
+        "Task groups, newest first, paged (Shoal's).",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "getTaskGroup",
@@ -527,7 +541,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         queues::list_pending_tasks,
-        "A task queue's pending runs, paged."
+        "A task queue's pending runs, paged.",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "listClaimedTasks",
@@ -536,7 +551,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         queues::list_claimed_tasks,
-        "A task queue's claimed runs, paged."
+        "A task queue's claimed runs, paged.",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "listTaskQueues",
@@ -545,7 +561,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Stable,
         queues::list_task_queues,
-        "The task queues seen, paged."
+        "The task queues seen, paged.",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "listProvisioners",
@@ -554,7 +571,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Deprecated,
         provisioners::list_provisioners,
-        "The provisioners: the first halves of the task queues seen."
+        "The provisioners: the first halves of the task queues seen.",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "getProvisioner",
@@ -572,7 +590,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Deprecated,
         provisioners::list_worker_types,
-        "A provisioner's worker types, paged."
+        "A provisioner's worker types, paged.",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "getWorkerType",
@@ -590,7 +609,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Deprecated,
         workers::list_workers,
-        "A task queue's workers, paged (Shoal also filters by `dimension` and `state`)."
+        "A task queue's workers, paged (Shoal also filters by `dimension` and `state`).",
+        query = ["quarantined", "dimension", "state", "continuationToken", "limit"]
     ),
     endpoint!(
         "getWorker",
@@ -689,7 +709,8 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         workers::list_fleet_workers,
-        "A task queue's workers with Shoal's fields (state, dimensions), paged; filters as listWorkers."
+        "A task queue's workers with Shoal's fields (state, dimensions), paged; filters as listWorkers.",
+        query = ["quarantined", "dimension", "state", "continuationToken", "limit"]
     ),
     endpoint!(
         "taskQueueWorker",
@@ -751,7 +772,8 @@ pub const SCHEDULER_ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         graphs::list_task_graphs,
-        "Task graphs, newest first, paged."
+        "Task graphs, newest first, paged.",
+        query = ["continuationToken", "limit"]
     ),
     endpoint!(
         "status",
@@ -803,7 +825,16 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
         meta::reference,
         "This API's reference, in Taskcluster's api-reference format (also at `/references/<service>/v1/api.json`)."
     ),
-    endpoint!("listClients", Get, "/clients/", Public, Stable, auth::list_clients, "Clients, by prefix, paged."),
+    endpoint!(
+        "listClients",
+        Get,
+        "/clients/",
+        Public,
+        Stable,
+        auth::list_clients,
+        "Clients, by prefix, paged.",
+        query = ["prefix", "continuationToken", "limit"]
+    ),
     endpoint!("client", Get, "/clients/{client_id}", Public, Stable, auth::get_client, "One client."),
     endpoint!(
         "createClient",
@@ -865,7 +896,16 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
         "Deletes a client."
     ),
     endpoint!("listRoles", Get, "/roles/", Public, Stable, auth::list_roles, "Every role."),
-    endpoint!("listRoleIds", Get, "/roleids/", Public, Stable, auth::list_role_ids, "Every role's id, paged."),
+    endpoint!(
+        "listRoleIds",
+        Get,
+        "/roleids/",
+        Public,
+        Stable,
+        auth::list_role_ids,
+        "Every role's id, paged.",
+        query = ["continuationToken", "limit"]
+    ),
     endpoint!("role", Get, "/roles/{role_id}", Public, Stable, auth::get_role, "One role, with its expanded scopes."),
     endpoint!(
         "createRole",
@@ -999,7 +1039,8 @@ pub const LOG_ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         logs::read_log,
-        "A run's live log, from an offset, followed while the run runs."
+        "A run's live log, from an offset, followed while the run runs.",
+        query = ["offset", "follow", "tail", "limit"]
     ),
     endpoint!(
         "appendLog",
@@ -1020,5 +1061,6 @@ pub const EVENT_ENDPOINTS: &[Endpoint] = &[endpoint!(
     Public,
     Experimental,
     events::connect,
-    "The event stream: messages of the bound exchanges, as server-sent events."
+    "The event stream: messages of the bound exchanges, as server-sent events.",
+    query = ["bindings"]
 )];

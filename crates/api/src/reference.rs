@@ -180,7 +180,7 @@ fn entry(endpoint: &Endpoint) -> Value {
         "method": endpoint.method.as_str().to_ascii_lowercase(),
         "route": route,
         "args": args,
-        "query": [],
+        "query": endpoint.query,
         "name": endpoint.name,
         "stability": endpoint.stability,
         "title": title,
@@ -188,7 +188,8 @@ fn entry(endpoint: &Endpoint) -> Value {
         "category": category,
     });
     if let Some(scopes) = scope_template(&endpoint.scopes) {
-        entry["scopes"] = scopes;
+        // A `for` is not an expression of its own at the top: it stands in an AllOf.
+        entry["scopes"] = if scopes.get("for").is_some() { json!({ "AllOf": [scopes] }) } else { scopes };
     }
     if let Some(input) = endpoint.input {
         entry["input"] = json!(format!("v1/{input}.json#"));
