@@ -1,0 +1,65 @@
+//! The server's own endpoints outside the services: blobs, live logs and the event stream.
+
+use axum::routing::on;
+
+use super::{CREATE_ARTIFACT, GET_ARTIFACT};
+use super::{Endpoint, Method, Stability};
+use crate::auth::Scopes::Public;
+use crate::routes::{blobs, events, logs};
+
+/// The server's own blob endpoint, where putUrls and artifact redirects point (`/blobs/v1`).
+pub const BLOB_ENDPOINTS: &[Endpoint] = &[
+    endpoint!(
+        "getBlob",
+        Get,
+        "/{task_id}/{run_id}/{*name}",
+        GET_ARTIFACT,
+        Experimental,
+        blobs::get_blob,
+        "An artifact's bytes, stored by the server."
+    ),
+    endpoint!(
+        "putBlob",
+        Put,
+        "/{task_id}/{run_id}/{*name}",
+        CREATE_ARTIFACT,
+        Experimental,
+        blobs::put_blob,
+        "Uploads an artifact's bytes (a putUrl)."
+    ),
+];
+
+/// Live logs (`/logs/v1`): read by anyone, appended by the run's worker.
+pub const LOG_ENDPOINTS: &[Endpoint] = &[
+    endpoint!(
+        "readLog",
+        Get,
+        "/{task_id}/{run_id}",
+        Public,
+        Experimental,
+        logs::read_log,
+        "A run's live log, from an offset, followed while the run runs.",
+        query = ["offset", "follow", "tail", "limit"]
+    ),
+    endpoint!(
+        "appendLog",
+        Post,
+        "/{task_id}/{run_id}",
+        CREATE_ARTIFACT,
+        Experimental,
+        logs::append_log,
+        "Appends to a run's live log."
+    ),
+];
+
+/// The event stream (`/api/events/v1`).
+pub const EVENT_ENDPOINTS: &[Endpoint] = &[endpoint!(
+    "connect",
+    Get,
+    "/connect/",
+    Public,
+    Experimental,
+    events::connect,
+    "The event stream: messages of the bound exchanges, as server-sent events.",
+    query = ["bindings"]
+)];
