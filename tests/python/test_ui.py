@@ -143,6 +143,14 @@ def post_json(server, path, body):
     return res.json()
 
 
+
+def fleet_worker(server, provisioner, worker_type, group, worker_id):
+    """A worker as Shoal's fleet view answers it (with `state` and `terminating`, which
+    Taskcluster's getWorker has no place for)."""
+    url = f"{server}/api/queue/v1/task-queues/{provisioner}/{worker_type}/workers/{group}/{worker_id}"
+    return requests.get(url, timeout=30).json()
+
+
 def test_a_failed_task_shows_why_and_the_end_of_its_log_first(server, queue, make_task, task_queue_id, browser, shots):
     task_id = slugid_nice()
     queue.createTask(task_id, make_task(metadata=named("failing task")))
@@ -546,7 +554,7 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     browser.find_element(By.ID, "quarantine-reason").send_keys("flaky disk")
     browser.find_element(By.ID, "quarantine").click()
     wait(browser, lambda d: "quarantined" in text_of(d, "h1"), "the worker shown quarantined")
-    worker = queue.getWorker(provisioner, worker_type, "ui", "w-quarantine")
+    worker = fleet_worker(server, provisioner, worker_type, "ui", "w-quarantine")
     assert "quarantineUntil" in worker
     wait(browser, lambda d: "flaky disk" in text_of(d, "#events"), "the quarantine in its events")
     assert "Named caches\ncheckout, ccache" in text_of(browser, ".grid"), "the caches it holds"
@@ -565,14 +573,14 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     browser.find_element(By.ID, "release").click()
     browser.switch_to.alert.accept()
     wait(browser, lambda d: "quarantined" not in text_of(d, "h1") and d.find_elements(By.ID, "terminate"), "released")
-    assert queue.getWorker(provisioner, worker_type, "ui", "w-quarantine").get("state") != "quarantined"
+    assert fleet_worker(server, provisioner, worker_type, "ui", "w-quarantine").get("state") != "quarantined"
     browser.find_element(By.ID, "terminate").click()
     browser.switch_to.alert.dismiss()
-    assert not queue.getWorker(provisioner, worker_type, "ui", "w-quarantine").get("terminating"), "dismissed: nothing done"
+    assert not fleet_worker(server, provisioner, worker_type, "ui", "w-quarantine").get("terminating"), "dismissed: nothing done"
     browser.find_element(By.ID, "terminate").click()
     browser.switch_to.alert.accept()
     wait(browser, lambda d: not d.find_elements(By.ID, "terminate") and d.find_elements(By.ID, "quarantine"), "terminating")
-    assert queue.getWorker(provisioner, worker_type, "ui", "w-quarantine")["terminating"] is True
+    assert fleet_worker(server, provisioner, worker_type, "ui", "w-quarantine")["terminating"] is True
     sign_out(browser, server)
 
 

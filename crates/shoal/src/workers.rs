@@ -118,15 +118,15 @@ pub(crate) async fn workers(address: &ServerAddress, command: WorkersCommand) ->
         WorkersCommand::Show { name, json } => show(&client, &name, json).await,
         WorkersCommand::Quarantine { name, duration, reason, json } => {
             let until = shoal_client::now().plus_millis(duration).to_string();
-            let worker =
-                client.quarantine_worker(&name.queue, &name.worker_group, &name.worker_id, &until, &reason).await?;
-            print_worker(&worker, json)
+            client.quarantine_worker(&name.queue, &name.worker_group, &name.worker_id, &until, &reason).await?;
+            // Taskcluster's answer has no state: show the worker as the fleet view does.
+            print_worker(&client.worker(&name.queue, &name.worker_group, &name.worker_id).await?, json)
         }
         WorkersCommand::Release { name, json } => {
             let now = shoal_client::now().to_string();
-            let worker =
-                client.quarantine_worker(&name.queue, &name.worker_group, &name.worker_id, &now, "released").await?;
-            print_worker(&worker, json)
+            client.quarantine_worker(&name.queue, &name.worker_group, &name.worker_id, &now, "released").await?;
+            // Taskcluster's answer has no state: show the worker as the fleet view does.
+            print_worker(&client.worker(&name.queue, &name.worker_group, &name.worker_id).await?, json)
         }
         WorkersCommand::Maintain { name, reason, json } => {
             let worker =

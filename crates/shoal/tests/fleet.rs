@@ -308,7 +308,8 @@ async fn one_worker_serves_two_queues_as_one_machine() {
     // Killed, it is missing in both queues, once each.
     w.start_kill().unwrap();
     w.wait().await.unwrap();
-    for path in [format!("{WORKERS}/local/box"), format!("{mac_workers}/local/box")] {
+    let fleet = |queue: &str| format!("/task-queues/{queue}/workers/local/box");
+    for (path, queue) in [(format!("{WORKERS}/local/box"), QUEUE), (format!("{mac_workers}/local/box"), "fleet/mac")] {
         // Marked missing (the event), not just listed as silent (the state).
         let missing =
             |events: &Value| events["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "missing").count();
@@ -320,6 +321,6 @@ async fn one_worker_serves_two_queues_as_one_machine() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         assert_eq!(missing(&events), 1, "{events}");
-        assert_eq!(get(&server, &path).await["state"], "missing");
+        assert_eq!(get(&server, &fleet(queue)).await["state"], "missing");
     }
 }

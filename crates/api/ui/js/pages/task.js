@@ -200,15 +200,15 @@ function runView(taskId, status, run) {
 function drawActions(el, task, status, onStatus) {
   const signedIn = Boolean(credentials());
   const message = h('span', { class: 'action-result', id: 'action-result', role: 'status' });
-  // Asked first; the result is written once the page shows the new status (which redraws
-  // this bar, so into the bar as it is then).
+  // Asked first; the result is written once the page shows the new status (`onStatus`
+  // resolves after the redraw, which replaces this bar: so into the bar as it is then).
   const act = (label, method, path, body) => async () => {
     if (!window.confirm(`${label} task ${status.taskId}?`)) return;
     fill(message, `${label}…`);
     let result;
     try {
       const answer = await call(method, queue(path), body);
-      if (answer.status) onStatus(answer.status);
+      if (answer.status) await onStatus(answer.status);
       result = `${label}: done`;
     } catch (err) {
       result = problem(err);
