@@ -31,7 +31,8 @@ use tokio::net::TcpListener;
 use crate::auth::nonces::Nonces;
 use crate::auth::{Caller, Scopes};
 use crate::endpoints::{
-    AUTH_ENDPOINTS, BLOB_ENDPOINTS, ENDPOINTS, EVENT_ENDPOINTS, Endpoint, LOG_ENDPOINTS, SCHEDULER_ENDPOINTS,
+    AUTH_ENDPOINTS, BLOB_ENDPOINTS, ENDPOINTS, EVENT_ENDPOINTS, Endpoint, LOG_ENDPOINTS, MONITORING,
+    SCHEDULER_ENDPOINTS,
 };
 use crate::error::ApiError;
 
@@ -92,7 +93,9 @@ fn api_router(
     max_body: usize,
 ) -> Router<AppState> {
     let mut api: Router<AppState> = Router::new();
-    for endpoint in endpoints {
+    // A service (queue, auth, scheduler) also answers the monitoring calls.
+    let monitoring: &'static [Endpoint] = if service_name.is_some() { MONITORING } else { &[] };
+    for endpoint in monitoring.iter().chain(endpoints) {
         let filter = endpoint.method.filter();
         // Only what authentication needs, so a request clones three handles, not the state.
         let gate =

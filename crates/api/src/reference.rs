@@ -11,7 +11,7 @@ use shoal_engine::message::Exchange;
 
 use crate::AppState;
 use crate::auth::Scopes;
-use crate::endpoints::{AUTH_ENDPOINTS, ENDPOINTS, Endpoint, SCHEDULER_ENDPOINTS};
+use crate::endpoints::{AUTH_ENDPOINTS, ENDPOINTS, Endpoint, MONITORING, SCHEDULER_ENDPOINTS};
 
 /// A service with a reference: its name in URLs and its endpoints.
 pub(crate) struct Service {
@@ -205,7 +205,7 @@ pub(crate) fn api_reference(service: &Service) -> Value {
         "serviceName": service.name,
         "title": service.title,
         "description": service.description,
-        "entries": service.endpoints.iter().map(entry).collect::<Vec<_>>(),
+        "entries": MONITORING.iter().chain(service.endpoints).map(entry).collect::<Vec<_>>(),
     })
 }
 
@@ -403,7 +403,7 @@ mod tests {
     #[test]
     fn every_endpoint_says_what_it_does() {
         for service in SERVICES {
-            for endpoint in service.endpoints {
+            for endpoint in MONITORING.iter().chain(service.endpoints) {
                 assert!(endpoint.doc.ends_with('.') && endpoint.doc.len() > 10, "{}: {}", endpoint.name, endpoint.doc);
             }
         }

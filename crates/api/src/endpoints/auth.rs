@@ -4,20 +4,10 @@ use axum::routing::on;
 
 use super::{Endpoint, Method, Stability};
 use crate::auth::Scopes::{AllOf, For, Public, Scope};
-use crate::routes::{auth, meta};
+use crate::routes::auth;
 
 /// The Auth API v1 (clients, roles, scopes), under `/api/auth/v1`.
 pub const AUTH_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping, "Answers while the server is up, with its uptime."),
-    endpoint!(
-        "reference",
-        Get,
-        "/reference",
-        Public,
-        Experimental,
-        meta::reference,
-        "This API's reference, in Taskcluster's api-reference format (also at `/references/<service>/v1/api.json`)."
-    ),
     endpoint!(
         "listClients",
         Get,
@@ -188,15 +178,4 @@ pub const AUTH_ENDPOINTS: &[Endpoint] = &[
         auth::get_entity_history,
         "An entity's history (Shoal keeps none)."
     ),
-    endpoint!(
-        "lbheartbeat",
-        Get,
-        "/__lbheartbeat__",
-        Public,
-        Stable,
-        meta::lbheartbeat,
-        "Answers while the server is up, for load balancers."
-    ),
-    endpoint!("version", Get, "/__version__", Public, Stable, meta::version, "The server's version."),
-    endpoint!("heartbeat", Get, "/__heartbeat__", Public, Stable, meta::heartbeat, "Answers while the server is up."),
 ];

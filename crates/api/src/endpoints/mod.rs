@@ -147,4 +147,4 @@ mod server;
 pub use auth::AUTH_ENDPOINTS;
 pub use queue::ENDPOINTS;
 pub use scheduler::SCHEDULER_ENDPOINTS;
-pub use server::{BLOB_ENDPOINTS, EVENT_ENDPOINTS, LOG_ENDPOINTS};
+pub use server::{BLOB_ENDPOINTS, EVENT_ENDPOINTS, LOG_ENDPOINTS, MONITORING};

@@ -5,31 +5,10 @@ use axum::routing::on;
 use super::{CREATE_ARTIFACT, CREATE_TASK, GET_ARTIFACT};
 use super::{Endpoint, Method, Stability};
 use crate::auth::Scopes::{AllOf, AnyOf, For, Public, Scope};
-use crate::routes::{artifacts, claims, groups, meta, provisioners, queues, task_list, tasks, workers};
+use crate::routes::{artifacts, claims, groups, provisioners, queues, task_list, tasks, workers};
 
 /// The queue API v1.
 pub const ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping, "Answers while the server is up, with its uptime."),
-    endpoint!(
-        "lbheartbeat",
-        Get,
-        "/__lbheartbeat__",
-        Public,
-        Stable,
-        meta::lbheartbeat,
-        "Answers while the server is up, for load balancers."
-    ),
-    endpoint!("version", Get, "/__version__", Public, Stable, meta::version, "The server's version."),
-    endpoint!("heartbeat", Get, "/__heartbeat__", Public, Stable, meta::heartbeat, "Answers while the server is up."),
-    endpoint!(
-        "reference",
-        Get,
-        "/reference",
-        Public,
-        Experimental,
-        meta::reference,
-        "This API's reference, in Taskcluster's api-reference format (also at `/references/<service>/v1/api.json`)."
-    ),
     endpoint!("task", Get, "/task/{task_id}", Public, Stable, tasks::get_task, "A task's definition."),
     endpoint!(
         "tasks",

@@ -5,20 +5,10 @@ use axum::routing::on;
 use super::{EXTEND_GRAPH, GRAPH_TASKS};
 use super::{Endpoint, Method, Stability};
 use crate::auth::Scopes::Public;
-use crate::routes::{graphs, meta};
+use crate::routes::graphs;
 
 /// The task-graph scheduler API v1 (seed 000), under `/api/scheduler/v1`.
 pub const SCHEDULER_ENDPOINTS: &[Endpoint] = &[
-    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping, "Answers while the server is up, with its uptime."),
-    endpoint!(
-        "reference",
-        Get,
-        "/reference",
-        Public,
-        Experimental,
-        meta::reference,
-        "This API's reference, in Taskcluster's api-reference format (also at `/references/<service>/v1/api.json`)."
-    ),
     endpoint!(
         "createTaskGraph",
         Put,

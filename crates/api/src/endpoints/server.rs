@@ -5,7 +5,7 @@ use axum::routing::on;
 use super::{CREATE_ARTIFACT, GET_ARTIFACT};
 use super::{Endpoint, Method, Stability};
 use crate::auth::Scopes::Public;
-use crate::routes::{blobs, events, logs};
+use crate::routes::{blobs, events, logs, meta};
 
 /// The server's own blob endpoint, where putUrls and artifact redirects point (`/blobs/v1`).
 pub const BLOB_ENDPOINTS: &[Endpoint] = &[
@@ -63,3 +63,28 @@ pub const EVENT_ENDPOINTS: &[Endpoint] = &[endpoint!(
     "The event stream: messages of the bound exchanges, as server-sent events.",
     query = ["bindings"]
 )];
+
+/// Liveness, version and the reference: served by every API (queue, auth, scheduler) alike.
+pub const MONITORING: &[Endpoint] = &[
+    endpoint!("ping", Get, "/ping", Public, Stable, meta::ping, "Answers while the server is up, with its uptime."),
+    endpoint!(
+        "lbheartbeat",
+        Get,
+        "/__lbheartbeat__",
+        Public,
+        Stable,
+        meta::lbheartbeat,
+        "Answers while the server is up, for load balancers."
+    ),
+    endpoint!("version", Get, "/__version__", Public, Stable, meta::version, "The server's version."),
+    endpoint!("heartbeat", Get, "/__heartbeat__", Public, Stable, meta::heartbeat, "Answers while the server is up."),
+    endpoint!(
+        "reference",
+        Get,
+        "/reference",
+        Public,
+        Experimental,
+        meta::reference,
+        "This API's reference, in Taskcluster's api-reference format (also at `/references/<service>/v1/api.json`)."
+    ),
+];
