@@ -149,7 +149,7 @@ async fn drain_rate(url: &str, n_tasks: usize) -> anyhow::Result<()> {
             .await?;
     }
 
-    let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let dir = crate::server::private_dir()?;
     // Nothing listens on port 1: every message waits in the outbox.
     let unreachable = Server::start(Some(dir.path()), &["--amqp-url", "amqp://guest:guest@127.0.0.1:1/%2f"]).await?;
     let body = bytes_of(&definition("bench/events"))?;

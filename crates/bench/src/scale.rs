@@ -6,7 +6,7 @@ use super::*;
 pub(crate) async fn scale(sizes: &[usize], n_claims: usize) -> anyhow::Result<()> {
     let mut costs = Vec::new();
     for &n_pending in sizes {
-        let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+        let dir = crate::server::private_dir()?;
         let preload = Instant::now();
         server::preload(dir.path(), "bench/scale", n_pending).await.context("preloading")?;
         let preload_secs = preload.elapsed().as_secs_f64();

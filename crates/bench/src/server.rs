@@ -10,6 +10,14 @@ use shoal_store::{SqliteConfig, SqliteStore, Store};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// A fresh temporary directory only this user may enter, as the server wants its data
+/// directory (it tightens, and warns about, one others may read).
+pub(crate) fn private_dir() -> anyhow::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let permissions = std::fs::Permissions::from_mode(0o700);
+    Ok(tempfile::Builder::new().prefix("shoal-bench-").permissions(permissions).tempdir_in(std::env::temp_dir())?)
+}
+
 /// A running server process with its data directory.
 pub(crate) struct Server {
     pub(crate) base: String,
@@ -41,7 +49,7 @@ impl Server {
         let (dir, path) = match data_dir {
             Some(path) => (None, path.to_path_buf()),
             None => {
-                let dir = tempfile::tempdir_in(std::env::temp_dir())?;
+                let dir = private_dir()?;
                 let path = dir.path().to_path_buf();
                 (Some(dir), path)
             }

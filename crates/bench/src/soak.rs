@@ -48,7 +48,7 @@ pub(crate) async fn soak(
     every: u64,
     database: Option<&str>,
 ) -> anyhow::Result<()> {
-    let data = tempfile::tempdir_in(std::env::temp_dir())?;
+    let data = crate::server::private_dir()?;
     let args: Vec<&str> = database.map(|url| vec!["--database", url]).unwrap_or_default();
     let server = Server::start(Some(data.path()), &args).await?;
     let db = data.path().join("shoal.db");

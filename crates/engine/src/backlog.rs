@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::Timestamp;
 use crate::dimensions::Dimensions;
-use crate::worker::{Termination, Worker};
+use crate::worker::Worker;
 
 /// Pending runs waiting on one dimension set (a task's, or its current slice's).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,15 +110,16 @@ impl Class {
 
 /// `None` for a worker that exited: it is no one's capacity, not even missing.
 fn class(worker: &Worker, now: Timestamp, dead_after_ms: i64) -> Option<Class> {
-    if matches!(worker.termination, Termination::Done { .. }) {
+    let standing = worker.standing(now);
+    if standing.exited {
         None
     } else if !worker.is_live(now, dead_after_ms) {
         Some(Class::Missing)
-    } else if worker.terminating() {
+    } else if standing.terminate {
         Some(Class::Terminating)
-    } else if worker.is_quarantined(now) {
+    } else if standing.quarantine_until.is_some() {
         Some(Class::Quarantined)
-    } else if worker.maintenance.is_some() {
+    } else if standing.maintenance {
         Some(Class::Maintenance)
     } else {
         Some(Class::Live)

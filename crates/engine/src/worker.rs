@@ -240,6 +240,46 @@ impl WorkerEvent {
     }
 }
 
+/// Whether a worker may claim, as its record says at one moment ([`Worker::standing`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Standing {
+    /// The end of its quarantine, while one lasts.
+    pub quarantine_until: Option<Timestamp>,
+    /// Whether it was asked to terminate (and has not exited).
+    pub terminate: bool,
+    /// Whether it is in maintenance.
+    pub maintenance: bool,
+    /// Whether it said it exited: a claim still waiting from that process gets nothing, while
+    /// a new call under its name is a new process, whose sighting brings the record back.
+    pub exited: bool,
+}
+
+impl Standing {
+    /// Whether its claims get nothing at `now`.
+    #[must_use]
+    pub fn barred(&self, now: Timestamp) -> bool {
+        self.terminate || self.exited || self.held(now)
+    }
+
+    /// Whether its claims wait without taking work at `now`: quarantined or in maintenance.
+    #[must_use]
+    pub fn held(&self, now: Timestamp) -> bool {
+        self.maintenance || self.quarantine_until.is_some_and(|until| until > now)
+    }
+
+    /// The standing of one worker serving several queues, from its records' `self` and
+    /// `other`: held back by any.
+    #[must_use]
+    pub fn with(self, other: Standing) -> Standing {
+        Standing {
+            quarantine_until: self.quarantine_until.max(other.quarantine_until),
+            terminate: self.terminate || other.terminate,
+            maintenance: self.maintenance || other.maintenance,
+            exited: self.exited || other.exited,
+        }
+    }
+}
+
 /// A worker's state as listings show it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -516,13 +556,13 @@ impl Worker {
     /// Whether silence makes this worker missing: it heartbeats, and is neither missing nor gone.
     #[must_use]
     pub fn watched(&self) -> bool {
-        self.heartbeats && !self.missing && !matches!(self.termination, Termination::Done { .. })
+        self.heartbeats && !self.missing && !self.has_exited()
     }
 
     /// Whether it is quarantined at `now`.
     #[must_use]
     pub fn is_quarantined(&self, now: Timestamp) -> bool {
-        self.quarantine_until.is_some_and(|until| until > now)
+        self.standing(now).quarantine_until.is_some()
     }
 
     /// Whether it was asked to terminate and has not exited yet.
@@ -531,34 +571,41 @@ impl Worker {
         matches!(self.termination, Termination::Requested { .. })
     }
 
-    /// Until when its claims get nothing: the quarantine's end, or until further notice in
-    /// maintenance or once asked to terminate; `None` when it may claim.
+    /// Whether it said it exited (and has not been heard from since).
     #[must_use]
-    pub fn barred_until(&self, now: Timestamp) -> Option<Timestamp> {
-        if self.termination != Termination::None || self.maintenance.is_some() {
-            return Some(Timestamp(i64::MAX));
+    pub fn has_exited(&self) -> bool {
+        matches!(self.termination, Termination::Done { .. })
+    }
+
+    /// Whether it may claim at `now`, and why not: the one rule the claim path, the fleet
+    /// cache, the backlog, the worker's state and the API read.
+    #[must_use]
+    pub fn standing(&self, now: Timestamp) -> Standing {
+        Standing {
+            quarantine_until: self.quarantine_until.filter(|&until| until > now),
+            terminate: self.terminating(),
+            maintenance: self.maintenance.is_some(),
+            exited: self.has_exited(),
         }
-        self.quarantine_until.filter(|&until| until > now)
     }
 
     /// Whether it was heard from within `dead_after_ms` of `now` and has not exited.
     #[must_use]
     pub fn is_live(&self, now: Timestamp, dead_after_ms: i64) -> bool {
-        !self.missing
-            && !matches!(self.termination, Termination::Done { .. })
-            && self.last_seen.plus_millis(dead_after_ms) >= now
+        !self.missing && !self.has_exited() && self.last_seen.plus_millis(dead_after_ms) >= now
     }
 
     /// Its state at `now`; `busy` says whether it holds a running run.
     #[must_use]
     pub fn state(&self, now: Timestamp, dead_after_ms: i64, busy: bool) -> WorkerState {
-        if matches!(self.termination, Termination::Done { .. }) {
+        let standing = self.standing(now);
+        if standing.exited {
             WorkerState::Terminated
         } else if !self.is_live(now, dead_after_ms) {
             WorkerState::Missing
-        } else if self.is_quarantined(now) {
+        } else if standing.quarantine_until.is_some() {
             WorkerState::Quarantined
-        } else if self.maintenance.is_some() {
+        } else if standing.maintenance {
             WorkerState::Maintenance
         } else if busy {
             WorkerState::Busy

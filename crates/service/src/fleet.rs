@@ -7,53 +7,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
 use shoal_engine::Timestamp;
+pub use shoal_engine::worker::Standing;
 use shoal_engine::worker::{Sighting, Worker, WorkerKey};
-
-/// Whether a worker may claim, as its record says.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Standing {
-    /// The end of its quarantine, while one lasts.
-    pub quarantine_until: Option<Timestamp>,
-    /// Whether it was asked to terminate.
-    pub terminate: bool,
-    /// Whether it is in maintenance.
-    pub maintenance: bool,
-}
-
-impl Standing {
-    /// The standing `worker` has at `now`.
-    #[must_use]
-    pub fn of(worker: &Worker, now: Timestamp) -> Standing {
-        Standing {
-            quarantine_until: worker.quarantine_until.filter(|&until| until > now),
-            terminate: worker.terminating(),
-            maintenance: worker.maintenance.is_some(),
-        }
-    }
-
-    /// Whether its claims get nothing at `now`.
-    #[must_use]
-    pub fn barred(&self, now: Timestamp) -> bool {
-        self.terminate || self.held(now)
-    }
-
-    /// The standing of one worker serving several queues, from its records' `self` and
-    /// `other`: held back by any.
-    #[must_use]
-    pub fn with(self, other: Standing) -> Standing {
-        Standing {
-            quarantine_until: self.quarantine_until.max(other.quarantine_until),
-            terminate: self.terminate || other.terminate,
-            maintenance: self.maintenance || other.maintenance,
-        }
-    }
-
-    /// Whether its claims wait without taking work at `now`: quarantined or in maintenance.
-    #[must_use]
-    pub fn held(&self, now: Timestamp) -> bool {
-        self.maintenance || self.quarantine_until.is_some_and(|until| until > now)
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Seen {
@@ -155,7 +110,11 @@ impl Fleet {
     /// The standing written for an equal sighting within the interval, if any.
     pub(crate) fn fresh(&self, key: &WorkerKey, sighting: &Sighting, now: Timestamp) -> Option<Standing> {
         let seen = *self.lock().seen.get(key)?;
-        let fresh = seen.told.covers(&Told::of(sighting)) && seen.written.plus_millis(self.interval_ms) > now;
+        // An exited worker's sighting is always written: it is a new process, and brings the
+        // record back.
+        let fresh = seen.told.covers(&Told::of(sighting))
+            && seen.written.plus_millis(self.interval_ms) > now
+            && !seen.standing.exited;
         fresh.then_some(seen.standing)
     }
 
@@ -198,7 +157,7 @@ impl Writing<'_> {
         }
         let before = state.seen.get(&self.key).copied();
         let told = before.map_or_else(Told::default, |seen| seen.told).merged(Told::of(sighting));
-        state.seen.insert(self.key.clone(), Seen { written: now, told, standing: Standing::of(worker, now) });
+        state.seen.insert(self.key.clone(), Seen { written: now, told, standing: worker.standing(now) });
         // Workers gone for good are forgotten now and then.
         if state.seen.len().is_power_of_two() && state.seen.len() >= 1024 {
             let horizon = self.fleet.interval_ms.saturating_mul(20);
@@ -213,7 +172,7 @@ impl Writing<'_> {
         if state.writing.get(&self.key).is_some_and(|writes| writes.overlapped) {
             state.seen.remove(&self.key);
         } else if let Some(seen) = state.seen.get_mut(&self.key) {
-            seen.standing = Standing::of(worker, now);
+            seen.standing = worker.standing(now);
         }
     }
 }
@@ -254,6 +213,10 @@ mod tests {
         worker.request_termination("admin", Timestamp(2));
         fleet.writing(&key).changed(&worker, Timestamp(2));
         assert!(fleet.fresh(&key, &sighting, Timestamp(3)).is_some_and(|standing| standing.barred(Timestamp(3))));
+        // Exited, its next sighting is a new process's: written, so the record comes back.
+        worker.exited(Timestamp(3));
+        fleet.writing(&key).changed(&worker, Timestamp(3));
+        assert_eq!(fleet.fresh(&key, &sighting, Timestamp(4)), None, "an exited worker's sighting is written");
     }
 
     fn in_maintenance(key: &WorkerKey, on: bool) -> (Sighting, Worker) {

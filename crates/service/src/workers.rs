@@ -23,7 +23,7 @@ impl Queue {
         let writing = self.inner.fleet.writing(key);
         let worker = self.inner.store.worker_seen(key.clone(), sighting.clone(), now).await?;
         let before = writing.written(&sighting, &worker, now);
-        let standing = Standing::of(&worker, now);
+        let standing = worker.standing(now);
         if sighting.maintenance.is_some() && before.is_none_or(|before| before.maintenance != standing.maintenance) {
             // Out of its maintenance, a worker's waiting claims look again at once; other
             // servers forget what they remember of it either way.
@@ -42,7 +42,7 @@ impl Queue {
     pub async fn heartbeat(&self, key: &WorkerKey, sighting: Sighting, exiting: bool) -> Result<Standing, StoreError> {
         if exiting {
             let worker = self.change_worker(key.clone(), WorkerChange::Exited, String::new()).await?;
-            return Ok(Standing::of(&worker, now()));
+            return Ok(worker.standing(now()));
         }
         self.worker_seen(key, sighting).await
     }

@@ -2,6 +2,7 @@
 //! `--example` the example CI graph run to completion, for a first look at Shoal.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -44,7 +45,13 @@ pub(crate) struct DevArgs {
 
 pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
     let shutdown = ShutdownSignal::install()?;
-    let temp = tempfile::tempdir().context("making a data directory")?;
+    // Private from the start: the server tightens (and warns about) a data directory others
+    // may read.
+    let temp = tempfile::Builder::new()
+        .prefix("shoal-dev-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .context("making a data directory")?;
     let data_dir = args.data_dir.clone().unwrap_or_else(|| temp.path().to_path_buf());
     let config = ServerConfig { listen: args.listen, data_dir, claim_timeout: 120, ..ServerConfig::default() };
     let server = RunningServer::start(&config).await?;

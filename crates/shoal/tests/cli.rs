@@ -95,6 +95,9 @@ async fn dev_runs_the_example_graph_to_completion() {
         );
     }
     assert!(stdout.contains("where to look"), "{stdout}");
+    // The data directory it made itself is private from the start: nothing to warn about.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("WARN"), "the first command's output is clean:\n{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -64,12 +64,13 @@ fn quarantine_bars_claims_until_it_ends_and_a_past_time_releases() {
     let events = worker.quarantine(at(60), "flaky disk".into(), "admin", at(1)).unwrap();
     assert_eq!(events[0].kind, WorkerEventKind::Quarantined);
     assert_eq!(events[0].detail.as_deref(), Some("flaky disk"));
-    assert_eq!(worker.barred_until(at(2)), Some(at(60)));
+    assert_eq!(worker.standing(at(2)).quarantine_until, Some(at(60)));
+    assert!(worker.standing(at(2)).barred(at(2)));
     assert_eq!(worker.state(at(2), 120_000, false), WorkerState::Quarantined);
-    assert_eq!(worker.barred_until(at(61)), None, "ends by itself");
+    assert!(!worker.standing(at(61)).barred(at(61)), "ends by itself");
     let events = worker.quarantine(at(1), String::new(), "admin", at(3)).unwrap();
     assert_eq!(events[0].kind, WorkerEventKind::Released);
-    assert_eq!(worker.barred_until(at(4)), None);
+    assert!(!worker.standing(at(4)).barred(at(4)));
     assert_eq!(worker.quarantine_details.len(), 2);
     worker.quarantine(at(5000), String::new(), "admin", at(4)).unwrap();
     assert_eq!(worker.expires, at(5000), "kept while quarantined");
@@ -83,12 +84,44 @@ fn termination_bars_claims_until_the_worker_exits_and_a_new_process_starts_afres
     assert!(worker.exited(at(1)).is_empty(), "not asked");
     assert_eq!(worker.request_termination("admin", at(1))[0].kind, WorkerEventKind::Terminating);
     assert!(worker.request_termination("admin", at(2)).is_empty());
-    assert!(worker.barred_until(at(2)).is_some());
+    assert!(worker.standing(at(2)).barred(at(2)));
     assert_eq!(worker.exited(at(3))[0].kind, WorkerEventKind::Terminated);
     assert!(worker.lose(at(500), at(600)).is_empty(), "an exited worker is not missing");
     assert_eq!(worker.state(at(4), 120_000, false), WorkerState::Terminated);
+    // Exited, a claim still waiting from that process gets nothing, and the heartbeat's answer
+    // does not ask it to terminate again.
+    let standing = worker.standing(at(4));
+    assert!(standing.exited && !standing.terminate && standing.barred(at(4)), "{standing:?}");
     assert_eq!(worker.seen(heartbeat(), at(5), at(100))[0].kind, WorkerEventKind::Back);
-    assert_eq!(worker.barred_until(at(6)), None);
+    assert!(!worker.standing(at(6)).barred(at(6)));
+}
+
+#[test]
+fn the_standing_is_the_one_rule_state_and_backlog_read() {
+    // Each way a worker can be held, seen alike by its standing, its state and the backlog.
+    let now = at(10);
+    let (free, _) = Worker::first(key(), heartbeat(), at(0), at(100));
+    let mut quarantined = free.clone();
+    quarantined.quarantine_until = Some(at(60));
+    let mut maintained = free.clone();
+    maintained.maintenance = Some(Maintenance { message: "disk".into(), since: at(1), client_id: None });
+    let mut terminating = free.clone();
+    terminating.request_termination("admin", at(1));
+    let mut exited = terminating.clone();
+    exited.exited(at(2));
+    let cases = [
+        (&free, false, WorkerState::Idle),
+        (&quarantined, true, WorkerState::Quarantined),
+        (&maintained, true, WorkerState::Maintenance),
+        (&terminating, true, WorkerState::Idle),
+        (&exited, true, WorkerState::Terminated),
+    ];
+    for (worker, barred, state) in cases {
+        let standing = worker.standing(now);
+        assert_eq!(standing.barred(now), barred, "{standing:?}");
+        assert_eq!(worker.state(now, 120_000, false), state, "{standing:?}");
+        assert_eq!(worker.is_quarantined(now), standing.quarantine_until.is_some());
+    }
 }
 
 #[test]
@@ -129,12 +162,12 @@ fn maintenance_bars_claims_and_the_workers_word_never_overrides_an_operators() {
     let (mut worker, events) = Worker::first(key(), own(Some("disk full")), at(0), at(100));
     assert_eq!(events[1].kind, WorkerEventKind::Maintenance, "entered with its first sighting");
     assert_eq!(worker.state(at(1), 120_000, true), WorkerState::Maintenance, "its runs go on");
-    assert!(worker.barred_until(at(1)).is_some());
+    assert!(worker.standing(at(1)).barred(at(1)));
     assert!(worker.seen(own(Some("disk full")), at(2), at(100)).is_empty(), "said again: nothing new");
     assert!(worker.seen(heartbeat(), at(2), at(100)).is_empty(), "a sighting saying nothing changes nothing");
     let ended = worker.seen(own(None), at(3), at(100));
     assert_eq!(ended[0].kind, WorkerEventKind::MaintenanceEnded);
-    assert_eq!(worker.barred_until(at(3)), None);
+    assert!(!worker.standing(at(3)).barred(at(3)));
 
     // An operator's maintenance stands until an operator ends it.
     let events = worker.maintain(Some("reimage".into()), Some("admin"), at(4)).unwrap();

@@ -150,7 +150,7 @@ async fn claims_for(
         Call::Looking => None,
         Call::Parked => {
             let worker = tx.load_worker(&key).await?;
-            if worker.as_ref().is_some_and(|worker| worker.barred_until(now).is_some()) {
+            if worker.as_ref().is_some_and(|worker| worker.standing(now).barred(now)) {
                 return Ok(Vec::new());
             }
             Some(worker)
