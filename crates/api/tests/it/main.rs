@@ -15,6 +15,7 @@ mod events;
 mod graphs;
 mod logs;
 mod schemas;
+mod scope_table;
 mod tasks;
 mod workers;
 
