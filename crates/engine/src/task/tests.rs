@@ -318,6 +318,8 @@ proptest! {
             }
             prop_assert!(task.retries_left() <= task.meta.retries);
             prop_assert!(task.runs().len() <= MAX_RUNS);
+            // The stores' SQL reads "unresolved" as `deadline_due IS NOT NULL` (`row::unresolved!`).
+            prop_assert_eq!(task.deadline_due().is_some(), !task.state().is_resolved(), "deadline_due set exactly while unresolved");
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::postgres::{PgConn, graph};
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
 use crate::row::Backends;
 use crate::row::corrupt;
+use crate::row::unresolved;
 use crate::{ArtifactKey, QueueCounts, RecentGroup, StoreError, TagQuery, TaskGroup, TaskQueueInfo};
 use shoal_engine::status::TaskState;
 
@@ -227,9 +228,14 @@ impl ReadDb for PgReads<'_> {
 
     fn recent_groups(&self, before: (i64, &str), limit: usize) -> Result<Vec<RecentGroup>, StoreError> {
         let sql = format!(
-            "SELECT {GROUP_COLUMNS}, created, NOT EXISTS (SELECT 1 FROM tasks u WHERE u.task_group_id = g.task_group_id \
-             AND u.deadline_due IS NOT NULL) FROM task_groups g WHERE (created, task_group_id) < ($1, $2) \
-             ORDER BY created DESC, task_group_id DESC LIMIT $3"
+            concat!(
+                "SELECT {GROUP_COLUMNS}, created, NOT EXISTS (SELECT 1 FROM tasks u WHERE u.task_group_id = g.task_group_id \
+                 AND ",
+                unresolved!("u"),
+                ") FROM task_groups g WHERE (created, task_group_id) < ($1, $2) \
+                 ORDER BY created DESC, task_group_id DESC LIMIT $3"
+            ),
+            GROUP_COLUMNS = GROUP_COLUMNS
         );
         let rows = self.query(&sql, &[&before.0, &before.1, &(limit as i64)])?;
         rows.iter()

@@ -24,6 +24,7 @@ use crate::postgres::pipeline::{Fused, HeldBack, Lowered, Param, Params, Pending
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
 use crate::postgres::task_rows::{NewRow, RowUpdate, UPDATE_ONE};
 use crate::row::TaskRow;
+use crate::row::unresolved;
 use crate::{StoreError, TaskEvent, TaskGroup};
 
 /// What every write transaction of one server shares: settings, and what it remembers.
@@ -372,9 +373,12 @@ impl PgTx {
             .pipeline(&[
                 (&lock_group, &[&group]),
                 (
-                    "SELECT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = $1 AND deadline_due IS NOT NULL), \
-                     d.dependent_task_id, d.requires FROM (SELECT 1) AS one LEFT JOIN task_dependencies d \
-                     ON d.required_task_id = $2 AND NOT d.satisfied ORDER BY d.dependent_task_id",
+                    concat!(
+                        "SELECT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = $1 AND ",
+                        unresolved!(),
+                        "), d.dependent_task_id, d.requires FROM (SELECT 1) AS one LEFT JOIN task_dependencies d \
+                         ON d.required_task_id = $2 AND NOT d.satisfied ORDER BY d.dependent_task_id"
+                    ),
                     &[&group, &task],
                 ),
             ])
@@ -458,8 +462,12 @@ impl PgTx {
             .pipeline(&[
                 (&lock_groups, &[&groups]),
                 (
-                    "SELECT g.id FROM unnest($1::text[]) AS g(id) WHERE NOT EXISTS \
-                     (SELECT 1 FROM tasks WHERE task_group_id = g.id AND deadline_due IS NOT NULL)",
+                    concat!(
+                        "SELECT g.id FROM unnest($1::text[]) AS g(id) WHERE NOT EXISTS \
+                         (SELECT 1 FROM tasks WHERE task_group_id = g.id AND ",
+                        unresolved!(),
+                        ")"
+                    ),
                     &[&groups],
                 ),
                 (

@@ -24,6 +24,7 @@ use crate::postgres::graph::{GRAPH_COLUMNS, graph_from_row, parse_id};
 use crate::postgres::pipeline::{Param, Params};
 use crate::postgres::row::{GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, artifact_from_row, task_group_from_row};
 use crate::postgres::tx::PgTx;
+use crate::row::unresolved;
 use crate::row::{TaskRow, corrupt, json};
 use crate::{ArtifactKey, ClaimRequest, StoreError, TaskEvent, TaskGroup};
 
@@ -314,7 +315,7 @@ impl GroupTx for PgTx {
     async fn unresolved_members(&mut self, group: TaskId) -> Result<Vec<TaskId>, StoreError> {
         let rows = self
             .query(
-                "SELECT task_id FROM tasks WHERE task_group_id = $1 AND deadline_due IS NOT NULL ORDER BY task_id",
+                concat!("SELECT task_id FROM tasks WHERE task_group_id = $1 AND ", unresolved!(), " ORDER BY task_id"),
                 &[&group.as_str()],
             )
             .await?;

@@ -11,6 +11,20 @@ pub(crate) use columns::{
 
 use crate::StoreError;
 
+/// "The task is unresolved", in both backends' SQL: its `deadline_due` column is set exactly
+/// while it is, since `Task::deadline_due` is `None` once the task resolves (the column is
+/// written from it with every row; the engine's `invariants_hold_for_any_command_sequence` holds it).
+/// `unresolved!("t")` says it of the rows of alias `t`.
+macro_rules! unresolved {
+    () => {
+        "deadline_due IS NOT NULL"
+    };
+    ($alias:literal) => {
+        concat!($alias, ".deadline_due IS NOT NULL")
+    };
+}
+pub(crate) use unresolved;
+
 /// A task as stored: the engine's task plus the store's bookkeeping.
 #[derive(Debug, Clone)]
 pub(crate) struct TaskRow {

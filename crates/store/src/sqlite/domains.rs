@@ -12,6 +12,7 @@ use crate::ops::auth::AuthKind;
 use crate::ops::graph::{NewNode, StoredGraph};
 use crate::ops::{ArtifactTx, AuthTx, ExpireTx, GraphTx, GroupTx, WorkerTx};
 use crate::row::corrupt;
+use crate::row::unresolved;
 use crate::sqlite::row;
 use crate::sqlite::tx::Tx;
 use crate::sqlite::{artifacts, graph, workers};
@@ -43,7 +44,7 @@ impl GroupTx for Tx<'_> {
 
     async fn unresolved_members(&mut self, group: TaskId) -> Result<Vec<TaskId>, StoreError> {
         self.ids(
-            "SELECT task_id FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL ORDER BY task_id",
+            concat!("SELECT task_id FROM tasks WHERE task_group_id = ?1 AND ", unresolved!(), " ORDER BY task_id"),
             [group.as_str()],
         )
     }

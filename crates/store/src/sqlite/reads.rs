@@ -13,6 +13,7 @@ use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
 use crate::row::Backends;
+use crate::row::unresolved;
 use crate::sqlite::row::{self, N_TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{artifacts, graph, outbox, workers};
 use crate::{ArtifactKey, QueueCounts, RecentGroup, TagQuery, TaskGroup, TaskQueueInfo};
@@ -197,17 +198,18 @@ impl ReadDb for ReadConn<'_> {
 
     fn recent_groups(&self, before: (i64, &str), limit: usize) -> Result<Vec<RecentGroup>, StoreError> {
         // Groups with rows of their own, and those their namesakes imply (schema 14), merged.
-        let mut stmt = self.0.prepare_cached(
-            "SELECT r.*, NOT EXISTS (SELECT 1 FROM tasks u WHERE u.task_group_id = r.task_group_id \
-             AND u.deadline_due IS NOT NULL) FROM (\
+        let mut stmt = self.0.prepare_cached(concat!(
+            "SELECT r.*, NOT EXISTS (SELECT 1 FROM tasks u WHERE u.task_group_id = r.task_group_id AND ",
+            unresolved!("u"),
+            ") FROM (\
              SELECT * FROM (SELECT scheduler_id, expires, sealed, task_group_id, created FROM task_groups \
              WHERE (created, task_group_id) < (?1, ?2) ORDER BY created DESC, task_group_id DESC LIMIT ?3) \
              UNION ALL SELECT * FROM (SELECT scheduler_id, expires + ?4, NULL, task_id, created FROM tasks t \
              WHERE task_group_id = task_id AND (created, task_id) < (?1, ?2) \
              AND NOT EXISTS (SELECT 1 FROM task_groups g WHERE g.task_group_id = t.task_id) \
              ORDER BY created DESC, task_id DESC LIMIT ?3) \
-             ORDER BY 5 DESC, 4 DESC LIMIT ?3) r ORDER BY r.created DESC, r.task_group_id DESC",
-        )?;
+             ORDER BY 5 DESC, 4 DESC LIMIT ?3) r ORDER BY r.created DESC, r.task_group_id DESC"
+        ))?;
         let mut rows = stmt.query(params![before.0, before.1, limit as i64, GROUP_EXPIRY_SLACK_MS])?;
         let mut found = Vec::new();
         while let Some(row) = rows.next()? {

@@ -16,6 +16,7 @@ use crate::ops::{
     Aftermath, CreateLookup, Due, NewTask, Place, QueueRecords, RowChange, Waiting, WriteTx, pending_run,
 };
 use crate::outbox::{OutboxEntry, OutboxFeed};
+use crate::row::unresolved;
 use crate::row::{Backends, Cell, TaskRow, corrupt, insert_cells, json, step_cells};
 use crate::sqlite::SqliteConfig;
 use crate::sqlite::glance::{Glance, Wake};
@@ -357,7 +358,9 @@ impl WriteTx for Tx<'_> {
             .prepare_cached(concat!(
                 "SELECT * FROM (",
                 row::group_by_id!(),
-                ") WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = ?1 AND deadline_due IS NOT NULL)"
+                ") WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE task_group_id = ?1 AND ",
+                unresolved!(),
+                ")"
             ))?
             .query_row(params![group.as_str(), GROUP_EXPIRY_SLACK_MS], |row| row::task_group_from_row(group, row))
             .optional()?;

@@ -13,6 +13,7 @@ use crate::postgres::dimension_sets::claimable;
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_from_row, task_group_from_row};
 use crate::postgres::tx::{Known, PgTx};
 use crate::row::TaskRow;
+use crate::row::unresolved;
 use crate::{StoreError, TaskGroup};
 use shoal_engine::command::TaskCommand;
 
@@ -64,11 +65,14 @@ static COMMANDED_GROUPS: LazyLock<String> = LazyLock::new(|| {
 /// Asked after the locks, so that both stay true until the commit: a group's tasks resolve,
 /// and tasks join it, only under its lock, and a dependent is added only under a share lock
 /// on what it requires.
-const AROUND: &str = "SELECT g.id, NULL, NULL FROM (SELECT DISTINCT task_group_id AS id FROM tasks \
-     WHERE task_id = ANY($1)) AS g WHERE EXISTS (SELECT 1 FROM tasks AS t WHERE t.task_group_id = g.id \
-     AND t.deadline_due IS NOT NULL AND NOT t.task_id = ANY($1)) \
+const AROUND: &str = concat!(
+    "SELECT g.id, NULL, NULL FROM (SELECT DISTINCT task_group_id AS id FROM tasks \
+     WHERE task_id = ANY($1)) AS g WHERE EXISTS (SELECT 1 FROM tasks AS t WHERE t.task_group_id = g.id AND ",
+    unresolved!("t"),
+    " AND NOT t.task_id = ANY($1)) \
      UNION ALL SELECT required_task_id, dependent_task_id, requires FROM task_dependencies \
-     WHERE required_task_id = ANY($1) AND NOT satisfied ORDER BY 1, 2";
+     WHERE required_task_id = ANY($1) AND NOT satisfied ORDER BY 1, 2"
+);
 
 /// The created tasks that exist already, with their definitions.
 static EXISTING: LazyLock<String> =
