@@ -49,6 +49,9 @@ use crate::fleet::Fleet;
 use crate::live::LiveLogs;
 use crate::wakers::Wakers;
 
+/// How long an idle claimWork waits by default (Taskcluster's 20 s).
+pub const DEFAULT_CLAIM_WAIT: Duration = Duration::from_secs(20);
+
 /// Settings of the queue service.
 #[derive(Debug, Clone)]
 pub struct QueueConfig {
@@ -80,7 +83,7 @@ impl QueueConfig {
 impl Default for QueueConfig {
     fn default() -> QueueConfig {
         QueueConfig {
-            claim_wait: Duration::from_secs(20),
+            claim_wait: DEFAULT_CLAIM_WAIT,
             due_interval: Duration::from_millis(250),
             sizes: SizeLimits::default(),
             worker_dead_after: Duration::from_secs(shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS as u64),

@@ -80,7 +80,45 @@ macro_rules! server_settings {
         #[cfg(test)]
         /// Every setting, in declaration order (defaults as docs/settings.md writes them, without backquotes).
         pub(crate) const SETTINGS: &[Setting] = &[$(Setting { key: stringify!($name), env: $env, default: $shown },)+];
+
+        /// The settings whose default as shown reads as a value other than the default itself
+        /// (a shown default that is words, such as "none", is not read), and how many were read.
+        #[cfg(test)]
+        pub(crate) fn shown_defaults_that_differ() -> (Vec<String>, usize) {
+            let defaults = ServerConfig::default();
+            let (mut differ, mut read) = (Vec::new(), 0);
+            $(if let Some(shown) = read_shown::<$ty>($shown) {
+                read += 1;
+                if shown != defaults.$name {
+                    differ.push(format!("{}: shown {:?}, is {:?}", stringify!($name), $shown, defaults.$name));
+                }
+            })+
+            (differ, read)
+        }
     };
+}
+
+/// A default as docs/settings.md shows it, read as a config value: `none`, a number, a size
+/// (`8 GiB`) or a string; `None` for words standing for a value made at start (`<listen>`).
+#[cfg(test)]
+fn read_shown<T: serde::de::DeserializeOwned>(shown: &str) -> Option<T> {
+    if shown == "none" || shown.starts_with("none (") {
+        return serde_json::from_value(serde_json::Value::Null).ok();
+    }
+    if shown.contains('<') {
+        return None; // words standing for a value made at start
+    }
+    let sized = shown.split_once(' ').and_then(|(number, unit)| {
+        let scale: u64 = match unit {
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            _ => return None,
+        };
+        number.parse::<u64>().ok().map(|number| (number * scale).to_string())
+    });
+    let text = sized.unwrap_or_else(|| shown.to_owned());
+    serde_json::from_str(&text).ok().or_else(|| serde_json::from_value(serde_json::Value::String(text)).ok())
 }
 
 /// The config-file key of field `name`.
@@ -117,7 +155,7 @@ server_settings! {
     claim_timeout: u64 [u64], "SHOAL_CLAIM_TIMEOUT", shoal_store::DEFAULT_CLAIM_TIMEOUT_SECS as u64, "1200",
         |secs| seconds(secs, 1, 86_400);
     #[doc = "Seconds an idle claimWork waits for work before answering empty"]
-    claim_wait: u64 [u64], "SHOAL_CLAIM_WAIT", 20, "20", |secs| seconds(secs, 0, 300);
+    claim_wait: u64 [u64], "SHOAL_CLAIM_WAIT", shoal_service::DEFAULT_CLAIM_WAIT.as_secs(), "20", |secs| seconds(secs, 0, 300);
     #[doc = "The URL clients reach this server at, used in the URLs it hands out"]
     root_url: Option<String> [String], "SHOAL_ROOT_URL", None, "http://<listen>", |url| optional(url, |url| {
         if url.starts_with("http://") || url.starts_with("https://") { Ok(()) } else {
@@ -312,6 +350,14 @@ mod tests {
             assert!(setting.env.starts_with("SHOAL_"), "{}", setting.env);
         }
         assert_eq!(command.get_arguments().count(), SETTINGS.len() + 1, "a flag without a setting");
+    }
+
+    #[test]
+    fn each_default_is_shown_as_it_is() {
+        let (differ, read) = shown_defaults_that_differ();
+        assert!(differ.is_empty(), "defaults shown otherwise than they are:\n{}", differ.join("\n"));
+        // The value-like ones (numbers, sizes, addresses, names) are all read.
+        assert!(read >= 12, "only {read} shown defaults read");
     }
 
     #[test]
