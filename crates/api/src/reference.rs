@@ -51,55 +51,47 @@ pub(crate) const SERVICES: &[Service] = &[
     },
 ];
 
+/// `(path, text)` for each schema file under `crates/api/schemas/`, named once.
+macro_rules! schemas {
+    ($($path:literal),+ $(,)?) => {
+        &[$(($path, include_str!(concat!("../schemas/", $path)))),+]
+    };
+}
+
 /// The JSON schemas the references name, by path under `/schemas/`.
-const SCHEMAS: &[(&str, &str)] = &[
-    ("auth/v1/create-client-request.json", include_str!("../schemas/auth/v1/create-client-request.json")),
-    ("auth/v1/create-role-request.json", include_str!("../schemas/auth/v1/create-role-request.json")),
-    ("auth/v1/scopeset.json", include_str!("../schemas/auth/v1/scopeset.json")),
-    ("auth/v1/test-authenticate-request.json", include_str!("../schemas/auth/v1/test-authenticate-request.json")),
-    ("queue/v1/artifact-created-message.json", include_str!("../schemas/queue/v1/artifact-created-message.json")),
-    (
-        "queue/v1/change-task-priority-request.json",
-        include_str!("../schemas/queue/v1/change-task-priority-request.json"),
-    ),
-    ("queue/v1/claim-work-request.json", include_str!("../schemas/queue/v1/claim-work-request.json")),
-    ("queue/v1/create-task-request.json", include_str!("../schemas/queue/v1/create-task-request.json")),
-    ("queue/v1/finish-artifact-request.json", include_str!("../schemas/queue/v1/finish-artifact-request.json")),
-    ("queue/v1/maintain-worker-request.json", include_str!("../schemas/queue/v1/maintain-worker-request.json")),
-    ("queue/v1/post-artifact-request.json", include_str!("../schemas/queue/v1/post-artifact-request.json")),
-    ("queue/v1/post-worker-event-request.json", include_str!("../schemas/queue/v1/post-worker-event-request.json")),
-    ("queue/v1/quarantine-worker-request.json", include_str!("../schemas/queue/v1/quarantine-worker-request.json")),
-    ("queue/v1/task-claim-request.json", include_str!("../schemas/queue/v1/task-claim-request.json")),
-    ("queue/v1/task-completed-message.json", include_str!("../schemas/queue/v1/task-completed-message.json")),
-    ("queue/v1/task-defined-message.json", include_str!("../schemas/queue/v1/task-defined-message.json")),
-    ("queue/v1/task-exception-message.json", include_str!("../schemas/queue/v1/task-exception-message.json")),
-    ("queue/v1/task-exception-request.json", include_str!("../schemas/queue/v1/task-exception-request.json")),
-    ("queue/v1/task-failed-message.json", include_str!("../schemas/queue/v1/task-failed-message.json")),
-    ("queue/v1/task-group-changed-message.json", include_str!("../schemas/queue/v1/task-group-changed-message.json")),
-    (
-        "queue/v1/task-group-priority-changed-message.json",
-        include_str!("../schemas/queue/v1/task-group-priority-changed-message.json"),
-    ),
-    ("queue/v1/task-pending-message.json", include_str!("../schemas/queue/v1/task-pending-message.json")),
-    (
-        "queue/v1/task-priority-changed-message.json",
-        include_str!("../schemas/queue/v1/task-priority-changed-message.json"),
-    ),
-    ("queue/v1/task-queue-counts-request.json", include_str!("../schemas/queue/v1/task-queue-counts-request.json")),
-    ("queue/v1/task-running-message.json", include_str!("../schemas/queue/v1/task-running-message.json")),
-    ("queue/v1/task-status.json", include_str!("../schemas/queue/v1/task-status.json")),
-    ("queue/v1/tasks-request.json", include_str!("../schemas/queue/v1/tasks-request.json")),
-    ("queue/v1/update-worker-request.json", include_str!("../schemas/queue/v1/update-worker-request.json")),
-    ("queue/v1/worker-heartbeat-request.json", include_str!("../schemas/queue/v1/worker-heartbeat-request.json")),
-    (
-        "scheduler/v1/create-task-graph-request.json",
-        include_str!("../schemas/scheduler/v1/create-task-graph-request.json"),
-    ),
-    (
-        "scheduler/v1/extend-task-graph-request.json",
-        include_str!("../schemas/scheduler/v1/extend-task-graph-request.json"),
-    ),
-    ("scheduler/v1/task-graph-message.json", include_str!("../schemas/scheduler/v1/task-graph-message.json")),
+const SCHEMAS: &[(&str, &str)] = schemas![
+    "auth/v1/create-client-request.json",
+    "auth/v1/create-role-request.json",
+    "auth/v1/scopeset.json",
+    "auth/v1/test-authenticate-request.json",
+    "queue/v1/artifact-created-message.json",
+    "queue/v1/change-task-priority-request.json",
+    "queue/v1/claim-work-request.json",
+    "queue/v1/create-task-request.json",
+    "queue/v1/finish-artifact-request.json",
+    "queue/v1/maintain-worker-request.json",
+    "queue/v1/post-artifact-request.json",
+    "queue/v1/post-worker-event-request.json",
+    "queue/v1/quarantine-worker-request.json",
+    "queue/v1/task-claim-request.json",
+    "queue/v1/task-completed-message.json",
+    "queue/v1/task-defined-message.json",
+    "queue/v1/task-exception-message.json",
+    "queue/v1/task-exception-request.json",
+    "queue/v1/task-failed-message.json",
+    "queue/v1/task-group-changed-message.json",
+    "queue/v1/task-group-priority-changed-message.json",
+    "queue/v1/task-pending-message.json",
+    "queue/v1/task-priority-changed-message.json",
+    "queue/v1/task-queue-counts-request.json",
+    "queue/v1/task-running-message.json",
+    "queue/v1/task-status.json",
+    "queue/v1/tasks-request.json",
+    "queue/v1/update-worker-request.json",
+    "queue/v1/worker-heartbeat-request.json",
+    "scheduler/v1/create-task-graph-request.json",
+    "scheduler/v1/extend-task-graph-request.json",
+    "scheduler/v1/task-graph-message.json",
 ];
 
 /// The name Taskcluster's references give a route parameter.
