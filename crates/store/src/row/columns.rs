@@ -180,10 +180,13 @@ const fn same(a: &str, b: &str) -> bool {
     true
 }
 
-/// The index of task column `$name`, found at compile time (a compile error when there is none).
+/// The index of task column `$name` as a task select reads it, found at compile time: a
+/// compile error when there is none, or when it stands at or after [`READ`] (a select would
+/// not read it back).
 macro_rules! col {
     ($name:literal) => {{
         const INDEX: usize = at($name);
+        const _: () = assert!(INDEX < READ, concat!("task column `", $name, "` is read back but stands after READ"));
         INDEX
     }};
 }
