@@ -36,7 +36,8 @@ impl std::str::FromStr for Secret {
 pub(crate) fn check_root_token(token: &str) -> anyhow::Result<()> {
     anyhow::ensure!(
         token.len() >= MIN_TOKEN_LEN && token.bytes().all(|b| b.is_ascii_graphic()),
-        "root-access-token must be at least {MIN_TOKEN_LEN} printable characters without spaces"
+        // The setting's key is put before this by the settings' check.
+        "must be at least {MIN_TOKEN_LEN} printable characters without spaces"
     );
     Ok(())
 }

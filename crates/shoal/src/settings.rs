@@ -353,6 +353,14 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_setting_is_named_once() {
+        let config =
+            ServerConfig { root_access_token: Some(credentials::Secret("short".into())), ..ServerConfig::default() };
+        let refused = config.check().unwrap_err().to_string();
+        assert_eq!(refused, "root-access-token must be at least 16 printable characters without spaces");
+    }
+
+    #[test]
     fn each_default_is_shown_as_it_is() {
         let (differ, read) = shown_defaults_that_differ();
         assert!(differ.is_empty(), "defaults shown otherwise than they are:\n{}", differ.join("\n"));
