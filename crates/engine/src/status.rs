@@ -365,11 +365,17 @@ pub struct TaskStatus {
     pub created_by: Option<String>,
 }
 
+/// For a task with slices, the index of the slice its last run (of `runs`) waits or ran on.
+#[must_use]
+pub fn current_slice(runs: &[Run]) -> Option<u32> {
+    runs.last().and_then(|run| run.slice).map(|at| at.index)
+}
+
 impl TaskStatus {
     /// For a task with slices, the index of the slice its last run waits or ran on.
     #[must_use]
     pub fn current_slice(&self) -> Option<u32> {
-        self.runs.last().and_then(|run| run.slice).map(|at| at.index)
+        current_slice(&self.runs)
     }
 
     /// For a deduped task, the task whose completion stands for it.

@@ -298,7 +298,7 @@ impl Task {
     /// The slice the last run waits or ran on, for a task with slices.
     #[must_use]
     pub fn status_slice(&self) -> Option<u32> {
-        self.runs.last().and_then(|run| run.slice).map(|at| at.index)
+        crate::status::current_slice(&self.runs)
     }
 
     /// When the pending run's current slice has waited its `expiresAfter`.

@@ -109,18 +109,28 @@ fn the_standing_is_the_one_rule_state_and_backlog_read() {
     terminating.request_termination("admin", at(1));
     let mut exited = terminating.clone();
     exited.exited(at(2));
+    let counted = |live, quarantined, maintenance, terminating| crate::backlog::Matching {
+        live,
+        quarantined,
+        maintenance,
+        terminating,
+        missing: 0,
+    };
     let cases = [
-        (&free, false, WorkerState::Idle),
-        (&quarantined, true, WorkerState::Quarantined),
-        (&maintained, true, WorkerState::Maintenance),
-        (&terminating, true, WorkerState::Idle),
-        (&exited, true, WorkerState::Terminated),
+        (&free, false, WorkerState::Idle, counted(1, 0, 0, 0)),
+        (&quarantined, true, WorkerState::Quarantined, counted(0, 1, 0, 0)),
+        (&maintained, true, WorkerState::Maintenance, counted(0, 0, 1, 0)),
+        (&terminating, true, WorkerState::Idle, counted(0, 0, 0, 1)),
+        (&exited, true, WorkerState::Terminated, counted(0, 0, 0, 0)),
     ];
-    for (worker, barred, state) in cases {
+    for (worker, barred, state, backlog) in cases {
         let standing = worker.standing(now);
         assert_eq!(standing.barred(now), barred, "{standing:?}");
         assert_eq!(worker.state(now, 120_000, false), state, "{standing:?}");
         assert_eq!(worker.is_quarantined(now), standing.quarantine_until.is_some());
+        let set = crate::backlog::PendingSet { dimensions: Dimensions::default(), pending: 1, oldest: at(0) };
+        let lines = crate::backlog::backlog(vec![set], std::slice::from_ref(worker), now, 120_000);
+        assert_eq!(lines[0].workers, backlog, "{standing:?}");
     }
 }
 
