@@ -30,10 +30,7 @@ use tokio::net::TcpListener;
 
 use crate::auth::nonces::Nonces;
 use crate::auth::{Caller, Scopes};
-use crate::endpoints::{
-    AUTH_ENDPOINTS, BLOB_ENDPOINTS, ENDPOINTS, EVENT_ENDPOINTS, Endpoint, LOG_ENDPOINTS, MONITORING,
-    SCHEDULER_ENDPOINTS,
-};
+use crate::endpoints::{BLOB_ENDPOINTS, EVENT_ENDPOINTS, Endpoint, LOG_ENDPOINTS, MONITORING, SERVICES, Service};
 use crate::error::ApiError;
 
 /// What every handler can reach.
@@ -57,25 +54,22 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     // Installed before any request, so nothing counted is lost.
     prometheus::handle();
-    let api = api_router(&state, ENDPOINTS, Some("queue"), extract::MAX_BODY_BYTES);
-    let scheduler = api_router(&state, SCHEDULER_ENDPOINTS, Some("scheduler"), routes::graphs::MAX_GRAPH_BYTES)
-        // A graph carries up to 20,000 task definitions at once.
-        .layer(DefaultBodyLimit::max(routes::graphs::MAX_GRAPH_BYTES));
-    let auth = api_router(&state, AUTH_ENDPOINTS, Some("auth"), extract::MAX_BODY_BYTES);
     // Artifact uploads stream to disk; they are not held to the JSON body limit.
     let blobs = api_router(&state, BLOB_ENDPOINTS, None, extract::MAX_BODY_BYTES).layer(DefaultBodyLimit::disable());
     let logs = api_router(&state, LOG_ENDPOINTS, None, routes::logs::MAX_CHUNK_BYTES)
         .layer(DefaultBodyLimit::max(routes::logs::MAX_CHUNK_BYTES));
     let events = api_router(&state, EVENT_ENDPOINTS, None, extract::MAX_BODY_BYTES);
-    Router::new()
-        .route("/metrics", axum::routing::get(prometheus::serve))
+    let mut app = Router::new();
+    for service in SERVICES {
+        let api = api_router(&state, service.endpoints, Some(service), service.max_body)
+            .layer(DefaultBodyLimit::max(service.max_body));
+        app = app.nest(&format!("/api/{}/v1", service.name), api);
+    }
+    app.route("/metrics", axum::routing::get(prometheus::serve))
         .route("/references/manifest.json", axum::routing::get(reference::manifest))
         .route("/references/{service}/v1/{file}", axum::routing::get(reference::document))
         .route("/schemas/{service}/v1/{file}", axum::routing::get(reference::schema))
         .merge(ui::routes())
-        .nest("/api/queue/v1", api)
-        .nest("/api/scheduler/v1", scheduler)
-        .nest("/api/auth/v1", auth)
         .nest("/blobs/v1", blobs)
         .nest("/logs/v1", logs)
         .nest("/api/events/v1", events)
@@ -89,12 +83,12 @@ pub fn router(state: AppState) -> Router {
 fn api_router(
     state: &AppState,
     endpoints: &'static [Endpoint],
-    service_name: Option<&str>,
+    service: Option<&'static Service>,
     max_body: usize,
 ) -> Router<AppState> {
     let mut api: Router<AppState> = Router::new();
     // A service (queue, auth, scheduler) also answers the monitoring calls.
-    let monitoring: &'static [Endpoint] = if service_name.is_some() { MONITORING } else { &[] };
+    let monitoring: &'static [Endpoint] = if service.is_some() { MONITORING } else { &[] };
     for endpoint in monitoring.iter().chain(endpoints) {
         let filter = endpoint.method.filter();
         // Only what authentication needs, so a request clones three handles, not the state.
@@ -113,12 +107,10 @@ fn api_router(
         }
         api = api.route(endpoint.route, routed);
     }
-    match service_name {
+    match service {
         None => api,
-        Some(service_name) => {
-            let service = reference::SERVICES.iter().find(|service| service.name == service_name);
-            let document = service.map_or(serde_json::Value::Null, reference::api_reference);
-            api.layer(axum::Extension(routes::meta::Reference(Arc::new(document))))
+        Some(service) => {
+            api.layer(axum::Extension(routes::meta::Reference(Arc::new(reference::api_reference(service)))))
         }
     }
 }

@@ -11,45 +11,7 @@ use shoal_engine::message::Exchange;
 
 use crate::AppState;
 use crate::auth::Scopes;
-use crate::endpoints::{AUTH_ENDPOINTS, ENDPOINTS, Endpoint, MONITORING, SCHEDULER_ENDPOINTS};
-
-/// A service with a reference: its name in URLs and its endpoints.
-pub(crate) struct Service {
-    /// `queue`, `auth`, `scheduler`.
-    pub(crate) name: &'static str,
-    title: &'static str,
-    description: &'static str,
-    pub(crate) endpoints: &'static [Endpoint],
-    /// Its exchanges' common prefix, if it publishes any.
-    exchange_prefix: Option<&'static str>,
-}
-
-/// Every service Shoal serves under `/api/<name>/v1/`.
-pub(crate) const SERVICES: &[Service] = &[
-    Service {
-        name: "queue",
-        title: "Queue Service",
-        description: "Tasks, their runs and artifacts, task groups, task queues and their workers: Taskcluster's \
-                      Queue API v1, with Shoal's additions (marked Shoal's).",
-        endpoints: ENDPOINTS,
-        exchange_prefix: Some("exchange/taskcluster-queue/v1/"),
-    },
-    Service {
-        name: "auth",
-        title: "Authentication API",
-        description: "Clients, roles and scopes: the part of Taskcluster's Auth API v1 that Shoal serves.",
-        endpoints: AUTH_ENDPOINTS,
-        exchange_prefix: None,
-    },
-    Service {
-        name: "scheduler",
-        title: "Task-Graph Scheduler",
-        description: "Task graphs: tasks with the graph tasks they require and their rerun budgets, submitted \
-                      and extended as a whole.",
-        endpoints: SCHEDULER_ENDPOINTS,
-        exchange_prefix: Some("exchange/taskcluster-scheduler/v1/"),
-    },
-];
+use crate::endpoints::{Endpoint, MONITORING, SERVICES, Service};
 
 /// `(path, text)` for each schema file under `crates/api/schemas/`, named once.
 macro_rules! schemas {

@@ -108,16 +108,8 @@ fn read_shown<T: serde::de::DeserializeOwned>(shown: &str) -> Option<T> {
     if shown.contains('<') {
         return None; // words standing for a value made at start
     }
-    let sized = shown.split_once(' ').and_then(|(number, unit)| {
-        let scale: u64 = match unit {
-            "KiB" => 1 << 10,
-            "MiB" => 1 << 20,
-            "GiB" => 1 << 30,
-            _ => return None,
-        };
-        number.parse::<u64>().ok().map(|number| (number * scale).to_string())
-    });
-    let text = sized.unwrap_or_else(|| shown.to_owned());
+    // The worker's own size parser reads `8 GiB` (and a plain number as itself).
+    let text = crate::worker::parse_size(shown).map_or_else(|_| shown.to_owned(), |bytes| bytes.to_string());
     serde_json::from_str(&text).ok().or_else(|| serde_json::from_value(serde_json::Value::String(text)).ok())
 }
 

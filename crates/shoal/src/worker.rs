@@ -106,7 +106,7 @@ impl IsolationArg {
 }
 
 /// A size in bytes: a number with an optional KiB, MiB, GiB or TiB (or K, M, G, T).
-fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (number, unit) = text.split_at(digits);
     let shift = match unit.trim().trim_end_matches("iB").trim_end_matches('B') {

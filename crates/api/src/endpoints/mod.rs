@@ -4,6 +4,8 @@
 use axum::routing::{MethodFilter, MethodRouter};
 use serde::Serialize;
 
+use shoal_engine::topic::{EXCHANGE_PREFIX, SCHEDULER_EXCHANGE_PREFIX};
+
 use crate::AppState;
 use crate::auth::Scopes::{self, AllOf, AnyOf, For, Scope};
 
@@ -148,3 +150,50 @@ pub use auth::AUTH_ENDPOINTS;
 pub use queue::ENDPOINTS;
 pub use scheduler::SCHEDULER_ENDPOINTS;
 pub use server::{BLOB_ENDPOINTS, EVENT_ENDPOINTS, LOG_ENDPOINTS, MONITORING};
+
+/// A service Shoal serves under `/api/<name>/v1/`, with its reference's title.
+pub struct Service {
+    /// `queue`, `auth`, `scheduler`.
+    pub name: &'static str,
+    /// Its reference's title.
+    pub title: &'static str,
+    /// Its reference's description.
+    pub description: &'static str,
+    /// Its endpoints (the monitoring calls come with every service).
+    pub endpoints: &'static [Endpoint],
+    /// The largest request body it takes.
+    pub max_body: usize,
+    /// Its exchanges' common prefix, if it publishes any.
+    pub exchange_prefix: Option<&'static str>,
+}
+
+/// Every service Shoal serves under `/api/<name>/v1/`.
+pub const SERVICES: &[Service] = &[
+    Service {
+        name: "queue",
+        title: "Queue Service",
+        description: "Tasks, their runs and artifacts, task groups, task queues and their workers: Taskcluster's \
+                      Queue API v1, with Shoal's additions (marked Shoal's).",
+        endpoints: ENDPOINTS,
+        max_body: crate::extract::MAX_BODY_BYTES,
+        exchange_prefix: Some(EXCHANGE_PREFIX),
+    },
+    Service {
+        name: "auth",
+        title: "Authentication API",
+        description: "Clients, roles and scopes: the part of Taskcluster's Auth API v1 that Shoal serves.",
+        endpoints: AUTH_ENDPOINTS,
+        max_body: crate::extract::MAX_BODY_BYTES,
+        exchange_prefix: None,
+    },
+    Service {
+        name: "scheduler",
+        title: "Task-Graph Scheduler",
+        description: "Task graphs: tasks with the graph tasks they require and their rerun budgets, submitted \
+                      and extended as a whole.",
+        endpoints: SCHEDULER_ENDPOINTS,
+        // A graph carries up to 20,000 task definitions at once.
+        max_body: crate::routes::graphs::MAX_GRAPH_BYTES,
+        exchange_prefix: Some(SCHEDULER_EXCHANGE_PREFIX),
+    },
+];

@@ -253,18 +253,14 @@ fn client_of(caller: &Caller) -> String {
     caller.client_id.clone().unwrap_or_else(|| "anonymous".into())
 }
 
-/// Applies `change`; Taskcluster's calls answer its shape, Shoal's the fleet view's.
-async fn changed(
-    state: &AppState,
-    key: WorkerKey,
-    change: WorkerChange,
-    caller: &Caller,
-) -> Result<Json<Value>, ApiError> {
-    let taskcluster = matches!(change, WorkerChange::Quarantine { .. } | WorkerChange::Declare { .. });
-    let worker = state.queue.change_worker(key.clone(), change, client_of(caller)).await?;
-    if taskcluster {
-        return Ok(Json(worker_body(&worker)));
-    }
+/// Applies `change` on behalf of `caller`; answers the worker it left.
+async fn change(state: &AppState, key: WorkerKey, change: WorkerChange, caller: &Caller) -> Result<Worker, ApiError> {
+    Ok(state.queue.change_worker(key, change, client_of(caller)).await?)
+}
+
+/// The fleet view of a worker just changed (Shoal's calls answer it), with its running tasks.
+async fn fleet_view(state: &AppState, worker: Worker) -> Result<Json<Value>, ApiError> {
+    let key = worker.key.clone();
     let (worker, running) = match state.queue.store().read(move |reads| reads.worker(&key)).await? {
         Some(found) => found,
         None => (worker, Vec::new()),
@@ -286,7 +282,8 @@ pub(crate) async fn quarantine_worker(
     let key = key_of(&params)?;
     caller.authorize(&vars_of(&key))?;
     let until = timestamp("quarantineUntil", &body.quarantine_until)?;
-    changed(&state, key, WorkerChange::Quarantine { until, info: body.quarantine_info }, &caller).await
+    let worker = change(&state, key, WorkerChange::Quarantine { until, info: body.quarantine_info }, &caller).await?;
+    Ok(Json(worker_body(&worker)))
 }
 
 pub(crate) async fn declare_worker(
@@ -305,7 +302,7 @@ pub(crate) async fn declare_worker(
             _ => return Err(ApiError::invalid_input(format!("{name}: is not a property of a worker (expires is)"))),
         }
     }
-    changed(&state, key, WorkerChange::Declare { expires }, &caller).await
+    Ok(Json(worker_body(&change(&state, key, WorkerChange::Declare { expires }, &caller).await?)))
 }
 
 pub(crate) async fn terminate_worker(
@@ -315,7 +312,7 @@ pub(crate) async fn terminate_worker(
 ) -> Result<Json<Value>, ApiError> {
     let key = key_of(&params)?;
     caller.authorize(&vars_of(&key))?;
-    changed(&state, key, WorkerChange::Terminate, &caller).await
+    fleet_view(&state, change(&state, key, WorkerChange::Terminate, &caller).await?).await
 }
 
 /// maintainWorker's body: why the worker is in maintenance, or `null` to end it.
@@ -333,7 +330,7 @@ pub(crate) async fn maintain_worker(
 ) -> Result<Json<Value>, ApiError> {
     let key = key_of(&params)?;
     caller.authorize(&vars_of(&key))?;
-    changed(&state, key, WorkerChange::Maintain { message: body.maintenance }, &caller).await
+    fleet_view(&state, change(&state, key, WorkerChange::Maintain { message: body.maintenance }, &caller).await?).await
 }
 
 /// postWorkerEvent's body: what kind of event, and a short message.
@@ -355,7 +352,7 @@ pub(crate) async fn post_worker_event(
     let kind = Posted::from_name(&body.kind)
         .ok_or_else(|| ApiError::invalid_input("kind: must be error, rebooting, shutdown or log"))?;
     caller.authorize(&vars_of(&key).one("kind", kind.as_str()))?;
-    changed(&state, key, WorkerChange::Post { kind, message: body.message }, &caller).await
+    fleet_view(&state, change(&state, key, WorkerChange::Post { kind, message: body.message }, &caller).await?).await
 }
 
 pub(crate) async fn worker_events(State(state): State<AppState>, params: Params) -> Result<Json<Value>, ApiError> {
