@@ -177,7 +177,7 @@ pub(crate) async fn preload(dir: &Path, queue: &str, n: usize) -> anyhow::Result
                 let task_id = TaskId::parse(&slugid::nice()).context("slugid")?;
                 let now = crate::now();
                 let definition = input.validate(task_id, now).map_err(|r| anyhow::anyhow!("{r}"))?;
-                let _ = store.create_task(definition, task_id, now).await?;
+                let _ = store.run(shoal_store::operation::CreateTask { definition, task_id }, now).await?;
                 idx += n_loaders;
             }
             Ok::<(), anyhow::Error>(())

@@ -11,6 +11,7 @@ use shoal_engine::auth::{
     KnownClient, QUEUE_CLIENT_ID, ROOT_CLIENT_ID, Roles, ScopeSet, certificate, expand_with_anonymous,
 };
 use shoal_engine::{TaskId, Timestamp};
+use shoal_store::operation::{ChangeAuth, SigningToken};
 use shoal_store::{AuthChange, AuthOutcome, ClientEdit, Store, StoreError};
 
 use crate::clock::now;
@@ -80,7 +81,7 @@ impl Authority {
     /// # Errors
     /// When the store cannot be read.
     pub async fn open(store: Store, root_token: String) -> Result<Authority, StoreError> {
-        let signing_token = store.signing_token(new_secret()).await?;
+        let signing_token = store.run(SigningToken { candidate: new_secret() }, now()).await?.value;
         let inner = Inner { store, root_token, signing_token, state: RwLock::new(Arc::default()) };
         let authority = Authority { inner: Arc::new(inner) };
         authority.reload().await?;
@@ -145,7 +146,7 @@ impl Authority {
     }
 
     async fn change(&self, change: AuthChange) -> Result<AuthOutcome, StoreError> {
-        let outcome = self.inner.store.change_auth(change, now()).await?;
+        let outcome = self.inner.store.run(ChangeAuth { change }, now()).await?.value;
         self.reload().await?;
         Ok(outcome)
     }

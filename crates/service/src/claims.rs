@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures_util::future::select_all;
 use shoal_engine::worker::{Sighting, WorkerKey};
+use shoal_store::operation::ClaimWork;
 use shoal_store::{Claim, ClaimRequest, StoreError};
 
 use crate::fleet::Standing;
@@ -143,7 +144,7 @@ impl Queue {
                 continue;
             }
             let request = ClaimRequest { count: left, ..request.clone() };
-            let claimed = self.committed(self.inner.store.claim_work(request, now()).await?);
+            let claimed = self.committed(self.inner.store.run(ClaimWork { request }, now()).await?);
             counts::claimed(&claimed);
             left -= claimed.len().min(left);
             claims.push(claimed);

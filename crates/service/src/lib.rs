@@ -19,20 +19,14 @@ mod workers;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shoal_blobs::{BlobKey, Blobs, Stored};
-use shoal_engine::artifact::{Artifact, ArtifactRequest};
+use shoal_blobs::{BlobKey, Blobs};
 use shoal_engine::artifact::{check_run_takes_output, check_size};
-use shoal_engine::command::TaskCommand;
-use shoal_engine::definition::TaskDefinition;
 use shoal_engine::event::Event;
-use shoal_engine::graph::ExtensionInput;
-use shoal_engine::message::GraphStatus;
-use shoal_engine::priority::Priority;
 use shoal_engine::rejection::Missing;
 use shoal_engine::status::Run;
-use shoal_engine::status::TaskStatus;
 use shoal_engine::{Rejection, TaskId, Timestamp};
-use shoal_store::{ArtifactKey, Claim, Committed, GroupCancellation, RemoteWork, Store, StoreError, TaskGroup};
+use shoal_store::operation::{FireDue, ForgetArtifacts, ForgetTasks};
+use shoal_store::{Committed, Operation, RemoteWork, Store, StoreError};
 use tokio::sync::watch;
 
 pub use auth::{Authority, run_auth_refresh};
@@ -205,7 +199,7 @@ impl Queue {
     }
 
     /// One run, as committed.
-    async fn run(&self, task_id: TaskId, run_id: u32) -> Result<Run, StoreError> {
+    async fn load_run(&self, task_id: TaskId, run_id: u32) -> Result<Run, StoreError> {
         let record = self.inner.store.read(move |reads| reads.task(task_id)).await?;
         let record = record.ok_or(Rejection::NotFound(Missing::Task(task_id)))?;
         let run =
@@ -225,7 +219,7 @@ impl Queue {
         offset: u64,
         bytes: &[u8],
     ) -> Result<Appended, StoreError> {
-        check_run_takes_output(&self.run(task_id, run_id).await?)?;
+        check_run_takes_output(&self.load_run(task_id, run_id).await?)?;
         let limit = self.inner.config.sizes.log_bytes;
         check_size(|| format!("the live log of run {run_id} of task {task_id}"), offset + bytes.len() as u64, limit)?;
         let (log, _) = self.inner.live.entry(task_id, run_id);
@@ -298,114 +292,19 @@ impl Queue {
             let size = self.log_size(task_id, run_id).await?;
             log.progress.send_modify(|progress| progress.size = progress.size.max(size));
         }
-        if self.run(task_id, run_id).await?.state.is_resolved() {
+        if self.load_run(task_id, run_id).await?.state.is_resolved() {
             self.inner.live.finish(task_id, run_id);
         }
         Ok(receiver)
     }
 
-    /// createTask.
+    /// Runs a write operation (`shoal_store::operation`) now; what its commit caused is
+    /// published, counted and woken on as for every write.
     ///
     /// # Errors
     /// As the store.
-    pub async fn create_task(&self, task_id: TaskId, definition: TaskDefinition) -> Result<TaskStatus, StoreError> {
-        let committed = self.inner.store.create_task(definition, task_id, now()).await?;
-        Ok(self.committed(committed))
-    }
-
-    /// Creates a task graph (seed 000) and its tasks in one step.
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn create_graph(&self, request: shoal_store::GraphRequest) -> Result<GraphStatus, StoreError> {
-        let committed = self.inner.store.create_graph(request, now()).await?;
-        Ok(self.committed(committed))
-    }
-
-    /// Adds tasks to a task graph in one step.
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn extend_graph(
-        &self,
-        task_graph_id: TaskId,
-        input: ExtensionInput,
-        created_by: Option<String>,
-    ) -> Result<GraphStatus, StoreError> {
-        let committed = self.inner.store.extend_graph(task_graph_id, input, created_by, now()).await?;
-        Ok(self.committed(committed))
-    }
-
-    /// Any single-task command (schedule, reclaim, resolve, cancel, rerun, priority).
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn apply(&self, task_id: TaskId, command: TaskCommand) -> Result<TaskStatus, StoreError> {
-        let committed = self.inner.store.apply(task_id, command, now()).await?;
-        Ok(self.committed(committed))
-    }
-
-    /// claimTask (deprecated): claims one specific run.
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn claim_task(
-        &self,
-        task_id: TaskId,
-        run_id: u32,
-        worker_group: String,
-        worker_id: String,
-    ) -> Result<Claim, StoreError> {
-        let committed = self.inner.store.claim_task(task_id, run_id, worker_group, worker_id, now()).await?;
-        Ok(self.committed(committed))
-    }
-
-    /// sealTaskGroup.
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn seal_task_group(&self, group: TaskId) -> Result<TaskGroup, StoreError> {
-        let committed = self.inner.store.seal_task_group(group, now()).await?;
-        Ok(self.committed(committed))
-    }
-
-    /// cancelTaskGroup.
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn cancel_task_group(&self, group: TaskId) -> Result<GroupCancellation, StoreError> {
-        let committed = self.inner.store.cancel_task_group(group, now()).await?;
-        Ok(self.committed(committed))
-    }
-
-    /// changeTaskGroupPriority.
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn change_task_group_priority(
-        &self,
-        group: TaskId,
-        priority: Priority,
-    ) -> Result<Vec<TaskId>, StoreError> {
-        let committed = self.inner.store.change_task_group_priority(group, priority, now()).await?;
-        Ok(self.committed(committed))
-    }
-
-    /// createArtifact.
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn create_artifact(&self, key: ArtifactKey, request: ArtifactRequest) -> Result<Artifact, StoreError> {
-        let committed = self.inner.store.create_artifact(key, request, now()).await?;
-        Ok(self.committed(committed))
-    }
-
-    /// Records that the bytes of a blob artifact are complete (after they were written).
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn artifact_uploaded(&self, key: ArtifactKey, stored: Stored) -> Result<Artifact, StoreError> {
-        let committed = self.inner.store.artifact_uploaded(key, (stored.bytes, stored.object), now()).await?;
+    pub async fn run<O: Operation>(&self, op: O) -> Result<O::Output, StoreError> {
+        let committed = self.inner.store.run(op, now()).await?;
         Ok(self.committed(committed))
     }
 
@@ -426,8 +325,7 @@ impl Queue {
                 .map_err(|err| StoreError::Unavailable(format!("deleting an expired artifact: {err}")))?;
             keys.push(key);
         }
-        let committed = self.inner.store.forget_artifacts(keys).await?;
-        Ok(self.committed(committed))
+        self.run(ForgetArtifacts { keys }).await
     }
 
     /// Deletes resolved tasks past their `expires`: their files first (live logs, what is left
@@ -447,7 +345,7 @@ impl Queue {
                 .map_err(|err| StoreError::Unavailable(format!("deleting an expired task's files: {err}")))?;
             task_ids.push(task_id);
         }
-        let deleted = self.inner.store.forget_tasks(task_ids, at, limit).await?;
+        let deleted = self.inner.store.run(ForgetTasks { task_ids, limit }, at).await?.value;
         metrics::counter!("shoal_tasks_expired_total").increment(deleted as u64);
         Ok(deleted)
     }
@@ -465,7 +363,7 @@ impl Queue {
     /// # Errors
     /// As the store.
     pub async fn fire_due(&self, at: Timestamp, limit: usize) -> Result<usize, StoreError> {
-        let committed = self.inner.store.fire_due(at, limit).await?;
+        let committed = self.inner.store.run(FireDue { limit }, at).await?;
         Ok(self.committed(committed))
     }
 }
@@ -488,7 +386,7 @@ async fn end_logs_of_runs_ended_elsewhere(
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                 let queue = Queue { inner };
                 for (task_id, run_id) in queue.inner.live.open() {
-                    match queue.run(task_id, run_id).await {
+                    match queue.load_run(task_id, run_id).await {
                         Ok(run) if !run.state.is_resolved() => {}
                         // Resolved, or no such task or run any more.
                         Ok(_) | Err(StoreError::Rejected(_)) => queue.inner.live.finish(task_id, run_id),

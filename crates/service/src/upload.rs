@@ -4,6 +4,7 @@ use shoal_blobs::{BlobKey, BlobReader, BlobWriter};
 use shoal_engine::Rejection;
 use shoal_engine::artifact::{Artifact, check_run_takes_artifacts, check_size};
 use shoal_engine::rejection::{Conflict, Missing};
+use shoal_store::operation::ArtifactUploaded;
 use shoal_store::{ArtifactKey, StoreError};
 
 use crate::{Queue, now};
@@ -93,7 +94,7 @@ impl Queue {
             Err(err) => return Err(blob_error(err)),
         };
         let object = stored.object.clone();
-        match self.artifact_uploaded(key.clone(), stored).await {
+        match self.run(ArtifactUploaded { key: key.clone(), bytes: stored.bytes, object: stored.object }).await {
             Err(StoreError::Rejected(rejection)) => {
                 // Refused, so never accepted: these bytes are this upload's own.
                 let blob = BlobKey { task_id: key.task_id.as_str(), run_id: key.run_id, name: &key.name };

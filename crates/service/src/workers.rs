@@ -3,6 +3,7 @@
 
 use shoal_engine::Timestamp;
 use shoal_engine::worker::{Sighting, Worker, WorkerKey};
+use shoal_store::operation::{ChangeWorker, LoseSilentWorkers, WorkerSeen};
 use shoal_store::{StoreError, WorkerChange};
 
 use crate::fleet::Standing;
@@ -21,7 +22,8 @@ impl Queue {
             return Ok(standing);
         }
         let writing = self.inner.fleet.writing(key);
-        let worker = self.inner.store.worker_seen(key.clone(), sighting.clone(), now).await?;
+        let worker =
+            self.inner.store.run(WorkerSeen { key: key.clone(), sighting: sighting.clone() }, now).await?.value;
         let before = writing.written(&sighting, &worker, now);
         let standing = worker.standing(now);
         if sighting.maintenance.is_some() && before.is_none_or(|before| before.maintenance != standing.maintenance) {
@@ -61,7 +63,7 @@ impl Queue {
     ) -> Result<Worker, StoreError> {
         let now = now();
         let writing = self.inner.fleet.writing(&key);
-        let worker = self.inner.store.change_worker(key, change, client_id, now).await?;
+        let worker = self.inner.store.run(ChangeWorker { key, change, client_id }, now).await?.value;
         writing.changed(&worker, now);
         self.inner.wakers.wake_queue(&worker.key.task_queue_id);
         // The change reached its records in the other queues it serves too.
@@ -82,7 +84,7 @@ impl Queue {
         let now = now();
         let dead_after = i64::try_from(self.inner.config.worker_dead_after.as_millis()).unwrap_or(i64::MAX);
         let cutoff = Timestamp(now.millis().saturating_sub(dead_after));
-        let committed = self.inner.store.lose_silent_workers(cutoff, now, limit).await?;
+        let committed = self.inner.store.run(LoseSilentWorkers { cutoff, limit }, now).await?;
         Ok(self.committed(committed))
     }
 }

@@ -18,6 +18,7 @@ mod types;
 
 pub use ops::auth::{AuthChange, AuthOutcome, ClientEdit};
 pub use ops::graph::{GraphNode, GraphRecord, GraphRequest};
+pub use ops::operation::{self, Op, Operation, Outcome};
 pub use ops::workers::WorkerChange;
 pub use page::Page;
 pub use postgres::{
@@ -28,16 +29,9 @@ pub use settings::{DEFAULT_CLAIM_TIMEOUT_SECS, DEFAULT_QUEUE_RETENTION_SECS, Sto
 pub use sqlite::{ClaimAnswer, Parked, SqliteConfig, SqliteStore};
 pub use types::*;
 
-use shoal_engine::artifact::{Artifact, ArtifactRequest};
-use shoal_engine::command::TaskCommand;
 use shoal_engine::dimensions::Dimensions;
-use shoal_engine::message::GraphStatus;
-use shoal_engine::priority::Priority;
-use shoal_engine::status::TaskStatus;
-use shoal_engine::worker::{Sighting, Worker, WorkerKey};
+use shoal_engine::worker::WorkerKey;
 use shoal_engine::{TaskId, Timestamp};
-
-use crate::ops::{AuthTx, ready};
 
 /// Called with the queue and needs (none: any worker) of a run a commit made pending.
 pub type WakeHook = Box<dyn Fn(&str, Option<&shoal_engine::dimensions::Dimensions>) + Send + Sync>;
@@ -123,83 +117,20 @@ impl ClaimRequest {
 }
 
 impl Store {
-    /// Creates a task graph and its tasks (idempotent for the very same submission).
+    /// Runs a write operation (see [`ops::operation`]) in one transaction, alone or gathered
+    /// with others, and answers once its commit is durable.
     ///
     /// # Errors
-    /// Rejected for a bad graph (naming the field), an existing graph or task group.
-    pub async fn create_graph(
-        &self,
-        request: GraphRequest,
-        now: Timestamp,
-    ) -> Result<Committed<GraphStatus>, StoreError> {
-        match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::graph::create(tx, &request, now))).await,
-            Store::Postgres(store) => {
-                store.write(request, move |tx, request| Box::pin(ops::graph::create(tx, request, now))).await
-            }
-        }
-    }
-
-    /// Adds tasks to a task graph.
-    ///
-    /// # Errors
-    /// Rejected for an unknown graph, a sealed group, or bad tasks (naming the field).
-    pub async fn extend_graph(
-        &self,
-        task_graph_id: TaskId,
-        input: shoal_engine::graph::ExtensionInput,
-        created_by: Option<String>,
-        now: Timestamp,
-    ) -> Result<Committed<GraphStatus>, StoreError> {
-        match self {
-            Store::Sqlite(store) => {
-                store
-                    .write(move |tx| ready(ops::graph::extend(tx, task_graph_id, &input, created_by.as_deref(), now)))
-                    .await
-            }
-            Store::Postgres(store) => {
-                store
-                    .write((input, created_by), move |tx, (input, created_by)| {
-                        Box::pin(ops::graph::extend(tx, task_graph_id, input, created_by.as_deref(), now))
-                    })
-                    .await
-            }
-        }
-    }
-
-    /// Defines a task (idempotent for an equal definition) and schedules it when it has no
-    /// unmet dependencies.
-    ///
-    /// # Errors
-    /// Rejected for a conflicting definition, a sealed group or unknown dependencies.
-    pub async fn create_task(
-        &self,
-        definition: shoal_engine::definition::TaskDefinition,
-        task_id: TaskId,
-        now: Timestamp,
-    ) -> Result<Committed<TaskStatus>, StoreError> {
-        match self {
-            Store::Sqlite(store) => {
-                store.write(move |tx| ready(ops::tasks::create_task(tx, &definition, task_id, now))).await
-            }
-            Store::Postgres(store) => store.create_task(definition, task_id, now).await,
-        }
-    }
-
-    /// Applies `command` to task `task_id`.
-    ///
-    /// # Errors
-    /// Rejected when the task is unknown or the rules refuse.
-    pub async fn apply(
-        &self,
-        task_id: TaskId,
-        command: TaskCommand,
-        now: Timestamp,
-    ) -> Result<Committed<TaskStatus>, StoreError> {
-        match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::tasks::apply(tx, task_id, &command, now))).await,
-            Store::Postgres(store) => store.apply(task_id, command, now).await,
-        }
+    /// Rejected when the rules refuse it (naming the field); Unavailable, Conflict or another
+    /// storage failure otherwise.
+    pub async fn run<O: Operation>(&self, op: O, now: Timestamp) -> Result<Committed<O::Output>, StoreError> {
+        let Committed { value, events } = match self {
+            Store::Sqlite(store) => store.run(op.into(), now).await?,
+            Store::Postgres(store) => store.run(op.into(), now).await?,
+        };
+        let value =
+            O::output(value).ok_or_else(|| StoreError::Internal("an operation answered another's outcome".into()))?;
+        Ok(Committed { value, events })
     }
 
     /// Has the store wake waiting claims itself, calling `hook` with the queue and needs of
@@ -214,21 +145,6 @@ impl Store {
         }
     }
 
-    /// Claims up to `request.count` pending runs the worker matches, most urgent first.
-    ///
-    /// # Errors
-    /// Unavailable or Other on storage failure.
-    pub async fn claim_work(&self, request: ClaimRequest, now: Timestamp) -> Result<Committed<Vec<Claim>>, StoreError> {
-        match self {
-            // An idle worker's look: answered without queueing behind writes.
-            Store::Sqlite(store) if store.nothing_to_claim(&request.task_queue_id, now) => {
-                Ok(Committed { value: Vec::new(), events: Vec::new() })
-            }
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::tasks::claim_work(tx, &request, now))).await,
-            Store::Postgres(store) => store.claim_work(request, now).await,
-        }
-    }
-
     /// Parks a claimWork that found nothing, so that the next batch making a run it can take
     /// pending claims it in the same transaction (embedded SQLite); `None` where waiting
     /// claims are only woken. `clock` is read when the claim is made.
@@ -237,34 +153,6 @@ impl Store {
         match self {
             Store::Sqlite(store) => Some(store.park_claim(request.clone(), clock)),
             Store::Postgres(_) => None,
-        }
-    }
-
-    /// Claims one specific pending run (the deprecated claimTask).
-    ///
-    /// # Errors
-    /// Rejected when the run is not the pending last run.
-    pub async fn claim_task(
-        &self,
-        task_id: TaskId,
-        run_id: u32,
-        worker_group: String,
-        worker_id: String,
-        now: Timestamp,
-    ) -> Result<Committed<Claim>, StoreError> {
-        match self {
-            Store::Sqlite(store) => {
-                store
-                    .write(move |tx| ready(ops::tasks::claim_task(tx, task_id, run_id, &worker_group, &worker_id, now)))
-                    .await
-            }
-            Store::Postgres(store) => {
-                store
-                    .write((worker_group, worker_id), move |tx, (group, id)| {
-                        Box::pin(ops::tasks::claim_task(tx, task_id, run_id, group, id, now))
-                    })
-                    .await
-            }
         }
     }
 
@@ -277,238 +165,12 @@ impl Store {
         }
     }
 
-    /// Creates, changes or deletes a client or role.
-    ///
-    /// # Errors
-    /// Rejected for an id taken (create), missing (update), or roles that expand without end.
-    pub async fn change_auth(&self, change: AuthChange, now: Timestamp) -> Result<AuthOutcome, StoreError> {
-        let committed = match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::auth::change(tx, &change, now))).await?,
-            Store::Postgres(store) => {
-                store.write(change, move |tx, change| Box::pin(ops::auth::change(tx, change, now))).await?
-            }
-        };
-        Ok(committed.value)
-    }
-
-    /// Records that worker `key` called, as `sighting` describes it; answers its record.
-    ///
-    /// # Errors
-    /// Rejected for a bad sighting (naming the field); Unavailable or Other on storage failure.
-    pub async fn worker_seen(&self, key: WorkerKey, sighting: Sighting, now: Timestamp) -> Result<Worker, StoreError> {
-        let committed = match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::workers::seen(tx, &key, sighting, now))).await?,
-            Store::Postgres(store) => {
-                store
-                    .write((key, sighting), move |tx, (key, sighting)| {
-                        Box::pin(ops::workers::seen(tx, key, sighting.clone(), now))
-                    })
-                    .await?
-            }
-        };
-        Ok(committed.value)
-    }
-
-    /// Quarantines, terminates or declares a worker (see [`WorkerChange`]); answers its record.
-    ///
-    /// # Errors
-    /// NotFound for an unknown worker (but declare creates it); Rejected for a bad change.
-    pub async fn change_worker(
-        &self,
-        key: WorkerKey,
-        change: WorkerChange,
-        client_id: String,
-        now: Timestamp,
-    ) -> Result<Worker, StoreError> {
-        let committed = match self {
-            Store::Sqlite(store) => {
-                store.write(move |tx| ready(ops::workers::change(tx, &key, &change, &client_id, now))).await?
-            }
-            Store::Postgres(store) => {
-                store
-                    .write((key, change, client_id), move |tx, (key, change, client_id)| {
-                        Box::pin(ops::workers::change(tx, key, change, client_id, now))
-                    })
-                    .await?
-            }
-        };
-        Ok(committed.value)
-    }
-
     /// Tells the other servers on the database that the records of `workers` changed in a way
     /// that may change whether they may claim (nobody to tell with SQLite).
     pub fn workers_changed(&self, workers: Vec<WorkerKey>) {
         if let Store::Postgres(store) = self {
             store.workers_changed(workers);
         }
-    }
-
-    /// Marks missing the heartbeating workers silent since before `cutoff` (at most `limit`)
-    /// and ends their runs; says how many it marked.
-    ///
-    /// # Errors
-    /// Unavailable or Other on storage failure.
-    pub async fn lose_silent_workers(
-        &self,
-        cutoff: Timestamp,
-        now: Timestamp,
-        limit: usize,
-    ) -> Result<Committed<usize>, StoreError> {
-        match self {
-            Store::Sqlite(store) => {
-                store.write(move |tx| ready(ops::workers::lose_silent(tx, cutoff, now, limit))).await
-            }
-            Store::Postgres(store) => {
-                store.write((), move |tx, ()| Box::pin(ops::workers::lose_silent(tx, cutoff, now, limit))).await
-            }
-        }
-    }
-
-    /// The token the servers sign with: the stored one, or `candidate` stored now.
-    ///
-    /// # Errors
-    /// Unavailable or Other on storage failure.
-    pub async fn signing_token(&self, candidate: String) -> Result<String, StoreError> {
-        let committed = match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(tx.signing_token(&candidate))).await?,
-            Store::Postgres(store) => {
-                store.write(candidate, move |tx, candidate| Box::pin(tx.signing_token(candidate))).await?
-            }
-        };
-        Ok(committed.value)
-    }
-
-    /// Fires due claim expiries and deadlines, at most `limit` of each; says how many fired.
-    ///
-    /// # Errors
-    /// Unavailable or Other on storage failure.
-    pub async fn fire_due(&self, now: Timestamp, limit: usize) -> Result<Committed<usize>, StoreError> {
-        match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::tasks::fire_due(tx, now, limit))).await,
-            Store::Postgres(store) => {
-                store.write((), move |tx, ()| Box::pin(ops::tasks::fire_due(tx, now, limit))).await
-            }
-        }
-    }
-
-    /// Seals a task group: no task may join it afterwards.
-    ///
-    /// # Errors
-    /// Rejected when the group does not exist.
-    pub async fn seal_task_group(&self, group: TaskId, now: Timestamp) -> Result<Committed<TaskGroup>, StoreError> {
-        match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::groups::seal(tx, group, now))).await,
-            Store::Postgres(store) => store.write((), move |tx, ()| Box::pin(ops::groups::seal(tx, group, now))).await,
-        }
-    }
-
-    /// Cancels every unresolved task of a sealed group.
-    ///
-    /// # Errors
-    /// Rejected when the group does not exist or is not sealed.
-    pub async fn cancel_task_group(
-        &self,
-        group: TaskId,
-        now: Timestamp,
-    ) -> Result<Committed<GroupCancellation>, StoreError> {
-        match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::groups::cancel(tx, group, now))).await,
-            Store::Postgres(store) => {
-                store.write((), move |tx, ()| Box::pin(ops::groups::cancel(tx, group, now))).await
-            }
-        }
-    }
-
-    /// Changes the priority of every unresolved task of a group; returns their ids.
-    ///
-    /// # Errors
-    /// Rejected when the group does not exist.
-    pub async fn change_task_group_priority(
-        &self,
-        group: TaskId,
-        priority: Priority,
-        now: Timestamp,
-    ) -> Result<Committed<Vec<TaskId>>, StoreError> {
-        match self {
-            Store::Sqlite(store) => {
-                store.write(move |tx| ready(ops::groups::change_priority(tx, group, priority, now))).await
-            }
-            Store::Postgres(store) => {
-                store.write((), move |tx, ()| Box::pin(ops::groups::change_priority(tx, group, priority, now))).await
-            }
-        }
-    }
-
-    /// createArtifact: records an artifact of a run (or repeats or replaces it as the rules allow).
-    ///
-    /// # Errors
-    /// Rejected when the task or run is unknown or the rules refuse.
-    pub async fn create_artifact(
-        &self,
-        key: ArtifactKey,
-        request: ArtifactRequest,
-        now: Timestamp,
-    ) -> Result<Committed<Artifact>, StoreError> {
-        match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::create(tx, &key, request, now))).await,
-            Store::Postgres(store) => {
-                store
-                    .write((key, request), move |tx, (key, request)| {
-                        Box::pin(ops::artifacts::create(tx, key, request.clone(), now))
-                    })
-                    .await
-            }
-        }
-    }
-
-    /// Records that a blob artifact's bytes are complete (once, while its run takes artifacts).
-    ///
-    /// # Errors
-    /// Rejected when there is no such blob artifact, it was recorded already, or its run
-    /// takes no more artifacts.
-    pub async fn artifact_uploaded(
-        &self,
-        key: ArtifactKey,
-        stored: (u64, Option<String>),
-        now: Timestamp,
-    ) -> Result<Committed<Artifact>, StoreError> {
-        match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::uploaded(tx, &key, stored, now))).await,
-            Store::Postgres(store) => {
-                store.write(key, move |tx, key| Box::pin(ops::artifacts::uploaded(tx, key, stored.clone(), now))).await
-            }
-        }
-    }
-
-    /// Deletes the records of expired artifacts (after their bytes are gone).
-    ///
-    /// # Errors
-    /// Storage failure.
-    pub async fn forget_artifacts(&self, keys: Vec<ArtifactKey>) -> Result<Committed<usize>, StoreError> {
-        match self {
-            Store::Sqlite(store) => store.write(move |tx| ready(ops::artifacts::forget(tx, &keys))).await,
-            Store::Postgres(store) => store.write(keys, |tx, keys| Box::pin(ops::artifacts::forget(tx, keys))).await,
-        }
-    }
-
-    /// Deletes the tasks `task_ids` that are resolved and expired at `now` (with their
-    /// dependency rows, artifact records and graph nodes), the groups and graphs left empty,
-    /// and up to `limit` task-queue records past their retention; says how many tasks went.
-    ///
-    /// # Errors
-    /// Unavailable or Other on storage failure.
-    pub async fn forget_tasks(&self, task_ids: Vec<TaskId>, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
-        let committed = match self {
-            Store::Sqlite(store) => {
-                store.write(move |tx| ready(ops::expire::forget_tasks(tx, &task_ids, now, limit))).await?
-            }
-            Store::Postgres(store) => {
-                store
-                    .write(task_ids, move |tx, task_ids| Box::pin(ops::expire::forget_tasks(tx, task_ids, now, limit)))
-                    .await?
-            }
-        };
-        Ok(committed.value)
     }
 
     /// Forgets up to `limit` entries of the pending index that hold nothing any more: on

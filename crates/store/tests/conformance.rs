@@ -38,6 +38,7 @@ use matching::*;
 use outbox::*;
 use overview::*;
 use scheduling::*;
+use shoal_store::operation::{Apply, CancelGroup, ClaimTask, ClaimWork, CreateTask, FireDue, ForgetTasks, SealGroup};
 use workers::*;
 
 use serde_json::json;
@@ -172,11 +173,11 @@ fn worker(n: usize) -> ClaimRequest {
 }
 
 async fn create(store: &Store, task_id: TaskId, patch: serde_json::Value, now: Timestamp) -> TaskStatus {
-    store.create_task(definition(task_id, patch), task_id, now).await.unwrap().value
+    store.run(CreateTask { definition: definition(task_id, patch), task_id }, now).await.unwrap().value
 }
 
 async fn apply(store: &Store, task_id: TaskId, command: TaskCommand, now: Timestamp) -> TaskStatus {
-    store.apply(task_id, command, now).await.unwrap().value
+    store.run(Apply { task_id, command }, now).await.unwrap().value
 }
 
 async fn state_of(store: &Store, task_id: TaskId) -> TaskState {
@@ -184,27 +185,27 @@ async fn state_of(store: &Store, task_id: TaskId) -> TaskState {
 }
 
 async fn claim_ids(store: &Store, request: ClaimRequest, now: Timestamp) -> Vec<TaskId> {
-    let claims = store.claim_work(request, now).await.unwrap().value;
+    let claims = store.run(ClaimWork { request }, now).await.unwrap().value;
     claims.into_iter().map(|claim| claim.status.task_id).collect()
 }
 
 async fn create_claim_complete(name: &str, backend: Backend) {
     let store = &backend.store;
     let task_id = id(1);
-    let created = store.create_task(definition(task_id, json!({})), task_id, at(0)).await.unwrap();
+    let created = store.run(CreateTask { definition: definition(task_id, json!({})), task_id }, at(0)).await.unwrap();
     assert_eq!(created.value.state, TaskState::Pending, "{name}");
     let kinds: Vec<Event> = created.events.iter().map(|e| e.event).collect();
     assert_eq!(kinds, vec![Event::Defined, Event::Pending { run_id: 0 }], "{name}");
 
-    let claims = store.claim_work(worker(1), at(1)).await.unwrap().value;
+    let claims = store.run(ClaimWork { request: worker(1) }, at(1)).await.unwrap().value;
     assert_eq!(claims.len(), 1, "{name}");
     assert_eq!(claims[0].taken_until, at(1 + CLAIM_TIMEOUT), "{name}");
     let task: serde_json::Value = serde_json::from_str(claims[0].task.get()).unwrap();
     assert_eq!(task["taskQueueId"], "prov/wt", "{name}: the claim carries the definition");
-    assert!(store.claim_work(worker(1), at(1)).await.unwrap().value.is_empty(), "{name}: claimed once");
+    assert!(store.run(ClaimWork { request: worker(1) }, at(1)).await.unwrap().value.is_empty(), "{name}: claimed once");
 
     let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
-    let status = store.apply(task_id, done, at(2)).await.unwrap().value;
+    let status = store.run(Apply { task_id, command: done }, at(2)).await.unwrap().value;
     assert_eq!(status.state, TaskState::Completed, "{name}");
     let counts = store.read(|reads| reads.queue_counts("prov/wt")).await.unwrap();
     assert_eq!((counts.pending_tasks, counts.claimed_tasks), (0, 0), "{name}");
@@ -214,9 +215,10 @@ async fn create_is_idempotent_and_conflicts_on_difference(name: &str, backend: B
     let store = &backend.store;
     let task_id = id(1);
     create(store, task_id, json!({}), at(0)).await;
-    let again = store.create_task(definition(task_id, json!({})), task_id, at(1)).await.unwrap();
+    let again = store.run(CreateTask { definition: definition(task_id, json!({})), task_id }, at(1)).await.unwrap();
     assert!(again.events.is_empty(), "{name}: a repeat defines nothing new");
-    let different = store.create_task(definition(task_id, json!({"retries": 1})), task_id, at(1)).await;
+    let different =
+        store.run(CreateTask { definition: definition(task_id, json!({"retries": 1})), task_id }, at(1)).await;
     assert!(matches!(different, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}: {different:?}");
 }
 
@@ -224,7 +226,7 @@ async fn failed_create_leaves_nothing_behind(name: &str, backend: Backend) {
     let store = &backend.store;
     let task_id = id(1);
     let bad = definition(task_id, json!({"dependencies": [id(99).to_string()]}));
-    let res = store.create_task(bad, task_id, at(0)).await;
+    let res = store.run(CreateTask { definition: bad, task_id }, at(0)).await;
     assert!(
         matches!(res, Err(StoreError::Rejected(Rejection::Input(ref m))) if m.contains(id(99).as_str())),
         "{name}: {res:?}"
@@ -248,7 +250,13 @@ async fn dependencies_release_in_the_resolving_step(name: &str, backend: Backend
 
     assert_eq!(claim_ids(store, worker(5), at(1)).await, vec![build], "{name}");
     let failed = store
-        .apply(build, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Failed, stats: None }, at(2))
+        .run(
+            Apply {
+                task_id: build,
+                command: TaskCommand::Resolve { run_id: 0, resolution: Resolution::Failed, stats: None },
+            },
+            at(2),
+        )
         .await
         .unwrap();
     let pending: Vec<TaskId> =
@@ -258,7 +266,11 @@ async fn dependencies_release_in_the_resolving_step(name: &str, backend: Backend
 
     // A rerun that completes releases the all-completed dependent.
     apply(store, build, TaskCommand::Rerun, at(3)).await;
-    let claim = store.claim_task(build, 1, "g".into(), "w1".into(), at(4)).await.unwrap().value;
+    let claim = store
+        .run(ClaimTask { task_id: build, run_id: 1, worker_group: "g".into(), worker_id: "w1".into() }, at(4))
+        .await
+        .unwrap()
+        .value;
     let run_id = claim.run_id;
     apply(store, build, TaskCommand::Resolve { run_id, resolution: Resolution::Completed, stats: None }, at(5)).await;
     assert_eq!(state_of(store, test).await, TaskState::Pending, "{name}");
@@ -331,10 +343,10 @@ async fn claim_expiry_retries_then_gives_up(name: &str, backend: Backend) {
     let task_id = id(1);
     create(store, task_id, json!({"retries": 1}), at(0)).await;
     claim_ids(store, worker(1), at(0)).await;
-    assert_eq!(store.fire_due(at(CLAIM_TIMEOUT - 1), 100).await.unwrap().value, 0, "{name}: not yet due");
+    assert_eq!(store.run(FireDue { limit: 100 }, at(CLAIM_TIMEOUT - 1)).await.unwrap().value, 0, "{name}: not yet due");
     apply(store, task_id, TaskCommand::Reclaim { run_id: 0 }, at(30)).await;
-    assert_eq!(store.fire_due(at(CLAIM_TIMEOUT + 1), 100).await.unwrap().value, 0, "{name}: reclaimed");
-    let fired = store.fire_due(at(30 + CLAIM_TIMEOUT), 100).await.unwrap();
+    assert_eq!(store.run(FireDue { limit: 100 }, at(CLAIM_TIMEOUT + 1)).await.unwrap().value, 0, "{name}: reclaimed");
+    let fired = store.run(FireDue { limit: 100 }, at(30 + CLAIM_TIMEOUT)).await.unwrap();
     assert_eq!(fired.value, 1, "{name}");
     let status = store.read(move |reads| reads.task(task_id)).await.unwrap().unwrap().status;
     assert_eq!(status.runs[0].reason_resolved, Some(ReasonResolved::ClaimExpired), "{name}");
@@ -342,7 +354,7 @@ async fn claim_expiry_retries_then_gives_up(name: &str, backend: Backend) {
     assert_eq!(status.retries_left, 0, "{name}");
 
     assert_eq!(claim_ids(store, worker(1), at(100)).await, vec![task_id], "{name}: the retry is claimable");
-    assert_eq!(store.fire_due(at(100 + CLAIM_TIMEOUT), 100).await.unwrap().value, 1, "{name}");
+    assert_eq!(store.run(FireDue { limit: 100 }, at(100 + CLAIM_TIMEOUT)).await.unwrap().value, 1, "{name}");
     assert_eq!(state_of(store, task_id).await, TaskState::Exception, "{name}: no retries left");
 }
 
@@ -360,7 +372,7 @@ async fn deadline_resolves_every_unresolved_state(name: &str, backend: Backend) 
     assert_eq!(state_of(store, unscheduled).await, TaskState::Unscheduled, "{name}");
 
     // Claim expiry of `running` is due too; the deadline comes after it.
-    let fired = store.fire_due(at(3600), 100).await.unwrap();
+    let fired = store.run(FireDue { limit: 100 }, at(3600)).await.unwrap();
     assert!(fired.value >= 3, "{name}: {}", fired.value);
     for task_id in [unscheduled, pending, running] {
         let status = store.read(move |reads| reads.task(task_id)).await.unwrap().unwrap().status;
@@ -380,8 +392,16 @@ async fn a_groups_later_deadline_fires_after_its_earlier_task_resolved(name: &st
     claim_ids(store, worker(1), at(1)).await;
     apply(store, early, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }, at(2))
         .await;
-    assert_eq!(store.fire_due(at(3601), 100).await.unwrap().value, 0, "{name}: nothing due at the first deadline");
-    assert_eq!(store.fire_due(at(7201), 100).await.unwrap().value, 1, "{name}: the second deadline fires");
+    assert_eq!(
+        store.run(FireDue { limit: 100 }, at(3601)).await.unwrap().value,
+        0,
+        "{name}: nothing due at the first deadline"
+    );
+    assert_eq!(
+        store.run(FireDue { limit: 100 }, at(7201)).await.unwrap().value,
+        1,
+        "{name}: the second deadline fires"
+    );
     let status = store.read(move |reads| reads.task(late)).await.unwrap().unwrap().status;
     assert_eq!(status.runs[0].reason_resolved, Some(ReasonResolved::DeadlineExceeded), "{name}");
 }
@@ -396,10 +416,14 @@ async fn a_task_run_again_after_its_groups_deadlines_passed_still_meets_its_own(
         .await;
     create(store, second, json!({"taskGroupId": group.to_string()}), at(3)).await;
     // The group's only unresolved task passes its deadline: none is left after it.
-    assert_eq!(store.fire_due(at(3601), 100).await.unwrap().value, 1, "{name}");
+    assert_eq!(store.run(FireDue { limit: 100 }, at(3601)).await.unwrap().value, 1, "{name}");
     apply(store, first, TaskCommand::Rerun, at(3700)).await;
     assert_eq!(state_of(store, first).await, TaskState::Pending, "{name}");
-    assert_eq!(store.fire_due(at(7201), 100).await.unwrap().value, 1, "{name}: the rerun's deadline fires");
+    assert_eq!(
+        store.run(FireDue { limit: 100 }, at(7201)).await.unwrap().value,
+        1,
+        "{name}: the rerun's deadline fires"
+    );
     let status = store.read(move |reads| reads.task(first)).await.unwrap().unwrap().status;
     assert_eq!(status.runs[1].reason_resolved, Some(ReasonResolved::DeadlineExceeded), "{name}");
 }
@@ -411,19 +435,24 @@ async fn groups_seal_and_cancel(name: &str, backend: Backend) {
         let patch = json!({"taskGroupId": group.to_string()});
         create(store, id(n), patch, at(0)).await;
     }
-    let early = store.cancel_task_group(group, at(1)).await;
+    let early = store.run(CancelGroup { task_group_id: group }, at(1)).await;
     assert!(matches!(early, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}: must be sealed first");
     let other_scheduler = json!({"taskGroupId": group.to_string(), "schedulerId": "other"});
-    let res = store.create_task(definition(id(4), other_scheduler), id(4), at(1)).await;
+    let res = store.run(CreateTask { definition: definition(id(4), other_scheduler), task_id: id(4) }, at(1)).await;
     assert!(matches!(res, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}: schedulerId is fixed");
 
-    let sealed = store.seal_task_group(group, at(2)).await.unwrap().value;
+    let sealed = store.run(SealGroup { task_group_id: group }, at(2)).await.unwrap().value;
     assert_eq!(sealed.sealed, Some(at(2)), "{name}");
-    let late = store.create_task(definition(id(5), json!({"taskGroupId": group.to_string()})), id(5), at(3)).await;
+    let late = store
+        .run(
+            CreateTask { definition: definition(id(5), json!({"taskGroupId": group.to_string()})), task_id: id(5) },
+            at(3),
+        )
+        .await;
     assert!(matches!(late, Err(StoreError::Rejected(Rejection::Conflict(_)))), "{name}: sealed");
 
     claim_ids(store, worker(1), at(3)).await;
-    let canceled = store.cancel_task_group(group, at(4)).await.unwrap().value;
+    let canceled = store.run(CancelGroup { task_group_id: group }, at(4)).await.unwrap().value;
     assert_eq!((canceled.task_group_size, canceled.cancelled_count), (3, 3), "{name}");
     let page = store.read(move |reads| reads.list_task_group(group, None, 2)).await.unwrap();
     assert_eq!(page.items.len(), 2, "{name}");
@@ -481,16 +510,28 @@ async fn a_group_named_after_one_of_its_tasks_holds_it_like_any_other(name: &str
     for size in [1, 2, 3, 10] {
         assert_eq!(listing(size).await, all, "{name}: pages of {size}");
     }
-    let _ = store.seal_task_group(group, at(1)).await.unwrap();
-    let canceled = store.cancel_task_group(group, at(2)).await.unwrap().value;
+    let _ = store.run(SealGroup { task_group_id: group }, at(1)).await.unwrap();
+    let canceled = store.run(CancelGroup { task_group_id: group }, at(2)).await.unwrap().value;
     assert_eq!((canceled.task_group_size, canceled.cancelled_count), (4, 4), "{name}");
 
     // The group stays while any of its tasks does, its namesake included.
     let later = at(3 * 3600);
-    assert_eq!(store.forget_tasks(vec![id(2), id(7), id(9)], later, 10).await.unwrap(), 3, "{name}");
+    assert_eq!(
+        store
+            .run(ForgetTasks { task_ids: vec![id(2), id(7), id(9)], limit: 10 }, later)
+            .await
+            .map(|done| done.value)
+            .unwrap(),
+        3,
+        "{name}"
+    );
     assert!(store.read(move |reads| reads.task_group(group)).await.unwrap().is_some(), "{name}");
     assert_eq!(listing(2).await, vec![group], "{name}");
-    assert_eq!(store.forget_tasks(vec![group], later, 10).await.unwrap(), 1, "{name}");
+    assert_eq!(
+        store.run(ForgetTasks { task_ids: vec![group], limit: 10 }, later).await.map(|done| done.value).unwrap(),
+        1,
+        "{name}"
+    );
     assert!(
         store.read(move |reads| reads.task_group(group)).await.unwrap().is_none(),
         "{name}: gone with its last task"
@@ -500,11 +541,19 @@ async fn a_group_named_after_one_of_its_tasks_holds_it_like_any_other(name: &str
     let other = id(20);
     create(store, other, json!({"expires": expires}), at(0)).await;
     create(store, id(21), json!({"taskGroupId": other.to_string(), "expires": expires}), at(0)).await;
-    let _ = store.seal_task_group(other, at(1)).await.unwrap();
-    let _ = store.cancel_task_group(other, at(2)).await.unwrap();
-    assert_eq!(store.forget_tasks(vec![other], later, 10).await.unwrap(), 1, "{name}");
+    let _ = store.run(SealGroup { task_group_id: other }, at(1)).await.unwrap();
+    let _ = store.run(CancelGroup { task_group_id: other }, at(2)).await.unwrap();
+    assert_eq!(
+        store.run(ForgetTasks { task_ids: vec![other], limit: 10 }, later).await.map(|done| done.value).unwrap(),
+        1,
+        "{name}"
+    );
     assert!(store.read(move |reads| reads.task_group(other)).await.unwrap().is_some(), "{name}: a member is left");
-    assert_eq!(store.forget_tasks(vec![id(21)], later, 10).await.unwrap(), 1, "{name}");
+    assert_eq!(
+        store.run(ForgetTasks { task_ids: vec![id(21)], limit: 10 }, later).await.map(|done| done.value).unwrap(),
+        1,
+        "{name}"
+    );
     assert!(store.read(move |reads| reads.task_group(other)).await.unwrap().is_none(), "{name}");
 
     // A namesake forgotten before its member, the group never sealed nor grown: the group
@@ -522,10 +571,18 @@ async fn a_group_named_after_one_of_its_tasks_holds_it_like_any_other(name: &str
     for task in [lone, member] {
         apply(store, task, TaskCommand::Cancel, at(1)).await;
     }
-    assert_eq!(store.forget_tasks(vec![lone], later, 10).await.unwrap(), 1, "{name}");
+    assert_eq!(
+        store.run(ForgetTasks { task_ids: vec![lone], limit: 10 }, later).await.map(|done| done.value).unwrap(),
+        1,
+        "{name}"
+    );
     assert_eq!(group_now().await, Some(before), "{name}: the member keeps the group");
     assert_eq!(listed_now().await, listed_before, "{name}");
-    assert_eq!(store.forget_tasks(vec![member], later, 10).await.unwrap(), 1, "{name}");
+    assert_eq!(
+        store.run(ForgetTasks { task_ids: vec![member], limit: 10 }, later).await.map(|done| done.value).unwrap(),
+        1,
+        "{name}"
+    );
     assert_eq!((group_now().await, listed_now().await), (None, None), "{name}: gone with its last task");
 
     // Resolved only once nothing in it is left unresolved, whichever resolves last.
@@ -605,7 +662,9 @@ async fn racing_identical_creates_all_succeed_and_define_the_task_once(name: &st
         let mut creators = tokio::task::JoinSet::new();
         for _ in 0..8 {
             let store = store.clone();
-            creators.spawn(async move { store.create_task(definition(task_id, json!({})), task_id, at(0)).await });
+            creators.spawn(async move {
+                store.run(CreateTask { definition: definition(task_id, json!({})), task_id }, at(0)).await
+            });
         }
         let mut n_defined = 0;
         while let Some(created) = creators.join_next().await {
@@ -622,7 +681,13 @@ async fn a_failed_operation_takes_only_its_batch_down(name: &str, backend: Backe
     create(store, id(1), json!({}), at(0)).await;
     // An unknown run is refused before anything is written, and the store goes on.
     let refused = store
-        .apply(id(1), TaskCommand::Resolve { run_id: 7, resolution: Resolution::Completed, stats: None }, at(1))
+        .run(
+            Apply {
+                task_id: id(1),
+                command: TaskCommand::Resolve { run_id: 7, resolution: Resolution::Completed, stats: None },
+            },
+            at(1),
+        )
         .await;
     assert!(matches!(refused, Err(StoreError::Rejected(Rejection::NotFound(_)))), "{name}: {refused:?}");
     assert_eq!(claim_ids(store, worker(1), at(2)).await, vec![id(1)], "{name}: the store still works");

@@ -15,6 +15,7 @@ mod support;
 mod worker_claims;
 
 use outbox::*;
+use shoal_store::operation::{Apply, ClaimWork, CreateTask, WorkerSeen};
 
 use serde_json::json;
 use shoal_engine::command::TaskCommand;
@@ -132,7 +133,7 @@ async fn try_create(store: &Store, n: u32, group: Option<TaskId>, dependencies: 
     definition["dependencies"] = json!(dependencies.iter().map(ToString::to_string).collect::<Vec<_>>());
     let input: TaskDefinitionInput = serde_json::from_value(definition).unwrap();
     let at = Timestamp(1_767_225_600_000);
-    store.create_task(input.validate(task_id, at).unwrap(), task_id, at).await.map(|_| ())
+    store.run(CreateTask { definition: input.validate(task_id, at).unwrap(), task_id }, at).await.map(|_| ())
 }
 
 /// A claim of up to `count` tasks of the queue [`create`] fills.
@@ -194,10 +195,11 @@ async fn the_write_path_never_scans_the_task_tables_or_their_indexes_whole_as_th
         let creates = (0..16).map(|n| create(&store, round * 16 + n));
         futures_util::future::join_all(creates).await;
         let request = claim_request(16);
-        let claims = store.claim_work(request, at).await.unwrap().value;
+        let claims = store.run(ClaimWork { request }, at).await.unwrap().value;
         assert_eq!(claims.len(), 16);
         let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
-        let reports = claims.iter().map(|claim| store.apply(claim.status.task_id, done.clone(), at));
+        let reports =
+            claims.iter().map(|claim| store.run(Apply { task_id: claim.status.task_id, command: done.clone() }, at));
         for report in futures_util::future::join_all(reports).await {
             let _ = report.unwrap();
         }
@@ -239,7 +241,7 @@ async fn creates_and_reports_written_together_keep_each_tasks_messages_in_order(
     let at = Timestamp(1_767_225_600_000);
     futures_util::future::join_all((0..32).map(|n| create(&store, n))).await;
     let request = claim_request(32);
-    let claims = store.claim_work(request, at).await.unwrap().value;
+    let claims = store.run(ClaimWork { request }, at).await.unwrap().value;
     assert_eq!(claims.len(), 32);
     // Reports and creates interleaved and in flight at once, so that gatherings hold both:
     // their rows are inserted, updated and their messages staged by one statement.
@@ -249,7 +251,7 @@ async fn creates_and_reports_written_together_keep_each_tasks_messages_in_order(
     for (n, claim) in (32..).zip(&claims) {
         let done = done.clone();
         writes.push(Box::pin(async move {
-            let status = store_ref.apply(claim.status.task_id, done, at).await.unwrap().value;
+            let status = store_ref.run(Apply { task_id: claim.status.task_id, command: done }, at).await.unwrap().value;
             assert_eq!(status.state.as_str(), "completed");
         }));
         writes.push(Box::pin(create(store_ref, n)));
@@ -277,7 +279,7 @@ async fn creates_and_reports_written_together_keep_each_tasks_messages_in_order(
         assert_eq!(exchanges, expected, "messages of {task}");
     }
     let request = claim_request(64);
-    assert_eq!(store.claim_work(request, at).await.unwrap().value.len(), 32, "every new task is pending");
+    assert_eq!(store.run(ClaimWork { request }, at).await.unwrap().value.len(), 32, "every new task is pending");
     drop(store);
     // A gathering that fails is rolled back and its operations run alone, with the same
     // outcome: only the count of rollbacks tells. The store's sessions are left to end by
@@ -354,11 +356,12 @@ async fn a_servers_transactions_record_a_queues_activity_once_instead_of_queuein
     // The first claim past the interval records the queue's activity: it waits for the table.
     let first = {
         let store = store.clone();
-        tokio::spawn(async move { store.claim_work(claim_request(0), LATER).await })
+        tokio::spawn(async move { store.run(ClaimWork { request: claim_request(0) }, LATER).await })
     };
     until_a_session_waits_for_a_lock(&url).await;
     // The others on this server leave the record to it and do not wait.
-    let second = store.claim_work(claim_request(1), LATER).await.expect("not queued behind the first's record");
+    let second =
+        store.run(ClaimWork { request: claim_request(1) }, LATER).await.expect("not queued behind the first's record");
     assert_eq!(second.value.len(), 1, "claimed while the queues' table is locked");
     end.send(()).unwrap();
     let _ = first.await.unwrap().expect("the first records once the table is free");
@@ -372,10 +375,10 @@ async fn a_record_of_activity_whose_transaction_failed_is_written_by_the_next_us
     create(&store, 1).await;
     // As another server's record of the queue's activity would.
     let end = hold_lock(&url, "SELECT 1 FROM task_queues WHERE task_queue_id = 'prov/wt' FOR UPDATE").await;
-    let failed = store.claim_work(claim_request(0), LATER).await;
+    let failed = store.run(ClaimWork { request: claim_request(0) }, LATER).await;
     assert!(failed.is_err(), "its record waited for the held row past the lock timeout");
     end.send(()).unwrap();
-    let _ = store.claim_work(claim_request(0), LATER).await.expect("the row is free");
+    let _ = store.run(ClaimWork { request: claim_request(0) }, LATER).await.expect("the row is free");
     assert_eq!(last_date_active(&url).await, LATER.millis(), "the failed record is not left taken");
 }
 
@@ -458,7 +461,7 @@ async fn a_claimed_tasks_new_row_version_stays_on_its_page() {
     }
     let created = task_pages(&url).await;
     let at = Timestamp(1_767_225_600_000);
-    assert_eq!(store.claim_work(claim_request(64), at).await.unwrap().value.len(), 64);
+    assert_eq!(store.run(ClaimWork { request: claim_request(64) }, at).await.unwrap().value.len(), 64);
     // On full pages every new version would move, logging a lock of the old one besides
     // the update (migration 6); half-full pages have room for it.
     let pages = |rows: &[(String, String)]| rows.iter().map(|(_, page)| page.clone()).collect::<Vec<_>>();
@@ -484,9 +487,11 @@ async fn creates_and_reports_in_shared_groups_gathered_together_never_deadlock()
             let of = if i % 2 == 0 { round } else { round.saturating_sub(1) };
             creates.push(create_in(&stores[(i / 2 % 2) as usize], n, group(of)));
         }
-        let claims = stores[0].claim_work(claim_request(64), at).await.unwrap().value;
-        let reports =
-            claims.iter().enumerate().map(|(i, claim)| stores[i % 2].apply(claim.status.task_id, done.clone(), at));
+        let claims = stores[0].run(ClaimWork { request: claim_request(64) }, at).await.unwrap().value;
+        let reports = claims
+            .iter()
+            .enumerate()
+            .map(|(i, claim)| stores[i % 2].run(Apply { task_id: claim.status.task_id, command: done.clone() }, at));
         let (_, reports) =
             tokio::join!(futures_util::future::join_all(creates), futures_util::future::join_all(reports));
         for report in reports {
@@ -514,13 +519,15 @@ async fn claims_arriving_together_are_written_together_and_never_share_a_task() 
     // transactions both creating its record conflict, and one retried has held tasks that
     // the others' SKIP LOCKED passed over, which is not what this test is about.
     let worker = claim_request(3).worker_key();
-    stores[0].worker_seen(worker, Sighting::default(), at).await.unwrap();
+    stores[0].run(WorkerSeen { key: worker, sighting: Sighting::default() }, at).await.map(|done| done.value).unwrap();
     // 32 workers asking for 3 each (96 runs for 64 tasks) while 8 pending tasks are cancelled:
     // gatherings holding both must neither claim a cancelled task nor hand one to two workers.
     let cancelled: Vec<TaskId> = (0..8).map(|n| task_id(n * 8)).collect();
-    let claims = (0..32).map(|n| stores[n % 2].claim_work(claim_request(3), at));
-    let cancels =
-        cancelled.iter().enumerate().map(|(n, &task_id)| stores[n % 2].apply(task_id, TaskCommand::Cancel, at));
+    let claims = (0..32).map(|n| stores[n % 2].run(ClaimWork { request: claim_request(3) }, at));
+    let cancels = cancelled
+        .iter()
+        .enumerate()
+        .map(|(n, &task_id)| stores[n % 2].run(Apply { task_id, command: TaskCommand::Cancel }, at));
     let (claims, cancels) =
         tokio::join!(futures_util::future::join_all(claims), futures_util::future::join_all(cancels));
     for cancel in cancels {
@@ -576,7 +583,7 @@ async fn a_gathering_waiting_for_a_row_lock_does_not_hold_back_the_next() {
     let end = hold_lock(&url, &format!("SELECT 1 FROM tasks WHERE task_id = '{}' FOR UPDATE", task_id(1))).await;
     let cancel = {
         let store = store.clone();
-        tokio::spawn(async move { store.apply(task_id(1), TaskCommand::Cancel, at).await })
+        tokio::spawn(async move { store.run(Apply { task_id: task_id(1), command: TaskCommand::Cancel }, at).await })
     };
     until_a_session_waits_for_a_lock(&url).await;
     // The next gathering would wait for that one's commit, that is, for the lock, were it not

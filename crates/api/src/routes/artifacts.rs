@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use shoal_engine::TaskId;
 use shoal_engine::artifact::{Artifact, ArtifactKind, ArtifactRequest, check_name, follow_links, private_names};
+use shoal_store::operation::CreateArtifact;
 use shoal_store::{ArtifactKey, StoreError};
 
 use crate::AppState;
@@ -90,7 +91,7 @@ pub(crate) async fn create_artifact(
     }
     let request: ArtifactRequest = parse_json(&body)?;
     let (task_id, run_id, name) = (key.task_id, key.run_id, key.name.clone());
-    let artifact = state.queue.create_artifact(key, request).await?;
+    let artifact = state.queue.run(CreateArtifact { key, request }).await?;
     let answer = match &artifact.kind {
         ArtifactKind::Blob { content_type, .. } => json!({
             "storageType": "s3",

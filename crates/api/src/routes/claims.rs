@@ -14,6 +14,7 @@ use shoal_engine::status::{RunStats, WorkerException};
 use shoal_engine::task::Resolution;
 use shoal_engine::worker::{Sighting, WorkerKey, served_queues};
 use shoal_engine::{TaskId, Timestamp};
+use shoal_store::operation::{Apply, ClaimTask};
 use shoal_store::{Claim, ClaimRequest};
 
 use crate::AppState;
@@ -191,7 +192,10 @@ pub(crate) async fn claim_task(
         worker_id: body.worker_id.clone(),
     };
     state.queue.worker_seen(&key, Sighting::default()).await?;
-    let claim = state.queue.claim_task(task_id, run_id, body.worker_group, body.worker_id).await?;
+    let claim = state
+        .queue
+        .run(ClaimTask { task_id, run_id, worker_group: body.worker_group, worker_id: body.worker_id })
+        .await?;
     Ok(Json(claim_body(&state, claim)))
 }
 
@@ -207,7 +211,7 @@ pub(crate) async fn reclaim_task(
 ) -> Result<Json<Value>, ApiError> {
     let (task_id, run_id, vars) = run_vars(&params)?;
     caller.authorize(&vars)?;
-    let status = state.queue.apply(task_id, TaskCommand::Reclaim { run_id }).await?;
+    let status = state.queue.run(Apply { task_id, command: TaskCommand::Reclaim { run_id } }).await?;
     let run = status.runs.get(run_id as usize).cloned().ok_or_else(|| ApiError::not_found("run vanished"))?;
     let worker_group = run.worker_group.unwrap_or_default();
     let worker_id = run.worker_id.unwrap_or_default();
@@ -242,7 +246,8 @@ async fn resolve(
     let (task_id, run_id, vars) = run_vars(params)?;
     caller.authorize(&vars)?;
     let stats = stats.map(Box::new);
-    let status = state.queue.apply(task_id, TaskCommand::Resolve { run_id, resolution, stats }).await?;
+    let status =
+        state.queue.run(Apply { task_id, command: TaskCommand::Resolve { run_id, resolution, stats } }).await?;
     Ok(status_body(status))
 }
 

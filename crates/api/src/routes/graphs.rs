@@ -13,6 +13,7 @@ use shoal_engine::graph::{ExtensionInput, GraphInput, Labelled};
 use shoal_engine::priority::Priority;
 use shoal_engine::status::TaskState;
 use shoal_engine::{Rejection, TaskId};
+use shoal_store::operation::{CreateGraph, ExtendGraph};
 use shoal_store::{GraphNode, GraphRecord, GraphRequest};
 
 use crate::AppState;
@@ -101,7 +102,7 @@ pub(crate) async fn create_task_graph(
     let input: GraphInput = body(bytes)?;
     authorize_tasks(&state, &caller.holding(extend_scope(task_graph_id)), task_graph_id, &input.tasks)?;
     let created_by = caller.client_id.clone();
-    let status = state.queue.create_graph(GraphRequest { task_graph_id, input, created_by }).await?;
+    let status = state.queue.run(CreateGraph { request: GraphRequest { task_graph_id, input, created_by } }).await?;
     Ok(Json(json!({ "status": status })))
 }
 
@@ -115,7 +116,7 @@ pub(crate) async fn extend_task_graph(
     let task_graph_id = graph_id(&params)?;
     let input: ExtensionInput = body(bytes)?;
     authorize_tasks(&state, &caller, task_graph_id, &input.tasks)?;
-    let status = state.queue.extend_graph(task_graph_id, input, caller.client_id.clone()).await?;
+    let status = state.queue.run(ExtendGraph { task_graph_id, input, created_by: caller.client_id.clone() }).await?;
     Ok(Json(json!({ "status": status })))
 }
 

@@ -4,6 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
 use shoal_engine::TaskId;
+use shoal_store::operation::{CancelGroup, ChangeGroupPriority, SealGroup};
 
 use crate::AppState;
 use crate::auth::{Caller, Vars};
@@ -60,7 +61,7 @@ pub(crate) async fn seal_task_group(
 ) -> Result<Json<Value>, ApiError> {
     let group = group_id(&params)?;
     authorize(&state, &caller, group).await?;
-    let group = state.queue.seal_task_group(group).await?;
+    let group = state.queue.run(SealGroup { task_group_id: group }).await?;
     Ok(Json(json!(group)))
 }
 
@@ -71,7 +72,7 @@ pub(crate) async fn cancel_task_group(
 ) -> Result<Json<Value>, ApiError> {
     let group = group_id(&params)?;
     authorize(&state, &caller, group).await?;
-    let cancellation = state.queue.cancel_task_group(group).await?;
+    let cancellation = state.queue.run(CancelGroup { task_group_id: group }).await?;
     Ok(Json(json!(cancellation)))
 }
 
@@ -84,7 +85,7 @@ pub(crate) async fn change_task_group_priority(
     let group = group_id(&params)?;
     let priority = parse_priority(&body.new_priority)?;
     let scheduler_id = authorize(&state, &caller, group).await?;
-    let task_ids = state.queue.change_task_group_priority(group, priority).await?;
+    let task_ids = state.queue.run(ChangeGroupPriority { task_group_id: group, priority }).await?;
     Ok(Json(json!({
         "taskGroupId": group,
         "schedulerId": scheduler_id,

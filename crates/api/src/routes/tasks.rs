@@ -10,6 +10,7 @@ use shoal_engine::definition::{TaskDefinition, TaskDefinitionInput};
 use shoal_engine::priority::Priority;
 use shoal_engine::result::TaskResult;
 use shoal_engine::status::TaskStatus;
+use shoal_store::operation::{Apply, CreateTask};
 use shoal_store::{Page, StoreError, TaskRecord};
 
 use crate::AppState;
@@ -133,7 +134,7 @@ pub(crate) async fn create_task(
     let mut definition = input.validate(task_id, shoal_service::now())?;
     caller.authorize(&create_task_vars(&definition))?;
     definition.created_by.clone_from(&caller.client_id);
-    let status = state.queue.create_task(task_id, definition).await?;
+    let status = state.queue.run(CreateTask { definition, task_id }).await?;
     Ok(status_body(status))
 }
 
@@ -161,7 +162,7 @@ async fn command(
 ) -> Result<Json<StatusBody>, ApiError> {
     let task_id = params.task_id()?;
     caller.authorize(&task_vars(&status_of(state, task_id).await?))?;
-    let status = state.queue.apply(task_id, command).await?;
+    let status = state.queue.run(Apply { task_id, command }).await?;
     Ok(status_body(status))
 }
 

@@ -15,6 +15,7 @@ pub(crate) mod auth;
 pub(crate) mod expire;
 pub(crate) mod graph;
 pub(crate) mod groups;
+pub mod operation;
 mod queue_records;
 mod step;
 pub(crate) mod tasks;

@@ -31,16 +31,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::NoTls;
-use shoal_engine::definition::TaskDefinition;
-use shoal_engine::status::TaskStatus;
-use shoal_engine::{TaskId, Timestamp};
+use shoal_engine::Timestamp;
 
-use crate::ops;
 use crate::outbox::OutboxFeed;
 use crate::outbox::format::Bounds;
 use crate::reads::ReadsOver;
-use crate::{Claim, ClaimRequest, Committed, Reads, StoreError};
-use shoal_engine::command::TaskCommand;
+use crate::{Committed, Op, Outcome, Reads, StoreError};
 use tx::{PgTx, TxShared};
 
 pub use config::{PgConfig, REQUEST_TIMEOUT};
@@ -301,114 +297,33 @@ impl PgStore {
         self.within(async { answer.await.map_err(|_| StoreError::Internal("the write task failed".into()))? }).await
     }
 
-    /// Creates a task; one without dependencies is gathered with the writes that arrive with
-    /// it and written with them (`gather.rs`).
-    pub(crate) async fn create_task(
-        &self,
-        definition: TaskDefinition,
-        task_id: TaskId,
-        now: Timestamp,
-    ) -> Result<Committed<TaskStatus>, StoreError> {
-        if !definition.dependencies.is_empty() {
-            return self.create_alone(definition, task_id, now).await;
+    /// Runs an operation: creates without dependencies, task commands and claims are
+    /// gathered with the writes that arrive with them (`gather/mod.rs`); any other runs in a
+    /// transaction of its own.
+    pub(crate) async fn run(&self, op: Op, now: Timestamp) -> Result<Committed<Outcome>, StoreError> {
+        if !gather::gathers(&op) {
+            return self.alone(op, now).await;
         }
-        self.gathered(task_id, gather::Op::Create(Box::new(definition)), now).await
-    }
-
-    /// This server's gathering lanes, started with its first gathered write.
-    fn gatherer(&self) -> &gather::Gatherer {
-        self.inner.gatherer.get_or_init(|| gather::Gatherer::start(&Arc::downgrade(&self.inner)))
-    }
-
-    /// Queues an operation on this server's gathering (`gather.rs`) and waits for its answer.
-    async fn gathered(
-        &self,
-        task_id: TaskId,
-        op: gather::Op,
-        now: Timestamp,
-    ) -> Result<Committed<TaskStatus>, StoreError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        match self.gatherer().submit(gather::Job { task_id, op, now, reply }) {
+        match self.gatherer().submit(gather::Job { op, now, reply }) {
             Ok(()) => {
                 self.within(async {
                     answer.await.map_err(|_| StoreError::Internal("the operation was dropped unanswered".into()))?
                 })
                 .await
             }
-            Err(job) => self.alone(job.task_id, job.op, job.now).await,
+            Err(job) => self.alone(job.op, job.now).await,
         }
     }
 
-    /// Runs what would have been gathered in a transaction of its own.
-    async fn alone(
-        &self,
-        task_id: TaskId,
-        op: gather::Op,
-        now: Timestamp,
-    ) -> Result<Committed<TaskStatus>, StoreError> {
-        match op {
-            gather::Op::Create(definition) => self.create_alone(*definition, task_id, now).await,
-            gather::Op::Apply(command) => self.apply_alone(task_id, command, now).await,
-        }
+    /// Runs an operation in a transaction of its own.
+    pub(crate) async fn alone(&self, op: Op, now: Timestamp) -> Result<Committed<Outcome>, StoreError> {
+        self.write(op, move |tx, op| Box::pin(op.run(tx, now))).await
     }
 
-    /// Creates a task in a transaction of its own.
-    async fn create_alone(
-        &self,
-        definition: TaskDefinition,
-        task_id: TaskId,
-        now: Timestamp,
-    ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.write((definition, task_id, now), |tx, (definition, task_id, now)| {
-            Box::pin(ops::tasks::create_task(tx, definition, *task_id, *now))
-        })
-        .await
-    }
-
-    /// Runs a command on a task, gathered with the writes that arrive with it (`gather.rs`).
-    pub(crate) async fn apply(
-        &self,
-        task_id: TaskId,
-        command: TaskCommand,
-        now: Timestamp,
-    ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.gathered(task_id, gather::Op::Apply(command), now).await
-    }
-
-    /// Runs a command on a task in a transaction of its own.
-    async fn apply_alone(
-        &self,
-        task_id: TaskId,
-        command: TaskCommand,
-        now: Timestamp,
-    ) -> Result<Committed<TaskStatus>, StoreError> {
-        self.write((task_id, command, now), |tx, (task_id, command, now)| {
-            Box::pin(ops::tasks::apply(tx, *task_id, command, *now))
-        })
-        .await
-    }
-
-    /// Claims work, gathered with the writes that arrive with it (`gather.rs`).
-    pub(crate) async fn claim_work(
-        &self,
-        request: ClaimRequest,
-        now: Timestamp,
-    ) -> Result<Committed<Vec<Claim>>, StoreError> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        match self.gatherer().submit_claim(gather::ClaimJob { request, now, reply }) {
-            Ok(()) => {
-                self.within(async {
-                    answer.await.map_err(|_| StoreError::Internal("the claim was dropped unanswered".into()))?
-                })
-                .await
-            }
-            Err(job) => self.claim_alone(job.request, job.now).await,
-        }
-    }
-
-    /// Claims work in a transaction of its own.
-    async fn claim_alone(&self, request: ClaimRequest, now: Timestamp) -> Result<Committed<Vec<Claim>>, StoreError> {
-        self.write((request, now), |tx, (request, now)| Box::pin(ops::tasks::claim_work(tx, request, *now))).await
+    /// This server's gathering lanes, started with its first gathered write.
+    fn gatherer(&self) -> &gather::Gatherer {
+        self.inner.gatherer.get_or_init(|| gather::Gatherer::start(&Arc::downgrade(&self.inner)))
     }
 
     pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {

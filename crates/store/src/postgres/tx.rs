@@ -19,6 +19,7 @@ use tokio_postgres::{Row, Statement};
 
 use crate::ops::{self, Aftermath, NewTask, Place, Waiting};
 use crate::outbox::format::encode;
+use crate::postgres::gather::Gathered;
 use crate::postgres::outbox;
 use crate::postgres::pipeline::{Fused, HeldBack, Lowered, Param, Params, Pending, batch_for, fused_sql, in_order};
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, raw_json, task_from_row, task_group_from_row};
@@ -65,6 +66,9 @@ pub(crate) struct PgTx {
     /// While gathering ([`PgTx::gather_resolutions`]): the resolutions whose consequences
     /// wait for [`PgTx::resolve_gathered`].
     resolutions: Option<Vec<Resolution>>,
+    /// While a gathering's operations run: what its first round trip found, which serves
+    /// their reads (`gather/served.rs`).
+    pub(crate) gathered: Option<Box<Gathered>>,
     /// Queues whose activity this transaction took it upon itself to record
     /// ([`PgTx::touch_queue`]), with the time it put in the server's map.
     touched: Vec<(String, i64)>,
@@ -112,6 +116,7 @@ impl PgTx {
             messages: Vec::new(),
             staged: false,
             resolutions: None,
+            gathered: None,
             touched: Vec::new(),
             claims: Vec::new(),
             first_records: BTreeMap::new(),
@@ -403,6 +408,20 @@ impl PgTx {
 
     /// From now on, what a resolution entails (its group's resolution, its dependents'
     /// release) waits for [`PgTx::resolve_gathered`], which asks for all of them at once.
+    /// Ends serving a gathering's operations from its first round trip: the queues they
+    /// recorded as active are written, in id order. Answers what was found, as the writes
+    /// left it.
+    pub(crate) async fn end_gathering(&mut self) -> Result<Box<Gathered>, StoreError> {
+        let mut gathered = self.gathered.take().ok_or_else(|| StoreError::Internal("no gathering to end".into()))?;
+        let mut touched = std::mem::take(&mut gathered.touched);
+        touched.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+        touched.dedup_by(|(a, _), (b, _)| a == b);
+        for (queue, now) in touched {
+            self.record_queue(&queue, now).await?;
+        }
+        Ok(gathered)
+    }
+
     pub(crate) fn gather_resolutions(&mut self) {
         self.resolutions = Some(Vec::new());
     }

@@ -43,6 +43,9 @@ impl WriteTx for PgTx {
     }
 
     async fn load(&mut self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
+        if let Some(row) = self.gathered.as_ref().and_then(|gathered| gathered.load(task_id)) {
+            return Ok(Some(row));
+        }
         self.lock_task(task_id).await
     }
 
@@ -53,6 +56,11 @@ impl WriteTx for PgTx {
     async fn claimable(&mut self, request: &ClaimRequest) -> Result<Vec<(TaskRow, Box<RawValue>)>, StoreError> {
         if request.count == 0 {
             return Ok(Vec::new());
+        }
+        if let Some(gathered) = &mut self.gathered
+            && let Some(rows) = gathered.claimable(request)?
+        {
+            return Ok(rows);
         }
         let count = request.count as i64;
         let rows = if request.dimensions.is_empty() {
@@ -69,7 +77,11 @@ impl WriteTx for PgTx {
     }
 
     async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError> {
-        self.save(row, change.place, change.priority_changed, change.moved_from.is_some()).await
+        self.save(row, change.place, change.priority_changed, change.moved_from.is_some()).await?;
+        if let Some(gathered) = &mut self.gathered {
+            gathered.written(row);
+        }
+        Ok(())
     }
 
     /// One round trip: the dependencies, then the group, in the order locks are taken
@@ -86,6 +98,9 @@ impl WriteTx for PgTx {
         definition: &TaskDefinition,
         task_id: TaskId,
     ) -> Result<CreateLookup, StoreError> {
+        if let Some(gathered) = &self.gathered {
+            return gathered.lookup_create(task_id, definition.task_group_id);
+        }
         let group = definition.task_group_id;
         let expires = shoal_engine::group::group_expiry(definition).millis();
         // Taskcluster allows a task to depend on itself: it then waits for scheduleTask.
@@ -180,6 +195,10 @@ impl WriteTx for PgTx {
     }
 
     async fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
+        if let Some(gathered) = &mut self.gathered {
+            gathered.touched.push((task_queue_id.to_owned(), now));
+            return Ok(());
+        }
         self.record_queue(task_queue_id, now).await
     }
 

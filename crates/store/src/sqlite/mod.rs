@@ -28,10 +28,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OpenFlags};
-use shoal_engine::TaskId;
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::event::Event;
 use shoal_engine::priority::Priority;
+use shoal_engine::{TaskId, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::ops::{self, ready};
@@ -42,7 +42,7 @@ use crate::sqlite::glance::Wake;
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::reads::ReadConn;
 use crate::sqlite::tx::{Tx, WriterState};
-use crate::{Committed, Reads, StoreError};
+use crate::{Committed, Op, Outcome, Reads, StoreError};
 
 pub use parking::{ClaimAnswer, Parked};
 
@@ -86,7 +86,7 @@ pub(crate) type Deliver = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 /// How a job's run went, as far as its batch is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
+enum JobEnd {
     /// It did its work.
     Done,
     /// The rules refused it; it must not have written anything.
@@ -99,7 +99,7 @@ enum Outcome {
 trait Job: Send {
     /// Runs inside the batch's transaction; says how it went and how to answer once the
     /// batch's fate is known.
-    fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (Outcome, Deliver);
+    fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (JobEnd, Deliver);
     /// Answers without running (the batch could not start or already failed).
     fn fail(self: Box<Self>, reason: String);
 }
@@ -114,13 +114,13 @@ where
     T: Send + 'static,
     F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send,
 {
-    fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (Outcome, Deliver) {
+    fn run(self: Box<Self>, tx: &mut Tx<'_>) -> (JobEnd, Deliver) {
         let WriteJob { op, reply } = *self;
         if reply.is_closed() {
             // The caller went away while this waited (a long poll that timed out on the
             // client's side, a dropped connection). Doing it anyway would, for a claim, hand
             // a run to nobody until its claim expires; every write here is safe to retry.
-            return (Outcome::Done, Box::new(|_| {}));
+            return (JobEnd::Done, Box::new(|_| {}));
         }
         let res = op(tx);
         let events = std::mem::take(&mut tx.events);
@@ -139,9 +139,9 @@ where
             }
         }
         let outcome = match &res {
-            Ok(_) => Outcome::Done,
-            Err(StoreError::Rejected(_)) => Outcome::Refused,
-            Err(_) => Outcome::Failed,
+            Ok(_) => JobEnd::Done,
+            Err(StoreError::Rejected(_)) => JobEnd::Refused,
+            Err(_) => JobEnd::Failed,
         };
         let deliver = move |commit: Result<(), String>| {
             let answer = match (res, commit) {
@@ -219,8 +219,20 @@ impl SqliteStore {
         &self.inner.graph_scheduler_id
     }
 
+    /// Runs an operation in the writer's next batch; answers once that batch committed. An
+    /// idle worker's claimWork is answered from what the last commit left (`glance.rs`),
+    /// without queueing behind writes.
+    pub(crate) async fn run(&self, op: Op, now: Timestamp) -> Result<Committed<Outcome>, StoreError> {
+        if let Op::ClaimWork(claim) = &op
+            && self.nothing_to_claim(&claim.request.task_queue_id, now)
+        {
+            return Ok(Committed { value: Outcome::ClaimWork(Vec::new()), events: Vec::new() });
+        }
+        self.write(move |tx| ready(op.run(tx, now))).await
+    }
+
     /// Runs `op` in the writer's next batch; answers once that batch committed.
-    pub(crate) async fn write<T, F>(&self, op: F) -> Result<Committed<T>, StoreError>
+    async fn write<T, F>(&self, op: F) -> Result<Committed<T>, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
@@ -486,13 +498,13 @@ fn run_job(conn: &mut Connection, state: &mut WriterState, job: Box<dyn Job>, ra
         return;
     };
     match outcome {
-        Outcome::Done => ran.messages.extend(written),
-        Outcome::Refused if conn.total_changes() == changes && state.index.mark() == mark && written.is_empty() => {}
-        Outcome::Refused => {
+        JobEnd::Done => ran.messages.extend(written),
+        JobEnd::Refused if conn.total_changes() == changes && state.index.mark() == mark && written.is_empty() => {}
+        JobEnd::Refused => {
             tracing::error!("a refused operation wrote before refusing; its batch is rolled back");
             ran.failure = Some("internal error: a refused operation wrote".into());
         }
-        Outcome::Failed => ran.failure = Some("a storage operation failed; nothing in its batch was committed".into()),
+        JobEnd::Failed => ran.failure = Some("a storage operation failed; nothing in its batch was committed".into()),
     }
     ran.deliveries.push(deliver);
 }

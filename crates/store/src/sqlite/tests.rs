@@ -1,5 +1,6 @@
 //! The SQLite store's own behaviour: its writer, glance, parking and memory.
 
+use crate::ops::operation::{ChangeWorker, ClaimWork, CreateTask, SealGroup, WorkerSeen};
 use shoal_engine::{Rejection, Timestamp};
 
 use super::*;
@@ -74,7 +75,8 @@ async fn runs_made_pending_wake_claims_at_commit_and_a_rolled_back_batch_wakes_n
 
     // A create in a batch that fails after it: rolled back, and nobody is woken.
     let held = hold_writer(sqlite).await;
-    let mut create = std::pin::pin!(store.create_task(definition(first, "p/a", now), first, now));
+    let mut create =
+        std::pin::pin!(store.run(CreateTask { definition: definition(first, "p/a", now), task_id: first }, now));
     assert!(create.as_mut().now_or_never().is_none());
     let mut bug = std::pin::pin!(sqlite.write(|_tx| -> Result<(), StoreError> { panic!("bug in an operation") }));
     assert!(bug.as_mut().now_or_never().is_none());
@@ -84,7 +86,8 @@ async fn runs_made_pending_wake_claims_at_commit_and_a_rolled_back_batch_wakes_n
     assert!(woken.lock().unwrap().is_empty());
 
     // Committed: one wake-up per run made pending, on its queue.
-    let created = store.create_task(definition(second, "p/b", now), second, now).await.unwrap();
+    let created =
+        store.run(CreateTask { definition: definition(second, "p/b", now), task_id: second }, now).await.unwrap();
     assert_eq!(created.events.len(), 2, "defined, pending");
     assert_eq!(*woken.lock().unwrap(), vec!["p/b".to_owned()]);
 }
@@ -96,7 +99,7 @@ async fn quiet_queues_are_forgotten_in_memory_once_many_were_used() {
     let crate::Store::Sqlite(sqlite) = &store else { unreachable!() };
     let t0 = Timestamp(1_767_225_600_000);
     let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
-    let created = store.create_task(definition(task_id, "p/busy", t0), task_id, t0).await.unwrap();
+    let created = store.run(CreateTask { definition: definition(task_id, "p/busy", t0), task_id }, t0).await.unwrap();
     assert_eq!(created.events.len(), 2);
     let names: Vec<String> = (0..1100).map(|n| format!("p/q{n}")).collect();
     let used = sqlite.write(move |tx| names.iter().try_for_each(|name| tx.record_queue(name, t0))).await.unwrap();
@@ -122,10 +125,10 @@ async fn quiet_queues_are_forgotten_in_memory_once_many_were_used() {
         version: None,
         count: 1,
     };
-    assert!(store.claim_work(claim("p/q5"), later).await.unwrap().value.is_empty());
+    assert!(store.run(ClaimWork { request: claim("p/q5") }, later).await.unwrap().value.is_empty());
     let recorded = store.read(|reads| reads.task_queue("p/q5")).await.unwrap().unwrap();
     assert_eq!(recorded.last_date_active, later);
-    let claimed = store.claim_work(claim("p/busy"), later).await.unwrap().value;
+    let claimed = store.run(ClaimWork { request: claim("p/busy") }, later).await.unwrap().value;
     assert_eq!(claimed.iter().map(|claim| claim.status.task_id).collect::<Vec<_>>(), vec![task_id]);
 }
 
@@ -165,23 +168,24 @@ async fn an_idle_claim_is_answered_without_the_writer_once_its_queue_is_recorded
 
     // Never recorded: the claim must go through the writer to record the queue.
     let held = hold_writer(sqlite).await;
-    let mut first = std::pin::pin!(store.claim_work(request.clone(), now));
+    let mut first = std::pin::pin!(store.run(ClaimWork { request: request.clone() }, now));
     assert!(first.as_mut().now_or_never().is_none(), "waits for the writer");
     drop(held);
     assert!(first.await.unwrap().value.is_empty());
 
     // Recorded and nothing pending: answered while the writer is busy.
     let held = hold_writer(sqlite).await;
-    let idle = store.claim_work(request.clone(), now).now_or_never().expect("answered without the writer");
+    let idle =
+        store.run(ClaimWork { request: request.clone() }, now).now_or_never().expect("answered without the writer");
     assert!(idle.unwrap().value.is_empty());
     drop(held);
 
     // A run pending: the claim goes through the writer and takes it.
     let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
-    let created = store.create_task(definition(task_id, "p/idle", now), task_id, now).await.unwrap();
+    let created = store.run(CreateTask { definition: definition(task_id, "p/idle", now), task_id }, now).await.unwrap();
     assert!(!created.events.is_empty());
     let held = hold_writer(sqlite).await;
-    let mut busy = std::pin::pin!(store.claim_work(request, now));
+    let mut busy = std::pin::pin!(store.run(ClaimWork { request }, now));
     assert!(busy.as_mut().now_or_never().is_none(), "a pending run is claimed by the writer");
     drop(held);
     let claims = busy.await.unwrap().value;
@@ -242,10 +246,17 @@ async fn a_parked_claim_is_given_the_run_a_batch_makes_pending_without_a_claim_o
     assert!(store.wake_at_commit(Box::new(move |queue, _| seen.lock().unwrap().push(queue.to_owned()))));
     let sighting = shoal_engine::worker::Sighting { heartbeat: true, ..Default::default() };
     let earlier = PARKED_AT.plus_millis(-60_000);
-    store.worker_seen(parked_request("w").worker_key(), sighting, earlier).await.unwrap();
+    store
+        .run(WorkerSeen { key: parked_request("w").worker_key(), sighting }, earlier)
+        .await
+        .map(|done| done.value)
+        .unwrap();
     let mut parked = store.park_claim(&parked_request("w"), parked_clock).unwrap();
     let task_id = TaskId::parse("00000001QxCxxxxxxxxxxA").unwrap();
-    let created = store.create_task(definition(task_id, "p/parked", PARKED_AT), task_id, PARKED_AT).await.unwrap();
+    let created = store
+        .run(CreateTask { definition: definition(task_id, "p/parked", PARKED_AT), task_id }, PARKED_AT)
+        .await
+        .unwrap();
     assert_eq!(created.events.len(), 2, "defined and pending");
     // A guard, not a timing: without the hand-out nobody answers the parked call.
     let answer = tokio::time::timeout(std::time::Duration::from_secs(60), parked.answer()).await;
@@ -260,12 +271,15 @@ async fn a_parked_claim_is_given_the_run_a_batch_makes_pending_without_a_claim_o
     assert_eq!(record.recent_tasks, vec![shoal_engine::worker::TaskRun { task_id, run_id: 0 }]);
     assert_eq!((record.first_seen, record.first_claim, record.heartbeats), (earlier, Some(PARKED_AT), true));
     assert_eq!(running, vec![task_id]);
-    let again = store.claim_work(parked_request("other"), PARKED_AT).await.unwrap();
+    let again = store.run(ClaimWork { request: parked_request("other") }, PARKED_AT).await.unwrap();
     assert!(again.value.is_empty(), "the run went to the parked claim only");
     assert!(woken.lock().unwrap().is_empty(), "nobody is woken for a run claimed in the batch that made it pending");
     // With nobody parked, the next run wakes a waiting claim at its commit.
     let next = TaskId::parse("00000004QxCxxxxxxxxxxA").unwrap();
-    let created = store.create_task(definition(next, "p/parked", PARKED_AT), next, PARKED_AT).await.unwrap();
+    let created = store
+        .run(CreateTask { definition: definition(next, "p/parked", PARKED_AT), task_id: next }, PARKED_AT)
+        .await
+        .unwrap();
     assert_eq!(created.events.len(), 2, "defined and pending");
     assert_eq!(*woken.lock().unwrap(), vec!["p/parked".to_owned()]);
 }
@@ -277,9 +291,12 @@ async fn a_parked_claim_that_left_is_given_nothing() {
     let mut parked = store.park_claim(&parked_request("gone"), parked_clock).unwrap();
     assert!(parked.leave());
     let task_id = TaskId::parse("00000002QxCxxxxxxxxxxA").unwrap();
-    let created = store.create_task(definition(task_id, "p/parked", PARKED_AT), task_id, PARKED_AT).await.unwrap();
+    let created = store
+        .run(CreateTask { definition: definition(task_id, "p/parked", PARKED_AT), task_id }, PARKED_AT)
+        .await
+        .unwrap();
     assert_eq!(created.events.len(), 2, "defined and pending");
-    let claimed = store.claim_work(parked_request("here"), PARKED_AT).await.unwrap();
+    let claimed = store.run(ClaimWork { request: parked_request("here") }, PARKED_AT).await.unwrap();
     assert_eq!(claimed.value.len(), 1, "the run stayed pending for the next claim");
 }
 
@@ -289,16 +306,23 @@ async fn a_parked_claim_of_a_worker_quarantined_meanwhile_is_answered_with_nothi
     let store = crate::Store::Sqlite(open(&dir));
     let request = parked_request("held");
     let sighting = shoal_engine::worker::Sighting::default();
-    store.worker_seen(request.worker_key(), sighting, PARKED_AT).await.unwrap();
+    store.run(WorkerSeen { key: request.worker_key(), sighting }, PARKED_AT).await.map(|done| done.value).unwrap();
     let mut parked = store.park_claim(&request, parked_clock).unwrap();
     let quarantine = crate::WorkerChange::Quarantine { until: PARKED_AT.plus_secs(3600), info: String::new() };
-    store.change_worker(request.worker_key(), quarantine, "admin".into(), PARKED_AT).await.unwrap();
+    store
+        .run(ChangeWorker { key: request.worker_key(), change: quarantine, client_id: "admin".into() }, PARKED_AT)
+        .await
+        .map(|done| done.value)
+        .unwrap();
     let task_id = TaskId::parse("00000003QxCxxxxxxxxxxA").unwrap();
-    let created = store.create_task(definition(task_id, "p/parked", PARKED_AT), task_id, PARKED_AT).await.unwrap();
+    let created = store
+        .run(CreateTask { definition: definition(task_id, "p/parked", PARKED_AT), task_id }, PARKED_AT)
+        .await
+        .unwrap();
     assert_eq!(created.events.len(), 2, "defined and pending");
     let answer = tokio::time::timeout(std::time::Duration::from_secs(60), parked.answer()).await;
     assert!(answer.expect("the parked claim was never answered").unwrap().value.is_empty());
-    let claimed = store.claim_work(parked_request("free"), PARKED_AT).await.unwrap();
+    let claimed = store.run(ClaimWork { request: parked_request("free") }, PARKED_AT).await.unwrap();
     assert_eq!(claimed.value.len(), 1, "the run stayed pending for a worker that may claim");
 }
 
@@ -323,22 +347,22 @@ async fn a_group_made_by_its_namesake_has_no_row_until_it_outgrows_it() {
         definition.expires = t0.plus_secs(expires_after_secs);
         definition
     };
-    let _ = store.create_task(definition(namesake, "p/q", t0), namesake, t0).await.unwrap();
+    let _ = store.run(CreateTask { definition: definition(namesake, "p/q", t0), task_id: namesake }, t0).await.unwrap();
     let implied = store.read(move |reads| reads.task_group(namesake)).await.unwrap().expect("the group");
     assert_eq!(implied, shoal_engine::group::TaskGroup::first_of(&definition(namesake, "p/q", t0)));
     // A member expiring no later leaves it implied; sealing it writes its row.
-    let _ = store.create_task(joining(member, namesake, 3600), member, t0).await.unwrap();
+    let _ = store.run(CreateTask { definition: joining(member, namesake, 3600), task_id: member }, t0).await.unwrap();
     assert_eq!(rows().await, 0, "implied by its namesake's row");
-    let _ = store.seal_task_group(namesake, t0).await.unwrap();
+    let _ = store.run(SealGroup { task_group_id: namesake }, t0).await.unwrap();
     assert_eq!(rows().await, 1);
     let sealed = store.read(move |reads| reads.task_group(namesake)).await.unwrap().expect("the group");
     assert_eq!((sealed.expires, sealed.sealed), (implied.expires, Some(t0)));
 
     // A member expiring later writes it with the later expiry.
-    let _ = store.create_task(definition(grower, "p/q", t0), grower, t0).await.unwrap();
+    let _ = store.run(CreateTask { definition: definition(grower, "p/q", t0), task_id: grower }, t0).await.unwrap();
     assert_eq!(rows().await, 1);
     let far = 400 * 24 * 3600;
-    let _ = store.create_task(joining(late, grower, far), late, t0).await.unwrap();
+    let _ = store.run(CreateTask { definition: joining(late, grower, far), task_id: late }, t0).await.unwrap();
     assert_eq!(rows().await, 2);
     let grown = store.read(move |reads| reads.task_group(grower)).await.unwrap().expect("the group");
     assert_eq!(grown.expires, shoal_engine::group::group_expiry(&joining(late, grower, far)));

@@ -1,6 +1,7 @@
 //! The fleet as Swarming runs it: what a run keeps of the worker that ran it.
 
 use super::*;
+use shoal_store::operation::{ChangeWorker, ClaimTask, ClaimWork, CreateGraph, CreateTask, FireDue, WorkerSeen};
 
 /// A claim by a worker with these dimensions and version.
 fn worker_having(dimensions: serde_json::Value, version: Option<&str>) -> ClaimRequest {
@@ -12,7 +13,7 @@ pub(crate) async fn a_run_keeps_the_dimensions_and_version_it_was_claimed_with(n
     let store = &backend.store;
     create(store, id(1), json!({"dimensions": {"os": ["linux"]}}), at(0)).await;
     let request = worker_having(json!({"os": ["linux"], "cpu": ["x86-64", "avx2"]}), Some("1.4.0"));
-    let claims = store.claim_work(request, at(1)).await.unwrap().value;
+    let claims = store.run(ClaimWork { request }, at(1)).await.unwrap().value;
     let run = &claims[0].status.runs[0];
     let dimensions = serde_json::to_value(&run.worker_dimensions).unwrap();
     assert_eq!(dimensions, json!({"cpu": ["avx2", "x86-64"], "os": ["linux"]}), "{name}: as claimed");
@@ -20,7 +21,7 @@ pub(crate) async fn a_run_keeps_the_dimensions_and_version_it_was_claimed_with(n
 
     // The record outlives the worker's later changes and a restart.
     let later = worker_having(json!({"os": ["linux"], "cpu": ["arm64"]}), Some("2.0.0"));
-    assert!(store.claim_work(later, at(2)).await.unwrap().value.is_empty(), "{name}: nothing left");
+    assert!(store.run(ClaimWork { request: later }, at(2)).await.unwrap().value.is_empty(), "{name}: nothing left");
     let store = backend.reopen();
     let stored = store.read(|reads| reads.task(id(1))).await.unwrap().expect("task").status;
     assert_eq!(stored.runs[0], *run, "{name}: kept as claimed");
@@ -32,7 +33,11 @@ pub(crate) async fn a_run_keeps_the_dimensions_and_version_it_was_claimed_with(n
         stats: None,
     };
     apply(&store, id(1), resolve, at(3)).await;
-    let claim = store.claim_task(id(1), 1, "g".into(), "w2".into(), at(4)).await.unwrap().value;
+    let claim = store
+        .run(ClaimTask { task_id: id(1), run_id: 1, worker_group: "g".into(), worker_id: "w2".into() }, at(4))
+        .await
+        .unwrap()
+        .value;
     let retried = &claim.status.runs[1];
     assert_eq!((retried.worker_dimensions.as_ref(), retried.worker_version.as_deref()), (None, None), "{name}");
 }
@@ -41,7 +46,7 @@ pub(crate) async fn a_run_keeps_the_dimensions_and_version_it_was_claimed_with(n
 async fn create_by(store: &Store, task_id: TaskId, client_id: &str, patch: serde_json::Value) -> TaskStatus {
     let mut definition = definition(task_id, patch);
     definition.created_by = Some(client_id.to_owned());
-    store.create_task(definition, task_id, at(0)).await.unwrap().value
+    store.run(CreateTask { definition, task_id }, at(0)).await.unwrap().value
 }
 
 pub(crate) async fn a_task_keeps_its_creator_and_is_listed_by_it(name: &str, backend: Backend) {
@@ -91,7 +96,7 @@ pub(crate) async fn a_task_keeps_its_creator_and_is_listed_by_it(name: &str, bac
     }))
     .unwrap();
     let request = shoal_store::GraphRequest { task_graph_id: id(9), input, created_by: Some("carol".into()) };
-    let _ = store.create_graph(request, at(0)).await.unwrap();
+    let _ = store.run(CreateGraph { request }, at(0)).await.unwrap();
     let carols = listed(String::new(), Some("carol")).await;
     assert_eq!(carols.len(), 1, "{name}");
     let record = store.read(move |reads| reads.task(carols[0])).await.unwrap().expect("task");
@@ -113,20 +118,23 @@ pub(crate) async fn a_fallback_slice_hands_its_worker_its_own_payload(name: &str
         || ClaimRequest { count: 1, worker_id: "linux".into(), ..worker_having(json!({"os": ["Linux"]}), None) };
     // A live Linux worker: the fallback slice could run.
     let sighting = shoal_engine::worker::Sighting { dimensions: Some(linux().dimensions), ..Default::default() };
-    store.worker_seen(linux().worker_key(), sighting, at(0)).await.unwrap();
+    store.run(WorkerSeen { key: linux().worker_key(), sighting }, at(0)).await.map(|done| done.value).unwrap();
     let payload_of = |claim: &shoal_store::Claim| {
         serde_json::from_str::<serde_json::Value>(claim.task.get()).unwrap()["payload"].clone()
     };
 
     // On its first slice a task hands over its own payload.
     let mac = ClaimRequest { count: 1, ..worker_having(json!({"os": ["Mac"]}), None) };
-    let on_mac = store.claim_work(mac, at(1)).await.unwrap().value;
+    let on_mac = store.run(ClaimWork { request: mac }, at(1)).await.unwrap().value;
     assert_eq!(payload_of(&on_mac[0]), json!({"command": ["on-a-mac"]}), "{name}");
-    assert!(store.claim_work(linux(), at(1)).await.unwrap().value.is_empty(), "{name}: the Linux slice is not current");
+    assert!(
+        store.run(ClaimWork { request: linux() }, at(1)).await.unwrap().value.is_empty(),
+        "{name}: the Linux slice is not current"
+    );
 
     // Once it falls back, the slice's own; a retry on that slice, the same.
-    assert_eq!(store.fire_due(at(11), 100).await.unwrap().value, 1, "{name}: the slice expiry fires");
-    let claims = store.claim_work(linux(), at(12)).await.unwrap().value;
+    assert_eq!(store.run(FireDue { limit: 100 }, at(11)).await.unwrap().value, 1, "{name}: the slice expiry fires");
+    let claims = store.run(ClaimWork { request: linux() }, at(12)).await.unwrap().value;
     assert_eq!(claims[0].status.task_id, id(2), "{name}");
     assert_eq!(payload_of(&claims[0]), json!({"command": ["on-linux"], "maxRunTime": 30}), "{name}");
     let lost = TaskCommand::Resolve {
@@ -135,7 +143,7 @@ pub(crate) async fn a_fallback_slice_hands_its_worker_its_own_payload(name: &str
         stats: None,
     };
     apply(store, id(2), lost, at(13)).await;
-    let retried = store.claim_work(linux(), at(14)).await.unwrap().value;
+    let retried = store.run(ClaimWork { request: linux() }, at(14)).await.unwrap().value;
     assert_eq!(
         (retried[0].run_id, payload_of(&retried[0])),
         (1, json!({"command": ["on-linux"], "maxRunTime": 30})),
@@ -159,13 +167,29 @@ pub(crate) async fn a_change_to_a_worker_reaches_its_records_in_every_queue_it_s
         queues: Some(queues.iter().map(|q| (*q).to_owned()).collect()),
         ..Sighting::default()
     };
-    store.worker_seen(key("p/a"), serving(&["p/a", "p/b"]), at(0)).await.unwrap();
-    store.worker_seen(key("p/b"), serving(&["p/a", "p/b"]), at(0)).await.unwrap();
+    store
+        .run(WorkerSeen { key: key("p/a"), sighting: serving(&["p/a", "p/b"]) }, at(0))
+        .await
+        .map(|done| done.value)
+        .unwrap();
+    store
+        .run(WorkerSeen { key: key("p/b"), sighting: serving(&["p/a", "p/b"]) }, at(0))
+        .await
+        .map(|done| done.value)
+        .unwrap();
     // A namesake in another queue that never said it is the same machine.
-    store.worker_seen(key("p/c"), Sighting::default(), at(0)).await.unwrap();
+    store
+        .run(WorkerSeen { key: key("p/c"), sighting: Sighting::default() }, at(0))
+        .await
+        .map(|done| done.value)
+        .unwrap();
 
     let quarantine = WorkerChange::Quarantine { until: at(600), info: "bad disk".into() };
-    let changed = store.change_worker(key("p/b"), quarantine, "admin".into(), at(1)).await.unwrap();
+    let changed = store
+        .run(ChangeWorker { key: key("p/b"), change: quarantine, client_id: "admin".into() }, at(1))
+        .await
+        .map(|done| done.value)
+        .unwrap();
     assert_eq!(changed.task_queue_ids, ["p/a", "p/b"], "{name}");
     let record = |queue: &'static str| async move {
         store.read(move |reads| reads.worker(&key(queue))).await.unwrap().expect("recorded").0
@@ -173,12 +197,27 @@ pub(crate) async fn a_change_to_a_worker_reaches_its_records_in_every_queue_it_s
     assert!(record("p/a").await.is_quarantined(at(2)), "{name}: reached through the other queue");
     assert!(!record("p/c").await.is_quarantined(at(2)), "{name}: a namesake is another machine");
     let maintain = WorkerChange::Maintain { message: Some("reimage".into()) };
-    store.change_worker(key("p/a"), maintain, "admin".into(), at(3)).await.unwrap();
+    store
+        .run(ChangeWorker { key: key("p/a"), change: maintain, client_id: "admin".into() }, at(3))
+        .await
+        .map(|done| done.value)
+        .unwrap();
     assert!(record("p/b").await.maintenance.is_some(), "{name}");
 
     // Serving one queue again, it is one record: changes stay there.
-    store.worker_seen(key("p/a"), serving(&["p/a"]), at(4)).await.unwrap();
-    store.change_worker(key("p/a"), WorkerChange::Maintain { message: None }, "admin".into(), at(5)).await.unwrap();
+    store.run(WorkerSeen { key: key("p/a"), sighting: serving(&["p/a"]) }, at(4)).await.map(|done| done.value).unwrap();
+    store
+        .run(
+            ChangeWorker {
+                key: key("p/a"),
+                change: WorkerChange::Maintain { message: None },
+                client_id: "admin".into(),
+            },
+            at(5),
+        )
+        .await
+        .map(|done| done.value)
+        .unwrap();
     assert!(record("p/a").await.maintenance.is_none(), "{name}");
     assert!(record("p/b").await.maintenance.is_some(), "{name}: no longer one machine");
 }
@@ -188,7 +227,15 @@ pub(crate) async fn pending_runs_are_counted_by_dimension_set_with_their_oldest(
     let linux = json!({"dimensions": {"os": ["linux"]}});
     // A running task is no backlog.
     create(store, id(5), linux.clone(), at(0)).await;
-    assert_eq!(store.claim_work(worker_having(json!({"os": ["linux"]}), None), at(0)).await.unwrap().value.len(), 1);
+    assert_eq!(
+        store
+            .run(ClaimWork { request: worker_having(json!({"os": ["linux"]}), None) }, at(0))
+            .await
+            .unwrap()
+            .value
+            .len(),
+        1
+    );
     create(store, id(1), linux.clone(), at(1)).await;
     create(store, id(3), json!({"dimensions": {"os": ["mac"]}}), at(2)).await;
     create(store, id(2), linux, at(3)).await;

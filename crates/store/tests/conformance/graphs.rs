@@ -1,6 +1,7 @@
 //! The task-graph scheduler's scenarios on every backend.
 
 use super::*;
+use shoal_store::operation::{Apply, CreateGraph};
 
 pub(crate) fn graph_input(tasks: serde_json::Value) -> shoal_engine::graph::GraphInput {
     let tasks: serde_json::Map<String, serde_json::Value> = tasks
@@ -49,7 +50,7 @@ pub(crate) async fn a_graph_reruns_a_failure_blocks_then_finishes_once_run_again
     let graph = id(900);
     let input = graph_input(json!({"a": {"reruns": 1}, "b": {"requires": ["a"]}}));
     let request = shoal_store::GraphRequest { task_graph_id: graph, input, created_by: None };
-    let created = store.create_graph(request, at(0)).await.unwrap().value;
+    let created = store.run(CreateGraph { request }, at(0)).await.unwrap().value;
     assert_eq!(created.state, GraphState::Running, "{name}");
     let nodes = graph_tasks(store, graph).await;
     let (a, b) = (nodes["a"].task_id, nodes["b"].task_id);
@@ -90,8 +91,12 @@ pub(crate) async fn a_refused_graph_leaves_nothing_behind(name: &str, backend: B
         "a": {"task": {"deadline": "2026-01-01T00:10:00.000Z", "expires": "2026-01-01T00:20:00.000Z"}},
         "b": {"requires": ["a"]},
     }));
-    let refused =
-        store.create_graph(shoal_store::GraphRequest { task_graph_id: graph, input, created_by: None }, at(0)).await;
+    let refused = store
+        .run(
+            CreateGraph { request: shoal_store::GraphRequest { task_graph_id: graph, input, created_by: None } },
+            at(0),
+        )
+        .await;
     let Err(StoreError::Rejected(Rejection::Invalid { field, .. })) = refused else {
         panic!("{name}: expected a field error, got {refused:?}");
     };
@@ -108,7 +113,10 @@ pub(crate) async fn concurrent_completions_of_a_graphs_tasks_are_each_counted_on
     let tasks: serde_json::Map<String, serde_json::Value> = (0..24).map(|n| (format!("t{n}"), json!({}))).collect();
     let input = graph_input(serde_json::Value::Object(tasks));
     let _ = store
-        .create_graph(shoal_store::GraphRequest { task_graph_id: graph, input, created_by: None }, at(0))
+        .run(
+            CreateGraph { request: shoal_store::GraphRequest { task_graph_id: graph, input, created_by: None } },
+            at(0),
+        )
         .await
         .unwrap();
     let claimed = claim_ids(store, worker(24), at(1)).await;
@@ -116,7 +124,7 @@ pub(crate) async fn concurrent_completions_of_a_graphs_tasks_are_each_counted_on
     let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
     let completions = claimed.iter().map(|&task_id| {
         let (store, done) = (store.clone(), done.clone());
-        tokio::spawn(async move { store.apply(task_id, done, at(2)).await })
+        tokio::spawn(async move { store.run(Apply { task_id, command: done }, at(2)).await })
     });
     for completion in futures_util::future::join_all(completions).await {
         let _ = completion.unwrap().unwrap();

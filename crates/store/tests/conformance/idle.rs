@@ -6,6 +6,7 @@ use shoal_engine::command::TaskCommand;
 use shoal_engine::status::TaskState;
 use shoal_engine::task::Resolution;
 use shoal_store::Store;
+use shoal_store::operation::FireDue;
 
 use super::{Backend, CLAIM_TIMEOUT, apply, at, claim_ids, create, id, state_of, worker};
 
@@ -36,7 +37,7 @@ pub(crate) async fn idle_claims_record_their_queue_and_miss_no_later_work(name: 
     assert_eq!(claim_ids(store, idle(), at(2)).await, vec![id(1)], "{name}: created");
     assert!(claim_ids(store, idle(), at(3)).await.is_empty(), "{name}: claimed once");
     let expired = at(2 + CLAIM_TIMEOUT);
-    assert_eq!(store.fire_due(expired, 100).await.unwrap().value, 1, "{name}");
+    assert_eq!(store.run(FireDue { limit: 100 }, expired).await.unwrap().value, 1, "{name}");
     assert_eq!(claim_ids(store, idle(), expired).await, vec![id(1)], "{name}: retried after its claim expired");
     let done = TaskCommand::Resolve { run_id: 1, resolution: Resolution::Completed, stats: None };
     apply(store, id(1), done, expired).await;

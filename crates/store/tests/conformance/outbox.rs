@@ -1,6 +1,7 @@
 //! The outbox and group resolution: each transition's messages, in order, across restarts and concurrent writes.
 
 use super::*;
+use shoal_store::operation::{Apply, CreateTask, SealGroup};
 
 /// Everything committed and not yet published, in publishing order, the way the publisher
 /// takes it: from memory when it can, from the table otherwise.
@@ -29,7 +30,7 @@ pub(crate) async fn every_transition_leaves_its_messages_in_the_outbox_in_order(
     let task_id = id(1);
     let patch = json!({"routes": ["index.a.b"], "tags": {"kind": "build"}, "schedulerId": "sched"});
     create(store, task_id, patch, at(0)).await;
-    let refused = store.apply(task_id, TaskCommand::Reclaim { run_id: 0 }, at(1)).await;
+    let refused = store.run(Apply { task_id, command: TaskCommand::Reclaim { run_id: 0 } }, at(1)).await;
     assert!(matches!(refused, Err(StoreError::Rejected(_))), "{name}");
     claim_ids(store, worker(1), at(1)).await;
     apply(store, task_id, TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None }, at(2))
@@ -106,14 +107,20 @@ pub(crate) async fn writes_arriving_together_are_each_judged_alone(name: &str, b
     let (group, other, sealed) = (id(500), id(501), id(502));
     let in_group = |group: TaskId| json!({"taskGroupId": group.to_string()});
     create(&store, id(30), in_group(sealed), at(0)).await;
-    let _sealed = store.seal_task_group(sealed, at(0)).await.unwrap();
+    let _sealed = store.run(SealGroup { task_group_id: sealed }, at(0)).await.unwrap();
 
     // Twenty creates at once, with one refused among them (its group is sealed).
     let mut creates = tokio::task::JoinSet::new();
     for n in (1..=20).chain([31]) {
         let (store, task_group) = (store.clone(), if n == 31 { sealed } else { group });
-        creates
-            .spawn(async move { (n, store.create_task(definition(id(n), in_group(task_group)), id(n), at(1)).await) });
+        creates.spawn(async move {
+            (
+                n,
+                store
+                    .run(CreateTask { definition: definition(id(n), in_group(task_group)), task_id: id(n) }, at(1))
+                    .await,
+            )
+        });
     }
     while let Some(created) = creates.join_next().await {
         match created.unwrap() {
@@ -137,7 +144,7 @@ pub(crate) async fn writes_arriving_together_are_each_judged_alone(name: &str, b
     let mut reports = tokio::task::JoinSet::new();
     for (n, run_id) in (1..=20).map(|n| (n, 0)).chain([(30, 4), (999, 0)]) {
         let store = store.clone();
-        reports.spawn(async move { (n, store.apply(id(n), done(run_id), at(3)).await) });
+        reports.spawn(async move { (n, store.run(Apply { task_id: id(n), command: done(run_id) }, at(3)).await) });
     }
     let mut n_released = 0;
     while let Some(reported) = reports.join_next().await {
@@ -191,14 +198,17 @@ pub(crate) async fn a_group_resolves_only_when_nothing_in_it_is_left_unresolved(
     assert_eq!(claim_ids(&store, worker(10), at(1)).await.len(), 10, "{name}");
     let mut writes = Vec::new();
     for n in (1..=4).chain(6..=10) {
-        writes.push(store.apply(id(n), done(0), at(2)));
+        writes.push(store.run(Apply { task_id: id(n), command: done(0) }, at(2)));
     }
-    writes.push(store.apply(id(5), TaskCommand::Reclaim { run_id: 0 }, at(2)));
-    writes.push(store.apply(id(5), done(3), at(2)));
+    writes.push(store.run(Apply { task_id: id(5), command: TaskCommand::Reclaim { run_id: 0 } }, at(2)));
+    writes.push(store.run(Apply { task_id: id(5), command: done(3) }, at(2)));
     // Submitted together (the create first), so that on PostgreSQL they are written as
     // one gathering.
     let (created, written) = tokio::join!(
-        store.create_task(definition(id(11), json!({"taskGroupId": second.to_string()})), id(11), at(2)),
+        store.run(
+            CreateTask { definition: definition(id(11), json!({"taskGroupId": second.to_string()})), task_id: id(11) },
+            at(2)
+        ),
         futures_util::future::join_all(writes),
     );
     let states: Vec<_> = written.into_iter().map(|written| written.map(|c| c.value.state)).collect();
@@ -209,10 +219,10 @@ pub(crate) async fn a_group_resolves_only_when_nothing_in_it_is_left_unresolved(
     assert!(routed(&store, "task-group-resolved").await.is_empty(), "{name}: each group has a task unresolved");
 
     // The last ones complete: each group resolves, once.
-    let _done = store.apply(id(5), done(0), at(3)).await.unwrap();
+    let _done = store.run(Apply { task_id: id(5), command: done(0) }, at(3)).await.unwrap();
     assert_eq!(routed(&store, "task-group-resolved").await, vec![format!("primary.{first}.-._")], "{name}");
     assert_eq!(claim_ids(&store, worker(11), at(4)).await, vec![id(11)], "{name}");
-    let _done = store.apply(id(11), done(0), at(5)).await.unwrap();
+    let _done = store.run(Apply { task_id: id(11), command: done(0) }, at(5)).await.unwrap();
     let resolved = vec![format!("primary.{first}.-._"), format!("primary.{second}.-._")];
     assert_eq!(routed(&store, "task-group-resolved").await, resolved, "{name}");
 }

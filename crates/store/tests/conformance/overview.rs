@@ -5,6 +5,7 @@ use shoal_engine::command::TaskCommand;
 use shoal_engine::status::TaskState;
 use shoal_engine::task::Resolution;
 use shoal_engine::{TaskId, Timestamp};
+use shoal_store::operation::CreateGraph;
 use shoal_store::{FAILED_TAG, Store, TagQuery};
 
 use super::{Backend, apply, at, claim_ids, create, graph_input, id, worker};
@@ -84,7 +85,7 @@ pub(crate) async fn the_overview_lists_groups_graphs_and_failures_newest_first(n
     for (graph, secs) in [(201, 10), (202, 11)] {
         let input = graph_input(json!({"a": {}}));
         let request = shoal_store::GraphRequest { task_graph_id: id(graph), input, created_by: None };
-        let _graph = store.create_graph(request, at(secs)).await.unwrap().value;
+        let _graph = store.run(CreateGraph { request }, at(secs)).await.unwrap().value;
     }
     let graphs = store.read(|reads| reads.list_task_graphs(None, 10)).await.unwrap();
     let ids: Vec<TaskId> = graphs.items.iter().map(|graph| graph.graph.status.task_graph_id).collect();

@@ -1,5 +1,6 @@
 //! Swarming's scheduling scenarios: slices, capacity (run per backend by the suite's macro).
 
+use shoal_store::operation::{Apply, ClaimTask, ClaimWork, FireDue, WorkerSeen};
 use std::collections::BTreeMap;
 
 use serde_json::json;
@@ -17,7 +18,7 @@ fn os(values: &[&str]) -> Dimensions {
 
 async fn seen(store: &Store, n: usize, dimensions: Dimensions, secs: i64) {
     let sighting = Sighting { dimensions: Some(dimensions), ..Sighting::default() };
-    store.worker_seen(worker(n).worker_key(), sighting, at(secs)).await.unwrap();
+    store.run(WorkerSeen { key: worker(n).worker_key(), sighting }, at(secs)).await.map(|done| done.value).unwrap();
 }
 
 async fn reason(store: &Store, n: u32) -> Option<ReasonResolved> {
@@ -50,7 +51,7 @@ pub(crate) async fn slices_skip_without_capacity_and_fall_back_when_they_expire(
     linux.dimensions = os(&["Linux", "Ubuntu"]);
     assert_eq!(claim_ids(store, linux.clone(), at(4)).await, vec![id(1)], "{name}: slice 1 runs on Linux");
     assert!(claim_ids(store, linux.clone(), at(5)).await.is_empty(), "{name}: slice 0 needs a gpu");
-    assert_eq!(store.fire_due(at(12), 100).await.unwrap().value, 1, "{name}: the slice expiry fires");
+    assert_eq!(store.run(FireDue { limit: 100 }, at(12)).await.unwrap().value, 1, "{name}: the slice expiry fires");
     let task = store.read(|reads| reads.task(id(3))).await.unwrap().unwrap();
     assert_eq!(task.status.current_slice(), Some(1), "{name}: the next slice with capacity");
     assert_eq!(task.status.runs.len(), 1, "{name}: the same run");
@@ -58,7 +59,7 @@ pub(crate) async fn slices_skip_without_capacity_and_fall_back_when_they_expire(
     // Past its last slice a task ends deadline-exceeded; a silent worker is no capacity.
     let last = json!({"slices": [{"dimensions": {"os": ["Linux"]}, "expiresAfter": 30}]});
     create(store, id(4), last, at(20)).await;
-    assert_eq!(store.fire_due(at(50), 100).await.unwrap().value, 1, "{name}");
+    assert_eq!(store.run(FireDue { limit: 100 }, at(50)).await.unwrap().value, 1, "{name}");
     assert_eq!(reason(store, 4).await, Some(ReasonResolved::DeadlineExceeded), "{name}");
     let late = json!({"slices": [{"dimensions": {"os": ["Linux"]}, "expiresAfter": 30}]});
     create(store, id(5), late, at(1000)).await;
@@ -74,7 +75,7 @@ pub(crate) async fn secrets_are_kept_apart_and_handed_to_the_claim(name: &str, b
     assert!(task.task.get().contains(r#""hasSecrets":true"#), "{name}");
     let mut request = worker(2);
     request.count = 2;
-    let claims = store.claim_work(request, at(3)).await.unwrap().value;
+    let claims = store.run(ClaimWork { request }, at(3)).await.unwrap().value;
     let secrets: Vec<Option<String>> =
         claims.iter().map(|claim| claim.secrets.as_ref().map(|s| s.expose().to_owned())).collect();
     assert_eq!(secrets, vec![Some(r#"{"token":"s3cr3t"}"#.to_owned()), None], "{name}");
@@ -89,7 +90,7 @@ pub(crate) async fn an_idempotent_task_is_deduped_from_a_recent_completion(name:
     linux.dimensions = os(&["Linux"]);
     let finish = |task: u32, resolution: Resolution, secs: i64| async move {
         let command = TaskCommand::Resolve { run_id: 0, resolution, stats: None };
-        let status = store.apply(id(task), command, at(secs)).await.unwrap().value;
+        let status = store.run(Apply { task_id: id(task), command }, at(secs)).await.unwrap().value;
         assert!(status.state.is_resolved());
     };
     create(store, id(1), same.clone(), at(1)).await;
@@ -114,10 +115,14 @@ pub(crate) async fn an_idempotent_task_is_deduped_from_a_recent_completion(name:
     let late = create(store, id(8), same.clone(), at(7 + 601)).await;
     assert!(late.deduped_from().is_none(), "{name}: past the dedup window");
     // A new completion stands until its task is rerun.
-    let claimed = store.claim_task(id(8), 0, "g".into(), "w1".into(), at(609)).await.unwrap().value;
+    let claimed = store
+        .run(ClaimTask { task_id: id(8), run_id: 0, worker_group: "g".into(), worker_id: "w1".into() }, at(609))
+        .await
+        .unwrap()
+        .value;
     assert_eq!(claimed.run_id, 0, "{name}");
     finish(8, Resolution::Completed, 610).await;
-    let rerun = store.apply(id(8), TaskCommand::Rerun, at(611)).await.unwrap().value;
+    let rerun = store.run(Apply { task_id: id(8), command: TaskCommand::Rerun }, at(611)).await.unwrap().value;
     assert_eq!(rerun.state, TaskState::Pending, "{name}");
     assert!(create(store, id(9), same, at(612)).await.deduped_from().is_none(), "{name}: a rerun takes it back");
 }
@@ -133,7 +138,7 @@ pub(crate) async fn swarmings_own_scenario(name: &str, backend: Backend) {
     ]);
     let bot = Dimensions::parse("dimensions", raw).unwrap();
     let sighting = Sighting { dimensions: Some(bot.clone()), ..Sighting::default() };
-    store.worker_seen(worker(1).worker_key(), sighting, at(0)).await.unwrap();
+    store.run(WorkerSeen { key: worker(1).worker_key(), sighting }, at(0)).await.map(|done| done.value).unwrap();
     let mut claim = worker(1);
     claim.dimensions = bot;
     claim.count = 1;
@@ -145,7 +150,10 @@ pub(crate) async fn swarmings_own_scenario(name: &str, backend: Backend) {
     assert_eq!(create(store, id(1), sliced.clone(), at(1)).await.current_slice(), Some(1), "{name}");
     assert_eq!(claim_ids(store, claim.clone(), at(2)).await, vec![id(1)], "{name}");
     let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
-    assert!(store.apply(id(1), done, at(3)).await.unwrap().value.state.is_resolved(), "{name}");
+    assert!(
+        store.run(Apply { task_id: id(1), command: done }, at(3)).await.unwrap().value.state.is_resolved(),
+        "{name}"
+    );
     // The same idempotent task again: deduped.
     assert_eq!(create(store, id(2), sliced, at(4)).await.deduped_from(), Some(id(1)), "{name}");
 
@@ -161,7 +169,10 @@ pub(crate) async fn swarmings_own_scenario(name: &str, backend: Backend) {
     assert_eq!(order, vec![id(13), id(14), id(12), id(15), id(11)], "{name}: by priority, then age");
     for task in order {
         let done = TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None };
-        assert!(store.apply(task, done, at(11)).await.unwrap().value.state.is_resolved(), "{name}");
+        assert!(
+            store.run(Apply { task_id: task, command: done }, at(11)).await.unwrap().value.state.is_resolved(),
+            "{name}"
+        );
     }
 
     // Nothing can run it: resource-unavailable at once; waiting for capacity, it expires.
@@ -171,7 +182,7 @@ pub(crate) async fn swarmings_own_scenario(name: &str, backend: Backend) {
     let waiting = json!({"slices": [
         {"dimensions": {"pool": ["p"], "os": ["Windows"]}, "expiresAfter": 60, "waitForCapacity": true}]});
     assert_eq!(create(store, id(22), waiting, at(20)).await.state, TaskState::Pending, "{name}");
-    assert_eq!(store.fire_due(at(80), 100).await.unwrap().value, 1, "{name}");
+    assert_eq!(store.run(FireDue { limit: 100 }, at(80)).await.unwrap().value, 1, "{name}");
     assert_eq!(reason(store, 22).await, Some(ReasonResolved::DeadlineExceeded), "{name}: expired");
 
     // `a|b` is OR; a key repeated is AND.

@@ -7,6 +7,7 @@ use shoal_engine::status::{ReasonCreated, ReasonResolved, TaskState};
 use shoal_engine::task::Resolution;
 use shoal_engine::worker::{KEPT_EVENTS, Sighting, WorkerEventKind, WorkerKey, WorkerState};
 use shoal_engine::{Rejection, Timestamp};
+use shoal_store::operation::{ChangeWorker, ForgetTasks, LoseSilentWorkers, WorkerSeen};
 use shoal_store::{Store, StoreError, WorkerChange};
 
 use super::{Backend, apply, at, claim_ids, create, id, state_of, worker};
@@ -27,12 +28,17 @@ async fn kinds(store: &Store, key: WorkerKey) -> Vec<WorkerEventKind> {
 
 async fn quarantine(store: &Store, n: usize, until: Timestamp, now: Timestamp) -> Result<(), StoreError> {
     let change = WorkerChange::Quarantine { until, info: "bad disk".into() };
-    store.change_worker(key(n), change, "admin".into(), now).await.map(|_| ())
+    store
+        .run(ChangeWorker { key: key(n), change, client_id: "admin".into() }, now)
+        .await
+        .map(|done| done.value)
+        .map(|_| ())
 }
 
 pub(crate) async fn workers_are_recorded_with_their_claims_and_history(name: &str, backend: Backend) {
     let store = &backend.store;
-    let seen = store.worker_seen(key(1), heartbeat(), at(0)).await.unwrap();
+    let seen =
+        store.run(WorkerSeen { key: key(1), sighting: heartbeat() }, at(0)).await.map(|done| done.value).unwrap();
     assert_eq!((seen.first_seen, seen.heartbeats), (at(0), true), "{name}");
     create(store, id(1), json!({}), at(1)).await;
     claim_ids(store, worker(1), at(2)).await;
@@ -53,14 +59,22 @@ pub(crate) async fn workers_are_recorded_with_their_claims_and_history(name: &st
     let refused = quarantine(store, 9, at(100), at(4)).await.unwrap_err();
     assert!(matches!(refused, StoreError::Rejected(Rejection::NotFound(Missing::Worker(_)))), "{name}: {refused:?}");
     let declared = WorkerChange::Declare { expires: Some(at(5000)) };
-    let record = store.change_worker(key(9), declared, "admin".into(), at(5)).await.unwrap();
+    let record = store
+        .run(ChangeWorker { key: key(9), change: declared, client_id: "admin".into() }, at(5))
+        .await
+        .map(|done| done.value)
+        .unwrap();
     assert_eq!(record.expires, at(5000), "{name}");
 }
 
 pub(crate) async fn listing_workers_pages_and_filters(name: &str, backend: Backend) {
     let store = &backend.store;
     for n in 1..=5 {
-        store.worker_seen(key(n), Sighting::default(), at(0)).await.unwrap();
+        store
+            .run(WorkerSeen { key: key(n), sighting: Sighting::default() }, at(0))
+            .await
+            .map(|done| done.value)
+            .unwrap();
     }
     quarantine(store, 2, at(100), at(1)).await.unwrap();
     let all = |after: Option<String>| {
@@ -86,14 +100,18 @@ pub(crate) async fn listing_workers_pages_and_filters(name: &str, backend: Backe
 
 pub(crate) async fn a_silent_worker_goes_missing_and_its_runs_are_retried_at_once(name: &str, backend: Backend) {
     let store = &backend.store;
-    store.worker_seen(key(1), heartbeat(), at(0)).await.unwrap();
-    store.worker_seen(key(2), Sighting::default(), at(0)).await.unwrap();
+    store.run(WorkerSeen { key: key(1), sighting: heartbeat() }, at(0)).await.map(|done| done.value).unwrap();
+    store.run(WorkerSeen { key: key(2), sighting: Sighting::default() }, at(0)).await.map(|done| done.value).unwrap();
     create(store, id(1), json!({"retries": 1}), at(0)).await;
     create(store, id(2), json!({}), at(0)).await;
     claim_ids(store, worker(1), at(1)).await;
     claim_ids(store, worker(2), at(1)).await;
-    assert_eq!(store.lose_silent_workers(at(0), at(30), 10).await.unwrap().value, 0, "{name}: not silent yet");
-    let lost = store.lose_silent_workers(at(20), at(130), 10).await.unwrap();
+    assert_eq!(
+        store.run(LoseSilentWorkers { cutoff: at(0), limit: 10 }, at(30)).await.unwrap().value,
+        0,
+        "{name}: not silent yet"
+    );
+    let lost = store.run(LoseSilentWorkers { cutoff: at(20), limit: 10 }, at(130)).await.unwrap();
     assert_eq!(lost.value, 1, "{name}: only the heartbeating worker");
     let status = store.read(|reads| reads.task(id(1))).await.unwrap().unwrap().status;
     assert_eq!(status.runs[0].reason_resolved, Some(ReasonResolved::ClaimExpired), "{name}");
@@ -102,15 +120,19 @@ pub(crate) async fn a_silent_worker_goes_missing_and_its_runs_are_retried_at_onc
     let (record, running) = store.read(|reads| reads.worker(&key(1))).await.unwrap().unwrap();
     assert!(record.missing && running.is_empty(), "{name}");
     assert_eq!(record.state(at(130), 120_000, false), WorkerState::Missing, "{name}");
-    assert_eq!(store.lose_silent_workers(at(100), at(131), 10).await.unwrap().value, 0, "{name}: once");
-    store.worker_seen(key(1), heartbeat(), at(140)).await.unwrap();
+    assert_eq!(
+        store.run(LoseSilentWorkers { cutoff: at(100), limit: 10 }, at(131)).await.unwrap().value,
+        0,
+        "{name}: once"
+    );
+    store.run(WorkerSeen { key: key(1), sighting: heartbeat() }, at(140)).await.map(|done| done.value).unwrap();
     assert_eq!(kinds(store, key(1)).await[0], WorkerEventKind::Back, "{name}");
     assert_eq!(claim_ids(store, worker(1), at(141)).await, vec![id(1)], "{name}: the retry runs again");
 }
 
 pub(crate) async fn a_workers_history_is_bounded_and_it_expires(name: &str, backend: Backend) {
     let store = &backend.store;
-    store.worker_seen(key(1), Sighting::default(), at(0)).await.unwrap();
+    store.run(WorkerSeen { key: key(1), sighting: Sighting::default() }, at(0)).await.map(|done| done.value).unwrap();
     for n in 0..KEPT_EVENTS as i64 {
         let until = if n % 2 == 0 { at(1000) } else { at(0) };
         quarantine(store, 1, until, at(1 + n)).await.unwrap();
@@ -119,7 +141,11 @@ pub(crate) async fn a_workers_history_is_bounded_and_it_expires(name: &str, back
     assert_eq!(events.len(), KEPT_EVENTS as usize, "{name}: the first-seen event made room");
     assert!(!events.contains(&WorkerEventKind::FirstSeen), "{name}");
     let retention = shoal_store::DEFAULT_QUEUE_RETENTION_SECS;
-    store.forget_tasks(Vec::new(), at(retention + 200), 100).await.unwrap();
+    store
+        .run(ForgetTasks { task_ids: Vec::new(), limit: 100 }, at(retention + 200))
+        .await
+        .map(|done| done.value)
+        .unwrap();
     assert!(store.read(|reads| reads.worker(&key(1))).await.unwrap().is_none(), "{name}: expired");
     assert!(kinds(store, key(1)).await.is_empty(), "{name}: with its events");
 }

@@ -3,6 +3,7 @@
 //! and claims racing on one set take each task once and leave none behind.
 
 use super::*;
+use shoal_store::operation::{ClaimWork, CreateTask};
 
 /// A task of queue `prov/dims` requiring `dimensions`.
 async fn create_requiring(store: &Store, n: u32, dimensions: serde_json::Value) {
@@ -16,7 +17,10 @@ async fn create_requiring(store: &Store, n: u32, dimensions: serde_json::Value) 
     });
     let input: TaskDefinitionInput = serde_json::from_value(definition).unwrap();
     let at = Timestamp(1_767_225_600_000);
-    let _ = store.create_task(input.validate(task_id(n), at).unwrap(), task_id(n), at).await.unwrap();
+    let _ = store
+        .run(CreateTask { definition: input.validate(task_id(n), at).unwrap(), task_id: task_id(n) }, at)
+        .await
+        .unwrap();
 }
 
 /// A claim of `prov/dims` by worker `id` having `dimensions`.
@@ -33,7 +37,7 @@ fn claim_having(id: &str, dimensions: serde_json::Value, count: usize) -> ClaimR
 
 async fn claimed(store: &Store, request: ClaimRequest) -> Vec<TaskId> {
     let at = Timestamp(1_767_225_600_000);
-    store.claim_work(request, at).await.unwrap().value.iter().map(|claim| claim.status.task_id).collect()
+    store.run(ClaimWork { request }, at).await.unwrap().value.iter().map(|claim| claim.status.task_id).collect()
 }
 
 /// The sets filed, by their dimensions' text.

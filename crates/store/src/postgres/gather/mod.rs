@@ -11,23 +11,19 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
-use shoal_engine::definition::TaskDefinition;
-use shoal_engine::rejection::Missing;
-use shoal_engine::status::TaskStatus;
-use shoal_engine::{Rejection, TaskId, Timestamp};
+use shoal_engine::{TaskId, Timestamp};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{PgInner, PgStore};
-use crate::ops::{self, CreateLookup, WriteTx};
 use crate::postgres::tx::{Known, PgTx};
-use crate::postgres::write::candidate;
 use crate::row::{TaskRow, json};
-use crate::{Claim, ClaimRequest, Committed, StoreError, TaskGroup};
-use shoal_engine::command::TaskCommand;
+use crate::{Committed, Op, Outcome, StoreError};
 
 mod read;
+mod served;
 
 use read::{Found, read_all};
+pub(crate) use served::Gathered;
 
 /// Operations one gathering holds at most.
 const MAX_GATHERING: usize = 128;
@@ -48,51 +44,28 @@ const PATIENCE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// An operation waiting to be written.
 pub(crate) struct Job {
-    pub(crate) task_id: TaskId,
     pub(crate) op: Op,
     pub(crate) now: Timestamp,
-    pub(crate) reply: oneshot::Sender<Result<Committed<TaskStatus>, StoreError>>,
+    pub(crate) reply: oneshot::Sender<Result<Committed<Outcome>, StoreError>>,
 }
 
-/// A claimWork waiting to be written.
-pub(crate) struct ClaimJob {
-    pub(crate) request: ClaimRequest,
-    pub(crate) now: Timestamp,
-    pub(crate) reply: oneshot::Sender<Result<Committed<Vec<Claim>>, StoreError>>,
-}
-
-/// What the lanes take from the queue.
-enum Queued {
-    Task(Job),
-    Claim(ClaimJob),
-}
-
-impl Queued {
-    /// Whether its caller stopped waiting (it gave up on a database that did not answer, or
-    /// its client went away): nothing is written for it then.
-    fn abandoned(&self) -> bool {
-        match self {
-            Queued::Task(job) => job.reply.is_closed(),
-            Queued::Claim(job) => job.reply.is_closed(),
-        }
+/// Whether an operation is gathered: a create without dependencies (one with dependencies
+/// locks them before its group), a task command, a claim.
+pub(crate) fn gathers(op: &Op) -> bool {
+    match op {
+        Op::CreateTask(create) => create.definition.dependencies.is_empty(),
+        Op::Apply(_) | Op::ClaimWork(_) => true,
+        _ => false,
     }
-}
-
-/// What a gathered operation does to its task.
-pub(crate) enum Op {
-    /// Creates it (no dependencies).
-    Create(Box<TaskDefinition>),
-    /// Runs a command on it.
-    Apply(TaskCommand),
 }
 
 /// Where a server's writes are gathered.
 pub(crate) struct Gatherer {
-    lane: mpsc::UnboundedSender<Queued>,
+    lane: mpsc::UnboundedSender<Job>,
 }
 
 impl Gatherer {
-    /// Starts the lane; it ends when the store (which holds the gatherer) is dropped.
+    /// Starts the lanes; they end when the store (which holds the gatherer) is dropped.
     pub(crate) fn start(inner: &Weak<PgInner>) -> Gatherer {
         let (lane, jobs) = mpsc::unbounded_channel();
         let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
@@ -102,29 +75,18 @@ impl Gatherer {
         Gatherer { lane }
     }
 
-    /// Queues `job`; gives it back when the lane has stopped.
-    pub(crate) fn submit(&self, job: Job) -> Result<(), Job> {
-        self.lane.send(Queued::Task(job)).map_err(|err| match err.0 {
-            Queued::Task(job) => job,
-            Queued::Claim(_) => unreachable!("a task job was sent"),
-        })
-    }
-
-    /// Queues a claim; gives it back when the lane has stopped.
-    pub(crate) fn submit_claim(&self, job: ClaimJob) -> Result<(), Box<ClaimJob>> {
-        self.lane.send(Queued::Claim(job)).map_err(|err| match err.0 {
-            Queued::Claim(job) => Box::new(job),
-            Queued::Task(_) => unreachable!("a claim was sent"),
-        })
+    /// Queues `job`; gives it back when the lanes have stopped.
+    pub(crate) fn submit(&self, job: Job) -> Result<(), Box<Job>> {
+        self.lane.send(job).map_err(|err| Box::new(err.0))
     }
 }
 
 /// The queue, held by the one lane that is taking or preparing a gathering.
-type Baton = tokio::sync::OwnedMutexGuard<mpsc::UnboundedReceiver<Queued>>;
+type Baton = tokio::sync::OwnedMutexGuard<mpsc::UnboundedReceiver<Job>>;
 
 /// Takes a gathering from the queue whenever this lane is free and no other lane is preparing
 /// one, and writes it.
-async fn run_lane(inner: Weak<PgInner>, jobs: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Queued>>>) {
+async fn run_lane(inner: Weak<PgInner>, jobs: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Job>>>) {
     loop {
         let mut baton = Arc::clone(&jobs).lock_owned().await;
         let Some(first) = baton.recv().await else { return };
@@ -134,7 +96,9 @@ async fn run_lane(inner: Weak<PgInner>, jobs: Arc<tokio::sync::Mutex<mpsc::Unbou
         {
             gathering.push(job);
         }
-        gathering.retain(|queued| !queued.abandoned());
+        // Nothing is written for a caller that stopped waiting (it gave up on a database
+        // that did not answer, or its client went away).
+        gathering.retain(|job| !job.reply.is_closed());
         if gathering.is_empty() {
             continue;
         }
@@ -145,24 +109,18 @@ async fn run_lane(inner: Weak<PgInner>, jobs: Arc<tokio::sync::Mutex<mpsc::Unbou
 
 /// Writes a gathering in one transaction, or each of its operations alone when that fails;
 /// passes the `baton` on when it reaches its commit (or after [`PATIENCE`]).
-async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton) {
-    let (mut jobs, mut claims) = (Vec::with_capacity(queued.len()), Vec::new());
-    for item in queued {
-        match item {
-            Queued::Task(job) => jobs.push(job),
-            Queued::Claim(job) => claims.push(job),
-        }
-    }
+async fn write_gathering(inner: &Arc<PgInner>, jobs: Vec<Job>, baton: Baton) {
     // The same task twice in one gathering: the later ones run alone, after it.
     let mut seen = HashSet::with_capacity(jobs.len());
-    let (mut gathered, mut again): (Vec<Job>, Vec<Job>) = jobs.drain(..).partition(|job| seen.insert(job.task_id));
+    let (mut gathered, mut again): (Vec<Job>, Vec<Job>) =
+        jobs.into_iter().partition(|job| job.op.task_id().is_none_or(|task_id| seen.insert(task_id)));
+    // Claims after every other operation, so that they never take a task the gathering
+    // commands (a cancel and a claim of one pending task arriving together: the cancel wins).
+    gathered.sort_by_key(|job| matches!(job.op, Op::ClaimWork(_)));
     let client = match inner.writer.get().await {
         Ok(client) => client,
         Err(err) => {
             for job in gathered.into_iter().chain(again) {
-                let _ = job.reply.send(Err(super::unavailable(&err)));
-            }
-            for job in claims {
                 let _ = job.reply.send(Err(super::unavailable(&err)));
             }
             return;
@@ -171,8 +129,7 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton
     // Nothing is written for callers that gave up while a connection was awaited.
     gathered.retain(|job| !job.reply.is_closed());
     again.retain(|job| !job.reply.is_closed());
-    claims.retain(|job| !job.reply.is_closed());
-    if gathered.is_empty() && claims.is_empty() {
+    if gathered.is_empty() {
         for job in again {
             alone(inner, job);
         }
@@ -181,7 +138,7 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton
     let mut tx = PgTx::begin(client, Arc::clone(&inner.shared));
     let mut baton = Some(baton);
     let prepared = {
-        let prepare = write_all(&mut tx, &gathered, &claims);
+        let prepare = write_all(&mut tx, &gathered);
         tokio::pin!(prepare);
         tokio::select! {
             biased;
@@ -199,24 +156,17 @@ async fn write_gathering(inner: &Arc<PgInner>, queued: Vec<Queued>, baton: Baton
         Err(err) => Err(err),
     };
     match outcome {
-        Ok((outcomes, claimed)) => answer(inner, tx, gathered, claims, outcomes, claimed),
-        Err(err) => failed(inner, tx, err, gathered, claims).await,
+        Ok(outcomes) => answer(inner, tx, gathered, outcomes),
+        Err(err) => failed(inner, tx, err, gathered).await,
     }
     for job in again {
         alone(inner, job);
     }
 }
 
-/// Answers each operation and claim of a gathering that committed, with its events; what
-/// the resolutions entailed goes to the last answer, so that the workers it concerns are woken.
-fn answer(
-    inner: &Arc<PgInner>,
-    tx: PgTx,
-    gathered: Vec<Job>,
-    claims: Vec<ClaimJob>,
-    outcomes: Outcomes,
-    claimed: Claimed,
-) {
+/// Answers each operation of a gathering that committed, with its events; what the
+/// resolutions entailed goes to the last answer, so that the workers it concerns are woken.
+fn answer(inner: &Arc<PgInner>, tx: PgTx, gathered: Vec<Job>, outcomes: Outcomes) {
     let Committed { events, .. } = inner.committed((), tx);
     let mut events = events.into_iter();
     let mut answers: Vec<_> = outcomes
@@ -226,39 +176,22 @@ fn answer(
             outcome.map(|value| Committed { value, events })
         })
         .collect();
-    let mut claimed: Vec<_> = claimed
-        .into_iter()
-        .map(|(index, value, n_events)| (index, Committed { value, events: events.by_ref().take(n_events).collect() }))
-        .collect();
-    // What the resolutions entailed (dependents released) goes to the last answer
-    // that commits, so that the workers it concerns are woken.
     if let Some(Ok(last)) = answers.iter_mut().rev().find(|answer| answer.is_ok()) {
-        last.events.extend(events);
-    } else if let Some((_, last)) = claimed.last_mut() {
         last.events.extend(events);
     }
     for (job, answer) in gathered.into_iter().zip(answers) {
         let _ = job.reply.send(answer);
     }
-    let mut claims: Vec<_> = claims.into_iter().map(Some).collect();
-    for (index, answer) in claimed {
-        if let Some(job) = claims[index].take() {
-            let _ = job.reply.send(Ok(answer));
-        }
-    }
 }
 
 /// A gathering that did not commit: after the COMMIT went out its outcome is unknown and each
-/// caller is told so; otherwise each operation and claim runs alone.
-async fn failed(inner: &Arc<PgInner>, tx: PgTx, err: StoreError, gathered: Vec<Job>, claims: Vec<ClaimJob>) {
+/// caller is told so; otherwise each operation runs alone.
+async fn failed(inner: &Arc<PgInner>, tx: PgTx, err: StoreError, gathered: Vec<Job>) {
     match err {
-        // As when a create runs alone.
+        // As when an operation runs alone.
         StoreError::Unavailable(text) if tx.committing => {
             tx.discard();
             for job in gathered {
-                let _ = job.reply.send(Err(StoreError::Unavailable(text.clone())));
-            }
-            for job in claims {
                 let _ = job.reply.send(Err(StoreError::Unavailable(text.clone())));
             }
         }
@@ -271,9 +204,6 @@ async fn failed(inner: &Arc<PgInner>, tx: PgTx, err: StoreError, gathered: Vec<J
             for job in gathered {
                 alone(inner, job);
             }
-            for job in claims {
-                claim_alone(inner, job);
-            }
         }
     }
 }
@@ -285,89 +215,36 @@ fn alone(inner: &Arc<PgInner>, job: Job) {
     }
     let store = PgStore { inner: Arc::clone(inner) };
     tokio::spawn(async move {
-        let _ = job.reply.send(store.alone(job.task_id, job.op, job.now).await);
+        let _ = job.reply.send(store.alone(job.op, job.now).await);
     });
 }
 
-/// Runs a claim in a transaction of its own (answering its caller).
-fn claim_alone(inner: &Arc<PgInner>, job: ClaimJob) {
-    if job.reply.is_closed() {
-        return;
-    }
-    let store = PgStore { inner: Arc::clone(inner) };
-    tokio::spawn(async move {
-        let _ = job.reply.send(store.claim_alone(job.request, job.now).await);
-    });
-}
-
-/// Each create's answer (a refusal is an answer) and how many events it recorded, in order.
-type Outcomes = Vec<(Result<TaskStatus, StoreError>, usize)>;
-
-/// Each claim's runs (by its index among the gathering's claims) and how many events it
-/// recorded, in the order the claims were written.
-type Claimed = Vec<(usize, Vec<Claim>, usize)>;
+/// Each operation's answer (a refusal is an answer) and how many events it recorded, in order.
+type Outcomes = Vec<(Result<Outcome, StoreError>, usize)>;
 
 /// The gathering's claims that one query serves: those on one queue with the same dimensions.
-struct ClaimLine<'a> {
-    task_queue_id: &'a str,
-    dimensions: String,
+pub(super) struct ClaimLine<'a> {
+    pub(super) task_queue_id: &'a str,
+    pub(super) dimensions: String,
     /// Whether the dimensions hold anything (else only tasks requiring nothing match).
-    constrained: bool,
-    limit: i64,
-    /// Indexes of its claims, in the order they came.
-    members: Vec<usize>,
+    pub(super) constrained: bool,
+    pub(super) limit: i64,
 }
 
-/// Runs every operation of `jobs` (distinct task ids) in `tx`, in order, then `claims`: one
-/// round trip reads and locks what they need, each is judged on it, and what the resolutions
-/// among them entail is judged once for all.
-async fn write_all(tx: &mut PgTx, jobs: &[Job], claims: &[ClaimJob]) -> Result<(Outcomes, Claimed), StoreError> {
-    let lines = claim_lines(claims)?;
-    let (mut found, claimable) = read_all(tx, jobs, &lines).await?;
+/// Runs every operation of `jobs` (distinct task ids, claims last) in `tx`, in order: one
+/// round trip reads and locks what they need, each then runs as it does alone (`Op::run`),
+/// served what that round trip found; what the resolutions among them entail is judged once
+/// for all.
+async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> {
+    let lines = claim_lines(jobs)?;
+    let (Found { loaded, upserted, mut known, stored }, claimable) = read_all(tx, jobs, &lines).await?;
+    let lines = lines.iter().map(|line| (line.task_queue_id.to_owned(), line.dimensions.clone()));
+    tx.gathered = Some(Box::new(Gathered::new(loaded, upserted, stored, lines.zip(claimable).collect())));
     tx.gather_resolutions();
-    let outcomes = run_jobs(tx, jobs, &mut found).await?;
-    let claimed = claim_all(tx, claims, &lines, claimable.into_iter()).await?;
-    if let Some(known) = &mut found.known {
-        judge_groups(known, &found.loaded, jobs, &found.stored, &outcomes);
-    }
-    tx.resolve_gathered(found.known).await?;
-    Ok((outcomes, claimed))
-}
-
-/// Judges each operation of the gathering alone, in order, on what [`read_all`] found; a
-/// refused one is undone and answered.
-async fn run_jobs(tx: &mut PgTx, jobs: &[Job], found: &mut Found) -> Result<Outcomes, StoreError> {
-    let Found { loaded, upserted, known, stored } = found;
     let mut outcomes = Vec::with_capacity(jobs.len());
     for job in jobs {
         let mark = tx.mark();
-        let outcome = match &job.op {
-            Op::Create(definition) => {
-                create_one(
-                    tx,
-                    definition,
-                    job.task_id,
-                    job.now,
-                    stored.get(&job.task_id),
-                    upserted.get(&definition.task_group_id),
-                )
-                .await
-            }
-            Op::Apply(command) => match loaded.get_mut(&job.task_id) {
-                Some(row) => {
-                    // Kept only where groups are judged on the rows' final states.
-                    let before = known.is_some().then(|| row.task.clone());
-                    let outcome = ops::tasks::apply_loaded(tx, row, command, job.now).await;
-                    if let (Err(_), Some(before)) = (&outcome, before) {
-                        // Refused: the row is as it was.
-                        row.task = before;
-                    }
-                    outcome
-                }
-                None => Err(Rejection::from(Missing::Task(job.task_id)).into()),
-            },
-        };
-        match outcome {
+        match job.op.run(tx, job.now).await {
             Err(StoreError::Rejected(rejection)) => {
                 if !tx.undo(&mark) {
                     return Err(StoreError::Internal("a gathered operation was refused after writing".into()));
@@ -375,82 +252,38 @@ async fn run_jobs(tx: &mut PgTx, jobs: &[Job], found: &mut Found) -> Result<Outc
                 outcomes.push((Err(StoreError::Rejected(rejection)), 0));
             }
             Err(err) => return Err(err),
-            Ok(status) => outcomes.push((Ok(status), tx.events.len() - mark.events)),
+            Ok(outcome) => outcomes.push((Ok(outcome), tx.events.len() - mark.events)),
         }
     }
+    let gathered = tx.end_gathering().await?;
+    if let Some(known) = &mut known {
+        judge_groups(known, &gathered.loaded, jobs, &gathered.stored, &outcomes);
+    }
+    tx.resolve_gathered(known).await?;
     Ok(outcomes)
 }
 
-/// The gathering's claims by queue and dimensions, each line in the order its first claim came.
-fn claim_lines(claims: &[ClaimJob]) -> Result<Vec<ClaimLine<'_>>, StoreError> {
+/// The gathering's claims by queue and dimensions, each line in the order its first claim
+/// came, asking for as many runs as its claims together.
+fn claim_lines(jobs: &[Job]) -> Result<Vec<ClaimLine<'_>>, StoreError> {
     let mut lines: Vec<ClaimLine<'_>> = Vec::new();
-    for (index, job) in claims.iter().enumerate() {
-        let dimensions = json(&job.request.dimensions)?;
-        let count = i64::try_from(job.request.count).unwrap_or(i64::MAX);
-        match lines
-            .iter_mut()
-            .find(|line| line.task_queue_id == job.request.task_queue_id && line.dimensions == dimensions)
+    for job in jobs {
+        let Op::ClaimWork(claim) = &job.op else { continue };
+        let request = &claim.request;
+        let dimensions = json(&request.dimensions)?;
+        let count = i64::try_from(request.count).unwrap_or(i64::MAX);
+        match lines.iter_mut().find(|line| line.task_queue_id == request.task_queue_id && line.dimensions == dimensions)
         {
-            Some(line) => {
-                line.limit = line.limit.saturating_add(count);
-                line.members.push(index);
-            }
+            Some(line) => line.limit = line.limit.saturating_add(count),
             None => lines.push(ClaimLine {
-                task_queue_id: &job.request.task_queue_id,
-                constrained: !job.request.dimensions.is_empty(),
+                task_queue_id: &request.task_queue_id,
+                constrained: !request.dimensions.is_empty(),
                 dimensions,
                 limit: count,
-                members: vec![index],
             }),
         }
     }
     Ok(lines)
-}
-
-/// Hands each line's claimable rows (`found`, one answer per line) to its claims in the order
-/// they came, each up to its count, and claims them by `ops::tasks::claim_candidates`, as
-/// `ops::tasks::claim_work` does for one worker. A task two lines both found (a worker's
-/// dimensions matching another's) goes to the first.
-async fn claim_all(
-    tx: &mut PgTx,
-    claims: &[ClaimJob],
-    lines: &[ClaimLine<'_>],
-    found: impl Iterator<Item = Vec<tokio_postgres::Row>>,
-) -> Result<Claimed, StoreError> {
-    let mut claimed = Vec::with_capacity(claims.len());
-    let mut taken = HashSet::new();
-    for (line, rows) in lines.iter().zip(found) {
-        let mut rows = rows.iter();
-        for &index in &line.members {
-            let ClaimJob { request, now, .. } = &claims[index];
-            let events_before = tx.events.len();
-            let mut candidates = Vec::with_capacity(request.count);
-            while candidates.len() < request.count
-                && let Some(found) = rows.next()
-            {
-                let (row, definition) = candidate(found)?;
-                if taken.insert(row.task.task_id) {
-                    candidates.push((row, definition));
-                }
-            }
-            let runs = ops::tasks::claim_candidates(tx, candidates, request, *now).await?;
-            claimed.push((index, runs, tx.events.len() - events_before));
-        }
-    }
-    // The workers that took something record it (appended, their records not read).
-    for (index, runs, _) in &claimed {
-        let ClaimJob { request, now, .. } = &claims[*index];
-        ops::workers::record_claims(tx, &request.worker_key(), runs, *now, None).await?;
-    }
-    // Each queue recorded as active, as a claim alone does.
-    let mut queues: Vec<(&str, Timestamp)> =
-        claims.iter().map(|job| (job.request.task_queue_id.as_str(), job.now)).collect();
-    queues.sort_unstable_by_key(|(queue, _)| *queue);
-    queues.dedup_by_key(|(queue, _)| *queue);
-    for (queue, now) in queues {
-        tx.touch_queue(queue, now).await?;
-    }
-    Ok(claimed)
 }
 
 /// Completes, once every operation ran, which of the commanded tasks' groups still hold an
@@ -469,35 +302,10 @@ fn judge_groups(
         }
     }
     for (job, (outcome, _)) in jobs.iter().zip(outcomes) {
-        if let (Op::Create(definition), Ok(_)) = (&job.op, outcome)
-            && !stored.contains_key(&job.task_id)
+        if let (Op::CreateTask(create), Ok(_)) = (&job.op, outcome)
+            && !stored.contains_key(&create.task_id)
         {
-            known.unresolved.insert(definition.task_group_id);
+            known.unresolved.insert(create.definition.task_group_id);
         }
     }
-}
-
-/// One create of a gathering, judged as one alone is (`ops::tasks::create_task`), on what
-/// the gathering's first round trip found.
-async fn create_one(
-    tx: &mut PgTx,
-    definition: &TaskDefinition,
-    task_id: TaskId,
-    now: Timestamp,
-    stored: Option<&(TaskRow, String)>,
-    group: Option<&TaskGroup>,
-) -> Result<TaskStatus, StoreError> {
-    let lookup = match stored {
-        Some((row, existing)) => CreateLookup {
-            existing: Some((existing.clone(), row.task.status())),
-            group: None,
-            dependencies: Vec::new(),
-        },
-        None => {
-            let group =
-                group.ok_or_else(|| StoreError::Corrupt(format!("group {} not upserted", definition.task_group_id)))?;
-            CreateLookup { existing: None, group: Some(group.clone()), dependencies: Vec::new() }
-        }
-    };
-    ops::tasks::create_looked_up(tx, definition, task_id, now, lookup).await
 }

@@ -7,14 +7,14 @@ use std::sync::LazyLock;
 use shoal_engine::TaskId;
 use tokio_postgres::types::ToSql;
 
-use super::{ClaimLine, Job, Op};
+use super::{ClaimLine, Job};
 use crate::ops::Waiting;
 use crate::postgres::dimension_sets::claimable;
 use crate::postgres::row::{GROUP_COLUMNS, N_TASK_COLUMNS, TASK_COLUMNS, task_from_row, task_group_from_row};
 use crate::postgres::tx::{Known, PgTx};
 use crate::row::TaskRow;
 use crate::row::unresolved;
-use crate::{StoreError, TaskGroup};
+use crate::{Op, StoreError, TaskGroup};
 use shoal_engine::command::TaskCommand;
 
 /// What a gathering's first round trip found.
@@ -92,7 +92,8 @@ impl<'a> GroupPlan<'a> {
     fn of(jobs: &'a [Job]) -> GroupPlan<'a> {
         let mut groups: BTreeMap<&str, (&str, i64, i64)> = BTreeMap::new();
         for job in jobs {
-            if let Op::Create(definition) = &job.op {
+            if let Op::CreateTask(create) = &job.op {
+                let definition = &create.definition;
                 let expires = shoal_engine::group::group_expiry(definition).millis();
                 let first = (definition.scheduler_id.as_str(), expires, definition.created.millis());
                 let entry = groups.entry(definition.task_group_id.as_str()).or_insert(first);
@@ -121,14 +122,25 @@ pub(super) async fn read_all(
     // cycle over these locks. Locking the two kinds of group one set after the other
     // deadlocked whenever tasks of one group were created and reported at once (a decision
     // task's graph), and PostgreSQL takes a second (deadlock_timeout) to say so.
-    let mut commanded: Vec<&str> =
-        jobs.iter().filter(|job| matches!(job.op, Op::Apply(_))).map(|job| job.task_id.as_str()).collect();
+    let mut commanded: Vec<&str> = jobs
+        .iter()
+        .filter_map(|job| match &job.op {
+            Op::Apply(apply) => Some(apply.task_id.as_str()),
+            _ => None,
+        })
+        .collect();
     commanded.sort_unstable();
     let GroupPlan { group_ids, schedulers, expiries, created: group_created } = GroupPlan::of(jobs);
-    let created: Vec<&str> =
-        jobs.iter().filter(|job| matches!(job.op, Op::Create(_))).map(|job| job.task_id.as_str()).collect();
-    let resolving =
-        jobs.iter().any(|job| matches!(job.op, Op::Apply(TaskCommand::Resolve { .. } | TaskCommand::Cancel)));
+    let created: Vec<&str> = jobs
+        .iter()
+        .filter_map(|job| match &job.op {
+            Op::CreateTask(create) => Some(create.task_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let resolving = jobs.iter().any(|job| {
+        matches!(&job.op, Op::Apply(apply) if matches!(apply.command, TaskCommand::Resolve { .. } | TaskCommand::Cancel))
+    });
     let commanded_params: [&(dyn ToSql + Sync); 1] = [&commanded];
     let touched_params: [&(dyn ToSql + Sync); 5] = [&commanded, &group_ids, &schedulers, &expiries, &group_created];
     let created_params: [&(dyn ToSql + Sync); 1] = [&created];
