@@ -25,7 +25,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use shoal_service::{Authority, Queue};
+use shoal_service::Authority;
 use tokio::net::TcpListener;
 
 use crate::auth::nonces::Nonces;
@@ -37,7 +37,7 @@ use crate::error::ApiError;
 #[derive(Clone)]
 pub struct AppState {
     /// The queue service.
-    pub queue: Queue,
+    pub queue: shoal_service::Service,
     /// Clients, roles and the server's signing key.
     pub auth: Authority,
     /// Nonces of signed requests seen lately.

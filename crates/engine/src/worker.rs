@@ -13,9 +13,9 @@ use crate::rejection::Rejection;
 use crate::status::Run;
 use crate::{TaskId, Timestamp};
 
-mod speaking;
+mod maintenance;
 
-pub use speaking::{MAX_MESSAGE, Maintenance, Posted, check_message};
+pub use maintenance::{MAX_MESSAGE, Maintenance, Posted, check_message};
 
 /// How many recent claims a worker keeps (Taskcluster's `recentTasks`).
 pub const RECENT_TASKS: usize = 20;

@@ -11,7 +11,7 @@ use shoal_store::{Claim, ClaimRequest, StoreError};
 
 use crate::fleet::Standing;
 use crate::wakers::Registration;
-use crate::{Queue, counts, now};
+use crate::{Service, counts, now};
 
 /// What a claimWork got: its claims, and the worker's standing.
 #[derive(Debug)]
@@ -28,7 +28,7 @@ struct Looked {
     standing: Standing,
 }
 
-impl Queue {
+impl Service {
     /// claimWork: claims what is there, or waits until matching work appears or `wait` passes;
     /// a quarantined worker or one in maintenance gets nothing, and one asked to terminate is
     /// told at once. `more_queues` are further task queues the same worker serves (after

@@ -5,7 +5,7 @@ use std::future::Future;
 
 use shoal_store::StoreError;
 
-use crate::{Queue, now};
+use crate::{Service, now};
 
 /// Runs `step` (one batch) again at once while it fills a batch, at most `max_batches` times:
 /// a full batch means more is waiting.
@@ -36,7 +36,7 @@ const TIDY_BATCH: usize = 100;
 const EXPIRY_BATCHES_PER_TICK: usize = 20;
 
 /// Fires due transitions every `config.due_interval` until `shutdown` resolves.
-pub async fn run_due_loop(queue: Queue, shutdown: impl Future<Output = ()>) {
+pub async fn run_due_loop(queue: Service, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     let mut tick = tokio::time::interval(queue.config().due_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -13,14 +13,14 @@ use shoal_engine::worker::{Sighting, Worker, WorkerKey};
 #[derive(Debug, Clone, Copy)]
 struct Seen {
     written: Timestamp,
-    told: Told,
+    told: SightingHashes,
     standing: Standing,
 }
 
 /// What the written sightings told, as hashes: a sighting telling nothing new need not be
 /// written again before the interval ends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Told {
+struct SightingHashes {
     dimensions: Option<u64>,
     version: Option<u64>,
     caches: Option<u64>,
@@ -35,9 +35,9 @@ fn hash_of(value: &impl Hash) -> u64 {
     hasher.finish()
 }
 
-impl Told {
-    fn of(sighting: &Sighting) -> Told {
-        Told {
+impl SightingHashes {
+    fn of(sighting: &Sighting) -> SightingHashes {
+        SightingHashes {
             dimensions: sighting.dimensions.as_ref().map(hash_of),
             version: sighting.version.as_ref().map(hash_of),
             caches: sighting.caches.as_ref().map(hash_of),
@@ -48,7 +48,7 @@ impl Told {
     }
 
     /// Whether `other` tells nothing this did not.
-    fn covers(&self, other: &Told) -> bool {
+    fn covers(&self, other: &SightingHashes) -> bool {
         other.dimensions.is_none_or(|hash| self.dimensions == Some(hash))
             && other.version.is_none_or(|hash| self.version == Some(hash))
             && other.caches.is_none_or(|hash| self.caches == Some(hash))
@@ -57,8 +57,8 @@ impl Told {
             && (self.heartbeat || !other.heartbeat)
     }
 
-    fn merged(self, newer: Told) -> Told {
-        Told {
+    fn merged(self, newer: SightingHashes) -> SightingHashes {
+        SightingHashes {
             dimensions: newer.dimensions.or(self.dimensions),
             version: newer.version.or(self.version),
             caches: newer.caches.or(self.caches),
@@ -112,7 +112,7 @@ impl Fleet {
         let seen = *self.lock().seen.get(key)?;
         // An exited worker's sighting is always written: it is a new process, and brings the
         // record back.
-        let fresh = seen.told.covers(&Told::of(sighting))
+        let fresh = seen.told.covers(&SightingHashes::of(sighting))
             && seen.written.plus_millis(self.interval_ms) > now
             && !seen.standing.exited;
         fresh.then_some(seen.standing)
@@ -156,7 +156,7 @@ impl Writing<'_> {
             return None;
         }
         let before = state.seen.get(&self.key).copied();
-        let told = before.map_or_else(Told::default, |seen| seen.told).merged(Told::of(sighting));
+        let told = before.map_or_else(SightingHashes::default, |seen| seen.told).merged(SightingHashes::of(sighting));
         state.seen.insert(self.key.clone(), Seen { written: now, told, standing: worker.standing(now) });
         // Workers gone for good are forgotten now and then.
         if state.seen.len().is_power_of_two() && state.seen.len() >= 1024 {

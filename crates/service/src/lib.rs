@@ -48,7 +48,7 @@ pub const DEFAULT_CLAIM_WAIT: Duration = Duration::from_secs(20);
 
 /// Settings of the queue service.
 #[derive(Debug, Clone)]
-pub struct QueueConfig {
+pub struct ServiceConfig {
     /// How long an idle claimWork waits before answering with no tasks.
     pub claim_wait: Duration,
     /// How often due times are checked.
@@ -59,7 +59,7 @@ pub struct QueueConfig {
     pub worker_dead_after: Duration,
 }
 
-impl QueueConfig {
+impl ServiceConfig {
     /// How often at most a worker's sighting is written (unless what it says changed): often
     /// enough that a live worker never looks silent, rarely enough that idle polls cost little.
     #[must_use]
@@ -74,9 +74,9 @@ impl QueueConfig {
     }
 }
 
-impl Default for QueueConfig {
-    fn default() -> QueueConfig {
-        QueueConfig {
+impl Default for ServiceConfig {
+    fn default() -> ServiceConfig {
+        ServiceConfig {
             claim_wait: DEFAULT_CLAIM_WAIT,
             due_interval: Duration::from_millis(250),
             sizes: SizeLimits::default(),
@@ -103,9 +103,9 @@ impl Default for SizeLimits {
     }
 }
 
-/// The queue: cheap to clone, shared by every request.
+/// The application service (queue, fleet, claims, uploads): cheap to clone, shared by every request.
 #[derive(Clone)]
-pub struct Queue {
+pub struct Service {
     inner: Arc<Inner>,
 }
 
@@ -119,13 +119,13 @@ struct Inner {
     store_wakes: bool,
     live: LiveLogs,
     fleet: Fleet,
-    config: QueueConfig,
+    config: ServiceConfig,
 }
 
-impl Queue {
+impl Service {
     /// A queue over `store`, keeping artifact bytes in `blobs`.
     #[must_use]
-    pub fn new(store: Store, blobs: Blobs, config: QueueConfig) -> Queue {
+    pub fn new(store: Store, blobs: Blobs, config: ServiceConfig) -> Service {
         let closing = watch::channel(false).0;
         let elsewhere = store.pending_elsewhere();
         let fleet = Fleet::new(config.sighting_interval().as_millis() as i64);
@@ -134,7 +134,7 @@ impl Queue {
         let store_wakes = store.wake_at_commit(Box::new(move |queue, needs| woken.wake(queue, needs)));
         let live = LiveLogs::default();
         let inner = Inner { closing, store, blobs, wakers, store_wakes, live, fleet, config };
-        let queue = Queue { inner: Arc::new(inner) };
+        let queue = Service { inner: Arc::new(inner) };
         if let Some(elsewhere) = elsewhere {
             tokio::spawn(wake_on_remote_work(Arc::downgrade(&queue.inner), elsewhere));
             // A run may end through another server (its report sent there, its claim expiry
@@ -165,7 +165,7 @@ impl Queue {
 
     /// The settings.
     #[must_use]
-    pub fn config(&self) -> &QueueConfig {
+    pub fn config(&self) -> &ServiceConfig {
         &self.inner.config
     }
 
@@ -384,7 +384,7 @@ async fn end_logs_of_runs_ended_elsewhere(
             }
             // Missed some: ask the store about every run followed here.
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                let queue = Queue { inner };
+                let queue = Service { inner };
                 for (task_id, run_id) in queue.inner.live.open() {
                     match queue.load_run(task_id, run_id).await {
                         Ok(run) if !run.state.is_resolved() => {}

@@ -7,13 +7,13 @@ use shoal_engine::rejection::{Conflict, Missing};
 use shoal_store::operation::ArtifactUploaded;
 use shoal_store::{ArtifactKey, StoreError};
 
-use crate::{Queue, now};
+use crate::{Service, now};
 
 /// How long bytes in place without their record must have been there before an upload takes
 /// them for a crash's leftovers (an upload records its bytes within moments of placing them).
 const LEFTOVER_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// An upload the rules allowed: write the bytes, then [`Queue::finish_upload`].
+/// An upload the rules allowed: write the bytes, then [`Service::finish_upload`].
 #[derive(Debug)]
 pub struct Upload {
     key: ArtifactKey,
@@ -44,7 +44,7 @@ impl Upload {
     }
 }
 
-impl Queue {
+impl Service {
     /// Starts an upload of a blob artifact's bytes: the artifact must be an upload and, like
     /// its record, may change only while its run takes artifacts.
     ///

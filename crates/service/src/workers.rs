@@ -7,11 +7,11 @@ use shoal_store::operation::{ChangeWorker, LoseSilentWorkers, WorkerSeen};
 use shoal_store::{StoreError, WorkerChange};
 
 use crate::fleet::Standing;
-use crate::{Inner, Queue, now};
+use crate::{Inner, Service, now};
 
-impl Queue {
+impl Service {
     /// Records that worker `key` called, as `sighting` says (written at most every
-    /// [`sighting_interval`](crate::QueueConfig::sighting_interval) unless it changed); answers
+    /// [`sighting_interval`](crate::ServiceConfig::sighting_interval) unless it changed); answers
     /// whether it may claim.
     ///
     /// # Errors

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use shoal_api::AppState;
 use shoal_blobs::Blobs;
-use shoal_service::{Authority, Queue, QueueConfig, SizeLimits};
+use shoal_service::{Authority, Service, ServiceConfig, SizeLimits};
 use shoal_store::Store;
 use tokio::sync::watch;
 
@@ -35,7 +35,7 @@ pub(crate) struct RunningServer {
     due: tokio::task::JoinHandle<()>,
     publisher: tokio::task::JoinHandle<()>,
     auth_refresh: tokio::task::JoinHandle<()>,
-    queue: Queue,
+    queue: Service,
     store: Store,
     /// Held while the server runs on the embedded database (`data_dir::lock`).
     _data_dir_lock: Option<std::fs::File>,
@@ -53,7 +53,7 @@ impl RunningServer {
             Some(_) => None,
         };
         let store = config.open_store().await?;
-        let queue_config = QueueConfig {
+        let queue_config = ServiceConfig {
             claim_wait: Duration::from_secs(config.claim_wait),
             sizes: SizeLimits {
                 artifact_bytes: config.max_artifact_bytes,
@@ -61,7 +61,7 @@ impl RunningServer {
                 log_bytes: config.max_log_bytes,
             },
             worker_dead_after: Duration::from_secs(config.worker_dead_after),
-            ..QueueConfig::default()
+            ..ServiceConfig::default()
         };
         let blobs_dir = config.data_dir.join("blobs");
         let blobs = match &config.blob_store {
@@ -85,7 +85,7 @@ impl RunningServer {
         }
         let root_token_copy = root_token.clone();
         let auth = Authority::open(store.clone(), root_token).await.context("loading clients and roles")?;
-        let queue = Queue::new(store.clone(), blobs, queue_config);
+        let queue = Service::new(store.clone(), blobs, queue_config);
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;

@@ -11,10 +11,10 @@ pub mod outbox;
 mod page;
 mod postgres;
 mod reads;
+mod records;
 mod row;
 mod settings;
 mod sqlite;
-mod types;
 
 pub use ops::auth::{AuthChange, AuthOutcome, ClientEdit};
 pub use ops::graph::{GraphNode, GraphRecord, GraphRequest};
@@ -25,9 +25,10 @@ pub use postgres::{
     PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, REQUEST_TIMEOUT as PG_REQUEST_TIMEOUT, RemoteWork,
     migrate as migrate_postgres,
 };
+pub use reads::Reads;
+pub use records::*;
 pub use settings::{DEFAULT_CLAIM_TIMEOUT_SECS, DEFAULT_QUEUE_RETENTION_SECS, StoreSettings};
 pub use sqlite::{ClaimAnswer, Parked, SqliteConfig, SqliteStore};
-pub use types::*;
 
 use shoal_engine::dimensions::Dimensions;
 use shoal_engine::worker::WorkerKey;

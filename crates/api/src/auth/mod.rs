@@ -29,7 +29,7 @@ pub(crate) struct Gate {
     /// Nonces seen lately.
     pub(crate) nonces: Arc<nonces::Nonces>,
     /// The queue, to ask whether a run whose credentials are used is still running.
-    pub(crate) queue: shoal_service::Queue,
+    pub(crate) queue: shoal_service::Service,
 }
 
 /// The caller of one request: who, what they hold, and the endpoint they called.
@@ -141,7 +141,7 @@ fn has_bewit(uri: &axum::http::Uri) -> bool {
 
 /// Whether the task's run `run_id` is running: a run's credentials act with the task's
 /// scopes (through the worker's proxy) only until the run ends, not until they expire.
-async fn running(queue: &shoal_service::Queue, task_id: shoal_engine::TaskId, run_id: u32) -> Result<bool, ApiError> {
+async fn running(queue: &shoal_service::Service, task_id: shoal_engine::TaskId, run_id: u32) -> Result<bool, ApiError> {
     let record = queue.store().read(move |reads| reads.task(task_id)).await?;
     let run = record.as_ref().and_then(|record| record.status.runs.get(run_id as usize));
     Ok(run.is_some_and(|run| run.state == shoal_engine::status::RunState::Running))

@@ -9,7 +9,7 @@ use axum::{Extension, Json};
 use serde_json::{Value, json};
 use shoal_engine::rejection::Conflict;
 use shoal_engine::{Rejection, TaskId};
-use shoal_service::{Appended, LogProgress, Queue};
+use shoal_service::{Appended, LogProgress, Service};
 use tokio::sync::watch;
 
 use crate::AppState;
@@ -104,7 +104,7 @@ pub(crate) async fn read_log(
 
 /// A reader working through a log as it grows.
 struct Follower {
-    queue: Queue,
+    queue: Service,
     task_id: TaskId,
     run_id: u32,
     offset: u64,

@@ -24,14 +24,14 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use shoal_api::AppState;
-use shoal_service::{Queue, QueueConfig};
+use shoal_service::{Service, ServiceConfig};
 use shoal_store::{PgConfig, PgStore, SqliteConfig, SqliteStore, Store};
 
 /// A running server and a client for it.
 pub(crate) struct TestApp {
     pub(crate) base: String,
     pub(crate) root: String,
-    pub(crate) queue: Queue,
+    pub(crate) queue: Service,
     client: reqwest::Client,
     _dir: tempfile::TempDir,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -88,14 +88,14 @@ impl TestApp {
     pub(crate) async fn with(settings: Settings) -> TestApp {
         let dir = tempfile::tempdir().unwrap();
         let store = open_store(dir.path(), settings.claim_timeout_secs);
-        let queue_config = QueueConfig {
+        let queue_config = ServiceConfig {
             claim_wait: settings.claim_wait,
             due_interval: Duration::from_millis(50),
             sizes: settings.sizes,
             worker_dead_after: settings.worker_dead_after,
         };
         let blobs = shoal_blobs::Blobs::local(&dir.path().join("blobs")).unwrap();
-        let queue = Queue::new(store, blobs, queue_config);
+        let queue = Service::new(store, blobs, queue_config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let root_url = format!("http://{}", listener.local_addr().unwrap());
         let base = format!("{root_url}/api/queue/v1");

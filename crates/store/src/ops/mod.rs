@@ -42,7 +42,7 @@ pub(crate) use expire::ExpireTx;
 pub(crate) use graph::GraphTx;
 pub(crate) use groups::GroupTx;
 pub(crate) use queue_records::QueueRecords;
-pub(crate) use step::{entail, record, step};
+pub(crate) use step::{record, settle_resolutions, step};
 pub(crate) use workers::WorkerTx;
 
 use crate::row::{TaskRow, corrupt};
@@ -130,13 +130,13 @@ pub(crate) trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + W
 
     /// What a task's resolution entails, or `None` when the backend judges that later, for
     /// several resolutions at once (a PostgreSQL gathering).
-    async fn aftermath(
+    async fn consequences(
         &mut self,
         task_id: TaskId,
         group: TaskId,
         state: TaskState,
         now: Timestamp,
-    ) -> Result<Option<Aftermath>, StoreError>;
+    ) -> Result<Option<Consequences>, StoreError>;
 
     /// Marks `dependent`'s dependency on `required` satisfied.
     async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError>;
@@ -170,7 +170,7 @@ pub(crate) struct CreateLookup {
 
 /// What a resolution entails, as the store finds it.
 #[derive(Debug, Default)]
-pub(crate) struct Aftermath {
+pub(crate) struct Consequences {
     /// The task's group, when no unresolved task is left in it.
     pub(crate) group_resolved: Option<TaskGroup>,
     /// The dependents still waiting on the task.
@@ -208,7 +208,7 @@ pub(crate) struct Due {
 /// What a transition changed of a stored row, as writing it back cares.
 pub(crate) struct RowChange {
     /// The row before.
-    pub(crate) before: Before,
+    pub(crate) before: PriorRow,
     /// What happens to its place in the claim line.
     pub(crate) place: Place,
     /// Whether its priority changed (the stored definition is rewritten).
@@ -219,7 +219,7 @@ pub(crate) struct RowChange {
 
 /// What a row was before a transition.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Before {
+pub(crate) struct PriorRow {
     pub(crate) state: TaskState,
     /// Its pending run, if its last run was pending.
     pub(crate) pending_run: Option<u32>,
@@ -228,9 +228,9 @@ pub(crate) struct Before {
     pub(crate) slice: Option<u32>,
 }
 
-impl Before {
-    pub(crate) fn of(task: &Task) -> Before {
-        Before {
+impl PriorRow {
+    pub(crate) fn of(task: &Task) -> PriorRow {
+        PriorRow {
             state: task.state(),
             pending_run: pending_run(task),
             priority: task.meta.priority,
@@ -295,7 +295,7 @@ pub(crate) enum Place {
 
 impl Place {
     /// Where a row goes that was `before` and is now `task`.
-    pub(crate) fn after(before: &Before, task: &Task) -> Place {
+    pub(crate) fn after(before: &PriorRow, task: &Task) -> Place {
         match pending_run(task) {
             None => Place::None,
             run if run == before.pending_run => Place::Keep,

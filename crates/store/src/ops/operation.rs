@@ -1,6 +1,6 @@
 //! Every write operation as a value: its inputs, its answer, and the `ops` function it runs.
 //!
-//! [`crate::Store::run`] hands an operation to the backend, which runs [`Op::run`] in one
+//! [`crate::Store::run`] hands an operation to the backend, which runs `Op::run` in one
 //! transaction, alone or gathered with others (PostgreSQL); either way the same function
 //! runs. Adding an operation is one entry here and its function in the domain's module.
 

@@ -12,7 +12,7 @@ use shoal_engine::status::TaskState;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::ops::{Before, NewTask, Place, RowChange, Waiting, WriteTx, graph, start};
+use crate::ops::{NewTask, Place, PriorRow, RowChange, Waiting, WriteTx, graph, start};
 use crate::row::TaskRow;
 use crate::{StoreError, TaskEvent, TaskGroup};
 
@@ -23,7 +23,7 @@ pub(crate) async fn step(
     now: Timestamp,
     transition: impl FnOnce(&mut Task) -> Result<Effects, Rejection>,
 ) -> Result<(), StoreError> {
-    let before = Before::of(&row.task);
+    let before = PriorRow::of(&row.task);
     let effects = transition(&mut row.task)?;
     let mut released = Vec::new();
     persist(tx, row, now, before, effects, None, &mut released).await?;
@@ -36,7 +36,7 @@ pub(crate) async fn insert_stepped(
     tx: &mut impl WriteTx,
     row: &mut TaskRow,
     now: Timestamp,
-    before: Before,
+    before: PriorRow,
     effects: Effects,
     new: NewTask<'_>,
 ) -> Result<(), StoreError> {
@@ -84,7 +84,7 @@ async fn persist(
     tx: &mut impl WriteTx,
     row: &mut TaskRow,
     now: Timestamp,
-    mut before: Before,
+    mut before: PriorRow,
     mut effects: Effects,
     mut new: Option<NewTask<'_>>,
     released: &mut Vec<TaskRow>,
@@ -125,15 +125,15 @@ async fn persist(
         {
             // The graph runs it again at once: to its dependents and its group it never
             // resolved.
-            before = Before::of(&row.task);
+            before = PriorRow::of(&row.task);
             effects = row.task.rerun(now)?;
             continue;
         }
         if !was_resolved && state.is_resolved() {
             let task = &row.task;
-            if let Some(aftermath) = tx.aftermath(task.task_id, task.meta.task_group_id, state, now).await? {
-                publish_resolved_groups(tx, aftermath.group_resolved.as_slice());
-                collect_released(tx, task.task_id, &aftermath.waiting, state, released).await?;
+            if let Some(consequences) = tx.consequences(task.task_id, task.meta.task_group_id, state, now).await? {
+                publish_resolved_groups(tx, consequences.group_resolved.as_slice());
+                collect_released(tx, task.task_id, &consequences.waiting, state, released).await?;
             }
         }
         return Ok(());
@@ -143,8 +143,8 @@ async fn persist(
 /// What a transaction's resolutions entail, once judged together (a PostgreSQL gathering):
 /// each group in `emptied` (those they left with no unresolved task) resolved, and each
 /// resolution's waiting dependents released. One resolution alone is judged by
-/// [`WriteTx::aftermath`] in the step, to the same effect.
-pub(crate) async fn entail(
+/// [`WriteTx::consequences`] in the step, to the same effect.
+pub(crate) async fn settle_resolutions(
     tx: &mut impl WriteTx,
     emptied: &[TaskGroup],
     resolutions: Vec<(TaskId, TaskState, Timestamp, Vec<Waiting>)>,
@@ -191,7 +191,7 @@ async fn schedule_released(tx: &mut impl WriteTx, released: Vec<TaskRow>, now: T
     let mut queue = std::collections::VecDeque::from(released);
     let mut more = Vec::new();
     while let Some(mut row) = queue.pop_front() {
-        let before = Before::of(&row.task);
+        let before = PriorRow::of(&row.task);
         // Past its deadline the dependent is left for the deadline to resolve.
         let effects = match start(tx, &mut row.task, now).await {
             Ok(effects) => effects,

@@ -13,7 +13,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::step::insert_stepped;
 use crate::ops::workers;
-use crate::ops::{Before, CreateLookup, NewTask, WriteTx, capacity_for, load_existing, record, start, step};
+use crate::ops::{CreateLookup, NewTask, PriorRow, WriteTx, capacity_for, load_existing, record, start, step};
 use crate::row::{TaskRow, corrupt, json};
 use crate::{Claim, ClaimRequest, StoreError};
 use shoal_engine::worker::WorkerKey;
@@ -50,7 +50,7 @@ pub(crate) async fn create_looked_up(
         group.admit(&definition.scheduler_id)?;
     }
     let mut row = TaskRow { task: Task::new(task_id, definition), pending_seq: None };
-    let before = Before::of(&row.task);
+    let before = PriorRow::of(&row.task);
     let scheduled = match satisfied.iter().all(|done| *done) {
         true => Some(start(tx, &mut row.task, now).await?),
         false => None,

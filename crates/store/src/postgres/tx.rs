@@ -17,7 +17,7 @@ use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
-use crate::ops::{self, Aftermath, NewTask, Place, Waiting};
+use crate::ops::{self, Consequences, NewTask, Place, Waiting};
 use crate::outbox::format::encode;
 use crate::postgres::gather::Gathered;
 use crate::postgres::outbox;
@@ -365,7 +365,7 @@ impl PgTx {
         group: TaskId,
         state: TaskState,
         now: Timestamp,
-    ) -> Result<Option<Aftermath>, StoreError> {
+    ) -> Result<Option<Consequences>, StoreError> {
         if let Some(resolutions) = &mut self.resolutions {
             resolutions.push(Resolution { task_id, group, state, now });
             return Ok(None);
@@ -403,7 +403,7 @@ impl PgTx {
                 waiting.push(Waiting::parse(dependent, requires)?);
             }
         }
-        Ok(Some(Aftermath { group_resolved, waiting }))
+        Ok(Some(Consequences { group_resolved, waiting }))
     }
 
     /// From now on, what a resolution entails (its group's resolution, its dependents'
@@ -451,7 +451,7 @@ impl PgTx {
                     .collect();
                 (emptied, known.waiting)
             }
-            _ => self.ask_aftermath(&resolutions, &touched).await?,
+            _ => self.ask_consequences(&resolutions, &touched).await?,
         };
         let resolved = resolutions
             .iter()
@@ -460,13 +460,13 @@ impl PgTx {
                 (resolution.task_id, resolution.state, resolution.now, waiting)
             })
             .collect();
-        ops::entail(self, &emptied, resolved).await
+        ops::settle_resolutions(self, &emptied, resolved).await
     }
 
     /// What the gathered resolutions entail, asked in one round trip: the groups they left
     /// with no unresolved task (every group locked, in id order, before any is counted), and
     /// who waits on each resolved task.
-    async fn ask_aftermath(
+    async fn ask_consequences(
         &mut self,
         resolutions: &[Resolution],
         touched: &HashSet<TaskId>,

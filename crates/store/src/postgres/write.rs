@@ -17,7 +17,8 @@ use tokio_postgres::types::ToSql;
 use crate::ops::auth::AuthKind;
 use crate::ops::graph::{NewNode, StoredGraph};
 use crate::ops::{
-    Aftermath, ArtifactTx, AuthTx, CreateLookup, Due, ExpireTx, GraphTx, GroupTx, NewTask, RowChange, WorkerTx, WriteTx,
+    ArtifactTx, AuthTx, Consequences, CreateLookup, Due, ExpireTx, GraphTx, GroupTx, NewTask, RowChange, WorkerTx,
+    WriteTx,
 };
 use crate::postgres::dimension_sets::claimable;
 use crate::postgres::graph::{GRAPH_COLUMNS, graph_from_row, parse_id};
@@ -202,13 +203,13 @@ impl WriteTx for PgTx {
         self.record_queue(task_queue_id, now).await
     }
 
-    async fn aftermath(
+    async fn consequences(
         &mut self,
         task_id: TaskId,
         group: TaskId,
         state: TaskState,
         now: Timestamp,
-    ) -> Result<Option<Aftermath>, StoreError> {
+    ) -> Result<Option<Consequences>, StoreError> {
         self.resolution(task_id, group, state, now).await
     }
 

@@ -9,17 +9,17 @@
 
 mod artifacts;
 mod checkpoint;
+mod commit_view;
 mod domains;
-mod glance;
 mod graph;
 mod outbox;
-mod parking;
 mod pending;
 mod reads;
 mod row;
 mod schema;
 mod sync;
 mod tx;
+mod waiting_claims;
 mod walgather;
 mod workers;
 
@@ -38,13 +38,13 @@ use crate::ops::{self, ready};
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::reads::ReadsOver;
 use crate::row::corrupt;
-use crate::sqlite::glance::Wake;
+use crate::sqlite::commit_view::Wake;
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::reads::ReadConn;
 use crate::sqlite::tx::{Tx, WriterState};
 use crate::{Committed, Op, Outcome, Reads, StoreError};
 
-pub use parking::{ClaimAnswer, Parked};
+pub use waiting_claims::{ClaimAnswer, Parked};
 
 /// Most operations committed together.
 const MAX_BATCH: usize = 512;
@@ -76,8 +76,8 @@ struct Inner {
     checkpointer: Mutex<checkpoint::Checkpointer>,
     readers: ReaderPool,
     feed: Arc<OutboxFeed>,
-    glance: Arc<glance::Glance>,
-    parking: Arc<parking::Parking>,
+    commit_view: Arc<commit_view::CommitView>,
+    waiting: Arc<waiting_claims::WaitingClaims>,
     graph_scheduler_id: String,
 }
 
@@ -189,9 +189,9 @@ impl SqliteStore {
             unpublished = bounds.unpublished(),
             "store opened"
         );
-        let glance = Arc::new(glance::Glance::default());
-        let state = WriterState::new(index, max_seq, bounds.last, Arc::clone(&feed), Arc::clone(&glance), config);
-        let parking = Arc::clone(&state.parking);
+        let commit_view = Arc::new(commit_view::CommitView::default());
+        let state = WriterState::new(index, max_seq, bounds.last, Arc::clone(&feed), Arc::clone(&commit_view), config);
+        let waiting = Arc::clone(&state.waiting);
         let wal = Arc::new(checkpoint::WalState::default());
         let checkpointer = checkpoint::Checkpointer::start(&config.path, Arc::clone(&wal))?;
         let syncer = sync::Syncer::start(&config.path, Arc::clone(&feed))?;
@@ -207,8 +207,8 @@ impl SqliteStore {
                 checkpointer: Mutex::new(checkpointer),
                 readers: ReaderPool { path: config.path.clone(), idle: Mutex::new(Vec::new()) },
                 feed,
-                glance,
-                parking,
+                commit_view,
+                waiting,
                 graph_scheduler_id: config.settings.graph_scheduler_id.clone(),
             }),
         })
@@ -220,7 +220,7 @@ impl SqliteStore {
     }
 
     /// Runs an operation in the writer's next batch; answers once that batch committed. An
-    /// idle worker's claimWork is answered from what the last commit left (`glance.rs`),
+    /// idle worker's claimWork is answered from what the last commit left (`commit_view.rs`),
     /// without queueing behind writes.
     pub(crate) async fn run(&self, op: Op, now: Timestamp) -> Result<Committed<Outcome>, StoreError> {
         if let Op::ClaimWork(claim) = &op
@@ -243,22 +243,22 @@ impl SqliteStore {
         answer.await.map_err(|_| closed())?
     }
 
-    /// Wakes waiting claims with `hook` at each commit that makes runs pending (`glance.rs`);
+    /// Wakes waiting claims with `hook` at each commit that makes runs pending (`commit_view.rs`);
     /// false if another hook already is.
     pub(crate) fn wake_at_commit(&self, hook: crate::WakeHook) -> bool {
-        self.inner.glance.wake_with(hook)
+        self.inner.commit_view.wake_with(hook)
     }
 
     /// Whether a claimWork on `task_queue_id` at `now` would claim nothing and write nothing,
-    /// as the last commit left the queue (`glance.rs`).
+    /// as the last commit left the queue (`commit_view.rs`).
     pub(crate) fn nothing_to_claim(&self, task_queue_id: &str, now: shoal_engine::Timestamp) -> bool {
-        self.inner.glance.nothing_to_claim(task_queue_id, now)
+        self.inner.commit_view.nothing_to_claim(task_queue_id, now)
     }
 
     /// Parks a claimWork with the writer until a batch claims a run for it or it leaves
-    /// (`parking.rs`); `clock` is read when the writer claims.
+    /// (`waiting_claims.rs`); `clock` is read when the writer claims.
     pub(crate) fn park_claim(&self, request: crate::ClaimRequest, clock: fn() -> shoal_engine::Timestamp) -> Parked {
-        self.inner.parking.park(request, clock)
+        self.inner.waiting.park(request, clock)
     }
 
     pub(crate) fn outbox(&self) -> Arc<OutboxFeed> {
@@ -510,7 +510,7 @@ fn run_job(conn: &mut Connection, state: &mut WriterState, job: Box<dyn Job>, ra
 }
 
 /// A claim for parked claimWork calls that can take the runs the batch made pending (longest
-/// parked first, each call counted for as many runs as it asks for); see `parking.rs`. Runs
+/// parked first, each call counted for as many runs as it asks for); see `waiting_claims.rs`. Runs
 /// none of them takes still wake a waiting claim at the commit.
 fn hand_outs(state: &WriterState) -> Vec<Box<dyn Job>> {
     let mut jobs: Vec<Box<dyn Job>> = Vec::new();
@@ -522,7 +522,7 @@ fn hand_outs(state: &WriterState) -> Vec<Box<dyn Job>> {
             *covered -= 1;
             continue;
         }
-        let Some((call, reply)) = state.parking.take(queue, needs.as_ref()) else { continue };
+        let Some((call, reply)) = state.waiting.take(queue, needs.as_ref()) else { continue };
         *covered = call.request.count.saturating_sub(1);
         let op = move |tx: &mut Tx<'_>| ready(ops::tasks::claim_parked(tx, &call.request, (call.clock)()));
         jobs.push(Box::new(WriteJob { op, reply }));

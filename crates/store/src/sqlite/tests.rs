@@ -1,4 +1,4 @@
-//! The SQLite store's own behaviour: its writer, glance, parking and memory.
+//! The SQLite store's own behaviour: its writer, commit view, waiting claims and memory.
 
 use crate::ops::operation::{ChangeWorker, ClaimWork, CreateTask, SealGroup, WorkerSeen};
 use shoal_engine::{Rejection, Timestamp};
@@ -114,7 +114,7 @@ async fn quiet_queues_are_forgotten_in_memory_once_many_were_used() {
     let used = sqlite.write(move |tx| names.iter().try_for_each(|name| tx.record_queue(name, later))).await.unwrap();
     assert!(used.events.is_empty());
     let remembered = sqlite.write(|tx| Ok(tx.state.queues_remembered())).await.unwrap().value;
-    assert_eq!(remembered, (1200, 1, 1201), "the later ones; p/busy, pending, in the index and the glance");
+    assert_eq!(remembered, (1200, 1, 1201), "the later ones; p/busy, pending, in the index and the commit view");
 
     // A forgotten queue works as before: its claim goes through the writer and records it.
     let claim = |queue: &str| crate::ClaimRequest {

@@ -13,16 +13,16 @@ use shoal_engine::status::TaskState;
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::ops::{
-    Aftermath, CreateLookup, Due, NewTask, Place, QueueRecords, RowChange, Waiting, WriteTx, pending_run,
+    Consequences, CreateLookup, Due, NewTask, Place, QueueRecords, RowChange, Waiting, WriteTx, pending_run,
 };
 use crate::outbox::{OutboxEntry, OutboxFeed};
 use crate::row::unresolved;
 use crate::row::{Backends, Cell, TaskRow, corrupt, insert_cells, json, step_cells};
 use crate::sqlite::SqliteConfig;
-use crate::sqlite::glance::{Glance, Wake};
-use crate::sqlite::parking::Parking;
+use crate::sqlite::commit_view::{CommitView, Wake};
 use crate::sqlite::pending::{PendingIndex, PendingKey, PendingRun};
 use crate::sqlite::row::{self, INSERT, N_TASK_COLUMNS, TASK_COLUMNS, UPDATE, raw_json, task_from_row};
+use crate::sqlite::waiting_claims::WaitingClaims;
 use crate::{ClaimRequest, StoreError, StoreSettings, TaskEvent, TaskGroup};
 
 /// State the writer thread keeps between transactions.
@@ -34,13 +34,13 @@ pub(crate) struct WriterState {
     /// Queues recorded active by the batch in progress, published at its commit.
     recorded: Vec<(String, i64)>,
     /// What claims may see without the writer, published at each commit.
-    glance: Arc<Glance>,
+    commit_view: Arc<CommitView>,
     /// Runs the batch in progress made pending, woken at its commit.
     pub(crate) wakes: Vec<Wake>,
-    /// claimWork calls waiting for runs like those (`parking.rs`).
-    pub(crate) parking: Arc<Parking>,
+    /// claimWork calls waiting for runs like those (`waiting_claims.rs`).
+    pub(crate) waiting: Arc<WaitingClaims>,
     /// The batch in progress swept `queue_touched` (at this time): the pending index and the
-    /// glance forget their quiet queues at its commit.
+    /// commit_view forget their quiet queues at its commit.
     sweep_due: Option<i64>,
     /// Sequence of the last message written to the outbox.
     pub(crate) outbox_seq: u64,
@@ -60,26 +60,26 @@ impl WriterState {
         self.wakes.clear();
     }
 
-    /// The batch committed: publishes what it changed to the glance, wakes claims for the
+    /// The batch committed: publishes what it changed to the commit_view, wakes claims for the
     /// runs it made pending, and forgets the index's undo log.
     pub(crate) fn committed(&mut self) {
         let recorded = self.recorded.iter().map(|(queue, at)| (queue.as_str(), *at));
-        self.glance.publish(self.index.changed_queues(), recorded);
+        self.commit_view.publish(self.index.changed_queues(), recorded);
         self.recorded.clear();
-        self.glance.wake(self.wakes.drain(..));
+        self.commit_view.wake(self.wakes.drain(..));
         self.index.commit();
         if let Some(at) = self.sweep_due.take() {
             // As the records did: the queues with nothing pending and no recent record are
             // forgotten in memory; each one's next use looks it up or records it again.
             self.index.forget_empty_queues();
-            self.glance.forget_quiet(Timestamp(at));
+            self.commit_view.forget_quiet(Timestamp(at));
         }
     }
 
-    /// How many queues the writer, the pending index and the glance remember.
+    /// How many queues the writer, the pending index and the commit_view remember.
     #[cfg(test)]
     pub(crate) fn queues_remembered(&self) -> (usize, usize, usize) {
-        (self.queue_touched.len(), self.index.queue_lengths().count(), self.glance.len())
+        (self.queue_touched.len(), self.index.queue_lengths().count(), self.commit_view.len())
     }
 
     /// The writer's state at start: the rebuilt index, the sequences where they stood, and
@@ -89,19 +89,19 @@ impl WriterState {
         next_seq: u64,
         outbox_seq: u64,
         feed: Arc<OutboxFeed>,
-        glance: Arc<Glance>,
+        commit_view: Arc<CommitView>,
         config: &SqliteConfig,
     ) -> WriterState {
         let outbox_trimmed = feed.published_upto();
-        glance.publish(index.queue_lengths(), []);
+        commit_view.publish(index.queue_lengths(), []);
         WriterState {
             index,
             next_seq,
             queue_touched: QueueRecords::default(),
             recorded: Vec::new(),
-            glance,
+            commit_view,
             wakes: Vec::new(),
-            parking: Arc::default(),
+            waiting: Arc::default(),
             sweep_due: None,
             outbox_seq,
             outbox_trimmed,
@@ -345,13 +345,13 @@ impl WriteTx for Tx<'_> {
         self.record_queue(task_queue_id, now)
     }
 
-    async fn aftermath(
+    async fn consequences(
         &mut self,
         task_id: TaskId,
         group: TaskId,
         _state: TaskState,
         _now: Timestamp,
-    ) -> Result<Option<Aftermath>, StoreError> {
+    ) -> Result<Option<Consequences>, StoreError> {
         // One statement: this runs on every resolution.
         let group_resolved = self
             .conn
@@ -372,7 +372,7 @@ impl WriteTx for Tx<'_> {
             stmt.query_map([task_id.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<Result<_, _>>()?;
         let waiting =
             found.iter().map(|(dependent, requires)| Waiting::parse(dependent, requires)).collect::<Result<_, _>>()?;
-        Ok(Some(Aftermath { group_resolved, waiting }))
+        Ok(Some(Consequences { group_resolved, waiting }))
     }
 
     async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError> {

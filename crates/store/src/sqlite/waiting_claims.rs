@@ -24,7 +24,7 @@ use crate::{Claim, ClaimRequest, Committed, StoreError};
 pub type ClaimAnswer = Result<Committed<Vec<Claim>>, StoreError>;
 
 /// A parked call, as the writer sees it.
-pub(crate) struct ParkedClaim {
+pub(crate) struct WaitingClaim {
     pub(crate) request: ClaimRequest,
     /// The wall clock of the caller, read when the writer claims.
     pub(crate) clock: fn() -> Timestamp,
@@ -34,7 +34,7 @@ pub(crate) struct ParkedClaim {
     reply: Mutex<Option<oneshot::Sender<ClaimAnswer>>>,
 }
 
-impl ParkedClaim {
+impl WaitingClaim {
     /// Takes the call's reply sender: the writer's to answer it, or the call's to leave.
     fn take(&self) -> Option<oneshot::Sender<ClaimAnswer>> {
         self.reply.lock().unwrap_or_else(PoisonError::into_inner).take()
@@ -43,9 +43,9 @@ impl ParkedClaim {
 
 /// A parked claimWork, as its caller holds it; leaves the line when dropped.
 pub struct Parked {
-    claim: Arc<ParkedClaim>,
+    claim: Arc<WaitingClaim>,
     answer: oneshot::Receiver<ClaimAnswer>,
-    parking: Arc<Parking>,
+    waiting: Arc<WaitingClaims>,
     /// This call left the line.
     left: bool,
 }
@@ -62,7 +62,7 @@ impl Parked {
     pub fn leave(&mut self) -> bool {
         if !self.left && self.claim.take().is_some() {
             self.left = true;
-            self.parking.remove(&self.claim);
+            self.waiting.remove(&self.claim);
         }
         self.left
     }
@@ -82,20 +82,20 @@ const MOST_TRIED: usize = 256;
 
 /// The parked calls of every queue, longest-parked first, filed by dimension value.
 #[derive(Default)]
-pub(crate) struct Parking {
-    by_queue: Mutex<HashMap<String, Line<Arc<ParkedClaim>>>>,
+pub(crate) struct WaitingClaims {
+    by_queue: Mutex<HashMap<String, Line<Arc<WaitingClaim>>>>,
     /// The next place in line.
     next: AtomicU64,
 }
 
-impl std::fmt::Debug for Parking {
+impl std::fmt::Debug for WaitingClaims {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Parking").field("queues", &self.lines().len()).finish()
+        f.debug_struct("WaitingClaims").field("queues", &self.lines().len()).finish()
     }
 }
 
-impl Parking {
-    fn lines(&self) -> MutexGuard<'_, HashMap<String, Line<Arc<ParkedClaim>>>> {
+impl WaitingClaims {
+    fn lines(&self) -> MutexGuard<'_, HashMap<String, Line<Arc<WaitingClaim>>>> {
         self.by_queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -103,7 +103,7 @@ impl Parking {
     pub(crate) fn park(self: &Arc<Self>, request: ClaimRequest, clock: fn() -> Timestamp) -> Parked {
         let (reply, answer) = oneshot::channel();
         let place = self.next.fetch_add(1, Ordering::Relaxed);
-        let claim = Arc::new(ParkedClaim { request, clock, place, reply: Mutex::new(Some(reply)) });
+        let claim = Arc::new(WaitingClaim { request, clock, place, reply: Mutex::new(Some(reply)) });
         let mut lines = self.lines();
         let queue = &claim.request.task_queue_id;
         if !lines.contains_key(queue) {
@@ -111,11 +111,11 @@ impl Parking {
         }
         lines.get_mut(queue).expect("inserted above").insert(place, Arc::clone(&claim));
         drop(lines);
-        Parked { claim, answer, parking: Arc::clone(self), left: false }
+        Parked { claim, answer, waiting: Arc::clone(self), left: false }
     }
 
     /// Takes `claim` out of its line, and the line away once nobody is parked in it.
-    fn remove(&self, claim: &ParkedClaim) {
+    fn remove(&self, claim: &WaitingClaim) {
         let mut lines = self.lines();
         let queue = claim.request.task_queue_id.as_str();
         if let Some(line) = lines.get_mut(queue) {
@@ -132,7 +132,7 @@ impl Parking {
         &self,
         task_queue_id: &str,
         needs: Option<&Dimensions>,
-    ) -> Option<(Arc<ParkedClaim>, oneshot::Sender<ClaimAnswer>)> {
+    ) -> Option<(Arc<WaitingClaim>, oneshot::Sender<ClaimAnswer>)> {
         let mut lines = self.lines();
         let line = lines.get_mut(task_queue_id)?;
         let mut taken = None;
@@ -182,37 +182,37 @@ mod tests {
 
     #[test]
     fn the_longest_parked_call_that_can_take_the_run_is_taken() {
-        let parking = Arc::new(Parking::default());
+        let waiting = Arc::new(WaitingClaims::default());
         let (mac, mut first, second) = (
-            parking.park(request("q", "mac"), clock),
-            parking.park(request("q", "linux"), clock),
-            parking.park(request("q", "linux"), clock),
+            waiting.park(request("q", "mac"), clock),
+            waiting.park(request("q", "linux"), clock),
+            waiting.park(request("q", "linux"), clock),
         );
-        let (taken, _reply) = parking.take("q", Some(&os("linux"))).unwrap();
+        let (taken, _reply) = waiting.take("q", Some(&os("linux"))).unwrap();
         assert!(Arc::ptr_eq(&taken, &first.claim));
         assert!(!first.leave(), "taken: its answer is coming");
-        let (taken, _reply) = parking.take("q", None).unwrap();
+        let (taken, _reply) = waiting.take("q", None).unwrap();
         assert!(Arc::ptr_eq(&taken, &mac.claim), "a run that needs nothing goes to the longest-parked");
-        assert!(parking.take("other", None).is_none());
+        assert!(waiting.take("other", None).is_none());
         drop(second);
-        assert!(parking.take("q", None).is_none(), "a dropped call left the line");
-        assert!(!parking.any("q"), "an empty line is forgotten");
+        assert!(waiting.take("q", None).is_none(), "a dropped call left the line");
+        assert!(!waiting.any("q"), "an empty line is forgotten");
     }
 
     #[test]
     fn a_run_finds_the_one_call_that_can_take_it_behind_many_that_cannot() {
-        let parking = Arc::new(Parking::default());
-        let macs: Vec<Parked> = (0..4 * MOST_TRIED).map(|_| parking.park(request("q", "mac"), clock)).collect();
-        let linux = parking.park(request("q", "linux"), clock);
-        let (taken, _reply) = parking.take("q", Some(&os("linux"))).unwrap();
+        let waiting = Arc::new(WaitingClaims::default());
+        let macs: Vec<Parked> = (0..4 * MOST_TRIED).map(|_| waiting.park(request("q", "mac"), clock)).collect();
+        let linux = waiting.park(request("q", "linux"), clock);
+        let (taken, _reply) = waiting.take("q", Some(&os("linux"))).unwrap();
         assert!(Arc::ptr_eq(&taken, &linux.claim));
-        assert!(parking.take("q", Some(&os("linux"))).is_none(), "taken calls leave the line");
+        assert!(waiting.take("q", Some(&os("linux"))).is_none(), "taken calls leave the line");
         drop(macs);
     }
 
     #[test]
     fn the_writer_tries_a_bounded_number_of_calls_for_one_run() {
-        let parking = Arc::new(Parking::default());
+        let waiting = Arc::new(WaitingClaims::default());
         // Each has the run's rarer value but not the other: none can take it.
         let linux_only = |n: usize| {
             let mut request = request("q", "linux");
@@ -220,69 +220,69 @@ mod tests {
                 serde_json::from_value(serde_json::json!({"os": ["linux"], "n": [n.to_string()]})).unwrap();
             request
         };
-        let others: Vec<Parked> = (0..MOST_TRIED).map(|n| parking.park(linux_only(n), clock)).collect();
+        let others: Vec<Parked> = (0..MOST_TRIED).map(|n| waiting.park(linux_only(n), clock)).collect();
         let mut able = request("q", "linux");
         able.dimensions = serde_json::from_value(serde_json::json!({"os": ["linux"], "gpu": ["yes"]})).unwrap();
-        let able = parking.park(able, clock);
+        let able = waiting.park(able, clock);
         let mut commons: Vec<Parked> = (0..2 * MOST_TRIED)
             .map(|n| {
                 let mut request = request("q", "mac");
                 request.dimensions =
                     serde_json::from_value(serde_json::json!({"gpu": ["yes"], "n": [n.to_string()]})).unwrap();
-                parking.park(request, clock)
+                waiting.park(request, clock)
             })
             .collect();
         let needs: Dimensions = serde_json::from_value(serde_json::json!({"os": ["linux"], "gpu": ["yes"]})).unwrap();
-        assert!(parking.take("q", Some(&needs)).is_none(), "past the bound: left to the wake-up at commit");
+        assert!(waiting.take("q", Some(&needs)).is_none(), "past the bound: left to the wake-up at commit");
         drop(others.into_iter().next());
-        let (taken, _reply) = parking.take("q", Some(&needs)).unwrap();
+        let (taken, _reply) = waiting.take("q", Some(&needs)).unwrap();
         assert!(Arc::ptr_eq(&taken, &able.claim), "within the bound once one call before it left");
         commons.clear();
     }
 
     #[test]
     fn a_call_that_left_is_passed_over_and_cannot_be_taken_after() {
-        let parking = Arc::new(Parking::default());
-        let mut gone = parking.park(request("q", "linux"), clock);
-        let waiting = parking.park(request("q", "linux"), clock);
+        let claims = Arc::new(WaitingClaims::default());
+        let mut gone = claims.park(request("q", "linux"), clock);
+        let parked = claims.park(request("q", "linux"), clock);
         assert!(gone.leave());
         assert!(gone.leave(), "leaving twice is leaving");
-        let (taken, _reply) = parking.take("q", None).unwrap();
-        assert!(Arc::ptr_eq(&taken, &waiting.claim));
+        let (taken, _reply) = claims.take("q", None).unwrap();
+        assert!(Arc::ptr_eq(&taken, &parked.claim));
         assert!(gone.claim.take().is_none());
     }
 
     #[test]
     fn a_call_that_took_its_sender_back_is_passed_over_by_the_writer() {
-        let parking = Arc::new(Parking::default());
-        let leaving = parking.park(request("q", "linux"), clock);
-        let waiting = parking.park(request("q", "linux"), clock);
+        let claims = Arc::new(WaitingClaims::default());
+        let leaving = claims.park(request("q", "linux"), clock);
+        let parked = claims.park(request("q", "linux"), clock);
         // The call's half of leaving, before it takes itself out of the line.
         assert!(leaving.claim.take().is_some());
-        let (taken, _reply) = parking.take("q", None).unwrap();
-        assert!(Arc::ptr_eq(&taken, &waiting.claim));
+        let (taken, _reply) = claims.take("q", None).unwrap();
+        assert!(Arc::ptr_eq(&taken, &parked.claim));
         drop(leaving);
-        assert!(!parking.any("q"));
+        assert!(!claims.any("q"));
     }
 
     #[tokio::test]
     async fn a_taken_call_gets_the_answer_sent_to_it() {
-        let parking = Arc::new(Parking::default());
-        let mut parked = parking.park(request("q", "linux"), clock);
-        let (_, reply) = parking.take("q", None).unwrap();
+        let claims = Arc::new(WaitingClaims::default());
+        let mut parked = claims.park(request("q", "linux"), clock);
+        let (_, reply) = claims.take("q", None).unwrap();
         reply.send(Ok(Committed { value: Vec::new(), events: Vec::new() })).unwrap();
         assert!(parked.answer().await.unwrap().value.is_empty());
     }
 
     #[test]
     fn calls_and_lines_go_as_their_callers_leave() {
-        let parking = Arc::new(Parking::default());
+        let claims = Arc::new(WaitingClaims::default());
         for n in 0..1000 {
-            drop(parking.park(request(&format!("made-up-{n}"), "linux"), clock));
+            drop(claims.park(request(&format!("made-up-{n}"), "linux"), clock));
         }
-        let waiting = parking.park(request("q", "linux"), clock);
-        assert_eq!(parking.lines().len(), 1, "only the line somebody is parked in is kept");
-        drop(waiting);
-        assert!(parking.lines().is_empty());
+        let parked = claims.park(request("q", "linux"), clock);
+        assert_eq!(claims.lines().len(), 1, "only the line somebody is parked in is kept");
+        drop(parked);
+        assert!(claims.lines().is_empty());
     }
 }

@@ -22,14 +22,14 @@ use crate::ops::queue_recorded_recently;
 
 /// Per-queue pending counts and activity records, as of the last commit; the wake-up hook.
 #[derive(Default)]
-pub(crate) struct Glance {
-    queues: Mutex<HashMap<String, QueueGlance>>,
+pub(crate) struct CommitView {
+    queues: Mutex<HashMap<String, QueueView>>,
     wake: OnceLock<WakeHook>,
 }
 
-impl std::fmt::Debug for Glance {
+impl std::fmt::Debug for CommitView {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Glance").field("queues", &self.queues).finish_non_exhaustive()
+        f.debug_struct("CommitView").field("queues", &self.queues).finish_non_exhaustive()
     }
 }
 
@@ -44,14 +44,14 @@ pub(crate) struct Wake {
 }
 
 #[derive(Debug, Default, Clone, Copy)]
-struct QueueGlance {
+struct QueueView {
     /// Runs pending in the queue.
     pending: usize,
     /// When the queue was last recorded active (milliseconds), if since the server started.
     recorded_at: Option<i64>,
 }
 
-impl Glance {
+impl CommitView {
     /// Publishes a commit's changes: pending counts of the queues whose runs changed, and the
     /// queues it recorded active.
     pub(crate) fn publish<'a>(
@@ -61,10 +61,10 @@ impl Glance {
     ) {
         let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
         for (queue, count) in pending {
-            update(&mut queues, queue, |glance| glance.pending = count);
+            update(&mut queues, queue, |commit_view| commit_view.pending = count);
         }
         for (queue, at) in recorded {
-            update(&mut queues, queue, |glance| glance.recorded_at = Some(at));
+            update(&mut queues, queue, |commit_view| commit_view.recorded_at = Some(at));
         }
     }
 
@@ -86,8 +86,8 @@ impl Glance {
     /// goes through the writer, as on a queue never seen.
     pub(crate) fn forget_quiet(&self, now: Timestamp) {
         let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        queues.retain(|_, glance| {
-            glance.pending > 0 || glance.recorded_at.is_some_and(|at| queue_recorded_recently(at, now))
+        queues.retain(|_, commit_view| {
+            commit_view.pending > 0 || commit_view.recorded_at.is_some_and(|at| queue_recorded_recently(at, now))
         });
     }
 
@@ -101,21 +101,21 @@ impl Glance {
     /// no run is pending there and the queue was recorded active recently.
     pub(crate) fn nothing_to_claim(&self, task_queue_id: &str, now: Timestamp) -> bool {
         let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        queues.get(task_queue_id).is_some_and(|glance| {
-            glance.pending == 0 && glance.recorded_at.is_some_and(|at| queue_recorded_recently(at, now))
+        queues.get(task_queue_id).is_some_and(|commit_view| {
+            commit_view.pending == 0 && commit_view.recorded_at.is_some_and(|at| queue_recorded_recently(at, now))
         })
     }
 }
 
-/// Changes `queue`'s glance, adding it if missing (looked up first: most commits change
+/// Changes `queue`'s commit_view, adding it if missing (looked up first: most commits change
 /// queues already there, and `entry` would copy the name every time).
-fn update(queues: &mut HashMap<String, QueueGlance>, queue: &str, change: impl FnOnce(&mut QueueGlance)) {
+fn update(queues: &mut HashMap<String, QueueView>, queue: &str, change: impl FnOnce(&mut QueueView)) {
     match queues.get_mut(queue) {
-        Some(glance) => change(glance),
+        Some(commit_view) => change(commit_view),
         None => {
-            let mut glance = QueueGlance::default();
-            change(&mut glance);
-            queues.insert(queue.to_owned(), glance);
+            let mut commit_view = QueueView::default();
+            change(&mut commit_view);
+            queues.insert(queue.to_owned(), commit_view);
         }
     }
 }
@@ -127,20 +127,20 @@ mod tests {
 
     #[test]
     fn a_claim_skips_the_writer_only_when_nothing_is_pending_and_the_queue_was_recorded_recently() {
-        let glance = Glance::default();
+        let commit_view = CommitView::default();
         let at = Timestamp(1_000_000);
-        assert!(!glance.nothing_to_claim("p/q", at), "an unknown queue must be recorded");
-        glance.publish([("p/q", 2)], []);
-        assert!(!glance.nothing_to_claim("p/q", at), "pending, and never recorded");
-        glance.publish([], [("p/q", at.millis())]);
-        assert!(!glance.nothing_to_claim("p/q", at), "two runs pending");
-        glance.publish([("p/q", 0)], []);
-        assert!(glance.nothing_to_claim("p/q", at));
-        assert!(glance.nothing_to_claim("p/q", Timestamp(at.millis() + QUEUE_TOUCH_INTERVAL_MS - 1)));
+        assert!(!commit_view.nothing_to_claim("p/q", at), "an unknown queue must be recorded");
+        commit_view.publish([("p/q", 2)], []);
+        assert!(!commit_view.nothing_to_claim("p/q", at), "pending, and never recorded");
+        commit_view.publish([], [("p/q", at.millis())]);
+        assert!(!commit_view.nothing_to_claim("p/q", at), "two runs pending");
+        commit_view.publish([("p/q", 0)], []);
+        assert!(commit_view.nothing_to_claim("p/q", at));
+        assert!(commit_view.nothing_to_claim("p/q", Timestamp(at.millis() + QUEUE_TOUCH_INTERVAL_MS - 1)));
         assert!(
-            !glance.nothing_to_claim("p/q", Timestamp(at.millis() + QUEUE_TOUCH_INTERVAL_MS)),
+            !commit_view.nothing_to_claim("p/q", Timestamp(at.millis() + QUEUE_TOUCH_INTERVAL_MS)),
             "the record is due again"
         );
-        assert!(!glance.nothing_to_claim("p/other", at), "per queue");
+        assert!(!commit_view.nothing_to_claim("p/other", at), "per queue");
     }
 }

@@ -1,0 +1,226 @@
+//! What the store answers: committed writes, claims, and the records and listings reads return.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use shoal_engine::event::Event;
+use shoal_engine::secrets::Secrets;
+use shoal_engine::status::TaskStatus;
+use shoal_engine::worker::Worker;
+use shoal_engine::{TaskId, Timestamp};
+
+pub use shoal_engine::group::TaskGroup;
+
+/// The result of a committed step and the events it made durable.
+#[derive(Debug)]
+#[must_use = "the events of a commit must reach the bus and the waiting workers"]
+pub struct Committed<T> {
+    /// The step's answer.
+    pub value: T,
+    /// Events of every task the step changed, in order.
+    pub events: Vec<TaskEvent>,
+}
+
+/// One event of one task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskEvent {
+    /// The task.
+    pub task_id: TaskId,
+    /// Its queue (waiting workers are woken per queue).
+    pub task_queue_id: String,
+    /// What happened.
+    pub event: Event,
+    /// For a run become pending, the dimensions it needs (none when it needs none), so only
+    /// a worker that can take it is woken.
+    pub dimensions: Option<shoal_engine::dimensions::Dimensions>,
+}
+
+/// One claimed run, as claimWork answers it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Claim {
+    /// Status after the claim.
+    pub status: TaskStatus,
+    /// The claimed run.
+    pub run_id: u32,
+    /// Worker group.
+    pub worker_group: String,
+    /// Worker id.
+    pub worker_id: String,
+    /// Until when the claim holds.
+    pub taken_until: Timestamp,
+    /// The task definition, as stored.
+    pub task: Box<RawValue>,
+    /// The task's secrets, handed only to the claiming worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Secrets>,
+}
+
+/// What cancelTaskGroup did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupCancellation {
+    /// The group.
+    pub task_group_id: TaskId,
+    /// Tasks in the group.
+    pub task_group_size: u64,
+    /// Tasks this call canceled.
+    pub cancelled_count: u64,
+    /// Their ids.
+    pub task_ids: Vec<TaskId>,
+}
+
+/// A task's definition (as stored JSON) and status.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskRecord {
+    /// Status.
+    pub status: TaskStatus,
+    /// Definition.
+    pub task: Box<RawValue>,
+}
+
+/// A claimed run, as listClaimedTasks shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedRun {
+    /// The task.
+    pub task_id: TaskId,
+    /// The run.
+    pub run_id: u32,
+    /// Worker group.
+    pub worker_group: String,
+    /// Worker id.
+    pub worker_id: String,
+    /// When it was claimed.
+    pub claimed: Timestamp,
+    /// The definition.
+    pub task: Box<RawValue>,
+}
+
+/// A pending run, as listPendingTasks shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingListing {
+    /// The task.
+    pub task_id: TaskId,
+    /// The run.
+    pub run_id: u32,
+    /// When it became pending.
+    pub inserted: Timestamp,
+    /// The definition.
+    pub task: Box<RawValue>,
+}
+
+/// A task queue workers have used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskQueueInfo {
+    /// `provisionerId/workerType`.
+    pub task_queue_id: String,
+    /// When it may be forgotten.
+    pub expires: Timestamp,
+    /// Last time a task was created in it or a worker claimed from it.
+    pub last_date_active: Timestamp,
+    /// Description (empty unless set).
+    pub description: String,
+    /// `experimental`, `stable` or `deprecated`.
+    pub stability: String,
+}
+
+/// Pending and claimed counts of a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueCounts {
+    /// Pending runs.
+    pub pending_tasks: u64,
+    /// Running runs.
+    pub claimed_tasks: u64,
+}
+
+/// Names one artifact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactKey {
+    /// The task.
+    pub task_id: TaskId,
+    /// The run.
+    pub run_id: u32,
+    /// The artifact's name.
+    pub name: String,
+}
+
+/// The read side: queries of committed state (each sees the commits made before it); runs on a
+/// blocking thread.
+/// Which tasks a tag listing selects (Swarming's task list): those filed under `tag`, of the
+/// queue and in the state given, created within `since..=until`.
+#[derive(Debug, Clone)]
+pub struct TagQuery {
+    /// `key:value`.
+    pub tag: String,
+    /// Only this queue's.
+    pub task_queue_id: Option<String>,
+    /// Only those in this state.
+    pub state: Option<shoal_engine::status::TaskState>,
+    /// Created at or after.
+    pub since: Option<Timestamp>,
+    /// Created at or before.
+    pub until: Option<Timestamp>,
+    /// Only those created by this client; with an empty `tag`, the listing is this client's
+    /// tasks.
+    pub created_by: Option<String>,
+}
+
+impl TagQuery {
+    /// The client whose tasks it lists, when it names no tag (the API asks for one or the
+    /// other); otherwise `created_by` only filters the tag's tasks.
+    #[must_use]
+    pub fn creator_listing(&self) -> Option<&str> {
+        self.created_by.as_deref().filter(|_| self.tag.is_empty())
+    }
+}
+
+/// The reserved tag failed tasks (failed or exception) are filed under, newest first; user tags
+/// are all `key:value`, so none can be it.
+pub const FAILED_TAG: &str = "failed";
+
+/// A group as the listing of recent groups shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentGroup {
+    /// The group.
+    #[serde(flatten)]
+    pub group: TaskGroup,
+    /// When its first task arrived (0 for groups made before Shoal dated them).
+    pub created: Timestamp,
+    /// Whether every task of it is resolved (until another joins it, if it is not sealed).
+    pub resolved: bool,
+}
+
+/// A graph as the listing of recent graphs shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentGraph {
+    /// Its status, metadata and tags, as `/info` shows them.
+    #[serde(flatten)]
+    pub graph: crate::GraphRecord,
+    /// When it was created.
+    pub created: Timestamp,
+}
+
+/// A worker as listings show it.
+#[derive(Debug, Clone)]
+pub struct WorkerListing {
+    /// The record.
+    pub worker: Worker,
+    /// Whether it holds a running run.
+    pub busy: bool,
+}
+
+/// Every client and role as stored.
+#[derive(Debug, Clone, Default)]
+pub struct AuthSnapshot {
+    /// The auth generation they are of.
+    pub generation: i64,
+    /// Clients, by id.
+    pub clients: Vec<shoal_engine::auth::client::Client>,
+    /// Roles, by id.
+    pub roles: Vec<shoal_engine::auth::client::Role>,
+}
