@@ -126,6 +126,19 @@ impl Dimensions {
         })
     }
 
+    /// The anchor of these (task) dimensions: the required value whose alternatives have the
+    /// fewest entries filed (`filed(key, alternative)`), the first such in key and value
+    /// order; `None` when nothing is required. An index files a set under its anchor's
+    /// alternatives only, and a worker having none of them cannot match it, so a worker looks
+    /// only where its own values are filed. SQLite's pending index and the waiting calls'
+    /// [`crate::line::Line`] choose by this; PostgreSQL's `shoal_file_dimension_set` mirrors
+    /// it (`tests/postgres/dimension_sets.rs`, counting at most 1000 entries per alternative).
+    pub fn anchor(&self, filed: impl Fn(&str, &str) -> usize) -> Option<(&str, &str)> {
+        self.iter()
+            .flat_map(|(key, values)| values.iter().map(move |value| (key, value.as_str())))
+            .min_by_key(|(key, value)| alternatives(value).map(|one| filed(key, one)).sum::<usize>())
+    }
+
     /// Whether a worker has value `value` of `key`.
     #[must_use]
     pub fn has(&self, key: &str, value: &str) -> bool {

@@ -77,26 +77,14 @@ impl<T> Line<T> {
         let Some(required) = required.filter(|required| !required.is_empty()) else {
             return self.calls.keys().next().copied();
         };
-        let mut fewest: Option<(usize, Vec<&BTreeSet<u64>>)> = None;
-        for (key, values) in required.iter() {
-            for value in values {
-                let sets: Vec<&BTreeSet<u64>> =
-                    alternatives(value).filter_map(|one| self.by_value.get(&self.slot(key, one))).collect();
-                let calls = sets.iter().map(|places| places.len()).sum::<usize>();
-                if calls == 0 {
-                    return None;
-                }
-                if fewest.as_ref().is_none_or(|(least, _)| calls < *least) {
-                    fewest = Some((calls, sets));
-                }
-            }
-        }
+        let calls = |key: &str, one: &str| self.by_value.get(&self.slot(key, one)).map_or(0, BTreeSet::len);
         let able =
             |place: &&u64| self.calls.get(place).is_some_and(|call| required.matched_by((self.dimensions_of)(call)));
-        let Some((_, sets)) = fewest else {
+        let Some((key, value)) = required.anchor(calls) else {
             // No required value (never so for checked dimensions): every call in turn.
             return self.calls.keys().take(most).find(able).copied();
         };
+        let sets = alternatives(value).filter_map(|one| self.by_value.get(&self.slot(key, one)));
         sets.into_iter().filter_map(|places| places.iter().take(most).find(able)).min().copied()
     }
 

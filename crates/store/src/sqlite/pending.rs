@@ -246,16 +246,8 @@ impl QueueIndex {
     }
 
     fn add_group(&mut self, dimensions: &Dimensions) -> usize {
-        // The anchor: the required value whose alternatives have the fewest groups filed.
-        let filed = |key: &str, value: &str| -> usize {
-            alternatives(value)
-                .map(|one| self.anchored.get(key).and_then(|by_value| by_value.get(one)).map_or(0, Vec::len))
-                .sum()
-        };
         let anchor = dimensions
-            .iter()
-            .flat_map(|(key, values)| values.iter().map(move |value| (key, value.as_str())))
-            .min_by_key(|(key, value)| filed(key, value))
+            .anchor(|key, one| self.anchored.get(key).and_then(|by_value| by_value.get(one)).map_or(0, Vec::len))
             .map(|(key, value)| (key.to_owned(), value.to_owned()));
         let group = Group { dimensions: dimensions.clone(), anchor, entries: BTreeMap::new() };
         let slot = match self.free.pop() {

@@ -142,3 +142,67 @@ async fn a_claim_passes_over_the_tasks_another_transaction_holds() {
     assert_eq!(claimed(&store, claim_having("w", json!({"os": ["linux"]}), 1)).await, [task_id(2)]);
     held.send(()).unwrap();
 }
+
+/// `shoal_file_dimension_set` anchors each new set where the engine's rule
+/// (`Dimensions::anchor`) says, counting the sets filed before it: sets generated over a small
+/// vocabulary (so that counts tie and differ), each filed by a task made pending in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sets_are_anchored_where_the_engine_rule_says() {
+    let url = fresh_database();
+    let store = open_store(&url);
+    let (keys, values) = (["gpu", "os", "pool"], ["a", "b", "c", "d", "e"]);
+    let mut seed: u64 = 0x5eed;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut filed: std::collections::HashMap<(String, String), usize> = std::collections::HashMap::new();
+    let mut expected: Vec<(serde_json::Value, String, String)> = Vec::new();
+    for n in 1..=60 {
+        let mut raw = serde_json::Map::new();
+        let mut chosen: Vec<&str> = keys.iter().copied().filter(|_| next(2) == 0).collect();
+        chosen.push(keys[next(3)]);
+        for key in chosen {
+            let value = match next(3) {
+                0 => format!("{}|{}", values[next(5)], values[next(5)]),
+                _ => values[next(5)].to_owned(),
+            };
+            raw.insert(key.to_owned(), json!([value]));
+        }
+        let raw = serde_json::Value::Object(raw);
+        create_requiring(&store, n, raw.clone()).await;
+        let dimensions = Dimensions::parse_required("dimensions", serde_json::from_value(raw).unwrap()).unwrap();
+        let stored = serde_json::to_value(&dimensions).unwrap();
+        if expected.iter().any(|(seen, _, _)| *seen == stored) {
+            continue;
+        }
+        let count = |key: &str, one: &str| filed.get(&(key.to_owned(), one.to_owned())).copied().unwrap_or(0);
+        let (key, value) = dimensions.anchor(count).expect("every set requires a value");
+        let (key, value) = (key.to_owned(), value.to_owned());
+        for one in value.split('|') {
+            *filed.entry((key.clone(), one.to_owned())).or_default() += 1;
+        }
+        expected.push((stored, key, value));
+    }
+    let rows: Vec<String> = column(
+        &url,
+        "SELECT dimensions::text || E'\\t' || anchor_key || E'\\t' || array_to_string(anchor_values, '|') \
+         FROM dimension_sets",
+    )
+    .await;
+    let mut stored: Vec<(serde_json::Value, String, String)> = rows
+        .iter()
+        .map(|row| {
+            let mut parts = row.rsplitn(3, '\t');
+            let (value, key, dimensions) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+            (serde_json::from_str(dimensions).unwrap(), key.to_owned(), value.to_owned())
+        })
+        .collect();
+    let order = |(dimensions, _, _): &(serde_json::Value, String, String)| dimensions.to_string();
+    stored.sort_by_key(order);
+    expected.sort_by_key(order);
+    assert!(expected.len() > 20, "the generated sets are mostly distinct: {}", expected.len());
+    assert_eq!(stored, expected);
+}
