@@ -13,7 +13,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::ops::step::insert_stepped;
 use crate::ops::workers;
-use crate::ops::{CreateLookup, NewTask, PriorRow, WriteTx, capacity_for, load_existing, record, start, step};
+use crate::ops::{NewTask, PriorRow, WriteTx, capacity_for, load_existing, record, start, step};
 use crate::row::{TaskRow, corrupt, json};
 use crate::{Claim, ClaimRequest, StoreError};
 use shoal_engine::worker::WorkerKey;
@@ -27,17 +27,6 @@ pub(crate) async fn create_task(
     now: Timestamp,
 ) -> Result<TaskStatus, StoreError> {
     let lookup = tx.lookup_create(definition, task_id).await?;
-    create_looked_up(tx, definition, task_id, now, lookup).await
-}
-
-/// createTask once its lookup is done (a PostgreSQL gathering looks up many at once).
-pub(crate) async fn create_looked_up(
-    tx: &mut impl WriteTx,
-    definition: &TaskDefinition,
-    task_id: TaskId,
-    now: Timestamp,
-    lookup: CreateLookup,
-) -> Result<TaskStatus, StoreError> {
     let text = json(definition)?;
     if let Some((stored, status)) = lookup.existing {
         check_redefinition(task_id, &stored, &text)?;
@@ -88,22 +77,12 @@ pub(crate) async fn apply(
     now: Timestamp,
 ) -> Result<TaskStatus, StoreError> {
     let mut row = load_existing(tx, task_id).await?;
-    apply_loaded(tx, &mut row, command, now).await
-}
-
-/// Runs `command` on a task already loaded.
-pub(crate) async fn apply_loaded(
-    tx: &mut impl WriteTx,
-    row: &mut TaskRow,
-    command: &TaskCommand,
-    now: Timestamp,
-) -> Result<TaskStatus, StoreError> {
     let claim_timeout = tx.settings().claim_timeout_secs;
     let capacity = match command {
         TaskCommand::Schedule => capacity_for(tx, &row.task, now).await?,
         _ => Capacity::Assumed,
     };
-    step(tx, row, now, |task| command.apply(task, now, claim_timeout, &capacity)).await?;
+    step(tx, &mut row, now, |task| command.apply(task, now, claim_timeout, &capacity)).await?;
     Ok(row.task.status())
 }
 
@@ -170,7 +149,7 @@ async fn claims_for(
 /// with their definitions): claims each in turn, skipping runs that stopped being
 /// claimable (their deadline passed: the deadline will resolve them). The worker's record is
 /// the caller's to update.
-pub(crate) async fn claim_candidates(
+async fn claim_candidates(
     tx: &mut impl WriteTx,
     candidates: Vec<(TaskRow, Box<RawValue>)>,
     request: &ClaimRequest,

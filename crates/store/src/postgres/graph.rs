@@ -1,5 +1,5 @@
 //! The task-graph scheduler's rows in PostgreSQL: row conversion and the reads behind
-//! `/task-graph/...` (the writes are in `write.rs`).
+//! `/task-graph/...` (the writes are in `domains.rs`).
 
 use postgres::Row;
 use shoal_engine::graph::{NodeProgress, Tally};

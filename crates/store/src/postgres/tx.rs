@@ -1,5 +1,5 @@
 //! A PostgreSQL write transaction: what the operations read and write through
-//! (`write.rs` implements [`crate::ops::WriteTx`] over it).
+//! (`write.rs` implements [`crate::ops::WriteTx`] over it, `domains.rs` the per-domain traits).
 //!
 //! Unlike SQLite's single writer, several servers write at once, so every row an operation
 //! is going to change is locked when read (`FOR UPDATE`), and a task group's row is locked

@@ -22,6 +22,7 @@ mod tx;
 mod waiting_claims;
 mod walgather;
 mod workers;
+mod write;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
