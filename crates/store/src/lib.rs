@@ -6,31 +6,25 @@
 
 #![warn(missing_docs)]
 
-mod ops;
 pub mod outbox;
-mod page;
 mod postgres;
-mod reads;
-mod records;
-mod row;
-mod settings;
 mod sqlite;
 
-pub use ops::auth::{AuthChange, AuthOutcome, ClientEdit};
-pub use ops::graph::{GraphNode, GraphRecord, GraphRequest};
-pub use ops::operation::{self, Op, Operation, Outcome};
-pub use ops::workers::WorkerChange;
-pub use page::Page;
+// The application layer (`shoal-ops`), under the names the backends use for it.
+pub(crate) use shoal_ops as ops;
+pub(crate) use shoal_ops::{reads, row};
+
 pub use postgres::{
     PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, REQUEST_TIMEOUT as PG_REQUEST_TIMEOUT, RemoteWork,
     migrate as migrate_postgres,
 };
-pub use reads::Reads;
-pub use records::*;
-pub use settings::{DEFAULT_CLAIM_TIMEOUT_SECS, DEFAULT_QUEUE_RETENTION_SECS, StoreSettings};
+pub use shoal_ops::records::*;
+pub use shoal_ops::{
+    AuthChange, AuthOutcome, ClientEdit, DEFAULT_CLAIM_TIMEOUT_SECS, DEFAULT_QUEUE_RETENTION_SECS, GraphNode,
+    GraphRecord, GraphRequest, Op, Operation, Outcome, Page, Reads, StoreError, StoreSettings, WorkerChange, operation,
+};
 pub use sqlite::{ClaimAnswer, Parked, SqliteConfig, SqliteStore};
 
-use shoal_engine::dimensions::Dimensions;
 use shoal_engine::worker::WorkerKey;
 use shoal_engine::{TaskId, Timestamp};
 
@@ -44,77 +38,6 @@ pub enum Store {
     Sqlite(SqliteStore),
     /// PostgreSQL, shared by any number of servers.
     Postgres(PgStore),
-}
-
-/// What the store can fail with.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The rules refused the command (maps to 400/404/409).
-    #[error(transparent)]
-    Rejected(#[from] shoal_engine::Rejection),
-    /// The database cannot be reached or is shutting down (503); the command may be retried.
-    #[error("storage unavailable: {0}")]
-    Unavailable(String),
-    /// The transaction lost a race to another (a deadlock, a serialization failure, a row
-    /// inserted first, a database busy with another writer): run again, it may succeed (503
-    /// once the store's own retries are spent).
-    #[error("storage conflict: {0}")]
-    Conflict(String),
-    /// A stored value that does not decode, or a database answer that breaks the schema's
-    /// promises (500).
-    #[error("corrupt storage: {0}")]
-    Corrupt(String),
-    /// The database refused a statement for a reason retrying will not fix (500).
-    #[error("database error: {0}")]
-    Database(String),
-    /// A setting the store cannot use: the database URL, a schema newer than this build (500
-    /// where it reaches a request; the server does not start).
-    #[error("storage settings: {0}")]
-    Settings(String),
-    /// The store's own machinery failed: a thread that did not start, an operation dropped
-    /// unanswered, a value that could not be encoded (500).
-    #[error("storage failure: {0}")]
-    Internal(String),
-}
-
-/// One claimWork (or claimTask) request.
-#[derive(Debug, Clone)]
-pub struct ClaimRequest {
-    /// Queue to claim from.
-    pub task_queue_id: String,
-    /// Worker group.
-    pub worker_group: String,
-    /// Worker id.
-    pub worker_id: String,
-    /// The worker's dimensions.
-    pub dimensions: Dimensions,
-    /// The worker's software version, if it sent one.
-    pub version: Option<String>,
-    /// Most tasks to claim.
-    pub count: usize,
-}
-
-impl ClaimRequest {
-    /// The claiming worker, as its runs record it.
-    #[must_use]
-    pub fn claimant(&self) -> shoal_engine::task::Claimant<'_> {
-        shoal_engine::task::Claimant {
-            worker_group: &self.worker_group,
-            worker_id: &self.worker_id,
-            dimensions: Some(&self.dimensions),
-            version: self.version.as_deref(),
-        }
-    }
-
-    /// The claiming worker.
-    #[must_use]
-    pub fn worker_key(&self) -> WorkerKey {
-        WorkerKey {
-            task_queue_id: self.task_queue_id.clone(),
-            worker_group: self.worker_group.clone(),
-            worker_id: self.worker_id.clone(),
-        }
-    }
 }
 
 impl Store {

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shoal_engine::message::Message;
 use tokio::sync::{Notify, broadcast};
 
 /// Most committed messages kept in memory for the publisher; beyond, it reads the table.
@@ -22,14 +21,7 @@ const MAX_BUFFERED: usize = 65_536;
 /// Messages a live subscriber may fall behind by before it is told it missed some.
 const TAP_CAPACITY: usize = 16_384;
 
-/// One stored message and its place in the publishing order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboxEntry {
-    /// Position in the outbox: messages are published in this order.
-    pub seq: u64,
-    /// The message.
-    pub message: Message,
-}
+pub use shoal_ops::OutboxEntry;
 
 /// What the publisher should do next.
 #[derive(Debug)]
@@ -192,7 +184,7 @@ impl OutboxFeed {
 
 #[cfg(test)]
 mod tests {
-    use shoal_engine::message::Exchange;
+    use shoal_engine::message::{Exchange, Message};
 
     use super::*;
 

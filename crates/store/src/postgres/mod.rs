@@ -462,29 +462,3 @@ pub fn migrate(url: &str) -> Result<usize, StoreError> {
 pub(crate) fn unavailable(err: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("database unreachable: {err}"))
 }
-
-impl From<postgres::Error> for StoreError {
-    fn from(err: postgres::Error) -> StoreError {
-        // Lost connections, a server shutting down or refusing connections: retryable (503).
-        let transient = err.is_closed()
-            || err.code().is_some_and(|code| {
-                let code = code.code();
-                code.starts_with("08") || code.starts_with("57P") || code == "53300"
-            })
-            || (err.code().is_none()
-                && std::error::Error::source(&err).is_some_and(|source| source.is::<std::io::Error>()));
-        // A race lost to another transaction: a deadlock, a serialization failure, or a row
-        // another server inserted first (the operation, run again, finds it).
-        let lost_race = err.code().is_some_and(|code| matches!(code.code(), "40P01" | "40001" | "23505"));
-        // postgres::Error's own text is only "db error"; the server's message says what failed.
-        let text = match err.as_db_error() {
-            Some(db) => format!("{}: {}", db.code().code(), db.message()),
-            None => err.to_string(),
-        };
-        match (transient, lost_race) {
-            (true, _) => StoreError::Unavailable(text),
-            (false, true) => StoreError::Conflict(text),
-            (false, false) => StoreError::Database(text),
-        }
-    }
-}

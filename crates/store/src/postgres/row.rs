@@ -1,13 +1,12 @@
 //! Turning PostgreSQL `tasks` rows into engine tasks.
 
 use postgres::Row;
-use postgres::types::Type;
 use serde_json::value::RawValue;
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
 use crate::TaskGroup;
-use crate::row::{Backends, Cells, READ, SelectList, TaskRow, corrupt, select_list, task_from_cells};
+use crate::row::{Backends, READ, SelectList, TaskRow, corrupt, select_list, task_from_cells};
 use shoal_engine::artifact::{Artifact, ArtifactKind};
 
 /// The columns `task_from_row` reads, in order; queries append their own after these.
@@ -24,24 +23,6 @@ fn id(row: &Row, idx: usize) -> Result<TaskId, StoreError> {
 /// A task from a row that starts with [`TASK_COLUMNS`].
 pub(crate) fn task_from_row(row: &Row) -> Result<TaskRow, StoreError> {
     task_from_cells(row)
-}
-
-impl Cells for Row {
-    fn text(&self, index: usize) -> Result<Option<&str>, StoreError> {
-        Ok(self.try_get(index)?)
-    }
-
-    fn int(&self, index: usize) -> Result<Option<i64>, StoreError> {
-        // Each column has its own width; the row decodes only the exact one.
-        let ty = self.columns()[index].type_();
-        Ok(if *ty == Type::INT2 {
-            self.try_get::<_, Option<i16>>(index)?.map(i64::from)
-        } else if *ty == Type::INT4 {
-            self.try_get::<_, Option<i32>>(index)?.map(i64::from)
-        } else {
-            self.try_get(index)?
-        })
-    }
 }
 
 /// A stored JSON text column as raw JSON, passed through without re-encoding.

@@ -8,8 +8,8 @@ use shoal_engine::group::GROUP_EXPIRY_SLACK_MS;
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::row::{
-    Backends, Cell, Cells, READ, SelectList, TASK_COLUMNS as TASK_COLUMNS_ALL, TaskRow, corrupt, select_list,
-    step_columns, task_from_cells,
+    Backends, READ, SelectList, TASK_COLUMNS as TASK_COLUMNS_ALL, TaskRow, corrupt, select_list, step_columns,
+    task_from_cells,
 };
 use crate::{StoreError, TaskGroup};
 
@@ -40,50 +40,10 @@ pub(crate) static UPDATE: LazyLock<String> = LazyLock::new(|| {
     format!("UPDATE tasks SET {}, pending_seq = ?{} WHERE task_id = ?{}", sets.join(", "), n + 1, n + 2)
 });
 
-impl Cells for Row<'_> {
-    fn text(&self, index: usize) -> Result<Option<&str>, StoreError> {
-        Ok(self.get_ref(index)?.as_str_or_null().map_err(rusqlite::Error::from)?)
-    }
-
-    fn int(&self, index: usize) -> Result<Option<i64>, StoreError> {
-        Ok(self.get_ref(index)?.as_i64_or_null().map_err(rusqlite::Error::from)?)
-    }
-}
-
-impl rusqlite::ToSql for Cell<'_> {
-    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-        match self {
-            Cell::Text(text) => text.to_sql(),
-            Cell::Int(int) => int.to_sql(),
-            Cell::Joins(joins) => joins.to_sql(),
-        }
-    }
-}
-
 /// Reads a stored JSON text column as raw JSON, passed through without re-encoding.
 pub(crate) fn raw_json(row: &Row<'_>, idx: usize) -> Result<Box<RawValue>, StoreError> {
     let text: String = row.get(idx)?;
     RawValue::from_string(text).map_err(corrupt)
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(err: rusqlite::Error) -> StoreError {
-        let code = match &err {
-            rusqlite::Error::SqliteFailure(failure, _) => Some(failure.code),
-            _ => None,
-        };
-        match code {
-            // Another connection holds the lock (the checkpointer, a reader's recovery):
-            // retrying can succeed.
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
-                StoreError::Conflict(err.to_string())
-            }
-            Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::DiskFull) => {
-                StoreError::Unavailable(err.to_string())
-            }
-            _ => StoreError::Database(err.to_string()),
-        }
-    }
 }
 
 /// Group `?1` as the columns `scheduler_id, expires, sealed`: its row, or else the group its

@@ -5,11 +5,11 @@ use shoal_engine::priority::Priority;
 use shoal_engine::rejection::Missing;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::ops::{WriteTx, load_existing, step};
 use crate::{GroupCancellation, StoreError, TaskGroup};
+use crate::{WriteTx, load_existing, step};
 
 /// A backend's transaction, as the group operations use it.
-pub(crate) trait GroupTx {
+pub trait GroupTx {
     /// A task group.
     async fn load_group(&mut self, group: TaskId) -> Result<Option<TaskGroup>, StoreError>;
 
@@ -24,7 +24,7 @@ pub(crate) trait GroupTx {
 }
 
 /// sealTaskGroup: no task may join the group afterwards.
-pub(crate) async fn seal(tx: &mut impl WriteTx, group: TaskId, now: Timestamp) -> Result<TaskGroup, StoreError> {
+pub async fn seal(tx: &mut impl WriteTx, group: TaskId, now: Timestamp) -> Result<TaskGroup, StoreError> {
     let mut found = existing(tx, group).await?;
     if found.sealed.is_none() {
         tx.seal_group(group, now).await?;
@@ -35,11 +35,7 @@ pub(crate) async fn seal(tx: &mut impl WriteTx, group: TaskId, now: Timestamp) -
 }
 
 /// cancelTaskGroup: cancels every unresolved task of a sealed group.
-pub(crate) async fn cancel(
-    tx: &mut impl WriteTx,
-    group: TaskId,
-    now: Timestamp,
-) -> Result<GroupCancellation, StoreError> {
+pub async fn cancel(tx: &mut impl WriteTx, group: TaskId, now: Timestamp) -> Result<GroupCancellation, StoreError> {
     existing(tx, group).await?.check_cancel()?;
     let size = tx.group_size(group).await?;
     let task_ids = each_unresolved(tx, group, now, |task| task.cancel(now)).await?;
@@ -53,7 +49,7 @@ pub(crate) async fn cancel(
 
 /// changeTaskGroupPriority: changes the priority of every unresolved task of a group;
 /// returns the ids of those it changed.
-pub(crate) async fn change_priority(
+pub async fn change_priority(
     tx: &mut impl WriteTx,
     group: TaskId,
     priority: Priority,

@@ -1,9 +1,9 @@
 //! The read side: [`Reads`], every query the API asks of committed state, answered once for
 //! both backends by [`over::ReadsOver`] over each backend's [`over::ReadDb`].
 
-pub(crate) mod over;
+pub mod over;
 
-pub(crate) use over::{ReadDb, ReadsOver, StoredTask, TaskQuery, TaskStatements, pending_set};
+pub use over::{ReadDb, ReadsOver, StoredTask, TaskQuery, TaskStatements, pending_set};
 
 use shoal_engine::artifact::Artifact;
 use shoal_engine::backlog::PendingSet;
@@ -15,7 +15,7 @@ use crate::{
     TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing,
 };
 
-/// The reads every backend answers (see [`crate::Store::read`]).
+/// The reads every backend answers (see `Store::read`).
 pub trait Reads {
     /// One artifact of a run.
     ///
@@ -152,7 +152,7 @@ pub trait Reads {
     ///
     /// # Errors
     /// Storage failure.
-    fn outbox(&self, from: u64, limit: usize) -> Result<Vec<crate::outbox::OutboxEntry>, StoreError>;
+    fn outbox(&self, from: u64, limit: usize) -> Result<Vec<crate::OutboxEntry>, StoreError>;
     /// Resolved tasks expired at `now`, earliest first, at most `limit`, each with its number
     /// of runs (whose live logs go with it).
     ///

@@ -5,10 +5,10 @@
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
-use crate::ops::WriteTx;
+use crate::WriteTx;
 
 /// A backend's transaction, as expiry uses it.
-pub(crate) trait ExpireTx {
+pub trait ExpireTx {
     /// When a stored task expires (None when there is no such task).
     async fn task_expires(&mut self, task_id: TaskId) -> Result<Option<Timestamp>, StoreError>;
 
@@ -27,7 +27,7 @@ pub(crate) trait ExpireTx {
 /// Deletes the tasks `task_ids` that are (still) resolved and expired at `now`, the groups
 /// and graphs that are left without tasks, and up to `limit` expired task-queue records;
 /// says how many tasks went.
-pub(crate) async fn forget_tasks(
+pub async fn forget_tasks(
     tx: &mut impl WriteTx,
     task_ids: &[TaskId],
     now: Timestamp,

@@ -11,16 +11,16 @@ use shoal_engine::status::TaskStatus;
 use shoal_engine::task::{Claimant, Task};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::ops::step::insert_stepped;
-use crate::ops::workers;
-use crate::ops::{NewTask, PriorRow, WriteTx, capacity_for, load_existing, record, start, step};
 use crate::row::{TaskRow, corrupt, json};
+use crate::step::insert_stepped;
+use crate::workers;
 use crate::{Claim, ClaimRequest, StoreError};
+use crate::{NewTask, PriorRow, WriteTx, capacity_for, load_existing, record, start, step};
 use shoal_engine::worker::WorkerKey;
 
 /// createTask: defines a task (idempotent for an equal definition) and schedules it when it
 /// has no unmet dependencies.
-pub(crate) async fn create_task(
+pub async fn create_task(
     tx: &mut impl WriteTx,
     definition: &TaskDefinition,
     task_id: TaskId,
@@ -70,7 +70,7 @@ pub(crate) async fn create_task(
 }
 
 /// Runs `command` on task `task_id`.
-pub(crate) async fn apply(
+pub async fn apply(
     tx: &mut impl WriteTx,
     task_id: TaskId,
     command: &TaskCommand,
@@ -88,7 +88,7 @@ pub(crate) async fn apply(
 
 /// claimWork: claims up to the request's count of pending runs the worker matches, most
 /// urgent first.
-pub(crate) async fn claim_work(
+pub async fn claim_work(
     tx: &mut impl WriteTx,
     request: &ClaimRequest,
     now: Timestamp,
@@ -99,7 +99,7 @@ pub(crate) async fn claim_work(
 /// claimWork for a call parked with SQLite's writer while it waited, made in the batch that
 /// made runs pending: nothing if its worker was quarantined or asked to terminate meanwhile
 /// (its call then looks again and hears why).
-pub(crate) async fn claim_parked(
+pub async fn claim_parked(
     tx: &mut impl WriteTx,
     request: &ClaimRequest,
     now: Timestamp,
@@ -168,7 +168,7 @@ async fn claim_candidates(
 }
 
 /// claimTask: claims one specific pending run.
-pub(crate) async fn claim_task(
+pub async fn claim_task(
     tx: &mut impl WriteTx,
     task_id: TaskId,
     run_id: u32,
@@ -190,7 +190,7 @@ pub(crate) async fn claim_task(
 }
 
 /// Claims run `run_id` of a task already loaded with its definition.
-pub(crate) async fn claim_loaded(
+pub async fn claim_loaded(
     tx: &mut impl WriteTx,
     mut row: TaskRow,
     definition: Box<RawValue>,
@@ -224,7 +224,7 @@ pub(crate) async fn claim_loaded(
 }
 
 /// Fires claim expiries, then deadlines, that are due at `now`; says how many fired.
-pub(crate) async fn fire_due(tx: &mut impl WriteTx, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
+pub async fn fire_due(tx: &mut impl WriteTx, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
     let due = tx.due(now, limit).await?;
     let n_fired = due.expired.len() + due.late.len();
     for task_id in due.expired {

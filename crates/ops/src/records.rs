@@ -2,10 +2,12 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
+use shoal_engine::dimensions::Dimensions;
 use shoal_engine::event::Event;
+use shoal_engine::message::Message;
 use shoal_engine::secrets::Secrets;
 use shoal_engine::status::TaskStatus;
-use shoal_engine::worker::Worker;
+use shoal_engine::worker::{Worker, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
 pub use shoal_engine::group::TaskGroup;
@@ -223,4 +225,53 @@ pub struct AuthSnapshot {
     pub clients: Vec<shoal_engine::auth::client::Client>,
     /// Roles, by id.
     pub roles: Vec<shoal_engine::auth::client::Role>,
+}
+
+/// One claimWork (or claimTask) request.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    /// Queue to claim from.
+    pub task_queue_id: String,
+    /// Worker group.
+    pub worker_group: String,
+    /// Worker id.
+    pub worker_id: String,
+    /// The worker's dimensions.
+    pub dimensions: Dimensions,
+    /// The worker's software version, if it sent one.
+    pub version: Option<String>,
+    /// Most tasks to claim.
+    pub count: usize,
+}
+
+impl ClaimRequest {
+    /// The claiming worker, as its runs record it.
+    #[must_use]
+    pub fn claimant(&self) -> shoal_engine::task::Claimant<'_> {
+        shoal_engine::task::Claimant {
+            worker_group: &self.worker_group,
+            worker_id: &self.worker_id,
+            dimensions: Some(&self.dimensions),
+            version: self.version.as_deref(),
+        }
+    }
+
+    /// The claiming worker.
+    #[must_use]
+    pub fn worker_key(&self) -> WorkerKey {
+        WorkerKey {
+            task_queue_id: self.task_queue_id.clone(),
+            worker_group: self.worker_group.clone(),
+            worker_id: self.worker_id.clone(),
+        }
+    }
+}
+
+/// One stored message and its place in the publishing order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    /// Position in the outbox: messages are published in this order.
+    pub seq: u64,
+    /// The message.
+    pub message: Message,
 }

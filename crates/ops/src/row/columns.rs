@@ -11,12 +11,12 @@ use shoal_engine::task::{Task, TaskMeta};
 use shoal_engine::{TaskId, Timestamp};
 
 use super::{TaskRow, corrupt, json};
+use crate::NewTask;
 use crate::StoreError;
-use crate::ops::NewTask;
 
 /// A value bound to (or read from) a task column.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Cell<'a> {
+pub enum Cell<'a> {
     /// Text, or NULL: borrowed from the task where it holds the text as stored.
     Text(Option<Cow<'a, str>>),
     /// An integer, or NULL.
@@ -27,7 +27,7 @@ pub(crate) enum Cell<'a> {
 
 impl Cell<'_> {
     /// The cell holding its own text.
-    pub(crate) fn into_owned(self) -> Cell<'static> {
+    pub fn into_owned(self) -> Cell<'static> {
         match self {
             Cell::Text(text) => Cell::Text(text.map(|text| Cow::Owned(text.into_owned()))),
             Cell::Int(int) => Cell::Int(int),
@@ -38,7 +38,7 @@ impl Cell<'_> {
 
 /// A column's SQL type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// Text.
     Text,
     /// JSON text; PostgreSQL stores it as `jsonb`.
@@ -49,7 +49,7 @@ pub(crate) enum Kind {
 
 /// Which backends have a column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Backends {
+pub enum Backends {
     /// Both.
     Both,
     /// SQLite only.
@@ -59,7 +59,7 @@ pub(crate) enum Backends {
 }
 
 /// Where a column's value comes from.
-pub(crate) enum Value {
+pub enum Value {
     /// The task as it stands.
     Task(fn(&Task) -> Result<Cell<'_>, StoreError>),
     /// The creation (definition, `created`).
@@ -69,23 +69,23 @@ pub(crate) enum Value {
 }
 
 /// One column of `tasks`.
-pub(crate) struct Column {
+pub struct Column {
     /// Its name.
-    pub(crate) name: &'static str,
+    pub name: &'static str,
     /// Its type.
-    pub(crate) kind: Kind,
+    pub kind: Kind,
     /// Which backends have it.
-    pub(crate) backends: Backends,
+    pub backends: Backends,
     /// Its value.
-    pub(crate) value: Value,
+    pub value: Value,
     /// Whether every step rewrites it (others are written at creation, or by their own
     /// operation: the claim line's place, priority, dimensions).
-    pub(crate) each_step: bool,
+    pub each_step: bool,
 }
 
 impl Column {
     /// Whether `backend` has this column.
-    pub(crate) fn on(&self, backend: Backends) -> bool {
+    pub fn on(&self, backend: Backends) -> bool {
         self.backends == Backends::Both || self.backends == backend
     }
 }
@@ -116,7 +116,7 @@ fn millis(at: Option<Timestamp>) -> Cell<'static> {
 }
 
 /// Every column of `tasks`. Those [`READ`] of them come first, in the order a select reads.
-pub(crate) const TASK_COLUMNS: &[Column] = &[
+pub const TASK_COLUMNS: &[Column] = &[
     column("task_id", Kind::Text, Value::Task(|t| Ok(text(t.task_id.as_str())))),
     column("task_queue_id", Kind::Text, Value::Task(|t| Ok(text(&t.meta.task_queue_id)))),
     column("scheduler_id", Kind::Text, Value::Task(|t| Ok(text(&t.meta.scheduler_id)))),
@@ -151,10 +151,10 @@ pub(crate) const TASK_COLUMNS: &[Column] = &[
 ];
 
 /// How many of [`TASK_COLUMNS`] a task select reads, from the first.
-pub(crate) const READ: usize = at("secrets") + 1;
+pub const READ: usize = at("secrets") + 1;
 
 /// The index of column `name` in [`TASK_COLUMNS`] (a compile-time error when there is none).
-pub(crate) const fn at(name: &str) -> usize {
+pub(super) const fn at(name: &str) -> usize {
     let mut index = 0;
     while index < TASK_COLUMNS.len() {
         if same(TASK_COLUMNS[index].name, name) {
@@ -192,7 +192,7 @@ macro_rules! col {
 }
 
 /// A row's cells, by column index, as a backend reads them.
-pub(crate) trait Cells {
+pub trait Cells {
     /// A text cell (NULL as `None`).
     fn text(&self, index: usize) -> Result<Option<&str>, StoreError>;
     /// An integer cell (NULL as `None`).
@@ -201,7 +201,7 @@ pub(crate) trait Cells {
 
 /// The columns a select of whole tasks names, in order, on `backend`, each after `prefix`
 /// (`definition` and the queries' own columns follow at [`READ`] and after).
-pub(crate) fn select_list(backend: Backends, prefix: &str) -> String {
+pub fn select_list(backend: Backends, prefix: &str) -> String {
     let names: Vec<String> = TASK_COLUMNS[..READ]
         .iter()
         .map(|column| match (column.kind, backend) {
@@ -213,11 +213,11 @@ pub(crate) fn select_list(backend: Backends, prefix: &str) -> String {
 }
 
 /// A backend's [`select_list`], made once and shown in `format!`.
-pub(crate) struct SelectList(std::sync::LazyLock<String>);
+pub struct SelectList(std::sync::LazyLock<String>);
 
 impl SelectList {
     /// The list `make` builds.
-    pub(crate) const fn new(make: fn() -> String) -> SelectList {
+    pub const fn new(make: fn() -> String) -> SelectList {
         SelectList(std::sync::LazyLock::new(make))
     }
 }
@@ -230,19 +230,13 @@ impl std::fmt::Display for SelectList {
 
 /// The cells of a new task's row on `backend`, in [`TASK_COLUMNS`] order (the line place
 /// as `pending_seq` on SQLite, as whether it joins on PostgreSQL).
-pub(crate) fn insert_cells<'a>(
-    row: &'a TaskRow,
-    new: &NewTask<'a>,
-    backend: Backends,
-) -> Result<Vec<Cell<'a>>, StoreError> {
+pub fn insert_cells<'a>(row: &'a TaskRow, new: &NewTask<'a>, backend: Backends) -> Result<Vec<Cell<'a>>, StoreError> {
     let mut cells = Vec::with_capacity(TASK_COLUMNS.len());
     for column in TASK_COLUMNS.iter().filter(|column| column.on(backend)) {
         cells.push(match &column.value {
             Value::Task(value) => value(&row.task)?,
             Value::Created(value) => value(new),
-            Value::LinePlace if backend == Backends::Postgres => {
-                Cell::Joins(crate::ops::pending_run(&row.task).is_some())
-            }
+            Value::LinePlace if backend == Backends::Postgres => Cell::Joins(crate::pending_run(&row.task).is_some()),
             Value::LinePlace => Cell::Int(row.pending_seq.map(|seq| seq as i64)),
         });
     }
@@ -250,12 +244,12 @@ pub(crate) fn insert_cells<'a>(
 }
 
 /// The columns every step rewrites.
-pub(crate) fn step_columns() -> impl Iterator<Item = &'static Column> {
+pub fn step_columns() -> impl Iterator<Item = &'static Column> {
     TASK_COLUMNS.iter().filter(|column| column.each_step)
 }
 
 /// The cells of the columns every step rewrites, in [`step_columns`] order.
-pub(crate) fn step_cells(task: &Task) -> Result<Vec<Cell<'_>>, StoreError> {
+pub fn step_cells(task: &Task) -> Result<Vec<Cell<'_>>, StoreError> {
     // Room for the place in line and the task id the backends bind after them.
     let mut cells = Vec::with_capacity(8);
     for column in step_columns() {
@@ -268,7 +262,7 @@ pub(crate) fn step_cells(task: &Task) -> Result<Vec<Cell<'_>>, StoreError> {
 }
 
 /// A task read back from the first [`READ`] cells of a row.
-pub(crate) fn task_from_cells(row: &impl Cells) -> Result<TaskRow, StoreError> {
+pub fn task_from_cells(row: &impl Cells) -> Result<TaskRow, StoreError> {
     let text = |name: usize| -> Result<&str, StoreError> {
         row.text(name)?.ok_or_else(|| corrupt(format!("{} is NULL", TASK_COLUMNS[name].name)))
     };

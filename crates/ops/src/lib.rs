@@ -1,4 +1,7 @@
-//! The write operations, written once for both backends over [`WriteTx`].
+//! Shoal's store application layer: every write operation, written once for both backends
+//! over [`WriteTx`] and the per-domain traits each backend implements; the description of a
+//! task row (`row/`); and the read side (`reads/`), once over each backend's `ReadDb`. It knows
+//! no SQL; `shoal-store` holds the backends and `Store`.
 //!
 //! An operation loads what it needs through the transaction, lets the engine decide, and
 //! writes the outcome back through it; the backend's transaction knows only its SQL (and its
@@ -10,16 +13,37 @@
 //! SQLite's transaction completes every call at once; its operations are driven by
 //! [`ready`]. PostgreSQL's awaits its statements.
 
-pub(crate) mod artifacts;
-pub(crate) mod auth;
-pub(crate) mod expire;
-pub(crate) mod graph;
-pub(crate) mod groups;
+// The transaction traits are implemented by `shoal-store`'s two backends only, and each
+// operation is called on a concrete transaction: a PostgreSQL operation's future is `Send`
+// because its transaction's is, which bounds on the traits could not say of SQLite's.
+#![allow(async_fn_in_trait)]
+
+pub mod artifacts;
+pub mod auth;
+pub mod error;
+pub mod expire;
+pub mod graph;
+pub mod groups;
 pub mod operation;
+pub mod page;
 mod queue_records;
+pub mod reads;
+pub mod records;
+pub mod row;
+pub mod settings;
 mod step;
-pub(crate) mod tasks;
-pub(crate) mod workers;
+pub mod tasks;
+pub mod workers;
+
+pub use auth::{AuthChange, AuthOutcome, ClientEdit};
+pub use error::StoreError;
+pub use graph::{GraphNode, GraphRecord, GraphRequest};
+pub use operation::{Op, Operation, Outcome};
+pub use page::Page;
+pub use reads::Reads;
+pub use records::*;
+pub use settings::{DEFAULT_CLAIM_TIMEOUT_SECS, DEFAULT_QUEUE_RETENTION_SECS, StoreSettings};
+pub use workers::WorkerChange;
 
 use serde_json::value::RawValue;
 use shoal_engine::definition::{Requires, TaskDefinition};
@@ -36,29 +60,28 @@ use shoal_engine::task::Task;
 
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-pub(crate) use artifacts::ArtifactTx;
-pub(crate) use auth::AuthTx;
-pub(crate) use expire::ExpireTx;
-pub(crate) use graph::GraphTx;
-pub(crate) use groups::GroupTx;
-pub(crate) use queue_records::QueueRecords;
-pub(crate) use step::{record, settle_resolutions, step};
-pub(crate) use workers::WorkerTx;
+pub use artifacts::ArtifactTx;
+pub use auth::AuthTx;
+pub use expire::ExpireTx;
+pub use graph::GraphTx;
+pub use groups::GroupTx;
+pub use queue_records::QueueRecords;
+pub use step::{record, settle_resolutions, step};
+pub use workers::WorkerTx;
 
 use crate::row::{TaskRow, corrupt};
-use crate::{ClaimRequest, StoreError, StoreSettings, TaskEvent, TaskGroup};
 
 /// How often at most a queue's last-active time is written.
-pub(crate) const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
+pub const QUEUE_TOUCH_INTERVAL_MS: i64 = 30_000;
 
 /// Whether a queue recorded active at `at` (milliseconds) needs no new record at `now`.
-pub(crate) fn queue_recorded_recently(at: i64, now: Timestamp) -> bool {
+pub fn queue_recorded_recently(at: i64, now: Timestamp) -> bool {
     at + QUEUE_TOUCH_INTERVAL_MS > now.millis()
 }
 
 /// A backend's write transaction: the reads and writes the operations are made of. Rows a
 /// method loads are locked until the commit where the backend locks rows.
-pub(crate) trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx {
+pub trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx {
     /// The rules' settings.
     fn settings(&self) -> &StoreSettings;
 
@@ -151,44 +174,44 @@ pub(crate) trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + W
 
 /// What a new task's row holds beyond the task itself.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct NewTask<'a> {
+pub struct NewTask<'a> {
     /// The checked definition, serialized as served by task().
-    pub(crate) definition: &'a str,
+    pub definition: &'a str,
     /// The definition's `created`.
-    pub(crate) created: Timestamp,
+    pub created: Timestamp,
 }
 
 /// What createTask learns before judging a task.
-pub(crate) struct CreateLookup {
+pub struct CreateLookup {
     /// The task already stored under the id: its definition (serialized) and status.
-    pub(crate) existing: Option<(String, TaskStatus)>,
+    pub existing: Option<(String, TaskStatus)>,
     /// The task's group, if it exists (on PostgreSQL already created or extended).
-    pub(crate) group: Option<TaskGroup>,
+    pub group: Option<TaskGroup>,
     /// For each dependency other than the task itself, in order, its state and expiry.
-    pub(crate) dependencies: Vec<Option<(TaskState, Timestamp)>>,
+    pub dependencies: Vec<Option<(TaskState, Timestamp)>>,
 }
 
 /// What a resolution entails, as the store finds it.
 #[derive(Debug, Default)]
-pub(crate) struct Consequences {
+pub struct Consequences {
     /// The task's group, when no unresolved task is left in it.
-    pub(crate) group_resolved: Option<TaskGroup>,
+    pub group_resolved: Option<TaskGroup>,
     /// The dependents still waiting on the task.
-    pub(crate) waiting: Vec<Waiting>,
+    pub waiting: Vec<Waiting>,
 }
 
 /// A dependent waiting on a task.
 #[derive(Debug, Clone)]
-pub(crate) struct Waiting {
+pub struct Waiting {
     /// The dependent.
-    pub(crate) dependent: TaskId,
+    pub dependent: TaskId,
     /// What it requires of its dependencies.
-    pub(crate) requires: Requires,
+    pub requires: Requires,
 }
 
 impl Waiting {
     /// A waiting dependent as stored (its id and what it requires, by name).
-    pub(crate) fn parse(dependent: &str, requires: &str) -> Result<Waiting, StoreError> {
+    pub fn parse(dependent: &str, requires: &str) -> Result<Waiting, StoreError> {
         Ok(Waiting {
             dependent: TaskId::parse(dependent).ok_or_else(|| corrupt(format!("dependent id {dependent}")))?,
             requires: Requires::from_name(requires).ok_or_else(|| corrupt(format!("requires {requires}")))?,
@@ -198,38 +221,38 @@ impl Waiting {
 
 /// Tasks whose due times came.
 #[derive(Debug, Default)]
-pub(crate) struct Due {
+pub struct Due {
     /// Claims expired.
-    pub(crate) expired: Vec<TaskId>,
+    pub expired: Vec<TaskId>,
     /// Deadlines passed.
-    pub(crate) late: Vec<TaskId>,
+    pub late: Vec<TaskId>,
 }
 
 /// What a transition changed of a stored row, as writing it back cares.
-pub(crate) struct RowChange {
+pub struct RowChange {
     /// The row before.
-    pub(crate) before: PriorRow,
+    pub before: PriorRow,
     /// What happens to its place in the claim line.
-    pub(crate) place: Place,
+    pub place: Place,
     /// Whether its priority changed (the stored definition is rewritten).
-    pub(crate) priority_changed: bool,
+    pub priority_changed: bool,
     /// The dimensions it required before its pending run moved to another slice.
-    pub(crate) moved_from: Option<Dimensions>,
+    pub moved_from: Option<Dimensions>,
 }
 
 /// What a row was before a transition.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PriorRow {
-    pub(crate) state: TaskState,
+pub struct PriorRow {
+    pub state: TaskState,
     /// Its pending run, if its last run was pending.
-    pub(crate) pending_run: Option<u32>,
-    pub(crate) priority: Priority,
+    pub pending_run: Option<u32>,
+    pub priority: Priority,
     /// The slice its last run was at, for a task with slices.
-    pub(crate) slice: Option<u32>,
+    pub slice: Option<u32>,
 }
 
 impl PriorRow {
-    pub(crate) fn of(task: &Task) -> PriorRow {
+    pub fn of(task: &Task) -> PriorRow {
         PriorRow {
             state: task.state(),
             pending_run: pending_run(task),
@@ -244,7 +267,7 @@ impl PriorRow {
 /// Starts a task whose dependencies are met: an idempotent one whose properties completed
 /// within the dedup window resolves at once as that completion; any other is scheduled,
 /// its slices judged by the live workers.
-pub(crate) async fn start(tx: &mut impl WriteTx, task: &mut Task, now: Timestamp) -> Result<Effects, StoreError> {
+pub async fn start(tx: &mut impl WriteTx, task: &mut Task, now: Timestamp) -> Result<Effects, StoreError> {
     if let Some(hash) = &task.meta.dedup_hash {
         let since = now.plus_millis(-tx.settings().dedup_window_ms());
         if let Some(original) = tx.find_completion(hash, since).await? {
@@ -257,7 +280,7 @@ pub(crate) async fn start(tx: &mut impl WriteTx, task: &mut Task, now: Timestamp
 
 /// Keeps the dedup table in step with an idempotent task's state: a completion it ran
 /// itself may stand for later tasks; once it is anything else (rerun, failed) it may not.
-pub(crate) async fn note_completion(
+pub async fn note_completion(
     tx: &mut impl WriteTx,
     task: &Task,
     before: TaskState,
@@ -274,7 +297,7 @@ pub(crate) async fn note_completion(
     Ok(())
 }
 
-pub(crate) async fn capacity_for(tx: &mut impl WriteTx, task: &Task, now: Timestamp) -> Result<Capacity, StoreError> {
+pub async fn capacity_for(tx: &mut impl WriteTx, task: &Task, now: Timestamp) -> Result<Capacity, StoreError> {
     if task.meta.slices.is_empty() {
         return Ok(Capacity::Assumed);
     }
@@ -284,7 +307,7 @@ pub(crate) async fn capacity_for(tx: &mut impl WriteTx, task: &Task, now: Timest
 
 /// What happens to a row's place in the claim line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Place {
+pub enum Place {
     /// Not pending.
     None,
     /// Still the same pending run: it keeps its place (its priority may have moved).
@@ -295,7 +318,7 @@ pub(crate) enum Place {
 
 impl Place {
     /// Where a row goes that was `before` and is now `task`.
-    pub(crate) fn after(before: &PriorRow, task: &Task) -> Place {
+    pub fn after(before: &PriorRow, task: &Task) -> Place {
         match pending_run(task) {
             None => Place::None,
             run if run == before.pending_run => Place::Keep,
@@ -305,12 +328,12 @@ impl Place {
 }
 
 /// The task's last run, when it is pending.
-pub(crate) fn pending_run(task: &Task) -> Option<u32> {
+pub fn pending_run(task: &Task) -> Option<u32> {
     task.runs().last().filter(|run| run.state == RunState::Pending).map(|run| run.run_id)
 }
 
 /// A task's row, which must exist.
-pub(crate) async fn load_existing(tx: &mut impl WriteTx, task_id: TaskId) -> Result<TaskRow, StoreError> {
+pub async fn load_existing(tx: &mut impl WriteTx, task_id: TaskId) -> Result<TaskRow, StoreError> {
     match tx.load(task_id).await? {
         Some(row) => Ok(row),
         None => Err(Rejection::from(Missing::Task(task_id)).into()),
@@ -319,7 +342,7 @@ pub(crate) async fn load_existing(tx: &mut impl WriteTx, task_id: TaskId) -> Res
 
 /// The result of a future that completes without waiting: a SQLite operation, whose
 /// statements all run on the calling thread.
-pub(crate) fn ready<T>(future: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+pub fn ready<T>(future: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
     let mut future = std::pin::pin!(future);
     match future.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
         std::task::Poll::Ready(result) => result,

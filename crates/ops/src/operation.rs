@@ -1,6 +1,6 @@
 //! Every write operation as a value: its inputs, its answer, and the `ops` function it runs.
 //!
-//! [`crate::Store::run`] hands an operation to the backend, which runs `Op::run` in one
+//! `Store::run` hands an operation to the backend, which runs `Op::run` in one
 //! transaction, alone or gathered with others (PostgreSQL); either way the same function
 //! runs. Adding an operation is one entry here and its function in the domain's module.
 
@@ -14,13 +14,13 @@ use shoal_engine::status::TaskStatus;
 use shoal_engine::worker::{Sighting, Worker, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::ops::{self, WriteTx};
+use crate::WriteTx;
 use crate::{
     ArtifactKey, AuthChange, AuthOutcome, Claim, ClaimRequest, GraphRequest, GroupCancellation, StoreError, TaskGroup,
     WorkerChange,
 };
 
-/// A write operation: a value [`crate::Store::run`] runs on either backend.
+/// A write operation: a value `Store::run` runs on either backend.
 pub trait Operation: Into<Op> {
     /// What it answers.
     type Output;
@@ -75,7 +75,7 @@ macro_rules! operations {
 
         impl Op {
             /// Runs the operation in `tx`.
-            pub(crate) async fn run(&self, tx: &mut impl WriteTx, now: Timestamp) -> Result<Outcome, StoreError> {
+            pub async fn run(&self, tx: &mut impl WriteTx, now: Timestamp) -> Result<Outcome, StoreError> {
                 match self {
                     $(Op::$name($name { $($field),* }) => {
                         #[allow(unused_variables)]
@@ -96,7 +96,7 @@ operations! {
         definition: TaskDefinition,
         /// Its id.
         task_id: TaskId,
-    } -> TaskStatus = |tx, now| ops::tasks::create_task(tx, definition, *task_id, now);
+    } -> TaskStatus = |tx, now| crate::tasks::create_task(tx, definition, *task_id, now);
 
     /// A command on a task: schedule, reclaim, report, cancel, rerun, change its priority.
     Apply {
@@ -104,14 +104,14 @@ operations! {
         task_id: TaskId,
         /// What to do.
         command: TaskCommand,
-    } -> TaskStatus = |tx, now| ops::tasks::apply(tx, *task_id, command, now);
+    } -> TaskStatus = |tx, now| crate::tasks::apply(tx, *task_id, command, now);
 
     /// claimWork: claims up to the request's count of pending runs the worker matches, most
     /// urgent first.
     ClaimWork {
         /// The worker and what it asks for.
         request: ClaimRequest,
-    } -> Vec<Claim> = |tx, now| ops::tasks::claim_work(tx, request, now);
+    } -> Vec<Claim> = |tx, now| crate::tasks::claim_work(tx, request, now);
 
     /// claimTask (deprecated): claims one specific pending run.
     ClaimTask {
@@ -123,19 +123,19 @@ operations! {
         worker_group: String,
         /// The claiming worker's id.
         worker_id: String,
-    } -> Claim = |tx, now| ops::tasks::claim_task(tx, *task_id, *run_id, worker_group, worker_id, now);
+    } -> Claim = |tx, now| crate::tasks::claim_task(tx, *task_id, *run_id, worker_group, worker_id, now);
 
     /// Fires due claim expiries and deadlines, at most `limit` of each; answers how many fired.
     FireDue {
         /// Most of each kind to fire.
         limit: usize,
-    } -> usize = |tx, now| ops::tasks::fire_due(tx, now, *limit);
+    } -> usize = |tx, now| crate::tasks::fire_due(tx, now, *limit);
 
     /// Creates a task graph and its tasks (idempotent for the very same submission).
     CreateGraph {
         /// The graph.
         request: GraphRequest,
-    } -> GraphStatus = |tx, now| ops::graph::create(tx, request, now);
+    } -> GraphStatus = |tx, now| crate::graph::create(tx, request, now);
 
     /// Adds tasks to a task graph.
     ExtendGraph {
@@ -145,19 +145,19 @@ operations! {
         input: ExtensionInput,
         /// The client adding them.
         created_by: Option<String>,
-    } -> GraphStatus = |tx, now| ops::graph::extend(tx, *task_graph_id, input, created_by.as_deref(), now);
+    } -> GraphStatus = |tx, now| crate::graph::extend(tx, *task_graph_id, input, created_by.as_deref(), now);
 
     /// Seals a task group: no task may join it afterwards.
     SealGroup {
         /// The group.
         task_group_id: TaskId,
-    } -> TaskGroup = |tx, now| ops::groups::seal(tx, *task_group_id, now);
+    } -> TaskGroup = |tx, now| crate::groups::seal(tx, *task_group_id, now);
 
     /// Cancels every unresolved task of a sealed group.
     CancelGroup {
         /// The group.
         task_group_id: TaskId,
-    } -> GroupCancellation = |tx, now| ops::groups::cancel(tx, *task_group_id, now);
+    } -> GroupCancellation = |tx, now| crate::groups::cancel(tx, *task_group_id, now);
 
     /// Changes the priority of every unresolved task of a group; answers their ids.
     ChangeGroupPriority {
@@ -165,7 +165,7 @@ operations! {
         task_group_id: TaskId,
         /// The new priority.
         priority: Priority,
-    } -> Vec<TaskId> = |tx, now| ops::groups::change_priority(tx, *task_group_id, *priority, now);
+    } -> Vec<TaskId> = |tx, now| crate::groups::change_priority(tx, *task_group_id, *priority, now);
 
     /// createArtifact: records an artifact of a run (or repeats or replaces it as the rules
     /// allow).
@@ -174,7 +174,7 @@ operations! {
         key: ArtifactKey,
         /// What was asked.
         request: ArtifactRequest,
-    } -> Artifact = |tx, now| ops::artifacts::create(tx, key, request.clone(), now);
+    } -> Artifact = |tx, now| crate::artifacts::create(tx, key, request.clone(), now);
 
     /// Records that a blob artifact's bytes are complete (once, while its run takes artifacts).
     ArtifactUploaded {
@@ -184,13 +184,13 @@ operations! {
         bytes: u64,
         /// The object holding them, when not the blob store's default name.
         object: Option<String>,
-    } -> Artifact = |tx, now| ops::artifacts::uploaded(tx, key, (*bytes, object.clone()), now);
+    } -> Artifact = |tx, now| crate::artifacts::uploaded(tx, key, (*bytes, object.clone()), now);
 
     /// Deletes the records of expired artifacts (after their bytes are gone).
     ForgetArtifacts {
         /// The artifacts.
         keys: Vec<ArtifactKey>,
-    } -> usize = |tx, now| ops::artifacts::forget(tx, keys);
+    } -> usize = |tx, now| crate::artifacts::forget(tx, keys);
 
     /// Deletes the listed tasks that are resolved and expired (with their dependency rows,
     /// artifact records and graph nodes), the groups and graphs left empty, and up to `limit`
@@ -200,13 +200,13 @@ operations! {
         task_ids: Vec<TaskId>,
         /// Most queue and worker records to delete.
         limit: usize,
-    } -> usize = |tx, now| ops::expire::forget_tasks(tx, task_ids, now, *limit);
+    } -> usize = |tx, now| crate::expire::forget_tasks(tx, task_ids, now, *limit);
 
     /// Creates, changes or deletes a client or role.
     ChangeAuth {
         /// The change.
         change: AuthChange,
-    } -> AuthOutcome = |tx, now| ops::auth::change(tx, change, now);
+    } -> AuthOutcome = |tx, now| crate::auth::change(tx, change, now);
 
     /// The token the servers sign with: the stored one, or `candidate` stored now.
     SigningToken {
@@ -220,7 +220,7 @@ operations! {
         key: WorkerKey,
         /// What it said of itself.
         sighting: Sighting,
-    } -> Worker = |tx, now| ops::workers::seen(tx, key, sighting.clone(), now);
+    } -> Worker = |tx, now| crate::workers::seen(tx, key, sighting.clone(), now);
 
     /// Quarantines, terminates or declares a worker; answers its record.
     ChangeWorker {
@@ -230,7 +230,7 @@ operations! {
         change: WorkerChange,
         /// The client making it.
         client_id: String,
-    } -> Worker = |tx, now| ops::workers::change(tx, key, change, client_id, now);
+    } -> Worker = |tx, now| crate::workers::change(tx, key, change, client_id, now);
 
     /// Marks missing the heartbeating workers silent since before `cutoff` (at most `limit`)
     /// and ends their runs; answers how many it marked.
@@ -239,12 +239,12 @@ operations! {
         cutoff: Timestamp,
         /// Most to mark.
         limit: usize,
-    } -> usize = |tx, now| ops::workers::lose_silent(tx, *cutoff, now, *limit);
+    } -> usize = |tx, now| crate::workers::lose_silent(tx, *cutoff, now, *limit);
 }
 
 impl Op {
     /// The task a task operation concerns (a create or a command), for gathering them.
-    pub(crate) fn task_id(&self) -> Option<TaskId> {
+    pub fn task_id(&self) -> Option<TaskId> {
         match self {
             Op::CreateTask(op) => Some(op.task_id),
             Op::Apply(op) => Some(op.task_id),

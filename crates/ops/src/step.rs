@@ -12,12 +12,12 @@ use shoal_engine::status::TaskState;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::ops::{NewTask, Place, PriorRow, RowChange, Waiting, WriteTx, graph, start};
 use crate::row::TaskRow;
+use crate::{NewTask, Place, PriorRow, RowChange, Waiting, WriteTx, graph, start};
 use crate::{StoreError, TaskEvent, TaskGroup};
 
 /// Runs `transition` on `row` and writes what it did and entails.
-pub(crate) async fn step(
+pub async fn step(
     tx: &mut impl WriteTx,
     row: &mut TaskRow,
     now: Timestamp,
@@ -47,7 +47,7 @@ pub(crate) async fn insert_stepped(
 
 /// Records what happened to `task`: its events (for the waiting workers) and their messages
 /// (into the outbox), from the task as the events left it.
-pub(crate) fn record(tx: &mut impl WriteTx, task: &Task, events: Vec<Event>) {
+pub fn record(tx: &mut impl WriteTx, task: &Task, events: Vec<Event>) {
     for message in message::task_messages(task, &events) {
         tx.publish(message);
     }
@@ -111,7 +111,7 @@ async fn persist(
             }
         }
         record(tx, &row.task, effects.0);
-        crate::ops::note_completion(tx, &row.task, before.state, now).await?;
+        crate::note_completion(tx, &row.task, before.state, now).await?;
         // The overview's recent failures: filed when a task fails, off the list when it runs again.
         let failed = |state: TaskState| matches!(state, TaskState::Failed | TaskState::Exception);
         if failed(row.task.state()) != failed(before.state) {
@@ -144,7 +144,7 @@ async fn persist(
 /// each group in `emptied` (those they left with no unresolved task) resolved, and each
 /// resolution's waiting dependents released. One resolution alone is judged by
 /// [`WriteTx::consequences`] in the step, to the same effect.
-pub(crate) async fn settle_resolutions(
+pub async fn settle_resolutions(
     tx: &mut impl WriteTx,
     emptied: &[TaskGroup],
     resolutions: Vec<(TaskId, TaskState, Timestamp, Vec<Waiting>)>,

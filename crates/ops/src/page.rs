@@ -17,7 +17,7 @@ pub struct Page<T> {
 /// A page of a run's artifacts from up to `limit + 1` stored ones in name order, with the
 /// run's implicit live log (looked up only when needed) in its place unless a stored one
 /// replaced it.
-pub(crate) fn artifact_page(
+pub fn artifact_page(
     mut items: Vec<Artifact>,
     after: Option<&str>,
     limit: usize,
@@ -39,7 +39,7 @@ pub(crate) fn artifact_page(
 }
 
 /// A listing's continuation token as the sequence it stopped at (0 for the first page).
-pub(crate) fn parse_seq(after: Option<&str>) -> Result<u64, StoreError> {
+pub fn parse_seq(after: Option<&str>) -> Result<u64, StoreError> {
     match after {
         None | Some("") => Ok(0),
         Some(text) => text.parse().map_err(|_| {
@@ -52,7 +52,7 @@ pub(crate) fn parse_seq(after: Option<&str>) -> Result<u64, StoreError> {
 }
 
 /// A task-id continuation token as the task id to list after (none for the first page).
-pub(crate) fn parse_task_id(after: Option<&str>) -> Result<Option<TaskId>, StoreError> {
+pub fn parse_task_id(after: Option<&str>) -> Result<Option<TaskId>, StoreError> {
     match after {
         None | Some("") => Ok(None),
         Some(text) => match TaskId::parse(text) {

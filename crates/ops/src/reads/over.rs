@@ -8,9 +8,9 @@ use shoal_engine::id::is_identifier;
 use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey, newest_first, run_events, worker_name};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::ops::auth::AuthKind;
-use crate::ops::graph::{GraphNode, GraphRecord, StoredGraph};
-use crate::outbox::OutboxEntry;
+use crate::OutboxEntry;
+use crate::auth::AuthKind;
+use crate::graph::{GraphNode, GraphRecord, StoredGraph};
 use crate::page::{artifact_page, parse_seq, parse_task_id};
 use crate::row::{Backends, TaskRow, select_list};
 use crate::{
@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// What a backend's read connection offers: one query each, on committed state.
-pub(crate) trait ReadDb {
+pub trait ReadDb {
     /// Tasks as `query` selects them, in its order, at most `limit`, with their definitions.
     fn tasks(&self, query: TaskQuery<'_>, limit: usize) -> Result<Vec<StoredTask>, StoreError>;
     /// The sizes in bytes of the definitions of the tasks `tasks` would return, in its order.
@@ -73,7 +73,7 @@ pub(crate) trait ReadDb {
 
 /// Which tasks a listing reads.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum TaskQuery<'a> {
+pub enum TaskQuery<'a> {
     /// One task.
     Id(TaskId),
     /// A group's tasks with ids after the second, by task id.
@@ -94,7 +94,7 @@ pub(crate) enum TaskQuery<'a> {
 
 impl TaskQuery<'_> {
     /// Which kind it is: an index into each backend's statements, in the order declared.
-    pub(crate) fn kind(&self) -> usize {
+    pub fn kind(&self) -> usize {
         match self {
             TaskQuery::Id(_) => 0,
             TaskQuery::Group(..) => 1,
@@ -107,7 +107,7 @@ impl TaskQuery<'_> {
     }
 
     /// The key it selects by, and where the listing resumes (a task id or a place in line).
-    pub(crate) fn params(&self) -> (&str, String) {
+    pub fn params(&self) -> (&str, String) {
         match self {
             TaskQuery::Id(task_id) => (task_id.as_str(), String::new()),
             TaskQuery::Group(key, after) | TaskQuery::Dependents(key, after) => (key.as_str(), (*after).to_owned()),
@@ -121,7 +121,7 @@ impl TaskQuery<'_> {
 
 /// A backend's statements for each kind of [`TaskQuery`], built once: reading the tasks with
 /// their definitions, and reading only their definitions' sizes.
-pub(crate) struct TaskStatements {
+pub struct TaskStatements {
     tasks: [String; 7],
     sizes: [String; 7],
 }
@@ -129,39 +129,34 @@ pub(crate) struct TaskStatements {
 impl TaskStatements {
     /// From `build` (a statement per kind of query, selecting its first argument, or its
     /// second where the tasks table is `t`), `backend`'s task columns, and the size expressions.
-    pub(crate) fn new(
-        build: fn(&str, &str) -> [String; 7],
-        backend: Backends,
-        size: &str,
-        size_of_t: &str,
-    ) -> TaskStatements {
+    pub fn new(build: fn(&str, &str) -> [String; 7], backend: Backends, size: &str, size_of_t: &str) -> TaskStatements {
         let (columns, prefixed) = (select_list(backend, ""), select_list(backend, "t."));
         let tasks = build(&format!("{columns}, definition"), &format!("{prefixed}, t.definition"));
         TaskStatements { tasks, sizes: build(size, size_of_t) }
     }
 
     /// The statement reading the tasks of `query`, with their definitions.
-    pub(crate) fn tasks(&self, query: &TaskQuery<'_>) -> &str {
+    pub fn tasks(&self, query: &TaskQuery<'_>) -> &str {
         &self.tasks[query.kind()]
     }
 
     /// The statement reading the sizes of the definitions of the tasks of `query`.
-    pub(crate) fn sizes(&self, query: &TaskQuery<'_>) -> &str {
+    pub fn sizes(&self, query: &TaskQuery<'_>) -> &str {
         &self.sizes[query.kind()]
     }
 }
 
 /// A task as a read found it.
-pub(crate) struct StoredTask {
-    pub(crate) row: TaskRow,
-    pub(crate) definition: Box<RawValue>,
+pub struct StoredTask {
+    pub row: TaskRow,
+    pub definition: Box<RawValue>,
     /// For a task read by tag, the time it is filed at (its `created`, or for the failed
     /// list when it failed).
-    pub(crate) filed: Option<i64>,
+    pub filed: Option<i64>,
 }
 
 /// [`Reads`] over a backend's [`ReadDb`].
-pub(crate) struct ReadsOver<D>(pub(crate) D);
+pub struct ReadsOver<D>(pub D);
 
 impl<D: ReadDb> Reads for ReadsOver<D> {
     fn artifact(&self, task_id: TaskId, run_id: u32, name: &str) -> Result<Option<Artifact>, StoreError> {
@@ -494,7 +489,7 @@ impl<D: ReadDb> ReadsOver<D> {
 
 /// One row of a backend's pending-set count: the dimensions' JSON (NULL for none), how many
 /// runs, and the oldest `scheduled` (as a status writes it).
-pub(crate) fn pending_set(dimensions: Option<&str>, pending: i64, oldest: &str) -> Result<PendingSet, StoreError> {
+pub fn pending_set(dimensions: Option<&str>, pending: i64, oldest: &str) -> Result<PendingSet, StoreError> {
     let dimensions = match dimensions {
         None => Default::default(),
         Some(json) => serde_json::from_str(json).map_err(|err| crate::row::corrupt(format!("dimensions: {err}")))?,
@@ -512,7 +507,7 @@ fn record(found: StoredTask) -> TaskRecord {
 }
 
 /// Most bytes of task definitions one page of a listing holds (a page has at least one task).
-pub(crate) const MAX_PAGE_BYTES: u64 = 8 * 1024 * 1024;
+pub const MAX_PAGE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// How many of the tasks of `sizes` (bytes of each definition, in order) go on a page of at
 /// most `limit`: as many as fit in [`MAX_PAGE_BYTES`], and always the first.

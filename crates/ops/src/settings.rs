@@ -37,17 +37,17 @@ impl Default for StoreSettings {
 
 impl StoreSettings {
     /// [`StoreSettings::queue_retention_secs`] in milliseconds.
-    pub(crate) fn queue_retention_ms(&self) -> i64 {
+    pub fn queue_retention_ms(&self) -> i64 {
         self.queue_retention_secs.saturating_mul(1000)
     }
 
     /// [`StoreSettings::worker_dead_after_secs`] in milliseconds.
-    pub(crate) fn worker_dead_after_ms(&self) -> i64 {
+    pub fn worker_dead_after_ms(&self) -> i64 {
         self.worker_dead_after_secs.saturating_mul(1000)
     }
 
     /// [`StoreSettings::dedup_window_secs`] in milliseconds.
-    pub(crate) fn dedup_window_ms(&self) -> i64 {
+    pub fn dedup_window_ms(&self) -> i64 {
         self.dedup_window_secs.saturating_mul(1000)
     }
 }

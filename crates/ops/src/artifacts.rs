@@ -6,11 +6,11 @@ use shoal_engine::rejection::Missing;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, Timestamp};
 
-use crate::ops::{WriteTx, load_existing};
 use crate::{ArtifactKey, StoreError};
+use crate::{WriteTx, load_existing};
 
 /// A backend's transaction, as the artifact operations use it.
-pub(crate) trait ArtifactTx {
+pub trait ArtifactTx {
     /// The stored record of an artifact (not the implicit live log).
     async fn stored_artifact(&mut self, key: &ArtifactKey) -> Result<Option<Artifact>, StoreError>;
 
@@ -22,7 +22,7 @@ pub(crate) trait ArtifactTx {
 }
 
 /// createArtifact: the engine decides against the run and what is stored; then it is stored.
-pub(crate) async fn create(
+pub async fn create(
     tx: &mut impl WriteTx,
     key: &ArtifactKey,
     request: ArtifactRequest,
@@ -48,7 +48,7 @@ pub(crate) async fn create(
 /// Records that a blob artifact's bytes are complete: once, and only while its run takes
 /// artifacts, so an upload that ends after the run resolved or after another upload of the
 /// same artifact is refused.
-pub(crate) async fn uploaded(
+pub async fn uploaded(
     tx: &mut impl WriteTx,
     key: &ArtifactKey,
     (bytes, object): (u64, Option<String>),
@@ -72,7 +72,7 @@ pub(crate) async fn uploaded(
 }
 
 /// Forgets expired artifacts (their bytes are already gone); says how many there were.
-pub(crate) async fn forget(tx: &mut impl WriteTx, keys: &[ArtifactKey]) -> Result<usize, StoreError> {
+pub async fn forget(tx: &mut impl WriteTx, keys: &[ArtifactKey]) -> Result<usize, StoreError> {
     tx.delete_artifacts(keys).await
 }
 

@@ -20,10 +20,10 @@ use shoal_engine::task::Task;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::StoreError;
-use crate::ops::WriteTx;
+use crate::WriteTx;
 
 /// A backend's transaction, as the task-graph operations use it.
-pub(crate) trait GraphTx {
+pub trait GraphTx {
     /// A graph's row.
     async fn load_graph(&mut self, task_graph_id: TaskId) -> Result<Option<StoredGraph>, StoreError>;
 
@@ -48,18 +48,18 @@ pub(crate) trait GraphTx {
 
 /// A graph's own row.
 #[derive(Debug, Clone)]
-pub(crate) struct StoredGraph {
-    pub(crate) task_graph_id: TaskId,
-    pub(crate) scheduler_id: String,
-    pub(crate) routing: String,
-    pub(crate) tally: Tally,
-    pub(crate) metadata: GraphMetadata,
-    pub(crate) tags: BTreeMap<String, String>,
+pub struct StoredGraph {
+    pub task_graph_id: TaskId,
+    pub scheduler_id: String,
+    pub routing: String,
+    pub tally: Tally,
+    pub metadata: GraphMetadata,
+    pub tags: BTreeMap<String, String>,
 }
 
 impl StoredGraph {
     /// What `/info` shows.
-    pub(crate) fn into_record(self) -> GraphRecord {
+    pub fn into_record(self) -> GraphRecord {
         GraphRecord { status: self.status(), metadata: self.metadata, tags: self.tags, tally: self.tally }
     }
 
@@ -74,11 +74,11 @@ impl StoredGraph {
 }
 
 /// A labelled task's row as written.
-pub(crate) struct NewNode<'a> {
-    pub(crate) task_graph_id: TaskId,
-    pub(crate) planned: &'a PlannedTask,
+pub struct NewNode<'a> {
+    pub task_graph_id: TaskId,
+    pub planned: &'a PlannedTask,
     /// The node as submitted (canonical JSON), to recognize a repeated submission.
-    pub(crate) submitted: &'a str,
+    pub submitted: &'a str,
 }
 
 /// A graph's status and description, as `/status` and `/info` show them.
@@ -127,11 +127,7 @@ pub struct GraphRequest {
 
 /// Creates a graph and all its tasks, or answers the graph's status when the very same
 /// submission was already accepted (a retried request).
-pub(crate) async fn create(
-    tx: &mut impl WriteTx,
-    request: &GraphRequest,
-    now: Timestamp,
-) -> Result<GraphStatus, StoreError> {
+pub async fn create(tx: &mut impl WriteTx, request: &GraphRequest, now: Timestamp) -> Result<GraphStatus, StoreError> {
     let GraphRequest { task_graph_id, input, created_by } = request;
     let task_graph_id = *task_graph_id;
     let submitted = submitted_nodes(&input.tasks)?;
@@ -177,7 +173,7 @@ pub(crate) async fn create(
 
 /// Adds tasks to a graph; they may require labels already in it. A finished graph that gains
 /// tasks is running again. Repeating an extension already applied answers the status.
-pub(crate) async fn extend(
+pub async fn extend(
     tx: &mut impl WriteTx,
     task_graph_id: TaskId,
     input: &ExtensionInput,
@@ -216,12 +212,7 @@ pub(crate) async fn extend(
 /// Called for every transition of a task carrying the graph scheduler's id between resolved
 /// and not: keeps its graph's counts, publishes the graph's new state, and says whether the
 /// task is to be run again.
-pub(crate) async fn react(
-    tx: &mut impl WriteTx,
-    task: &Task,
-    was: TaskState,
-    now: Timestamp,
-) -> Result<Reaction, StoreError> {
+pub async fn react(tx: &mut impl WriteTx, task: &Task, was: TaskState, now: Timestamp) -> Result<Reaction, StoreError> {
     let Some((task_graph_id, mut progress)) = tx.load_node(task.task_id).await? else {
         return Ok(Reaction::Count);
     };
@@ -252,7 +243,7 @@ async fn create_tasks(
     for task in planned {
         let text = submitted.get(&task.label).map_or("", String::as_str);
         tx.insert_node(&NewNode { task_graph_id, planned: task, submitted: text }).await?;
-        crate::ops::tasks::create_task(tx, &task.definition, task.task_id, now).await?;
+        crate::tasks::create_task(tx, &task.definition, task.task_id, now).await?;
     }
     Ok(())
 }

@@ -7,11 +7,11 @@ use shoal_engine::rejection::Missing;
 use shoal_engine::worker::{Posted, Sighting, TaskRun, Worker, WorkerEvent, WorkerKey, worker_name};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
-use crate::ops::{WriteTx, load_existing, step};
 use crate::{Claim, StoreError};
+use crate::{WriteTx, load_existing, step};
 
 /// A backend's transaction, as the worker operations use it.
-pub(crate) trait WorkerTx {
+pub trait WorkerTx {
     /// A worker's record.
     async fn load_worker(&mut self, key: &WorkerKey) -> Result<Option<Worker>, StoreError>;
 
@@ -97,7 +97,7 @@ fn first_by_claim(key: &WorkerKey, now: Timestamp, retention_ms: i64) -> (Worker
 }
 
 /// The worker `key` called: recorded (first seen, or seen again), as it is now.
-pub(crate) async fn seen(
+pub async fn seen(
     tx: &mut impl WriteTx,
     key: &WorkerKey,
     sighting: Sighting,
@@ -119,7 +119,7 @@ pub(crate) async fn seen(
 /// Adds what `key` just claimed to its recent tasks (recording the worker if it is new).
 /// Runs on every claimWork that took something; `read` is the record when the operation
 /// read it already.
-pub(crate) async fn record_claims(
+pub async fn record_claims(
     tx: &mut impl WriteTx,
     key: &WorkerKey,
     claims: &[Claim],
@@ -151,7 +151,7 @@ pub(crate) async fn record_claims(
 
 /// Applies `change` to worker `key` on behalf of `client_id`, and but for a declaration to
 /// its records in the other task queues it serves (one machine), those that say so too.
-pub(crate) async fn change(
+pub async fn change(
     tx: &mut impl WriteTx,
     key: &WorkerKey,
     change: &WorkerChange,
@@ -209,7 +209,7 @@ fn apply(
 /// Marks missing the heartbeating workers silent since before `cutoff` (at most `limit`) and
 /// ends their running runs at once (`claim-expired`, retried while retries remain); says how
 /// many workers it marked.
-pub(crate) async fn lose_silent(
+pub async fn lose_silent(
     tx: &mut impl WriteTx,
     cutoff: Timestamp,
     now: Timestamp,

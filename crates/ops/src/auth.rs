@@ -8,11 +8,11 @@ use shoal_engine::rejection::Missing;
 use shoal_engine::{Rejection, rejection::Conflict};
 
 use crate::StoreError;
-use crate::ops::WriteTx;
+use crate::WriteTx;
 use crate::row::corrupt;
 
 /// A backend's transaction, as the client and role operations use it.
-pub(crate) trait AuthTx {
+pub trait AuthTx {
     /// A client's or role's stored JSON.
     async fn load_auth(&mut self, kind: AuthKind, id: &str) -> Result<Option<String>, StoreError>;
 
@@ -31,7 +31,7 @@ pub(crate) trait AuthTx {
 
 /// What is stored under a kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AuthKind {
+pub enum AuthKind {
     /// A client, as JSON.
     Client,
     /// A role, as JSON.
@@ -40,7 +40,7 @@ pub(crate) enum AuthKind {
 
 impl AuthKind {
     /// Its name in the store.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             AuthKind::Client => "client",
             AuthKind::Role => "role",
@@ -96,11 +96,7 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
 }
 
 /// Applies `change` at `now`.
-pub(crate) async fn change(
-    tx: &mut impl WriteTx,
-    change: &AuthChange,
-    now: Timestamp,
-) -> Result<AuthOutcome, StoreError> {
+pub async fn change(tx: &mut impl WriteTx, change: &AuthChange, now: Timestamp) -> Result<AuthOutcome, StoreError> {
     let outcome = match change {
         AuthChange::CreateClient(client) => {
             if tx.load_auth(AuthKind::Client, &client.client_id).await?.is_some() {

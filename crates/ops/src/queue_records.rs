@@ -13,7 +13,7 @@ const MIN_SWEEP: usize = 1024;
 /// up any number of queue names, so the quiet ones are forgotten once the map has doubled
 /// since it last was swept: O(1) per record, and memory bounded by the recently active queues.
 #[derive(Debug)]
-pub(crate) struct QueueRecords {
+pub struct QueueRecords {
     at: HashMap<String, i64>,
     /// Size past which the next record sweeps.
     sweep_above: usize,
@@ -27,13 +27,13 @@ impl Default for QueueRecords {
 
 impl QueueRecords {
     /// Whether `queue` was recorded recently enough at `now` to need no new record.
-    pub(crate) fn recent(&self, queue: &str, now: Timestamp) -> bool {
+    pub fn recent(&self, queue: &str, now: Timestamp) -> bool {
         self.at.get(queue).is_some_and(|&at| queue_recorded_recently(at, now))
     }
 
     /// Remembers `queue` as recorded at `at` (milliseconds); returns whether that made the map
     /// sweep, forgetting the queues not recorded recently at `at`.
-    pub(crate) fn insert(&mut self, queue: &str, at: i64) -> bool {
+    pub fn insert(&mut self, queue: &str, at: i64) -> bool {
         self.at.insert(queue.to_owned(), at);
         if self.at.len() <= self.sweep_above {
             return false;
@@ -44,28 +44,34 @@ impl QueueRecords {
     }
 
     /// Forgets `queue` if it is still remembered as recorded at `at` (a record given back).
-    pub(crate) fn forget(&mut self, queue: &str, at: i64) {
+    pub fn forget(&mut self, queue: &str, at: i64) {
         if self.at.get(queue) == Some(&at) {
             self.at.remove(queue);
         }
     }
 
     /// Forgets every queue.
-    pub(crate) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.at.clear();
     }
 
-    /// How many queues are remembered.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
+    /// How many queues it remembers.
+    #[must_use]
+    pub fn len(&self) -> usize {
         self.at.len()
+    }
+
+    /// Whether it remembers no queue.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.at.is_empty()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::QUEUE_TOUCH_INTERVAL_MS;
+    use crate::QUEUE_TOUCH_INTERVAL_MS;
 
     #[test]
     fn a_queue_is_recent_for_one_interval_after_its_record() {
