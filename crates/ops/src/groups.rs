@@ -21,6 +21,13 @@ pub trait GroupTx {
 
     /// A group's unresolved tasks, by task id.
     async fn unresolved_members(&mut self, group: TaskId) -> Result<Vec<TaskId>, StoreError>;
+
+    /// Inserts a new task group, made by creating task `first` (a backend may leave a group
+    /// made by its namesake implied by that task's row).
+    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp, first: TaskId) -> Result<(), StoreError>;
+
+    /// Moves a group's expiry later.
+    async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError>;
 }
 
 /// sealTaskGroup: no task may join the group afterwards.

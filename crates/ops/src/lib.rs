@@ -79,9 +79,12 @@ pub fn queue_recorded_recently(at: i64, now: Timestamp) -> bool {
     at + QUEUE_TOUCH_INTERVAL_MS > now.millis()
 }
 
-/// A backend's write transaction: the reads and writes the operations are made of. Rows a
-/// method loads are locked until the commit where the backend locks rows.
-pub trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx {
+/// A backend's write transaction: the reads and writes the operations are made of, each
+/// domain's in its own trait. Rows a method loads are locked until the commit where the backend
+/// locks rows.
+pub trait WriteTx:
+    TaskTx + DependencyTx + SecretTx + DedupTx + ListingTx + GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx
+{
     /// The rules' settings.
     fn settings(&self) -> &StoreSettings;
 
@@ -90,7 +93,10 @@ pub trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx
 
     /// The events this transaction recorded, in order.
     fn events(&mut self) -> &mut Vec<TaskEvent>;
+}
 
+/// Task rows and the claim line.
+pub trait TaskTx {
     /// A task's row.
     async fn load(&mut self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError>;
 
@@ -104,28 +110,6 @@ pub trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx
     /// Inserts a new task row as it stands, joining the claim line when it is pending.
     async fn insert_task(&mut self, row: &mut TaskRow, new: NewTask<'_>) -> Result<(), StoreError>;
 
-    /// Keeps a new task's secrets, apart from its row (SQLite: in their own database file).
-    async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError>;
-
-    /// A task's secrets, if it has any.
-    async fn load_secrets(&mut self, task_id: TaskId) -> Result<Option<Secrets>, StoreError>;
-
-    /// The task that last completed with properties `hash` at or after `since`, if any.
-    async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError>;
-
-    /// Records that `task_id`, with properties `hash`, completed at `at`.
-    async fn remember_completion(&mut self, hash: &str, task_id: TaskId, at: Timestamp) -> Result<(), StoreError>;
-
-    /// Files a new task under each of `tags` (as listings name them), at its `created` time.
-    async fn index_tags(&mut self, task_id: TaskId, created: Timestamp, tags: &[String]) -> Result<(), StoreError>;
-
-    /// Files `task_id` in the list of failed tasks at `at` (it failed or ended in an
-    /// exception), or takes it off (`None`: it runs again).
-    async fn file_failure(&mut self, task_id: TaskId, at: Option<Timestamp>) -> Result<(), StoreError>;
-
-    /// Forgets `task_id`'s completions (it is no longer completed, or it expired).
-    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError>;
-
     /// Writes a stepped row's new state; `change` says what moved.
     async fn update_task(&mut self, row: &mut TaskRow, change: &RowChange) -> Result<(), StoreError>;
 
@@ -133,13 +117,16 @@ pub trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx
     async fn lookup_create(&mut self, definition: &TaskDefinition, task_id: TaskId)
     -> Result<CreateLookup, StoreError>;
 
-    /// Inserts a new task group, made by creating task `first` (a backend may leave a group
-    /// made by its namesake implied by that task's row).
-    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp, first: TaskId) -> Result<(), StoreError>;
+    /// Records that a queue was used (at most once per [`QUEUE_TOUCH_INTERVAL_MS`]).
+    async fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError>;
 
-    /// Moves a group's expiry later.
-    async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError>;
+    /// Tasks whose claim expired (`taken_until`) and whose deadline passed, at most `limit`
+    /// of each, each earliest first.
+    async fn due(&mut self, now: Timestamp, limit: usize) -> Result<Due, StoreError>;
+}
 
+/// Dependencies between tasks, and what a resolution entails for its dependents and group.
+pub trait DependencyTx {
     /// Records a new task's dependencies and which are satisfied already.
     async fn insert_dependencies(
         &mut self,
@@ -148,8 +135,11 @@ pub trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx
         satisfied: &[bool],
     ) -> Result<(), StoreError>;
 
-    /// Records that a queue was used (at most once per [`QUEUE_TOUCH_INTERVAL_MS`]).
-    async fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError>;
+    /// Marks `dependent`'s dependency on `required` satisfied.
+    async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError>;
+
+    /// Whether a task still waits for a dependency.
+    async fn has_unmet_dependencies(&mut self, task_id: TaskId) -> Result<bool, StoreError>;
 
     /// What a task's resolution entails, or `None` when the backend judges that later, for
     /// several resolutions at once (a PostgreSQL gathering).
@@ -160,16 +150,37 @@ pub trait WriteTx: GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx
         state: TaskState,
         now: Timestamp,
     ) -> Result<Option<Consequences>, StoreError>;
+}
 
-    /// Marks `dependent`'s dependency on `required` satisfied.
-    async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError>;
+/// Tasks' secrets, kept apart from their rows.
+pub trait SecretTx {
+    /// Keeps a new task's secrets, apart from its row (SQLite: in their own database file).
+    async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError>;
 
-    /// Whether a task still waits for a dependency.
-    async fn has_unmet_dependencies(&mut self, task_id: TaskId) -> Result<bool, StoreError>;
+    /// A task's secrets, if it has any.
+    async fn load_secrets(&mut self, task_id: TaskId) -> Result<Option<Secrets>, StoreError>;
+}
 
-    /// Tasks whose claim expired (`taken_until`) and whose deadline passed, at most `limit`
-    /// of each, each earliest first.
-    async fn due(&mut self, now: Timestamp, limit: usize) -> Result<Due, StoreError>;
+/// Completions by properties, for Swarming's dedup.
+pub trait DedupTx {
+    /// The task that last completed with properties `hash` at or after `since`, if any.
+    async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError>;
+
+    /// Records that `task_id`, with properties `hash`, completed at `at`.
+    async fn remember_completion(&mut self, hash: &str, task_id: TaskId, at: Timestamp) -> Result<(), StoreError>;
+
+    /// Forgets `task_id`'s completions (it is no longer completed, or it expired).
+    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError>;
+}
+
+/// What listings read beside the rows: tags, and the failed tasks.
+pub trait ListingTx {
+    /// Files a new task under each of `tags` (as listings name them), at its `created` time.
+    async fn index_tags(&mut self, task_id: TaskId, created: Timestamp, tags: &[String]) -> Result<(), StoreError>;
+
+    /// Files `task_id` in the list of failed tasks at `at` (it failed or ended in an
+    /// exception), or takes it off (`None`: it runs again).
+    async fn file_failure(&mut self, task_id: TaskId, at: Option<Timestamp>) -> Result<(), StoreError>;
 }
 
 /// What a new task's row holds beyond the task itself.

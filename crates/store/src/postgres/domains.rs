@@ -47,6 +47,29 @@ impl GroupTx for PgTx {
             .await?;
         task_ids(&rows)
     }
+
+    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp, _first: TaskId) -> Result<(), StoreError> {
+        self.defer(
+            "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed, created) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            vec![
+                Box::new(group.task_group_id.as_str().to_owned()),
+                Box::new(group.scheduler_id.clone()),
+                Box::new(group.expires.millis()),
+                Box::new(group.sealed.map(Timestamp::millis)),
+                Box::new(created.millis()),
+            ],
+        )
+        .await
+    }
+
+    async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError> {
+        self.defer(
+            "UPDATE task_groups SET expires = greatest(expires, $2) WHERE task_group_id = $1",
+            vec![Box::new(group.as_str().to_owned()), Box::new(expires.millis())],
+        )
+        .await
+    }
 }
 
 impl ArtifactTx for PgTx {

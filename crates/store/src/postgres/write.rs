@@ -11,14 +11,16 @@ use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use crate::ops::{Consequences, CreateLookup, Due, NewTask, RowChange, WriteTx};
+use crate::ops::{
+    Consequences, CreateLookup, DedupTx, DependencyTx, Due, ListingTx, NewTask, RowChange, SecretTx, TaskTx, WriteTx,
+};
 use crate::postgres::dimension_sets::claimable;
 use crate::postgres::graph::parse_id;
 use crate::postgres::pipeline::{Param, Params};
 use crate::postgres::row::{GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, task_group_from_row};
 use crate::postgres::tx::PgTx;
 use crate::row::{TaskRow, corrupt, json};
-use crate::{ClaimRequest, StoreError, TaskEvent, TaskGroup};
+use crate::{ClaimRequest, StoreError, TaskEvent};
 
 impl WriteTx for PgTx {
     fn settings(&self) -> &crate::StoreSettings {
@@ -33,7 +35,9 @@ impl WriteTx for PgTx {
     fn events(&mut self) -> &mut Vec<TaskEvent> {
         &mut self.events
     }
+}
 
+impl TaskTx for PgTx {
     async fn load(&mut self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
         if let Some(row) = self.gathered.as_ref().and_then(|gathered| gathered.load(task_id)) {
             return Ok(Some(row));
@@ -141,80 +145,12 @@ impl WriteTx for PgTx {
         Ok(CreateLookup { existing: None, group: Some(task_group_from_row(group_row)?), dependencies })
     }
 
-    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp, _first: TaskId) -> Result<(), StoreError> {
-        self.defer(
-            "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed, created) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-            vec![
-                Box::new(group.task_group_id.as_str().to_owned()),
-                Box::new(group.scheduler_id.clone()),
-                Box::new(group.expires.millis()),
-                Box::new(group.sealed.map(Timestamp::millis)),
-                Box::new(created.millis()),
-            ],
-        )
-        .await
-    }
-
-    async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError> {
-        self.defer(
-            "UPDATE task_groups SET expires = greatest(expires, $2) WHERE task_group_id = $1",
-            vec![Box::new(group.as_str().to_owned()), Box::new(expires.millis())],
-        )
-        .await
-    }
-
-    async fn insert_dependencies(
-        &mut self,
-        task_id: TaskId,
-        definition: &TaskDefinition,
-        satisfied: &[bool],
-    ) -> Result<(), StoreError> {
-        for (required, done) in definition.dependencies.iter().zip(satisfied) {
-            self.defer(
-                "INSERT INTO task_dependencies (required_task_id, dependent_task_id, requires, satisfied) \
-                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                vec![
-                    Box::new(required.as_str().to_owned()),
-                    Box::new(task_id.as_str().to_owned()),
-                    Box::new(definition.requires.as_str()),
-                    Box::new(*done),
-                ],
-            )
-            .await?;
-        }
-        Ok(())
-    }
-
     async fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
         if let Some(gathered) = &mut self.gathered {
             gathered.touched.push((task_queue_id.to_owned(), now));
             return Ok(());
         }
         self.record_queue(task_queue_id, now).await
-    }
-
-    async fn consequences(
-        &mut self,
-        task_id: TaskId,
-        group: TaskId,
-        state: TaskState,
-        now: Timestamp,
-    ) -> Result<Option<Consequences>, StoreError> {
-        self.resolution(task_id, group, state, now).await
-    }
-
-    async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError> {
-        self.defer(
-            "UPDATE task_dependencies SET satisfied = TRUE WHERE required_task_id = $1 AND dependent_task_id = $2",
-            vec![Box::new(required.as_str().to_owned()), Box::new(dependent.as_str().to_owned())],
-        )
-        .await
-    }
-
-    async fn has_unmet_dependencies(&mut self, task_id: TaskId) -> Result<bool, StoreError> {
-        let sql = "SELECT 1 FROM task_dependencies WHERE dependent_task_id = $1 AND NOT satisfied LIMIT 1";
-        Ok(self.query_opt(sql, &[&task_id.as_str()]).await?.is_some())
     }
 
     /// Rows another server is firing are skipped, so each fires exactly once.
@@ -241,7 +177,56 @@ impl WriteTx for PgTx {
             late: due.next().transpose()?.unwrap_or_default(),
         })
     }
+}
 
+impl DependencyTx for PgTx {
+    async fn insert_dependencies(
+        &mut self,
+        task_id: TaskId,
+        definition: &TaskDefinition,
+        satisfied: &[bool],
+    ) -> Result<(), StoreError> {
+        for (required, done) in definition.dependencies.iter().zip(satisfied) {
+            self.defer(
+                "INSERT INTO task_dependencies (required_task_id, dependent_task_id, requires, satisfied) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                vec![
+                    Box::new(required.as_str().to_owned()),
+                    Box::new(task_id.as_str().to_owned()),
+                    Box::new(definition.requires.as_str()),
+                    Box::new(*done),
+                ],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError> {
+        self.defer(
+            "UPDATE task_dependencies SET satisfied = TRUE WHERE required_task_id = $1 AND dependent_task_id = $2",
+            vec![Box::new(required.as_str().to_owned()), Box::new(dependent.as_str().to_owned())],
+        )
+        .await
+    }
+
+    async fn has_unmet_dependencies(&mut self, task_id: TaskId) -> Result<bool, StoreError> {
+        let sql = "SELECT 1 FROM task_dependencies WHERE dependent_task_id = $1 AND NOT satisfied LIMIT 1";
+        Ok(self.query_opt(sql, &[&task_id.as_str()]).await?.is_some())
+    }
+
+    async fn consequences(
+        &mut self,
+        task_id: TaskId,
+        group: TaskId,
+        state: TaskState,
+        now: Timestamp,
+    ) -> Result<Option<Consequences>, StoreError> {
+        self.resolution(task_id, group, state, now).await
+    }
+}
+
+impl SecretTx for PgTx {
     async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError> {
         let params: Vec<Param> = vec![Box::new(task_id.as_str().to_owned()), Box::new(secrets.expose().to_owned())];
         self.defer("INSERT INTO task_secrets (task_id, secrets) VALUES ($1, $2)", params).await
@@ -251,7 +236,9 @@ impl WriteTx for PgTx {
         let row = self.query_opt("SELECT secrets FROM task_secrets WHERE task_id = $1", &[&task_id.as_str()]).await?;
         row.map(|row| Ok(Secrets::from_stored(row.try_get(0)?))).transpose()
     }
+}
 
+impl DedupTx for PgTx {
     async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError> {
         let row = self
             .query_opt("SELECT task_id FROM completions WHERE hash = $1 AND completed >= $2", &[&hash, &since.millis()])
@@ -270,6 +257,12 @@ impl WriteTx for PgTx {
         .await
     }
 
+    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError> {
+        self.defer("DELETE FROM completions WHERE task_id = $1", vec![Box::new(task_id.as_str().to_owned())]).await
+    }
+}
+
+impl ListingTx for PgTx {
     async fn index_tags(&mut self, task_id: TaskId, created: Timestamp, tags: &[String]) -> Result<(), StoreError> {
         let params: Vec<Param> =
             vec![Box::new(tags.to_vec()), Box::new(created.millis()), Box::new(task_id.as_str().to_owned())];
@@ -298,10 +291,6 @@ impl WriteTx for PgTx {
                 .await
             }
         }
-    }
-
-    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError> {
-        self.defer("DELETE FROM completions WHERE task_id = $1", vec![Box::new(task_id.as_str().to_owned())]).await
     }
 }
 

@@ -48,6 +48,34 @@ impl GroupTx for Tx<'_> {
             [group.as_str()],
         )
     }
+
+    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp, first: TaskId) -> Result<(), StoreError> {
+        if group.task_group_id == first && group.sealed.is_none() {
+            // Implied by its namesake's row until it outgrows it (`row::settle_group`).
+            return Ok(());
+        }
+        self.conn
+            .prepare_cached(
+                "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed, created) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                group.task_group_id.as_str(),
+                group.scheduler_id,
+                group.expires.millis(),
+                group.sealed.map(Timestamp::millis),
+                created.millis()
+            ])?;
+        Ok(())
+    }
+
+    async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError> {
+        row::settle_group(self.conn, group)?;
+        self.conn
+            .prepare_cached("UPDATE task_groups SET expires = ?2 WHERE task_group_id = ?1")?
+            .execute(params![group.as_str(), expires.millis()])?;
+        Ok(())
+    }
 }
 
 impl ArtifactTx for Tx<'_> {

@@ -10,13 +10,16 @@ use shoal_engine::secrets::Secrets;
 use shoal_engine::status::TaskState;
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::ops::{Consequences, CreateLookup, Due, NewTask, Place, RowChange, Waiting, WriteTx, pending_run};
+use crate::ops::{
+    Consequences, CreateLookup, DedupTx, DependencyTx, Due, ListingTx, NewTask, Place, RowChange, SecretTx, TaskTx,
+    Waiting, WriteTx, pending_run,
+};
 use crate::outbox::OutboxEntry;
 use crate::row::unresolved;
 use crate::row::{Backends, Cell, TaskRow, corrupt, insert_cells, json, step_cells};
 use crate::sqlite::pending::{PendingKey, PendingRun};
 use crate::sqlite::row::{self, INSERT, UPDATE};
-use crate::{ClaimRequest, StoreError, StoreSettings, TaskEvent, TaskGroup};
+use crate::{ClaimRequest, StoreError, StoreSettings, TaskEvent};
 
 use crate::sqlite::tx::Tx;
 
@@ -36,7 +39,9 @@ impl WriteTx for Tx<'_> {
     fn events(&mut self) -> &mut Vec<TaskEvent> {
         &mut self.events
     }
+}
 
+impl TaskTx for Tx<'_> {
     async fn load(&mut self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
         self.load_row(task_id)
     }
@@ -154,34 +159,22 @@ impl WriteTx for Tx<'_> {
         Ok(CreateLookup { existing: None, group, dependencies })
     }
 
-    async fn insert_group(&mut self, group: &TaskGroup, created: Timestamp, first: TaskId) -> Result<(), StoreError> {
-        if group.task_group_id == first && group.sealed.is_none() {
-            // Implied by its namesake's row until it outgrows it (`row::settle_group`).
-            return Ok(());
-        }
-        self.conn
-            .prepare_cached(
-                "INSERT INTO task_groups (task_group_id, scheduler_id, expires, sealed, created) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![
-                group.task_group_id.as_str(),
-                group.scheduler_id,
-                group.expires.millis(),
-                group.sealed.map(Timestamp::millis),
-                created.millis()
-            ])?;
-        Ok(())
+    async fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
+        self.record_queue(task_queue_id, now)
     }
 
-    async fn extend_group(&mut self, group: TaskId, expires: Timestamp) -> Result<(), StoreError> {
-        row::settle_group(self.conn, group)?;
-        self.conn
-            .prepare_cached("UPDATE task_groups SET expires = ?2 WHERE task_group_id = ?1")?
-            .execute(params![group.as_str(), expires.millis()])?;
-        Ok(())
+    async fn due(&mut self, now: Timestamp, limit: usize) -> Result<Due, StoreError> {
+        let bounds = params![now.millis(), limit as i64];
+        Ok(Due {
+            expired: self
+                .ids("SELECT task_id FROM tasks WHERE taken_until <= ?1 ORDER BY taken_until LIMIT ?2", bounds)?,
+            late: self
+                .ids("SELECT task_id FROM tasks WHERE deadline_due <= ?1 ORDER BY deadline_due LIMIT ?2", bounds)?,
+        })
     }
+}
 
+impl DependencyTx for Tx<'_> {
     async fn insert_dependencies(
         &mut self,
         task_id: TaskId,
@@ -198,8 +191,20 @@ impl WriteTx for Tx<'_> {
         Ok(())
     }
 
-    async fn touch_queue(&mut self, task_queue_id: &str, now: Timestamp) -> Result<(), StoreError> {
-        self.record_queue(task_queue_id, now)
+    async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "UPDATE task_dependencies SET satisfied = 1 WHERE required_task_id = ?1 AND dependent_task_id = ?2",
+            )?
+            .execute(params![required.as_str(), dependent.as_str()])?;
+        Ok(())
+    }
+
+    async fn has_unmet_dependencies(&mut self, task_id: TaskId) -> Result<bool, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT 1 FROM task_dependencies WHERE dependent_task_id = ?1 AND satisfied = 0 LIMIT 1")?;
+        Ok(stmt.exists([task_id.as_str()])?)
     }
 
     async fn consequences(
@@ -231,33 +236,9 @@ impl WriteTx for Tx<'_> {
             found.iter().map(|(dependent, requires)| Waiting::parse(dependent, requires)).collect::<Result<_, _>>()?;
         Ok(Some(Consequences { group_resolved, waiting }))
     }
+}
 
-    async fn mark_satisfied(&mut self, required: TaskId, dependent: TaskId) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached(
-                "UPDATE task_dependencies SET satisfied = 1 WHERE required_task_id = ?1 AND dependent_task_id = ?2",
-            )?
-            .execute(params![required.as_str(), dependent.as_str()])?;
-        Ok(())
-    }
-
-    async fn has_unmet_dependencies(&mut self, task_id: TaskId) -> Result<bool, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT 1 FROM task_dependencies WHERE dependent_task_id = ?1 AND satisfied = 0 LIMIT 1")?;
-        Ok(stmt.exists([task_id.as_str()])?)
-    }
-
-    async fn due(&mut self, now: Timestamp, limit: usize) -> Result<Due, StoreError> {
-        let bounds = params![now.millis(), limit as i64];
-        Ok(Due {
-            expired: self
-                .ids("SELECT task_id FROM tasks WHERE taken_until <= ?1 ORDER BY taken_until LIMIT ?2", bounds)?,
-            late: self
-                .ids("SELECT task_id FROM tasks WHERE deadline_due <= ?1 ORDER BY deadline_due LIMIT ?2", bounds)?,
-        })
-    }
-
+impl SecretTx for Tx<'_> {
     async fn save_secrets(&mut self, task_id: TaskId, secrets: &Secrets) -> Result<(), StoreError> {
         self.conn
             .prepare_cached("INSERT INTO secrets.task_secrets (task_id, secrets) VALUES (?1, ?2)")?
@@ -273,7 +254,9 @@ impl WriteTx for Tx<'_> {
             .optional()?;
         Ok(text.map(Secrets::from_stored))
     }
+}
 
+impl DedupTx for Tx<'_> {
     async fn find_completion(&mut self, hash: &str, since: Timestamp) -> Result<Option<TaskId>, StoreError> {
         let found: Option<String> = self
             .conn
@@ -290,6 +273,13 @@ impl WriteTx for Tx<'_> {
         Ok(())
     }
 
+    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError> {
+        self.conn.prepare_cached("DELETE FROM completions WHERE task_id = ?1")?.execute([task_id.as_str()])?;
+        Ok(())
+    }
+}
+
+impl ListingTx for Tx<'_> {
     async fn index_tags(&mut self, task_id: TaskId, created: Timestamp, tags: &[String]) -> Result<(), StoreError> {
         let mut stmt =
             self.conn.prepare_cached("INSERT OR IGNORE INTO task_tags (tag, created, task_id) VALUES (?1, ?2, ?3)")?;
@@ -310,11 +300,6 @@ impl WriteTx for Tx<'_> {
                 .prepare_cached("DELETE FROM task_tags WHERE tag = ?1 AND task_id = ?2")?
                 .execute(params![crate::FAILED_TAG, task_id.as_str()])?,
         };
-        Ok(())
-    }
-
-    async fn forget_completions(&mut self, task_id: TaskId) -> Result<(), StoreError> {
-        self.conn.prepare_cached("DELETE FROM completions WHERE task_id = ?1")?.execute([task_id.as_str()])?;
         Ok(())
     }
 }
