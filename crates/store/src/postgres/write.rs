@@ -40,7 +40,7 @@ impl WriteTx for PgTx {
 impl TaskTx for PgTx {
     async fn load(&mut self, task_id: TaskId) -> Result<Option<TaskRow>, StoreError> {
         if let Some(row) = self.gathered.as_ref().and_then(|gathered| gathered.load(task_id)) {
-            return Ok(Some(row));
+            return Ok(row);
         }
         self.lock_task(task_id).await
     }

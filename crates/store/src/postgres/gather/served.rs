@@ -19,6 +19,8 @@ pub(crate) type LineRows = ((String, String), Vec<tokio_postgres::Row>);
 pub(crate) struct Gathered {
     /// The commanded tasks, locked, each as the gathering's writes left it.
     pub(crate) loaded: HashMap<TaskId, TaskRow>,
+    /// The tasks the gathering commands (those of them not in `loaded` do not exist).
+    commanded: HashSet<TaskId>,
     /// The groups the gathering touches, created, extended or locked.
     upserted: HashMap<TaskId, TaskGroup>,
     /// The created tasks that exist already, with their stored definitions.
@@ -35,12 +37,14 @@ pub(crate) struct Gathered {
 impl Gathered {
     /// What [`super::read::read_all`] found.
     pub(crate) fn new(
+        commanded: HashSet<TaskId>,
         loaded: HashMap<TaskId, TaskRow>,
         upserted: HashMap<TaskId, TaskGroup>,
         stored: HashMap<TaskId, (TaskRow, String)>,
         lines: Vec<LineRows>,
     ) -> Gathered {
         Gathered {
+            commanded,
             loaded,
             upserted,
             stored,
@@ -50,9 +54,10 @@ impl Gathered {
         }
     }
 
-    /// A commanded task's row as the gathering's writes left it.
-    pub(crate) fn load(&self, task_id: TaskId) -> Option<TaskRow> {
-        self.loaded.get(&task_id).cloned()
+    /// A commanded task's row as the gathering's writes left it (`Some(None)`: it does not
+    /// exist); `None` for a task the gathering does not command.
+    pub(crate) fn load(&self, task_id: TaskId) -> Option<Option<TaskRow>> {
+        self.commanded.contains(&task_id).then(|| self.loaded.get(&task_id).cloned())
     }
 
     /// Keeps a commanded task's row as written (later operations and the groups' judgement
