@@ -143,7 +143,7 @@ async fn persist(
 /// What a transaction's resolutions entail, once judged together (a PostgreSQL gathering):
 /// each group in `emptied` (those they left with no unresolved task) resolved, and each
 /// resolution's waiting dependents released. One resolution alone is judged by
-/// [`WriteTx::consequences`] in the step, to the same effect.
+/// [`crate::DependencyTx::consequences`] in the step, to the same effect.
 pub async fn settle_resolutions(
     tx: &mut impl WriteTx,
     emptied: &[TaskGroup],
