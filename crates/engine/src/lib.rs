@@ -37,6 +37,7 @@ pub mod event;
 pub mod graph;
 pub mod group;
 pub mod id;
+pub mod index;
 pub mod line;
 pub mod message;
 pub mod priority;
