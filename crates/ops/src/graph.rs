@@ -49,11 +49,17 @@ pub trait GraphTx {
 /// A graph's own row.
 #[derive(Debug, Clone)]
 pub struct StoredGraph {
+    /// Its id.
     pub task_graph_id: TaskId,
+    /// The scheduler id its tasks carry.
     pub scheduler_id: String,
+    /// The routing key prefix of its messages.
     pub routing: String,
+    /// Its tasks' counts, from which its state follows.
     pub tally: Tally,
+    /// As submitted.
     pub metadata: GraphMetadata,
+    /// As submitted.
     pub tags: BTreeMap<String, String>,
 }
 
@@ -75,7 +81,9 @@ impl StoredGraph {
 
 /// A labelled task's row as written.
 pub struct NewNode<'a> {
+    /// The graph.
     pub task_graph_id: TaskId,
+    /// The task the label became.
     pub planned: &'a PlannedTask,
     /// The node as submitted (canonical JSON), to recognize a repeated submission.
     pub submitted: &'a str,

@@ -17,6 +17,7 @@
 // operation is called on a concrete transaction: a PostgreSQL operation's future is `Send`
 // because its transaction's is, which bounds on the traits could not say of SQLite's.
 #![allow(async_fn_in_trait)]
+#![warn(missing_docs)]
 
 pub mod artifacts;
 pub mod auth;
@@ -254,15 +255,18 @@ pub struct RowChange {
 /// What a row was before a transition.
 #[derive(Debug, Clone, Copy)]
 pub struct PriorRow {
+    /// Its state.
     pub state: TaskState,
     /// Its pending run, if its last run was pending.
     pub pending_run: Option<u32>,
+    /// Its priority.
     pub priority: Priority,
     /// The slice its last run was at, for a task with slices.
     pub slice: Option<u32>,
 }
 
 impl PriorRow {
+    /// What `task` is now, before a transition.
     pub fn of(task: &Task) -> PriorRow {
         PriorRow {
             state: task.state(),
@@ -273,8 +277,6 @@ impl PriorRow {
     }
 }
 
-/// What the queue knows of the live workers that could run `task`: read only for a task
-/// with slices (the others are never judged by capacity).
 /// Starts a task whose dependencies are met: an idempotent one whose properties completed
 /// within the dedup window resolves at once as that completion; any other is scheduled,
 /// its slices judged by the live workers.
@@ -308,6 +310,8 @@ pub async fn note_completion(
     Ok(())
 }
 
+/// What the queue knows of the live workers that could run `task`: read only for a task
+/// with slices (the others are never judged by capacity).
 pub async fn capacity_for(tx: &mut impl WriteTx, task: &Task, now: Timestamp) -> Result<Capacity, StoreError> {
     if task.meta.slices.is_empty() {
         return Ok(Capacity::Assumed);

@@ -148,7 +148,9 @@ impl TaskStatements {
 
 /// A task as a read found it.
 pub struct StoredTask {
+    /// Its row.
     pub row: TaskRow,
+    /// Its stored definition.
     pub definition: Box<RawValue>,
     /// For a task read by tag, the time it is filed at (its `created`, or for the failed
     /// list when it failed).

@@ -2,7 +2,9 @@
 //! feature): the row description is read and written through these.
 
 use crate::StoreError;
-use crate::row::{Cell, Cells};
+#[cfg(feature = "sqlite")]
+use crate::row::Cell;
+use crate::row::Cells;
 
 #[cfg(feature = "sqlite")]
 impl Cells for rusqlite::Row<'_> {

@@ -1,6 +1,7 @@
 //! What both backends store of a task, and the helpers their row conversions share.
 
 mod columns;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod drivers;
 
 use shoal_engine::task::Task;
@@ -30,6 +31,7 @@ pub use crate::unresolved;
 /// A task as stored: the engine's task plus the store's bookkeeping.
 #[derive(Debug, Clone)]
 pub struct TaskRow {
+    /// The engine's task.
     pub task: Task,
     /// Claim order while pending (SQLite's; PostgreSQL draws it in SQL and does not read it back).
     pub pending_seq: Option<u64>,
