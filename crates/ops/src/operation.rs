@@ -48,7 +48,6 @@ macro_rules! operations {
                 fn output(outcome: Outcome) -> Option<$output> {
                     match outcome {
                         Outcome::$name(value) => Some(value),
-                        #[allow(unreachable_patterns)]
                         _ => None,
                     }
                 }

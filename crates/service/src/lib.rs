@@ -304,7 +304,12 @@ impl Service {
     /// # Errors
     /// As the store.
     pub async fn run<O: Operation>(&self, op: O) -> Result<O::Output, StoreError> {
-        let committed = self.inner.store.run(op, now()).await?;
+        self.run_at(op, now()).await
+    }
+
+    /// Runs a write operation as of `at` (the due loop's and expiry's own time).
+    async fn run_at<O: Operation>(&self, op: O, at: Timestamp) -> Result<O::Output, StoreError> {
+        let committed = self.inner.store.run(op, at).await?;
         Ok(self.committed(committed))
     }
 
@@ -345,7 +350,7 @@ impl Service {
                 .map_err(|err| StoreError::Unavailable(format!("deleting an expired task's files: {err}")))?;
             task_ids.push(task_id);
         }
-        let deleted = self.inner.store.run(ForgetTasks { task_ids, limit }, at).await?.value;
+        let deleted = self.run_at(ForgetTasks { task_ids, limit }, at).await?;
         metrics::counter!("shoal_tasks_expired_total").increment(deleted as u64);
         Ok(deleted)
     }
@@ -363,8 +368,7 @@ impl Service {
     /// # Errors
     /// As the store.
     pub async fn fire_due(&self, at: Timestamp, limit: usize) -> Result<usize, StoreError> {
-        let committed = self.inner.store.run(FireDue { limit }, at).await?;
-        Ok(self.committed(committed))
+        self.run_at(FireDue { limit }, at).await
     }
 }
 

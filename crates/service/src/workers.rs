@@ -84,8 +84,7 @@ impl Service {
         let now = now();
         let dead_after = i64::try_from(self.inner.config.worker_dead_after.as_millis()).unwrap_or(i64::MAX);
         let cutoff = Timestamp(now.millis().saturating_sub(dead_after));
-        let committed = self.inner.store.run(LoseSilentWorkers { cutoff, limit }, now).await?;
-        Ok(self.committed(committed))
+        self.run_at(LoseSilentWorkers { cutoff, limit }, now).await
     }
 }
 

@@ -237,15 +237,15 @@ pub(super) struct ClaimLine<'a> {
 /// for all.
 async fn write_all(tx: &mut PgTx, jobs: &[Job]) -> Result<Outcomes, StoreError> {
     let lines = claim_lines(jobs)?;
-    let (Found { loaded, upserted, mut known, stored }, claimable) = read_all(tx, jobs, &lines).await?;
-    let lines = lines.iter().map(|line| (line.task_queue_id.to_owned(), line.dimensions.clone()));
-    let commanded = jobs
+    let commanded: HashSet<TaskId> = jobs
         .iter()
         .filter_map(|job| match &job.op {
             Op::Apply(apply) => Some(apply.task_id),
             _ => None,
         })
         .collect();
+    let (Found { loaded, upserted, mut known, stored }, claimable) = read_all(tx, jobs, &commanded, &lines).await?;
+    let lines = lines.iter().map(|line| (line.task_queue_id.to_owned(), line.dimensions.clone()));
     tx.gathered = Some(Box::new(Gathered::new(commanded, loaded, upserted, stored, lines.zip(claimable).collect())));
     tx.gather_resolutions();
     let mut outcomes = Vec::with_capacity(jobs.len());

@@ -114,6 +114,7 @@ impl<'a> GroupPlan<'a> {
 pub(super) async fn read_all(
     tx: &mut PgTx,
     jobs: &[Job],
+    commanded: &HashSet<TaskId>,
     lines: &[ClaimLine<'_>],
 ) -> Result<(Found, Vec<Vec<tokio_postgres::Row>>), StoreError> {
     // Commanded tasks, then every group the gathering touches (the commanded tasks' and the
@@ -122,13 +123,7 @@ pub(super) async fn read_all(
     // cycle over these locks. Locking the two kinds of group one set after the other
     // deadlocked whenever tasks of one group were created and reported at once (a decision
     // task's graph), and PostgreSQL takes a second (deadlock_timeout) to say so.
-    let mut commanded: Vec<&str> = jobs
-        .iter()
-        .filter_map(|job| match &job.op {
-            Op::Apply(apply) => Some(apply.task_id.as_str()),
-            _ => None,
-        })
-        .collect();
+    let mut commanded: Vec<&str> = commanded.iter().map(TaskId::as_str).collect();
     commanded.sort_unstable();
     let GroupPlan { group_ids, schedulers, expiries, created: group_created } = GroupPlan::of(jobs);
     let created: Vec<&str> = jobs
