@@ -1,6 +1,5 @@
-//! What the store can fail with, and how each database driver's errors map onto it (the
-//! driver conversions are the only thing this crate knows of a driver, each behind its
-//! backend's feature).
+//! What the store can fail with, and how each database driver's errors map onto it (with
+//! `row/drivers.rs`, all this crate knows of a driver, each behind its backend's feature).
 
 /// What the store can fail with.
 #[derive(Debug, thiserror::Error)]
