@@ -36,6 +36,7 @@ pub mod dimensions;
 pub mod event;
 pub mod graph;
 pub mod group;
+pub mod hook;
 pub mod id;
 pub mod index;
 pub mod line;

@@ -149,6 +149,9 @@ pub enum Conflict {
     /// A role created under an id already taken.
     #[error("role {0} already exists")]
     RoleExists(String),
+    /// createHook under an id taken by another definition.
+    #[error("hook {0} already exists")]
+    HookExists(String),
     /// Live-log output sent past the log's end.
     #[error("offset {offset} is past the end of the log ({size} bytes); send from offset {size}")]
     LogGap {
@@ -195,6 +198,15 @@ pub enum Missing {
     /// A role.
     #[error("role {0} not found")]
     Role(String),
+    /// A hook (`<hookGroupId>/<hookId>`).
+    #[error("hook {0} not found")]
+    Hook(String),
+    /// An index entry, or nothing indexed at a namespace.
+    #[error("no task is indexed at {0}")]
+    Indexed(String),
+    /// A secret of the Secrets service (expired ones are gone).
+    #[error("secret {0} not found")]
+    Secret(String),
     /// An artifact a link names.
     #[error("artifact {0} not found")]
     LinkTarget(String),
