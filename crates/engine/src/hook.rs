@@ -243,7 +243,12 @@ impl Hook {
 
     /// Renders the task template with `context` (`firedBy`, `payload`, `clientId`) plus
     /// `taskId` and `now`; `Ok(None)` when it renders to `null` (the hook declines).
-    pub fn render(&self, context: Map<String, Value>, task_id: TaskId, now: Timestamp) -> Result<Option<Value>, String> {
+    pub fn render(
+        &self,
+        context: Map<String, Value>,
+        task_id: TaskId,
+        now: Timestamp,
+    ) -> Result<Option<Value>, String> {
         let mut context = context;
         context.entry("taskId").or_insert_with(|| json!(task_id));
         // The crate sets `now` to the wall clock over the caller's; a `$let` around the

@@ -86,7 +86,8 @@ pub fn namespaces_of(routes: &[String]) -> Vec<Namespace> {
 }
 
 /// What an entry of the index holds besides its namespace.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Entry {
     /// The indexed task.
     pub task_id: TaskId,

@@ -1,6 +1,7 @@
 //! Forgetting what expired: resolved tasks past their `expires` with everything that hangs
 //! on them (dependency rows, artifact records, graph nodes), then the groups and graphs they
-//! leave empty, and task queues not seen for their retention.
+//! leave empty, task queues not seen for their retention, and the services' expired records
+//! (index entries and namespaces, secrets, hook fires).
 
 use shoal_engine::{TaskId, Timestamp};
 
@@ -49,5 +50,6 @@ pub async fn forget_tasks(
     }
     tx.delete_expired_queues(now, limit).await?;
     tx.delete_expired_workers(now, limit).await?;
+    tx.delete_expired_documents(now, limit).await?;
     Ok(n_deleted)
 }

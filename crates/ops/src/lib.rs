@@ -21,10 +21,14 @@
 
 pub mod artifacts;
 pub mod auth;
+pub mod documents;
 pub mod error;
 pub mod expire;
 pub mod graph;
 pub mod groups;
+pub mod hooks;
+pub mod index;
+pub mod named_secrets;
 pub mod operation;
 pub mod page;
 mod queue_records;
@@ -63,6 +67,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 
 pub use artifacts::ArtifactTx;
 pub use auth::AuthTx;
+pub use documents::DocumentTx;
 pub use expire::ExpireTx;
 pub use graph::GraphTx;
 pub use groups::GroupTx;
@@ -84,7 +89,18 @@ pub fn queue_recorded_recently(at: i64, now: Timestamp) -> bool {
 /// domain's in its own trait. Rows a method loads are locked until the commit where the backend
 /// locks rows.
 pub trait WriteTx:
-    TaskTx + DependencyTx + SecretTx + DedupTx + ListingTx + GroupTx + ArtifactTx + GraphTx + ExpireTx + AuthTx + WorkerTx
+    TaskTx
+    + DependencyTx
+    + SecretTx
+    + DedupTx
+    + ListingTx
+    + GroupTx
+    + ArtifactTx
+    + GraphTx
+    + ExpireTx
+    + AuthTx
+    + WorkerTx
+    + DocumentTx
 {
     /// The rules' settings.
     fn settings(&self) -> &StoreSettings;

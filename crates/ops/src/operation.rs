@@ -14,7 +14,12 @@ use shoal_engine::status::TaskStatus;
 use shoal_engine::worker::{Sighting, Worker, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
+use shoal_engine::hook::{Hook, HookKey};
+use shoal_engine::index::{Entry, Namespace};
+
 use crate::WriteTx;
+use crate::hooks::{FireOutcome, FireRequest, HookWrite, StoredHook};
+use crate::named_secrets::NamedSecret;
 use crate::{
     ArtifactKey, AuthChange, AuthOutcome, Claim, ClaimRequest, GraphRequest, GroupCancellation, StoreError, TaskGroup,
     WorkerChange,
@@ -239,6 +244,65 @@ operations! {
         /// Most to mark.
         limit: usize,
     } -> usize = |tx, now| crate::workers::lose_silent(tx, *cutoff, now, *limit);
+
+    /// insertTask: puts an entry in the Index unless a live one of higher rank is there;
+    /// answers the entry the namespace holds.
+    IndexTask {
+        /// Where.
+        namespace: Namespace,
+        /// What.
+        entry: Entry,
+    } -> Entry = |tx, now| crate::index::insert(tx, namespace, entry.clone(), now);
+
+    /// deleteTask: removes the Index entry at a namespace (404 when there is none).
+    UnindexTask {
+        /// Where.
+        namespace: Namespace,
+    } -> () = |tx, now| crate::index::delete(tx, namespace, now);
+
+    /// Stores a secret of the Secrets service, replacing any of its name.
+    SetSecret {
+        /// Its name.
+        name: String,
+        /// Its value and expiry.
+        secret: NamedSecret,
+    } -> () = |tx, now| crate::named_secrets::set(tx, name, secret, now);
+
+    /// Removes a secret of the Secrets service (nothing when there is none).
+    RemoveSecret {
+        /// Its name.
+        name: String,
+    } -> () = |tx, now| crate::named_secrets::remove(tx, name);
+
+    /// createHook or updateHook; a new hook gets `token` as its trigger token.
+    PutHook {
+        /// The checked definition.
+        hook: Hook,
+        /// Create or update.
+        write: HookWrite,
+        /// A new hook's trigger token.
+        token: String,
+    } -> StoredHook = |tx, now| crate::hooks::put(tx, hook, *write, token, now);
+
+    /// removeHook: the hook, its token and its fires.
+    RemoveHook {
+        /// The hook.
+        key: HookKey,
+    } -> () = |tx, now| crate::hooks::remove(tx, key);
+
+    /// resetTriggerToken.
+    ResetTriggerToken {
+        /// The hook.
+        key: HookKey,
+        /// Its new token.
+        token: String,
+    } -> () = |tx, now| crate::hooks::reset_token(tx, key, token);
+
+    /// Fires a hook: its task created and the fire recorded in one transaction.
+    FireHook {
+        /// The fire, as the service prepared it.
+        request: FireRequest,
+    } -> FireOutcome = |tx, now| crate::hooks::fire(tx, request, now);
 }
 
 impl Op {

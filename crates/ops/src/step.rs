@@ -1,6 +1,6 @@
 //! The step: one engine transition on a loaded row, then everything it entails in the same
 //! transaction: the row written back, its events and messages, its graph's reaction, and on
-//! a resolution its group's and its dependents'.
+//! a resolution its group's and its dependents' (and, completed, its Index entries).
 //!
 //! Steps a step causes (a dependent scheduled, a graph task rerun) are taken in a loop, not
 //! by recursion: an async function cannot contain itself.
@@ -131,6 +131,9 @@ async fn persist(
         }
         if !was_resolved && state.is_resolved() {
             let task = &row.task;
+            if state == TaskState::Completed {
+                crate::index::index_completed(tx, task, now).await?;
+            }
             if let Some(consequences) = tx.consequences(task.task_id, task.meta.task_group_id, state, now).await? {
                 publish_resolved_groups(tx, consequences.group_resolved.as_slice());
                 collect_released(tx, task.task_id, &consequences.waiting, state, released).await?;

@@ -18,10 +18,12 @@ pub use postgres::{
     PG_SCHEMA_VERSION, PgConfig, PgPool, PgStore, REQUEST_TIMEOUT as PG_REQUEST_TIMEOUT, RemoteWork,
     migrate as migrate_postgres,
 };
+pub use shoal_ops::reads::ServiceReads;
 pub use shoal_ops::records::*;
 pub use shoal_ops::{
     AuthChange, AuthOutcome, ClientEdit, DEFAULT_CLAIM_TIMEOUT_SECS, DEFAULT_QUEUE_RETENTION_SECS, GraphNode,
-    GraphRecord, GraphRequest, Op, Operation, Outcome, Page, Reads, StoreError, StoreSettings, WorkerChange, operation,
+    GraphRecord, GraphRequest, Op, Operation, Outcome, Page, Reads, StoreError, StoreSettings, WorkerChange, hooks,
+    named_secrets, operation,
 };
 pub use sqlite::{ClaimAnswer, Parked, SqliteConfig, SqliteStore};
 

@@ -2,8 +2,10 @@
 //! both backends by [`over::ReadsOver`] over each backend's [`over::ReadDb`].
 
 pub mod over;
+pub mod services;
 
 pub use over::{ReadDb, ReadsOver, StoredTask, TaskQuery, TaskStatements, pending_set};
+pub use services::ServiceReads;
 
 use shoal_engine::artifact::Artifact;
 use shoal_engine::backlog::PendingSet;
@@ -15,8 +17,8 @@ use crate::{
     TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing,
 };
 
-/// The reads every backend answers (see `Store::read`).
-pub trait Reads {
+/// The reads every backend answers (see `Store::read`), the services' among them.
+pub trait Reads: ServiceReads {
     /// One artifact of a run.
     ///
     /// # Errors

@@ -10,6 +10,7 @@ use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::OutboxEntry;
 use crate::auth::AuthKind;
+use crate::documents::{DocKind, Document};
 use crate::graph::{GraphNode, GraphRecord, StoredGraph};
 use crate::page::{artifact_page, parse_seq, parse_task_id};
 use crate::row::{Backends, TaskRow, select_list};
@@ -69,6 +70,19 @@ pub trait ReadDb {
     fn running_by_worker(&self, task_queue_id: &str) -> Result<Vec<(String, TaskId)>, StoreError>;
     /// A worker's kept events numbered before `before`, newest first, at most `limit`.
     fn worker_events(&self, key: &WorkerKey, before: u64, limit: usize) -> Result<Vec<(u64, WorkerEvent)>, StoreError>;
+    /// A document.
+    fn document(&self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError>;
+    /// Documents of a kind with keys after `after` and before `end`, by key, at most `limit`.
+    fn documents(
+        &self,
+        kind: DocKind,
+        after: &str,
+        end: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Document)>, StoreError>;
+    /// Documents of a kind due at `now`, earliest first, at most `limit`.
+    fn due_documents(&self, kind: DocKind, now: Timestamp, limit: usize)
+    -> Result<Vec<(String, Document)>, StoreError>;
 }
 
 /// Which tasks a listing reads.

@@ -8,6 +8,7 @@
 
 mod config;
 mod dimension_sets;
+mod documents;
 mod domains;
 mod gather;
 mod graph;

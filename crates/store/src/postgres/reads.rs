@@ -10,6 +10,7 @@ use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::ops::auth::AuthKind;
+use crate::ops::documents::{DocKind, Document};
 use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::outbox::format::append_row;
@@ -316,6 +317,29 @@ impl ReadDb for PgReads<'_> {
 
     fn worker_events(&self, key: &WorkerKey, before: u64, limit: usize) -> Result<Vec<(u64, WorkerEvent)>, StoreError> {
         self.worker_event_rows(key, before, limit)
+    }
+
+    fn document(&self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
+        self.document_row(kind, key)
+    }
+
+    fn documents(
+        &self,
+        kind: DocKind,
+        after: &str,
+        end: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Document)>, StoreError> {
+        self.document_rows(kind, after, end, limit)
+    }
+
+    fn due_documents(
+        &self,
+        kind: DocKind,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(String, Document)>, StoreError> {
+        self.due_rows(kind, now, limit)
     }
 }
 

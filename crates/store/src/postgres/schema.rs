@@ -300,6 +300,28 @@ ALTER TABLE tasks ADD COLUMN created_by TEXT;
 ALTER TABLE tasks ADD COLUMN created BIGINT;
 CREATE INDEX tasks_created_by ON tasks (created_by, created, task_id) WHERE created_by IS NOT NULL;
 "#,
+    // 21: the services' documents (Index, Hooks), and their secret kinds apart.
+    r#"
+CREATE TABLE documents (
+    kind    TEXT NOT NULL,
+    key     TEXT COLLATE "C" NOT NULL,
+    body    TEXT NOT NULL,
+    expires BIGINT,
+    due     BIGINT,
+    PRIMARY KEY (kind, key)
+);
+CREATE INDEX documents_expires ON documents (expires) WHERE expires IS NOT NULL;
+CREATE INDEX documents_due ON documents (kind, due) WHERE due IS NOT NULL;
+CREATE TABLE secret_documents (
+    kind    TEXT NOT NULL,
+    key     TEXT COLLATE "C" NOT NULL,
+    body    TEXT NOT NULL,
+    expires BIGINT,
+    due     BIGINT,
+    PRIMARY KEY (kind, key)
+);
+CREATE INDEX secret_documents_expires ON secret_documents (expires) WHERE expires IS NOT NULL;
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

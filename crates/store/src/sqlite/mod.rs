@@ -10,6 +10,7 @@
 mod artifacts;
 mod checkpoint;
 mod commit_view;
+mod documents;
 mod domains;
 mod graph;
 mod outbox;
@@ -548,6 +549,11 @@ impl ReaderPool {
                     OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
                 conn.execute_batch("PRAGMA busy_timeout = 5000; PRAGMA cache_size = -4096;")?;
+                // The services' secret documents are read here too (read-only, as the main one).
+                conn.execute(
+                    "ATTACH DATABASE ?1 AS secrets",
+                    [self.path.with_file_name("secrets.db").to_string_lossy()],
+                )?;
                 conn.set_prepared_statement_cache_capacity(32);
                 conn
             }

@@ -9,11 +9,13 @@ use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
 use crate::ops::auth::AuthKind;
+use crate::ops::documents::{DocKind, Document};
 use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
 use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
 use crate::row::Backends;
 use crate::row::unresolved;
+use crate::sqlite::documents;
 use crate::sqlite::row::{self, N_TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{artifacts, graph, outbox, workers};
 use crate::{ArtifactKey, QueueCounts, RecentGroup, TagQuery, TaskGroup, TaskQueueInfo};
@@ -276,6 +278,29 @@ impl ReadDb for ReadConn<'_> {
 
     fn worker_events(&self, key: &WorkerKey, before: u64, limit: usize) -> Result<Vec<(u64, WorkerEvent)>, StoreError> {
         workers::events(self.0, key, before, limit)
+    }
+
+    fn document(&self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
+        documents::load(self.0, kind, key)
+    }
+
+    fn documents(
+        &self,
+        kind: DocKind,
+        after: &str,
+        end: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Document)>, StoreError> {
+        documents::list(self.0, kind, after, end, limit)
+    }
+
+    fn due_documents(
+        &self,
+        kind: DocKind,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(String, Document)>, StoreError> {
+        documents::due(self.0, kind, now, limit)
     }
 }
 

@@ -276,18 +276,35 @@ ALTER TABLE artifacts ADD COLUMN object TEXT;
 ALTER TABLE tasks ADD COLUMN created_by TEXT;
 CREATE INDEX tasks_created_by ON tasks (created_by, created, task_id) WHERE created_by IS NOT NULL;
 ",
+    // 19: the services' documents (Index, Hooks; the secret kinds are in `secrets.db`).
+    r"
+CREATE TABLE documents (
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    body TEXT NOT NULL,
+    expires INTEGER,
+    due INTEGER,
+    PRIMARY KEY (kind, key)
+) WITHOUT ROWID;
+CREATE INDEX documents_expires ON documents (expires) WHERE expires IS NOT NULL;
+CREATE INDEX documents_due ON documents (kind, due) WHERE due IS NOT NULL;
+",
 ];
 
-/// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its one
-/// table: tasks' secrets live in their own file, so the main database, its WAL and whatever
-/// copies of it are made never hold them.
+/// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its
+/// tables: tasks' secrets, and the secret kinds of the services' documents (the Secrets
+/// service's secrets, hooks' trigger tokens), live in their own file, so the main database, its
+/// WAL and whatever copies of it are made never hold them.
 pub(crate) fn attach_secrets(conn: &Connection, path: &std::path::Path) -> rusqlite::Result<()> {
     let secrets = path.with_file_name("secrets.db");
     conn.execute("ATTACH DATABASE ?1 AS secrets", [secrets.to_string_lossy()])?;
     conn.execute_batch(
         "PRAGMA secrets.journal_mode = WAL; \
          CREATE TABLE IF NOT EXISTS secrets.task_secrets (task_id TEXT PRIMARY KEY, secrets TEXT NOT NULL) \
-         WITHOUT ROWID;",
+         WITHOUT ROWID; \
+         CREATE TABLE IF NOT EXISTS secrets.documents (kind TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL, \
+         expires INTEGER, due INTEGER, PRIMARY KEY (kind, key)) WITHOUT ROWID; \
+         CREATE INDEX IF NOT EXISTS secrets.documents_expires ON documents (expires) WHERE expires IS NOT NULL;",
     )
 }
 

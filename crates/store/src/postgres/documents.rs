@@ -1,0 +1,120 @@
+//! The services' documents (`shoal-ops`'s `documents`): `documents`, and the secret kinds in
+//! `secret_documents`, kept apart as the tasks' secrets are. Keys sort bytewise (`COLLATE "C"`),
+//! as the key ranges of listings need.
+
+use shoal_engine::Timestamp;
+use tokio_postgres::Row;
+
+use crate::StoreError;
+use crate::ops::DocumentTx;
+use crate::ops::documents::{DocKind, Document, prefix_end};
+use crate::postgres::reads::PgReads;
+use crate::postgres::tx::PgTx;
+
+/// The table a kind is kept in.
+fn table(kind: DocKind) -> &'static str {
+    if kind.is_secret() { "secret_documents" } else { "documents" }
+}
+
+fn document(row: &Row, at: usize) -> Result<Document, StoreError> {
+    Ok(Document {
+        body: row.try_get(at)?,
+        expires: row.try_get::<_, Option<i64>>(at + 1)?.map(Timestamp),
+        due: row.try_get::<_, Option<i64>>(at + 2)?.map(Timestamp),
+    })
+}
+
+fn keyed(rows: &[Row]) -> Result<Vec<(String, Document)>, StoreError> {
+    rows.iter().map(|row| Ok((row.try_get(0)?, document(row, 1)?))).collect()
+}
+
+impl DocumentTx for PgTx {
+    async fn load_document(&mut self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
+        let sql = format!("SELECT body, expires, due FROM {} WHERE kind = $1 AND key = $2 FOR UPDATE", table(kind));
+        self.query_opt(&sql, &[&kind.as_str(), &key]).await?.map(|row| document(&row, 0)).transpose()
+    }
+
+    async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
+        let sql = format!(
+            "INSERT INTO {} (kind, key, body, expires, due) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body, expires = excluded.expires, due = excluded.due",
+            table(kind)
+        );
+        let params: Vec<crate::postgres::pipeline::Param> = vec![
+            Box::new(kind.as_str()),
+            Box::new(key.to_owned()),
+            Box::new(document.body.clone()),
+            Box::new(document.expires.map(Timestamp::millis)),
+            Box::new(document.due.map(Timestamp::millis)),
+        ];
+        self.defer(&sql, params).await
+    }
+
+    async fn delete_document(&mut self, kind: DocKind, key: &str) -> Result<(), StoreError> {
+        let sql = format!("DELETE FROM {} WHERE kind = $1 AND key = $2", table(kind));
+        self.defer(&sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned())]).await
+    }
+
+    async fn delete_documents_under(&mut self, kind: DocKind, prefix: &str) -> Result<(), StoreError> {
+        let sql = format!("DELETE FROM {} WHERE kind = $1 AND key >= $2 AND key < $3", table(kind));
+        self.defer(&sql, vec![Box::new(kind.as_str()), Box::new(prefix.to_owned()), Box::new(prefix_end(prefix))]).await
+    }
+
+    async fn keep_document_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError> {
+        let table = table(kind);
+        let sql = format!(
+            "INSERT INTO {table} (kind, key, body, expires) VALUES ($1, $2, '{{}}', $3) \
+             ON CONFLICT (kind, key) DO UPDATE SET expires = excluded.expires WHERE {table}.expires < excluded.expires"
+        );
+        self.defer(&sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned()), Box::new(expires.millis())]).await
+    }
+
+    async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let mut deleted = 0;
+        for table in ["documents", "secret_documents"] {
+            let sql = format!(
+                "DELETE FROM {table} WHERE (kind, key) IN \
+                 (SELECT kind, key FROM {table} WHERE expires <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1"
+            );
+            deleted += self.query(&sql, &[&now.millis(), &(limit as i64)]).await?.len();
+        }
+        Ok(deleted)
+    }
+}
+
+impl PgReads<'_> {
+    /// One document.
+    pub(crate) fn document_row(&self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
+        let sql = format!("SELECT body, expires, due FROM {} WHERE kind = $1 AND key = $2", table(kind));
+        self.query(&sql, &[&kind.as_str(), &key])?.first().map(|row| document(row, 0)).transpose()
+    }
+
+    /// Documents with keys after `after` and before `end`, by key.
+    pub(crate) fn document_rows(
+        &self,
+        kind: DocKind,
+        after: &str,
+        end: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, Document)>, StoreError> {
+        let sql = format!(
+            "SELECT key, body, expires, due FROM {} WHERE kind = $1 AND key > $2 AND key < $3 ORDER BY key LIMIT $4",
+            table(kind)
+        );
+        keyed(&self.query(&sql, &[&kind.as_str(), &after, &end, &(limit as i64)])?)
+    }
+
+    /// Documents due at `now`, earliest first.
+    pub(crate) fn due_rows(
+        &self,
+        kind: DocKind,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(String, Document)>, StoreError> {
+        let sql = format!(
+            "SELECT key, body, expires, due FROM {} WHERE kind = $1 AND due <= $2 ORDER BY due LIMIT $3",
+            table(kind)
+        );
+        keyed(&self.query(&sql, &[&kind.as_str(), &now.millis(), &(limit as i64)])?)
+    }
+}

@@ -1,0 +1,121 @@
+//! The services' documents (`shoal-ops`'s `documents`): `documents` in the main database, and
+//! the secret kinds in `secrets.documents`, beside the tasks' secrets.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use shoal_engine::Timestamp;
+
+use crate::StoreError;
+use crate::ops::DocumentTx;
+use crate::ops::documents::{DocKind, Document};
+use crate::sqlite::tx::Tx;
+
+/// The table a kind is kept in.
+fn table(kind: DocKind) -> &'static str {
+    if kind.is_secret() { "secrets.documents" } else { "main.documents" }
+}
+
+fn document(row: &Row<'_>, at: usize) -> rusqlite::Result<Document> {
+    Ok(Document {
+        body: row.get(at)?,
+        expires: row.get::<_, Option<i64>>(at + 1)?.map(Timestamp),
+        due: row.get::<_, Option<i64>>(at + 2)?.map(Timestamp),
+    })
+}
+
+/// One document.
+pub(crate) fn load(conn: &Connection, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
+    let sql = format!("SELECT body, expires, due FROM {} WHERE kind = ?1 AND key = ?2", table(kind));
+    Ok(conn.prepare_cached(&sql)?.query_row(params![kind.as_str(), key], |row| document(row, 0)).optional()?)
+}
+
+/// Documents with keys after `after` and before `end`, by key.
+pub(crate) fn list(
+    conn: &Connection,
+    kind: DocKind,
+    after: &str,
+    end: &str,
+    limit: usize,
+) -> Result<Vec<(String, Document)>, StoreError> {
+    let sql = format!(
+        "SELECT key, body, expires, due FROM {} WHERE kind = ?1 AND key > ?2 AND key < ?3 ORDER BY key LIMIT ?4",
+        table(kind)
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows =
+        stmt.query_map(params![kind.as_str(), after, end, limit as i64], |row| Ok((row.get(0)?, document(row, 1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Documents due at `now`, earliest first.
+pub(crate) fn due(
+    conn: &Connection,
+    kind: DocKind,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<(String, Document)>, StoreError> {
+    let sql = format!(
+        "SELECT key, body, expires, due FROM {} WHERE kind = ?1 AND due <= ?2 ORDER BY due LIMIT ?3",
+        table(kind)
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows =
+        stmt.query_map(params![kind.as_str(), now.millis(), limit as i64], |row| Ok((row.get(0)?, document(row, 1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+impl DocumentTx for Tx<'_> {
+    async fn load_document(&mut self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
+        load(self.conn, kind, key)
+    }
+
+    async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
+        let sql = format!(
+            "INSERT INTO {} (kind, key, body, expires, due) VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body, expires = excluded.expires, due = excluded.due",
+            table(kind)
+        );
+        self.conn.prepare_cached(&sql)?.execute(params![
+            kind.as_str(),
+            key,
+            document.body,
+            document.expires.map(Timestamp::millis),
+            document.due.map(Timestamp::millis)
+        ])?;
+        Ok(())
+    }
+
+    async fn delete_document(&mut self, kind: DocKind, key: &str) -> Result<(), StoreError> {
+        let sql = format!("DELETE FROM {} WHERE kind = ?1 AND key = ?2", table(kind));
+        self.conn.prepare_cached(&sql)?.execute(params![kind.as_str(), key])?;
+        Ok(())
+    }
+
+    async fn delete_documents_under(&mut self, kind: DocKind, prefix: &str) -> Result<(), StoreError> {
+        let sql = format!("DELETE FROM {} WHERE kind = ?1 AND key >= ?2 AND key < ?3", table(kind));
+        let end = crate::ops::documents::prefix_end(prefix);
+        self.conn.prepare_cached(&sql)?.execute(params![kind.as_str(), prefix, end])?;
+        Ok(())
+    }
+
+    async fn keep_document_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError> {
+        let sql = format!(
+            "INSERT INTO {} (kind, key, body, expires) VALUES (?1, ?2, '{{}}', ?3) \
+             ON CONFLICT (kind, key) DO UPDATE SET expires = excluded.expires WHERE expires < excluded.expires",
+            table(kind)
+        );
+        self.conn.prepare_cached(&sql)?.execute(params![kind.as_str(), key, expires.millis()])?;
+        Ok(())
+    }
+
+    async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let mut deleted = 0;
+        for table in ["main.documents", "secrets.documents"] {
+            let sql = format!(
+                "DELETE FROM {table} WHERE (kind, key) IN \
+                 (SELECT kind, key FROM {table} WHERE expires <= ?1 LIMIT ?2)"
+            );
+            deleted += self.conn.prepare_cached(&sql)?.execute(params![now.millis(), limit as i64])?;
+        }
+        Ok(deleted)
+    }
+}
