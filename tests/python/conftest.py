@@ -14,9 +14,9 @@ from taskcluster import slugid
 ROOT_TOKEN = "python-suite-root-access-token"
 
 
-def _start(extra_args):
+def _start(extra_args, data_dir=None):
     binary = os.environ.get("SHOAL_BIN", "shoal")
-    data_dir = tempfile.mkdtemp(prefix="shoal-py-")
+    data_dir = data_dir or tempfile.mkdtemp(prefix="shoal-py-")
     proc = subprocess.Popen(
         [binary, "server", "--listen", "127.0.0.1:0", "--data-dir", data_dir, *extra_args],
         # Not on the command line: a token there would show in the process list.

@@ -37,6 +37,16 @@ impl ApiError {
         ApiError { status: StatusCode::UNAUTHORIZED, code: "AuthenticationFailed", message: failure.to_string() }
     }
 
+    /// 401 AuthenticationFailed, saying why.
+    pub fn authentication_failed(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::UNAUTHORIZED, code: "AuthenticationFailed", message: message.into() }
+    }
+
+    /// 403 InsufficientScopes for scopes other than the caller's (a hook's role's).
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::FORBIDDEN, code: "InsufficientScopes", message: message.into() }
+    }
+
     /// 403 InsufficientScopes: the caller lacks `missing` of `required`.
     pub fn insufficient_scopes(
         client_id: Option<&str>,

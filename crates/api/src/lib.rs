@@ -10,6 +10,7 @@ mod per_address;
 pub mod prometheus;
 pub(crate) mod reference;
 mod routes;
+pub mod schedule;
 mod serve;
 mod ui;
 

@@ -26,6 +26,10 @@ const SCHEMAS: &[(&str, &str)] = schemas![
     "auth/v1/create-role-request.json",
     "auth/v1/scopeset.json",
     "auth/v1/test-authenticate-request.json",
+    "hooks/v1/create-hook-request.json",
+    "hooks/v1/trigger-hook.json",
+    "index/v1/insert-task-request.json",
+    "index/v1/list-tasks-at-index.json",
     "queue/v1/artifact-created-message.json",
     "queue/v1/change-task-priority-request.json",
     "queue/v1/claim-work-request.json",
@@ -54,6 +58,7 @@ const SCHEMAS: &[(&str, &str)] = schemas![
     "scheduler/v1/create-task-graph-request.json",
     "scheduler/v1/extend-task-graph-request.json",
     "scheduler/v1/task-graph-message.json",
+    "secrets/v1/secret.json",
 ];
 
 /// The name Taskcluster's references give a route parameter.

@@ -6,6 +6,7 @@ mod credentials;
 mod download;
 mod events;
 mod forward;
+mod services;
 mod workers;
 
 use std::time::Duration;
@@ -668,7 +669,7 @@ async fn retried<T, F: Future<Output = Try<T>>>(url: &str, mut call: impl FnMut(
 }
 
 /// Percent-encodes a path (artifact names), keeping `/`.
-fn encode_path(name: &str) -> String {
+pub(crate) fn encode_path(name: &str) -> String {
     // Everything but unreserved characters and `/` is escaped.
     const PATH: &percent_encoding::AsciiSet =
         &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~').remove(b'/');

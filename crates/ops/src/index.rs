@@ -4,7 +4,6 @@
 
 use serde_json::Value;
 use shoal_engine::index::{Entry, Namespace, namespace_expiry, namespaces_of};
-use shoal_engine::rejection::Missing;
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, Timestamp};
 
@@ -84,12 +83,8 @@ pub async fn insert(
     Ok(entry)
 }
 
-/// Deletes the entry at `namespace` (404 when there is none); the namespaces above it stay
-/// until they expire, as Taskcluster's do.
-pub async fn delete(tx: &mut impl WriteTx, namespace: &Namespace, now: Timestamp) -> Result<(), StoreError> {
-    let key = entry_key(namespace);
-    match tx.load_document(DocKind::IndexEntry, &key).await? {
-        Some(stored) if !stored.expired(now) => tx.delete_document(DocKind::IndexEntry, &key).await,
-        _ => Err(Rejection::from(Missing::Indexed(namespace.as_str().to_owned())).into()),
-    }
+/// Deletes the entry at `namespace`, if any (as Taskcluster's, no error when there is none);
+/// the namespaces above it stay until they expire.
+pub async fn delete(tx: &mut impl WriteTx, namespace: &Namespace) -> Result<(), StoreError> {
+    tx.delete_document(DocKind::IndexEntry, &entry_key(namespace)).await
 }

@@ -254,11 +254,11 @@ operations! {
         entry: Entry,
     } -> Entry = |tx, now| crate::index::insert(tx, namespace, entry.clone(), now);
 
-    /// deleteTask: removes the Index entry at a namespace (404 when there is none).
+    /// deleteTask: removes the Index entry at a namespace, if any.
     UnindexTask {
         /// Where.
         namespace: Namespace,
-    } -> () = |tx, now| crate::index::delete(tx, namespace, now);
+    } -> () = |tx, now| crate::index::delete(tx, namespace);
 
     /// Stores a secret of the Secrets service, replacing any of its name.
     SetSecret {

@@ -14,6 +14,7 @@ mod graph;
 mod limits;
 mod runtime;
 mod server;
+mod services;
 mod settings;
 mod worker;
 mod workers;
@@ -77,6 +78,27 @@ enum Command {
         address: cli::ServerAddress,
         #[command(subcommand)]
         command: workers::WorkersCommand,
+    },
+    /// The Index: find the task indexed at a namespace.
+    Index {
+        #[command(flatten)]
+        address: cli::ServerAddress,
+        #[command(subcommand)]
+        command: services::IndexCommand,
+    },
+    /// The Secrets service: get, set and list named secrets.
+    Secrets {
+        #[command(flatten)]
+        address: cli::ServerAddress,
+        #[command(subcommand)]
+        command: services::SecretsCommand,
+    },
+    /// Hooks: fire one.
+    Hooks {
+        #[command(flatten)]
+        address: cli::ServerAddress,
+        #[command(subcommand)]
+        command: services::HooksCommand,
     },
     /// What expired and will be deleted by the servers' next sweep (`--dry-run`).
     Expire(expire::ExpireArgs),
@@ -170,6 +192,9 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Listen { address, args } => runtime.block_on(cli::listen(&address, args)),
+        Command::Index { address, command } => runtime.block_on(services::index(&address, command)),
+        Command::Secrets { address, command } => runtime.block_on(services::secrets(&address, command)),
+        Command::Hooks { address, command } => runtime.block_on(services::hooks(&address, command)),
         Command::Artifact { address, command: ArtifactCommand::Get { task_id, name, run, output } } => {
             runtime.block_on(cli::artifact_get(&address, &task_id, &name, run, output.as_deref()))
         }

@@ -1,5 +1,5 @@
-//! `shoal server`: the API, the due loop and the store wired together, and the staged
-//! shutdown on SIGINT or SIGTERM.
+//! `shoal server`: the API, the due loop, the hooks' schedule and the store wired together,
+//! and the staged shutdown on SIGINT or SIGTERM.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -33,6 +33,7 @@ pub(crate) struct RunningServer {
     stop: watch::Sender<bool>,
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
     due: tokio::task::JoinHandle<()>,
+    hooks: tokio::task::JoinHandle<()>,
     publisher: tokio::task::JoinHandle<()>,
     auth_refresh: tokio::task::JoinHandle<()>,
     queue: Service,
@@ -118,6 +119,7 @@ impl RunningServer {
             descriptors,
             "connection limits"
         );
+        let hooks = tokio::spawn(shoal_api::schedule::run_hook_schedule(state.clone(), stopped(stop_rx.clone())));
         let serving = tokio::spawn(shoal_api::serve_with(listener, state, connection_limits, stopped(stop_rx)));
         Ok(RunningServer {
             local,
@@ -126,6 +128,7 @@ impl RunningServer {
             stop,
             serving,
             due,
+            hooks,
             publisher,
             auth_refresh,
             queue,
@@ -143,6 +146,7 @@ impl RunningServer {
         self.queue.close_subscriptions();
         self.serving.await.context("server task")?.context("serving")?;
         self.due.await.context("due loop")?;
+        self.hooks.await.context("hooks' schedule")?;
         self.auth_refresh.await.context("auth refresh")?;
         // Unpublished messages stay in the outbox for the next start.
         self.publisher.await.context("publisher")?;

@@ -97,7 +97,7 @@ pub(crate) enum WorkersCommand {
 }
 
 /// `30s`, `30m`, `12h`, `7d` as milliseconds.
-fn parse_duration(text: &str) -> Result<i64, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<i64, String> {
     let split = text.len().saturating_sub(1);
     let (number, unit) = text.split_at(split);
     let unit_ms = match unit {

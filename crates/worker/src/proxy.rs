@@ -19,7 +19,7 @@ use shoal_client::Client;
 use tokio::task::JoinSet;
 
 /// The APIs the proxy passes on, as Taskcluster's proxy does under `/api/<service>/<version>/`.
-const SERVICES: [&str; 3] = ["queue", "scheduler", "auth"];
+const SERVICES: [&str; 6] = ["queue", "scheduler", "auth", "index", "secrets", "hooks"];
 /// Largest request body passed on (the largest the server takes: a task graph).
 const MAX_BODY: usize = 64 * 1024 * 1024;
 /// Most connections one run's proxy keeps open at once; more are closed at once.
@@ -121,7 +121,7 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> 
     };
     let service = rest.strip_prefix("/api/").and_then(|api| api.split('/').next()).unwrap_or_default();
     if !SERVICES.contains(&service) || !rest.starts_with(&format!("/api/{service}/v1/")) {
-        let message = "the proxy passes on /api/queue/v1/, /api/scheduler/v1/ and /api/auth/v1/ only";
+        let message = "the proxy passes on /api/<service>/v1/ for queue, scheduler, auth, index, secrets and hooks only";
         return error(StatusCode::NOT_FOUND, "ResourceNotFound", message);
     }
     let target = match req.uri().query() {

@@ -142,11 +142,17 @@ pub(crate) const GET_ARTIFACT: Scopes =
     For { var: "name", list: "privateNames", each: &Scope("queue:get-artifact:<name>") };
 
 mod auth;
+mod hooks;
+mod index;
 mod queue;
 mod scheduler;
+mod secrets;
 mod server;
 
 pub use auth::AUTH_ENDPOINTS;
+pub use hooks::HOOKS_ENDPOINTS;
+pub use index::INDEX_ENDPOINTS;
+pub use secrets::SECRETS_ENDPOINTS;
 pub use queue::ENDPOINTS;
 pub use scheduler::SCHEDULER_ENDPOINTS;
 pub use server::{BLOB_ENDPOINTS, EVENT_ENDPOINTS, LOG_ENDPOINTS, MONITORING};
@@ -195,5 +201,31 @@ pub const SERVICES: &[Service] = &[
         // A graph carries up to 20,000 task definitions at once.
         max_body: crate::routes::graphs::MAX_GRAPH_BYTES,
         exchange_prefix: Some(SCHEDULER_EXCHANGE_PREFIX),
+    },
+    Service {
+        name: "index",
+        title: "Task Index",
+        description: "Completed tasks found by name: each route `index.<namespace>` of a completed task indexes it \
+                      there (rank, expiry and data from `task.extra.index`), and calls insert, find and list entries.",
+        endpoints: INDEX_ENDPOINTS,
+        max_body: crate::extract::MAX_BODY_BYTES,
+        exchange_prefix: None,
+    },
+    Service {
+        name: "secrets",
+        title: "Secrets Service",
+        description: "Named secrets, each a JSON object with an expiry, read and written under `secrets:` scopes.",
+        endpoints: SECRETS_ENDPOINTS,
+        max_body: crate::extract::MAX_BODY_BYTES,
+        exchange_prefix: None,
+    },
+    Service {
+        name: "hooks",
+        title: "Hooks Service",
+        description: "Hooks: task templates (JSON-e) fired on a cron schedule, by a call, or with a trigger token, \
+                      each task created with the scopes of the role `hook-id:<hookGroupId>/<hookId>`.",
+        endpoints: HOOKS_ENDPOINTS,
+        max_body: crate::extract::MAX_BODY_BYTES,
+        exchange_prefix: None,
     },
 ];

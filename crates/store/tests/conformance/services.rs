@@ -74,7 +74,7 @@ pub(crate) async fn a_completed_task_is_indexed_under_its_routes_by_rank(name: &
     reopened.run(UnindexTask { namespace: ns("top") }, at(14)).await.unwrap().value;
     assert!(reopened.read(|reads| reads.indexed(&ns("top"), at(15))).await.unwrap().is_none(), "{name}");
     let again = reopened.run(UnindexTask { namespace: ns("top") }, at(16)).await.map(|done| done.value);
-    assert!(matches!(again, Err(StoreError::Rejected(Rejection::NotFound(_)))), "{name}: {again:?}");
+    assert!(again.is_ok(), "{name}: deleting what is not there is no error, as Taskcluster's: {again:?}");
 }
 
 pub(crate) async fn secrets_are_set_listed_removed_and_expire(name: &str, backend: Backend) {

@@ -1,0 +1,73 @@
+//! The Index, Secrets and Hooks services' calls the CLI makes, answered as JSON.
+
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::{Body, Client, ClientError, encode_path};
+
+impl Client {
+    fn service(&self, service: &str, path: &str) -> String {
+        format!("{}/api/{service}/v1{path}", self.root_url)
+    }
+
+    /// findTask: the task indexed at `namespace`.
+    ///
+    /// # Errors
+    /// As the server answers (404 when nothing is indexed there).
+    pub async fn find_indexed(&self, namespace: &str) -> Result<Value, ClientError> {
+        self.call(Method::GET, &self.service("index", &format!("/task/{}", encode_path(namespace))), None).await
+    }
+
+    /// The Secrets service's `get`.
+    ///
+    /// # Errors
+    /// As the server answers (403 without `secrets:get:<name>`, 404 when there is none).
+    pub async fn secret(&self, name: &str) -> Result<Value, ClientError> {
+        self.call(Method::GET, &self.service("secrets", &format!("/secret/{}", encode_path(name))), None).await
+    }
+
+    /// The Secrets service's `set`: `secret` (an object) until `expires`.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn set_secret(&self, name: &str, secret: &Value, expires: &str) -> Result<(), ClientError> {
+        let body = json!({ "secret": secret, "expires": expires });
+        let url = self.service("secrets", &format!("/secret/{}", encode_path(name)));
+        self.call::<Value>(Method::PUT, &url, Some(Body::Json(&body))).await.map(drop)
+    }
+
+    /// The Secrets service's `list`, every page: the secrets' names.
+    ///
+    /// # Errors
+    /// As the server answers (403 without `secrets:list-secrets`).
+    pub async fn secret_names(&self) -> Result<Vec<String>, ClientError> {
+        let mut names = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut url = self.service("secrets", "/secrets");
+            if let Some(token) = &token {
+                url = format!("{url}?continuationToken={}", utf8_percent_encode(token, NON_ALPHANUMERIC));
+            }
+            let page: Value = self.call(Method::GET, &url, None).await?;
+            names.extend(page["secrets"].as_array().into_iter().flatten().filter_map(|n| n.as_str().map(str::to_owned)));
+            match page["continuationToken"].as_str() {
+                Some(next) => token = Some(next.to_owned()),
+                None => return Ok(names),
+            }
+        }
+    }
+
+    /// triggerHook with `payload`: the created task's id in `taskId` (`{}` when the hook declined).
+    ///
+    /// # Errors
+    /// As the server answers (400 for a payload its triggerSchema refuses).
+    pub async fn trigger_hook(&self, group: &str, id: &str, payload: &Value) -> Result<Value, ClientError> {
+        let path = format!(
+            "/hooks/{}/{}/trigger",
+            utf8_percent_encode(group, NON_ALPHANUMERIC),
+            utf8_percent_encode(id, NON_ALPHANUMERIC)
+        );
+        self.call(Method::POST, &self.service("hooks", &path), Some(Body::Json(payload))).await
+    }
+}
