@@ -54,7 +54,7 @@ def output_schema(client_class, method):
     output = client_class.funcinfo[method].get("output")
     if not output or output == "blob":
         return None
-    service = {"Queue": "queue", "Auth": "auth"}[client_class.__name__]
+    service = {"Queue": "queue", "Auth": "auth", "Index": "index", "Secrets": "secrets", "Hooks": "hooks"}[client_class.__name__]
     return f"{service}/{output.split('#')[0]}"
 
 
@@ -234,6 +234,54 @@ def shoal_schema_problems(server, service, schema_ref, value):
                                  default_specification=DRAFT7))])
     validator = jsonschema.Draft7Validator(schema, registry=refs)
     return [f"{schema_ref}: {'/'.join(map(str, e.path))}: {e.message[:200]}" for e in validator.iter_errors(value)]
+
+
+def test_the_services_answers_hold_to_taskclusters_schemas(server, root_credentials, task_queue_id):
+    """Every Index, Secrets and Hooks method Taskcluster gives a JSON answer, called and checked."""
+    index = taskcluster.Index({"rootUrl": server, "credentials": root_credentials})
+    secrets = taskcluster.Secrets({"rootUrl": server, "credentials": root_credentials})
+    hooks = taskcluster.Hooks({"rootUrl": server, "credentials": root_credentials})
+    auth = taskcluster.Auth({"rootUrl": server, "credentials": root_credentials})
+    answers = {}
+
+    def call(client, method, *args):
+        answers.setdefault((type(client).__name__, method), getattr(client, method)(*args))
+
+    expires = taskcluster.stringDate(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    ns = "schema-" + slugid.nice()[:8].lower().replace("_", "x").replace("-", "x")
+    call(index, "insertTask", f"{ns}.a.b", {"taskId": slugid.nice(), "rank": 1, "data": {"k": 1}, "expires": expires})
+    for method, args in [("findTask", [f"{ns}.a.b"]), ("listNamespaces", [ns]), ("listTasks", [f"{ns}.a"]),
+                         ("findTasksAtIndex", [{"indexes": [f"{ns}.a.b"]}]), ("deleteTask", [f"{ns}.a.b"])]:
+        call(index, method, *args)
+    call(secrets, "set", f"{ns}/s", {"secret": {"v": 1}, "expires": expires})
+    for method, args in [("get", [f"{ns}/s"]), ("list", []), ("remove", [f"{ns}/s"])]:
+        call(secrets, method, *args)
+    group, hook_id = ns, "h"
+    auth.createRole(f"hook-id:{group}/{hook_id}", {"description": "d", "scopes": ["queue:create-task:*", "queue:scheduler-id:*"]})
+    task = {"taskQueueId": task_queue_id, "payload": {},
+            "metadata": {"name": "n", "description": "d", "owner": "o@example.com", "source": "https://example.com"}}
+    definition = {"metadata": {"name": "n", "description": "d", "owner": "o@example.com"}, "schedule": ["0 0 * * *"],
+                  "task": task, "triggerSchema": {"type": "object"}}
+    call(hooks, "createHook", group, hook_id, definition)
+    call(hooks, "triggerHook", group, hook_id, {})
+    token = hooks.getTriggerToken(group, hook_id)["token"]
+    for method, args in [("hook", [group, hook_id]), ("listHooks", [group]), ("listHookGroups", []),
+                         ("getHookStatus", [group, hook_id]), ("listLastFires", [group, hook_id]),
+                         ("getTriggerToken", [group, hook_id]), ("triggerHookWithToken", [group, hook_id, token, {}]),
+                         ("updateHook", [group, hook_id, definition]), ("resetTriggerToken", [group, hook_id]),
+                         ("removeHook", [group, hook_id])]:
+        call(hooks, method, *args)
+
+    failures = []
+    for (class_name, method), answer in sorted(answers.items()):
+        schema = output_schema(getattr(taskcluster, class_name), method)
+        if schema:
+            failures += [f"{method} ({schema}) {problem}" for problem in problems(schema, answer)]
+    assert failures == []
+    for client_class in [taskcluster.Index, taskcluster.Secrets, taskcluster.Hooks]:
+        expected = {m for m in client_class.funcinfo if output_schema(client_class, m) and m not in ("findArtifactFromTask",)}
+        called = {m for c, m in answers if c == client_class.__name__}
+        assert expected - called == set(), f"{client_class.__name__} methods not checked"
 
 
 def test_the_references_are_taskclusters_and_name_what_is_served(server, root_credentials, task_queue_id):
