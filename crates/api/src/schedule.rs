@@ -54,7 +54,8 @@ pub async fn fire_due(state: &AppState) -> Result<usize, ApiError> {
             Prepared::Task(definition) => Some(Ok(*definition)),
             Prepared::Refused(error, _) => Some(Err(error)),
         };
-        let request = FireRequest { key: hook.key(), task_id, fired_by: FiredBy::Schedule, task, scheduled: Some(scheduled) };
+        let request =
+            FireRequest { key: hook.key(), task_id, fired_by: FiredBy::Schedule, task, scheduled: Some(scheduled) };
         match state.queue.run(FireHook { request }).await? {
             FireOutcome::Created(_) => created += 1,
             FireOutcome::Failed(error) => {

@@ -50,7 +50,8 @@ impl Client {
                 url = format!("{url}?continuationToken={}", utf8_percent_encode(token, NON_ALPHANUMERIC));
             }
             let page: Value = self.call(Method::GET, &url, None).await?;
-            names.extend(page["secrets"].as_array().into_iter().flatten().filter_map(|n| n.as_str().map(str::to_owned)));
+            names
+                .extend(page["secrets"].as_array().into_iter().flatten().filter_map(|n| n.as_str().map(str::to_owned)));
             match page["continuationToken"].as_str() {
                 Some(next) => token = Some(next.to_owned()),
                 None => return Ok(names),

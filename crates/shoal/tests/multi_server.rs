@@ -412,3 +412,70 @@ async fn two_servers_expire_each_task_once_and_leave_nothing() {
         assert!(client.task_status(id).await.unwrap_err().status() == Some(reqwest::StatusCode::NOT_FOUND));
     }
 }
+
+/// A task completed through one server is indexed in that transaction, so another server
+/// finds it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_indexed_through_one_server_is_found_on_another() {
+    let (_servers, a, b) = two_servers("2").await;
+    let task_id = slugid::nice();
+    let mut task = definition(&[]);
+    task["routes"] = json!(["index.fleet.build.latest"]);
+    a.create_task(&task_id, &task).await.unwrap();
+    let claimed = a.claim_work("fleet/linux", "g", "w", 1, &json!({})).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    a.report(&task_id, 0, &Outcome::Completed).await.unwrap();
+    let found = b.find_indexed("fleet.build.latest").await.unwrap();
+    assert_eq!(found["taskId"], task_id.as_str());
+}
+
+/// A hook that fires every second, read as due by both servers every second, fires once
+/// per scheduled second: each fire's time appears once, each task is created once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_fire_a_scheduled_hook_once_per_time() {
+    let (_servers, a, b) = two_servers("2").await;
+    let http = reqwest::Client::new();
+    let role = format!("{}/api/auth/v1/roles/hook-id:fleet%2Fcron", a.root_url());
+    let body = json!({"description": "d", "scopes": ["queue:create-task:*", "queue:scheduler-id:*"]});
+    let res = support::signed(&http, reqwest::Method::PUT, &role, Some(&body)).send().await.unwrap();
+    assert!(res.status().is_success(), "{}", res.text().await.unwrap());
+    let hook = json!({
+        "metadata": {"name": "n", "description": "d", "owner": "o@example.com"},
+        "schedule": ["* * * * * *"],
+        "task": {"taskQueueId": "fleet/cron", "payload": {},
+                 "metadata": {"name": "n", "description": "d", "owner": "o", "source": "https://x"}},
+    });
+    let url = format!("{}/api/hooks/v1/hooks/fleet/cron", b.root_url());
+    let res = support::signed(&http, reqwest::Method::PUT, &url, Some(&hook)).send().await.unwrap();
+    assert!(res.status().is_success(), "{}", res.text().await.unwrap());
+    // Both servers' loops read it due each second; wait for five fires, claiming their tasks.
+    let mut claimed: Vec<String> = Vec::new();
+    while claimed.len() < 5 {
+        for claim in a.claim_work("fleet/cron", "g", "w", 8, &json!({})).await.unwrap() {
+            claimed.push(claim.status.task_id.to_string());
+        }
+    }
+    let res = support::signed(&http, reqwest::Method::DELETE, &url, None).send().await.unwrap();
+    assert!(res.status().is_success());
+    let fires_url = format!("{}/api/hooks/v1/hooks/fleet/cron/last-fires", a.root_url());
+    // Removed: its fires went with it; the tasks stay, each created once.
+    assert_eq!(support::signed(&http, reqwest::Method::GET, &fires_url, None).send().await.unwrap().status(), 404);
+    let mut created: Vec<String> = Vec::new();
+    for task_id in &claimed {
+        let status = b.task_status(task_id).await.unwrap();
+        assert_eq!(status.runs.len(), 1, "{task_id}");
+        let task: Value = http
+            .get(format!("{}/api/queue/v1/task/{task_id}", b.root_url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        created.push(task["created"].as_str().unwrap().to_owned());
+    }
+    let mut distinct = created.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), created.len(), "each scheduled second fired once: {created:?}");
+}

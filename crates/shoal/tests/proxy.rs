@@ -64,7 +64,21 @@ async fn a_task_acts_through_the_proxy_with_its_own_scopes() {
     let dir = tempfile::tempdir().unwrap();
     let server = server(&dir.path().join("data")).await;
     let _worker = worker_with(&server.root, "e2e/proxy", "w1", &dir.path().join("work"), &["--capacity", "2"]);
-    let scopes = ["queue:create-task:lowest:e2e/made", "queue:create-task:project:none", "queue:scheduler-id:-"];
+    let scopes = [
+        "queue:create-task:lowest:e2e/made",
+        "queue:create-task:project:none",
+        "queue:scheduler-id:-",
+        "secrets:get:e2e/deploy",
+    ];
+    // The Secrets service's secrets reach a task through the proxy too, by its scopes.
+    let expires = shoal_client::now().plus_secs(3600).to_string();
+    for name in ["e2e/deploy", "e2e/other"] {
+        let url = format!("{}/api/secrets/v1/secret/{name}", server.root);
+        let body = json!({"secret": {"key": format!("value-of-{name}")}, "expires": expires});
+        let res =
+            support::signed(&reqwest::Client::new(), reqwest::Method::PUT, &url, Some(&body)).send().await.unwrap();
+        assert!(res.status().is_success(), "{}", res.text().await.unwrap());
+    }
     let mut runs = Vec::new();
     for network in [true, false] {
         let (allowed, refused) = (slugid::nice(), slugid::nice());
@@ -77,7 +91,9 @@ async fn a_task_acts_through_the_proxy_with_its_own_scopes() {
                     "printf 'scopes: '; python3 -c \"$FETCH\" GET \"$TASKCLUSTER_PROXY_URL/api/auth/v1/scopes/current\"",
                     "printf 'refused: '; python3 -c \"$FETCH\" PUT \"$TASKCLUSTER_PROXY_URL/api/queue/v1/task/$REFUSED\" \"$REFUSED_BODY\"",
                     "printf 'allowed: '; python3 -c \"$FETCH\" PUT \"$TASKCLUSTER_PROXY_URL/api/queue/v1/task/$ALLOWED\" \"$ALLOWED_BODY\"",
-                    "printf 'elsewhere: '; python3 -c \"$FETCH\" GET \"$TASKCLUSTER_PROXY_URL/api/secrets/v1/secrets\"",
+                    "printf 'secret: '; python3 -c \"$FETCH\" GET \"$TASKCLUSTER_PROXY_URL/api/secrets/v1/secret/e2e/deploy\"",
+                    "printf 'not hers: '; python3 -c \"$FETCH\" GET \"$TASKCLUSTER_PROXY_URL/api/secrets/v1/secret/e2e/other\"",
+                    "printf 'elsewhere: '; python3 -c \"$FETCH\" GET \"$TASKCLUSTER_PROXY_URL/api/notify/v1/ping\"",
                 ],
                 "env": {
                     "FETCH": FETCH,
@@ -114,7 +130,11 @@ async fn a_task_acts_through_the_proxy_with_its_own_scopes() {
         assert!(after(&log, "refused: ").starts_with("403 "), "network {network}: {log}");
         assert!(after(&log, "refused: ").contains("InsufficientScopes"), "{log}");
         assert!(after(&log, "allowed: ").starts_with("200 "), "network {network}: {log}");
-        assert!(after(&log, "elsewhere: ").starts_with("404 "), "only Taskcluster's three APIs: {log}");
+        assert!(after(&log, "secret: ").starts_with("200 "), "network {network}: {log}");
+        assert!(after(&log, "secret: ").contains("value-of-e2e/deploy"), "{log}");
+        assert!(after(&log, "not hers: ").starts_with("403 "), "a secret its scopes do not name: {log}");
+        assert!(!log.contains("value-of-e2e/other"), "{log}");
+        assert!(after(&log, "elsewhere: ").starts_with("404 "), "only the APIs Shoal serves: {log}");
         assert_eq!(status(&server, &allowed).await["taskQueueId"], "e2e/made");
         let nothing = reqwest::get(format!("{}/task/{refused}", server.api)).await.unwrap();
         assert_eq!(nothing.status(), 404, "the refused task was not created");

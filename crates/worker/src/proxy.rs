@@ -121,7 +121,8 @@ async fn handle(req: Request<Incoming>, shared: &Shared) -> Response<ProxyBody> 
     };
     let service = rest.strip_prefix("/api/").and_then(|api| api.split('/').next()).unwrap_or_default();
     if !SERVICES.contains(&service) || !rest.starts_with(&format!("/api/{service}/v1/")) {
-        let message = "the proxy passes on /api/<service>/v1/ for queue, scheduler, auth, index, secrets and hooks only";
+        let message =
+            "the proxy passes on /api/<service>/v1/ for queue, scheduler, auth, index, secrets and hooks only";
         return error(StatusCode::NOT_FOUND, "ResourceNotFound", message);
     }
     let target = match req.uri().query() {

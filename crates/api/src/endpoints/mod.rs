@@ -152,9 +152,9 @@ mod server;
 pub use auth::AUTH_ENDPOINTS;
 pub use hooks::HOOKS_ENDPOINTS;
 pub use index::INDEX_ENDPOINTS;
-pub use secrets::SECRETS_ENDPOINTS;
 pub use queue::ENDPOINTS;
 pub use scheduler::SCHEDULER_ENDPOINTS;
+pub use secrets::SECRETS_ENDPOINTS;
 pub use server::{BLOB_ENDPOINTS, EVENT_ENDPOINTS, LOG_ENDPOINTS, MONITORING};
 
 /// A service Shoal serves under `/api/<name>/v1/`, with its reference's title.

@@ -188,7 +188,12 @@ async fn readable(
 }
 
 /// 303 to the content (a blob on this server, or a reference's URL), 424 for an error artifact.
-pub(crate) async fn redirect(state: AppState, caller: Caller, params: Params, latest: bool) -> Result<Response, ApiError> {
+pub(crate) async fn redirect(
+    state: AppState,
+    caller: Caller,
+    params: Params,
+    latest: bool,
+) -> Result<Response, ApiError> {
     let (task_id, run_id, artifact) = readable(&state, &caller, &params, latest).await?;
     let mut res = match &artifact.kind {
         ArtifactKind::Error { reason, message } => {

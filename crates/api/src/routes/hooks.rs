@@ -70,13 +70,21 @@ pub(crate) async fn list_hooks(
     Ok(Json(json!({ "hooks": hooks.iter().map(|stored| &stored.hook).collect::<Vec<_>>() })))
 }
 
-pub(crate) async fn hook(State(state): State<AppState>, caller: Caller, params: Params) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn hook(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
     let key = key(&params)?;
     caller.authorize(&vars(&key))?;
     Ok(Json(json!(stored(&state, &key).await?.hook)))
 }
 
-pub(crate) async fn status(State(state): State<AppState>, caller: Caller, params: Params) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn status(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
     let key = key(&params)?;
     caller.authorize(&vars(&key))?;
     let hook = stored(&state, &key).await?;
@@ -98,7 +106,13 @@ pub(crate) async fn status(State(state): State<AppState>, caller: Caller, params
     Ok(Json(body))
 }
 
-async fn put(state: &AppState, caller: &Caller, params: &Params, body: &[u8], write: HookWrite) -> Result<Json<Value>, ApiError> {
+async fn put(
+    state: &AppState,
+    caller: &Caller,
+    params: &Params,
+    body: &[u8],
+    write: HookWrite,
+) -> Result<Json<Value>, ApiError> {
     let key = key(params)?;
     caller.authorize(&vars(&key))?;
     let hook = Hook::parse(&key, body)?;
@@ -246,10 +260,9 @@ async fn triggered(state: &AppState, hook: &StoredHook, trigger: Trigger) -> Res
     hook.hook.check_payload(&payload)?;
     let task_id = match payload.get("taskId") {
         None => TaskId::parse(&slugid::nice()).ok_or_else(ApiError::internal)?,
-        Some(given) => given
-            .as_str()
-            .and_then(TaskId::parse)
-            .ok_or_else(|| Rejection::invalid("taskId", "must be a slugid"))?,
+        Some(given) => {
+            given.as_str().and_then(TaskId::parse).ok_or_else(|| Rejection::invalid("taskId", "must be a slugid"))?
+        }
     };
     let mut context = Map::new();
     context.insert("firedBy".into(), json!(trigger.fired_by));
@@ -265,9 +278,12 @@ async fn triggered(state: &AppState, hook: &StoredHook, trigger: Trigger) -> Res
         Prepared::Task(definition) => Ok(*definition),
         Prepared::Refused(error, _) => Err(error),
     };
-    let request = FireRequest { key: hook.key(), task_id, fired_by: trigger.fired_by, task: Some(task), scheduled: None };
+    let request =
+        FireRequest { key: hook.key(), task_id, fired_by: trigger.fired_by, task: Some(task), scheduled: None };
     match state.queue.run(FireHook { request }).await? {
-        FireOutcome::Created(status) => Ok(Json(json!({ "taskId": status.task_id, "status": { "taskId": status.task_id } }))),
+        FireOutcome::Created(status) => {
+            Ok(Json(json!({ "taskId": status.task_id, "status": { "taskId": status.task_id } })))
+        }
         FireOutcome::Failed(error) if scopes_missing => Err(ApiError::forbidden(error)),
         FireOutcome::Failed(error) => Err(Rejection::Input(format!("while firing the hook: {error}")).into()),
         FireOutcome::Skipped => Ok(Json(json!({}))),

@@ -56,7 +56,11 @@ pub(crate) async fn remove(
     Ok(Json(json!({})))
 }
 
-pub(crate) async fn get(State(state): State<AppState>, caller: Caller, params: Params) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: Params,
+) -> Result<Json<Value>, ApiError> {
     let name = name(&params)?;
     // Checked before the look-up: a caller without the scope learns nothing of whether it exists.
     caller.authorize(&Vars::new().one("name", &name))?;
@@ -67,7 +71,11 @@ pub(crate) async fn get(State(state): State<AppState>, caller: Caller, params: P
     Ok(Json(json!({ "secret": secret.secret, "expires": secret.expires })))
 }
 
-pub(crate) async fn list(State(state): State<AppState>, caller: Caller, paging: Paging) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    paging: Paging,
+) -> Result<Json<Value>, ApiError> {
     caller.authorize(&Vars::new())?;
     let (limit, at) = (paging.limit, now());
     let page =
