@@ -11,6 +11,11 @@ use support::worker::{Server, create_definition, definition, log_of, resolved, r
 
 /// A build task that leaves `public/app.tar.gz` (a script in `dist/`) and `private/key.txt`.
 async fn build(server: &Server, queue: &str) -> String {
+    build_routed(server, queue, &[]).await
+}
+
+/// [`build`], with `routes`.
+async fn build_routed(server: &Server, queue: &str, routes: &[&str]) -> String {
     let payload = json!({
         "command": [
             "mkdir -p dist && printf '#!/bin/sh\\necho \"hello from the app\"\\n' > dist/app.sh && chmod +x dist/app.sh",
@@ -22,7 +27,9 @@ async fn build(server: &Server, queue: &str) -> String {
         ],
         "maxRunTime": 60
     });
-    let task_id = create_definition(server, &definition(queue, payload)).await;
+    let mut task = definition(queue, payload);
+    task["routes"] = json!(routes);
+    let task_id = create_definition(server, &task).await;
     assert_eq!(resolved(server, &task_id, 1).await["state"], "completed", "{}", log_of(server, &task_id, 0).await);
     task_id
 }
@@ -72,6 +79,32 @@ async fn a_test_task_runs_its_builds_artifact_downloaded_once_per_worker() {
     assert!(log.contains("from the worker's cache"), "{log}");
     assert_eq!(stats(&second)["bytesFetched"], 0, "{second}");
     assert_eq!(artifact_reads(&server).await - before, 1, "the second task mounted from the worker's cache");
+}
+
+/// `content: {namespace, artifact}` is the artifact of the task the Index holds there (as
+/// taskgraph's toolchains and docker images are found); a private one still needs its scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_finds_its_task_through_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let _worker = worker_with(&server.root, "e2e/indexed", "w1", &dir.path().join("work"), &[]);
+    let build = build_routed(&server, "e2e/indexed", &["index.e2e.toolchain.app.latest"]).await;
+    let indexed = |artifact: &str| json!([{"directory": "app", "format": "tar.gz", "content": {"namespace": "e2e.toolchain.app.latest", "artifact": artifact}}]);
+    let payload = json!({"command": ["app/dist/app.sh"], "mounts": indexed("public/app.tar.gz"), "maxRunTime": 60});
+    let (first, log) = run(&server, "e2e/indexed", payload, &[]).await;
+    assert_eq!(first["state"], "completed", "{log}");
+    assert!(log.contains("hello from the app"), "{log}");
+    assert!(log.contains(&format!("e2e.toolchain.app.latest is task {build}")), "{log}");
+
+    let private = json!({"command": ["true"], "mounts": [{"file": "key", "content": {"namespace": "e2e.toolchain.app.latest", "artifact": "private/key.txt"}}], "maxRunTime": 60});
+    let (refused, log) = run(&server, "e2e/indexed", private, &[]).await;
+    assert_eq!(refused["reasonResolved"], "malformed-payload", "{log}");
+    assert!(log.contains("queue:get-artifact:private/key.txt"), "{log}");
+
+    let missing = json!({"command": ["true"], "mounts": [{"file": "x", "content": {"namespace": "e2e.nothing.here", "artifact": "public/x"}}], "maxRunTime": 60});
+    let (refused, log) = run(&server, "e2e/indexed", missing, &[]).await;
+    assert_eq!(refused["reasonResolved"], "malformed-payload", "{log}");
+    assert!(log.contains("no task is indexed at e2e.nothing.here"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -205,6 +205,23 @@ impl Drop for Source {
 /// once); answers how many bytes were downloaded.
 async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Source, u64), SetupError> {
     let started = Instant::now();
+    let indexed;
+    let content = match content {
+        Content::Indexed { namespace, artifact, sha256 } => {
+            // The Index answers anyone; the artifact is then read as any other task's.
+            let found = setup.client.find_indexed(namespace).await.map_err(|err| match err.status() {
+                Some(status) if status.as_u16() == 404 => {
+                    SetupError::Payload(format!("mount {path}: no task is indexed at {namespace}"))
+                }
+                _ => refused(&format!("the task indexed at {namespace}"), &err),
+            })?;
+            let task_id = found["taskId"].as_str().unwrap_or_default().to_owned();
+            setup.log.line(&format!("mount {path}: {namespace} is task {task_id}")).await;
+            indexed = Content::Artifact { task_id, artifact: artifact.clone(), sha256: sha256.clone() };
+            &indexed
+        }
+        other => other,
+    };
     let (key, what, fetch) = match content {
         Content::Inline { bytes, sha256 } => {
             check_digest(&format!("{:x}", Sha256::digest(bytes)), sha256.as_deref(), path)?;
@@ -235,6 +252,7 @@ async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Sou
             let key = content_key(&format!("url:{url}"), sha256.as_deref());
             (key, url.clone(), Fetch::Url(url))
         }
+        Content::Indexed { .. } => unreachable!("looked up above"),
     };
     if let Some(held) = setup.cache.content(&key) {
         setup.log.line(&format!("mount {path}: {what}, from the worker's cache")).await;

@@ -65,6 +65,15 @@ pub enum Content {
         /// The bytes' SHA-256, lowercase hex, when the task pins them.
         sha256: Option<String>,
     },
+    /// The artifact of the task the Index holds at a namespace (looked up when the run starts).
+    Indexed {
+        /// The namespace.
+        namespace: String,
+        /// The artifact's name.
+        artifact: String,
+        /// The bytes' SHA-256, lowercase hex, when the task pins them.
+        sha256: Option<String>,
+    },
     /// A URL, fetched by the worker.
     Url {
         /// The URL (http or https).
@@ -85,9 +94,10 @@ impl Content {
     /// The SHA-256 the task pinned, if any.
     pub fn sha256(&self) -> Option<&str> {
         match self {
-            Content::Artifact { sha256, .. } | Content::Url { sha256, .. } | Content::Inline { sha256, .. } => {
-                sha256.as_deref()
-            }
+            Content::Artifact { sha256, .. }
+            | Content::Indexed { sha256, .. }
+            | Content::Url { sha256, .. }
+            | Content::Inline { sha256, .. } => sha256.as_deref(),
         }
     }
 }
@@ -200,9 +210,11 @@ fn archive_format(field: &str, format: Option<&str>) -> Result<ArchiveFormat, St
 }
 
 fn content(field: &str, value: Option<&Value>) -> Result<Content, String> {
-    let object = value
-        .and_then(Value::as_object)
-        .ok_or_else(|| format!("{field} must be an object: {{taskId, artifact}}, {{url}}, {{raw}} or {{base64}}"))?;
+    let object = value.and_then(Value::as_object).ok_or_else(|| {
+        format!(
+            "{field} must be an object: {{taskId, artifact}}, {{namespace, artifact}}, {{url}}, {{raw}} or {{base64}}"
+        )
+    })?;
     let sha256 = match object.get("sha256") {
         None => None,
         Some(Value::String(hex))
@@ -217,12 +229,7 @@ fn content(field: &str, value: Option<&Value>) -> Result<Content, String> {
             .as_str()
             .filter(|id| shoal_engine::TaskId::parse(id).is_some())
             .ok_or_else(|| format!("{field}.taskId must be a slugid"))?;
-        let artifact = text(object, field, "artifact")?;
-        if artifact.starts_with('/') || artifact.len() > MAX_PATH {
-            return Err(format!(
-                "{field}.artifact must be an artifact name (not starting with /, at most {MAX_PATH} bytes)"
-            ));
-        }
+        let artifact = artifact_name(object, field)?;
         return Ok(Content::Artifact { task_id: task_id.to_owned(), artifact: artifact.to_owned(), sha256 });
     }
     if let Some(url) = object.get("url") {
@@ -243,10 +250,25 @@ fn content(field: &str, value: Option<&Value>) -> Result<Content, String> {
             .ok_or_else(|| format!("{field}.base64 must be a base64 string"))?;
         return Ok(Content::Inline { bytes, sha256 });
     }
-    if object.contains_key("namespace") {
-        return Err(format!("{field}.namespace: indexed content needs Taskcluster's index, which Shoal has not"));
+    if let Some(namespace) = object.get("namespace") {
+        let namespace = namespace
+            .as_str()
+            .filter(|text| !text.is_empty() && shoal_engine::index::Namespace::parse("namespace", text).is_ok())
+            .ok_or_else(|| format!("{field}.namespace must be an index namespace (dot-separated words)"))?;
+        let artifact = artifact_name(object, field)?;
+        return Ok(Content::Indexed { namespace: namespace.to_owned(), artifact: artifact.to_owned(), sha256 });
     }
-    Err(format!("{field} must have one of taskId (with artifact), url, raw, base64"))
+    Err(format!("{field} must have one of taskId or namespace (with artifact), url, raw, base64"))
+}
+
+fn artifact_name<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a str, String> {
+    let artifact = text(object, field, "artifact")?;
+    if artifact.starts_with('/') || artifact.len() > MAX_PATH {
+        return Err(format!(
+            "{field}.artifact must be an artifact name (not starting with /, at most {MAX_PATH} bytes)"
+        ));
+    }
+    Ok(artifact)
 }
 
 fn text<'a>(object: &'a Map<String, Value>, field: &str, key: &str) -> Result<&'a str, String> {
@@ -352,7 +374,7 @@ mod tests {
                 "payload.mounts[0].content.taskId",
             ),
             (
-                json!([{"file": "f", "content": {"namespace": "x", "artifact": "a"}}]),
+                json!([{"file": "f", "content": {"namespace": "x..y", "artifact": "a"}}]),
                 json!(null),
                 "payload.mounts[0].content.namespace",
             ),
