@@ -331,3 +331,60 @@ async fn a_worker_given_one_queue_twice_refuses_to_start() {
     assert_ne!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("--queue: taskQueueIds[2]: `cli/a` is listed twice"), "{stderr}");
 }
+
+/// `shoal secrets set|get|list`, `shoal hooks trigger` and `shoal index find`, as a person
+/// wires a project: a secret from standard input, a hook fired, its task indexed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_verbs_set_secrets_trigger_hooks_and_find_indexed_tasks() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, root) = server(&dir.path().join("data")).await;
+
+    let mut set = shoal()
+        .args(["secrets", "set", "project/cli/token", "--expires-in", "1h"])
+        .env("SHOAL_ROOT_URL", &root)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    set.stdin.take().unwrap().write_all(br#"{"token": "s3cr3t"}"#).await.unwrap();
+    assert!(set.wait().await.unwrap().success());
+    let (code, out) = verb(&root, &["secrets", "get", "project/cli/token"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["secret"]["token"], "s3cr3t");
+    let (code, out) = verb(&root, &["secrets", "list"]).await;
+    assert_eq!((code, out.trim()), (0, "project/cli/token"));
+
+    // A hook whose task is indexed once it completes.
+    let http = reqwest::Client::new();
+    let role = format!("{root}/api/auth/v1/roles/hook-id:cli%2Fnightly");
+    let scopes = serde_json::json!({"description": "d", "scopes": ["queue:create-task:*", "queue:scheduler-id:*", "queue:route:index.cli.*"]});
+    assert!(support::signed(&http, reqwest::Method::PUT, &role, Some(&scopes)).send().await.unwrap().status().is_success());
+    let hook = serde_json::json!({
+        "metadata": {"name": "n", "description": "d", "owner": "o@example.com"},
+        "task": {"taskQueueId": "cli/hooked", "routes": ["index.cli.nightly.latest"], "payload": {"command": ["true"], "maxRunTime": 30},
+                 "metadata": {"name": "hooked", "description": "d", "owner": "o", "source": "https://x"}},
+        "triggerSchema": {"type": "object", "properties": {"why": {"type": "string"}}},
+    });
+    let url = format!("{root}/api/hooks/v1/hooks/cli/nightly");
+    assert!(support::signed(&http, reqwest::Method::PUT, &url, Some(&hook)).send().await.unwrap().status().is_success());
+    let (code, out) = verb(&root, &["hooks", "trigger", "cli/nightly", r#"{"why": 3}"#]).await;
+    assert_ne!(code, 0, "a payload the trigger schema refuses: {out}");
+    let (code, out) = verb(&root, &["hooks", "trigger", "cli/nightly", r#"{"why": "nightly"}"#]).await;
+    assert_eq!(code, 0, "{out}");
+    let task_id = out.trim().to_owned();
+    assert!(shoal_engine::TaskId::parse(&task_id).is_some(), "{out}");
+
+    let (code, _) = verb(&root, &["index", "find", "cli.nightly.latest"]).await;
+    assert_ne!(code, 0, "not indexed before it completes");
+    let _worker = shoal()
+        .args(["worker", "--queue", "cli/hooked", "--root-url", &root, "--isolation", "none", "--work-dir"])
+        .arg(dir.path().join("work"))
+        .spawn()
+        .unwrap();
+    // The hook's task is its own group (Taskcluster's default): wait for it.
+    let (code, out) = verb(&root, &["group", "wait", &task_id]).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = verb(&root, &["index", "find", "cli.nightly.latest"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["taskId"], task_id.as_str());
+}
