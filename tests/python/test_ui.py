@@ -680,3 +680,72 @@ def named(name):
 
 def slugid_nice():
     return taskcluster.slugid.nice()
+
+
+def test_the_index_hooks_and_secrets_pages(server, queue, make_task, task_queue_id, browser, shots):
+    credentials = {"clientId": "root", "accessToken": ROOT_TOKEN}
+    index = taskcluster.Index({"rootUrl": server, "credentials": credentials})
+    hooks = taskcluster.Hooks({"rootUrl": server, "credentials": credentials})
+    secrets = taskcluster.Secrets({"rootUrl": server, "credentials": credentials})
+    auth = taskcluster.Auth({"rootUrl": server, "credentials": credentials})
+    expires = taskcluster.stringDate(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    ns = "ui" + slugid_nice()[:8].lower().replace("_", "x").replace("-", "x")
+
+    # The index browser: namespaces, then the entry with its latest run's artifacts.
+    task_id = slugid_nice()
+    queue.createTask(task_id, make_task(routes=[f"index.{ns}.app.latest"], metadata=named("indexed build")))
+    claim(queue, task_queue_id)
+    queue.createArtifact(task_id, 0, "public/app.tar.gz", {"storageType": "reference", "url": "https://example.com/app.tgz",
+                                                            "expires": expires, "contentType": "application/gzip"})
+    queue.reportCompleted(task_id, 0)
+    sign_out(browser, server)
+    open_page(browser, f"{server}/tasks/index/{ns}", "#namespaces tr[data-namespace]")
+    browser.find_element(By.CSS_SELECTOR, f'#namespaces tr[data-namespace="{ns}.app"] a').click()
+    open_page(browser, browser.current_url, f'#indexed-tasks tr[data-indexed="{ns}.app.latest"]')
+    browser.find_element(By.CSS_SELECTOR, f'#indexed-tasks tr[data-indexed="{ns}.app.latest"] a').click()
+    open_page(browser, browser.current_url, "#index-artifacts li a")
+    assert browser.title == f"Index {ns}.app.latest · Shoal", browser.title
+    assert task_id in text_of(browser, "#index-entry")
+    link = browser.find_element(By.CSS_SELECTOR, "#index-artifacts li a").get_attribute("href")
+    assert link.endswith(f"/api/index/v1/task/{ns}.app.latest/artifacts/public/app.tar.gz"), link
+    assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#index-crumbs a")] == ["Index", ns, "app", "latest"]
+    snap(browser, shots, "index")
+
+    # Hooks: listed by group; a hook's page triggers it with the signed-in client and lists its fires.
+    group, hook_id = ns, "nightly/decision"
+    auth.createRole(f"hook-id:{group}/{hook_id}", {"description": "d", "scopes": ["queue:create-task:*", "queue:scheduler-id:*"]})
+    hooks.createHook(group, hook_id, {
+        "metadata": {"name": "Nightly decision", "description": "d", "owner": "o@example.com"},
+        "schedule": ["0 0 3 * * *"],
+        "task": {"taskQueueId": task_queue_id, "payload": {"why": {"$eval": "payload.why"}},
+                 "metadata": {"name": "from the hook", "description": "d", "owner": "o@example.com", "source": "https://x"}},
+        "triggerSchema": {"type": "object", "properties": {"why": {"type": "string"}}, "required": ["why"]},
+    })
+    open_page(browser, f"{server}/hooks", ".error")
+    assert "hooks:list-hooks:" in text_of(browser, "#app"), "anonymous: the refusal names the scope"
+    sign_in(browser, server, "root", ROOT_TOKEN)
+    open_page(browser, f"{server}/hooks", f'tr[data-hook="{group}/{hook_id}"]')
+    browser.find_element(By.CSS_SELECTOR, f'tr[data-hook="{group}/{hook_id}"] a').click()
+    open_page(browser, browser.current_url, "#trigger")
+    assert "0 0 3 * * *" in text_of(browser, "#app") and "Never fired." in text_of(browser, "#last-fires")
+    payload = browser.find_element(By.ID, "trigger-payload")
+    payload.clear()
+    payload.send_keys('{"why": 1}')
+    browser.find_element(By.ID, "trigger").click()
+    wait(browser, lambda d: "InputError" in text_of(d, "#trigger-result"), "the payload refused")
+    payload.clear()
+    payload.send_keys('{"why": "from the page"}')
+    browser.find_element(By.ID, "trigger").click()
+    wait(browser, lambda d: text_of(d, "#trigger-result").startswith("created "), "the task created")
+    created = browser.find_element(By.CSS_SELECTOR, "#trigger-result a").text
+    assert queue.task(created)["payload"] == {"why": "from the page"}
+    open_page(browser, browser.current_url, f'#last-fires tr[data-fire="{created}"]')
+    assert "triggerHook" in text_of(browser, "#last-fires")
+    snap(browser, shots, "hook")
+
+    # Secrets: names for a client allowed to list them, never values.
+    secrets.set(f"{ns}/deploy", {"secret": {"password": "never-on-a-page"}, "expires": expires})
+    open_page(browser, f"{server}/secrets", f'li[data-secret="{ns}/deploy"]')
+    assert "never-on-a-page" not in browser.page_source
+    snap(browser, shots, "secrets")
+    sign_out(browser, server)

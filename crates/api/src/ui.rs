@@ -24,6 +24,9 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("js/pages/task.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/task.js")),
     ("js/pages/tasks.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/tasks.js")),
     ("js/pages/workers.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/workers.js")),
+    ("js/pages/index.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/index.js")),
+    ("js/pages/hooks.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/hooks.js")),
+    ("js/pages/secrets.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/secrets.js")),
     ("favicon.svg", "image/svg+xml", include_bytes!("../ui/favicon.svg")),
 ];
 
@@ -50,6 +53,11 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         "/provisioners/{*rest}",
         "/workers",
         "/workers/{*rest}",
+        "/tasks/index",
+        "/tasks/index/{namespace}",
+        "/hooks",
+        "/hooks/{*rest}",
+        "/secrets",
         // Taskcluster's log URL, as people paste it.
         "/tasks/{task_id}/runs/{run_id}/logs/{*name}",
     ] {

@@ -6,6 +6,9 @@ import { groupList, overview } from './pages/overview.js';
 import { createPage } from './pages/create.js';
 import { groupPage } from './pages/group.js';
 import { graphPage } from './pages/graph.js';
+import { hookPage, hooksPage } from './pages/hooks.js';
+import { indexPage } from './pages/index.js';
+import { secretsPage } from './pages/secrets.js';
 import { taskPage } from './pages/task.js';
 import { taskList } from './pages/tasks.js';
 import { fleetPage, queuePage, queuesPage, workerPage } from './pages/workers.js';
@@ -16,6 +19,7 @@ const ROUTES = [
   [/^\/tasks\/?$/, () => taskList, () => 'Tasks'],
   [/^\/tasks\/groups\/?$/, () => groupList, () => 'Task groups'],
   [/^\/tasks\/create\/?$/, () => createPage, () => 'Create a task'],
+  [/^\/tasks\/index(?:\/([^/]+))?\/?$/, (m) => (main) => indexPage(main, m[1] || ''), (m) => (m[1] ? `Index ${m[1]}` : 'Index')],
   [/^\/tasks\/groups\/([^/]+)\/?$/, (m) => (main) => groupPage(main, m[1]), (m) => `Group ${m[1]}`],
   [/^\/tasks\/([^/]+)(?:\/runs\/(\d+))?\/?$/, (m) => (main) => taskPage(main, m[1], m[2]), (m) => `Task ${m[1]}`],
   // Taskcluster's log URL: the task's page at that run (its log shown there).
@@ -28,6 +32,10 @@ const ROUTES = [
     (m) => (main) => workerPage(main, `${m[1]}/${m[2]}`, decodeURIComponent(m[3]), decodeURIComponent(m[4])),
     (m) => `Worker ${decodeURIComponent(m[4])}`],
   [/^\/workers\/?$/, () => fleetPage, () => 'Workers'],
+  [/^\/hooks\/?$/, () => hooksPage, () => 'Hooks'],
+  [/^\/hooks\/([^/]+)\/(.+?)\/?$/, (m) => (main) => hookPage(main, decodeURIComponent(m[1]), decodeURIComponent(m[2])),
+    (m) => `Hook ${decodeURIComponent(m[1])}/${decodeURIComponent(m[2])}`],
+  [/^\/secrets\/?$/, () => secretsPage, () => 'Secrets'],
 ];
 
 /** Draws the header's sign-in: a form when anonymous, the client and a sign-out otherwise. */
