@@ -20,6 +20,7 @@ mod fleet;
 mod graph;
 mod hostile;
 mod http1;
+mod index;
 mod live;
 mod longpoll;
 mod scale;
@@ -82,6 +83,9 @@ pub(crate) const ROOT_TOKEN: &str = "shoal-bench-root-access-token";
 /// the deadline).
 static EXPIRES_AFTER: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
+/// Whether throughput's tasks carry `index.` routes (`--index-routes`).
+static INDEX_ROUTES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Whether the benchmark signs its requests (`--unsigned` turns it off).
 static SIGNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
@@ -98,6 +102,16 @@ pub(crate) fn root_credentials() -> Option<shoal_client::Credentials> {
 enum Command {
     /// Every benchmark, with the default sizes.
     All,
+    /// findTask's latency with the Index holding `entries` entries.
+    Index {
+        #[arg(long, default_value_t = 100_000)]
+        entries: usize,
+        #[arg(long, default_value_t = 20_000)]
+        lookups: usize,
+        /// Run the server on this PostgreSQL database instead of embedded SQLite.
+        #[arg(long)]
+        database: Option<String>,
+    },
     /// Tasks/s through create -> claim -> complete.
     Throughput {
         #[arg(long, default_value_t = 50_000)]
@@ -125,6 +139,10 @@ enum Command {
         /// so the expiry sweep runs beside the load [default: a year after the deadline].
         #[arg(long)]
         expires_after: Option<i64>,
+        /// Give every task two `index.` routes (each creator its own namespaces, as each
+        /// kind of a project indexes under its own), so each completion is indexed twice.
+        #[arg(long)]
+        index_routes: bool,
     },
     /// Outbox -> RabbitMQ messages/s with confirms, and the throughput benchmark with and
     /// without a broker (starts a private RabbitMQ; needs rabbitmq-server installed).
@@ -318,8 +336,10 @@ fn main() -> anyhow::Result<()> {
                 servers,
                 group_size,
                 expires_after,
+                index_routes,
             } => {
                 EXPIRES_AFTER.store(expires_after.unwrap_or(0), Ordering::Relaxed);
+                INDEX_ROUTES.store(index_routes, Ordering::Relaxed);
                 anyhow::ensure!(servers == 1 || database.is_some(), "servers: more than one needs --database");
                 let mut args = Vec::new();
                 if let Some(url) = &amqp_url {
@@ -329,6 +349,9 @@ fn main() -> anyhow::Result<()> {
                     args.extend(["--database", url.as_str()]);
                 }
                 throughput_with(tasks, creators, workers, batch, &args, servers, group_size).await?;
+            }
+            Command::Index { entries, lookups, database } => {
+                index::index(entries, lookups, database.as_deref()).await?
             }
             Command::Events { tasks, drain_only } => events::events(tasks, drain_only).await?,
             Command::Wake { samples, database, servers } => {
@@ -415,7 +438,14 @@ fn spawn_creators(
         let (created, body, timings) = (Arc::clone(&created), body.clone(), Arc::clone(timings));
         creators.spawn(async move {
             let mut conn = http1::Conn::open(&base).await?;
-            let template = body;
+            let template = if INDEX_ROUTES.load(Ordering::Relaxed) {
+                let mut definition: Value = serde_json::from_slice(&body)?;
+                definition["routes"] =
+                    json!([format!("index.bench.v2.c{n}.latest"), format!("index.bench.v2.c{n}.build.latest")]);
+                bytes_of(&definition)?
+            } else {
+                body
+            };
             let mut body = hyper::body::Bytes::from(template.clone());
             let mut left_in_group = 0;
             let expires_after = EXPIRES_AFTER.load(Ordering::Relaxed);

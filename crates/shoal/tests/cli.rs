@@ -358,7 +358,9 @@ async fn services_verbs_set_secrets_trigger_hooks_and_find_indexed_tasks() {
     let http = reqwest::Client::new();
     let role = format!("{root}/api/auth/v1/roles/hook-id:cli%2Fnightly");
     let scopes = serde_json::json!({"description": "d", "scopes": ["queue:create-task:*", "queue:scheduler-id:*", "queue:route:index.cli.*"]});
-    assert!(support::signed(&http, reqwest::Method::PUT, &role, Some(&scopes)).send().await.unwrap().status().is_success());
+    assert!(
+        support::signed(&http, reqwest::Method::PUT, &role, Some(&scopes)).send().await.unwrap().status().is_success()
+    );
     let hook = serde_json::json!({
         "metadata": {"name": "n", "description": "d", "owner": "o@example.com"},
         "task": {"taskQueueId": "cli/hooked", "routes": ["index.cli.nightly.latest"], "payload": {"command": ["true"], "maxRunTime": 30},
@@ -366,7 +368,9 @@ async fn services_verbs_set_secrets_trigger_hooks_and_find_indexed_tasks() {
         "triggerSchema": {"type": "object", "properties": {"why": {"type": "string"}}},
     });
     let url = format!("{root}/api/hooks/v1/hooks/cli/nightly");
-    assert!(support::signed(&http, reqwest::Method::PUT, &url, Some(&hook)).send().await.unwrap().status().is_success());
+    assert!(
+        support::signed(&http, reqwest::Method::PUT, &url, Some(&hook)).send().await.unwrap().status().is_success()
+    );
     let (code, out) = verb(&root, &["hooks", "trigger", "cli/nightly", r#"{"why": 3}"#]).await;
     assert_ne!(code, 0, "a payload the trigger schema refuses: {out}");
     let (code, out) = verb(&root, &["hooks", "trigger", "cli/nightly", r#"{"why": "nightly"}"#]).await;
