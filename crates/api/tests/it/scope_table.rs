@@ -2,7 +2,10 @@
 //! with: every call that needs scopes is in it, and each row names the scopes its calls need.
 
 use shoal_api::auth::Scopes;
-use shoal_api::endpoints::{AUTH_ENDPOINTS, BLOB_ENDPOINTS, ENDPOINTS, Endpoint, LOG_ENDPOINTS, SCHEDULER_ENDPOINTS};
+use shoal_api::endpoints::{
+    AUTH_ENDPOINTS, BLOB_ENDPOINTS, ENDPOINTS, Endpoint, HOOKS_ENDPOINTS, INDEX_ENDPOINTS, LOG_ENDPOINTS,
+    SCHEDULER_ENDPOINTS, SECRETS_ENDPOINTS,
+};
 
 /// The rows of the scope table: the call names in the first column, the second column's text.
 fn rows() -> Vec<(Vec<String>, String)> {
@@ -54,7 +57,16 @@ fn names(text: &str, literal: &str) -> bool {
 fn the_scope_table_in_the_docs_is_the_endpoint_tables() {
     let rows = rows();
     assert!(rows.len() >= 10, "{rows:?}");
-    let tables: [&[Endpoint]; 5] = [ENDPOINTS, SCHEDULER_ENDPOINTS, AUTH_ENDPOINTS, BLOB_ENDPOINTS, LOG_ENDPOINTS];
+    let tables: [&[Endpoint]; 8] = [
+        ENDPOINTS,
+        SCHEDULER_ENDPOINTS,
+        AUTH_ENDPOINTS,
+        BLOB_ENDPOINTS,
+        LOG_ENDPOINTS,
+        INDEX_ENDPOINTS,
+        SECRETS_ENDPOINTS,
+        HOOKS_ENDPOINTS,
+    ];
     let mut missing = Vec::new();
     for endpoint in tables.iter().flat_map(|table| table.iter()) {
         if matches!(endpoint.scopes, Scopes::Public) {
