@@ -6,7 +6,6 @@
 use shoal_engine::definition::TaskDefinition;
 use shoal_engine::hook::{Fire, FiredBy, Hook, HookKey};
 use shoal_engine::rejection::{Conflict, Missing};
-use shoal_engine::status::TaskStatus;
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::documents::{DocKind, Document};
@@ -125,7 +124,7 @@ pub struct FireRequest {
 #[derive(Debug, Clone)]
 pub enum FireOutcome {
     /// The task was created.
-    Created(TaskStatus),
+    Created(TaskId),
     /// The fire failed and is recorded with this error.
     Failed(String),
     /// A scheduled fire already made (or moved) elsewhere, or one whose template declined:
@@ -155,7 +154,7 @@ pub async fn fire(tx: &mut impl WriteTx, request: &FireRequest, now: Timestamp) 
     let Some(task) = &request.task else { return Ok(FireOutcome::Skipped) };
     let (outcome, record) = match task {
         Ok(definition) => match crate::tasks::create_task(tx, definition, request.task_id, now).await {
-            Ok(status) => (FireOutcome::Created(status), Fire::success(request.task_id, request.fired_by, now)),
+            Ok(_) => (FireOutcome::Created(request.task_id), Fire::success(request.task_id, request.fired_by, now)),
             Err(StoreError::Rejected(rejection)) => {
                 let error = format!("createTask: {rejection}");
                 (FireOutcome::Failed(error.clone()), Fire::error(request.task_id, request.fired_by, now, &error))

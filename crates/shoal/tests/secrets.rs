@@ -63,5 +63,8 @@ async fn a_secret_is_in_no_log_metric_event_or_main_database() {
     }
     let kept = std::fs::read(data.join("secrets.db")).unwrap_or_default();
     let wal = std::fs::read(data.join("secrets.db-wal")).unwrap_or_default();
-    assert!([kept, wal].iter().any(|bytes| bytes.windows(VALUE.len()).any(|w| w == VALUE.as_bytes())), "kept in secrets.db");
+    assert!(
+        [kept, wal].iter().any(|bytes| bytes.windows(VALUE.len()).any(|w| w == VALUE.as_bytes())),
+        "kept in secrets.db"
+    );
 }

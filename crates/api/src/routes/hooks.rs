@@ -30,8 +30,11 @@ fn key(params: &Params) -> Result<HookKey, ApiError> {
     Ok(HookKey::parse(group, id)?)
 }
 
-fn vars(key: &HookKey) -> Vars {
-    Vars::new().one("hookGroupId", &key.group).one("hookId", &key.id)
+/// The route's hook, once the caller holds the endpoint's scopes for it.
+fn authorized(params: &Params, caller: &Caller) -> Result<HookKey, ApiError> {
+    let key = key(params)?;
+    caller.authorize(&Vars::new().one("hookGroupId", &key.group).one("hookId", &key.id))?;
+    Ok(key)
 }
 
 fn no_hook(key: &HookKey) -> ApiError {
@@ -75,8 +78,7 @@ pub(crate) async fn hook(
     caller: Caller,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
-    let key = key(&params)?;
-    caller.authorize(&vars(&key))?;
+    let key = authorized(&params, &caller)?;
     Ok(Json(json!(stored(&state, &key).await?.hook)))
 }
 
@@ -85,8 +87,7 @@ pub(crate) async fn status(
     caller: Caller,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
-    let key = key(&params)?;
-    caller.authorize(&vars(&key))?;
+    let key = authorized(&params, &caller)?;
     let hook = stored(&state, &key).await?;
     let lookup = key.clone();
     let fires = state.queue.store().read(move |reads| reads.hook_fires(&lookup, None, 1)).await?;
@@ -113,8 +114,7 @@ async fn put(
     body: &[u8],
     write: HookWrite,
 ) -> Result<Json<Value>, ApiError> {
-    let key = key(params)?;
-    caller.authorize(&vars(&key))?;
+    let key = authorized(params, caller)?;
     let hook = Hook::parse(&key, body)?;
     let stored = state.queue.run(PutHook { hook, write, token: new_token() }).await?;
     Ok(Json(json!(stored.hook)))
@@ -143,8 +143,7 @@ pub(crate) async fn remove_hook(
     caller: Caller,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
-    let key = key(&params)?;
-    caller.authorize(&vars(&key))?;
+    let key = authorized(&params, &caller)?;
     state.queue.run(RemoveHook { key }).await?;
     Ok(Json(json!({})))
 }
@@ -154,8 +153,7 @@ pub(crate) async fn get_trigger_token(
     caller: Caller,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
-    let key = key(&params)?;
-    caller.authorize(&vars(&key))?;
+    let key = authorized(&params, &caller)?;
     let lookup = key.clone();
     let token = state.queue.store().read(move |reads| reads.hook_token(&lookup)).await?;
     Ok(Json(json!({ "token": token.ok_or_else(|| no_hook(&key))? })))
@@ -166,8 +164,7 @@ pub(crate) async fn reset_trigger_token(
     caller: Caller,
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
-    let key = key(&params)?;
-    caller.authorize(&vars(&key))?;
+    let key = authorized(&params, &caller)?;
     let token = new_token();
     state.queue.run(ResetTriggerToken { key, token: token.clone() }).await?;
     Ok(Json(json!({ "token": token })))
@@ -179,8 +176,7 @@ pub(crate) async fn trigger_hook(
     params: Params,
     Body(payload): Body<Map<String, Value>>,
 ) -> Result<Json<Value>, ApiError> {
-    let key = key(&params)?;
-    caller.authorize(&vars(&key))?;
+    let key = authorized(&params, &caller)?;
     let hook = stored(&state, &key).await?;
     let trigger = Trigger { fired_by: FiredBy::TriggerHook, payload, client_id: caller.client_id.clone() };
     triggered(&state, &hook, trigger).await
@@ -210,8 +206,7 @@ pub(crate) async fn list_last_fires(
     params: Params,
     paging: Paging,
 ) -> Result<Json<Value>, ApiError> {
-    let key = key(&params)?;
-    caller.authorize(&vars(&key))?;
+    let key = authorized(&params, &caller)?;
     let (lookup, limit, first) = (key.clone(), paging.limit, paging.continuation.is_none());
     let (page, states) = state
         .queue
@@ -281,9 +276,7 @@ async fn triggered(state: &AppState, hook: &StoredHook, trigger: Trigger) -> Res
     let request =
         FireRequest { key: hook.key(), task_id, fired_by: trigger.fired_by, task: Some(task), scheduled: None };
     match state.queue.run(FireHook { request }).await? {
-        FireOutcome::Created(status) => {
-            Ok(Json(json!({ "taskId": status.task_id, "status": { "taskId": status.task_id } })))
-        }
+        FireOutcome::Created(task_id) => Ok(Json(json!({ "taskId": task_id, "status": { "taskId": task_id } }))),
         FireOutcome::Failed(error) if scopes_missing => Err(ApiError::forbidden(error)),
         FireOutcome::Failed(error) => Err(Rejection::Input(format!("while firing the hook: {error}")).into()),
         FireOutcome::Skipped => Ok(Json(json!({}))),

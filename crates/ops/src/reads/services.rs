@@ -89,7 +89,8 @@ const SCAN: usize = 1000;
 
 impl<D: ReadDb> ReadsOver<D> {
     /// Documents of `kind` under `prefix`, from the one after `after`: at most `limit` live
-    /// ones, and the token to go on from (the last key read, when there may be more).
+    /// ones, and the token to go on from (the last key read, when there may be more; expired
+    /// ones read count, so a page may hold fewer).
     fn listed(
         &self,
         kind: DocKind,
@@ -97,7 +98,7 @@ impl<D: ReadDb> ReadsOver<D> {
         after: Option<&str>,
         limit: usize,
         now: Timestamp,
-    ) -> Result<(Vec<(String, Document)>, Option<String>), StoreError> {
+    ) -> Result<Page<(String, Document)>, StoreError> {
         let start = after.filter(|after| *after > prefix).unwrap_or(prefix);
         let found = self.0.documents(kind, start, &prefix_end(prefix), limit + 1)?;
         let more = found.len() > limit;
@@ -105,7 +106,7 @@ impl<D: ReadDb> ReadsOver<D> {
         found.truncate(limit);
         let token = more.then(|| found.last().map(|(key, _)| key.clone())).flatten();
         found.retain(|(_, document)| !document.expired(now));
-        Ok((found, token))
+        Ok(Page { items: found, continuation: token })
     }
 
     /// Every document of `kind` under `prefix`.
@@ -147,7 +148,7 @@ impl<D: ReadDb> ServiceReads for ReadsOver<D> {
         now: Timestamp,
     ) -> Result<Page<(String, Entry)>, StoreError> {
         let prefix = format!("{}/", namespace.as_str());
-        let (found, continuation) = self.listed(DocKind::IndexEntry, &prefix, after, limit, now)?;
+        let Page { items: found, continuation } = self.listed(DocKind::IndexEntry, &prefix, after, limit, now)?;
         let items = found
             .iter()
             .map(|(key, document)| Ok((namespace_of_key(key), decode_entry(document)?)))
@@ -163,7 +164,7 @@ impl<D: ReadDb> ServiceReads for ReadsOver<D> {
         now: Timestamp,
     ) -> Result<Page<(String, Timestamp)>, StoreError> {
         let prefix = format!("{}/", namespace.as_str());
-        let (found, continuation) = self.listed(DocKind::IndexNamespace, &prefix, after, limit, now)?;
+        let Page { items: found, continuation } = self.listed(DocKind::IndexNamespace, &prefix, after, limit, now)?;
         let items = found
             .into_iter()
             .map(|(key, document)| (namespace_of_key(&key), document.expires.unwrap_or(Timestamp(i64::MAX))))
@@ -178,7 +179,7 @@ impl<D: ReadDb> ServiceReads for ReadsOver<D> {
     }
 
     fn secret_names(&self, after: Option<&str>, limit: usize, now: Timestamp) -> Result<Page<String>, StoreError> {
-        let (found, continuation) = self.listed(DocKind::Secret, "", after, limit, now)?;
+        let Page { items: found, continuation } = self.listed(DocKind::Secret, "", after, limit, now)?;
         Ok(Page { items: found.into_iter().map(|(key, _)| key).collect(), continuation })
     }
 
@@ -208,7 +209,8 @@ impl<D: ReadDb> ServiceReads for ReadsOver<D> {
 
     fn hook_fires(&self, key: &HookKey, after: Option<&str>, limit: usize) -> Result<Page<Fire>, StoreError> {
         let now = Timestamp(i64::MIN);
-        let (found, continuation) = self.listed(DocKind::HookFire, &fires_prefix(key), after, limit, now)?;
+        let Page { items: found, continuation } =
+            self.listed(DocKind::HookFire, &fires_prefix(key), after, limit, now)?;
         let items = found
             .iter()
             .map(|(_, document)| serde_json::from_str(&document.body).map_err(|err| corrupt(format!("fire: {err}"))))

@@ -18,7 +18,7 @@ fn ns(text: &str) -> Namespace {
 async fn finish(store: &Store, task_id: TaskId, resolution: Resolution, secs: i64) {
     assert_eq!(claim_ids(store, worker(1), at(secs)).await, vec![task_id]);
     let command = TaskCommand::Resolve { run_id: 0, resolution, stats: None };
-    store.run(Apply { task_id, command }, at(secs + 1)).await.unwrap().value;
+    store.run(Apply { task_id, command }, at(secs + 1)).await.map(|done| done.value).unwrap();
 }
 
 pub(crate) async fn a_completed_task_is_indexed_under_its_routes_by_rank(name: &str, backend: Backend) {
@@ -71,7 +71,7 @@ pub(crate) async fn a_completed_task_is_indexed_under_its_routes_by_rank(name: &
     let later = at(86_400 * 2);
     assert!(reopened.read(move |reads| reads.indexed(&ns("proj.v1.build.latest"), later)).await.unwrap().is_none());
 
-    reopened.run(UnindexTask { namespace: ns("top") }, at(14)).await.unwrap().value;
+    reopened.run(UnindexTask { namespace: ns("top") }, at(14)).await.map(|done| done.value).unwrap();
     assert!(reopened.read(|reads| reads.indexed(&ns("top"), at(15))).await.unwrap().is_none(), "{name}");
     let again = reopened.run(UnindexTask { namespace: ns("top") }, at(16)).await.map(|done| done.value);
     assert!(again.is_ok(), "{name}: deleting what is not there is no error, as Taskcluster's: {again:?}");
@@ -84,7 +84,11 @@ pub(crate) async fn secrets_are_set_listed_removed_and_expire(name: &str, backen
         expires: at(expires),
     };
     for (n, value) in [("project/a/deploy", "hunter2"), ("project/b", "other"), ("z", "last")] {
-        store.run(SetSecret { name: n.into(), secret: secret(value, 100) }, at(1)).await.unwrap().value;
+        store
+            .run(SetSecret { name: n.into(), secret: secret(value, 100) }, at(1))
+            .await
+            .map(|done| done.value)
+            .unwrap();
     }
     let got = store.read(|reads| reads.secret("project/a/deploy", at(2))).await.unwrap().expect("set");
     assert_eq!(got.secret["token"], json!("hunter2"), "{name}");
@@ -95,12 +99,16 @@ pub(crate) async fn secrets_are_set_listed_removed_and_expire(name: &str, backen
     let rest = store.read(move |reads| reads.secret_names(Some(&token), 2, at(2))).await.unwrap();
     assert_eq!(rest.items, ["z"], "{name}");
 
-    store.run(SetSecret { name: "project/b".into(), secret: secret("new", 200) }, at(3)).await.unwrap().value;
+    store
+        .run(SetSecret { name: "project/b".into(), secret: secret("new", 200) }, at(3))
+        .await
+        .map(|done| done.value)
+        .unwrap();
     let got = store.read(|reads| reads.secret("project/b", at(150))).await.unwrap();
     assert_eq!(got.map(|s| s.secret["token"].clone()), Some(json!("new")), "{name}: replaced");
     assert!(store.read(|reads| reads.secret("z", at(150))).await.unwrap().is_none(), "{name}: expired is gone");
-    store.run(RemoveSecret { name: "project/a/deploy".into() }, at(4)).await.unwrap().value;
-    store.run(RemoveSecret { name: "project/a/deploy".into() }, at(5)).await.unwrap().value;
+    store.run(RemoveSecret { name: "project/a/deploy".into() }, at(4)).await.map(|done| done.value).unwrap();
+    store.run(RemoveSecret { name: "project/a/deploy".into() }, at(5)).await.map(|done| done.value).unwrap();
     assert!(store.read(|reads| reads.secret("project/a/deploy", at(6))).await.unwrap().is_none(), "{name}");
     let past = store.run(SetSecret { name: "p".into(), secret: secret("x", 1) }, at(7)).await.map(|d| d.value);
     assert!(matches!(past, Err(StoreError::Rejected(Rejection::Invalid { .. }))), "{name}: {past:?}");
@@ -111,7 +119,7 @@ pub(crate) async fn secrets_are_set_listed_removed_and_expire(name: &str, backen
             assert!(!bytes.windows(4).any(|w| w == b"new\""), "{name}: a secret in {file}");
         }
     }
-    store.run(ForgetTasks { task_ids: vec![], limit: 100 }, at(300)).await.unwrap().value;
+    store.run(ForgetTasks { task_ids: vec![], limit: 100 }, at(300)).await.map(|done| done.value).unwrap();
     assert!(store.read(|reads| reads.secret_names(None, 10, at(0))).await.unwrap().items.is_empty(), "{name}");
 }
 
@@ -158,7 +166,8 @@ pub(crate) async fn a_hook_fires_once_per_due_time_and_keeps_its_fires(name: &st
         },
     };
     let made = store.run(fire(1, Some(at(60)), Some(Ok(definition(id(1), json!({}))))), at(61)).await.unwrap().value;
-    assert!(matches!(made, FireOutcome::Created(ref status) if status.task_id == id(1)), "{name}: {made:?}");
+    assert!(matches!(made, FireOutcome::Created(task_id) if task_id == id(1)), "{name}: {made:?}");
+    assert_eq!(state_of(store, id(1)).await, TaskState::Pending, "{name}: created in the fire's transaction");
     // A second server that read the same due time fires nothing.
     let twice = store.run(fire(2, Some(at(60)), Some(Ok(definition(id(2), json!({}))))), at(61)).await.unwrap().value;
     assert!(matches!(twice, FireOutcome::Skipped), "{name}: {twice:?}");
@@ -180,7 +189,7 @@ pub(crate) async fn a_hook_fires_once_per_due_time_and_keeps_its_fires(name: &st
     let rest = store.read(move |reads| reads.hook_fires(&key(), Some(&token), 2)).await.unwrap();
     assert_eq!(rest.items.len(), 1, "{name}");
 
-    store.run(ResetTriggerToken { key: key(), token: "t9".into() }, at(72)).await.unwrap().value;
+    store.run(ResetTriggerToken { key: key(), token: "t9".into() }, at(72)).await.map(|done| done.value).unwrap();
     assert_eq!(store.read(|reads| reads.hook_token(&key())).await.unwrap().as_deref(), Some("t9"), "{name}");
     let updated = store
         .run(PutHook { hook: hook(json!([])), write: HookWrite::Update, token: String::new() }, at(73))
@@ -190,7 +199,7 @@ pub(crate) async fn a_hook_fires_once_per_due_time_and_keeps_its_fires(name: &st
     assert_eq!(updated.next_fire, None, "{name}: no schedule, no fire");
     assert_eq!(store.read(|reads| reads.hook_groups()).await.unwrap(), ["project-x"], "{name}");
     assert_eq!(store.read(|reads| reads.hooks("project-x")).await.unwrap().len(), 1, "{name}");
-    store.run(RemoveHook { key: key() }, at(74)).await.unwrap().value;
+    store.run(RemoveHook { key: key() }, at(74)).await.map(|done| done.value).unwrap();
     assert!(store.read(|reads| reads.hook(&key())).await.unwrap().is_none(), "{name}");
     assert!(store.read(|reads| reads.hook_fires(&key(), None, 10)).await.unwrap().items.is_empty(), "{name}");
     let missing =
