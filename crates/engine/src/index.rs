@@ -100,12 +100,11 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The entry a completed task makes, from its `extra.index` (`None` when it asks for a
-    /// rank that is not an integer, data that is not an object or an unreadable expiry:
-    /// such a task is not indexed, as with Taskcluster).
+    /// The entry a completed task makes, from its `extra.index` (`options`; `None` when it
+    /// asks for a rank that is not an integer, data that is not an object or an unreadable
+    /// expiry: such a task is not indexed, as with Taskcluster).
     #[must_use]
-    pub fn of_task(task_id: TaskId, extra: &Value, task_expires: Timestamp) -> Option<Entry> {
-        let options = extra.get("index");
+    pub fn of_task(task_id: TaskId, options: Option<&Value>, task_expires: Timestamp) -> Option<Entry> {
         let field = |name: &str| options.and_then(|options| options.get(name));
         let rank = match field("rank") {
             None => 0,
@@ -179,17 +178,17 @@ mod tests {
     #[test]
     fn an_entry_takes_extra_index_or_the_defaults() {
         let expires = Timestamp(1_000);
-        let plain = Entry::of_task(id(), &json!({}), expires).unwrap();
+        let plain = Entry::of_task(id(), None, expires).unwrap();
         assert_eq!((plain.rank, plain.data.len(), plain.expires), (0, 0, expires));
         let extra = json!({"index": {"rank": 7, "data": {"k": "v"}, "expires": "2027-01-01T00:00:00.000Z"}});
-        let asked = Entry::of_task(id(), &extra, expires).unwrap();
+        let asked = Entry::of_task(id(), extra.get("index"), expires).unwrap();
         assert_eq!(asked.rank, 7);
         assert_eq!(asked.data.get("k"), Some(&json!("v")));
         assert_eq!(asked.expires, Timestamp::parse("2027-01-01T00:00:00.000Z").unwrap());
         for refused in
             [json!({"index": {"rank": "1"}}), json!({"index": {"rank": 1.5}}), json!({"index": {"data": [1]}})]
         {
-            assert!(Entry::of_task(id(), &refused, expires).is_none(), "{refused}");
+            assert!(Entry::of_task(id(), refused.get("index"), expires).is_none(), "{refused}");
         }
     }
 

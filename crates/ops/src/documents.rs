@@ -7,7 +7,7 @@
 //! namespace is `<parent>/<name>` (a namespace holds no `/`), a hook `<group>/<id>`, a fire
 //! `<group>/<id> <newest-first time> <taskId>`.
 
-use shoal_engine::Timestamp;
+use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
 
@@ -105,6 +105,10 @@ pub trait DocumentTx {
     /// Stores `{}` under a key that has no document, or moves an existing one's expiry on to
     /// `expires` if that is later (never earlier).
     async fn keep_document_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError>;
+
+    /// A task's `extra.index` as JSON text (`None` when it has none), for indexing it: read
+    /// from its stored definition by the database, so the definition is not parsed here.
+    async fn index_options(&mut self, task_id: TaskId) -> Result<Option<String>, StoreError>;
 
     /// Deletes up to `limit` documents expired at `now`; says how many went.
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError>;

@@ -40,13 +40,14 @@ pub async fn index_completed(tx: &mut impl WriteTx, task: &Task, now: Timestamp)
     if namespaces.is_empty() {
         return Ok(());
     }
-    let Some((_, definition)) = tx.load_with_definition(task.task_id).await? else { return Ok(()) };
-    let extra: Value = serde_json::from_str::<Value>(definition.get())
-        .map_err(|err| corrupt(format!("definition of {}: {err}", task.task_id)))?
-        .get("extra")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let Some(entry) = Entry::of_task(task.task_id, &extra, task.meta.expires) else { return Ok(()) };
+    let options = match tx.index_options(task.task_id).await? {
+        Some(text) => Some(
+            serde_json::from_str::<Value>(&text)
+                .map_err(|err| corrupt(format!("extra.index of {}: {err}", task.task_id)))?,
+        ),
+        None => None,
+    };
+    let Some(entry) = Entry::of_task(task.task_id, options.as_ref(), task.meta.expires) else { return Ok(()) };
     for namespace in &namespaces {
         insert(tx, namespace, entry.clone(), now).await?;
     }
@@ -65,6 +66,10 @@ pub async fn insert(
         return Err(Rejection::invalid("expires", "must be in the future").into());
     }
     let key = entry_key(namespace);
+    let keep = namespace_expiry(entry.expires);
+    // The namespaces above a live entry are kept at least until its expiry's midnight (they
+    // only move later): when that covers the new one's, they need no write.
+    let mut kept_until = None;
     if let Some(stored) = tx.load_document(DocKind::IndexEntry, &key).await?
         && !stored.expired(now)
     {
@@ -72,13 +77,15 @@ pub async fn insert(
         if !entry.replaces(&stored_entry) {
             return Ok(stored_entry);
         }
+        kept_until = Some(namespace_expiry(stored_entry.expires));
     }
     let document = Document { body: json(&entry)?, expires: Some(entry.expires), due: None };
     tx.put_document(DocKind::IndexEntry, &key, &document).await?;
-    let keep = namespace_expiry(entry.expires);
-    for ancestor in namespace.ancestors() {
-        let ancestor = Namespace::parse("namespace", ancestor)?;
-        tx.keep_document_until(DocKind::IndexNamespace, &entry_key(&ancestor), keep).await?;
+    if kept_until.is_none_or(|until| until < keep) {
+        for ancestor in namespace.ancestors() {
+            let ancestor = Namespace::parse("namespace", ancestor)?;
+            tx.keep_document_until(DocKind::IndexNamespace, &entry_key(&ancestor), keep).await?;
+        }
     }
     Ok(entry)
 }

@@ -2,7 +2,7 @@
 //! `secret_documents`, kept apart as the tasks' secrets are. Keys sort bytewise (`COLLATE "C"`),
 //! as the key ranges of listings need.
 
-use shoal_engine::Timestamp;
+use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::Row;
 
 use crate::StoreError;
@@ -67,6 +67,12 @@ impl DocumentTx for PgTx {
              ON CONFLICT (kind, key) DO UPDATE SET expires = excluded.expires WHERE {table}.expires < excluded.expires"
         );
         self.defer(&sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned()), Box::new(expires.millis())]).await
+    }
+
+    async fn index_options(&mut self, task_id: TaskId) -> Result<Option<String>, StoreError> {
+        let sql = "SELECT (definition::json #> '{extra,index}')::text FROM tasks WHERE task_id = $1";
+        let row = self.query_opt(sql, &[&task_id.as_str()]).await?;
+        Ok(row.map(|row| row.try_get::<_, Option<String>>(0)).transpose()?.flatten())
     }
 
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {

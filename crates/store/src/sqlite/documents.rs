@@ -2,7 +2,7 @@
 //! the secret kinds in `secrets.documents`, beside the tasks' secrets.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use shoal_engine::Timestamp;
+use shoal_engine::{TaskId, Timestamp};
 
 use crate::StoreError;
 use crate::ops::DocumentTx;
@@ -105,6 +105,15 @@ impl DocumentTx for Tx<'_> {
         );
         self.conn.prepare_cached(&sql)?.execute(params![kind.as_str(), key, expires.millis()])?;
         Ok(())
+    }
+
+    async fn index_options(&mut self, task_id: TaskId) -> Result<Option<String>, StoreError> {
+        let found: Option<Option<String>> = self
+            .conn
+            .prepare_cached("SELECT definition -> '$.extra.index' FROM tasks WHERE task_id = ?1")?
+            .query_row([task_id.as_str()], |row| row.get(0))
+            .optional()?;
+        Ok(found.flatten())
     }
 
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {

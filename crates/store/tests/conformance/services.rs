@@ -62,6 +62,15 @@ pub(crate) async fn a_completed_task_is_indexed_under_its_routes_by_rank(name: &
     };
     assert_eq!(store.run(insert(3, 4), at(11)).await.unwrap().value.task_id, id(1), "{name}");
     assert_eq!(store.run(insert(3, 5), at(12)).await.unwrap().value.task_id, id(3), "{name}");
+    // The namespaces above are kept until the latest of their entries' expiries' midnights.
+    let later = Timestamp::parse("2026-09-01T12:00:00.000Z").unwrap();
+    let longer = IndexTask {
+        namespace: ns("proj.v1.build.other"),
+        entry: Entry { task_id: id(4), rank: 0, data: Map::new(), expires: later },
+    };
+    store.run(longer, at(12)).await.unwrap();
+    let kept = under("proj.v1").await.unwrap().items;
+    assert_eq!(kept, [("proj.v1.build".to_owned(), Timestamp::parse("2026-09-02T00:00:00.000Z").unwrap())], "{name}");
 
     // It survives a restart, and expires.
     drop(backend.store.clone());
