@@ -68,7 +68,7 @@ pub(crate) async fn a_completed_task_is_indexed_under_its_routes_by_rank(name: &
         namespace: ns("proj.v1.build.other"),
         entry: Entry { task_id: id(4), rank: 0, data: Map::new(), expires: later },
     };
-    store.run(longer, at(12)).await.unwrap();
+    let _ = store.run(longer, at(12)).await.unwrap().value;
     let kept = under("proj.v1").await.unwrap().items;
     assert_eq!(kept, [("proj.v1.build".to_owned(), Timestamp::parse("2026-09-02T00:00:00.000Z").unwrap())], "{name}");
 
