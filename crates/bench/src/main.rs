@@ -83,8 +83,9 @@ pub(crate) const ROOT_TOKEN: &str = "shoal-bench-root-access-token";
 /// the deadline).
 static EXPIRES_AFTER: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
-/// Whether throughput's tasks carry `index.` routes (`--index-routes`).
-static INDEX_ROUTES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The first word of throughput's tasks' two routes (`index` for `--index-routes`, `plain`
+/// for `--plain-routes`), or none.
+static ROUTES: std::sync::OnceLock<&str> = std::sync::OnceLock::new();
 
 /// Whether the benchmark signs its requests (`--unsigned` turns it off).
 static SIGNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
@@ -143,6 +144,10 @@ enum Command {
         /// kind of a project indexes under its own), so each completion is indexed twice.
         #[arg(long)]
         index_routes: bool,
+        /// Give every task two routes that are not the Index's (what routes cost without
+        /// indexing, to tell the two apart).
+        #[arg(long, conflicts_with = "index_routes")]
+        plain_routes: bool,
     },
     /// Outbox -> RabbitMQ messages/s with confirms, and the throughput benchmark with and
     /// without a broker (starts a private RabbitMQ; needs rabbitmq-server installed).
@@ -337,9 +342,17 @@ fn main() -> anyhow::Result<()> {
                 group_size,
                 expires_after,
                 index_routes,
+                plain_routes,
             } => {
                 EXPIRES_AFTER.store(expires_after.unwrap_or(0), Ordering::Relaxed);
-                INDEX_ROUTES.store(index_routes, Ordering::Relaxed);
+                let routes = if index_routes {
+                    "index"
+                } else if plain_routes {
+                    "plain"
+                } else {
+                    ""
+                };
+                ROUTES.set(routes).ok();
                 anyhow::ensure!(servers == 1 || database.is_some(), "servers: more than one needs --database");
                 let mut args = Vec::new();
                 if let Some(url) = &amqp_url {
@@ -438,13 +451,14 @@ fn spawn_creators(
         let (created, body, timings) = (Arc::clone(&created), body.clone(), Arc::clone(timings));
         creators.spawn(async move {
             let mut conn = http1::Conn::open(&base).await?;
-            let template = if INDEX_ROUTES.load(Ordering::Relaxed) {
-                let mut definition: Value = serde_json::from_slice(&body)?;
-                definition["routes"] =
-                    json!([format!("index.bench.v2.c{n}.latest"), format!("index.bench.v2.c{n}.build.latest")]);
-                bytes_of(&definition)?
-            } else {
-                body
+            let template = match ROUTES.get().copied().unwrap_or_default() {
+                "" => body,
+                word => {
+                    let mut definition: Value = serde_json::from_slice(&body)?;
+                    definition["routes"] =
+                        json!([format!("{word}.bench.v2.c{n}.latest"), format!("{word}.bench.v2.c{n}.build.latest")]);
+                    bytes_of(&definition)?
+                }
             };
             let mut body = hyper::body::Bytes::from(template.clone());
             let mut left_in_group = 0;

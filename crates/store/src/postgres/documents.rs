@@ -11,9 +11,16 @@ use crate::ops::documents::{DocKind, Document, prefix_end};
 use crate::postgres::reads::PgReads;
 use crate::postgres::tx::PgTx;
 
-/// The table a kind is kept in.
-fn table(kind: DocKind) -> &'static str {
-    if kind.is_secret() { "secret_documents" } else { "documents" }
+/// A statement on the table `$kind` is kept in, which stands between its parts: made at
+/// compile time, so no statement is formatted per call.
+macro_rules! on_table {
+    ($kind:expr, $first:literal $(, $rest:literal)*) => {
+        if $kind.is_secret() {
+            concat!($first $(, "secret_documents", $rest)*)
+        } else {
+            concat!($first $(, "documents", $rest)*)
+        }
+    };
 }
 
 fn document(row: &Row, at: usize) -> Result<Document, StoreError> {
@@ -30,15 +37,16 @@ fn keyed(rows: &[Row]) -> Result<Vec<(String, Document)>, StoreError> {
 
 impl DocumentTx for PgTx {
     async fn load_document(&mut self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
-        let sql = format!("SELECT body, expires, due FROM {} WHERE kind = $1 AND key = $2 FOR UPDATE", table(kind));
-        self.query_opt(&sql, &[&kind.as_str(), &key]).await?.map(|row| document(&row, 0)).transpose()
+        let sql = on_table!(kind, "SELECT body, expires, due FROM ", " WHERE kind = $1 AND key = $2 FOR UPDATE");
+        self.query_opt(sql, &[&kind.as_str(), &key]).await?.map(|row| document(&row, 0)).transpose()
     }
 
     async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
-        let sql = format!(
-            "INSERT INTO {} (kind, key, body, expires, due) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body, expires = excluded.expires, due = excluded.due",
-            table(kind)
+        let sql = on_table!(
+            kind,
+            "INSERT INTO ",
+            " (kind, key, body, expires, due) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body, expires = excluded.expires, due = excluded.due"
         );
         let params: Vec<crate::postgres::pipeline::Param> = vec![
             Box::new(kind.as_str()),
@@ -47,26 +55,28 @@ impl DocumentTx for PgTx {
             Box::new(document.expires.map(Timestamp::millis)),
             Box::new(document.due.map(Timestamp::millis)),
         ];
-        self.defer(&sql, params).await
+        self.defer(sql, params).await
     }
 
     async fn delete_document(&mut self, kind: DocKind, key: &str) -> Result<(), StoreError> {
-        let sql = format!("DELETE FROM {} WHERE kind = $1 AND key = $2", table(kind));
-        self.defer(&sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned())]).await
+        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = $1 AND key = $2");
+        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned())]).await
     }
 
     async fn delete_documents_under(&mut self, kind: DocKind, prefix: &str) -> Result<(), StoreError> {
-        let sql = format!("DELETE FROM {} WHERE kind = $1 AND key >= $2 AND key < $3", table(kind));
-        self.defer(&sql, vec![Box::new(kind.as_str()), Box::new(prefix.to_owned()), Box::new(prefix_end(prefix))]).await
+        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = $1 AND key >= $2 AND key < $3");
+        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(prefix.to_owned()), Box::new(prefix_end(prefix))]).await
     }
 
     async fn keep_document_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError> {
-        let table = table(kind);
-        let sql = format!(
-            "INSERT INTO {table} (kind, key, body, expires) VALUES ($1, $2, '{{}}', $3) \
-             ON CONFLICT (kind, key) DO UPDATE SET expires = excluded.expires WHERE {table}.expires < excluded.expires"
+        let sql = on_table!(
+            kind,
+            "INSERT INTO ",
+            " (kind, key, body, expires) VALUES ($1, $2, '{}', $3) \
+             ON CONFLICT (kind, key) DO UPDATE SET expires = excluded.expires WHERE ",
+            ".expires < excluded.expires"
         );
-        self.defer(&sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned()), Box::new(expires.millis())]).await
+        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned()), Box::new(expires.millis())]).await
     }
 
     async fn index_options(&mut self, task_id: TaskId) -> Result<Option<String>, StoreError> {
@@ -77,12 +87,13 @@ impl DocumentTx for PgTx {
 
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
         let mut deleted = 0;
-        for table in ["documents", "secret_documents"] {
-            let sql = format!(
-                "DELETE FROM {table} WHERE (kind, key) IN \
-                 (SELECT kind, key FROM {table} WHERE expires <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1"
-            );
-            deleted += self.query(&sql, &[&now.millis(), &(limit as i64)]).await?.len();
+        for sql in [
+            "DELETE FROM documents WHERE (kind, key) IN \
+             (SELECT kind, key FROM documents WHERE expires <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1",
+            "DELETE FROM secret_documents WHERE (kind, key) IN \
+             (SELECT kind, key FROM secret_documents WHERE expires <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING 1",
+        ] {
+            deleted += self.query(sql, &[&now.millis(), &(limit as i64)]).await?.len();
         }
         Ok(deleted)
     }
@@ -91,8 +102,8 @@ impl DocumentTx for PgTx {
 impl PgReads<'_> {
     /// One document.
     pub(crate) fn document_row(&self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
-        let sql = format!("SELECT body, expires, due FROM {} WHERE kind = $1 AND key = $2", table(kind));
-        self.query(&sql, &[&kind.as_str(), &key])?.first().map(|row| document(row, 0)).transpose()
+        let sql = on_table!(kind, "SELECT body, expires, due FROM ", " WHERE kind = $1 AND key = $2");
+        self.query(sql, &[&kind.as_str(), &key])?.first().map(|row| document(row, 0)).transpose()
     }
 
     /// Documents with keys after `after` and before `end`, by key.
@@ -103,11 +114,12 @@ impl PgReads<'_> {
         end: &str,
         limit: usize,
     ) -> Result<Vec<(String, Document)>, StoreError> {
-        let sql = format!(
-            "SELECT key, body, expires, due FROM {} WHERE kind = $1 AND key > $2 AND key < $3 ORDER BY key LIMIT $4",
-            table(kind)
+        let sql = on_table!(
+            kind,
+            "SELECT key, body, expires, due FROM ",
+            " WHERE kind = $1 AND key > $2 AND key < $3 ORDER BY key LIMIT $4"
         );
-        keyed(&self.query(&sql, &[&kind.as_str(), &after, &end, &(limit as i64)])?)
+        keyed(&self.query(sql, &[&kind.as_str(), &after, &end, &(limit as i64)])?)
     }
 
     /// Documents due at `now`, earliest first.
@@ -117,10 +129,11 @@ impl PgReads<'_> {
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<(String, Document)>, StoreError> {
-        let sql = format!(
-            "SELECT key, body, expires, due FROM {} WHERE kind = $1 AND due <= $2 ORDER BY due LIMIT $3",
-            table(kind)
+        let sql = on_table!(
+            kind,
+            "SELECT key, body, expires, due FROM ",
+            " WHERE kind = $1 AND due <= $2 ORDER BY due LIMIT $3"
         );
-        keyed(&self.query(&sql, &[&kind.as_str(), &now.millis(), &(limit as i64)])?)
+        keyed(&self.query(sql, &[&kind.as_str(), &now.millis(), &(limit as i64)])?)
     }
 }

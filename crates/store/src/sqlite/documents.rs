@@ -9,9 +9,16 @@ use crate::ops::DocumentTx;
 use crate::ops::documents::{DocKind, Document};
 use crate::sqlite::tx::Tx;
 
-/// The table a kind is kept in.
-fn table(kind: DocKind) -> &'static str {
-    if kind.is_secret() { "secrets.documents" } else { "main.documents" }
+/// A statement on the table `$kind` is kept in, which stands between its parts: made at
+/// compile time, so no statement is formatted per call.
+macro_rules! on_table {
+    ($kind:expr, $first:literal $(, $rest:literal)*) => {
+        if $kind.is_secret() {
+            concat!($first $(, "secrets.documents", $rest)*)
+        } else {
+            concat!($first $(, "main.documents", $rest)*)
+        }
+    };
 }
 
 fn document(row: &Row<'_>, at: usize) -> rusqlite::Result<Document> {
@@ -24,8 +31,8 @@ fn document(row: &Row<'_>, at: usize) -> rusqlite::Result<Document> {
 
 /// One document.
 pub(crate) fn load(conn: &Connection, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
-    let sql = format!("SELECT body, expires, due FROM {} WHERE kind = ?1 AND key = ?2", table(kind));
-    Ok(conn.prepare_cached(&sql)?.query_row(params![kind.as_str(), key], |row| document(row, 0)).optional()?)
+    let sql = on_table!(kind, "SELECT body, expires, due FROM ", " WHERE kind = ?1 AND key = ?2");
+    Ok(conn.prepare_cached(sql)?.query_row(params![kind.as_str(), key], |row| document(row, 0)).optional()?)
 }
 
 /// Documents with keys after `after` and before `end`, by key.
@@ -36,11 +43,12 @@ pub(crate) fn list(
     end: &str,
     limit: usize,
 ) -> Result<Vec<(String, Document)>, StoreError> {
-    let sql = format!(
-        "SELECT key, body, expires, due FROM {} WHERE kind = ?1 AND key > ?2 AND key < ?3 ORDER BY key LIMIT ?4",
-        table(kind)
+    let sql = on_table!(
+        kind,
+        "SELECT key, body, expires, due FROM ",
+        " WHERE kind = ?1 AND key > ?2 AND key < ?3 ORDER BY key LIMIT ?4"
     );
-    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut stmt = conn.prepare_cached(sql)?;
     let rows =
         stmt.query_map(params![kind.as_str(), after, end, limit as i64], |row| Ok((row.get(0)?, document(row, 1)?)))?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -53,11 +61,9 @@ pub(crate) fn due(
     now: Timestamp,
     limit: usize,
 ) -> Result<Vec<(String, Document)>, StoreError> {
-    let sql = format!(
-        "SELECT key, body, expires, due FROM {} WHERE kind = ?1 AND due <= ?2 ORDER BY due LIMIT ?3",
-        table(kind)
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
+    let sql =
+        on_table!(kind, "SELECT key, body, expires, due FROM ", " WHERE kind = ?1 AND due <= ?2 ORDER BY due LIMIT ?3");
+    let mut stmt = conn.prepare_cached(sql)?;
     let rows =
         stmt.query_map(params![kind.as_str(), now.millis(), limit as i64], |row| Ok((row.get(0)?, document(row, 1)?)))?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -69,12 +75,13 @@ impl DocumentTx for Tx<'_> {
     }
 
     async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
-        let sql = format!(
-            "INSERT INTO {} (kind, key, body, expires, due) VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body, expires = excluded.expires, due = excluded.due",
-            table(kind)
+        let sql = on_table!(
+            kind,
+            "INSERT INTO ",
+            " (kind, key, body, expires, due) VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body, expires = excluded.expires, due = excluded.due"
         );
-        self.conn.prepare_cached(&sql)?.execute(params![
+        self.conn.prepare_cached(sql)?.execute(params![
             kind.as_str(),
             key,
             document.body,
@@ -85,25 +92,26 @@ impl DocumentTx for Tx<'_> {
     }
 
     async fn delete_document(&mut self, kind: DocKind, key: &str) -> Result<(), StoreError> {
-        let sql = format!("DELETE FROM {} WHERE kind = ?1 AND key = ?2", table(kind));
-        self.conn.prepare_cached(&sql)?.execute(params![kind.as_str(), key])?;
+        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = ?1 AND key = ?2");
+        self.conn.prepare_cached(sql)?.execute(params![kind.as_str(), key])?;
         Ok(())
     }
 
     async fn delete_documents_under(&mut self, kind: DocKind, prefix: &str) -> Result<(), StoreError> {
-        let sql = format!("DELETE FROM {} WHERE kind = ?1 AND key >= ?2 AND key < ?3", table(kind));
+        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = ?1 AND key >= ?2 AND key < ?3");
         let end = crate::ops::documents::prefix_end(prefix);
-        self.conn.prepare_cached(&sql)?.execute(params![kind.as_str(), prefix, end])?;
+        self.conn.prepare_cached(sql)?.execute(params![kind.as_str(), prefix, end])?;
         Ok(())
     }
 
     async fn keep_document_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError> {
-        let sql = format!(
-            "INSERT INTO {} (kind, key, body, expires) VALUES (?1, ?2, '{{}}', ?3) \
-             ON CONFLICT (kind, key) DO UPDATE SET expires = excluded.expires WHERE expires < excluded.expires",
-            table(kind)
+        let sql = on_table!(
+            kind,
+            "INSERT INTO ",
+            " (kind, key, body, expires) VALUES (?1, ?2, '{}', ?3) \
+             ON CONFLICT (kind, key) DO UPDATE SET expires = excluded.expires WHERE expires < excluded.expires"
         );
-        self.conn.prepare_cached(&sql)?.execute(params![kind.as_str(), key, expires.millis()])?;
+        self.conn.prepare_cached(sql)?.execute(params![kind.as_str(), key, expires.millis()])?;
         Ok(())
     }
 
@@ -118,12 +126,13 @@ impl DocumentTx for Tx<'_> {
 
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {
         let mut deleted = 0;
-        for table in ["main.documents", "secrets.documents"] {
-            let sql = format!(
-                "DELETE FROM {table} WHERE (kind, key) IN \
-                 (SELECT kind, key FROM {table} WHERE expires <= ?1 LIMIT ?2)"
-            );
-            deleted += self.conn.prepare_cached(&sql)?.execute(params![now.millis(), limit as i64])?;
+        for sql in [
+            "DELETE FROM main.documents WHERE (kind, key) IN \
+             (SELECT kind, key FROM main.documents WHERE expires <= ?1 LIMIT ?2)",
+            "DELETE FROM secrets.documents WHERE (kind, key) IN \
+             (SELECT kind, key FROM secrets.documents WHERE expires <= ?1 LIMIT ?2)",
+        ] {
+            deleted += self.conn.prepare_cached(sql)?.execute(params![now.millis(), limit as i64])?;
         }
         Ok(deleted)
     }
