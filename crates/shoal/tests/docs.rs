@@ -110,8 +110,8 @@ fn readmes_ci_role_creates_tasks_in_its_pool() {
     }
 }
 
-/// Every test docs/security.md names beside a claim exists, so the table cannot point at
-/// a test that was renamed or removed.
+/// Every test docs/security.md names beside a claim exists (a Rust test, or one of the Python
+/// suite's), so the table cannot point at a test that was renamed or removed.
 #[test]
 fn every_test_the_security_table_names_exists() {
     let security = std::fs::read_to_string(root().join("docs/security.md")).unwrap();
@@ -121,6 +121,13 @@ fn every_test_the_security_table_names_exists() {
     rust_files(&root().join("crates"), &mut files);
     for file in files {
         sources.push_str(&std::fs::read_to_string(file).unwrap());
+    }
+    // The Python suite's tests too (`def test_…(`), read as `fn test_…(`.
+    for entry in std::fs::read_dir(root().join("tests/python")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "py") {
+            sources.push_str(&std::fs::read_to_string(path).unwrap().replace("def test_", "fn test_"));
+        }
     }
     let named: Vec<&str> = table
         .lines()

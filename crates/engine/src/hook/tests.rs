@@ -1,3 +1,5 @@
+//! The Hooks service's rules: ids, definitions, schedules, payloads and rendering.
+
 use serde_json::{Map, Value, json};
 
 use super::*;
