@@ -35,13 +35,39 @@ fn keyed(rows: &[Row]) -> Result<Vec<(String, Document)>, StoreError> {
     rows.iter().map(|row| Ok((row.try_get(0)?, document(row, 1)?))).collect()
 }
 
-impl DocumentTx for PgTx {
-    async fn load_document(&mut self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
-        let sql = on_table!(kind, "SELECT body, expires, due FROM ", " WHERE kind = $1 AND key = $2 FOR UPDATE");
-        self.query_opt(sql, &[&kind.as_str(), &key]).await?.map(|row| document(&row, 0)).transpose()
+/// A held-back write of the Index (see `PgTx::index_writes`).
+#[derive(Debug, Clone)]
+pub(crate) enum IndexWrite {
+    /// Store this document.
+    Put(Document),
+    /// Delete it.
+    Delete,
+    /// Keep it (made `{}` if missing) until at least then.
+    Keep(Timestamp),
+}
+
+/// Whether a kind's writes are held back to the commit: the Index's, which many concurrent
+/// completions may make to the same namespaces.
+fn held_back(kind: DocKind) -> bool {
+    matches!(kind, DocKind::IndexEntry | DocKind::IndexNamespace)
+}
+
+impl PgTx {
+    /// Writes the Index's held-back writes in key order (see `PgTx::index_writes`).
+    pub(crate) async fn write_index(&mut self) -> Result<(), StoreError> {
+        let writes = std::mem::take(&mut self.index_writes);
+        for ((kind, key), write) in writes {
+            let kind = if kind == DocKind::IndexEntry.as_str() { DocKind::IndexEntry } else { DocKind::IndexNamespace };
+            match write {
+                IndexWrite::Put(document) => self.write_document(kind, &key, &document).await?,
+                IndexWrite::Delete => self.remove_document(kind, &key).await?,
+                IndexWrite::Keep(until) => self.keep_until(kind, &key, until).await?,
+            }
+        }
+        Ok(())
     }
 
-    async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
+    async fn write_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
         let sql = on_table!(
             kind,
             "INSERT INTO ",
@@ -58,17 +84,12 @@ impl DocumentTx for PgTx {
         self.defer(sql, params).await
     }
 
-    async fn delete_document(&mut self, kind: DocKind, key: &str) -> Result<(), StoreError> {
+    async fn remove_document(&mut self, kind: DocKind, key: &str) -> Result<(), StoreError> {
         let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = $1 AND key = $2");
         self.defer(sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned())]).await
     }
 
-    async fn delete_documents_under(&mut self, kind: DocKind, prefix: &str) -> Result<(), StoreError> {
-        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = $1 AND key >= $2 AND key < $3");
-        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(prefix.to_owned()), Box::new(prefix_end(prefix))]).await
-    }
-
-    async fn keep_document_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError> {
+    async fn keep_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError> {
         let sql = on_table!(
             kind,
             "INSERT INTO ",
@@ -77,6 +98,61 @@ impl DocumentTx for PgTx {
             ".expires < excluded.expires"
         );
         self.defer(sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned()), Box::new(expires.millis())]).await
+    }
+}
+
+impl DocumentTx for PgTx {
+    async fn load_document(&mut self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
+        if held_back(kind) {
+            // Read as this transaction left it; not locked (its write comes at the commit, in
+            // key order): of two completions indexing one namespace at once, the later commit's
+            // entry stays.
+            match self.index_writes.get(&(kind.as_str(), key.to_owned())) {
+                Some(IndexWrite::Put(document)) => return Ok(Some(document.clone())),
+                Some(IndexWrite::Delete) => return Ok(None),
+                Some(IndexWrite::Keep(_)) | None => {}
+            }
+            let sql = on_table!(kind, "SELECT body, expires, due FROM ", " WHERE kind = $1 AND key = $2");
+            return self.query_opt(sql, &[&kind.as_str(), &key]).await?.map(|row| document(&row, 0)).transpose();
+        }
+        let sql = on_table!(kind, "SELECT body, expires, due FROM ", " WHERE kind = $1 AND key = $2 FOR UPDATE");
+        self.query_opt(sql, &[&kind.as_str(), &key]).await?.map(|row| document(&row, 0)).transpose()
+    }
+
+    async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
+        if held_back(kind) {
+            self.index_writes.insert((kind.as_str(), key.to_owned()), IndexWrite::Put(document.clone()));
+            return Ok(());
+        }
+        self.write_document(kind, key, document).await
+    }
+
+    async fn delete_document(&mut self, kind: DocKind, key: &str) -> Result<(), StoreError> {
+        if held_back(kind) {
+            self.index_writes.insert((kind.as_str(), key.to_owned()), IndexWrite::Delete);
+            return Ok(());
+        }
+        self.remove_document(kind, key).await
+    }
+
+    async fn delete_documents_under(&mut self, kind: DocKind, prefix: &str) -> Result<(), StoreError> {
+        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = $1 AND key >= $2 AND key < $3");
+        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(prefix.to_owned()), Box::new(prefix_end(prefix))]).await
+    }
+
+    async fn keep_document_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError> {
+        if held_back(kind) {
+            let held = self.index_writes.entry((kind.as_str(), key.to_owned())).or_insert(IndexWrite::Keep(expires));
+            match held {
+                IndexWrite::Keep(until) => *until = (*until).max(expires),
+                IndexWrite::Put(document) => {
+                    document.expires = document.expires.max(Some(expires));
+                }
+                IndexWrite::Delete => *held = IndexWrite::Keep(expires),
+            }
+            return Ok(());
+        }
+        self.keep_until(kind, key, expires).await
     }
 
     async fn index_options(&mut self, task_id: TaskId) -> Result<Option<String>, StoreError> {
