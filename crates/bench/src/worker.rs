@@ -1,6 +1,7 @@
 //! The benchmarks of a real `shoal worker` and of live logs.
 
 use super::*;
+use crate::timings::Timings;
 
 /// Trivial tasks through one `shoal worker`, isolated as asked.
 pub(crate) async fn worker(n_tasks: usize, capacity: u32, isolation: &str) -> anyhow::Result<()> {
