@@ -85,6 +85,13 @@ pub fn namespaces_of(routes: &[String]) -> Vec<Namespace> {
     found
 }
 
+/// What a task keeps of its definition for indexing it when it completes: its `extra.index`
+/// (any JSON, judged by [`Entry::of_task`] then), when a route starts with `index.`.
+#[must_use]
+pub fn options_of(routes: &[String], extra: &Value) -> Option<Value> {
+    if routes.iter().any(|route| route.starts_with(ROUTE_PREFIX)) { extra.get("index").cloned() } else { None }
+}
+
 /// What an entry of the index holds besides its namespace.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -173,6 +180,15 @@ mod tests {
             ["index.a.b", "tc-treeherder.x", "index.", "index.a..b", "index.a.b", "index.c"].map(String::from).to_vec();
         let found: Vec<String> = namespaces_of(&routes).iter().map(|n| n.as_str().to_owned()).collect();
         assert_eq!(found, ["a.b", "c"]);
+    }
+
+    #[test]
+    fn a_task_keeps_extra_index_only_when_a_route_asks_for_indexing() {
+        let extra = json!({"index": {"rank": 3}, "other": 1});
+        let routes = |routes: &[&str]| routes.iter().map(|r| (*r).to_owned()).collect::<Vec<_>>();
+        assert_eq!(options_of(&routes(&["tc.x", "index.a.b"]), &extra), Some(json!({"rank": 3})));
+        assert_eq!(options_of(&routes(&["tc.x"]), &extra), None);
+        assert_eq!(options_of(&routes(&["index.a"]), &json!({})), None);
     }
 
     #[test]

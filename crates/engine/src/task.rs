@@ -52,6 +52,8 @@ pub struct TaskMeta {
     pub has_secrets: bool,
     /// The authenticated client that created it, when known.
     pub created_by: Option<String>,
+    /// Its `extra.index` when its routes ask for indexing (see [`crate::index::options_of`]).
+    pub index: Option<serde_json::Value>,
 }
 
 impl TaskMeta {
@@ -78,6 +80,7 @@ impl TaskMeta {
             tags: definition.tags.clone(),
             has_secrets: definition.has_secrets,
             created_by: definition.created_by.clone(),
+            index: crate::index::options_of(&definition.routes, &definition.extra),
         }
     }
 }

@@ -7,7 +7,7 @@
 //! namespace is `<parent>/<name>` (a namespace holds no `/`), a hook `<group>/<id>`, a fire
 //! `<group>/<id> <newest-first time> <taskId>`.
 
-use shoal_engine::{TaskId, Timestamp};
+use shoal_engine::Timestamp;
 
 use crate::StoreError;
 
@@ -93,6 +93,10 @@ pub trait DocumentTx {
     /// A document (locked until the commit where the backend locks rows).
     async fn load_document(&mut self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError>;
 
+    /// The documents of a kind at `keys` (distinct), as this transaction left them, in no
+    /// particular order and not locked: the Index's entries, read together for a settlement.
+    async fn load_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<Vec<(String, Document)>, StoreError>;
+
     /// Stores a document, replacing any of the same kind and key.
     async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError>;
 
@@ -106,9 +110,10 @@ pub trait DocumentTx {
     /// `expires` if that is later (never earlier).
     async fn keep_document_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError>;
 
-    /// A task's `extra.index` as JSON text (`None` when it has none), for indexing it: read
-    /// from its stored definition by the database, so the definition is not parsed here.
-    async fn index_options(&mut self, task_id: TaskId) -> Result<Option<String>, StoreError>;
+    /// Settles entries offered to the Index ([`crate::index::settle`]) now, or with the
+    /// others of the transaction just before its commit, where a backend gathers many
+    /// completions in one transaction (one read for all of them).
+    async fn offer_index(&mut self, offers: Vec<crate::index::Offer>) -> Result<(), StoreError>;
 
     /// Deletes up to `limit` documents expired at `now`; says how many went.
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError>;

@@ -2,7 +2,8 @@
 //! (in the transaction that completes it), an entry inserted or deleted by a call, and the
 //! namespaces above each entry kept for as long as it.
 
-use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+
 use shoal_engine::index::{Entry, Namespace, namespace_expiry, namespaces_of};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, Timestamp};
@@ -33,29 +34,38 @@ pub fn decode_entry(document: &Document) -> Result<Entry, StoreError> {
     serde_json::from_str(&document.body).map_err(|err| corrupt(format!("index entry: {err}")))
 }
 
-/// Indexes a task that has just completed under each namespace its routes name, from its
-/// `extra.index`; a task whose routes name none costs nothing more.
+/// An entry offered to the Index: put at its namespace unless a live entry of higher rank
+/// is there (judged at `now`).
+#[derive(Debug, Clone)]
+pub struct Offer {
+    /// Where.
+    pub namespace: Namespace,
+    /// What.
+    pub entry: Entry,
+    /// When it was offered.
+    pub now: Timestamp,
+}
+
+/// Indexes a task that has just completed under each namespace its routes name, from the
+/// `extra.index` it kept: offered, settled by the backend ([`DocumentTx::offer_index`]). A
+/// task whose routes name none, or whose entry would already be expired, costs nothing more.
+///
+/// [`DocumentTx::offer_index`]: crate::DocumentTx::offer_index
 pub async fn index_completed(tx: &mut impl WriteTx, task: &Task, now: Timestamp) -> Result<(), StoreError> {
     let namespaces = namespaces_of(&task.meta.routes);
     if namespaces.is_empty() {
         return Ok(());
     }
-    let options = match tx.index_options(task.task_id).await? {
-        Some(text) => Some(
-            serde_json::from_str::<Value>(&text)
-                .map_err(|err| corrupt(format!("extra.index of {}: {err}", task.task_id)))?,
-        ),
-        None => None,
-    };
-    let Some(entry) = Entry::of_task(task.task_id, options.as_ref(), task.meta.expires) else { return Ok(()) };
-    for namespace in &namespaces {
-        insert(tx, namespace, entry.clone(), now).await?;
+    let Some(entry) = Entry::of_task(task.task_id, task.meta.index.as_ref(), task.meta.expires) else { return Ok(()) };
+    if entry.expires <= now {
+        return Ok(());
     }
-    Ok(())
+    let offers = namespaces.into_iter().map(|namespace| Offer { namespace, entry: entry.clone(), now }).collect();
+    tx.offer_index(offers).await
 }
 
-/// Puts `entry` at `namespace` unless a live entry of higher rank is there; answers the entry
-/// the namespace holds afterwards.
+/// insertTask: puts `entry` at `namespace` unless a live entry of higher rank is there;
+/// answers the entry the namespace holds afterwards.
 pub async fn insert(
     tx: &mut impl WriteTx,
     namespace: &Namespace,
@@ -65,29 +75,61 @@ pub async fn insert(
     if entry.expires <= now {
         return Err(Rejection::invalid("expires", "must be in the future").into());
     }
-    let key = entry_key(namespace);
-    let keep = namespace_expiry(entry.expires);
-    // The namespaces above a live entry are kept at least until its expiry's midnight (they
-    // only move later): when that covers the new one's, they need no write.
-    let mut kept_until = None;
-    if let Some(stored) = tx.load_document(DocKind::IndexEntry, &key).await?
-        && !stored.expired(now)
-    {
-        let stored_entry = decode_entry(&stored)?;
-        if !entry.replaces(&stored_entry) {
-            return Ok(stored_entry);
-        }
-        kept_until = Some(namespace_expiry(stored_entry.expires));
+    let held = settle(tx, vec![Offer { namespace: namespace.clone(), entry, now }]).await?;
+    held.into_iter().next().ok_or_else(|| StoreError::Internal("an offer settled to nothing".into()))
+}
+
+/// Settles offers in order, each against the entry its namespace holds by then (one read for
+/// all of them); answers the entry each namespace holds after its offer. The namespaces above
+/// a written entry are kept at least until its expiry's midnight; when the entry it replaces
+/// already kept them as long, they need no write (they only move later).
+pub async fn settle(tx: &mut impl WriteTx, offers: Vec<Offer>) -> Result<Vec<Entry>, StoreError> {
+    let mut keys: Vec<String> = offers.iter().map(|offer| entry_key(&offer.namespace)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut held: HashMap<String, Held> = HashMap::with_capacity(keys.len());
+    for (key, document) in tx.load_documents(DocKind::IndexEntry, &keys).await? {
+        let expires = document.expires;
+        held.insert(key, Held { entry: decode_entry(&document)?, expires, written: false });
     }
-    let document = Document { body: json(&entry)?, expires: Some(entry.expires), due: None };
-    tx.put_document(DocKind::IndexEntry, &key, &document).await?;
-    if kept_until.is_none_or(|until| until < keep) {
-        for ancestor in namespace.ancestors() {
-            let ancestor = Namespace::parse("namespace", ancestor)?;
-            tx.keep_document_until(DocKind::IndexNamespace, &entry_key(&ancestor), keep).await?;
+    let mut keep: BTreeMap<String, Timestamp> = BTreeMap::new();
+    let mut answers = Vec::with_capacity(offers.len());
+    for Offer { namespace, entry, now } in offers {
+        let key = entry_key(&namespace);
+        let live = held.get(&key).filter(|held| held.expires.is_none_or(|expires| expires > now));
+        if let Some(stored) = live
+            && !entry.replaces(&stored.entry)
+        {
+            answers.push(stored.entry.clone());
+            continue;
         }
+        let until = namespace_expiry(entry.expires);
+        if live.is_none_or(|stored| namespace_expiry(stored.entry.expires) < until) {
+            for ancestor in namespace.ancestors() {
+                let ancestor = entry_key(&Namespace::parse("namespace", ancestor)?);
+                let kept = keep.entry(ancestor).or_insert(until);
+                *kept = (*kept).max(until);
+            }
+        }
+        answers.push(entry.clone());
+        held.insert(key, Held { expires: Some(entry.expires), entry, written: true });
     }
-    Ok(entry)
+    for (key, held) in held.iter().filter(|(_, held)| held.written) {
+        let document = Document { body: json(&held.entry)?, expires: held.expires, due: None };
+        tx.put_document(DocKind::IndexEntry, key, &document).await?;
+    }
+    for (key, until) in keep {
+        tx.keep_document_until(DocKind::IndexNamespace, &key, until).await?;
+    }
+    Ok(answers)
+}
+
+/// An entry as a settlement found or left it.
+struct Held {
+    entry: Entry,
+    expires: Option<Timestamp>,
+    /// Whether the settlement put it.
+    written: bool,
 }
 
 /// Deletes the entry at `namespace`, if any (as Taskcluster's, no error when there is none);

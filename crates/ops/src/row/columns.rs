@@ -137,6 +137,7 @@ pub const TASK_COLUMNS: &[Column] = &[
     column("dedup", Kind::Text, Value::Task(|t| Ok(Cell::Text(t.meta.dedup_hash.as_deref().map(Cow::Borrowed))))),
     column("created_by", Kind::Text, Value::Task(|t| Ok(Cell::Text(t.meta.created_by.as_deref().map(Cow::Borrowed))))),
     column("secrets", Kind::Int, Value::Task(|t| Ok(Cell::Int(t.meta.has_secrets.then_some(1))))),
+    column("index_options", Kind::Text, Value::Task(|t| json_unless(t.meta.index.is_none(), &t.meta.index))),
     // Written, not read back: derived from the above, or kept for queries.
     step("state", Kind::Text, |t| Ok(text(t.state().as_str()))),
     step("taken_until", Kind::Int, |t| Ok(millis(t.running_until()))),
@@ -151,7 +152,7 @@ pub const TASK_COLUMNS: &[Column] = &[
 ];
 
 /// How many of [`TASK_COLUMNS`] a task select reads, from the first.
-pub const READ: usize = at("secrets") + 1;
+pub const READ: usize = at("index_options") + 1;
 
 /// The index of column `name` in [`TASK_COLUMNS`] (a compile-time error when there is none).
 pub(super) const fn at(name: &str) -> usize {
@@ -294,6 +295,7 @@ pub fn task_from_cells(row: &impl Cells) -> Result<TaskRow, StoreError> {
         dedup_hash: row.text(col!("dedup"))?.map(str::to_owned),
         has_secrets: row.int(col!("secrets"))? == Some(1),
         created_by: row.text(col!("created_by"))?.map(str::to_owned),
+        index: row.text(col!("index_options"))?.map(serde_json::from_str).transpose().map_err(corrupt)?,
     };
     let retries_left = small(col!("retries_left"))?;
     Ok(TaskRow {

@@ -2,12 +2,13 @@
 //! `secret_documents`, kept apart as the tasks' secrets are. Keys sort bytewise (`COLLATE "C"`),
 //! as the key ranges of listings need.
 
-use shoal_engine::{TaskId, Timestamp};
+use shoal_engine::Timestamp;
 use tokio_postgres::Row;
 
 use crate::StoreError;
 use crate::ops::DocumentTx;
 use crate::ops::documents::{DocKind, Document, prefix_end};
+use crate::ops::index::Offer;
 use crate::postgres::reads::PgReads;
 use crate::postgres::tx::PgTx;
 
@@ -53,8 +54,13 @@ fn held_back(kind: DocKind) -> bool {
 }
 
 impl PgTx {
-    /// Writes the Index's held-back writes in key order (see `PgTx::index_writes`).
+    /// Settles the entries offered to the Index (`PgTx::index_offers`), then makes its
+    /// held-back writes in key order (see `PgTx::index_writes`).
     pub(crate) async fn write_index(&mut self) -> Result<(), StoreError> {
+        let offers = std::mem::take(&mut self.index_offers);
+        if !offers.is_empty() {
+            crate::ops::index::settle(self, offers).await?;
+        }
         let writes = std::mem::take(&mut self.index_writes);
         for ((kind, key), write) in writes {
             let kind = if kind == DocKind::IndexEntry.as_str() { DocKind::IndexEntry } else { DocKind::IndexNamespace };
@@ -119,6 +125,23 @@ impl DocumentTx for PgTx {
         self.query_opt(sql, &[&kind.as_str(), &key]).await?.map(|row| document(&row, 0)).transpose()
     }
 
+    async fn load_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<Vec<(String, Document)>, StoreError> {
+        let mut found = Vec::with_capacity(keys.len());
+        let mut unread: Vec<&str> = Vec::with_capacity(keys.len());
+        for key in keys {
+            match self.index_writes.get(&(kind.as_str(), key.clone())) {
+                Some(IndexWrite::Put(document)) if held_back(kind) => found.push((key.clone(), document.clone())),
+                Some(IndexWrite::Delete) if held_back(kind) => {}
+                _ => unread.push(key),
+            }
+        }
+        if !unread.is_empty() {
+            let sql = on_table!(kind, "SELECT key, body, expires, due FROM ", " WHERE kind = $1 AND key = ANY($2)");
+            found.extend(keyed(&self.query(sql, &[&kind.as_str(), &unread]).await?)?);
+        }
+        Ok(found)
+    }
+
     async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
         if held_back(kind) {
             self.index_writes.insert((kind.as_str(), key.to_owned()), IndexWrite::Put(document.clone()));
@@ -155,10 +178,10 @@ impl DocumentTx for PgTx {
         self.keep_until(kind, key, expires).await
     }
 
-    async fn index_options(&mut self, task_id: TaskId) -> Result<Option<String>, StoreError> {
-        let sql = "SELECT (definition::json #> '{extra,index}')::text FROM tasks WHERE task_id = $1";
-        let row = self.query_opt(sql, &[&task_id.as_str()]).await?;
-        Ok(row.map(|row| row.try_get::<_, Option<String>>(0)).transpose()?.flatten())
+    async fn offer_index(&mut self, offers: Vec<Offer>) -> Result<(), StoreError> {
+        // Settled at the commit: one read for a whole gathering's completions.
+        self.index_offers.extend(offers);
+        Ok(())
     }
 
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {

@@ -322,6 +322,11 @@ CREATE TABLE secret_documents (
 );
 CREATE INDEX secret_documents_expires ON secret_documents (expires) WHERE expires IS NOT NULL;
 "#,
+    // 22: what a task that asks for indexing keeps for it: its `extra.index`.
+    r#"
+ALTER TABLE tasks ADD COLUMN index_options TEXT;
+UPDATE tasks SET index_options = (definition::json #> '{extra,index}')::text WHERE routes LIKE '%"index.%';
+"#,
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

@@ -2,11 +2,12 @@
 //! the secret kinds in `secrets.documents`, beside the tasks' secrets.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use shoal_engine::{TaskId, Timestamp};
+use shoal_engine::Timestamp;
 
 use crate::StoreError;
 use crate::ops::DocumentTx;
 use crate::ops::documents::{DocKind, Document};
+use crate::ops::index::Offer;
 use crate::sqlite::tx::Tx;
 
 /// A statement on the table `$kind` is kept in, which stands between its parts: made at
@@ -74,6 +75,16 @@ impl DocumentTx for Tx<'_> {
         load(self.conn, kind, key)
     }
 
+    async fn load_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<Vec<(String, Document)>, StoreError> {
+        let mut found = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some(document) = load(self.conn, kind, key)? {
+                found.push((key.clone(), document));
+            }
+        }
+        Ok(found)
+    }
+
     async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
         let sql = on_table!(
             kind,
@@ -115,13 +126,9 @@ impl DocumentTx for Tx<'_> {
         Ok(())
     }
 
-    async fn index_options(&mut self, task_id: TaskId) -> Result<Option<String>, StoreError> {
-        let found: Option<Option<String>> = self
-            .conn
-            .prepare_cached("SELECT definition -> '$.extra.index' FROM tasks WHERE task_id = ?1")?
-            .query_row([task_id.as_str()], |row| row.get(0))
-            .optional()?;
-        Ok(found.flatten())
+    async fn offer_index(&mut self, offers: Vec<Offer>) -> Result<(), StoreError> {
+        // The writer is one: settled at once, each statement a local call.
+        crate::ops::index::settle(self, offers).await.map(drop)
     }
 
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {

@@ -289,6 +289,11 @@ CREATE TABLE documents (
 CREATE INDEX documents_expires ON documents (expires) WHERE expires IS NOT NULL;
 CREATE INDEX documents_due ON documents (kind, due) WHERE due IS NOT NULL;
 ",
+    // 20: what a task that asks for indexing keeps for it: its `extra.index`.
+    r#"
+ALTER TABLE tasks ADD COLUMN index_options TEXT;
+UPDATE tasks SET index_options = definition -> '$.extra.index' WHERE routes LIKE '%"index.%';
+"#,
 ];
 
 /// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its
@@ -345,5 +350,29 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(flagged, vec![("a".to_owned(), Some(1)), ("b".to_owned(), None)]);
+    }
+
+    #[test]
+    fn tasks_written_before_schema_20_keep_their_extra_index_when_their_routes_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..19] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch("PRAGMA user_version = 19").unwrap();
+        let insert = "INSERT INTO tasks (task_id, task_queue_id, scheduler_id, project_id, task_group_id, priority, \
+             retries, retries_left, deadline, expires, requires, runs, state, definition, routes) \
+             VALUES (?1, 'p/q', '-', 'none', ?1, '\"lowest\"', 0, 0, 1, 2, 'all-completed', '[]', 'pending', ?2, ?3)";
+        let extra = r#"{"extra":{"index":{"rank":3}}}"#;
+        conn.execute(insert, ["a", extra, r#"["index.x.y"]"#]).unwrap();
+        conn.execute(insert, ["b", extra, r#"["other.index.x"]"#]).unwrap();
+        migrate(&mut conn).unwrap();
+        let kept: Vec<(String, Option<String>)> = conn
+            .prepare("SELECT task_id, index_options FROM tasks ORDER BY task_id")
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(kept, vec![("a".to_owned(), Some(r#"{"rank":3}"#.to_owned())), ("b".to_owned(), None)]);
     }
 }

@@ -86,6 +86,54 @@ pub(crate) async fn a_completed_task_is_indexed_under_its_routes_by_rank(name: &
     assert!(again.is_ok(), "{name}: deleting what is not there is no error, as Taskcluster's: {again:?}");
 }
 
+pub(crate) async fn completions_arriving_together_are_each_indexed(name: &str, backend: Backend) {
+    let store = backend.store.clone();
+    // Twelve tasks under one shared namespace and one of their own each; one asks for an
+    // entry that has expired by its completion, one for a rank that is no integer.
+    let asks = |n: u32| match n {
+        11 => json!({"expires": "2000-01-01T00:00:00.000Z"}),
+        12 => json!({"rank": "high"}),
+        n => json!({"rank": n % 3, "data": {"n": n}}),
+    };
+    for n in 1..=12 {
+        let routes = json!(["index.together.latest", format!("index.together.own.t{n}")]);
+        create(&store, id(n), json!({"routes": routes, "extra": {"index": asks(n)}}), at(1)).await;
+    }
+    let mut claimed = claim_ids(&store, worker(12), at(2)).await;
+    claimed.sort();
+    assert_eq!(claimed, (1..=12).map(id).collect::<Vec<_>>(), "{name}");
+    let mut reports = tokio::task::JoinSet::new();
+    for n in 1..=12 {
+        let (store, command) =
+            (store.clone(), TaskCommand::Resolve { run_id: 0, resolution: Resolution::Completed, stats: None });
+        reports.spawn(async move { store.run(Apply { task_id: id(n), command }, at(3)).await.map(|done| done.value) });
+    }
+    while let Some(reported) = reports.join_next().await {
+        assert_eq!(reported.unwrap().unwrap().state, TaskState::Completed, "{name}: indexing never fails a completion");
+    }
+    for n in 1..=12 {
+        let own = ns(&format!("together.own.t{n}"));
+        let entry = store.read(move |reads| reads.indexed(&own, at(4))).await.unwrap();
+        match n {
+            11 | 12 => assert!(entry.is_none(), "{name}: task {n} is not indexed"),
+            n => assert_eq!(
+                entry.map(|e| (e.task_id, e.data)),
+                Some((id(n), json!({"n": n}).as_object().unwrap().clone()))
+            ),
+        }
+    }
+    // Of tasks completing at once, the shared namespace keeps one of the highest rank (2)
+    // on SQLite, whose one writer settles them in turn; PostgreSQL reads entries unlocked, so
+    // there it keeps one of them (docs/API.md).
+    let shared = store.read(|reads| reads.indexed(&ns("together.latest"), at(4))).await.unwrap().expect("indexed");
+    let ranked = |rank: i64| (1..=10).filter(move |n| i64::from(n % 3) == rank).map(id).collect::<Vec<_>>();
+    if backend.url.is_none() {
+        assert!(ranked(2).contains(&shared.task_id) && shared.rank == 2, "{name}: {shared:?}");
+    } else {
+        assert!((1..=10).map(id).any(|task| task == shared.task_id), "{name}: {shared:?}");
+    }
+}
+
 pub(crate) async fn secrets_are_set_listed_removed_and_expire(name: &str, backend: Backend) {
     let store = &backend.store;
     let secret = |value: &str, expires: i64| NamedSecret {
