@@ -40,7 +40,7 @@ use serde_json::{Value, json};
 
 use crate::server::Server;
 use crate::throughput::{
-    ClaimAnswer, EXPIRES_AFTER, ROUTES, spawn_creators, throughput, throughput_with, trivial_worker,
+    ClaimAnswer, EXPIRES_AFTER, ROUTES, RouteShape, Routes, spawn_creators, throughput, throughput_with, trivial_worker,
 };
 
 // The same allocator as the server: the load generator should cost as little as it can.
@@ -114,14 +114,17 @@ enum Command {
         /// so the expiry sweep runs beside the load [default: a year after the deadline].
         #[arg(long)]
         expires_after: Option<i64>,
-        /// Give every task two `index.` routes (each creator its own namespaces, as each
-        /// kind of a project indexes under its own), so each completion is indexed twice.
+        /// Give every task two `index.` routes (shaped by `--route-shape`), so each
+        /// completion is indexed twice.
         #[arg(long)]
         index_routes: bool,
         /// Give every task two routes that are not the Index's (what routes cost without
         /// indexing, to tell the two apart).
         #[arg(long, conflicts_with = "index_routes")]
         plain_routes: bool,
+        /// The namespaces of `--index-routes` and `--plain-routes`.
+        #[arg(long, value_enum, default_value_t = RouteShape::Push)]
+        route_shape: RouteShape,
     },
     /// Outbox -> RabbitMQ messages/s with confirms, and the throughput benchmark with and
     /// without a broker (starts a private RabbitMQ; needs rabbitmq-server installed).
@@ -317,16 +320,13 @@ fn main() -> anyhow::Result<()> {
                 expires_after,
                 index_routes,
                 plain_routes,
+                route_shape,
             } => {
                 EXPIRES_AFTER.store(expires_after.unwrap_or(0), Ordering::Relaxed);
-                let routes = if index_routes {
-                    "index"
-                } else if plain_routes {
-                    "plain"
-                } else {
-                    ""
-                };
-                ROUTES.set(routes).ok();
+                let word = if index_routes { Some("index") } else { plain_routes.then_some("plain") };
+                if let Some(word) = word {
+                    ROUTES.set(Routes { word, shape: route_shape }).ok();
+                }
                 anyhow::ensure!(servers == 1 || database.is_some(), "servers: more than one needs --database");
                 let mut args = Vec::new();
                 if let Some(url) = &amqp_url {

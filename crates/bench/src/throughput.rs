@@ -37,9 +37,39 @@ pub(crate) struct ClaimedStatus {
 /// the deadline).
 pub(crate) static EXPIRES_AFTER: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
-/// The first word of throughput's tasks' two routes (`index` for `--index-routes`, `plain`
-/// for `--plain-routes`), or none.
-pub(crate) static ROUTES: std::sync::OnceLock<&str> = std::sync::OnceLock::new();
+/// Throughput's tasks' two routes, if any (`--index-routes`, `--plain-routes`).
+pub(crate) static ROUTES: std::sync::OnceLock<Routes> = std::sync::OnceLock::new();
+
+/// Two routes on every task: their first word (`index` or `plain`) and their shape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Routes {
+    pub(crate) word: &'static str,
+    pub(crate) shape: RouteShape,
+}
+
+/// Which namespaces the tasks' routes name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RouteShape {
+    /// As a project's decision task routes its tasks: each creator pushes 100 tasks at a time
+    /// (labels t000..t099), each under its label's `latest` and its push's `revision`.
+    Push,
+    /// Every task of a creator under the same two namespaces: the worst case, each
+    /// completion replacing the entries the one before wrote.
+    Hot,
+}
+
+/// Tasks in one push of `--route-shape push`.
+const PUSH: usize = 100;
+
+/// Overwrites the `value.len()` bytes after the first `marker` in `body` with `value`.
+fn renumber(body: &mut [u8], marker: &[u8], value: &str) {
+    if let Some(at) = body.windows(marker.len()).position(|w| w == marker) {
+        let start = at + marker.len();
+        if let Some(digits) = body.get_mut(start..start + value.len()) {
+            digits.copy_from_slice(value.as_bytes());
+        }
+    }
+}
 
 /// Starts `n_creators` clients creating `n_tasks` tasks with `body` between them, spread
 /// over the servers at `bases`; each creator puts `group_size` tasks in a new group at a time
@@ -59,15 +89,27 @@ pub(crate) fn spawn_creators(
         let (created, body, timings) = (Arc::clone(&created), body.clone(), Arc::clone(timings));
         creators.spawn(async move {
             let mut conn = http1::Conn::open(&base).await?;
-            let template = match ROUTES.get().copied().unwrap_or_default() {
-                "" => body,
-                word => {
+            let routes = ROUTES.get().copied();
+            let template = match routes {
+                None => body,
+                Some(Routes { word, shape }) => {
                     let mut definition: Value = serde_json::from_slice(&body)?;
-                    definition["routes"] =
-                        json!([format!("{word}.bench.v2.c{n}.latest"), format!("{word}.bench.v2.c{n}.build.latest")]);
+                    definition["routes"] = match shape {
+                        RouteShape::Hot => {
+                            json!([
+                                format!("{word}.bench.v2.c{n}.latest"),
+                                format!("{word}.bench.v2.c{n}.build.latest")
+                            ])
+                        }
+                        RouteShape::Push => json!([
+                            format!("{word}.bench.v2.c{n}.latest.t000"),
+                            format!("{word}.bench.v2.c{n}.revision.p000000.t000")
+                        ]),
+                    };
                     bytes_of(&definition)?
                 }
             };
+            let mut made = 0;
             let mut body = hyper::body::Bytes::from(template.clone());
             let mut left_in_group = 0;
             let expires_after = EXPIRES_AFTER.load(Ordering::Relaxed);
@@ -99,6 +141,15 @@ pub(crate) fn spawn_creators(
                     }
                     left_in_group -= 1;
                 }
+                if routes.is_some_and(|routes| routes.shape == RouteShape::Push) {
+                    let (push, label) = (format!("{:06}", made / PUSH), format!("{:03}", made % PUSH));
+                    let mut bytes = body.to_vec();
+                    renumber(&mut bytes, b".latest.t", &label);
+                    renumber(&mut bytes, b".revision.p", &push);
+                    renumber(&mut bytes, format!(".revision.p{push}.t").as_bytes(), &label);
+                    body = hyper::body::Bytes::from(bytes);
+                }
+                made += 1;
                 let path = format!("/task/{}", slugid::nice());
                 let sent = Instant::now();
                 let answer = conn.send("PUT", &path, body.clone()).await?;
@@ -263,4 +314,18 @@ pub(crate) async fn trivial_worker(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_push_shaped_body_is_renumbered_in_place() {
+        let mut body = br#"{"routes":["index.b.c0.latest.t000","index.b.c0.revision.p000000.t000"]}"#.to_vec();
+        renumber(&mut body, b".latest.t", "042");
+        renumber(&mut body, b".revision.p", "000003");
+        renumber(&mut body, b".revision.p000003.t", "042");
+        assert_eq!(body, br#"{"routes":["index.b.c0.latest.t042","index.b.c0.revision.p000003.t042"]}"#);
+    }
 }

@@ -12,7 +12,7 @@ use shoal_engine::Timestamp;
 use crate::StoreError;
 
 /// What a document is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DocKind {
     /// An Index entry: the task indexed at a namespace.
     IndexEntry,
@@ -40,6 +40,21 @@ impl DocKind {
             DocKind::HookToken => "hook-token",
             DocKind::HookFire => "hook-fire",
         }
+    }
+
+    /// The kind named `name` in the store.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<DocKind> {
+        [
+            DocKind::IndexEntry,
+            DocKind::IndexNamespace,
+            DocKind::Secret,
+            DocKind::Hook,
+            DocKind::HookToken,
+            DocKind::HookFire,
+        ]
+        .into_iter()
+        .find(|kind| kind.as_str() == name)
     }
 
     /// Whether it is kept with the tasks' secrets (SQLite's `secrets.db`) rather than beside
@@ -93,9 +108,13 @@ pub trait DocumentTx {
     /// A document (locked until the commit where the backend locks rows).
     async fn load_document(&mut self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError>;
 
-    /// The documents of a kind at `keys` (distinct), as this transaction left them, in no
-    /// particular order and not locked: the Index's entries, read together for a settlement.
-    async fn load_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<Vec<(String, Document)>, StoreError>;
+    /// The documents at `keys` (distinct kinds and keys, of kinds kept in one table), as this
+    /// transaction left them, in no particular order and not locked: what a settlement of
+    /// the Index reads, all at once.
+    async fn load_documents(
+        &mut self,
+        keys: &[(DocKind, String)],
+    ) -> Result<Vec<((DocKind, String), Document)>, StoreError>;
 
     /// Stores a document, replacing any of the same kind and key.
     async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError>;

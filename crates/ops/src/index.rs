@@ -15,8 +15,15 @@ use crate::{StoreError, WriteTx};
 /// An entry's document key: `<parent>/<name>`.
 #[must_use]
 pub fn entry_key(namespace: &Namespace) -> String {
-    let (parent, name) = namespace.split();
-    format!("{parent}/{name}")
+    key_of(namespace.as_str())
+}
+
+/// The key of a namespace's document, from its text (checked before).
+fn key_of(namespace: &str) -> String {
+    match namespace.rsplit_once('.') {
+        Some((parent, name)) => format!("{parent}/{name}"),
+        None => format!("/{namespace}"),
+    }
 }
 
 /// The namespace a document key names (`a.b/c` → `a.b.c`, `/c` → `c`).
@@ -79,18 +86,30 @@ pub async fn insert(
     held.into_iter().next().ok_or_else(|| StoreError::Internal("an offer settled to nothing".into()))
 }
 
-/// Settles offers in order, each against the entry its namespace holds by then (one read for
-/// all of them); answers the entry each namespace holds after its offer. The namespaces above
-/// a written entry are kept at least until its expiry's midnight; when the entry it replaces
-/// already kept them as long, they need no write (they only move later).
+/// Settles offers in order, each against the entry its namespace holds by then; answers the
+/// entry each namespace holds after its offer. One read serves them all: their entries, and
+/// the namespace just above each. A written entry keeps the namespaces above it at least until
+/// its expiry's midnight; a namespace is kept no shorter than any below it (each keep goes
+/// up the whole chain), so when the one just above is kept that long, none needs a write.
 pub async fn settle(tx: &mut impl WriteTx, offers: Vec<Offer>) -> Result<Vec<Entry>, StoreError> {
-    let mut keys: Vec<String> = offers.iter().map(|offer| entry_key(&offer.namespace)).collect();
+    let mut keys: Vec<(DocKind, String)> = Vec::with_capacity(offers.len() * 2);
+    for offer in &offers {
+        keys.push((DocKind::IndexEntry, entry_key(&offer.namespace)));
+        if let Some(parent) = offer.namespace.ancestors().next() {
+            keys.push((DocKind::IndexNamespace, key_of(parent)));
+        }
+    }
     keys.sort_unstable();
     keys.dedup();
-    let mut held: HashMap<String, Held> = HashMap::with_capacity(keys.len());
-    for (key, document) in tx.load_documents(DocKind::IndexEntry, &keys).await? {
-        let expires = document.expires;
-        held.insert(key, Held { entry: decode_entry(&document)?, expires, written: false });
+    let mut held: HashMap<String, Held> = HashMap::with_capacity(offers.len());
+    let mut kept: HashMap<String, Option<Timestamp>> = HashMap::new();
+    for ((kind, key), document) in tx.load_documents(&keys).await? {
+        if kind == DocKind::IndexEntry {
+            let expires = document.expires;
+            held.insert(key, Held { entry: decode_entry(&document)?, expires, written: false });
+        } else {
+            kept.insert(key, document.expires);
+        }
     }
     let mut keep: BTreeMap<String, Timestamp> = BTreeMap::new();
     let mut answers = Vec::with_capacity(offers.len());
@@ -104,9 +123,17 @@ pub async fn settle(tx: &mut impl WriteTx, offers: Vec<Offer>) -> Result<Vec<Ent
             continue;
         }
         let until = namespace_expiry(entry.expires);
-        if live.is_none_or(|stored| namespace_expiry(stored.entry.expires) < until) {
+        let parent_kept = |parent: &str| match kept.get(&key_of(parent)) {
+            Some(None) => true,
+            Some(Some(expires)) => *expires >= until,
+            None => false,
+        };
+        if namespace.ancestors().next().is_some_and(|parent| !parent_kept(parent)) {
             for ancestor in namespace.ancestors() {
-                let ancestor = entry_key(&Namespace::parse("namespace", ancestor)?);
+                let ancestor = key_of(ancestor);
+                if let Some(known) = kept.entry(ancestor.clone()).or_insert(Some(until)) {
+                    *known = (*known).max(until);
+                }
                 let kept = keep.entry(ancestor).or_insert(until);
                 *kept = (*kept).max(until);
             }

@@ -2,6 +2,8 @@
 //! `secret_documents`, kept apart as the tasks' secrets are. Keys sort bytewise (`COLLATE "C"`),
 //! as the key ranges of listings need.
 
+use std::collections::HashMap;
+
 use shoal_engine::Timestamp;
 use tokio_postgres::Row;
 
@@ -63,7 +65,8 @@ impl PgTx {
         }
         let writes = std::mem::take(&mut self.index_writes);
         for ((kind, key), write) in writes {
-            let kind = if kind == DocKind::IndexEntry.as_str() { DocKind::IndexEntry } else { DocKind::IndexNamespace };
+            let kind =
+                DocKind::parse(kind).ok_or_else(|| StoreError::Internal(format!("held write of kind {kind}")))?;
             match write {
                 IndexWrite::Put(document) => self.write_document(kind, &key, &document).await?,
                 IndexWrite::Delete => self.remove_document(kind, &key).await?,
@@ -125,19 +128,50 @@ impl DocumentTx for PgTx {
         self.query_opt(sql, &[&kind.as_str(), &key]).await?.map(|row| document(&row, 0)).transpose()
     }
 
-    async fn load_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<Vec<(String, Document)>, StoreError> {
+    async fn load_documents(
+        &mut self,
+        keys: &[(DocKind, String)],
+    ) -> Result<Vec<((DocKind, String), Document)>, StoreError> {
         let mut found = Vec::with_capacity(keys.len());
-        let mut unread: Vec<&str> = Vec::with_capacity(keys.len());
-        for key in keys {
-            match self.index_writes.get(&(kind.as_str(), key.clone())) {
-                Some(IndexWrite::Put(document)) if held_back(kind) => found.push((key.clone(), document.clone())),
-                Some(IndexWrite::Delete) if held_back(kind) => {}
-                _ => unread.push(key),
+        let (mut kinds, mut unread): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+        let mut kept: HashMap<(DocKind, String), Timestamp> = HashMap::new();
+        for (kind, key) in keys {
+            let held = if held_back(*kind) { self.index_writes.get(&(kind.as_str(), key.clone())) } else { None };
+            match held {
+                Some(IndexWrite::Put(document)) => found.push(((*kind, key.clone()), document.clone())),
+                Some(IndexWrite::Delete) => {}
+                Some(IndexWrite::Keep(until)) => {
+                    kept.insert((*kind, key.clone()), *until);
+                    kinds.push(kind.as_str());
+                    unread.push(key);
+                }
+                None => {
+                    kinds.push(kind.as_str());
+                    unread.push(key);
+                }
             }
         }
+        let Some((first, _)) = keys.first() else { return Ok(found) };
         if !unread.is_empty() {
-            let sql = on_table!(kind, "SELECT key, body, expires, due FROM ", " WHERE kind = $1 AND key = ANY($2)");
-            found.extend(keyed(&self.query(sql, &[&kind.as_str(), &unread]).await?)?);
+            let sql = on_table!(
+                first,
+                "SELECT kind, key, body, expires, due FROM ",
+                " WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
+            );
+            for row in self.query(sql, &[&kinds, &unread]).await? {
+                let (kind, key): (&str, String) = (row.try_get(0)?, row.try_get(1)?);
+                let Some(kind) = DocKind::parse(kind) else { continue };
+                let mut document = document(&row, 2)?;
+                let at = (kind, key);
+                if let Some(until) = kept.remove(&at) {
+                    document.expires = document.expires.map(|expires| expires.max(until));
+                }
+                found.push((at, document));
+            }
+        }
+        // Held keeps of documents not yet stored: `{}` until then.
+        for ((kind, key), until) in kept {
+            found.push(((kind, key), Document { body: "{}".into(), expires: Some(until), due: None }));
         }
         Ok(found)
     }

@@ -75,11 +75,14 @@ impl DocumentTx for Tx<'_> {
         load(self.conn, kind, key)
     }
 
-    async fn load_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<Vec<(String, Document)>, StoreError> {
+    async fn load_documents(
+        &mut self,
+        keys: &[(DocKind, String)],
+    ) -> Result<Vec<((DocKind, String), Document)>, StoreError> {
         let mut found = Vec::with_capacity(keys.len());
-        for key in keys {
-            if let Some(document) = load(self.conn, kind, key)? {
-                found.push((key.clone(), document));
+        for (kind, key) in keys {
+            if let Some(document) = load(self.conn, *kind, key)? {
+                found.push(((*kind, key.clone()), document));
             }
         }
         Ok(found)
