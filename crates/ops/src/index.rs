@@ -1,6 +1,10 @@
-//! The Index service's writes: a completed task indexed under the namespaces its routes name
-//! (in the transaction that completes it), an entry inserted or deleted by a call, and the
-//! namespaces above each entry kept for as long as it.
+//! The Index service's writes: a completed task offered under the namespaces its routes name
+//! (in the transaction that completes it) and indexed when the offers are settled, an entry
+//! inserted or deleted by a call, and the namespaces above each entry kept for as long as it.
+//!
+//! Offers are settled together, oldest first, a moment after they are made (as Taskcluster's
+//! index follows the queue's messages): each entry and namespace page is then written once
+//! for many completions, not once for each.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -53,11 +57,21 @@ pub struct Offer {
     pub now: Timestamp,
 }
 
-/// Indexes a task that has just completed under each namespace its routes name, from the
-/// `extra.index` it kept: offered, settled by the backend ([`DocumentTx::offer_index`]). A
-/// task whose routes name none, or whose entry would already be expired, costs nothing more.
-///
-/// [`DocumentTx::offer_index`]: crate::DocumentTx::offer_index
+/// Offers settled by one [`settle_offered`] at most when an insert or delete settles them
+/// first.
+const BEFORE_A_CALL: usize = 10_000;
+
+/// A completed task's offer as kept until settled: its entry and where it goes.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Offered {
+    namespaces: Vec<String>,
+    entry: Entry,
+}
+
+/// Offers a task that has just completed to the Index, under each namespace its routes name,
+/// from the `extra.index` it kept: written in its completing transaction, settled soon after
+/// with the offers of others ([`settle_offered`]). A task whose routes name none, or whose
+/// entry would already be expired, costs nothing more.
 pub async fn index_completed(tx: &mut impl WriteTx, task: &Task, now: Timestamp) -> Result<(), StoreError> {
     let namespaces = namespaces_of(&task.meta.routes);
     if namespaces.is_empty() {
@@ -67,12 +81,40 @@ pub async fn index_completed(tx: &mut impl WriteTx, task: &Task, now: Timestamp)
     if entry.expires <= now {
         return Ok(());
     }
-    let offers = namespaces.into_iter().map(|namespace| Offer { namespace, entry: entry.clone(), now }).collect();
-    tx.offer_index(offers).await
+    // Keys sort by when offered: settled oldest first. A task completes once per run.
+    let key = format!("{:013} {} {}", now.millis().max(0), task.task_id, task.runs().len());
+    let expires = Some(entry.expires);
+    let offered = Offered { namespaces: namespaces.iter().map(|ns| ns.as_str().to_owned()).collect(), entry };
+    tx.put_document(DocKind::IndexOffer, &key, &Document { body: json(&offered)?, expires, due: None }).await
+}
+
+/// Settles the oldest `limit` offers of completed tasks, in one read and one write of each
+/// entry however many offers name it; answers how many it settled. Settlements on several
+/// servers take turns (each holds the settler's lock until its commit).
+pub async fn settle_offered(tx: &mut impl WriteTx, limit: usize, now: Timestamp) -> Result<usize, StoreError> {
+    // An idle Index writes nothing.
+    if tx.first_documents(DocKind::IndexOffer, 1).await?.is_empty() {
+        return Ok(0);
+    }
+    tx.put_document(DocKind::IndexSettler, "settler", &Document::new(json(&now)?)).await?;
+    let pending = tx.first_documents(DocKind::IndexOffer, limit).await?;
+    let mut offers = Vec::with_capacity(pending.len() * 2);
+    for (_, document) in &pending {
+        let offered: Offered =
+            serde_json::from_str(&document.body).map_err(|err| corrupt(format!("index offer: {err}")))?;
+        for namespace in &offered.namespaces {
+            let namespace = Namespace::parse("namespace", namespace).map_err(|err| corrupt(err.to_string()))?;
+            offers.push(Offer { namespace, entry: offered.entry.clone(), now });
+        }
+    }
+    settle(tx, offers).await?;
+    let keys: Vec<String> = pending.into_iter().map(|(key, _)| key).collect();
+    tx.delete_documents(DocKind::IndexOffer, &keys).await?;
+    Ok(keys.len())
 }
 
 /// insertTask: puts `entry` at `namespace` unless a live entry of higher rank is there;
-/// answers the entry the namespace holds afterwards.
+/// answers the entry the namespace holds afterwards. Offers made before it are settled first.
 pub async fn insert(
     tx: &mut impl WriteTx,
     namespace: &Namespace,
@@ -82,6 +124,7 @@ pub async fn insert(
     if entry.expires <= now {
         return Err(Rejection::invalid("expires", "must be in the future").into());
     }
+    settle_offered(tx, BEFORE_A_CALL, now).await?;
     let held = settle(tx, vec![Offer { namespace: namespace.clone(), entry, now }]).await?;
     held.into_iter().next().ok_or_else(|| StoreError::Internal("an offer settled to nothing".into()))
 }
@@ -159,8 +202,9 @@ struct Held {
     written: bool,
 }
 
-/// Deletes the entry at `namespace`, if any (as Taskcluster's, no error when there is none);
-/// the namespaces above it stay until they expire.
-pub async fn delete(tx: &mut impl WriteTx, namespace: &Namespace) -> Result<(), StoreError> {
+/// Deletes the entry at `namespace`, if any (as Taskcluster's, no error when there is none),
+/// after settling the offers made before; the namespaces above it stay until they expire.
+pub async fn delete(tx: &mut impl WriteTx, namespace: &Namespace, now: Timestamp) -> Result<(), StoreError> {
+    settle_offered(tx, BEFORE_A_CALL, now).await?;
     tx.delete_document(DocKind::IndexEntry, &entry_key(namespace)).await
 }

@@ -10,7 +10,6 @@ use tokio_postgres::Row;
 use crate::StoreError;
 use crate::ops::DocumentTx;
 use crate::ops::documents::{DocKind, Document, prefix_end};
-use crate::ops::index::Offer;
 use crate::postgres::reads::PgReads;
 use crate::postgres::tx::PgTx;
 
@@ -56,13 +55,8 @@ fn held_back(kind: DocKind) -> bool {
 }
 
 impl PgTx {
-    /// Settles the entries offered to the Index (`PgTx::index_offers`), then makes its
-    /// held-back writes in key order (see `PgTx::index_writes`).
+    /// Writes the Index's held-back writes in key order (see `PgTx::index_writes`).
     pub(crate) async fn write_index(&mut self) -> Result<(), StoreError> {
-        let offers = std::mem::take(&mut self.index_offers);
-        if !offers.is_empty() {
-            crate::ops::index::settle(self, offers).await?;
-        }
         let writes = std::mem::take(&mut self.index_writes);
         for ((kind, key), write) in writes {
             let kind =
@@ -212,10 +206,20 @@ impl DocumentTx for PgTx {
         self.keep_until(kind, key, expires).await
     }
 
-    async fn offer_index(&mut self, offers: Vec<Offer>) -> Result<(), StoreError> {
-        // Settled at the commit: one read for a whole gathering's completions.
-        self.index_offers.extend(offers);
-        Ok(())
+    async fn first_documents(&mut self, kind: DocKind, limit: usize) -> Result<Vec<(String, Document)>, StoreError> {
+        let sql = on_table!(kind, "SELECT key, body, expires, due FROM ", " WHERE kind = $1 ORDER BY key LIMIT $2");
+        keyed(&self.query(sql, &[&kind.as_str(), &(limit as i64)]).await?)
+    }
+
+    async fn delete_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<(), StoreError> {
+        if held_back(kind) {
+            for key in keys {
+                self.index_writes.insert((kind.as_str(), key.clone()), IndexWrite::Delete);
+            }
+            return Ok(());
+        }
+        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = $1 AND key = ANY($2)");
+        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(keys.to_vec())]).await
     }
 
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {

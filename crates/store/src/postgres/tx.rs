@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::ops::index::Offer;
 use crate::postgres::documents::IndexWrite;
 use std::sync::Arc;
 
@@ -48,7 +47,6 @@ pub(crate) struct Mark {
     messages: usize,
     resolutions: usize,
     writes: u64,
-    offers: usize,
 }
 
 /// A write transaction in progress.
@@ -81,9 +79,6 @@ pub(crate) struct PgTx {
     /// The Index's writes (`documents.rs`), held until the commit and made in key order, so
     /// two transactions indexing the same namespaces take their locks in one order.
     pub(crate) index_writes: BTreeMap<(&'static str, String), IndexWrite>,
-    /// Entries offered to the Index, settled together just before the commit
-    /// (`documents.rs`): a gathering's completions read their namespaces in one round trip.
-    pub(crate) index_offers: Vec<Offer>,
     /// The record (and numbered events) each claiming worker gets if it has none yet.
     pub(crate) first_records: BTreeMap<WorkerKey, (Worker, Vec<(u64, WorkerEvent)>)>,
     /// The numbers of the appended claims folded into each worker record read with its lock,
@@ -130,7 +125,6 @@ impl PgTx {
             touched: Vec::new(),
             claims: Vec::new(),
             index_writes: BTreeMap::new(),
-            index_offers: Vec::new(),
             first_records: BTreeMap::new(),
             claims_folded: HashMap::new(),
         }
@@ -156,7 +150,6 @@ impl PgTx {
             messages: self.messages.len(),
             resolutions: self.resolutions.as_ref().map_or(0, Vec::len),
             writes: self.writes,
-            offers: self.index_offers.len(),
         }
     }
 
@@ -165,7 +158,6 @@ impl PgTx {
     pub(crate) fn undo(&mut self, mark: &Mark) -> bool {
         self.events.truncate(mark.events);
         self.messages.truncate(mark.messages);
-        self.index_offers.truncate(mark.offers);
         if let Some(resolutions) = &mut self.resolutions {
             resolutions.truncate(mark.resolutions);
         }
@@ -271,7 +263,7 @@ impl PgTx {
 
     /// Stages the messages and commits, in one round trip with what was held back.
     pub(crate) async fn commit(&mut self) -> Result<(), StoreError> {
-        if !self.index_writes.is_empty() || !self.index_offers.is_empty() {
+        if !self.index_writes.is_empty() {
             self.write_index().await?;
         }
         if !self.begun && self.held_back.len() == 1 {
