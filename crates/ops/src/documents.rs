@@ -133,9 +133,13 @@ pub trait DocumentTx {
     /// Deletes every document of a kind whose key starts with `prefix`.
     async fn delete_documents_under(&mut self, kind: DocKind, prefix: &str) -> Result<(), StoreError>;
 
-    /// Stores `{}` under a key that has no document, or moves an existing one's expiry on to
-    /// `expires` if that is later (never earlier).
-    async fn keep_document_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError>;
+    /// Stores documents of a kind (distinct keys), each replacing any at its key: in one
+    /// statement, however many.
+    async fn put_documents(&mut self, kind: DocKind, documents: &[(String, Document)]) -> Result<(), StoreError>;
+
+    /// For each key (distinct), stores `{}` if it has no document, or moves its document's
+    /// expiry on to the time given if that is later (never earlier): in one statement.
+    async fn keep_documents_until(&mut self, kind: DocKind, keys: &[(String, Timestamp)]) -> Result<(), StoreError>;
 
     /// The first `limit` documents of a kind, by key.
     async fn first_documents(&mut self, kind: DocKind, limit: usize) -> Result<Vec<(String, Document)>, StoreError>;

@@ -184,12 +184,17 @@ pub async fn settle(tx: &mut impl WriteTx, offers: Vec<Offer>) -> Result<Vec<Ent
         answers.push(entry.clone());
         held.insert(key, Held { expires: Some(entry.expires), entry, written: true });
     }
-    for (key, held) in held.iter().filter(|(_, held)| held.written) {
-        let document = Document { body: json(&held.entry)?, expires: held.expires, due: None };
-        tx.put_document(DocKind::IndexEntry, key, &document).await?;
+    let mut written = Vec::with_capacity(held.len());
+    for (key, held) in held.into_iter().filter(|(_, held)| held.written) {
+        written.push((key, Document { body: json(&held.entry)?, expires: held.expires, due: None }));
     }
-    for (key, until) in keep {
-        tx.keep_document_until(DocKind::IndexNamespace, &key, until).await?;
+    // In key order: PostgreSQL settlements then lock rows in one order.
+    written.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if !written.is_empty() {
+        tx.put_documents(DocKind::IndexEntry, &written).await?;
+    }
+    if !keep.is_empty() {
+        tx.keep_documents_until(DocKind::IndexNamespace, &keep.into_iter().collect::<Vec<_>>()).await?;
     }
     Ok(answers)
 }

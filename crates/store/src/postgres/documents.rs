@@ -2,8 +2,6 @@
 //! `secret_documents`, kept apart as the tasks' secrets are. Keys sort bytewise (`COLLATE "C"`),
 //! as the key ranges of listings need.
 
-use std::collections::HashMap;
-
 use shoal_engine::Timestamp;
 use tokio_postgres::Row;
 
@@ -37,87 +35,8 @@ fn keyed(rows: &[Row]) -> Result<Vec<(String, Document)>, StoreError> {
     rows.iter().map(|row| Ok((row.try_get(0)?, document(row, 1)?))).collect()
 }
 
-/// A held-back write of the Index (see `PgTx::index_writes`).
-#[derive(Debug, Clone)]
-pub(crate) enum IndexWrite {
-    /// Store this document.
-    Put(Document),
-    /// Delete it.
-    Delete,
-    /// Keep it (made `{}` if missing) until at least then.
-    Keep(Timestamp),
-}
-
-/// Whether a kind's writes are held back to the commit: the Index's, which many concurrent
-/// completions may make to the same namespaces.
-fn held_back(kind: DocKind) -> bool {
-    matches!(kind, DocKind::IndexEntry | DocKind::IndexNamespace)
-}
-
-impl PgTx {
-    /// Writes the Index's held-back writes in key order (see `PgTx::index_writes`).
-    pub(crate) async fn write_index(&mut self) -> Result<(), StoreError> {
-        let writes = std::mem::take(&mut self.index_writes);
-        for ((kind, key), write) in writes {
-            let kind =
-                DocKind::parse(kind).ok_or_else(|| StoreError::Internal(format!("held write of kind {kind}")))?;
-            match write {
-                IndexWrite::Put(document) => self.write_document(kind, &key, &document).await?,
-                IndexWrite::Delete => self.remove_document(kind, &key).await?,
-                IndexWrite::Keep(until) => self.keep_until(kind, &key, until).await?,
-            }
-        }
-        Ok(())
-    }
-
-    async fn write_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
-        let sql = on_table!(
-            kind,
-            "INSERT INTO ",
-            " (kind, key, body, expires, due) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body, expires = excluded.expires, due = excluded.due"
-        );
-        let params: Vec<crate::postgres::pipeline::Param> = vec![
-            Box::new(kind.as_str()),
-            Box::new(key.to_owned()),
-            Box::new(document.body.clone()),
-            Box::new(document.expires.map(Timestamp::millis)),
-            Box::new(document.due.map(Timestamp::millis)),
-        ];
-        self.defer(sql, params).await
-    }
-
-    async fn remove_document(&mut self, kind: DocKind, key: &str) -> Result<(), StoreError> {
-        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = $1 AND key = $2");
-        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned())]).await
-    }
-
-    async fn keep_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError> {
-        let sql = on_table!(
-            kind,
-            "INSERT INTO ",
-            " (kind, key, body, expires) VALUES ($1, $2, '{}', $3) \
-             ON CONFLICT (kind, key) DO UPDATE SET expires = excluded.expires WHERE ",
-            ".expires < excluded.expires"
-        );
-        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned()), Box::new(expires.millis())]).await
-    }
-}
-
 impl DocumentTx for PgTx {
     async fn load_document(&mut self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {
-        if held_back(kind) {
-            // Read as this transaction left it; not locked (its write comes at the commit, in
-            // key order): of two completions indexing one namespace at once, the later commit's
-            // entry stays.
-            match self.index_writes.get(&(kind.as_str(), key.to_owned())) {
-                Some(IndexWrite::Put(document)) => return Ok(Some(document.clone())),
-                Some(IndexWrite::Delete) => return Ok(None),
-                Some(IndexWrite::Keep(_)) | None => {}
-            }
-            let sql = on_table!(kind, "SELECT body, expires, due FROM ", " WHERE kind = $1 AND key = $2");
-            return self.query_opt(sql, &[&kind.as_str(), &key]).await?.map(|row| document(&row, 0)).transpose();
-        }
         let sql = on_table!(kind, "SELECT body, expires, due FROM ", " WHERE kind = $1 AND key = $2 FOR UPDATE");
         self.query_opt(sql, &[&kind.as_str(), &key]).await?.map(|row| document(&row, 0)).transpose()
     }
@@ -126,64 +45,30 @@ impl DocumentTx for PgTx {
         &mut self,
         keys: &[(DocKind, String)],
     ) -> Result<Vec<((DocKind, String), Document)>, StoreError> {
+        let Some((first, _)) = keys.first() else { return Ok(Vec::new()) };
+        // Not locked: of two settlements writing one entry at once, the later commit's stays.
+        let sql = on_table!(
+            first,
+            "SELECT kind, key, body, expires, due FROM ",
+            " WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
+        );
+        let (kinds, names): (Vec<&str>, Vec<&str>) =
+            keys.iter().map(|(kind, key)| (kind.as_str(), key.as_str())).unzip();
         let mut found = Vec::with_capacity(keys.len());
-        let (mut kinds, mut unread): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
-        let mut kept: HashMap<(DocKind, String), Timestamp> = HashMap::new();
-        for (kind, key) in keys {
-            let held = if held_back(*kind) { self.index_writes.get(&(kind.as_str(), key.clone())) } else { None };
-            match held {
-                Some(IndexWrite::Put(document)) => found.push(((*kind, key.clone()), document.clone())),
-                Some(IndexWrite::Delete) => {}
-                Some(IndexWrite::Keep(until)) => {
-                    kept.insert((*kind, key.clone()), *until);
-                    kinds.push(kind.as_str());
-                    unread.push(key);
-                }
-                None => {
-                    kinds.push(kind.as_str());
-                    unread.push(key);
-                }
-            }
-        }
-        let Some((first, _)) = keys.first() else { return Ok(found) };
-        if !unread.is_empty() {
-            let sql = on_table!(
-                first,
-                "SELECT kind, key, body, expires, due FROM ",
-                " WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
-            );
-            for row in self.query(sql, &[&kinds, &unread]).await? {
-                let (kind, key): (&str, String) = (row.try_get(0)?, row.try_get(1)?);
-                let Some(kind) = DocKind::parse(kind) else { continue };
-                let mut document = document(&row, 2)?;
-                let at = (kind, key);
-                if let Some(until) = kept.remove(&at) {
-                    document.expires = document.expires.map(|expires| expires.max(until));
-                }
-                found.push((at, document));
-            }
-        }
-        // Held keeps of documents not yet stored: `{}` until then.
-        for ((kind, key), until) in kept {
-            found.push(((kind, key), Document { body: "{}".into(), expires: Some(until), due: None }));
+        for row in self.query(sql, &[&kinds, &names]).await? {
+            let kind: &str = row.try_get(0)?;
+            let kind = DocKind::parse(kind).ok_or_else(|| StoreError::Corrupt(format!("document kind {kind}")))?;
+            found.push(((kind, row.try_get(1)?), document(&row, 2)?));
         }
         Ok(found)
     }
 
     async fn put_document(&mut self, kind: DocKind, key: &str, document: &Document) -> Result<(), StoreError> {
-        if held_back(kind) {
-            self.index_writes.insert((kind.as_str(), key.to_owned()), IndexWrite::Put(document.clone()));
-            return Ok(());
-        }
-        self.write_document(kind, key, document).await
+        self.put_documents(kind, &[(key.to_owned(), document.clone())]).await
     }
 
     async fn delete_document(&mut self, kind: DocKind, key: &str) -> Result<(), StoreError> {
-        if held_back(kind) {
-            self.index_writes.insert((kind.as_str(), key.to_owned()), IndexWrite::Delete);
-            return Ok(());
-        }
-        self.remove_document(kind, key).await
+        self.delete_documents(kind, &[key.to_owned()]).await
     }
 
     async fn delete_documents_under(&mut self, kind: DocKind, prefix: &str) -> Result<(), StoreError> {
@@ -191,19 +76,36 @@ impl DocumentTx for PgTx {
         self.defer(sql, vec![Box::new(kind.as_str()), Box::new(prefix.to_owned()), Box::new(prefix_end(prefix))]).await
     }
 
-    async fn keep_document_until(&mut self, kind: DocKind, key: &str, expires: Timestamp) -> Result<(), StoreError> {
-        if held_back(kind) {
-            let held = self.index_writes.entry((kind.as_str(), key.to_owned())).or_insert(IndexWrite::Keep(expires));
-            match held {
-                IndexWrite::Keep(until) => *until = (*until).max(expires),
-                IndexWrite::Put(document) => {
-                    document.expires = document.expires.max(Some(expires));
-                }
-                IndexWrite::Delete => *held = IndexWrite::Keep(expires),
-            }
-            return Ok(());
-        }
-        self.keep_until(kind, key, expires).await
+    async fn put_documents(&mut self, kind: DocKind, documents: &[(String, Document)]) -> Result<(), StoreError> {
+        // Rows are written (and locked) in the order given.
+        let sql = on_table!(
+            kind,
+            "INSERT INTO ",
+            " (kind, key, body, expires, due) \
+             SELECT $1, * FROM unnest($2::text[], $3::text[], $4::int8[], $5::int8[]) \
+             ON CONFLICT (kind, key) DO UPDATE SET body = excluded.body, expires = excluded.expires, due = excluded.due"
+        );
+        let keys: Vec<String> = documents.iter().map(|(key, _)| key.clone()).collect();
+        let bodies: Vec<String> = documents.iter().map(|(_, document)| document.body.clone()).collect();
+        let expires: Vec<Option<i64>> = documents.iter().map(|(_, d)| d.expires.map(Timestamp::millis)).collect();
+        let due: Vec<Option<i64>> = documents.iter().map(|(_, d)| d.due.map(Timestamp::millis)).collect();
+        self.defer(
+            sql,
+            vec![Box::new(kind.as_str()), Box::new(keys), Box::new(bodies), Box::new(expires), Box::new(due)],
+        )
+        .await
+    }
+
+    async fn keep_documents_until(&mut self, kind: DocKind, keys: &[(String, Timestamp)]) -> Result<(), StoreError> {
+        let sql = on_table!(
+            kind,
+            "INSERT INTO ",
+            " (kind, key, body, expires) SELECT $1, key, '{}', until FROM unnest($2::text[], $3::int8[]) AS k (key, until) \
+             ON CONFLICT (kind, key) DO UPDATE SET expires = excluded.expires WHERE ",
+            ".expires < excluded.expires"
+        );
+        let (names, until): (Vec<String>, Vec<i64>) = keys.iter().map(|(key, at)| (key.clone(), at.millis())).unzip();
+        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(names), Box::new(until)]).await
     }
 
     async fn first_documents(&mut self, kind: DocKind, limit: usize) -> Result<Vec<(String, Document)>, StoreError> {
@@ -212,12 +114,6 @@ impl DocumentTx for PgTx {
     }
 
     async fn delete_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<(), StoreError> {
-        if held_back(kind) {
-            for key in keys {
-                self.index_writes.insert((kind.as_str(), key.clone()), IndexWrite::Delete);
-            }
-            return Ok(());
-        }
         let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = $1 AND key = ANY($2)");
         self.defer(sql, vec![Box::new(kind.as_str()), Box::new(keys.to_vec())]).await
     }

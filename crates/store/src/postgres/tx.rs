@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::postgres::documents::IndexWrite;
 use std::sync::Arc;
 
 use deadpool_postgres::Object;
@@ -76,9 +75,6 @@ pub(crate) struct PgTx {
     touched: Vec<(String, i64)>,
     /// Claims appended by [`PgTx::append_worker_claims`], written with the commit.
     pub(crate) claims: Vec<(WorkerKey, TaskRun, Timestamp)>,
-    /// The Index's writes (`documents.rs`), held until the commit and made in key order, so
-    /// two transactions indexing the same namespaces take their locks in one order.
-    pub(crate) index_writes: BTreeMap<(&'static str, String), IndexWrite>,
     /// The record (and numbered events) each claiming worker gets if it has none yet.
     pub(crate) first_records: BTreeMap<WorkerKey, (Worker, Vec<(u64, WorkerEvent)>)>,
     /// The numbers of the appended claims folded into each worker record read with its lock,
@@ -124,7 +120,6 @@ impl PgTx {
             gathered: None,
             touched: Vec::new(),
             claims: Vec::new(),
-            index_writes: BTreeMap::new(),
             first_records: BTreeMap::new(),
             claims_folded: HashMap::new(),
         }
@@ -263,9 +258,6 @@ impl PgTx {
 
     /// Stages the messages and commits, in one round trip with what was held back.
     pub(crate) async fn commit(&mut self) -> Result<(), StoreError> {
-        if !self.index_writes.is_empty() {
-            self.write_index().await?;
-        }
         if !self.begun && self.held_back.len() == 1 {
             // Nothing was ever sent: there is nothing to commit.
             self.held_back.clear();
