@@ -57,8 +57,7 @@ pub struct Offer {
     pub now: Timestamp,
 }
 
-/// Offers settled by one [`settle_offered`] at most when an insert or delete settles them
-/// first.
+/// Offers settled at most before an insert or a delete.
 const BEFORE_A_CALL: usize = 10_000;
 
 /// A completed task's offer as kept until settled: its entry and where it goes.
@@ -89,15 +88,28 @@ pub async fn index_completed(tx: &mut impl WriteTx, task: &Task, now: Timestamp)
 }
 
 /// Settles the oldest `limit` offers of completed tasks, in one read and one write of each
-/// entry however many offers name it; answers how many it settled. Settlements on several
-/// servers take turns (each holds the settler's lock until its commit).
+/// entry however many offers name it; answers how many it settled.
 pub async fn settle_offered(tx: &mut impl WriteTx, limit: usize, now: Timestamp) -> Result<usize, StoreError> {
     // An idle Index writes nothing.
     if tx.first_documents(DocKind::IndexOffer, 1).await?.is_empty() {
         return Ok(0);
     }
-    tx.put_document(DocKind::IndexSettler, "settler", &Document::new(json(&now)?)).await?;
+    take_turn(tx, now).await?;
+    settle_pending(tx, limit, now).await
+}
+
+/// Waits for the Index's other writers on other servers (each holds the settler's lock until
+/// its commit), so that every write of an entry is judged against the one before it.
+async fn take_turn(tx: &mut impl WriteTx, now: Timestamp) -> Result<(), StoreError> {
+    tx.put_document(DocKind::IndexSettler, "settler", &Document::new(json(&now)?)).await
+}
+
+/// Settles the oldest `limit` offers, its turn taken.
+async fn settle_pending(tx: &mut impl WriteTx, limit: usize, now: Timestamp) -> Result<usize, StoreError> {
     let pending = tx.first_documents(DocKind::IndexOffer, limit).await?;
+    if pending.is_empty() {
+        return Ok(0);
+    }
     let mut offers = Vec::with_capacity(pending.len() * 2);
     for (_, document) in &pending {
         let offered: Offered =
@@ -124,7 +136,8 @@ pub async fn insert(
     if entry.expires <= now {
         return Err(Rejection::invalid("expires", "must be in the future").into());
     }
-    settle_offered(tx, BEFORE_A_CALL, now).await?;
+    take_turn(tx, now).await?;
+    settle_pending(tx, BEFORE_A_CALL, now).await?;
     let held = settle(tx, vec![Offer { namespace: namespace.clone(), entry, now }]).await?;
     held.into_iter().next().ok_or_else(|| StoreError::Internal("an offer settled to nothing".into()))
 }
@@ -210,6 +223,7 @@ struct Held {
 /// Deletes the entry at `namespace`, if any (as Taskcluster's, no error when there is none),
 /// after settling the offers made before; the namespaces above it stay until they expire.
 pub async fn delete(tx: &mut impl WriteTx, namespace: &Namespace, now: Timestamp) -> Result<(), StoreError> {
-    settle_offered(tx, BEFORE_A_CALL, now).await?;
+    take_turn(tx, now).await?;
+    settle_pending(tx, BEFORE_A_CALL, now).await?;
     tx.delete_document(DocKind::IndexEntry, &entry_key(namespace)).await
 }

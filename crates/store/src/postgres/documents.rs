@@ -46,7 +46,7 @@ impl DocumentTx for PgTx {
         keys: &[(DocKind, String)],
     ) -> Result<Vec<((DocKind, String), Document)>, StoreError> {
         let Some((first, _)) = keys.first() else { return Ok(Vec::new()) };
-        // Not locked: of two settlements writing one entry at once, the later commit's stays.
+        // Not locked: the Index's writers take turns (`ops::index`), so none writes meanwhile.
         let sql = on_table!(
             first,
             "SELECT kind, key, body, expires, due FROM ",
