@@ -4,30 +4,14 @@ import datetime
 import os
 import subprocess
 import tempfile
-import time
 
 import pytest
 import taskcluster
-import taskcluster.exceptions
 from taskcluster import slugid
 
 
 # The root client of the suite's server.
 ROOT_TOKEN = "python-suite-root-access-token"
-
-
-def indexed(root_url, namespace):
-    """The Index's entry at `namespace` once the server has settled the offer of the task
-    that completed there (a moment after it did; there is no event for it)."""
-    index = taskcluster.Index({"rootUrl": root_url})
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            return index.findTask(namespace)
-        except taskcluster.exceptions.TaskclusterRestFailure as err:
-            if err.status_code != 404 or time.monotonic() > deadline:
-                raise
-        time.sleep(0.05)
 
 
 def _start(extra_args, data_dir=None):

@@ -11,7 +11,7 @@ import taskcluster
 from taskcluster import slugid
 from taskcluster.exceptions import TaskclusterAuthFailure, TaskclusterRestFailure
 
-from conftest import ROOT_TOKEN, _start, indexed
+from conftest import ROOT_TOKEN, _start
 
 
 def in_an_hour():
@@ -65,7 +65,7 @@ def test_a_completed_task_is_found_in_the_index(server, queue, index, make_task,
     assert err.value.status_code == 404, "indexed only once completed"
     run_to_completion(queue, task_queue_id, task_id, artifacts=["public/build.txt", "private/key.txt"])
 
-    found = indexed(server, f"{ns}.build.latest")
+    found = index.findTask(f"{ns}.build.latest")
     assert (found["taskId"], found["rank"], found["data"]) == (task_id, 3, {"rev": "abc"})
     assert found["namespace"] == f"{ns}.build.latest"
     assert [n["name"] for n in index.listNamespaces(ns)["namespaces"]] == ["build"]
@@ -126,7 +126,7 @@ def test_an_indexed_task_is_found_after_a_restart(tmp_path, make_task, task_queu
         proc.wait(timeout=10)
     proc, root_url = _start([], data_dir=str(tmp_path))
     try:
-        assert indexed(root_url, "restart.latest")["taskId"] == task_id
+        assert taskcluster.Index({"rootUrl": root_url}).findTask("restart.latest")["taskId"] == task_id
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -20,7 +20,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from conftest import ROOT_TOKEN, _start, indexed
+from conftest import ROOT_TOKEN, _start
 
 WAIT_SECS = 30
 SIZES = {"laptop": (1280, 800), "phone": (390, 844)}
@@ -698,7 +698,6 @@ def test_the_index_hooks_and_secrets_pages(server, queue, make_task, task_queue_
     queue.createArtifact(task_id, 0, "public/app.tar.gz", {"storageType": "reference", "url": "https://example.com/app.tgz",
                                                             "expires": expires, "contentType": "application/gzip"})
     queue.reportCompleted(task_id, 0)
-    indexed(server, f"{ns}.app.latest")
     sign_out(browser, server)
     open_page(browser, f"{server}/tasks/index/{ns}", "#namespaces tr[data-namespace]")
     browser.find_element(By.CSS_SELECTOR, f'#namespaces tr[data-namespace="{ns}.app"] a').click()

@@ -18,10 +18,6 @@ pub enum DocKind {
     IndexEntry,
     /// An Index namespace: one that holds entries or namespaces.
     IndexNamespace,
-    /// A completed task's entry, offered to the Index and not yet settled.
-    IndexOffer,
-    /// The one document whose lock a settlement of the Index's offers holds.
-    IndexSettler,
     /// A secret of the Secrets service.
     Secret,
     /// A hook's definition.
@@ -39,8 +35,6 @@ impl DocKind {
         match self {
             DocKind::IndexEntry => "index-entry",
             DocKind::IndexNamespace => "index-namespace",
-            DocKind::IndexOffer => "index-offer",
-            DocKind::IndexSettler => "index-settler",
             DocKind::Secret => "secret",
             DocKind::Hook => "hook",
             DocKind::HookToken => "hook-token",
@@ -54,8 +48,6 @@ impl DocKind {
         [
             DocKind::IndexEntry,
             DocKind::IndexNamespace,
-            DocKind::IndexOffer,
-            DocKind::IndexSettler,
             DocKind::Secret,
             DocKind::Hook,
             DocKind::HookToken,
@@ -141,11 +133,10 @@ pub trait DocumentTx {
     /// expiry on to the time given if that is later (never earlier): in one statement.
     async fn keep_documents_until(&mut self, kind: DocKind, keys: &[(String, Timestamp)]) -> Result<(), StoreError>;
 
-    /// The first `limit` documents of a kind, by key.
-    async fn first_documents(&mut self, kind: DocKind, limit: usize) -> Result<Vec<(String, Document)>, StoreError>;
-
-    /// Deletes the documents of a kind at `keys` (nothing for those there are none).
-    async fn delete_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<(), StoreError>;
+    /// Settles entries offered to the Index ([`crate::index::settle`]) now, or with the
+    /// others of the transaction just before its commit, where a backend gathers many
+    /// completions in one transaction (one read for all of them).
+    async fn offer_index(&mut self, offers: Vec<crate::index::Offer>) -> Result<(), StoreError>;
 
     /// Deletes up to `limit` documents expired at `now`; says how many went.
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError>;

@@ -1,10 +1,6 @@
-//! The Index service's writes: a completed task offered under the namespaces its routes name
-//! (in the transaction that completes it) and indexed when the offers are settled, an entry
-//! inserted or deleted by a call, and the namespaces above each entry kept for as long as it.
-//!
-//! Offers are settled together, oldest first, a moment after they are made (as Taskcluster's
-//! index follows the queue's messages): each entry and namespace page is then written once
-//! for many completions, not once for each.
+//! The Index service's writes: a completed task indexed under the namespaces its routes name
+//! (in the transaction that completes it), an entry inserted or deleted by a call, and the
+//! namespaces above each entry kept for as long as it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -57,20 +53,11 @@ pub struct Offer {
     pub now: Timestamp,
 }
 
-/// Offers settled at most before an insert or a delete.
-const BEFORE_A_CALL: usize = 10_000;
-
-/// A completed task's offer as kept until settled: its entry and where it goes.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Offered {
-    namespaces: Vec<String>,
-    entry: Entry,
-}
-
-/// Offers a task that has just completed to the Index, under each namespace its routes name,
-/// from the `extra.index` it kept: written in its completing transaction, settled soon after
-/// with the offers of others ([`settle_offered`]). A task whose routes name none, or whose
-/// entry would already be expired, costs nothing more.
+/// Indexes a task that has just completed under each namespace its routes name, from the
+/// `extra.index` it kept: offered, settled by the backend ([`DocumentTx::offer_index`]). A
+/// task whose routes name none, or whose entry would already be expired, costs nothing more.
+///
+/// [`DocumentTx::offer_index`]: crate::DocumentTx::offer_index
 pub async fn index_completed(tx: &mut impl WriteTx, task: &Task, now: Timestamp) -> Result<(), StoreError> {
     let namespaces = namespaces_of(&task.meta.routes);
     if namespaces.is_empty() {
@@ -80,53 +67,12 @@ pub async fn index_completed(tx: &mut impl WriteTx, task: &Task, now: Timestamp)
     if entry.expires <= now {
         return Ok(());
     }
-    // Keys sort by when offered: settled oldest first. A task completes once per run.
-    let key = format!("{:013} {} {}", now.millis().max(0), task.task_id, task.runs().len());
-    let expires = Some(entry.expires);
-    let offered = Offered { namespaces: namespaces.iter().map(|ns| ns.as_str().to_owned()).collect(), entry };
-    tx.put_document(DocKind::IndexOffer, &key, &Document { body: json(&offered)?, expires, due: None }).await
-}
-
-/// Settles the oldest `limit` offers of completed tasks, in one read and one write of each
-/// entry however many offers name it; answers how many it settled.
-pub async fn settle_offered(tx: &mut impl WriteTx, limit: usize, now: Timestamp) -> Result<usize, StoreError> {
-    // An idle Index writes nothing.
-    if tx.first_documents(DocKind::IndexOffer, 1).await?.is_empty() {
-        return Ok(0);
-    }
-    take_turn(tx, now).await?;
-    settle_pending(tx, limit, now).await
-}
-
-/// Waits for the Index's other writers on other servers (each holds the settler's lock until
-/// its commit), so that every write of an entry is judged against the one before it.
-async fn take_turn(tx: &mut impl WriteTx, now: Timestamp) -> Result<(), StoreError> {
-    tx.put_document(DocKind::IndexSettler, "settler", &Document::new(json(&now)?)).await
-}
-
-/// Settles the oldest `limit` offers, its turn taken.
-async fn settle_pending(tx: &mut impl WriteTx, limit: usize, now: Timestamp) -> Result<usize, StoreError> {
-    let pending = tx.first_documents(DocKind::IndexOffer, limit).await?;
-    if pending.is_empty() {
-        return Ok(0);
-    }
-    let mut offers = Vec::with_capacity(pending.len() * 2);
-    for (_, document) in &pending {
-        let offered: Offered =
-            serde_json::from_str(&document.body).map_err(|err| corrupt(format!("index offer: {err}")))?;
-        for namespace in &offered.namespaces {
-            let namespace = Namespace::parse("namespace", namespace).map_err(|err| corrupt(err.to_string()))?;
-            offers.push(Offer { namespace, entry: offered.entry.clone(), now });
-        }
-    }
-    settle(tx, offers).await?;
-    let keys: Vec<String> = pending.into_iter().map(|(key, _)| key).collect();
-    tx.delete_documents(DocKind::IndexOffer, &keys).await?;
-    Ok(keys.len())
+    let offers = namespaces.into_iter().map(|namespace| Offer { namespace, entry: entry.clone(), now }).collect();
+    tx.offer_index(offers).await
 }
 
 /// insertTask: puts `entry` at `namespace` unless a live entry of higher rank is there;
-/// answers the entry the namespace holds afterwards. Offers made before it are settled first.
+/// answers the entry the namespace holds afterwards.
 pub async fn insert(
     tx: &mut impl WriteTx,
     namespace: &Namespace,
@@ -136,8 +82,6 @@ pub async fn insert(
     if entry.expires <= now {
         return Err(Rejection::invalid("expires", "must be in the future").into());
     }
-    take_turn(tx, now).await?;
-    settle_pending(tx, BEFORE_A_CALL, now).await?;
     let held = settle(tx, vec![Offer { namespace: namespace.clone(), entry, now }]).await?;
     held.into_iter().next().ok_or_else(|| StoreError::Internal("an offer settled to nothing".into()))
 }
@@ -201,7 +145,7 @@ pub async fn settle(tx: &mut impl WriteTx, offers: Vec<Offer>) -> Result<Vec<Ent
     for (key, held) in held.into_iter().filter(|(_, held)| held.written) {
         written.push((key, Document { body: json(&held.entry)?, expires: held.expires, due: None }));
     }
-    // In key order: PostgreSQL settlements then lock rows in one order.
+    // In key order: two PostgreSQL transactions writing the same entries lock them in one order.
     written.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     if !written.is_empty() {
         tx.put_documents(DocKind::IndexEntry, &written).await?;
@@ -220,10 +164,8 @@ struct Held {
     written: bool,
 }
 
-/// Deletes the entry at `namespace`, if any (as Taskcluster's, no error when there is none),
-/// after settling the offers made before; the namespaces above it stay until they expire.
-pub async fn delete(tx: &mut impl WriteTx, namespace: &Namespace, now: Timestamp) -> Result<(), StoreError> {
-    take_turn(tx, now).await?;
-    settle_pending(tx, BEFORE_A_CALL, now).await?;
+/// Deletes the entry at `namespace`, if any (as Taskcluster's, no error when there is none);
+/// the namespaces above it stay until they expire.
+pub async fn delete(tx: &mut impl WriteTx, namespace: &Namespace) -> Result<(), StoreError> {
     tx.delete_document(DocKind::IndexEntry, &entry_key(namespace)).await
 }

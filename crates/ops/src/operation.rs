@@ -258,13 +258,7 @@ operations! {
     UnindexTask {
         /// Where.
         namespace: Namespace,
-    } -> () = |tx, now| crate::index::delete(tx, namespace, now);
-
-    /// Settles the Index's oldest offers of completed tasks; answers how many it settled.
-    SettleIndex {
-        /// Most offers.
-        limit: usize,
-    } -> usize = |tx, now| crate::index::settle_offered(tx, *limit, now);
+    } -> () = |tx, now| crate::index::delete(tx, namespace);
 
     /// Stores a secret of the Secrets service, replacing any of its name.
     SetSecret {

@@ -1,6 +1,5 @@
 //! The loop that fires claim expiries and deadlines from the store's due-time indexes, ends
-//! the runs of workers gone silent, settles the Index's offers of completed tasks, and
-//! removes expired artifacts and tasks.
+//! the runs of workers gone silent, and removes expired artifacts and tasks.
 
 use std::future::Future;
 
@@ -36,10 +35,6 @@ const TIDY_BATCH: usize = 100;
 /// tick) and still yields to the other due work.
 const EXPIRY_BATCHES_PER_TICK: usize = 20;
 
-/// Most batches of the Index's offers settled per tick: 10,000 completions a tick, far more
-/// than a fleet makes; the rest wait for the next.
-const INDEX_BATCHES_PER_TICK: usize = 20;
-
 /// Fires due transitions every `config.due_interval` until `shutdown` resolves.
 pub async fn run_due_loop(queue: Service, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
@@ -62,6 +57,5 @@ pub async fn run_due_loop(queue: Service, shutdown: impl Future<Output = ()>) {
         }
         drain(usize::MAX, || queue.lose_silent_workers(DUE_BATCH), "finding missing workers").await;
         drain(usize::MAX, || queue.fire_due(now(), DUE_BATCH), "firing due transitions").await;
-        drain(INDEX_BATCHES_PER_TICK, || queue.settle_index(now(), DUE_BATCH), "indexing completed tasks").await;
     }
 }

@@ -25,7 +25,7 @@ use shoal_engine::event::Event;
 use shoal_engine::rejection::Missing;
 use shoal_engine::status::Run;
 use shoal_engine::{Rejection, TaskId, Timestamp};
-use shoal_store::operation::{FireDue, ForgetArtifacts, ForgetTasks, SettleIndex};
+use shoal_store::operation::{FireDue, ForgetArtifacts, ForgetTasks};
 use shoal_store::{Committed, Operation, RemoteWork, Store, StoreError};
 use tokio::sync::watch;
 
@@ -361,14 +361,6 @@ impl Service {
     /// As the store.
     pub async fn tidy_pending_index(&self, limit: usize) -> Result<(), StoreError> {
         self.inner.store.tidy_pending_index(limit).await
-    }
-
-    /// Settles the Index's oldest offers of completed tasks (at most `limit`); answers how many.
-    ///
-    /// # Errors
-    /// As the store.
-    pub async fn settle_index(&self, at: Timestamp, limit: usize) -> Result<usize, StoreError> {
-        self.run_at(SettleIndex { limit }, at).await
     }
 
     /// Fires what is due now; returns how many transitions fired.

@@ -388,7 +388,6 @@ async fn services_verbs_set_secrets_trigger_hooks_and_find_indexed_tasks() {
     // The hook's task is its own group (Taskcluster's default): wait for it.
     let (code, out) = verb(&root, &["group", "wait", &task_id]).await;
     assert_eq!(code, 0, "{out}");
-    support::indexed(&root, "cli.nightly.latest").await;
     let (code, out) = verb(&root, &["index", "find", "cli.nightly.latest"]).await;
     assert_eq!(code, 0, "{out}");
     assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["taskId"], task_id.as_str());

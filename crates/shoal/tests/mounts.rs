@@ -89,7 +89,6 @@ async fn a_mount_finds_its_task_through_the_index() {
     let server = server(&dir.path().join("data")).await;
     let _worker = worker_with(&server.root, "e2e/indexed", "w1", &dir.path().join("work"), &[]);
     let build = build_routed(&server, "e2e/indexed", &["index.e2e.toolchain.app.latest"]).await;
-    support::indexed(&server.root, "e2e.toolchain.app.latest").await;
     let indexed = |artifact: &str| json!([{"directory": "app", "format": "tar.gz", "content": {"namespace": "e2e.toolchain.app.latest", "artifact": artifact}}]);
     let payload = json!({"command": ["app/dist/app.sh"], "mounts": indexed("public/app.tar.gz"), "maxRunTime": 60});
     let (first, log) = run(&server, "e2e/indexed", payload, &[]).await;

@@ -112,19 +112,3 @@ pub(crate) fn with_result(mut status: serde_json::Value, result: &serde_json::Va
     }
     status
 }
-
-/// The Index's entry at `namespace` once the server at `root_url` has settled the offer of
-/// the task that completed there: asked again until found, for at most 20 s (there is no
-/// event for it).
-#[allow(dead_code)] // not every test binary asks the Index
-pub(crate) async fn indexed(root_url: &str, namespace: &str) -> serde_json::Value {
-    let url = format!("{root_url}/api/index/v1/task/{namespace}");
-    for _ in 0..400 {
-        let res = reqwest::get(&url).await.unwrap();
-        if res.status().is_success() {
-            return res.json().await.unwrap();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    panic!("nothing indexed at {namespace} after 20 s");
-}

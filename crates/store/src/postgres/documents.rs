@@ -8,6 +8,7 @@ use tokio_postgres::Row;
 use crate::StoreError;
 use crate::ops::DocumentTx;
 use crate::ops::documents::{DocKind, Document, prefix_end};
+use crate::ops::index::Offer;
 use crate::postgres::reads::PgReads;
 use crate::postgres::tx::PgTx;
 
@@ -46,7 +47,7 @@ impl DocumentTx for PgTx {
         keys: &[(DocKind, String)],
     ) -> Result<Vec<((DocKind, String), Document)>, StoreError> {
         let Some((first, _)) = keys.first() else { return Ok(Vec::new()) };
-        // Not locked: the Index's writers take turns (`ops::index`), so none writes meanwhile.
+        // Not locked: of two transactions settling one entry at once, the later commit's stays.
         let sql = on_table!(
             first,
             "SELECT kind, key, body, expires, due FROM ",
@@ -68,7 +69,8 @@ impl DocumentTx for PgTx {
     }
 
     async fn delete_document(&mut self, kind: DocKind, key: &str) -> Result<(), StoreError> {
-        self.delete_documents(kind, &[key.to_owned()]).await
+        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = $1 AND key = $2");
+        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(key.to_owned())]).await
     }
 
     async fn delete_documents_under(&mut self, kind: DocKind, prefix: &str) -> Result<(), StoreError> {
@@ -108,14 +110,10 @@ impl DocumentTx for PgTx {
         self.defer(sql, vec![Box::new(kind.as_str()), Box::new(names), Box::new(until)]).await
     }
 
-    async fn first_documents(&mut self, kind: DocKind, limit: usize) -> Result<Vec<(String, Document)>, StoreError> {
-        let sql = on_table!(kind, "SELECT key, body, expires, due FROM ", " WHERE kind = $1 ORDER BY key LIMIT $2");
-        keyed(&self.query(sql, &[&kind.as_str(), &(limit as i64)]).await?)
-    }
-
-    async fn delete_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<(), StoreError> {
-        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = $1 AND key = ANY($2)");
-        self.defer(sql, vec![Box::new(kind.as_str()), Box::new(keys.to_vec())]).await
+    async fn offer_index(&mut self, offers: Vec<Offer>) -> Result<(), StoreError> {
+        // Settled at the commit: one read for a whole gathering's completions.
+        self.index_offers.extend(offers);
+        Ok(())
     }
 
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::ops::index::Offer;
 use std::sync::Arc;
 
 use deadpool_postgres::Object;
@@ -46,6 +47,7 @@ pub(crate) struct Mark {
     messages: usize,
     resolutions: usize,
     writes: u64,
+    offers: usize,
 }
 
 /// A write transaction in progress.
@@ -75,6 +77,9 @@ pub(crate) struct PgTx {
     touched: Vec<(String, i64)>,
     /// Claims appended by [`PgTx::append_worker_claims`], written with the commit.
     pub(crate) claims: Vec<(WorkerKey, TaskRun, Timestamp)>,
+    /// Entries offered to the Index, settled together just before the commit
+    /// (`documents.rs`): a gathering's completions read their namespaces in one round trip.
+    pub(crate) index_offers: Vec<Offer>,
     /// The record (and numbered events) each claiming worker gets if it has none yet.
     pub(crate) first_records: BTreeMap<WorkerKey, (Worker, Vec<(u64, WorkerEvent)>)>,
     /// The numbers of the appended claims folded into each worker record read with its lock,
@@ -120,6 +125,7 @@ impl PgTx {
             gathered: None,
             touched: Vec::new(),
             claims: Vec::new(),
+            index_offers: Vec::new(),
             first_records: BTreeMap::new(),
             claims_folded: HashMap::new(),
         }
@@ -145,6 +151,7 @@ impl PgTx {
             messages: self.messages.len(),
             resolutions: self.resolutions.as_ref().map_or(0, Vec::len),
             writes: self.writes,
+            offers: self.index_offers.len(),
         }
     }
 
@@ -153,6 +160,7 @@ impl PgTx {
     pub(crate) fn undo(&mut self, mark: &Mark) -> bool {
         self.events.truncate(mark.events);
         self.messages.truncate(mark.messages);
+        self.index_offers.truncate(mark.offers);
         if let Some(resolutions) = &mut self.resolutions {
             resolutions.truncate(mark.resolutions);
         }
@@ -258,6 +266,12 @@ impl PgTx {
 
     /// Stages the messages and commits, in one round trip with what was held back.
     pub(crate) async fn commit(&mut self) -> Result<(), StoreError> {
+        if !self.index_offers.is_empty() {
+            // One read for every entry the transaction's completions offered; the writes go
+            // out with the commit, each kind's rows in key order.
+            let offers = std::mem::take(&mut self.index_offers);
+            ops::index::settle(self, offers).await?;
+        }
         if !self.begun && self.held_back.len() == 1 {
             // Nothing was ever sent: there is nothing to commit.
             self.held_back.clear();

@@ -7,6 +7,7 @@ use shoal_engine::Timestamp;
 use crate::StoreError;
 use crate::ops::DocumentTx;
 use crate::ops::documents::{DocKind, Document};
+use crate::ops::index::Offer;
 use crate::sqlite::tx::Tx;
 
 /// A statement on the table `$kind` is kept in, which stands between its parts: made at
@@ -157,17 +158,9 @@ impl DocumentTx for Tx<'_> {
         Ok(())
     }
 
-    async fn first_documents(&mut self, kind: DocKind, limit: usize) -> Result<Vec<(String, Document)>, StoreError> {
-        let sql = on_table!(kind, "SELECT key, body, expires, due FROM ", " WHERE kind = ?1 ORDER BY key LIMIT ?2");
-        let mut stmt = self.conn.prepare_cached(sql)?;
-        let rows = stmt.query_map(params![kind.as_str(), limit as i64], |row| Ok((row.get(0)?, document(row, 1)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    async fn delete_documents(&mut self, kind: DocKind, keys: &[String]) -> Result<(), StoreError> {
-        let sql = on_table!(kind, "DELETE FROM ", " WHERE kind = ?1 AND key IN (SELECT value FROM json_each(?2))");
-        self.conn.prepare_cached(sql)?.execute(params![kind.as_str(), crate::row::json(&keys)?])?;
-        Ok(())
+    async fn offer_index(&mut self, offers: Vec<Offer>) -> Result<(), StoreError> {
+        // The writer is one: settled at once, each statement a local call.
+        crate::ops::index::settle(self, offers).await.map(drop)
     }
 
     async fn delete_expired_documents(&mut self, now: Timestamp, limit: usize) -> Result<usize, StoreError> {

@@ -8,7 +8,7 @@ use shoal_store::Page;
 use shoal_store::hooks::{FireOutcome, FireRequest, HookWrite};
 use shoal_store::named_secrets::NamedSecret;
 use shoal_store::operation::{
-    FireHook, IndexTask, PutHook, RemoveHook, RemoveSecret, ResetTriggerToken, SetSecret, SettleIndex, UnindexTask,
+    FireHook, IndexTask, PutHook, RemoveHook, RemoveSecret, ResetTriggerToken, SetSecret, UnindexTask,
 };
 
 fn ns(text: &str) -> Namespace {
@@ -37,10 +37,7 @@ pub(crate) async fn a_completed_task_is_indexed_under_its_routes_by_rank(name: &
     finish(store, id(2), Resolution::Failed, 5).await;
 
     let indexed = |namespace: &'static str, secs: i64| store.read(move |reads| reads.indexed(&ns(namespace), at(secs)));
-    assert!(indexed("proj.v1.build.latest", 6).await.unwrap().is_none(), "{name}: offered, not yet settled");
-    assert_eq!(store.run(SettleIndex { limit: 10 }, at(6)).await.unwrap().value, 1, "{name}: one offer");
-    assert_eq!(store.run(SettleIndex { limit: 10 }, at(6)).await.unwrap().value, 0, "{name}: each settled once");
-    let entry = indexed("proj.v1.build.latest", 10).await.unwrap().expect("indexed once settled");
+    let entry = indexed("proj.v1.build.latest", 10).await.unwrap().expect("indexed in the completing step");
     assert_eq!((entry.task_id, entry.rank), (id(1), 5), "{name}");
     assert_eq!(entry.data, json!({"k": 1}).as_object().unwrap().clone(), "{name}");
     assert_eq!(entry.expires, Timestamp::parse(expires).unwrap(), "{name}");
@@ -114,14 +111,6 @@ pub(crate) async fn completions_arriving_together_are_each_indexed(name: &str, b
     while let Some(reported) = reports.join_next().await {
         assert_eq!(reported.unwrap().unwrap().state, TaskState::Completed, "{name}: indexing never fails a completion");
     }
-    // The offers are kept across a restart, and settled in turns of at most `limit`.
-    drop(backend.store.clone());
-    let store = backend.reopen();
-    let settled = |limit| {
-        let store = store.clone();
-        async move { store.run(SettleIndex { limit }, at(4)).await.unwrap().value }
-    };
-    assert_eq!((settled(4).await, settled(100).await, settled(100).await), (4, 6, 0), "{name}: 10 offers");
     for n in 1..=12 {
         let own = ns(&format!("together.own.t{n}"));
         let entry = store.read(move |reads| reads.indexed(&own, at(4))).await.unwrap();
@@ -133,10 +122,16 @@ pub(crate) async fn completions_arriving_together_are_each_indexed(name: &str, b
             ),
         }
     }
-    // The shared namespace keeps one of the highest rank (2), whichever completed last.
+    // Of tasks completing at once, the shared namespace keeps one of the highest rank (2)
+    // on SQLite, whose one writer settles them in turn; PostgreSQL reads entries unlocked, so
+    // there it keeps one of them (docs/API.md).
     let shared = store.read(|reads| reads.indexed(&ns("together.latest"), at(4))).await.unwrap().expect("indexed");
-    let ranked: Vec<TaskId> = [2, 5, 8].map(id).to_vec();
-    assert!(ranked.contains(&shared.task_id) && shared.rank == 2, "{name}: {shared:?}");
+    let ranked = |rank: i64| (1..=10).filter(move |n| i64::from(n % 3) == rank).map(id).collect::<Vec<_>>();
+    if backend.url.is_none() {
+        assert!(ranked(2).contains(&shared.task_id) && shared.rank == 2, "{name}: {shared:?}");
+    } else {
+        assert!((1..=10).map(id).any(|task| task == shared.task_id), "{name}: {shared:?}");
+    }
 }
 
 pub(crate) async fn secrets_are_set_listed_removed_and_expire(name: &str, backend: Backend) {
