@@ -125,12 +125,12 @@ pub trait DocumentTx {
     /// Deletes every document of a kind whose key starts with `prefix`.
     async fn delete_documents_under(&mut self, kind: DocKind, prefix: &str) -> Result<(), StoreError>;
 
-    /// Stores documents of a kind (distinct keys), each replacing any at its key: in one
-    /// statement, however many.
+    /// Stores documents of a kind (distinct keys), each replacing any at its key (PostgreSQL:
+    /// in one statement, however many).
     async fn put_documents(&mut self, kind: DocKind, documents: &[(String, Document)]) -> Result<(), StoreError>;
 
     /// For each key (distinct), stores `{}` if it has no document, or moves its document's
-    /// expiry on to the time given if that is later (never earlier): in one statement.
+    /// expiry on to the time given if that is later, never earlier (PostgreSQL: in one statement).
     async fn keep_documents_until(&mut self, kind: DocKind, keys: &[(String, Timestamp)]) -> Result<(), StoreError>;
 
     /// Settles entries offered to the Index ([`crate::index::settle`]) now, or with the
