@@ -49,10 +49,7 @@ impl Namespace {
     /// Its parent and its last word (`a.b.c` → `a.b`, `c`; `c` → ``, `c`).
     #[must_use]
     pub fn split(&self) -> (&str, &str) {
-        match self.0.rsplit_once('.') {
-            Some((parent, name)) => (parent, name),
-            None => ("", &self.0),
-        }
+        split(&self.0)
     }
 
     /// Every namespace above it, nearest first (`a.b.c` → `a.b`, `a`).
@@ -60,6 +57,13 @@ impl Namespace {
         let text = self.0.as_str();
         text.match_indices('.').rev().map(move |(at, _)| &text[..at])
     }
+}
+
+/// A checked namespace's text (such as one of [`Namespace::ancestors`]) split into its parent
+/// and its last word, as [`Namespace::split`].
+#[must_use]
+pub fn split(namespace: &str) -> (&str, &str) {
+    namespace.rsplit_once('.').unwrap_or(("", namespace))
 }
 
 fn is_word(word: &str) -> bool {

@@ -12,7 +12,7 @@ use shoal_engine::Timestamp;
 use crate::StoreError;
 
 /// What a document is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DocKind {
     /// An Index entry: the task indexed at a namespace.
     IndexEntry,
@@ -40,21 +40,6 @@ impl DocKind {
             DocKind::HookToken => "hook-token",
             DocKind::HookFire => "hook-fire",
         }
-    }
-
-    /// The kind named `name` in the store.
-    #[must_use]
-    pub fn parse(name: &str) -> Option<DocKind> {
-        [
-            DocKind::IndexEntry,
-            DocKind::IndexNamespace,
-            DocKind::Secret,
-            DocKind::Hook,
-            DocKind::HookToken,
-            DocKind::HookFire,
-        ]
-        .into_iter()
-        .find(|kind| kind.as_str() == name)
     }
 
     /// Whether it is kept with the tasks' secrets (SQLite's `secrets.db`) rather than beside

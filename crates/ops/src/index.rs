@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use shoal_engine::index::{Entry, Namespace, namespace_expiry, namespaces_of};
+use shoal_engine::index::{Entry, Namespace, namespace_expiry, namespaces_of, split};
 use shoal_engine::task::Task;
 use shoal_engine::{Rejection, Timestamp};
 
@@ -20,10 +20,8 @@ pub fn entry_key(namespace: &Namespace) -> String {
 
 /// The key of a namespace's document, from its text (checked before).
 fn key_of(namespace: &str) -> String {
-    match namespace.rsplit_once('.') {
-        Some((parent, name)) => format!("{parent}/{name}"),
-        None => format!("/{namespace}"),
-    }
+    let (parent, name) = split(namespace);
+    format!("{parent}/{name}")
 }
 
 /// The namespace a document key names (`a.b/c` → `a.b.c`, `/c` → `c`).
@@ -105,8 +103,7 @@ pub async fn settle(tx: &mut impl WriteTx, offers: Vec<Offer>) -> Result<Vec<Ent
     let mut kept: HashMap<String, Option<Timestamp>> = HashMap::new();
     for ((kind, key), document) in tx.load_documents(&keys).await? {
         if kind == DocKind::IndexEntry {
-            let expires = document.expires;
-            held.insert(key, Held { entry: decode_entry(&document)?, expires, written: false });
+            held.insert(key, Held { entry: decode_entry(&document)?, written: false });
         } else {
             kept.insert(key, document.expires);
         }
@@ -115,7 +112,7 @@ pub async fn settle(tx: &mut impl WriteTx, offers: Vec<Offer>) -> Result<Vec<Ent
     let mut answers = Vec::with_capacity(offers.len());
     for Offer { namespace, entry, now } in offers {
         let key = entry_key(&namespace);
-        let live = held.get(&key).filter(|held| held.expires.is_none_or(|expires| expires > now));
+        let live = held.get(&key).filter(|held| held.entry.expires > now);
         if let Some(stored) = live
             && !entry.replaces(&stored.entry)
         {
@@ -139,11 +136,11 @@ pub async fn settle(tx: &mut impl WriteTx, offers: Vec<Offer>) -> Result<Vec<Ent
             }
         }
         answers.push(entry.clone());
-        held.insert(key, Held { expires: Some(entry.expires), entry, written: true });
+        held.insert(key, Held { entry, written: true });
     }
     let mut written = Vec::with_capacity(held.len());
     for (key, held) in held.into_iter().filter(|(_, held)| held.written) {
-        written.push((key, Document { body: json(&held.entry)?, expires: held.expires, due: None }));
+        written.push((key, Document { body: json(&held.entry)?, expires: Some(held.entry.expires), due: None }));
     }
     // In key order: two PostgreSQL transactions writing the same entries lock them in one order.
     written.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -156,10 +153,9 @@ pub async fn settle(tx: &mut impl WriteTx, offers: Vec<Offer>) -> Result<Vec<Ent
     Ok(answers)
 }
 
-/// An entry as a settlement found or left it.
+/// An entry as a settlement found or left it (stored with its own expiry).
 struct Held {
     entry: Entry,
-    expires: Option<Timestamp>,
     /// Whether the settlement put it.
     written: bool,
 }

@@ -48,18 +48,20 @@ impl DocumentTx for PgTx {
     ) -> Result<Vec<((DocKind, String), Document)>, StoreError> {
         let Some((first, _)) = keys.first() else { return Ok(Vec::new()) };
         // Not locked: of two transactions settling one entry at once, the later commit's stays.
+        // Each row names the key it answers by its place in the list asked for.
         let sql = on_table!(
             first,
-            "SELECT kind, key, body, expires, due FROM ",
-            " WHERE (kind, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
+            "SELECT k.n, d.body, d.expires, d.due \
+             FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k (kind, key, n) JOIN ",
+            " AS d ON d.kind = k.kind AND d.key = k.key"
         );
         let (kinds, names): (Vec<&str>, Vec<&str>) =
             keys.iter().map(|(kind, key)| (kind.as_str(), key.as_str())).unzip();
         let mut found = Vec::with_capacity(keys.len());
         for row in self.query(sql, &[&kinds, &names]).await? {
-            let kind: &str = row.try_get(0)?;
-            let kind = DocKind::parse(kind).ok_or_else(|| StoreError::Corrupt(format!("document kind {kind}")))?;
-            found.push(((kind, row.try_get(1)?), document(&row, 2)?));
+            let at = usize::try_from(row.try_get::<_, i64>(0)? - 1).ok().and_then(|at| keys.get(at));
+            let key = at.ok_or_else(|| StoreError::Internal("a document row for no key asked".into()))?;
+            found.push((key.clone(), document(&row, 1)?));
         }
         Ok(found)
     }

@@ -6,8 +6,6 @@
 //! before deciding it has been resolved. Statements are pipelined (`pipeline.rs`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-use crate::ops::index::Offer;
 use std::sync::Arc;
 
 use deadpool_postgres::Object;
@@ -19,6 +17,7 @@ use shoal_engine::{TaskId, Timestamp};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
+use crate::ops::index::Offer;
 use crate::ops::{self, Consequences, NewTask, Place, Waiting};
 use crate::outbox::format::encode;
 use crate::postgres::gather::Gathered;
