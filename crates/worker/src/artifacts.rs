@@ -10,6 +10,7 @@ use crate::logsink::LogSink;
 use crate::payload::ArtifactSpec;
 
 /// Where the uploads go and until when they are kept.
+#[derive(Clone, Copy)]
 pub(crate) struct Target<'a> {
     pub(crate) client: &'a Client,
     pub(crate) task_id: &'a str,
@@ -22,6 +23,8 @@ pub(crate) struct Target<'a> {
 pub(crate) async fn upload_all(target: &Target<'_>, specs: &[ArtifactSpec], dir: &Path, log: &LogSink) -> u64 {
     let mut uploaded = 0;
     for spec in specs {
+        let expires = spec.expires.map(|expires| expires.to_string());
+        let target = &Target { expires: expires.as_deref().unwrap_or(target.expires), ..*target };
         let path = dir.join(&spec.path);
         let files = if !reached_without_links(dir, &path) {
             None

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
+use shoal_engine::Timestamp;
 
 mod mounts;
 
@@ -34,6 +35,8 @@ pub struct Payload {
     pub network: bool,
     /// `features.taskclusterProxy`: the run's credentials proxy at `TASKCLUSTER_PROXY_URL`.
     pub taskcluster_proxy: bool,
+    /// `features.chainOfTrust`: a signed record of the run and its artifacts' digests.
+    pub chain_of_trust: bool,
     /// What is placed in the task directory first (`payload.mounts`).
     pub mounts: Vec<Mount>,
     /// Named caches bound into the task directory (`payload.caches`, or cache mounts).
@@ -60,6 +63,8 @@ pub struct ArtifactSpec {
     pub name: String,
     /// Content type to declare (files only; guessed from the extension otherwise).
     pub content_type: Option<String>,
+    /// When it is gone (the task's expiry when `None`).
+    pub expires: Option<Timestamp>,
 }
 
 /// Parses a payload; the error says which field is wrong and how.
@@ -105,7 +110,16 @@ pub fn parse(payload: &Value) -> Result<Payload, String> {
         Some(Value::Bool(network)) => *network,
         Some(_) => return Err("payload.network must be true or false".into()),
     };
-    let taskcluster_proxy = parse_features(object.get("features"))?;
+    let Features { taskcluster_proxy, chain_of_trust } = parse_features(object.get("features"))?;
+    match object.get("osGroups") {
+        None => {}
+        Some(Value::Array(groups)) if groups.is_empty() => {}
+        Some(_) => {
+            return Err("payload.osGroups must be empty: this worker runs each task as a user of its own slot, \
+                        in no group of the host's"
+                .into());
+        }
+    }
     let (mounts, caches) = mounts::parse(object.get("mounts"), object.get("caches"))?;
     Ok(Payload {
         commands,
@@ -117,6 +131,7 @@ pub fn parse(payload: &Value) -> Result<Payload, String> {
         artifacts,
         network,
         taskcluster_proxy,
+        chain_of_trust,
         mounts,
         caches,
     })
@@ -138,21 +153,33 @@ fn exit_codes(object: &serde_json::Map<String, Value>, key: &str) -> Result<Vec<
     }
 }
 
-/// `payload.features`, generic-worker's switches; this worker has `taskclusterProxy`.
-fn parse_features(features: Option<&Value>) -> Result<bool, String> {
-    let mut taskcluster_proxy = false;
+/// The generic-worker features a payload turned on (of those this worker has).
+#[derive(Default)]
+struct Features {
+    taskcluster_proxy: bool,
+    chain_of_trust: bool,
+}
+
+/// `payload.features`, generic-worker's switches; this worker has `taskclusterProxy` and
+/// `chainOfTrust`.
+fn parse_features(features: Option<&Value>) -> Result<Features, String> {
+    let mut on = Features::default();
     match features {
         None => {}
         Some(Value::Object(features)) => {
             for (name, value) in features {
-                let Value::Bool(on) = value else {
+                let Value::Bool(wanted) = value else {
                     return Err(format!("payload.features.{name} must be true or false"));
                 };
                 match name.as_str() {
-                    "taskclusterProxy" => taskcluster_proxy = *on,
+                    "taskclusterProxy" => on.taskcluster_proxy = *wanted,
+                    "chainOfTrust" => on.chain_of_trust = *wanted,
+                    // Off is what this worker does anyway.
+                    _ if !wanted => {}
                     _ => {
                         return Err(format!(
-                            "payload.features.{name} is not a feature of this worker (taskclusterProxy)"
+                            "payload.features.{name} is not a feature of this worker (it has taskclusterProxy, \
+                             chainOfTrust)"
                         ));
                     }
                 }
@@ -160,7 +187,7 @@ fn parse_features(features: Option<&Value>) -> Result<bool, String> {
         }
         Some(_) => return Err("payload.features must be an object of true or false".into()),
     }
-    Ok(taskcluster_proxy)
+    Ok(on)
 }
 
 fn parse_commands(items: &[Value]) -> Result<Vec<CommandSpec>, String> {
@@ -201,16 +228,43 @@ fn parse_artifact(idx: usize, item: &Value) -> Result<ArtifactSpec, String> {
         _ => return Err(format!("payload.artifacts[{idx}].type must be file or directory")),
     };
     let path = field("path").ok_or_else(|| format!("payload.artifacts[{idx}].path is required"))?;
-    if path.starts_with('/') || path.split('/').any(|part| part == "..") {
-        return Err(format!("payload.artifacts[{idx}].path must be relative and stay inside the task directory"));
-    }
-    let name = field("name").unwrap_or(path);
+    let path = relative_path(&format!("payload.artifacts[{idx}].path"), path)?;
+    let expires = match item.get("expires") {
+        None => None,
+        Some(value) => Some(value.as_str().and_then(Timestamp::parse).ok_or_else(|| {
+            format!("payload.artifacts[{idx}].expires must be a date and time (RFC 3339, as 2026-01-31T12:00:00Z)")
+        })?),
+    };
     Ok(ArtifactSpec {
         directory,
-        path: path.to_owned(),
-        name: name.to_owned(),
+        name: field("name").map_or_else(|| path.clone(), str::to_owned),
+        path,
         content_type: field("contentType").map(str::to_owned),
+        expires,
     })
+}
+
+/// Longest path of a mount, cache or artifact, in bytes.
+const MAX_PATH: usize = 1024;
+
+/// A path inside the task directory as a payload gives it, in its plain form: relative,
+/// without `..`, and with the harmless `.` and empty parts (`./run-task`, `a//b/`) dropped,
+/// as generic-worker takes them.
+pub(crate) fn relative_path(field: &str, path: &str) -> Result<String, String> {
+    let parts: Vec<&str> = path.split('/').filter(|part| !part.is_empty() && *part != ".").collect();
+    let plain = !path.starts_with('/')
+        && path.len() <= MAX_PATH
+        && !path.contains('\0')
+        && !parts.is_empty()
+        && !parts.contains(&"..");
+    if plain {
+        Ok(parts.join("/"))
+    } else {
+        Err(format!(
+            "{field} must be a relative path inside the task directory (no `..`, not `/` first, \
+             not empty, at most {MAX_PATH} bytes)"
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -244,6 +298,27 @@ mod tests {
     }
 
     #[test]
+    fn takes_generic_workers_forms_as_taskgraph_writes_them() {
+        let payload = parse(&json!({
+            "command": [["bash", "-c", "true"]],
+            "maxRunTime": 5,
+            "osGroups": [],
+            "features": {"chainOfTrust": true, "interactive": false},
+            "artifacts": [
+                {"type": "directory", "path": "./artifacts/", "name": "public/build", "expires": "2030-01-01T00:00:00.000Z"},
+                {"type": "file", "path": "out//report.txt"}
+            ]
+        }))
+        .unwrap();
+        assert!(payload.chain_of_trust && !payload.taskcluster_proxy);
+        let artifacts: Vec<(&str, &str)> =
+            payload.artifacts.iter().map(|a| (a.path.as_str(), a.name.as_str())).collect();
+        assert_eq!(artifacts, [("artifacts", "public/build"), ("out/report.txt", "out/report.txt")]);
+        assert_eq!(payload.artifacts[0].expires, Timestamp::parse("2030-01-01T00:00:00Z"));
+        assert_eq!(payload.artifacts[1].expires, None);
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let cases = [
             (json!({"maxRunTime": 5}), "payload.command"),
@@ -271,6 +346,15 @@ mod tests {
                 "payload.features.taskclusterProxy",
             ),
             (json!({"command": ["true"], "maxRunTime": 5, "features": []}), "payload.features"),
+            (json!({"command": ["true"], "maxRunTime": 5, "osGroups": ["docker"]}), "payload.osGroups"),
+            (
+                json!({"command": ["true"], "maxRunTime": 5, "artifacts": [{"type": "file", "path": "x", "expires": "soon"}]}),
+                "payload.artifacts[0].expires",
+            ),
+            (
+                json!({"command": ["true"], "maxRunTime": 5, "artifacts": [{"type": "file", "path": "./"}]}),
+                "payload.artifacts[0].path",
+            ),
         ];
         for (payload, field) in cases {
             let err = parse(&payload).unwrap_err();

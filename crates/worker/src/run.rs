@@ -58,8 +58,10 @@ pub(crate) async fn run_claim(
     let backing = config.work_dir.join(format!("log-{slot}.txt"));
     let (log, flusher) = LogSink::start(client.clone(), (task_id.clone(), run_id), header, backing.clone());
 
-    let parsed = payload::parse(&claim.task["payload"])
-        .and_then(|payload| unsupported(&payload, &config.isolation).map_or(Ok(payload), Err));
+    let parsed = payload::parse(&claim.task["payload"]).and_then(|payload| {
+        let problem = unsupported(&payload, &config.isolation).or_else(|| outlived(&payload, &expires));
+        problem.map_or(Ok(payload), Err)
+    });
     let payload = match parsed {
         Ok(payload) => payload,
         Err(message) => {
@@ -227,8 +229,16 @@ async fn prepare(
         }
     }
     let secrets_file = std::path::absolute(secrets_file).unwrap_or_else(|_| secrets_file.to_path_buf());
+    // Who the commands run as, by name (generic-worker's `USER`): the slot's user, whose bare
+    // uid may have no name, or the worker's own.
+    let user_name = match user {
+        Some(uid) => nix::unistd::User::from_uid(uid.into()).ok().flatten().map(|user| user.name),
+        None => std::env::var("USER").ok(),
+    };
     let facts = RunFacts {
         task_id,
+        task_group_id: claim.task["taskGroupId"].as_str().unwrap_or_default(),
+        user: user_name.as_deref(),
         run_id: claim.run_id,
         root_url: client.root_url(),
         worker_group: &config.worker_group,
@@ -259,6 +269,16 @@ fn unsupported(payload: &Payload, isolation: &Isolation) -> Option<String> {
         ),
         Isolation::Bubblewrap(_) => None,
     }
+}
+
+/// The artifact that would outlive its task, when one would (generic-worker refuses it too).
+fn outlived(payload: &Payload, task_expires: &str) -> Option<String> {
+    let task_expires = shoal_engine::Timestamp::parse(task_expires)?;
+    payload.artifacts.iter().enumerate().find_map(|(idx, artifact)| {
+        artifact.expires.filter(|expires| *expires > task_expires).map(|expires| {
+            format!("payload.artifacts[{idx}].expires ({expires}) is after the task's expires ({task_expires})")
+        })
+    })
 }
 
 /// The run's credentials proxy when the task asked for one, listening on the worker's

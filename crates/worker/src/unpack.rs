@@ -33,8 +33,7 @@ pub(crate) fn place_file(file: &Path, compression: Option<Compression>, dest: &P
     let source = BufReader::new(File::open(file)?);
     let mut reader: Box<dyn Read> = match compression {
         None => Box::new(source),
-        Some(Compression::Gz) => Box::new(flate2::bufread::MultiGzDecoder::new(source)),
-        Some(Compression::Zst) => Box::new(zstd::Decoder::with_buffer(source)?),
+        Some(compression) => decompressed(source, compression)?,
     };
     let mut out = create_new(dest, 0o644)?;
     std::io::copy(&mut reader, &mut out).map_err(|err| match compression {
@@ -52,10 +51,19 @@ pub(crate) fn unpack(file: &Path, format: ArchiveFormat, dest: &Path) -> Result<
     let source = BufReader::new(File::open(file)?);
     match format {
         ArchiveFormat::Tar => unpack_tar(source, dest),
-        ArchiveFormat::TarGz => unpack_tar(flate2::bufread::MultiGzDecoder::new(source), dest),
-        ArchiveFormat::TarZst => unpack_tar(zstd::Decoder::with_buffer(source)?, dest),
+        ArchiveFormat::CompressedTar(compression) => unpack_tar(decompressed(source, compression)?, dest),
         ArchiveFormat::Zip => unpack_zip(source, dest),
     }
+}
+
+/// `source`'s bytes decompressed (each format read whole, with every stream it holds).
+fn decompressed(source: BufReader<File>, compression: Compression) -> Result<Box<dyn Read>, UnpackError> {
+    Ok(match compression {
+        Compression::Gz => Box::new(flate2::bufread::MultiGzDecoder::new(source)),
+        Compression::Bz2 => Box::new(bzip2::bufread::MultiBzDecoder::new(source)),
+        Compression::Xz => Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(source)),
+        Compression::Zst => Box::new(zstd::Decoder::with_buffer(source)?),
+    })
 }
 
 fn corrupt(err: impl std::fmt::Display) -> UnpackError {
@@ -390,11 +398,18 @@ mod tests {
         let tar = tar_with(&[("bin/app", tar::EntryType::Regular, "payload")]);
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(&tar).unwrap();
+        let mut bz2 = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::fast());
+        bz2.write_all(&tar).unwrap();
+        let mut xz = liblzma::write::XzEncoder::new(Vec::new(), 1);
+        xz.write_all(&tar).unwrap();
         let cases = [
-            (ArchiveFormat::TarGz, Some(Compression::Gz), gz.finish().unwrap()),
-            (ArchiveFormat::TarZst, Some(Compression::Zst), zstd::encode_all(&tar[..], 1).unwrap()),
+            (Compression::Gz, gz.finish().unwrap()),
+            (Compression::Bz2, bz2.finish().unwrap()),
+            (Compression::Xz, xz.finish().unwrap()),
+            (Compression::Zst, zstd::encode_all(&tar[..], 1).unwrap()),
         ];
-        for (idx, (format, compression, bytes)) in cases.into_iter().enumerate() {
+        for (idx, (compression, bytes)) in cases.into_iter().enumerate() {
+            let (format, compression) = (ArchiveFormat::CompressedTar(compression), Some(compression));
             let file = dir.path().join(format!("archive-{idx}"));
             std::fs::write(&file, &bytes).unwrap();
             let out = dir.path().join(format!("out-{idx}"));

@@ -4,10 +4,10 @@
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
+use super::{MAX_PATH, relative_path};
+
 /// Most mounts and caches one task may ask for.
 const MAX_MOUNTS: usize = 64;
-/// Longest mount or cache path, in bytes.
-const MAX_PATH: usize = 1024;
 /// Longest cache name, in bytes.
 const MAX_CACHE_NAME: usize = 100;
 
@@ -36,8 +36,29 @@ pub enum MountKind {
 pub enum Compression {
     /// gzip.
     Gz,
+    /// bzip2.
+    Bz2,
+    /// xz (LZMA2).
+    Xz,
     /// Zstandard.
     Zst,
+}
+
+impl Compression {
+    /// The names a payload gives them, as generic-worker's.
+    pub const NAMES: &str = "gz, bz2, xz, zst";
+
+    /// The format a payload names.
+    #[must_use]
+    pub fn named(name: &str) -> Option<Compression> {
+        Some(match name {
+            "gz" => Compression::Gz,
+            "bz2" => Compression::Bz2,
+            "xz" => Compression::Xz,
+            "zst" => Compression::Zst,
+            _ => return None,
+        })
+    }
 }
 
 /// An archive's format (a directory mount's `format`).
@@ -45,12 +66,25 @@ pub enum Compression {
 pub enum ArchiveFormat {
     /// Plain tar.
     Tar,
-    /// gzip-compressed tar.
-    TarGz,
-    /// Zstandard-compressed tar.
-    TarZst,
+    /// A compressed tar.
+    CompressedTar(Compression),
     /// zip (stored or deflated entries).
     Zip,
+}
+
+impl ArchiveFormat {
+    /// The names a payload gives them, as generic-worker's.
+    pub const NAMES: &str = "tar, tar.gz, tar.bz2, tar.xz, tar.zst, zip";
+
+    /// The format a payload names.
+    #[must_use]
+    pub fn named(name: &str) -> Option<ArchiveFormat> {
+        match name {
+            "tar" => Some(ArchiveFormat::Tar),
+            "zip" => Some(ArchiveFormat::Zip),
+            _ => name.strip_prefix("tar.").and_then(Compression::named).map(ArchiveFormat::CompressedTar),
+        }
+    }
 }
 
 /// Where a mount's bytes come from.
@@ -147,9 +181,8 @@ pub(super) fn parse(mounts: Option<&Value>, caches: Option<&Value>) -> Result<(V
                 let object = item.as_object().ok_or_else(|| format!("{field} must be an object {{name, path}}"))?;
                 let name = text(object, &field, "name")?;
                 check_cache_name(&format!("{field}.name"), name)?;
-                let path = text(object, &field, "path")?;
-                check_path(&format!("{field}.path"), path)?;
-                named.push(CacheSpec { name: name.to_owned(), path: path.to_owned(), preload: None });
+                let path = relative_path(&format!("{field}.path"), text(object, &field, "path")?)?;
+                named.push(CacheSpec { name: name.to_owned(), path, preload: None });
             }
         }
         Some(_) => return Err(format!("payload.caches must be a list of at most {MAX_MOUNTS} {{name, path}}")),
@@ -164,20 +197,20 @@ fn mount(field: &str, object: &Map<String, Value>) -> Result<Mount, String> {
     match (object.get("file"), object.get("directory")) {
         (Some(path), None) => {
             let path = path.as_str().ok_or_else(|| format!("{field}.file must be a string"))?;
-            check_path(&format!("{field}.file"), path)?;
+            let path = relative_path(&format!("{field}.file"), path)?;
             let compression = match format.transpose()? {
                 None => None,
-                Some("gz") => Some(Compression::Gz),
-                Some("zst") => Some(Compression::Zst),
-                Some(other) => return Err(format!("{field}.format `{other}` is not one of gz, zst (for a file)")),
+                Some(name) => Some(Compression::named(name).ok_or_else(|| {
+                    format!("{field}.format `{name}` is not one of {} (for a file)", Compression::NAMES)
+                })?),
             };
-            Ok(Mount { path: path.to_owned(), content: content()?, kind: MountKind::File(compression) })
+            Ok(Mount { path, content: content()?, kind: MountKind::File(compression) })
         }
         (None, Some(path)) => {
             let path = path.as_str().ok_or_else(|| format!("{field}.directory must be a string"))?;
-            check_path(&format!("{field}.directory"), path)?;
+            let path = relative_path(&format!("{field}.directory"), path)?;
             let format = archive_format(field, format.transpose()?)?;
-            Ok(Mount { path: path.to_owned(), content: content()?, kind: MountKind::Directory(format) })
+            Ok(Mount { path, content: content()?, kind: MountKind::Directory(format) })
         }
         _ => Err(format!("{field} must have exactly one of file, directory (or cacheName with directory)")),
     }
@@ -186,8 +219,7 @@ fn mount(field: &str, object: &Map<String, Value>) -> Result<Mount, String> {
 fn cache_mount(field: &str, object: &Map<String, Value>) -> Result<CacheSpec, String> {
     let name = text(object, field, "cacheName")?;
     check_cache_name(&format!("{field}.cacheName"), name)?;
-    let path = text(object, field, "directory")?;
-    check_path(&format!("{field}.directory"), path)?;
+    let path = relative_path(&format!("{field}.directory"), text(object, field, "directory")?)?;
     let preload = match object.get("content") {
         None => None,
         Some(value) => {
@@ -195,17 +227,15 @@ fn cache_mount(field: &str, object: &Map<String, Value>) -> Result<CacheSpec, St
             Some((content(&format!("{field}.content"), Some(value))?, archive_format(field, format.transpose()?)?))
         }
     };
-    Ok(CacheSpec { name: name.to_owned(), path: path.to_owned(), preload })
+    Ok(CacheSpec { name: name.to_owned(), path, preload })
 }
 
 fn archive_format(field: &str, format: Option<&str>) -> Result<ArchiveFormat, String> {
+    let names = ArchiveFormat::NAMES;
     match format {
-        Some("tar") => Ok(ArchiveFormat::Tar),
-        Some("tar.gz") => Ok(ArchiveFormat::TarGz),
-        Some("tar.zst") => Ok(ArchiveFormat::TarZst),
-        Some("zip") => Ok(ArchiveFormat::Zip),
-        Some(other) => Err(format!("{field}.format `{other}` is not one of tar, tar.gz, tar.zst, zip")),
-        None => Err(format!("{field}.format is required for a directory: one of tar, tar.gz, tar.zst, zip")),
+        Some(name) => ArchiveFormat::named(name)
+            .ok_or_else(|| format!("{field}.format `{name}` is not one of {names} (for a directory)")),
+        None => Err(format!("{field}.format is required for a directory: one of {names}")),
     }
 }
 
@@ -275,22 +305,6 @@ fn text<'a>(object: &'a Map<String, Value>, field: &str, key: &str) -> Result<&'
     object.get(key).and_then(Value::as_str).ok_or_else(|| format!("{field}.{key} is required (a string)"))
 }
 
-/// A relative path of plain names, inside the task directory.
-fn check_path(field: &str, path: &str) -> Result<(), String> {
-    let plain = !path.is_empty()
-        && path.len() <= MAX_PATH
-        && !path.starts_with('/')
-        && path.split('/').all(|part| !part.is_empty() && part != "." && part != "..")
-        && !path.contains('\0');
-    if plain {
-        Ok(())
-    } else {
-        Err(format!(
-            "{field} must be a relative path of plain names (no `..`, `.` or empty parts, at most {MAX_PATH} bytes)"
-        ))
-    }
-}
-
 fn check_cache_name(field: &str, name: &str) -> Result<(), String> {
     let fine = !name.is_empty()
         && name.len() <= MAX_CACHE_NAME
@@ -335,17 +349,22 @@ mod tests {
     #[test]
     fn generic_workers_mounts_and_swarmings_caches_are_read() {
         let mounts = json!([
-            {"file": "bin/tool", "content": {"url": "https://example.com/tool", "sha256": SHA}},
+            {"file": "./bin//tool", "content": {"url": "https://example.com/tool", "sha256": SHA}},
+            {"directory": "./tools/", "format": "tar.bz2", "content": {"url": "https://example.com/tools.tar.bz2"}},
+            {"file": "data.json", "format": "xz", "content": {"url": "https://example.com/data.json.xz"}},
             {"directory": "app", "format": "tar.gz", "content": {"taskId": "fN1SbArXTPSVFNUvaOlinQ", "artifact": "public/app.tar.gz"}},
             {"file": "notes.txt", "content": {"raw": "hello"}},
             {"cacheName": "checkout", "directory": "src"}
         ]);
         let caches = json!([{"name": "ccache", "path": ".ccache"}]);
         let (placed, named) = parse(Some(&mounts), Some(&caches)).unwrap();
-        assert_eq!(placed.len(), 3);
-        assert_eq!(placed[0].content.sha256(), Some(SHA));
-        assert_eq!(placed[1].kind, MountKind::Directory(ArchiveFormat::TarGz));
-        assert_eq!(placed[2].content, Content::Inline { bytes: b"hello".to_vec(), sha256: None });
+        assert_eq!(placed.len(), 5);
+        assert_eq!((placed[0].path.as_str(), placed[0].content.sha256()), ("bin/tool", Some(SHA)));
+        assert_eq!(placed[1].path, "tools");
+        assert_eq!(placed[1].kind, MountKind::Directory(ArchiveFormat::CompressedTar(Compression::Bz2)));
+        assert_eq!(placed[2].kind, MountKind::File(Some(Compression::Xz)));
+        assert_eq!(placed[3].kind, MountKind::Directory(ArchiveFormat::CompressedTar(Compression::Gz)));
+        assert_eq!(placed[4].content, Content::Inline { bytes: b"hello".to_vec(), sha256: None });
         let names: Vec<(&str, &str)> = named.iter().map(|c| (c.name.as_str(), c.path.as_str())).collect();
         assert_eq!(names, [("checkout", "src"), ("ccache", ".ccache")]);
     }
@@ -356,6 +375,13 @@ mod tests {
         let cases = [
             (json!([{"file": "../x", "content": artifact}]), json!(null), "payload.mounts[0].file"),
             (json!([{"file": "/etc/x", "content": artifact}]), json!(null), "payload.mounts[0].file"),
+            (json!([{"file": "./", "content": artifact}]), json!(null), "payload.mounts[0].file"),
+            (json!([{"file": "a/./../b", "content": artifact}]), json!(null), "payload.mounts[0].file"),
+            (
+                json!([{"file": "f", "format": "lz4", "content": artifact}]),
+                json!(null),
+                "payload.mounts[0].format `lz4` is not one of gz, bz2, xz, zst",
+            ),
             (json!([{"directory": "d", "content": artifact}]), json!(null), "payload.mounts[0].format"),
             (
                 json!([{"directory": "d", "format": "rar", "content": artifact}]),
