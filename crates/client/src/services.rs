@@ -1,4 +1,5 @@
-//! The Index, Secrets and Hooks services' calls the CLI makes, answered as JSON.
+//! The Auth, Index, Secrets and Hooks services' calls the CLI and the worker make, answered as
+//! JSON.
 
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::Method;
@@ -17,6 +18,17 @@ impl Client {
     /// As the server answers (404 when nothing is indexed there).
     pub async fn find_indexed(&self, namespace: &str) -> Result<Value, ClientError> {
         self.call(Method::GET, &self.service("index", &format!("/task/{}", encode_path(namespace))), None).await
+    }
+
+    /// expandScopes: `scopes` with every scope the roles they assume grant.
+    ///
+    /// # Errors
+    /// As the server answers.
+    pub async fn expand_scopes(&self, scopes: &[String]) -> Result<Vec<String>, ClientError> {
+        let body = json!({ "scopes": scopes });
+        let answer: Value =
+            self.call(Method::POST, &self.service("auth", "/scopes/expand"), Some(Body::Json(&body))).await?;
+        Ok(answer["scopes"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect())
     }
 
     /// The Secrets service's `get`.

@@ -104,6 +104,7 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
             limits: shoal_worker::SlotLimits::defaults(CAPACITY * args.workers),
             cache: std::sync::Arc::new(cache),
             health_check: None,
+            signing_key: None,
         };
         workers.spawn(shoal_worker::run(client, config, stopped(workers_stop.clone())));
     }

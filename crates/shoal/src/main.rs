@@ -102,6 +102,14 @@ enum Command {
     },
     /// What expired and will be deleted by the servers' next sweep (`--dry-run`).
     Expire(expire::ExpireArgs),
+    /// Make a worker's chain-of-trust signing key (`shoal worker --signing-key`), as
+    /// generic-worker's command of the same name; prints its public key.
+    #[command(name = "new-ed25519-keypair")]
+    NewEd25519Keypair {
+        /// Where to write the private key (it must not exist).
+        #[arg(long)]
+        file: PathBuf,
+    },
     /// Apply pending schema migrations to a PostgreSQL database (servers also do so at start).
     Migrate {
         /// postgres://user[:password]@host[:port]/database
@@ -195,6 +203,11 @@ fn main() -> anyhow::Result<()> {
         Command::Index { address, command } => runtime.block_on(services::index(&address, command)),
         Command::Secrets { address, command } => runtime.block_on(services::secrets(&address, command)),
         Command::Hooks { address, command } => runtime.block_on(services::hooks(&address, command)),
+        Command::NewEd25519Keypair { file } => {
+            let key = shoal_worker::SigningKey::create(&file).map_err(anyhow::Error::msg)?;
+            println!("{}", key.public());
+            Ok(())
+        }
         Command::Artifact { address, command: ArtifactCommand::Get { task_id, name, run, output } } => {
             runtime.block_on(cli::artifact_get(&address, &task_id, &name, run, output.as_deref()))
         }

@@ -77,6 +77,11 @@ pub(crate) struct WorkerArgs {
     /// Seconds between health checks; also the most one may take.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     health_check_every: u64,
+    /// A file holding the Ed25519 key that signs the chain of trust of tasks asking for it
+    /// (`features.chainOfTrust`), as generic-worker keeps it: the base64 of its 32-byte seed,
+    /// readable by its owner alone (`shoal new-ed25519-keypair --file` makes one).
+    #[arg(long, env = "SHOAL_SIGNING_KEY")]
+    signing_key: Option<PathBuf>,
 }
 
 /// `--isolation`.
@@ -156,6 +161,12 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         memory: args.max_memory.unwrap_or(defaults.memory),
         disk: args.max_task_disk,
     };
+    let signing_key = match &args.signing_key {
+        Some(path) => Some(std::sync::Arc::new(
+            shoal_worker::SigningKey::read(path).map_err(|err| anyhow::anyhow!("--signing-key: {err}"))?,
+        )),
+        None => None,
+    };
     let config = shoal_worker::WorkerConfig {
         task_queue_id,
         more_queues,
@@ -171,6 +182,7 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         health_check: args
             .health_check
             .map(|command| shoal_worker::HealthCheck { command, every: Duration::from_secs(args.health_check_every) }),
+        signing_key,
     };
     let queues = config.queues().cloned().collect::<Vec<_>>();
     tracing::info!(queues = %queues.join(" "), worker.id = %config.worker_id, capacity = config.capacity, "worker started");

@@ -1,11 +1,14 @@
 //! Uploading what a task produced: each file a blob artifact, a missing one an error
 //! artifact that says why.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
+use sha2::{Digest as _, Sha256};
 use shoal_client::Client;
 
+use crate::chain_of_trust;
 use crate::logsink::LogSink;
 use crate::payload::ArtifactSpec;
 
@@ -19,8 +22,15 @@ pub(crate) struct Target<'a> {
 }
 
 /// Uploads every artifact the payload names; problems are recorded as error artifacts and
-/// logged, not fatal (as generic-worker does).
-pub(crate) async fn upload_all(target: &Target<'_>, specs: &[ArtifactSpec], dir: &Path, log: &LogSink) -> u64 {
+/// logged, not fatal (as generic-worker does). With `digests`, records each uploaded file's
+/// SHA-256 (hex) by its name there.
+pub(crate) async fn upload_all(
+    target: &Target<'_>,
+    specs: &[ArtifactSpec],
+    dir: &Path,
+    log: &LogSink,
+    mut digests: Option<&mut BTreeMap<String, String>>,
+) -> u64 {
     let mut uploaded = 0;
     for spec in specs {
         let expires = spec.expires.map(|expires| expires.to_string());
@@ -45,7 +55,16 @@ pub(crate) async fn upload_all(target: &Target<'_>, specs: &[ArtifactSpec], dir:
         for (file, name) in files {
             match upload(target, &file, &name, spec.content_type.as_deref()).await {
                 Ok(size) => uploaded += size,
-                Err(err) => log.line(&format!("uploading {name} failed: {err}")).await,
+                Err(err) => {
+                    log.line(&format!("uploading {name} failed: {err}")).await;
+                    continue;
+                }
+            }
+            if let Some(digests) = digests.as_deref_mut() {
+                match sha256_of(file).await {
+                    Ok(digest) => drop(digests.insert(name, digest)),
+                    Err(err) => log.line(&format!("reading {name} for its digest failed: {err}")).await,
+                }
             }
         }
     }
@@ -71,6 +90,38 @@ pub(crate) const BACKING_LOG: &str = "public/logs/live_backing.log";
 /// Uploads the run's whole log, kept at `file`, as [`BACKING_LOG`].
 pub(crate) async fn upload_log(target: &Target<'_>, file: &Path) -> anyhow::Result<u64> {
     upload(target, file, BACKING_LOG, Some("text/plain; charset=utf-8")).await
+}
+
+/// Uploads a run's chain-of-trust `record` and its `signature`, written first to files
+/// beside `files` (out of the task's reach).
+pub(crate) async fn upload_signed(
+    target: &Target<'_>,
+    record: &[u8],
+    signature: &[u8],
+    files: &Path,
+) -> anyhow::Result<()> {
+    let (record_file, signature_file) = (files.with_extension("json"), files.with_extension("sig"));
+    tokio::fs::write(&record_file, record).await?;
+    tokio::fs::write(&signature_file, signature).await?;
+    let uploaded = async {
+        upload(target, &record_file, chain_of_trust::CERTIFICATE, Some("application/json")).await?;
+        upload(target, &signature_file, chain_of_trust::SIGNATURE, Some("application/octet-stream")).await
+    }
+    .await;
+    let _ = tokio::fs::remove_file(&record_file).await;
+    let _ = tokio::fs::remove_file(&signature_file).await;
+    uploaded.map(drop)
+}
+
+/// A file's SHA-256, hex, read off the async threads.
+async fn sha256_of(file: PathBuf) -> std::io::Result<String> {
+    tokio::task::spawn_blocking(move || {
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut std::fs::File::open(file)?, &mut hasher)?;
+        Ok(format!("{:x}", hasher.finalize()))
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// Uploads one file; its size.

@@ -7,6 +7,7 @@
 
 mod artifacts;
 mod cache;
+mod chain_of_trust;
 mod control;
 mod environment;
 mod health;
@@ -33,6 +34,7 @@ use shoal_client::{Beat, ClaimingWorker, Client};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::cache::Cache;
+pub use crate::chain_of_trust::SigningKey;
 use crate::control::Held;
 pub use crate::health::HealthCheck;
 pub use crate::limits::SlotLimits;
@@ -66,6 +68,8 @@ pub struct WorkerConfig {
     pub cache: Arc<Cache>,
     /// A command whose failure puts the worker in maintenance, if any.
     pub health_check: Option<HealthCheck>,
+    /// The key that signs runs' chain-of-trust records, if it has one.
+    pub signing_key: Option<Arc<SigningKey>>,
 }
 
 impl WorkerConfig {

@@ -46,10 +46,31 @@ pub(crate) struct Setup<'a> {
     pub(crate) client: &'a Client,
     /// The task's scopes.
     pub(crate) scopes: &'a [String],
+    /// The task's scopes expanded through the roles they assume, asked of the server once
+    /// when a literal scope is missing (generic-worker asks the Auth service the same).
+    pub(crate) expanded: tokio::sync::OnceCell<ScopeSet>,
     pub(crate) task_dir: &'a Path,
     /// The slot's own user, when it has one (what is placed is given to it).
     pub(crate) user: Option<u32>,
     pub(crate) log: &'a LogSink,
+}
+
+/// Whether the task's scopes, or else their expansion through roles, satisfy one of `needed`.
+async fn holds_any(setup: &Setup<'_>, needed: &[String]) -> Result<bool, SetupError> {
+    let literal = ScopeSet::new(setup.scopes.iter().cloned());
+    if needed.iter().any(|scope| literal.satisfies(scope)) {
+        return Ok(true);
+    }
+    let expanded = setup
+        .expanded
+        .get_or_try_init(|| async {
+            let scopes = setup.client.expand_scopes(setup.scopes).await.map_err(|err| {
+                SetupError::Worker(format!("cannot expand the task's scopes through their roles: {err}"))
+            })?;
+            Ok::<_, SetupError>(ScopeSet::new(scopes))
+        })
+        .await?;
+    Ok(needed.iter().any(|scope| expanded.satisfies(scope)))
 }
 
 /// A named cache moved into a task directory.
@@ -61,9 +82,8 @@ pub(crate) struct Lent {
 /// Places the payload's caches and mounts; the caches lent are pushed to `lent` as they
 /// are (to be given back whatever happens). Answers the bytes downloaded.
 pub(crate) async fn place(setup: &Setup<'_>, payload: &Payload, lent: &mut Vec<Lent>) -> Result<u64, SetupError> {
-    let held = ScopeSet::new(setup.scopes.iter().cloned());
     for spec in &payload.caches {
-        if !cache_scopes(&spec.name).iter().any(|scope| held.satisfies(scope)) {
+        if !holds_any(setup, &cache_scopes(&spec.name)).await? {
             let [ours, theirs] = cache_scopes(&spec.name);
             return Err(SetupError::Payload(format!(
                 "the named cache `{}` needs the scope {ours} (or {theirs}) in the task's scopes",
@@ -232,10 +252,9 @@ async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Sou
         Content::Artifact { task_id, artifact, sha256 } => {
             // Checked here, not only by the server: a cached copy must not reach a task that
             // could not have downloaded it (generic-worker checks the same way).
-            let held = ScopeSet::new(setup.scopes.iter().cloned());
             if let Some(private) = shoal_engine::artifact::private_names([artifact.as_str()]).first() {
                 let needed = format!("queue:get-artifact:{private}");
-                if !held.satisfies(&needed) {
+                if !holds_any(setup, std::slice::from_ref(&needed)).await? {
                     return Err(SetupError::Payload(format!(
                         "mount {path}: cannot get artifact {artifact} of task {task_id}: it is private and the \
                          task's scopes do not include {needed}"

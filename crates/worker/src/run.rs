@@ -1,6 +1,7 @@
 //! One claimed run, from claim to report: live log, commands under their limits, reclaims,
 //! artifacts, and the report that matches how it ended.
 
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::WorkerConfig;
 use crate::artifacts::{self, Target};
+use crate::chain_of_trust;
 use crate::control::Held;
 use crate::environment::{RunFacts, task_environment};
 use crate::limits::{SlotLimits, Watch};
@@ -58,8 +60,11 @@ pub(crate) async fn run_claim(
     let backing = config.work_dir.join(format!("log-{slot}.txt"));
     let (log, flusher) = LogSink::start(client.clone(), (task_id.clone(), run_id), header, backing.clone());
 
+    let user = sandbox::slot_user(&config.isolation, slot);
     let parsed = payload::parse(&claim.task["payload"]).and_then(|payload| {
-        let problem = unsupported(&payload, &config.isolation).or_else(|| outlived(&payload, &expires));
+        let problem = unsupported(&payload, &config.isolation)
+            .or_else(|| outlived(&payload, &expires))
+            .or_else(|| unsignable(&payload, &config, user));
         problem.map_or(Ok(payload), Err)
     });
     let payload = match parsed {
@@ -94,7 +99,6 @@ pub(crate) async fn run_claim(
     let mut stats = RunStats::default();
     // Beside the task directory, not in it: an artifact of the whole directory must not take it.
     let secrets_file = config.work_dir.join(format!("secrets-{slot}.json"));
-    let user = sandbox::slot_user(&config.isolation, slot);
     let files = (dir.as_path(), secrets_file.as_path());
     let scopes = task_scopes(&claim.task);
     let mut lent = Vec::new();
@@ -106,8 +110,15 @@ pub(crate) async fn run_claim(
             .map_err(Ending::Failure)?;
         if !payload.mounts.is_empty() || !payload.caches.is_empty() {
             let started = Instant::now();
-            let setup =
-                Setup { cache: &config.cache, client: &client, scopes: &scopes, task_dir: &dir, user, log: &log };
+            let setup = Setup {
+                cache: &config.cache,
+                client: &client,
+                scopes: &scopes,
+                expanded: Default::default(),
+                task_dir: &dir,
+                user,
+                log: &log,
+            };
             let fetched = mount::place(&setup, &payload, &mut lent).await.map_err(|err| match err {
                 SetupError::Payload(reason) => Ending::Exception(WorkerException::MalformedPayload, reason),
                 SetupError::Worker(reason) => Ending::Exception(WorkerException::InternalError, reason),
@@ -166,7 +177,22 @@ pub(crate) async fn run_claim(
     if matches!(ending, Ending::Success | Ending::Failure(_) | Ending::Retry(_)) {
         let target = Target { client: &client, task_id: &task_id, run_id, expires: &expires };
         let started = Instant::now();
-        stats.bytes_uploaded = Some(artifacts::upload_all(&target, &payload.artifacts, &dir, &log).await);
+        let mut digests = payload.chain_of_trust.then(BTreeMap::new);
+        stats.bytes_uploaded =
+            Some(artifacts::upload_all(&target, &payload.artifacts, &dir, &log, digests.as_mut()).await);
+        if let (Some(digests), Some(key)) = (digests, &config.signing_key) {
+            let runner = chain_of_trust::Runner {
+                task_id: &task_id,
+                run_id,
+                worker_group: &config.worker_group,
+                worker_id: &config.worker_id,
+            };
+            let record = chain_of_trust::certificate(&claim.task, &runner, &digests);
+            let files = config.work_dir.join(format!("chain-of-trust-{slot}"));
+            if let Err(err) = artifacts::upload_signed(&target, &record, &key.sign(&record), &files).await {
+                log.line(&format!("uploading the chain of trust failed: {err}")).await;
+            }
+        }
         stats.upload_ms = Some(millis(started.elapsed()));
     }
     let purge = matches!(ending, Ending::Failure(_) | Ending::Retry(_))
@@ -269,6 +295,32 @@ fn unsupported(payload: &Payload, isolation: &Isolation) -> Option<String> {
         ),
         Isolation::Bubblewrap(_) => None,
     }
+}
+
+/// Why this worker cannot sign the run's chain of trust, when the task asks for one and it
+/// cannot (generic-worker refuses such a task the same way).
+fn unsignable(payload: &Payload, config: &WorkerConfig, user: Option<u32>) -> Option<String> {
+    if !payload.chain_of_trust {
+        return None;
+    }
+    if config.signing_key.is_none() {
+        return Some(
+            "payload.features.chainOfTrust: this worker has no signing key (shoal worker --signing-key)".into(),
+        );
+    }
+    if user.is_none() {
+        return Some(
+            "payload.features.chainOfTrust: this worker runs tasks as its own user, who could read its signing key \
+             (it needs --isolation bubblewrap, run as root)"
+                .into(),
+        );
+    }
+    let reserved = [chain_of_trust::CERTIFICATE, chain_of_trust::SIGNATURE];
+    payload.artifacts.iter().enumerate().find(|(_, artifact)| reserved.contains(&artifact.name.as_str())).map(
+        |(idx, artifact)| {
+            format!("payload.artifacts[{idx}].name `{}` is the chain of trust's own; choose another", artifact.name)
+        },
+    )
 }
 
 /// The artifact that would outlive its task, when one would (generic-worker refuses it too).
