@@ -34,6 +34,7 @@ pub mod dedup;
 pub mod definition;
 pub mod dimensions;
 pub mod event;
+pub mod github;
 pub mod graph;
 pub mod group;
 pub mod hook;
