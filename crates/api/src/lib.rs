@@ -6,6 +6,7 @@ pub mod auth;
 pub mod endpoints;
 pub mod error;
 pub mod extract;
+mod forge;
 mod per_address;
 pub mod prometheus;
 pub(crate) mod reference;
@@ -49,6 +50,8 @@ pub struct AppState {
     pub root_url: String,
     /// Open event streams and live-log follows per client address.
     pub subscribers: Subscribers,
+    /// The secret a forge signs its webhook deliveries with (none: deliveries are refused).
+    pub github_webhook_secret: Option<Arc<str>>,
 }
 
 /// The whole HTTP application.

@@ -634,7 +634,7 @@ enum Body<'a> {
     Bytes(&'a [u8]),
 }
 
-fn error_of(status: StatusCode, bytes: &[u8]) -> ClientError {
+pub(crate) fn error_of(status: StatusCode, bytes: &[u8]) -> ClientError {
     let body: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
     ClientError::Status {
         status,

@@ -7,6 +7,16 @@ use serde_json::{Value, json};
 
 use crate::{Body, Client, ClientError, encode_path};
 
+/// A delivery id in GitHub's form (a GUID), of random bytes.
+fn uuid_like() -> String {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 16];
+    // A delivery id only tells deliveries apart: a failure to draw leaves zeros.
+    let _ = ring::rand::SystemRandom::new().fill(&mut bytes);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
 impl Client {
     fn service(&self, service: &str, path: &str) -> String {
         format!("{}/api/{service}/v1{path}", self.root_url)
@@ -29,6 +39,34 @@ impl Client {
         let answer: Value =
             self.call(Method::POST, &self.service("auth", "/scopes/expand"), Some(Body::Json(&body))).await?;
         Ok(answer["scopes"].as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+    }
+
+    /// githubWebHookConsumer: delivers a webhook event (`X-GitHub-Event` `event`) in GitHub's
+    /// format, signed with `secret` as a forge signs it; the server's answer (the build made).
+    ///
+    /// # Errors
+    /// As the server answers (403 for a signature made with another secret).
+    pub async fn deliver_webhook(&self, event: &str, body: &Value, secret: &str) -> Result<Value, ClientError> {
+        let bytes = serde_json::to_vec(body).map_err(|err| ClientError::Decode(err.to_string()))?;
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+        let signature: String = ring::hmac::sign(&key, &bytes).as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        let answer = self
+            .http
+            .post(self.service("github", "/github"))
+            .header("content-type", "application/json")
+            .header("x-github-event", event)
+            .header("x-github-delivery", uuid_like())
+            .header("x-hub-signature-256", format!("sha256={signature}"))
+            .body(bytes)
+            .send()
+            .await
+            .map_err(|err| ClientError::Transport(err.to_string()))?;
+        let status = answer.status();
+        let bytes = answer.bytes().await.map_err(|err| ClientError::Transport(err.to_string()))?;
+        if !status.is_success() {
+            return Err(crate::error_of(status, &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|err| ClientError::Decode(err.to_string()))
     }
 
     /// The Secrets service's `get`.

@@ -118,7 +118,10 @@ fn sha(body: &Value, path: &[&str]) -> Result<String, Rejection> {
 /// Taskcluster's spelling of an owner or repository name in roles and builds: only
 /// `[A-Za-z0-9-_.]`, and `.` as `%`.
 fn sanitized(name: &str) -> String {
-    name.chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).map(|c| if c == '.' { '%' } else { c }).collect()
+    name.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+        .map(|c| if c == '.' { '%' } else { c })
+        .collect()
 }
 
 /// The host (and port) of an http or https URL.

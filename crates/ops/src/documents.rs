@@ -1,11 +1,12 @@
 //! The services' records as documents: JSON under a kind and a key, with an optional expiry
 //! (gone once past it) and due time (a hook's next fire). One table holds them on each
 //! backend, and a second, kept where tasks' secrets are, holds the secret kinds, so the
-//! Index, Secrets and Hooks services add no SQL of their own.
+//! Index, Secrets, Hooks and GitHub services add no SQL of their own.
 //!
 //! Keys are printable ASCII, built so that a listing is a key range: an index entry or
 //! namespace is `<parent>/<name>` (a namespace holds no `/`), a hook `<group>/<id>`, a fire
-//! `<group>/<id> <newest-first time> <taskId>`.
+//! `<group>/<id> <newest-first time> <taskId>`, a build
+//! `<owner>/<repository>/<sha>/<taskGroupId>`.
 
 use shoal_engine::Timestamp;
 
@@ -26,6 +27,8 @@ pub enum DocKind {
     HookToken,
     /// One fire of a hook.
     HookFire,
+    /// A build of the GitHub integration.
+    GithubBuild,
 }
 
 impl DocKind {
@@ -39,6 +42,7 @@ impl DocKind {
             DocKind::Hook => "hook",
             DocKind::HookToken => "hook-token",
             DocKind::HookFire => "hook-fire",
+            DocKind::GithubBuild => "github-build",
         }
     }
 

@@ -24,6 +24,7 @@ pub mod auth;
 pub mod documents;
 pub mod error;
 pub mod expire;
+pub mod github;
 pub mod graph;
 pub mod groups;
 pub mod hooks;

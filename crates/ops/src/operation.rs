@@ -14,6 +14,7 @@ use shoal_engine::status::TaskStatus;
 use shoal_engine::worker::{Sighting, Worker, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
+use shoal_engine::github::Build;
 use shoal_engine::hook::{Hook, HookKey};
 use shoal_engine::index::{Entry, Namespace};
 
@@ -303,6 +304,21 @@ operations! {
         /// The fire, as the service prepared it.
         request: FireRequest,
     } -> FireOutcome = |tx, now| crate::hooks::fire(tx, request, now);
+
+    /// A change built: its tasks created (dependencies first) and its build recorded, or none
+    /// of them.
+    CreateBuild {
+        /// The build's record.
+        build: Build,
+        /// Its tasks, checked.
+        tasks: Vec<(TaskId, TaskDefinition)>,
+    } -> () = |tx, now| crate::github::create(tx, build, tasks, now);
+
+    /// Records a build that made no tasks (and why, in its error).
+    RecordBuild {
+        /// The build's record.
+        build: Build,
+    } -> () = |tx, now| crate::github::record(tx, build);
 }
 
 impl Op {

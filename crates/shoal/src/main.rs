@@ -12,6 +12,7 @@ mod dev;
 mod expire;
 mod graph;
 mod limits;
+mod push;
 mod runtime;
 mod server;
 mod services;
@@ -102,6 +103,9 @@ enum Command {
     },
     /// What expired and will be deleted by the servers' next sweep (`--dry-run`).
     Expire(expire::ExpireArgs),
+    /// Build a push to a repository that sends no webhooks: delivers GitHub's push event for
+    /// the commit, signed with the server's github-webhook-secret; prints the build's task group.
+    Push(push::PushArgs),
     /// Make a worker's chain-of-trust signing key (`shoal worker --signing-key`), as
     /// generic-worker's command of the same name; prints its public key.
     #[command(name = "new-ed25519-keypair")]
@@ -203,6 +207,7 @@ fn main() -> anyhow::Result<()> {
         Command::Index { address, command } => runtime.block_on(services::index(&address, command)),
         Command::Secrets { address, command } => runtime.block_on(services::secrets(&address, command)),
         Command::Hooks { address, command } => runtime.block_on(services::hooks(&address, command)),
+        Command::Push(args) => runtime.block_on(push::push(args)),
         Command::NewEd25519Keypair { file } => {
             let key = shoal_worker::SigningKey::create(&file).map_err(anyhow::Error::msg)?;
             println!("{}", key.public());

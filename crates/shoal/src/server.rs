@@ -105,6 +105,7 @@ impl RunningServer {
             started: Instant::now(),
             root_url: root_url.clone(),
             subscribers: shoal_api::Subscribers::default(),
+            github_webhook_secret: config.github_webhook_secret.as_ref().map(|secret| secret.0.as_str().into()),
         };
         let descriptors = limits::raise_descriptor_limit();
         let max_connections = limits::max_connections(config.max_connections, descriptors);

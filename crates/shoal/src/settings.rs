@@ -208,6 +208,11 @@ server_settings! {
     #[doc = "Seconds a heartbeating worker may stay silent before it is marked missing and its runs end"]
     worker_dead_after: u64 [u64], "SHOAL_WORKER_DEAD_AFTER", shoal_engine::worker::DEFAULT_DEAD_AFTER_SECS as u64,
         "120", |secs| seconds(secs, 1, 86_400);
+    #[doc = "The secret a forge (GitHub, Gitea, Forgejo) signs webhook deliveries to /api/github/v1/github with (none: they are refused)"]
+    github_webhook_secret: Option<credentials::Secret> [credentials::Secret], "SHOAL_GITHUB_WEBHOOK_SECRET", None,
+        "none (webhooks refused)", |secret| optional(secret, |credentials::Secret(secret)| {
+            if secret.len() >= 16 { Ok(()) } else { Err("must be at least 16 characters".to_owned()) }
+        });
     #[doc = "Seconds a completed idempotent task may stand for an identical new one"]
     dedup_window: u64 [u64], "SHOAL_DEDUP_WINDOW", shoal_engine::dedup::DEFAULT_WINDOW_SECS as u64, "604800",
         |secs| seconds(secs, 1, 31_536_000);

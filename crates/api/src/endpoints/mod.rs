@@ -142,6 +142,7 @@ pub(crate) const GET_ARTIFACT: Scopes =
     For { var: "name", list: "privateNames", each: &Scope("queue:get-artifact:<name>") };
 
 mod auth;
+mod github;
 mod hooks;
 mod index;
 mod queue;
@@ -150,6 +151,7 @@ mod secrets;
 mod server;
 
 pub use auth::AUTH_ENDPOINTS;
+pub use github::GITHUB_ENDPOINTS;
 pub use hooks::HOOKS_ENDPOINTS;
 pub use index::INDEX_ENDPOINTS;
 pub use queue::ENDPOINTS;
@@ -226,6 +228,17 @@ pub const SERVICES: &[Service] = &[
                       each task created with the scopes of the role `hook-id:<hookGroupId>/<hookId>`.",
         endpoints: HOOKS_ENDPOINTS,
         max_body: crate::extract::MAX_BODY_BYTES,
+        exchange_prefix: None,
+    },
+    Service {
+        name: "github",
+        title: "GitHub Service",
+        description: "Pushes and pull requests become tasks: a forge's webhook (GitHub, Gitea, Forgejo) renders the \
+                      commit's .taskcluster.yml and creates its tasks with the repository's role; each change is \
+                      listed as a build.",
+        endpoints: GITHUB_ENDPOINTS,
+        // GitHub's deliveries are at most 25 MB.
+        max_body: 25 << 20,
         exchange_prefix: None,
     },
 ];

@@ -5,6 +5,7 @@ pub(crate) mod auth;
 pub(crate) mod blobs;
 pub(crate) mod claims;
 pub(crate) mod events;
+pub(crate) mod github;
 pub(crate) mod graphs;
 pub(crate) mod groups;
 pub(crate) mod hooks;

@@ -115,6 +115,7 @@ impl TestApp {
             nonces: Default::default(),
             started: Instant::now(),
             root_url,
+            github_webhook_secret: None,
             subscribers: Default::default(),
         };
         let closing = queue.clone();

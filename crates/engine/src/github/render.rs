@@ -66,7 +66,9 @@ pub fn render(
 fn with_slugid_lookups(template: &Value, slugids: &mut Slugids, new_id: &mut dyn FnMut() -> TaskId) -> Value {
     match template {
         Value::String(text) => Value::String(rewrite_calls(text, slugids, new_id)),
-        Value::Array(items) => Value::Array(items.iter().map(|item| with_slugid_lookups(item, slugids, new_id)).collect()),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|item| with_slugid_lookups(item, slugids, new_id)).collect())
+        }
         Value::Object(object) => Value::Object(
             object
                 .iter()
@@ -117,13 +119,12 @@ fn literal_argument(text: &str) -> Option<(&str, usize)> {
     closing.starts_with(')').then_some((label, skipped + 1 + end + 1 + (after.len() - closing.len()) + 1))
 }
 
+/// A task made by the file: its id, and its definition without it.
+type Made = (TaskId, Map<String, Value>);
+
 /// Each task with what Taskcluster's GitHub service fills in: a sole task is its own group
 /// (a decision task); several share a new group; `created` is now.
-fn with_defaults(
-    tasks: Vec<Value>,
-    now: Timestamp,
-    new_id: &mut dyn FnMut() -> TaskId,
-) -> Result<Vec<(TaskId, Map<String, Value>)>, String> {
+fn with_defaults(tasks: Vec<Value>, now: Timestamp, new_id: &mut dyn FnMut() -> TaskId) -> Result<Vec<Made>, String> {
     let sole = tasks.len() == 1;
     let group = (!sole).then(&mut *new_id);
     let mut made = Vec::with_capacity(tasks.len());
@@ -156,7 +157,7 @@ fn with_defaults(
 }
 
 /// The tasks ordered so that each comes after those it depends on among them.
-fn dependencies_first(tasks: Vec<(TaskId, Map<String, Value>)>) -> Result<Vec<(TaskId, Value)>, String> {
+fn dependencies_first(tasks: Vec<Made>) -> Result<Vec<(TaskId, Value)>, String> {
     let place: HashMap<TaskId, usize> = tasks.iter().enumerate().map(|(idx, (id, _))| (*id, idx)).collect();
     let mut waiting_on: Vec<usize> = vec![0; tasks.len()];
     let mut dependents: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
@@ -183,6 +184,6 @@ fn dependencies_first(tasks: Vec<(TaskId, Map<String, Value>)>) -> Result<Vec<(T
     if order.len() < tasks.len() {
         return Err("the tasks of `.taskcluster.yml` depend on each other in a cycle".into());
     }
-    let mut slots: Vec<Option<(TaskId, Map<String, Value>)>> = tasks.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<Made>> = tasks.into_iter().map(Some).collect();
     Ok(order.into_iter().filter_map(|idx| slots[idx].take()).map(|(id, task)| (id, Value::Object(task))).collect())
 }

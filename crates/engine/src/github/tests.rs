@@ -44,7 +44,10 @@ fn change(event: &str, body: &Value) -> Change {
 fn a_push_to_a_branch_gets_its_branchs_role_and_a_tag_its_tags() {
     let pushed = change("push", &push_event("refs/heads/main"));
     assert_eq!((pushed.organization.as_str(), pushed.repository.as_str()), ("org", "my%proj"));
-    assert_eq!((pushed.host.as_str(), pushed.event_type.as_str(), pushed.sha.as_str()), ("127.0.0.1:3000", "push", SHA));
+    assert_eq!(
+        (pushed.host.as_str(), pushed.event_type.as_str(), pushed.sha.as_str()),
+        ("127.0.0.1:3000", "push", SHA)
+    );
     assert_eq!(pushed.tasks_for(None), Some(TasksFor::Push));
     assert_eq!(
         pushed.scopes(TasksFor::Push),
@@ -86,7 +89,10 @@ fn deliveries_with_nothing_to_build_are_ignored_and_broken_ones_refused() {
 fn a_pull_requests_role_follows_the_default_branchs_policy() {
     let own = change("pull_request", &pull_request_event("opened", false));
     let fork = change("pull_request", &pull_request_event("synchronize", true));
-    assert_eq!((own.git_ref.as_str(), own.pull_request, own.event_type.as_str()), ("refs/pull/7/head", Some(7), "pull_request.opened"));
+    assert_eq!(
+        (own.git_ref.as_str(), own.pull_request, own.event_type.as_str()),
+        ("refs/pull/7/head", Some(7), "pull_request.opened")
+    );
     let policy = |name: &str| json!({"version": 1, "policy": {"pullRequests": name}});
     assert_eq!(own.tasks_for(None), Some(TasksFor::PullRequest));
     assert_eq!(fork.tasks_for(None), None, "collaborators only, by default");
@@ -148,7 +154,10 @@ fn a_taskgraph_config_renders_one_decision_task_that_is_its_own_group() {
     assert_eq!(rendered.task_group_id(), Some(*task_id));
     assert_eq!(task["payload"]["command"][0], json!(["echo", SHA, task_id.as_str()]));
     assert_eq!(task["extra"], json!({"tasks_for": "github-push", "now": "2026-11-28T12:00:00.000Z"}));
-    assert_eq!((task["schedulerId"].as_str(), task["created"].as_str()), (Some(SCHEDULER_ID), Some("2026-11-28T12:00:00.000Z")));
+    assert_eq!(
+        (task["schedulerId"].as_str(), task["created"].as_str()),
+        (Some(SCHEDULER_ID), Some("2026-11-28T12:00:00.000Z"))
+    );
     assert!(task.get("taskId").is_none(), "the id goes in the URL, not the definition");
     assert_eq!(task["metadata"]["source"], "http://shoal/x");
 

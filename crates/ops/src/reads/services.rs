@@ -2,6 +2,7 @@
 //! Expired documents are gone to every read, whether or not expiry has deleted them yet.
 
 use shoal_engine::Timestamp;
+use shoal_engine::github::Build;
 use shoal_engine::hook::{Fire, HookKey};
 use shoal_engine::index::{Entry, Namespace};
 
@@ -57,6 +58,18 @@ pub trait ServiceReads {
     /// # Errors
     /// Storage failure.
     fn hook(&self, key: &HookKey) -> Result<Option<StoredHook>, StoreError>;
+    /// Builds of the GitHub integration whose keys start with `prefix`
+    /// (`<owner>/<repository>/<sha>/`, or a part of it), by key.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn builds(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Page<Build>, StoreError>;
     /// A group's hooks, by id.
     ///
     /// # Errors
@@ -185,6 +198,21 @@ impl<D: ReadDb> ServiceReads for ReadsOver<D> {
 
     fn hook(&self, key: &HookKey) -> Result<Option<StoredHook>, StoreError> {
         self.0.document(DocKind::Hook, &key.path())?.as_ref().map(StoredHook::decode).transpose()
+    }
+
+    fn builds(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Page<Build>, StoreError> {
+        let Page { items: found, continuation } = self.listed(DocKind::GithubBuild, prefix, after, limit, now)?;
+        let items = found
+            .iter()
+            .map(|(_, document)| serde_json::from_str(&document.body).map_err(|err| corrupt(format!("build: {err}"))))
+            .collect::<Result<_, _>>()?;
+        Ok(Page { items, continuation })
     }
 
     fn hooks(&self, group: &str) -> Result<Vec<StoredHook>, StoreError> {

@@ -6,6 +6,7 @@ use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+pub(crate) mod git_server;
 pub(crate) mod worker;
 
 /// Starts `shoal server` on a free loopback port over `data_dir` with `extra_args`; returns

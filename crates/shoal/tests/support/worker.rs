@@ -18,7 +18,13 @@ pub(crate) struct Server {
 }
 
 pub(crate) async fn server(data_dir: &Path) -> Server {
-    let (child, root) = super::start_server(data_dir, &["--claim-timeout", "3"]).await;
+    server_with(data_dir, &[]).await
+}
+
+/// [`server`] with more flags.
+pub(crate) async fn server_with(data_dir: &Path, extra: &[&str]) -> Server {
+    let args: Vec<&str> = ["--claim-timeout", "3"].iter().chain(extra).copied().collect();
+    let (child, root) = super::start_server(data_dir, &args).await;
     let api = format!("{root}/api/queue/v1");
     Server { _child: child, root, api }
 }

@@ -1,4 +1,4 @@
-//! The Index, Secrets and Hooks services' records, on every backend.
+//! The Index, Secrets, Hooks and GitHub services' records, on every backend.
 
 use super::*;
 use serde_json::Map;
@@ -262,4 +262,49 @@ pub(crate) async fn a_hook_fires_once_per_due_time_and_keeps_its_fires(name: &st
     let missing =
         store.run(PutHook { hook: hook(json!([])), write: HookWrite::Update, token: String::new() }, at(75)).await;
     assert!(matches!(missing.map(|d| d.value), Err(StoreError::Rejected(Rejection::NotFound(_)))), "{name}");
+}
+
+pub(crate) async fn a_builds_tasks_are_created_with_its_record_or_not_at_all(name: &str, backend: Backend) {
+    use shoal_engine::github::{Build, BuildState};
+    use shoal_store::operation::{CreateBuild, RecordBuild};
+    let store = &backend.store;
+    let build = |group: TaskId, sha: &str| Build {
+        organization: "org".into(),
+        repository: "proj".into(),
+        sha: sha.into(),
+        state: BuildState::Pending,
+        task_group_id: group,
+        event_type: "push".into(),
+        event_id: "d-1".into(),
+        created: at(1),
+        updated: at(1),
+        pull_request_number: None,
+        error: None,
+    };
+    let sha = |n: u8| format!("{n:040}");
+    let task = |n: u32, patch: serde_json::Value| (id(n), definition(id(n), patch));
+    let made = build(id(1), &sha(1));
+    let tasks =
+        vec![task(1, json!({"taskGroupId": id(1)})), task(2, json!({"taskGroupId": id(1), "dependencies": [id(1)]}))];
+    store.run(CreateBuild { build: made.clone(), tasks }, at(1)).await.unwrap();
+    assert_eq!(state_of(store, id(2)).await, TaskState::Unscheduled, "{name}: created with its dependency");
+
+    // A task refused (its dependency unknown) undoes the others and records nothing.
+    let refused = build(id(3), &sha(2));
+    let tasks =
+        vec![task(3, json!({"taskGroupId": id(3)})), task(4, json!({"taskGroupId": id(3), "dependencies": [id(9)]}))];
+    let err = store.run(CreateBuild { build: refused.clone(), tasks }, at(2)).await.map(drop).unwrap_err();
+    assert!(matches!(err, StoreError::Rejected(_)), "{name}: {err:?}");
+    assert!(store.read(|reads| reads.task(id(3))).await.unwrap().is_none(), "{name}: none of its tasks");
+    let failed = refused.failed("createTask: dependencies".into());
+    store.run(RecordBuild { build: failed.clone() }, at(2)).await.unwrap();
+
+    let listed = |prefix: &'static str| store.read(move |reads| reads.builds(prefix, None, 10, at(3)));
+    assert_eq!(listed("").await.unwrap().items, [made.clone(), failed.clone()], "{name}");
+    let one_commit = format!("org/proj/{}/", sha(2));
+    let page = store.read(move |reads| reads.builds(&one_commit, None, 10, at(3))).await.unwrap();
+    assert_eq!(page.items, [failed], "{name}");
+    assert!(listed("other/").await.unwrap().items.is_empty(), "{name}");
+    let first = store.read(|reads| reads.builds("org/", None, 1, at(3))).await.unwrap();
+    assert_eq!((first.items.len(), first.continuation.is_some()), (1, true), "{name}: paged");
 }
