@@ -1,3 +1,5 @@
+//! The GitHub integration's rules on deliveries as GitHub and Gitea send them, and on `.taskcluster.yml` as taskgraph's template writes it.
+
 use super::*;
 
 const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
