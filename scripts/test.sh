@@ -3,7 +3,7 @@
 # store conformance, HTTP scenarios, kill -9 restart, events through a private RabbitMQ) and
 # the official Taskcluster Python client and the web UI in headless Chromium against a real
 # server. Installs what it needs (RabbitMQ, PostgreSQL, Chromium and ChromeDriver from Debian's
-# packages, moto's S3 server from PyPI; the tests start and stop their own broker, database
+# packages, moto's S3 server and taskgraph from PyPI; the tests start and stop their own broker, database
 # clusters, S3 server and browser on 127.0.0.1); needs no running services.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +58,23 @@ if [ ! -x "$venv/bin/pytest" ] || [ -n "$missing" ]; then
 fi
 # The blob suite starts its own S3-compatible server on 127.0.0.1 from this program.
 export SHOAL_MOTO_SERVER="$venv/bin/moto_server"
+
+# The example CI project's tasks run taskgraph from here (the worker shows it to them with
+# --sandbox-path): the system's Python, so a sandboxed task can run it, readable by every user.
+taskgraph_venv=/var/tmp/shoal-taskgraph
+if ! "$taskgraph_venv/bin/pip" freeze 2>/dev/null | grep -qx 'taskcluster-taskgraph==24.5.1'; then
+    echo "== taskgraph (PyPI) for the example CI project, in $taskgraph_venv"
+    if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
+        sudo=""
+        if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv > /dev/null
+    fi
+    rm -rf "$taskgraph_venv"
+    /usr/bin/python3 -m venv "$taskgraph_venv"
+    "$taskgraph_venv/bin/pip" install --quiet --disable-pip-version-check taskcluster-taskgraph==24.5.1
+    chmod -R a+rX "$taskgraph_venv"
+fi
 
 echo "== rust tests"
 cargo test --workspace --locked

@@ -129,7 +129,8 @@ async fn tasks_of(
     let mut new_id = || TaskId::parse(&slugid::nice()).unwrap_or_else(|| unreachable!("slugid::nice makes slugids"));
     let rendered = render(&config, change, tasks_for, &state.root_url, at, &mut new_id)?;
     let Some(group) = rendered.task_group_id() else { return Ok(None) };
-    let scopes = change.scopes(tasks_for);
+    let mut scopes = change.scopes(tasks_for);
+    scopes.push(format!("queue:route:{}", rendered.route));
     let held =
         state.auth.current().expander.expand(scopes.clone()).map_err(|err| format!("expanding {scopes:?}: {err}"))?;
     let mut checked = Vec::with_capacity(rendered.tasks.len());

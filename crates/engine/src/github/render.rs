@@ -18,6 +18,10 @@ const SLUGIDS: &str = "__as_slugid";
 pub struct Rendered {
     /// Each task's id and definition, dependencies first.
     pub tasks: Vec<(TaskId, Value)>,
+    /// The route every task gets, as Taskcluster's GitHub service adds it for its reports:
+    /// `checks` when the file asks for `reporting`, else `statuses` (its scope
+    /// `queue:route:<route>` goes with the change's).
+    pub route: &'static str,
 }
 
 impl Rendered {
@@ -46,6 +50,7 @@ pub fn render(
         Some(0) | None => return Err("`.taskcluster.yml` must say `version: 1` (version 0 is not supported)".into()),
         Some(other) => return Err(format!("`.taskcluster.yml` version {other} is not known (1 is)")),
     }
+    let route = if config.get("reporting").is_some_and(|reporting| !reporting.is_null()) { "checks" } else { "statuses" };
     let mut slugids = Slugids::new();
     let template = with_slugid_lookups(config, &mut slugids, new_id);
     let mut context = context(change, tasks_for, root_url);
@@ -53,12 +58,12 @@ pub fn render(
     let template = json!({"$let": {"now": now.to_string()}, "in": template});
     let rendered = json_e::render(&template, &Value::Object(context)).map_err(|err| format!("rendering: {err}"))?;
     let tasks = match rendered.get("tasks") {
-        None | Some(Value::Null) => return Ok(Rendered { tasks: Vec::new() }),
+        None | Some(Value::Null) => return Ok(Rendered { tasks: Vec::new(), route }),
         Some(Value::Array(tasks)) => tasks.clone(),
         Some(_) => return Err("`tasks` of `.taskcluster.yml` must render to a list of tasks".into()),
     };
-    let tasks = with_defaults(tasks, now, new_id)?;
-    Ok(Rendered { tasks: dependencies_first(tasks)? })
+    let tasks = with_defaults(tasks, route, now, new_id)?;
+    Ok(Rendered { tasks: dependencies_first(tasks)?, route })
 }
 
 /// `template` with each `as_slugid("label")` (or `'label'`) in its strings and keys replaced by
@@ -123,8 +128,13 @@ fn literal_argument(text: &str) -> Option<(&str, usize)> {
 type Made = (TaskId, Map<String, Value>);
 
 /// Each task with what Taskcluster's GitHub service fills in: a sole task is its own group
-/// (a decision task); several share a new group; `created` is now.
-fn with_defaults(tasks: Vec<Value>, now: Timestamp, new_id: &mut dyn FnMut() -> TaskId) -> Result<Vec<Made>, String> {
+/// (a decision task); several share a new group; `created` is now; `route` joins its routes.
+fn with_defaults(
+    tasks: Vec<Value>,
+    route: &str,
+    now: Timestamp,
+    new_id: &mut dyn FnMut() -> TaskId,
+) -> Result<Vec<Made>, String> {
     let sole = tasks.len() == 1;
     let group = (!sole).then(&mut *new_id);
     let mut made = Vec::with_capacity(tasks.len());
@@ -151,6 +161,12 @@ fn with_defaults(tasks: Vec<Value>, now: Timestamp, new_id: &mut dyn FnMut() -> 
         task.insert("taskGroupId".into(), json!(task_group_id));
         task.entry("created").or_insert_with(|| json!(now.to_string()));
         task.entry("schedulerId").or_insert_with(|| json!(SCHEDULER_ID));
+        let routes = task.entry("routes").or_insert_with(|| json!([]));
+        match routes {
+            Value::Array(routes) if !routes.contains(&json!(route)) => routes.push(json!(route)),
+            Value::Array(_) => {}
+            _ => return Err(format!("tasks[{idx}].routes must be a list of routes")),
+        }
         made.push((task_id, task));
     }
     Ok(made)

@@ -161,6 +161,7 @@ fn a_taskgraph_config_renders_one_decision_task_that_is_its_own_group() {
         (Some(SCHEDULER_ID), Some("2026-11-28T12:00:00.000Z"))
     );
     assert!(task.get("taskId").is_none(), "the id goes in the URL, not the definition");
+    assert_eq!((task["routes"].clone(), rendered.route), (json!(["statuses"]), "statuses"));
     assert_eq!(task["metadata"]["source"], "http://shoal/x");
 
     let declined = json!({"version": 1, "tasks": {"$if": "tasks_for == \"github-release\"", "then": [{}]}});
@@ -171,8 +172,8 @@ fn a_taskgraph_config_renders_one_decision_task_that_is_its_own_group() {
 fn several_tasks_share_a_new_group_dependencies_first() {
     let now = Timestamp::parse("2026-11-28T12:00:00.000Z").unwrap();
     let pushed = change("push", &push_event("refs/heads/main"));
-    let config = json!({"version": 1, "tasks": [
-        {"taskId": {"$eval": "as_slugid('test')"}, "dependencies": [{"$eval": "as_slugid('build')"}], "name": "test"},
+    let config = json!({"version": 1, "reporting": "checks-v1", "tasks": [
+        {"taskId": {"$eval": "as_slugid('test')"}, "dependencies": [{"$eval": "as_slugid('build')"}], "name": "test", "routes": ["checks"]},
         {"taskId": {"$eval": "as_slugid('build')"}, "name": "build"},
         {"name": "lint"}
     ]});
@@ -182,6 +183,7 @@ fn several_tasks_share_a_new_group_dependencies_first() {
     let groups: Vec<&Value> = rendered.tasks.iter().map(|(_, task)| &task["taskGroupId"]).collect();
     assert!(groups.iter().all(|group| *group == groups[0]));
     assert!(rendered.tasks.iter().all(|(id, _)| json!(id) != *groups[0]), "the group is none of the tasks'");
+    assert!(rendered.tasks.iter().all(|(_, task)| task["routes"] == json!(["checks"])), "reports are checks, once");
 }
 
 #[test]
