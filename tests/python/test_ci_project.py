@@ -16,9 +16,14 @@ import time
 import pytest
 import requests
 import taskcluster
+import yaml
 
 from conftest import ROOT_TOKEN, _start
 from gitserver import GitServer, git
+
+import sys
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "taskgraph-project"))
+from make_action_hooks import make_hooks  # noqa: E402
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "taskgraph-project")
 # Where scripts/test.sh installs taskgraph for the tasks to run (readable by every user), as
@@ -55,10 +60,17 @@ def shoal(project):
     proc, root_url = _start(["--github-webhook-secret", SECRET, "--claim-timeout", "30"])
     auth = taskcluster.Auth({"rootUrl": root_url, "credentials": {"clientId": "root", "accessToken": ROOT_TOKEN}})
     repo = clone_url[len("http://"):-len(".git")]
-    auth.createRole(f"repo:{repo}:branch:main", {
-        "description": "what the project's pushes may do",
-        "scopes": ["queue:create-task:*", "queue:route:index.example.*", "queue:route:checks", "queue:scheduler-id:*",
-                   "generic-worker:cache:example-*", "queue:get-artifact:*"],
+    graph = ["queue:create-task:*", "queue:route:index.example.*", "queue:route:checks", "queue:scheduler-id:*",
+             "generic-worker:cache:example-*", "queue:get-artifact:*"]
+    auth.createRole(f"repo:{repo}:branch:main", {"description": "what the project's pushes may do", "scopes": graph})
+    # What its generic actions may do (retrigger, cancel), and what its action hooks create.
+    auth.createRole(f"repo:{repo}:action:generic", {
+        "description": "the project's generic actions",
+        "scopes": [*graph, "queue:cancel-task:example-level-1/*", "queue:rerun-task:example-level-1/*"],
+    })
+    auth.createRole("hook-id:project-example/*", {
+        "description": "the project's in-tree action hooks",
+        "scopes": [f"assume:repo:{repo}:action:*", "queue:create-task:*", "queue:scheduler-id:example-level-1"],
     })
     work_dir = tempfile.mkdtemp(prefix="shoal-ci-work-")
     queues = [arg for queue in QUEUES for arg in ("--queue", queue)]
@@ -104,10 +116,26 @@ def finished_group(queue, group, at_least):
         tasks = queue.listTaskGroup(group)["tasks"]
         states = [task["status"]["state"] for task in tasks]
         resolved = all(state in ("completed", "failed", "exception") for state in states)
-        if resolved and (len(tasks) >= at_least or "completed" not in states[:1]):
+        if resolved and (len(tasks) >= at_least or any(state != "completed" for state in states)):
             return {task["task"]["metadata"]["name"]: task for task in tasks}
         time.sleep(0.5)
     raise AssertionError(f"group {group} did not finish: {[(t['task']['metadata']['name'], t['status']['state']) for t in tasks]}")
+
+
+def tasks_of(queue, group):
+    return queue.listTaskGroup(group)["tasks"]
+
+
+def evaluated(template, context):
+    """An action's hookPayload rendered as the UI renders it: `{"$eval": "<name>"}` is the
+    context's value of that name (all taskgraph's payloads use)."""
+    if isinstance(template, dict):
+        if set(template) == {"$eval"}:
+            return context[template["$eval"]]
+        return {key: evaluated(value, context) for key, value in template.items()}
+    if isinstance(template, list):
+        return [evaluated(item, context) for item in template]
+    return template
 
 
 def log_of(root_url, task_id):
@@ -130,6 +158,25 @@ def test_a_push_runs_the_projects_graph_and_a_second_push_is_optimized(project, 
     assert not failed, f"{states}\n" + "\n".join(log_of(root_url, task_id)[-3000:] for task_id in failed)
     assert set(states) == {"Decision Task", "toolchain-tool", "build-app", "test-app", "lint-shell"}, states
     print(f"\nthe push's graph finished in {took:.1f} s")
+
+    # An action, as the UI triggers one: the decision's actions.json names the hook and the
+    # payload; the project's action hooks are made as ci-admin makes them.
+    decision = tasks["Decision Task"]["status"]["taskId"]
+    hooks = taskcluster.Hooks({"rootUrl": root_url, "credentials": {"clientId": "root", "accessToken": ROOT_TOKEN}})
+    with open(os.path.join(work, ".taskcluster.yml")) as file:
+        made = make_hooks(hooks, queue, decision, yaml.safe_load(file))
+    assert made and all(group == "project-example" for group, _ in made), made
+    actions = requests.get(f"{root_url}/api/queue/v1/task/{decision}/artifacts/public/actions.json").json()
+    lint = tasks["lint-shell"]
+    retrigger = next(a for a in actions["actions"] if a["name"] == "retrigger" and a["context"] == [{"retrigger": "true"}])
+    context = {"input": {"times": 1}, "taskId": lint["status"]["taskId"], "taskGroupId": group}
+    hooks.triggerHook(retrigger["hookGroupId"], retrigger["hookId"], evaluated(retrigger["hookPayload"], context))
+    finished_group(queue, group, 7)
+    failed = [t["status"]["taskId"] for t in tasks_of(queue, group) if t["status"]["state"] != "completed"]
+    assert not failed, "\n".join(log_of(root_url, task_id)[-3000:] for task_id in failed)
+    names = sorted(task["task"]["metadata"]["name"] for task in tasks_of(queue, group))
+    assert names.count("lint-shell") == 2 and "Action: Retrigger" in names, names
+    assert all(t["status"]["state"] == "completed" for t in tasks_of(queue, group)), names
 
     # A push that changes only the README: the toolchain is found in the Index, the build and
     # its test are skipped (nothing in src/ changed), the lint runs again.
