@@ -1,8 +1,9 @@
 """A real Taskcluster CI project on Shoal, unchanged: `examples/taskgraph-project` (taskgraph
 24.5.1, generic-worker tasks with run-task) pushed to a forge on loopback, its signed webhook
 delivery making the decision task, `taskgraph decision` creating the graph through the proxy,
-and a worker running it all; then a push that changes nothing the build reads, optimized
-through the Index (index-search) and by skip-unless-changed."""
+and a worker running it all; a retrigger from the task page's Actions menu (the Hooks
+service); then a push that changes nothing the build reads, optimized through the Index
+(index-search) and by skip-unless-changed."""
 
 import hashlib
 import hmac
@@ -20,6 +21,8 @@ import yaml
 
 from conftest import ROOT_TOKEN, _start
 from gitserver import GitServer, git
+from selenium.webdriver.common.by import By
+from test_ui import browser, sign_in, text_of, wait  # noqa: F401 (browser is a fixture)
 
 import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "taskgraph-project"))
@@ -126,23 +129,11 @@ def tasks_of(queue, group):
     return queue.listTaskGroup(group)["tasks"]
 
 
-def evaluated(template, context):
-    """An action's hookPayload rendered as the UI renders it: `{"$eval": "<name>"}` is the
-    context's value of that name (all taskgraph's payloads use)."""
-    if isinstance(template, dict):
-        if set(template) == {"$eval"}:
-            return context[template["$eval"]]
-        return {key: evaluated(value, context) for key, value in template.items()}
-    if isinstance(template, list):
-        return [evaluated(item, context) for item in template]
-    return template
-
-
 def log_of(root_url, task_id):
     return requests.get(f"{root_url}/api/queue/v1/task/{task_id}/artifacts/public/logs/live_backing.log").text
 
 
-def test_a_push_runs_the_projects_graph_and_a_second_push_is_optimized(project, shoal):
+def test_a_push_runs_its_graph_an_action_retriggers_and_a_second_push_is_optimized(project, shoal, browser):
     work, clone_url, bare = project
     root_url = shoal
     queue = taskcluster.Queue({"rootUrl": root_url})
@@ -159,24 +150,36 @@ def test_a_push_runs_the_projects_graph_and_a_second_push_is_optimized(project, 
     assert set(states) == {"Decision Task", "toolchain-tool", "build-app", "test-app", "lint-shell"}, states
     print(f"\nthe push's graph finished in {took:.1f} s")
 
-    # An action, as the UI triggers one: the decision's actions.json names the hook and the
-    # payload; the project's action hooks are made as ci-admin makes them.
+    # An action from the UI: the decision's actions.json names the hook and its payload; the
+    # project's action hooks are made as ci-admin makes them.
     decision = tasks["Decision Task"]["status"]["taskId"]
     hooks = taskcluster.Hooks({"rootUrl": root_url, "credentials": {"clientId": "root", "accessToken": ROOT_TOKEN}})
     with open(os.path.join(work, ".taskcluster.yml")) as file:
         made = make_hooks(hooks, queue, decision, yaml.safe_load(file))
     assert made and all(group == "project-example" for group, _ in made), made
-    actions = requests.get(f"{root_url}/api/queue/v1/task/{decision}/artifacts/public/actions.json").json()
-    lint = tasks["lint-shell"]
-    retrigger = next(a for a in actions["actions"] if a["name"] == "retrigger" and a["context"] == [{"retrigger": "true"}])
-    context = {"input": {"times": 1}, "taskId": lint["status"]["taskId"], "taskGroupId": group}
-    hooks.triggerHook(retrigger["hookGroupId"], retrigger["hookId"], evaluated(retrigger["hookPayload"], context))
+    # From the lint task's page, as a developer: Actions, Retrigger, once.
+    lint = tasks["lint-shell"]["status"]["taskId"]
+    sign_in(browser, root_url, "root", ROOT_TOKEN)
+    browser.get(f"{root_url}/tasks/{lint}")
+    wait(browser, lambda d: d.find_elements(By.ID, "actions-menu"), "the actions menu")
+    browser.find_element(By.CSS_SELECTOR, "#actions-menu summary").click()
+    offered = [b.get_attribute("data-action") for b in browser.find_elements(By.CSS_SELECTOR, "#actions-menu [data-action]")]
+    assert "retrigger" in offered and "cancel" in offered, offered
+    browser.find_element(By.CSS_SELECTOR, "#actions-menu [data-action=retrigger]").click()
+    times = browser.find_element(By.CSS_SELECTOR, "#action-form input[name=times]")
+    assert times.get_attribute("value") == "1", "the form starts from the schema's defaults"
+    browser.find_element(By.ID, "run-action").click()
+    wait(browser, lambda d: "started" in text_of(d, "#hook-action-result"), "the action task started")
     finished_group(queue, group, 7)
     failed = [t["status"]["taskId"] for t in tasks_of(queue, group) if t["status"]["state"] != "completed"]
     assert not failed, "\n".join(log_of(root_url, task_id)[-3000:] for task_id in failed)
     names = sorted(task["task"]["metadata"]["name"] for task in tasks_of(queue, group))
     assert names.count("lint-shell") == 2 and "Action: Retrigger" in names, names
     assert all(t["status"]["state"] == "completed" for t in tasks_of(queue, group)), names
+    # The push is listed among the builds, its state told by its tasks.
+    browser.get(f"{root_url}/builds")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f"#builds tr[data-build='{first}']"), "the push's build")
+    assert "success" in text_of(browser, f"#builds tr[data-build='{first}']")
 
     # A push that changes only the README: the toolchain is found in the Index, the build and
     # its test are skipped (nothing in src/ changed), the lint runs again.

@@ -27,6 +27,8 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("js/pages/index.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/index.js")),
     ("js/pages/hooks.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/hooks.js")),
     ("js/pages/secrets.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/secrets.js")),
+    ("js/pages/actions.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/actions.js")),
+    ("js/pages/builds.js", "text/javascript; charset=utf-8", include_bytes!("../ui/js/pages/builds.js")),
     ("favicon.svg", "image/svg+xml", include_bytes!("../ui/favicon.svg")),
 ];
 
@@ -58,6 +60,7 @@ pub(crate) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         "/hooks",
         "/hooks/{*rest}",
         "/secrets",
+        "/builds",
         // Taskcluster's log URL, as people paste it.
         "/tasks/{task_id}/runs/{run_id}/logs/{*name}",
     ] {

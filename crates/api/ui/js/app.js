@@ -3,6 +3,7 @@
 import { call, credentials, setCredentials } from './api.js';
 import { fill, h, problem } from './view.js';
 import { groupList, overview } from './pages/overview.js';
+import { buildsPage } from './pages/builds.js';
 import { createPage } from './pages/create.js';
 import { groupPage } from './pages/group.js';
 import { graphPage } from './pages/graph.js';
@@ -36,6 +37,7 @@ const ROUTES = [
   [/^\/hooks\/([^/]+)\/(.+?)\/?$/, (m) => (main) => hookPage(main, decodeURIComponent(m[1]), decodeURIComponent(m[2])),
     (m) => `Hook ${decodeURIComponent(m[1])}/${decodeURIComponent(m[2])}`],
   [/^\/secrets\/?$/, () => secretsPage, () => 'Secrets'],
+  [/^\/builds\/?$/, () => buildsPage, () => 'Builds'],
 ];
 
 /** Draws the header's sign-in: a form when anonymous, the client and a sign-out otherwise. */

@@ -50,7 +50,8 @@ pub fn render(
         Some(0) | None => return Err("`.taskcluster.yml` must say `version: 1` (version 0 is not supported)".into()),
         Some(other) => return Err(format!("`.taskcluster.yml` version {other} is not known (1 is)")),
     }
-    let route = if config.get("reporting").is_some_and(|reporting| !reporting.is_null()) { "checks" } else { "statuses" };
+    let route =
+        if config.get("reporting").is_some_and(|reporting| !reporting.is_null()) { "checks" } else { "statuses" };
     let mut slugids = Slugids::new();
     let template = with_slugid_lookups(config, &mut slugids, new_id);
     let mut context = context(change, tasks_for, root_url);

@@ -4,6 +4,7 @@
 
 import { TASK_EXCHANGES, call, credentials, fullStatus, get, listen, queue, withQuery } from '../api.js';
 import { LogView } from '../log.js';
+import { drawActionsMenu } from './actions.js';
 import { copyOf, createTask, newTaskId } from './create.js';
 import { heldWorkers } from './workers.js';
 import { badge, bytes, duration, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
@@ -31,12 +32,13 @@ export async function taskPage(main, taskId, wantedRun) {
   status = await fullStatus(taskId);
   const parts = {
     head: h('div'), waiting: h('div'), failure: h('div'), actions: h('div', { class: 'actions', id: 'actions' }),
+    hookActions: h('div', { id: 'hook-actions' }),
     runs: h('div', { id: 'runs' }), log: h('div'),
   };
   const logView = new LogView(parts.log);
   const slicesList = h('ol', { class: 'plain', id: 'slices' });
   fill(main,
-    parts.head, parts.waiting, parts.failure, parts.actions,
+    parts.head, parts.waiting, parts.failure, parts.actions, parts.hookActions,
     h('div', { class: 'grid' }, section('Task', describe(task, slicesList)), section('Runs', parts.runs)),
     section('Log', parts.log),
     section('Definition', h('details', {}, h('summary', {}, 'payload and full definition (JSON)'),
@@ -59,6 +61,8 @@ export async function taskPage(main, taskId, wantedRun) {
     drawSlices(slicesList, task, status);
   };
   draw();
+  // The group's actions (taskgraph's actions.json) do not change with the task: drawn once.
+  await drawActionsMenu(parts.hookActions, task, status, Boolean(credentials()));
 }
 
 /** A pending task that no live worker matches says so: it waits until one does. */
