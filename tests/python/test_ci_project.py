@@ -176,6 +176,19 @@ def test_a_push_runs_its_graph_an_action_retriggers_and_a_second_push_is_optimiz
     names = sorted(task["task"]["metadata"]["name"] for task in tasks_of(queue, group))
     assert names.count("lint-shell") == 2 and "Action: Retrigger" in names, names
     assert all(t["status"]["state"] == "completed" for t in tasks_of(queue, group)), names
+    # Cancel, an action without input, from the build task's page: its action task runs the
+    # cancel (a resolved task stays as it was, as Taskcluster's cancelTask leaves it).
+    build_task = next(t for t in tasks_of(queue, group) if t["task"]["metadata"]["name"] == "build-app")
+    browser.get(f"{root_url}/tasks/{build_task['status']['taskId']}")
+    wait(browser, lambda d: d.find_elements(By.ID, "actions-menu"), "the actions menu")
+    browser.find_element(By.CSS_SELECTOR, "#actions-menu summary").click()
+    browser.find_element(By.CSS_SELECTOR, "#actions-menu [data-action=cancel]").click()
+    browser.find_element(By.ID, "run-action").click()
+    wait(browser, lambda d: "started" in text_of(d, "#hook-action-result"), "the cancel action started")
+    finished_group(queue, group, 8)
+    cancels = [t for t in tasks_of(queue, group) if t["task"]["metadata"]["name"] == "Action: Cancel Task"]
+    assert [t["status"]["state"] for t in cancels] == ["completed"], log_of(root_url, cancels[0]["status"]["taskId"])
+    assert queue.status(build_task["status"]["taskId"])["status"]["state"] == "completed"
     # The push is listed among the builds, its state told by its tasks.
     browser.get(f"{root_url}/builds")
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f"#builds tr[data-build='{first}']"), "the push's build")
