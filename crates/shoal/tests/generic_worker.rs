@@ -47,6 +47,12 @@ async fn put(server: &Server, path: &str, body: &Value) -> Value {
     res.json().await.unwrap()
 }
 
+/// Creates the role `role` granting `scope`.
+async fn grant(server: &Server, role: &str, scope: &str) {
+    let path = format!("/api/auth/v1/roles/{}", role.replace('/', "%2F"));
+    put(server, &path, &json!({"description": "a repository's pushes", "scopes": [scope]})).await;
+}
+
 async fn get(server: &Server, path: &str) -> reqwest::Response {
     reqwest::get(format!("{}{path}", server.root)).await.unwrap()
 }
@@ -71,12 +77,7 @@ async fn a_payload_as_taskgraph_writes_it_runs_and_its_chain_of_trust_verifies()
     // The task holds no cache scope itself: its repository's role grants it, as a
     // project's `assume:repo:...` role does.
     let role = "repo:example.com/org/proj:branch:main";
-    put(
-        &server,
-        &format!("/api/auth/v1/roles/{}", role.replace('/', "%2F")),
-        &json!({"description": "proj", "scopes": ["generic-worker:cache:proj-*"]}),
-    )
-    .await;
+    grant(&server, role, "generic-worker:cache:proj-*").await;
     let artifact_expires = shoal_client::now().plus_secs(86_400).to_string();
     let signs = nix::unistd::geteuid().is_root();
     let payload = json!({
@@ -169,12 +170,7 @@ async fn a_cache_its_roles_do_not_grant_and_a_chain_of_trust_without_a_key_are_r
     let queue = "e2e/taskgraph-refused";
     let _worker = worker_with(&server.root, queue, "w1", &dir.path().join("work"), &[]);
     let role = "repo:example.com/org/other:branch:main";
-    put(
-        &server,
-        &format!("/api/auth/v1/roles/{}", role.replace('/', "%2F")),
-        &json!({"description": "other", "scopes": ["generic-worker:cache:other-*"]}),
-    )
-    .await;
+    grant(&server, role, "generic-worker:cache:other-*").await;
     let cases = [
         (
             json!({"command": [["true"]], "maxRunTime": 60, "mounts": [{"cacheName": "proj-checkouts", "directory": "c"}]}),

@@ -228,7 +228,9 @@ fn parse_artifact(idx: usize, item: &Value) -> Result<ArtifactSpec, String> {
         _ => return Err(format!("payload.artifacts[{idx}].type must be file or directory")),
     };
     let path = field("path").ok_or_else(|| format!("payload.artifacts[{idx}].path is required"))?;
-    let path = relative_path(&format!("payload.artifacts[{idx}].path"), path)?;
+    // `.` (or `./`) is the whole task directory, a directory artifact of everything in it.
+    let whole = !path.starts_with('/') && path.split('/').all(|part| part.is_empty() || part == ".");
+    let path = if whole { ".".to_owned() } else { relative_path(&format!("payload.artifacts[{idx}].path"), path)? };
     let expires = match item.get("expires") {
         None => None,
         Some(value) => Some(value.as_str().and_then(Timestamp::parse).ok_or_else(|| {
@@ -306,14 +308,18 @@ mod tests {
             "features": {"chainOfTrust": true, "interactive": false},
             "artifacts": [
                 {"type": "directory", "path": "./artifacts/", "name": "public/build", "expires": "2030-01-01T00:00:00.000Z"},
-                {"type": "file", "path": "out//report.txt"}
+                {"type": "file", "path": "out//report.txt"},
+                {"type": "directory", "path": "./", "name": "public/all"}
             ]
         }))
         .unwrap();
         assert!(payload.chain_of_trust && !payload.taskcluster_proxy);
         let artifacts: Vec<(&str, &str)> =
             payload.artifacts.iter().map(|a| (a.path.as_str(), a.name.as_str())).collect();
-        assert_eq!(artifacts, [("artifacts", "public/build"), ("out/report.txt", "out/report.txt")]);
+        assert_eq!(
+            artifacts,
+            [("artifacts", "public/build"), ("out/report.txt", "out/report.txt"), (".", "public/all")]
+        );
         assert_eq!(payload.artifacts[0].expires, Timestamp::parse("2030-01-01T00:00:00Z"));
         assert_eq!(payload.artifacts[1].expires, None);
     }
@@ -352,7 +358,7 @@ mod tests {
                 "payload.artifacts[0].expires",
             ),
             (
-                json!({"command": ["true"], "maxRunTime": 5, "artifacts": [{"type": "file", "path": "./"}]}),
+                json!({"command": ["true"], "maxRunTime": 5, "artifacts": [{"type": "file", "path": "/"}]}),
                 "payload.artifacts[0].path",
             ),
         ];
