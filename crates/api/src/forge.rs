@@ -7,6 +7,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use shoal_engine::github::{Rendered, Rendering};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 /// The file a change's tasks are made from.
@@ -70,6 +72,65 @@ pub(crate) async fn read_config(url: &str, revision: Revision<'_>) -> Result<Opt
         return Err(format!("{CONFIG_FILE} is larger than {MAX_CONFIG_BYTES} bytes"));
     }
     git(dir, &["cat-file", "blob", &object]).await.map(Some)
+}
+
+/// Longest a rendering apart may take, beside its own CPU limit.
+const RENDER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most bytes of tasks a rendering may answer.
+const MAX_RENDERED_BYTES: u64 = 64 << 20;
+
+/// Renders `rendering` in a process of its own (`program render-taskcluster-yml`, which limits
+/// its CPU and memory), with an empty environment, a time limit and an output limit: whoever
+/// pushes writes the template, and JSON-e bounds nothing.
+///
+/// # Errors
+/// The template's own error, or the limit it ran into, in words for the build's record.
+pub(crate) async fn render_apart(program: &Path, rendering: &Rendering) -> Result<Rendered, String> {
+    let input = serde_json::to_vec(rendering).map_err(|err| format!("the rendering's input: {err}"))?;
+    let mut child = Command::new(program)
+        .arg("render-taskcluster-yml")
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|err| format!("cannot start the renderer {}: {err}", program.display()))?;
+    let mut stdin = child.stdin.take().ok_or("the renderer's input")?;
+    let stdout = child.stdout.take().ok_or("the renderer's output")?;
+    let exchange = async {
+        // Written while read: a large input must not wait on a full output pipe.
+        let write = async move {
+            let written = stdin.write_all(&input).await;
+            drop(stdin);
+            written
+        };
+        let read = async move {
+            let mut output = Vec::new();
+            let mut stdout = stdout;
+            (&mut stdout).take(MAX_RENDERED_BYTES + 1).read_to_end(&mut output).await.map(|_| output)
+        };
+        let (written, read) = tokio::join!(write, read);
+        written.and(read)
+    };
+    let too_much =
+        || format!("rendering {CONFIG_FILE} took more than its limits (20 s of CPU, 1 GiB, 64 MiB of tasks)");
+    let output =
+        tokio::time::timeout(RENDER_TIMEOUT, exchange).await.map_err(|_| too_much())?.map_err(|_| too_much())?;
+    let status = child.wait().await.map_err(|err| format!("the renderer: {err}"))?;
+    if !status.success() || output.len() as u64 > MAX_RENDERED_BYTES {
+        return Err(too_much());
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Answer {
+        Ok(Rendered),
+        Error(String),
+    }
+    match serde_json::from_slice::<Answer>(&output).map_err(|err| format!("the renderer's answer: {err}"))? {
+        Answer::Ok(rendered) => Ok(rendered),
+        Answer::Error(error) => Err(error),
+    }
 }
 
 /// Runs `git args` in `dir`; its output, or the last line it printed on failure.

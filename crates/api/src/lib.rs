@@ -52,6 +52,9 @@ pub struct AppState {
     pub subscribers: Subscribers,
     /// The secret a forge signs its webhook deliveries with (none: deliveries are refused).
     pub github_webhook_secret: Option<Arc<str>>,
+    /// The program that renders a push's `.taskcluster.yml` in a process of its own, under
+    /// limits (`shoal`, whose `render-taskcluster-yml` does it); `None` renders in this one.
+    pub github_renderer: Option<std::path::PathBuf>,
 }
 
 /// The whole HTTP application.

@@ -13,19 +13,22 @@ mod render;
 #[cfg(test)]
 mod tests;
 
-pub use render::{Rendered, render};
+pub use render::{Rendered, Rendering, Report, render};
 
 /// The schedulerId of the tasks a change makes, as Taskcluster's GitHub service sets it.
 pub const SCHEDULER_ID: &str = "taskcluster-github";
 
 /// What a change's tasks are for (`tasks_for` in `.taskcluster.yml`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TasksFor {
     /// A push to a branch or a tag.
+    #[serde(rename = "github-push")]
     Push,
     /// A pull request from someone trusted with the repository.
+    #[serde(rename = "github-pull-request")]
     PullRequest,
     /// A pull request from anyone else, under a `public_restricted` policy.
+    #[serde(rename = "github-pull-request-untrusted")]
     PullRequestUntrusted,
 }
 
@@ -348,10 +351,10 @@ impl Build {
 }
 
 /// The `.taskcluster.yml` context a change renders with (beside `now` and `as_slugid`).
-fn context(change: &Change, tasks_for: TasksFor, root_url: &str) -> Map<String, Value> {
+fn context(event: &Value, tasks_for: TasksFor, root_url: &str) -> Map<String, Value> {
     let mut context = Map::new();
     context.insert("tasks_for".into(), json!(tasks_for.as_str()));
-    context.insert("event".into(), change.event.clone());
+    context.insert("event".into(), event.clone());
     context.insert("taskcluster_root_url".into(), json!(root_url));
     context
 }

@@ -13,6 +13,7 @@ mod expire;
 mod graph;
 mod limits;
 mod push;
+mod render;
 mod runtime;
 mod server;
 mod services;
@@ -106,6 +107,9 @@ enum Command {
     /// Build a push to a repository that sends no webhooks: delivers GitHub's push event for
     /// the commit, signed with the server's github-webhook-secret; prints the build's task group.
     Push(push::PushArgs),
+    /// Renders a push's .taskcluster.yml for the server, under limits (the server runs it).
+    #[command(name = "render-taskcluster-yml", hide = true)]
+    RenderTaskclusterYml,
     /// Make a worker's chain-of-trust signing key (`shoal worker --signing-key`), as
     /// generic-worker's command of the same name; prints its public key.
     #[command(name = "new-ed25519-keypair")]
@@ -179,6 +183,10 @@ fn main() -> anyhow::Result<()> {
         println!("applied {applied} migration(s); the schema is at version {}", shoal_store::PG_SCHEMA_VERSION);
         return Ok(());
     }
+    if let Command::RenderTaskclusterYml = &cli.command {
+        // No runtime: one thread, under the limits it sets itself.
+        return render::render();
+    }
     if let Command::Server(args) = &cli.command {
         let config = ServerConfig::resolve(args)?;
         let beside = if config.database.is_none() { runtime::Beside::Writer } else { runtime::Beside::Nothing };
@@ -186,7 +194,7 @@ fn main() -> anyhow::Result<()> {
     }
     let runtime = runtime::start(runtime::Beside::Nothing)?;
     match cli.command {
-        Command::Migrate { .. } | Command::Server(_) => Ok(()),
+        Command::Migrate { .. } | Command::Server(_) | Command::RenderTaskclusterYml => Ok(()),
         Command::Expire(args) => runtime.block_on(expire::expire(args)),
         Command::Worker(args) => runtime.block_on(worker::worker(args)),
         Command::Dev(args) => {

@@ -106,6 +106,8 @@ impl RunningServer {
             root_url: root_url.clone(),
             subscribers: shoal_api::Subscribers::default(),
             github_webhook_secret: config.github_webhook_secret.as_ref().map(|secret| secret.0.as_str().into()),
+            // This very program renders pushes' templates apart, under limits.
+            github_renderer: std::env::current_exe().ok(),
         };
         let descriptors = limits::raise_descriptor_limit();
         let max_connections = limits::max_connections(config.max_connections, descriptors);

@@ -112,6 +112,17 @@ async fn a_signed_push_becomes_its_decision_task_run_with_the_repositorys_role()
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["state"], "error");
 
+    // A template that would take the server's memory renders apart, under limits: recorded.
+    let bomb = format!(
+        "version: 1\ntasks:\n  $map: {{$eval: 'range(0, 4000)'}}\n  each(x):\n    $map: {{$eval: 'range(0, 4000)'}}\n    each(y): '{}'\n",
+        "a kilobyte of text ".repeat(54)
+    );
+    let bombed = commit(&work, &[(".taskcluster.yml", &bomb)], "A bomb");
+    publish(&work, &forge_root, "org", "proj", "main");
+    let answer = client.deliver_webhook("push", &push_event(&clone_url, &bombed), SECRET).await.unwrap();
+    assert!(answer["build"]["error"].as_str().unwrap().contains("more than its limits"), "{answer}");
+    assert!(reqwest::get(format!("{}/api/queue/v1/ping", server.root)).await.unwrap().status().is_success());
+
     // A pull request from a fork, under the collaborators policy: recorded, no task.
     let fork_pr = json!({
         "action": "opened", "number": 3,

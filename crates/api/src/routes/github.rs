@@ -13,7 +13,7 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use shoal_engine::definition::{TaskDefinition, TaskDefinitionInput};
-use shoal_engine::github::{Build, BuildState, Change, Delivery, TasksFor, parse_delivery, render};
+use shoal_engine::github::{Build, BuildState, Change, Delivery, Rendering, TasksFor, parse_delivery};
 use shoal_engine::{TaskId, Timestamp};
 use shoal_service::now;
 use shoal_store::StoreError;
@@ -126,11 +126,19 @@ async fn tasks_of(
     let revision = Revision::Commit { sha: &change.sha, git_ref: &change.git_ref };
     let Some(text) = forge::read_config(&change.clone_url, revision).await? else { return Ok(None) };
     let config = parse_config(&text)?;
-    let mut new_id = || TaskId::parse(&slugid::nice()).unwrap_or_else(|| unreachable!("slugid::nice makes slugids"));
-    let rendered = render(&config, change, tasks_for, &state.root_url, at, &mut new_id)?;
+    let rendering =
+        Rendering { config, event: change.event.clone(), tasks_for, root_url: state.root_url.clone(), now: at };
+    let rendered = match &state.github_renderer {
+        Some(program) => forge::render_apart(program, &rendering).await?,
+        None => {
+            let mut new_id =
+                || TaskId::parse(&slugid::nice()).unwrap_or_else(|| unreachable!("slugid::nice makes slugids"));
+            rendering.render(&mut new_id)?
+        }
+    };
     let Some(group) = rendered.task_group_id() else { return Ok(None) };
     let mut scopes = change.scopes(tasks_for);
-    scopes.push(format!("queue:route:{}", rendered.route));
+    scopes.push(format!("queue:route:{}", rendered.route.as_str()));
     let held =
         state.auth.current().expander.expand(scopes.clone()).map_err(|err| format!("expanding {scopes:?}: {err}"))?;
     let mut checked = Vec::with_capacity(rendered.tasks.len());

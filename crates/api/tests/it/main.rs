@@ -116,6 +116,7 @@ impl TestApp {
             started: Instant::now(),
             root_url,
             github_webhook_secret: None,
+            github_renderer: None,
             subscribers: Default::default(),
         };
         let closing = queue.clone();

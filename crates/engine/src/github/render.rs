@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::{Change, SCHEDULER_ID, Slugids, TasksFor, context};
@@ -14,14 +15,50 @@ use crate::{TaskId, Timestamp};
 const SLUGIDS: &str = "__as_slugid";
 
 /// The tasks a change makes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rendered {
     /// Each task's id and definition, dependencies first.
     pub tasks: Vec<(TaskId, Value)>,
-    /// The route every task gets, as Taskcluster's GitHub service adds it for its reports:
-    /// `checks` when the file asks for `reporting`, else `statuses` (its scope
-    /// `queue:route:<route>` goes with the change's).
-    pub route: &'static str,
+    /// The route every task gets, as Taskcluster's GitHub service adds it for its reports (its
+    /// scope `queue:route:<route>` goes with the change's).
+    pub route: Report,
+}
+
+/// How Taskcluster's GitHub service would report a change's tasks, named by the route it adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Report {
+    /// Commit statuses (no `reporting` in the file).
+    Statuses,
+    /// Check runs (`reporting: checks-v1`).
+    Checks,
+}
+
+impl Report {
+    /// The route.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Report::Statuses => "statuses",
+            Report::Checks => "checks",
+        }
+    }
+}
+
+/// Everything a rendering reads, so that it can be handed to another process whole.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rendering {
+    /// The parsed `.taskcluster.yml`.
+    pub config: Value,
+    /// The delivery's body.
+    pub event: Value,
+    /// What the tasks are for.
+    pub tasks_for: TasksFor,
+    /// The server's root URL.
+    pub root_url: String,
+    /// The time it renders at.
+    pub now: Timestamp,
 }
 
 impl Rendered {
@@ -45,16 +82,47 @@ pub fn render(
     now: Timestamp,
     new_id: &mut dyn FnMut() -> TaskId,
 ) -> Result<Rendered, String> {
+    let rendering = Rendering {
+        config: config.clone(),
+        event: change.event.clone(),
+        tasks_for,
+        root_url: root_url.to_owned(),
+        now,
+    };
+    rendering.render(new_id)
+}
+
+impl Rendering {
+    /// Renders it (see [`render`]).
+    ///
+    /// # Errors
+    /// As [`render`].
+    pub fn render(&self, new_id: &mut dyn FnMut() -> TaskId) -> Result<Rendered, String> {
+        render_config(&self.config, &self.event, self.tasks_for, &self.root_url, self.now, new_id)
+    }
+}
+
+fn render_config(
+    config: &Value,
+    event: &Value,
+    tasks_for: TasksFor,
+    root_url: &str,
+    now: Timestamp,
+    new_id: &mut dyn FnMut() -> TaskId,
+) -> Result<Rendered, String> {
     match config.get("version").and_then(Value::as_u64) {
         Some(1) => {}
         Some(0) | None => return Err("`.taskcluster.yml` must say `version: 1` (version 0 is not supported)".into()),
         Some(other) => return Err(format!("`.taskcluster.yml` version {other} is not known (1 is)")),
     }
-    let route =
-        if config.get("reporting").is_some_and(|reporting| !reporting.is_null()) { "checks" } else { "statuses" };
+    let route = if config.get("reporting").is_some_and(|reporting| !reporting.is_null()) {
+        Report::Checks
+    } else {
+        Report::Statuses
+    };
     let mut slugids = Slugids::new();
     let template = with_slugid_lookups(config, &mut slugids, new_id);
-    let mut context = context(change, tasks_for, root_url);
+    let mut context = context(event, tasks_for, root_url);
     context.insert(SLUGIDS.into(), json!(slugids));
     let template = json!({"$let": {"now": now.to_string()}, "in": template});
     let rendered = json_e::render(&template, &Value::Object(context)).map_err(|err| format!("rendering: {err}"))?;
@@ -63,7 +131,7 @@ pub fn render(
         Some(Value::Array(tasks)) => tasks.clone(),
         Some(_) => return Err("`tasks` of `.taskcluster.yml` must render to a list of tasks".into()),
     };
-    let tasks = with_defaults(tasks, route, now, new_id)?;
+    let tasks = with_defaults(tasks, route.as_str(), now, new_id)?;
     Ok(Rendered { tasks: dependencies_first(tasks)?, route })
 }
 

@@ -161,7 +161,7 @@ fn a_taskgraph_config_renders_one_decision_task_that_is_its_own_group() {
         (Some(SCHEDULER_ID), Some("2026-11-28T12:00:00.000Z"))
     );
     assert!(task.get("taskId").is_none(), "the id goes in the URL, not the definition");
-    assert_eq!((task["routes"].clone(), rendered.route), (json!(["statuses"]), "statuses"));
+    assert_eq!((task["routes"].clone(), rendered.route), (json!(["statuses"]), Report::Statuses));
     assert_eq!(task["metadata"]["source"], "http://shoal/x");
 
     let declined = json!({"version": 1, "tasks": {"$if": "tasks_for == \"github-release\"", "then": [{}]}});
