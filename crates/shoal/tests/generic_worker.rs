@@ -53,6 +53,17 @@ async fn grant(server: &Server, role: &str, scope: &str) {
     put(server, &path, &json!({"description": "a repository's pushes", "scopes": [scope]})).await;
 }
 
+/// Runs a task with `payload` whose scopes assume `role` (no retries); its id, status and log.
+async fn run_with_role(server: &Server, queue: &str, payload: Value, role: &str) -> (String, Value, String) {
+    let mut task = definition(queue, payload);
+    task["scopes"] = json!([format!("assume:{role}")]);
+    task["retries"] = json!(0);
+    let task_id = create_definition(server, &task).await;
+    let status = resolved(server, &task_id, 1).await;
+    let log = log_of(server, &task_id, 0).await;
+    (task_id, status, log)
+}
+
 async fn get(server: &Server, path: &str) -> reqwest::Response {
     reqwest::get(format!("{}{path}", server.root)).await.unwrap()
 }
@@ -99,12 +110,7 @@ async fn a_payload_as_taskgraph_writes_it_runs_and_its_chain_of_trust_verifies()
         ],
         "artifacts": [{"type": "directory", "path": "./artifacts", "name": "public/build", "expires": artifact_expires}]
     });
-    let mut task = definition(queue, payload);
-    task["scopes"] = json!([format!("assume:{role}")]);
-    task["retries"] = json!(0);
-    let task_id = create_definition(&server, &task).await;
-    let status = resolved(&server, &task_id, 1).await;
-    let log = log_of(&server, &task_id, 0).await;
+    let (task_id, status, log) = run_with_role(&server, queue, payload, role).await;
     assert_eq!(status["state"], "completed", "{log}");
     assert!(log.contains("hello from the toolchain") && log.contains("data from xz"), "{log}");
     assert!(log.contains(&format!("group={}", status["taskGroupId"].as_str().unwrap())), "{log}");
@@ -180,12 +186,7 @@ async fn a_cache_its_roles_do_not_grant_and_a_chain_of_trust_without_a_key_are_r
         (json!({"command": [["true"]], "maxRunTime": 60, "osGroups": ["docker"]}), "payload.osGroups must be empty"),
     ];
     for (payload, reason) in cases {
-        let mut task = definition(queue, payload);
-        task["scopes"] = json!([format!("assume:{role}")]);
-        task["retries"] = json!(0);
-        let task_id = create_definition(&server, &task).await;
-        let status = resolved(&server, &task_id, 1).await;
-        let log = log_of(&server, &task_id, 0).await;
+        let (_, status, log) = run_with_role(&server, queue, payload, role).await;
         assert_eq!(status["runs"][0]["reasonResolved"], "malformed-payload", "{log}");
         assert!(log.contains(reason), "{reason}: {log}");
     }
