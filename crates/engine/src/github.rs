@@ -13,7 +13,7 @@ mod render;
 #[cfg(test)]
 mod tests;
 
-pub use render::{Rendered, Rendering, Report, render};
+pub use render::{Rendered, Rendering, Report};
 
 /// The schedulerId of the tasks a change makes, as Taskcluster's GitHub service sets it.
 pub const SCHEDULER_ID: &str = "taskcluster-github";

@@ -126,8 +126,7 @@ async fn tasks_of(
     let revision = Revision::Commit { sha: &change.sha, git_ref: &change.git_ref };
     let Some(text) = forge::read_config(&change.clone_url, revision).await? else { return Ok(None) };
     let config = parse_config(&text)?;
-    let rendering =
-        Rendering { config, event: change.event.clone(), tasks_for, root_url: state.root_url.clone(), now: at };
+    let rendering = Rendering::of(&config, change, tasks_for, &state.root_url, at);
     let rendered = match &state.github_renderer {
         Some(program) => forge::render_apart(program, &rendering).await?,
         None => {

@@ -69,70 +69,46 @@ impl Rendered {
     }
 }
 
-/// Renders `config` (the parsed `.taskcluster.yml`) for `change`; `new_id` makes each id the
-/// tasks need.
-///
-/// # Errors
-/// Why the file makes no tasks, in words for its authors (shown as the build's error).
-pub fn render(
-    config: &Value,
-    change: &Change,
-    tasks_for: TasksFor,
-    root_url: &str,
-    now: Timestamp,
-    new_id: &mut dyn FnMut() -> TaskId,
-) -> Result<Rendered, String> {
-    let rendering = Rendering {
-        config: config.clone(),
-        event: change.event.clone(),
-        tasks_for,
-        root_url: root_url.to_owned(),
-        now,
-    };
-    rendering.render(new_id)
-}
-
 impl Rendering {
-    /// Renders it (see [`render`]).
+    /// The rendering of `config` (the parsed `.taskcluster.yml`) for `change`.
+    #[must_use]
+    pub fn of(config: &Value, change: &Change, tasks_for: TasksFor, root_url: &str, now: Timestamp) -> Rendering {
+        Rendering { config: config.clone(), event: change.event.clone(), tasks_for, root_url: root_url.to_owned(), now }
+    }
+
+    /// Renders it; `new_id` makes each id the tasks need.
     ///
     /// # Errors
-    /// As [`render`].
+    /// Why the file makes no tasks, in words for its authors (shown as the build's error).
     pub fn render(&self, new_id: &mut dyn FnMut() -> TaskId) -> Result<Rendered, String> {
-        render_config(&self.config, &self.event, self.tasks_for, &self.root_url, self.now, new_id)
+        let Rendering { config, event, tasks_for, root_url, now } = self;
+        let (tasks_for, now) = (*tasks_for, *now);
+        match config.get("version").and_then(Value::as_u64) {
+            Some(1) => {}
+            Some(0) | None => {
+                return Err("`.taskcluster.yml` must say `version: 1` (version 0 is not supported)".into());
+            }
+            Some(other) => return Err(format!("`.taskcluster.yml` version {other} is not known (1 is)")),
+        }
+        let route = if config.get("reporting").is_some_and(|reporting| !reporting.is_null()) {
+            Report::Checks
+        } else {
+            Report::Statuses
+        };
+        let mut slugids = Slugids::new();
+        let template = with_slugid_lookups(config, &mut slugids, new_id);
+        let mut context = context(event, tasks_for, root_url);
+        context.insert(SLUGIDS.into(), json!(slugids));
+        let template = json!({"$let": {"now": now.to_string()}, "in": template});
+        let rendered = json_e::render(&template, &Value::Object(context)).map_err(|err| format!("rendering: {err}"))?;
+        let tasks = match rendered.get("tasks") {
+            None | Some(Value::Null) => return Ok(Rendered { tasks: Vec::new(), route }),
+            Some(Value::Array(tasks)) => tasks.clone(),
+            Some(_) => return Err("`tasks` of `.taskcluster.yml` must render to a list of tasks".into()),
+        };
+        let tasks = with_defaults(tasks, route.as_str(), now, new_id)?;
+        Ok(Rendered { tasks: dependencies_first(tasks)?, route })
     }
-}
-
-fn render_config(
-    config: &Value,
-    event: &Value,
-    tasks_for: TasksFor,
-    root_url: &str,
-    now: Timestamp,
-    new_id: &mut dyn FnMut() -> TaskId,
-) -> Result<Rendered, String> {
-    match config.get("version").and_then(Value::as_u64) {
-        Some(1) => {}
-        Some(0) | None => return Err("`.taskcluster.yml` must say `version: 1` (version 0 is not supported)".into()),
-        Some(other) => return Err(format!("`.taskcluster.yml` version {other} is not known (1 is)")),
-    }
-    let route = if config.get("reporting").is_some_and(|reporting| !reporting.is_null()) {
-        Report::Checks
-    } else {
-        Report::Statuses
-    };
-    let mut slugids = Slugids::new();
-    let template = with_slugid_lookups(config, &mut slugids, new_id);
-    let mut context = context(event, tasks_for, root_url);
-    context.insert(SLUGIDS.into(), json!(slugids));
-    let template = json!({"$let": {"now": now.to_string()}, "in": template});
-    let rendered = json_e::render(&template, &Value::Object(context)).map_err(|err| format!("rendering: {err}"))?;
-    let tasks = match rendered.get("tasks") {
-        None | Some(Value::Null) => return Ok(Rendered { tasks: Vec::new(), route }),
-        Some(Value::Array(tasks)) => tasks.clone(),
-        Some(_) => return Err("`tasks` of `.taskcluster.yml` must render to a list of tasks".into()),
-    };
-    let tasks = with_defaults(tasks, route.as_str(), now, new_id)?;
-    Ok(Rendered { tasks: dependencies_first(tasks)?, route })
 }
 
 /// `template` with each `as_slugid("label")` (or `'label'`) in its strings and keys replaced by

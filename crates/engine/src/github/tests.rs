@@ -149,7 +149,8 @@ fn ids() -> impl FnMut() -> TaskId {
 fn a_taskgraph_config_renders_one_decision_task_that_is_its_own_group() {
     let now = Timestamp::parse("2026-11-28T12:00:00.000Z").unwrap();
     let pushed = change("push", &push_event("refs/heads/main"));
-    let rendered = render(&taskgraph_config(), &pushed, TasksFor::Push, "http://shoal", now, &mut ids()).unwrap();
+    let rendered =
+        Rendering::of(&taskgraph_config(), &pushed, TasksFor::Push, "http://shoal", now).render(&mut ids()).unwrap();
     assert_eq!(rendered.tasks.len(), 1);
     let (task_id, task) = &rendered.tasks[0];
     assert_eq!(task_id.as_str(), "fN1SbArXTPSVFNUvaOlinQ", "as_slugid gives one id per label");
@@ -165,7 +166,7 @@ fn a_taskgraph_config_renders_one_decision_task_that_is_its_own_group() {
     assert_eq!(task["metadata"]["source"], "http://shoal/x");
 
     let declined = json!({"version": 1, "tasks": {"$if": "tasks_for == \"github-release\"", "then": [{}]}});
-    assert!(render(&declined, &pushed, TasksFor::Push, "r", now, &mut ids()).unwrap().tasks.is_empty());
+    assert!(Rendering::of(&declined, &pushed, TasksFor::Push, "r", now).render(&mut ids()).unwrap().tasks.is_empty());
 }
 
 #[test]
@@ -177,7 +178,7 @@ fn several_tasks_share_a_new_group_dependencies_first() {
         {"taskId": {"$eval": "as_slugid('build')"}, "name": "build"},
         {"name": "lint"}
     ]});
-    let rendered = render(&config, &pushed, TasksFor::Push, "r", now, &mut ids()).unwrap();
+    let rendered = Rendering::of(&config, &pushed, TasksFor::Push, "r", now).render(&mut ids()).unwrap();
     let names: Vec<&str> = rendered.tasks.iter().map(|(_, task)| task["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["build", "test", "lint"]);
     let groups: Vec<&Value> = rendered.tasks.iter().map(|(_, task)| &task["taskGroupId"]).collect();
@@ -201,7 +202,7 @@ fn broken_configs_say_why() {
         (json!({"version": 1, "tasks": [{"taskId": "not-a-slugid"}]}), "tasks[0].taskId"),
         (cycle, "cycle"),
     ] {
-        let err = render(&config, &pushed, TasksFor::Push, "r", now, &mut ids()).unwrap_err();
+        let err = Rendering::of(&config, &pushed, TasksFor::Push, "r", now).render(&mut ids()).unwrap_err();
         assert!(err.contains(says), "{config}: {err}");
     }
 }
