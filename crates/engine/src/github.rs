@@ -227,6 +227,13 @@ impl Change {
         format!("{}/{}", self.organization, self.repository)
     }
 
+    /// Whether what its tasks are for depends on the default branch's policy: a pull request
+    /// from a fork (the repository's own branches are trusted whatever the policy).
+    #[must_use]
+    pub fn needs_policy(&self) -> bool {
+        self.pull_request.is_some() && self.from_fork
+    }
+
     /// What the change's tasks are for, under the policy of the default branch's
     /// `.taskcluster.yml` (`policy.pullRequests`); `None` when that policy builds none. Whether
     /// an author is a collaborator is not asked of the forge: a pull request from a branch of

@@ -12,8 +12,8 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use shoal_engine::definition::{TaskDefinition, TaskDefinitionInput};
-use shoal_engine::github::{Build, BuildState, Change, Delivery, Rendering, TasksFor, parse_delivery};
+use shoal_engine::definition::TaskDefinition;
+use shoal_engine::github::{Build, BuildState, Change, Delivery, Rendering, parse_delivery};
 use shoal_engine::{TaskId, Timestamp};
 use shoal_service::now;
 use shoal_store::StoreError;
@@ -21,11 +21,10 @@ use shoal_store::operation::{CreateBuild, RecordBuild};
 
 use crate::AppState;
 use crate::auth::{Caller, Vars};
-use crate::endpoints::CREATE_TASK;
 use crate::error::ApiError;
 use crate::extract::{Paging, RawBody, parse_json};
 use crate::forge::{self, Revision};
-use crate::routes::tasks::create_task_vars;
+use crate::routes::tasks::{Unmade, checked_for_role};
 use crate::routes::with_continuation;
 
 /// Most members of pending builds' groups read to tell one listing's states.
@@ -107,22 +106,23 @@ async fn tasks_of(
     change: &Change,
     at: Timestamp,
 ) -> Result<Option<(TaskId, Vec<(TaskId, TaskDefinition)>)>, String> {
-    let tasks_for = match change.pull_request {
-        None => TasksFor::Push,
-        Some(number) => {
-            let default_branch = format!("refs/heads/{}", change.default_branch);
-            let text = forge::read_config(&change.clone_url, Revision::Tip(&default_branch)).await?;
-            let policy = text.as_deref().map(parse_config).transpose()?;
-            change.tasks_for(policy.as_ref()).ok_or_else(|| {
-                format!(
-                    "pull request {number} comes from a fork, and the policy of {} on {} builds only those of \
-                     collaborators (policy.pullRequests: public or public_restricted builds others')",
-                    forge::CONFIG_FILE,
-                    change.default_branch
-                )
-            })?
-        }
+    // The default branch's policy is read only where it decides (a fork's pull request).
+    let policy = if change.needs_policy() {
+        let default_branch = format!("refs/heads/{}", change.default_branch);
+        let text = forge::read_config(&change.clone_url, Revision::Tip(&default_branch)).await?;
+        text.as_deref().map(parse_config).transpose()?
+    } else {
+        None
     };
+    let tasks_for = change.tasks_for(policy.as_ref()).ok_or_else(|| {
+        format!(
+            "pull request {} comes from a fork, and the policy of {} on {} builds only those of collaborators \
+             (policy.pullRequests: public or public_restricted builds others')",
+            change.pull_request.unwrap_or_default(),
+            forge::CONFIG_FILE,
+            change.default_branch
+        )
+    })?;
     let revision = Revision::Commit { sha: &change.sha, git_ref: &change.git_ref };
     let Some(text) = forge::read_config(&change.clone_url, revision).await? else { return Ok(None) };
     let config = parse_config(&text)?;
@@ -142,17 +142,16 @@ async fn tasks_of(
         state.auth.current().expander.expand(scopes.clone()).map_err(|err| format!("expanding {scopes:?}: {err}"))?;
     let mut checked = Vec::with_capacity(rendered.tasks.len());
     for (idx, (task_id, task)) in rendered.tasks.into_iter().enumerate() {
-        let definition = serde_json::from_value::<TaskDefinitionInput>(task)
-            .map_err(|err| format!("tasks[{idx}]: {err}"))
-            .and_then(|input| input.validate(task_id, at).map_err(|err| format!("tasks[{idx}]: {err}")))?;
-        let required = CREATE_TASK.render(&create_task_vars(&definition)).map_err(|err| err.to_string())?;
-        if let Some(missing) = required.unsatisfied(&held) {
-            return Err(format!(
-                "tasks[{idx}]: the scopes {} do not suffice to create it: it is missing\n\n{missing}",
-                scopes.join(", ")
-            ));
+        match checked_for_role(task, task_id, at, &held) {
+            Ok(definition) => checked.push((task_id, definition)),
+            Err(Unmade::Invalid(error)) => return Err(format!("tasks[{idx}]: {error}")),
+            Err(Unmade::Unauthorized(missing)) => {
+                return Err(format!(
+                    "tasks[{idx}]: the scopes {} do not suffice to create it: it is missing\n\n{missing}",
+                    scopes.join(", ")
+                ));
+            }
         }
-        checked.push((task_id, definition));
     }
     Ok(Some((group, checked)))
 }

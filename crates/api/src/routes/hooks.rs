@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::State;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use shoal_engine::definition::{TaskDefinition, TaskDefinitionInput};
+use shoal_engine::definition::TaskDefinition;
 use shoal_engine::hook::{Fire, FiredBy, Hook, HookKey};
 use shoal_engine::rejection::Missing;
 use shoal_engine::status::TaskState;
@@ -18,10 +18,9 @@ use shoal_store::operation::{FireHook, PutHook, RemoveHook, ResetTriggerToken};
 
 use crate::AppState;
 use crate::auth::{Caller, Vars};
-use crate::endpoints::CREATE_TASK;
 use crate::error::ApiError;
 use crate::extract::{Body, Paging, Params, RawBody};
-use crate::routes::tasks::create_task_vars;
+use crate::routes::tasks::{Unmade, checked_for_role};
 use crate::routes::with_continuation;
 
 fn key(params: &Params) -> Result<HookKey, ApiError> {
@@ -308,32 +307,24 @@ pub(crate) fn prepare(
         Ok(Some(task)) => task,
         Err(err) => return Prepared::Refused(format!("rendering the task template: {err}"), false),
     };
-    let definition = serde_json::from_value::<TaskDefinitionInput>(rendered)
-        .map_err(|err| Rejection::invalid("task", err.to_string()))
-        .and_then(|input| input.validate(task_id, now()));
-    let mut definition = match definition {
-        Ok(definition) => definition,
-        Err(rejection) => return Prepared::Refused(format!("createTask: {rejection}"), false),
-    };
     let key = HookKey { group: hook.hook_group_id.clone(), id: hook.hook_id.clone() };
-    let auth = state.auth.current();
-    let held = match auth.expander.expand([key.role()]) {
+    let held = match state.auth.current().expander.expand([key.role()]) {
         Ok(held) => held,
         Err(err) => return Prepared::Refused(format!("expanding {}: {err}", key.role()), true),
     };
-    let required = match CREATE_TASK.render(&create_task_vars(&definition)) {
-        Ok(required) => required,
-        Err(err) => return Prepared::Refused(format!("createTask's scopes: {err}"), false),
+    let mut definition = match checked_for_role(rendered, task_id, now(), &held) {
+        Ok(definition) => definition,
+        Err(Unmade::Invalid(error)) => return Prepared::Refused(error, false),
+        Err(Unmade::Unauthorized(missing)) => {
+            return Prepared::Refused(
+                format!(
+                    "the role `hook-id:{}` does not have sufficient scopes to create the task: it is missing\n\n{missing}",
+                    key.path()
+                ),
+                true,
+            );
+        }
     };
-    if let Some(missing) = required.unsatisfied(&held) {
-        return Prepared::Refused(
-            format!(
-                "the role `hook-id:{}` does not have sufficient scopes to create the task: it is missing\n\n{missing}",
-                key.path()
-            ),
-            true,
-        );
-    }
     definition.created_by = created_by;
     Prepared::Task(Box::new(definition))
 }

@@ -112,6 +112,35 @@ pub(crate) async fn get_results(
     Ok(with_continuation(json!({ "results": results }), page.continuation))
 }
 
+/// Why a task made on a role's behalf (a hook's fire, a push's build) cannot be created.
+pub(crate) enum Unmade {
+    /// The definition breaks createTask's rules.
+    Invalid(String),
+    /// The role's scopes lack this (the scope expression left unsatisfied).
+    Unauthorized(String),
+}
+
+/// `task` checked as createTask checks one, against the scopes `held` (a role's, not a
+/// caller's): its definition, or why it cannot be created.
+pub(crate) fn checked_for_role(
+    task: Value,
+    task_id: TaskId,
+    now: shoal_engine::Timestamp,
+    held: &shoal_engine::auth::scope::ScopeSet,
+) -> Result<TaskDefinition, Unmade> {
+    let definition = serde_json::from_value::<TaskDefinitionInput>(task)
+        .map_err(|err| shoal_engine::Rejection::invalid("task", err.to_string()))
+        .and_then(|input| input.validate(task_id, now))
+        .map_err(|rejection| Unmade::Invalid(format!("createTask: {rejection}")))?;
+    let required = crate::endpoints::CREATE_TASK
+        .render(&create_task_vars(&definition))
+        .map_err(|err| Unmade::Invalid(format!("createTask's scopes: {err}")))?;
+    match required.unsatisfied(held) {
+        Some(missing) => Err(Unmade::Unauthorized(missing.to_string())),
+        None => Ok(definition),
+    }
+}
+
 /// What createTask's scopes are filled in with for `definition`.
 pub(crate) fn create_task_vars(definition: &TaskDefinition) -> Vars {
     Vars::new()

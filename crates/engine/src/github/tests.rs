@@ -97,6 +97,7 @@ fn a_pull_requests_role_follows_the_default_branchs_policy() {
     );
     let policy = |name: &str| json!({"version": 1, "policy": {"pullRequests": name}});
     assert_eq!(own.tasks_for(None), Some(TasksFor::PullRequest));
+    assert!(fork.needs_policy() && !own.needs_policy(), "only a fork's pull request reads the policy");
     assert_eq!(fork.tasks_for(None), None, "collaborators only, by default");
     assert_eq!(fork.tasks_for(Some(&policy("collaborators"))), None);
     assert_eq!(fork.tasks_for(Some(&policy("public"))), Some(TasksFor::PullRequest));
