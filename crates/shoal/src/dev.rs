@@ -105,6 +105,7 @@ pub(crate) async fn dev(args: DevArgs) -> anyhow::Result<bool> {
             cache: std::sync::Arc::new(cache),
             health_check: None,
             signing_key: None,
+            registries: shoal_worker::Registries::new(&[]),
         };
         workers.spawn(shoal_worker::run(client, config, stopped(workers_stop.clone())));
     }

@@ -82,6 +82,10 @@ pub(crate) struct WorkerArgs {
     /// readable by its owner alone (`shoal new-ed25519-keypair --file` makes one).
     #[arg(long, env = "SHOAL_SIGNING_KEY")]
     signing_key: Option<PathBuf>,
+    /// A registry (`host:port`) that images are pulled from over plain HTTP rather than
+    /// HTTPS, as docker's `insecure-registries`; repeat for several.
+    #[arg(long = "insecure-registry", value_name = "HOST:PORT")]
+    insecure_registries: Vec<String>,
 }
 
 /// `--isolation`.
@@ -183,6 +187,7 @@ pub(crate) async fn worker(args: WorkerArgs) -> anyhow::Result<()> {
             .health_check
             .map(|command| shoal_worker::HealthCheck { command, every: Duration::from_secs(args.health_check_every) }),
         signing_key,
+        registries: shoal_worker::Registries::new(&args.insecure_registries),
     };
     let queues = config.queues().cloned().collect::<Vec<_>>();
     tracing::info!(queues = %queues.join(" "), worker.id = %config.worker_id, capacity = config.capacity, "worker started");

@@ -180,7 +180,7 @@ async fn a_cache_its_roles_do_not_grant_and_a_chain_of_trust_without_a_key_are_r
     let cases = [
         (
             json!({"command": [["true"]], "maxRunTime": 60, "mounts": [{"cacheName": "proj-checkouts", "directory": "c"}]}),
-            "needs the scope queue:cache:proj-checkouts",
+            "needs one of the scopes queue:cache:proj-checkouts",
         ),
         (json!({"command": [["true"]], "maxRunTime": 60, "features": {"chainOfTrust": true}}), "has no signing key"),
         (json!({"command": [["true"]], "maxRunTime": 60, "osGroups": ["docker"]}), "payload.osGroups must be empty"),

@@ -231,7 +231,7 @@ async fn a_named_cache_is_kept_lent_to_one_task_at_a_time_guarded_and_purged() {
 
     let (refused, log) = run(&server, queue, with_cache("kept", json!(["cat cache/answer"])), &[]).await;
     assert_eq!(refused["reasonResolved"], "malformed-payload", "{log}");
-    assert!(log.contains("needs the scope queue:cache:kept"), "{log}");
+    assert!(log.contains("needs one of the scopes queue:cache:kept"), "{log}");
 
     // Two tasks at once: each finds the cache as the earlier task left it or empty, never
     // the other's marker.

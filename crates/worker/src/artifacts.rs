@@ -9,8 +9,40 @@ use sha2::{Digest as _, Sha256};
 use shoal_client::Client;
 
 use crate::chain_of_trust;
+use crate::image::overlay::Overlay;
 use crate::logsink::LogSink;
 use crate::payload::ArtifactSpec;
+
+/// What a run left, where its artifacts are read: its task directory, or its image's root
+/// (the run's writes over the image). No link is followed in either.
+pub(crate) enum Tree<'a> {
+    Dir(&'a Path),
+    Image(&'a Overlay),
+}
+
+impl Tree<'_> {
+    /// The plain file at `rel`.
+    fn file(&self, rel: &str) -> Option<PathBuf> {
+        match self {
+            Tree::Dir(dir) => {
+                let path = dir.join(rel);
+                (reached_without_links(dir, &path) && is_plain_file(&path)).then_some(path)
+            }
+            Tree::Image(overlay) => overlay.file(rel),
+        }
+    }
+
+    /// Every file under the directory at `rel`, with its path below it.
+    fn files_under(&self, rel: &str) -> Option<Vec<(PathBuf, String)>> {
+        match self {
+            Tree::Dir(dir) => {
+                let path = dir.join(rel);
+                if reached_without_links(dir, &path) { files_under(&path) } else { None }
+            }
+            Tree::Image(overlay) => overlay.files_under(rel),
+        }
+    }
+}
 
 /// Where the uploads go and until when they are kept.
 #[derive(Clone, Copy)]
@@ -27,7 +59,7 @@ pub(crate) struct Target<'a> {
 pub(crate) async fn upload_all(
     target: &Target<'_>,
     specs: &[ArtifactSpec],
-    dir: &Path,
+    tree: &Tree<'_>,
     log: &LogSink,
     mut digests: Option<&mut BTreeMap<String, String>>,
 ) -> u64 {
@@ -35,18 +67,15 @@ pub(crate) async fn upload_all(
     for spec in specs {
         let expires = spec.expires.map(|expires| expires.to_string());
         let target = &Target { expires: expires.as_deref().unwrap_or(target.expires), ..*target };
-        let path = dir.join(&spec.path);
-        let files = if !reached_without_links(dir, &path) {
-            None
-        } else if spec.directory {
-            files_under(&path).map(|files| {
+        let files = if spec.directory {
+            tree.files_under(&spec.path).map(|files| {
                 files
                     .into_iter()
                     .map(|(file, relative)| (file, format!("{}/{relative}", spec.name.trim_end_matches('/'))))
                     .collect()
             })
         } else {
-            is_plain_file(&path).then(|| vec![(path.clone(), spec.name.clone())])
+            tree.file(&spec.path).map(|file| vec![(file, spec.name.clone())])
         };
         let Some(files) = files else {
             missing(target, spec, log).await;

@@ -1,7 +1,8 @@
 //! The worker's cache, kept between tasks and across restarts under `<work dir>/cache`:
-//! downloaded mount content (`content/<digest of its key>`) and named caches
-//! (`named/<name>/<n>`, one directory per copy, each lent to one task at a time). Both share
-//! one size bound; the least recently used entry nobody holds is evicted first.
+//! downloaded mount content (`content/<digest of its key>`), unpacked images
+//! (`images/<digest of its key>`, shared read-only by the runs that hold them) and named
+//! caches (`named/<name>/<n>`, one directory per copy, each lent to one task at a time). All
+//! share one size bound; the least recently used entry nobody holds is evicted first.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,8 @@ enum Id {
     Content(String),
     /// A copy of a named cache.
     Named(String, u32),
+    /// An unpacked image, by the digest of its key.
+    Image(String),
 }
 
 #[derive(Debug, Default)]
@@ -62,12 +65,12 @@ impl State {
     }
 }
 
-/// A content file held (not evicted) while a task places it.
+/// A content file (or an unpacked image) held, not evicted, while a task uses it.
 #[derive(Debug)]
 pub(crate) struct HeldContent {
     cache: Arc<Cache>,
     id: Id,
-    /// The file.
+    /// The file (the image's directory).
     pub(crate) path: PathBuf,
 }
 
@@ -108,6 +111,20 @@ impl Cache {
                 continue;
             }
             found.push((metadata.modified()?, Id::Content(name), metadata.len()));
+        }
+        let images = root.join("images");
+        std::fs::create_dir_all(&images)?;
+        for entry in std::fs::read_dir(&images)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // Its size, written last: an image without one was cut short.
+            let size = std::fs::read_to_string(entry.path().join(IMAGE_SIZE)).ok().and_then(|n| n.trim().parse().ok());
+            match size {
+                Some(size) if !name.starts_with('.') => {
+                    found.push((entry.metadata()?.modified()?, Id::Image(name), size));
+                }
+                _ => remove(&entry.path()),
+            }
         }
         let named = root.join("named");
         std::fs::create_dir_all(&named)?;
@@ -168,9 +185,40 @@ impl Cache {
     }
 
     fn held(self: &Arc<Self>, id: Id) -> HeldContent {
-        let Id::Content(name) = &id else { unreachable!("only content is held this way") };
-        let path = self.root.join("content").join(name);
-        HeldContent { cache: Arc::clone(self), id, path }
+        HeldContent { cache: Arc::clone(self), path: self.home(&id), id }
+    }
+
+    /// The unpacked image kept as `key`, held, when it is cached.
+    pub(crate) fn image(self: &Arc<Self>, key: &str) -> Option<HeldContent> {
+        let id = Id::Image(digest(key));
+        if !self.lock().touch(&id) {
+            return None;
+        }
+        let held = self.held(id);
+        if held.path.join(IMAGE_SIZE).is_file() {
+            return Some(held);
+        }
+        self.lock().entries.remove(&held.id);
+        None
+    }
+
+    /// Where an image is unpacked before it is complete.
+    pub(crate) fn image_staging(&self) -> PathBuf {
+        self.root.join("images").join(format!(".partial-{}", slugid::nice()))
+    }
+
+    /// Keeps the image unpacked at `staging` (`size` bytes) as `key`'s, held.
+    ///
+    /// # Errors
+    /// When it cannot be moved into place.
+    pub(crate) fn insert_image(self: &Arc<Self>, key: &str, staging: &Path, size: u64) -> std::io::Result<HeldContent> {
+        let id = Id::Image(digest(key));
+        let held = self.held(id.clone());
+        std::fs::write(staging.join(IMAGE_SIZE), size.to_string())?;
+        remove(&held.path);
+        std::fs::rename(staging, &held.path)?;
+        self.keep(id, size);
+        Ok(held)
     }
 
     /// A lock that two fetches of `key` share: the second finds what the first cached.
@@ -197,6 +245,12 @@ impl Cache {
         let id = Id::Content(digest(key));
         let held = self.held(id.clone());
         std::fs::rename(partial, &held.path)?;
+        self.keep(id, size);
+        Ok(held)
+    }
+
+    /// Records a new entry of `size` bytes, held once, and evicts what no longer fits.
+    fn keep(&self, id: Id, size: u64) {
         let mut state = self.lock();
         state.clock += 1;
         let used = state.clock;
@@ -205,7 +259,6 @@ impl Cache {
         drop(state);
         let victims = self.victims();
         self.remove_all(&victims);
-        Ok(held)
     }
 
     /// Lends a copy of the named cache `name`: the most recently used one nobody holds, or
@@ -241,6 +294,7 @@ impl Cache {
         match id {
             Id::Named(name, number) => self.root.join("named").join(name).join(number.to_string()),
             Id::Content(name) => self.root.join("content").join(name),
+            Id::Image(name) => self.root.join("images").join(name),
         }
     }
 
@@ -339,6 +393,9 @@ impl Cache {
         self.lock().total()
     }
 }
+
+/// The file in an image's directory that holds its size, written when it is complete.
+const IMAGE_SIZE: &str = "size";
 
 /// The file name content cached under `key` has.
 fn digest(key: &str) -> String {

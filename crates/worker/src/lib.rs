@@ -11,6 +11,7 @@ mod chain_of_trust;
 mod control;
 mod environment;
 mod health;
+mod image;
 pub mod limits;
 mod logsink;
 mod memory;
@@ -37,6 +38,7 @@ pub use crate::cache::Cache;
 pub use crate::chain_of_trust::SigningKey;
 use crate::control::Held;
 pub use crate::health::HealthCheck;
+pub use crate::image::Registries;
 pub use crate::limits::SlotLimits;
 pub use crate::sandbox::{Isolation, SLOT_UID_BASE, SandboxOptions};
 
@@ -70,6 +72,8 @@ pub struct WorkerConfig {
     pub health_check: Option<HealthCheck>,
     /// The key that signs runs' chain-of-trust records, if it has one.
     pub signing_key: Option<Arc<SigningKey>>,
+    /// Where images named in payloads are pulled from.
+    pub registries: Registries,
 }
 
 impl WorkerConfig {

@@ -84,9 +84,9 @@ pub(crate) struct Lent {
 pub(crate) async fn place(setup: &Setup<'_>, payload: &Payload, lent: &mut Vec<Lent>) -> Result<u64, SetupError> {
     for spec in &payload.caches {
         if !holds_any(setup, &cache_scopes(&spec.name)).await? {
-            let [ours, theirs] = cache_scopes(&spec.name);
+            let [ours, generic, docker] = cache_scopes(&spec.name);
             return Err(SetupError::Payload(format!(
-                "the named cache `{}` needs the scope {ours} (or {theirs}) in the task's scopes",
+                "the named cache `{}` needs one of the scopes {ours}, {generic} or {docker} in the task's scopes",
                 spec.name
             )));
         }
@@ -199,13 +199,13 @@ async fn place_mount(setup: &Setup<'_>, mount: &Mount) -> Result<u64, SetupError
 }
 
 /// Bytes to place: a cached file (held while placed), or inline bytes in a file of their own.
-enum Source {
+pub(crate) enum Source {
     Cached(HeldContent),
     Inline(PathBuf),
 }
 
 impl Source {
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         match self {
             Source::Cached(held) => &held.path,
             Source::Inline(path) => path,
@@ -221,22 +221,28 @@ impl Drop for Source {
     }
 }
 
+/// The task the Index holds at `namespace` (said in the log, for `what`). The Index answers
+/// anyone; that task's artifacts are then read as any other task's.
+pub(crate) async fn indexed_task(setup: &Setup<'_>, namespace: &str, what: &str) -> Result<String, SetupError> {
+    let found = setup.client.find_indexed(namespace).await.map_err(|err| match err.status() {
+        Some(status) if status.as_u16() == 404 => {
+            SetupError::Payload(format!("{what}: no task is indexed at {namespace}"))
+        }
+        _ => refused(&format!("the task indexed at {namespace}"), &err),
+    })?;
+    let task_id = found["taskId"].as_str().unwrap_or_default().to_owned();
+    setup.log.line(&format!("{what}: {namespace} is task {task_id}")).await;
+    Ok(task_id)
+}
+
 /// The content's bytes: from the cache, or fetched into it (once, when two runs want them at
 /// once); answers how many bytes were downloaded.
-async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Source, u64), SetupError> {
+pub(crate) async fn obtain(setup: &Setup<'_>, content: &Content, path: &str) -> Result<(Source, u64), SetupError> {
     let started = Instant::now();
     let indexed;
     let content = match content {
         Content::Indexed { namespace, artifact, sha256 } => {
-            // The Index answers anyone; the artifact is then read as any other task's.
-            let found = setup.client.find_indexed(namespace).await.map_err(|err| match err.status() {
-                Some(status) if status.as_u16() == 404 => {
-                    SetupError::Payload(format!("mount {path}: no task is indexed at {namespace}"))
-                }
-                _ => refused(&format!("the task indexed at {namespace}"), &err),
-            })?;
-            let task_id = found["taskId"].as_str().unwrap_or_default().to_owned();
-            setup.log.line(&format!("mount {path}: {namespace} is task {task_id}")).await;
+            let task_id = indexed_task(setup, namespace, &format!("mount {path}")).await?;
             indexed = Content::Artifact { task_id, artifact: artifact.clone(), sha256: sha256.clone() };
             &indexed
         }
@@ -325,7 +331,7 @@ enum Fetch<'a> {
 }
 
 /// The latest run of `task_id` (whose artifact a mount reads, as getLatestArtifact does).
-async fn latest_run(client: &Client, task_id: &str, artifact: &str) -> Result<u32, SetupError> {
+pub(crate) async fn latest_run(client: &Client, task_id: &str, artifact: &str) -> Result<u32, SetupError> {
     let status = client.task_status(task_id).await.map_err(|err| refused(&format!("task {task_id}"), &err))?;
     status
         .runs
@@ -377,7 +383,7 @@ fn check_digest(actual: &str, expected: Option<&str>, path: &str) -> Result<(), 
     }
 }
 
-async fn blocking<T: Send + 'static, E: From<std::io::Error> + Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static, E: From<std::io::Error> + Send + 'static>(
     work: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, E> {
     tokio::task::spawn_blocking(work)

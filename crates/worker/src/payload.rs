@@ -7,8 +7,10 @@ use std::time::Duration;
 use serde_json::Value;
 use shoal_engine::Timestamp;
 
+mod docker;
 mod mounts;
 
+pub use docker::ImageSpec;
 pub use mounts::{ArchiveFormat, CacheSpec, Compression, Content, Mount, MountKind, cache_scopes};
 
 /// Longest `maxRunTime` accepted (Taskcluster's deadline cap is 5 days).
@@ -39,8 +41,12 @@ pub struct Payload {
     pub chain_of_trust: bool,
     /// What is placed in the task directory first (`payload.mounts`).
     pub mounts: Vec<Mount>,
-    /// Named caches bound into the task directory (`payload.caches`, or cache mounts).
+    /// Named caches bound into the task directory (`payload.caches`, or cache mounts), or
+    /// at paths in the image.
     pub caches: Vec<CacheSpec>,
+    /// docker-worker's payload: the image whose root the command runs in; artifact and
+    /// cache paths are then in the image, relative to its root.
+    pub image: Option<ImageSpec>,
 }
 
 /// One command.
@@ -67,30 +73,21 @@ pub struct ArtifactSpec {
     pub expires: Option<Timestamp>,
 }
 
-/// Parses a payload; the error says which field is wrong and how.
+/// Parses a payload, docker-worker's when it names an `image` (as generic-worker's d2g tells
+/// them apart), else generic-worker's; the error says which field is wrong and how.
 ///
 /// # Errors
 /// A message naming the field and the rule.
 pub fn parse(payload: &Value) -> Result<Payload, String> {
     let object = payload.as_object().ok_or("payload must be a JSON object")?;
+    if object.contains_key("image") {
+        return docker::parse(object);
+    }
     let commands = match object.get("command") {
         Some(Value::Array(items)) if !items.is_empty() => parse_commands(items)?,
         _ => return Err("payload.command must be a non-empty list of commands (argv lists or shell strings)".into()),
     };
-    let env = match object.get("env") {
-        None => BTreeMap::new(),
-        Some(Value::Object(vars)) => vars
-            .iter()
-            .map(|(key, value)| match value {
-                _ if key.is_empty() || key.contains(['=', '\0']) => Err(format!(
-                    "payload.env has the name `{key}`: a variable's name is not empty and has no `=` or NUL"
-                )),
-                Value::String(text) if !text.contains('\0') => Ok((key.clone(), text.clone())),
-                _ => Err(format!("payload.env.{key} must be a string without NUL")),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err("payload.env must be an object of strings".into()),
-    };
+    let env = env(object.get("env"))?;
     let max_run_time = match object.get("maxRunTime") {
         Some(value) => seconds(value, "payload.maxRunTime", 1)?,
         None => return Err("payload.maxRunTime is required (seconds)".into()),
@@ -134,7 +131,26 @@ pub fn parse(payload: &Value) -> Result<Payload, String> {
         chain_of_trust,
         mounts,
         caches,
+        image: None,
     })
+}
+
+/// `payload.env`: variables by name.
+fn env(value: Option<&Value>) -> Result<BTreeMap<String, String>, String> {
+    match value {
+        None => Ok(BTreeMap::new()),
+        Some(Value::Object(vars)) => vars
+            .iter()
+            .map(|(key, value)| match value {
+                _ if key.is_empty() || key.contains(['=', '\0']) => Err(format!(
+                    "payload.env has the name `{key}`: a variable's name is not empty and has no `=` or NUL"
+                )),
+                Value::String(text) if !text.contains('\0') => Ok((key.clone(), text.clone())),
+                _ => Err(format!("payload.env.{key} must be a string without NUL")),
+            })
+            .collect(),
+        Some(_) => Err("payload.env must be an object of strings".into()),
+    }
 }
 
 /// `payload.onExitStatus.<key>`: a list of exit codes.

@@ -107,6 +107,13 @@ pub(crate) async fn run(
             command.pre_exec(move || crate::netns::join(namespace));
         }
     }
+    if let Some(image) = sandbox.and_then(|sandbox| sandbox.image) {
+        let entry = image.entry();
+        // SAFETY: between fork and exec only system calls are made, on what `entry` holds.
+        unsafe {
+            command.pre_exec(move || entry.enter());
+        }
+    }
     let mut child = command.spawn()?;
     let started = Instant::now();
     let pid = child.id();

@@ -17,6 +17,7 @@ use crate::artifacts::{self, Target};
 use crate::chain_of_trust;
 use crate::control::Held;
 use crate::environment::{RunFacts, task_environment};
+use crate::image::{self, Ready};
 use crate::limits::{SlotLimits, Watch};
 use crate::logsink::LogSink;
 use crate::mount::{self, Setup, SetupError};
@@ -105,32 +106,56 @@ pub(crate) async fn run_claim(
     let prepared = async {
         let (namespace, proxy) = start_proxy(&client, &claim, &payload, &scopes, user).map_err(Ending::Failure)?;
         let proxy_url = proxy.as_ref().map(Proxy::url);
-        let env = prepare(&client, &config, &claim, &payload, &task_id, files, (user, proxy_url))
+        let setup = Setup {
+            cache: &config.cache,
+            client: &client,
+            scopes: &scopes,
+            expanded: Default::default(),
+            task_dir: &dir,
+            user,
+            log: &log,
+        };
+        let started = Instant::now();
+        let image = match &payload.image {
+            Some(spec) => {
+                let (ready, fetched) = image::obtain(&setup, &config.registries, spec).await.map_err(setup_ending)?;
+                stats.bytes_fetched = Some(fetched);
+                Some(ready)
+            }
+            None => None,
+        };
+        let env = prepare(&client, &config, &claim, &payload, &task_id, files, (user, proxy_url), image.as_ref())
             .await
             .map_err(Ending::Failure)?;
-        if !payload.mounts.is_empty() || !payload.caches.is_empty() {
-            let started = Instant::now();
-            let setup = Setup {
-                cache: &config.cache,
-                client: &client,
-                scopes: &scopes,
-                expanded: Default::default(),
-                task_dir: &dir,
-                user,
-                log: &log,
-            };
-            let fetched = mount::place(&setup, &payload, &mut lent).await.map_err(|err| match err {
-                SetupError::Payload(reason) => Ending::Exception(WorkerException::MalformedPayload, reason),
-                SetupError::Worker(reason) => Ending::Exception(WorkerException::InternalError, reason),
-            })?;
-            stats.mount_ms = Some(millis(started.elapsed()));
-            stats.bytes_fetched = Some(fetched);
+        // In an image, the caches are lent under the run's directory and bound where it says.
+        let placed = match &image {
+            Some(_) => &Payload {
+                caches: (payload.caches.iter().enumerate())
+                    .map(|(idx, cache)| payload::CacheSpec { path: image::root::cache_home(idx), ..cache.clone() })
+                    .collect(),
+                ..payload.clone()
+            },
+            None => &payload,
+        };
+        if !placed.mounts.is_empty() || !placed.caches.is_empty() {
+            let fetched = mount::place(&setup, placed, &mut lent).await.map_err(setup_ending)?;
+            stats.bytes_fetched = Some(stats.bytes_fetched.unwrap_or(0) + fetched);
         }
-        Ok::<_, Ending>((env, namespace, proxy))
+        let root = match (&image, user) {
+            (Some(ready), Some(user)) => {
+                let secrets = claim.secrets.is_some().then_some(secrets_file.as_path());
+                Some(image::root::make(ready, &payload, &dir, user, secrets).await.map_err(setup_ending)?)
+            }
+            _ => None,
+        };
+        if image.is_some() || !placed.mounts.is_empty() || !placed.caches.is_empty() {
+            stats.mount_ms = Some(millis(started.elapsed()));
+        }
+        Ok::<_, Ending>((env, namespace, proxy, (image, root)))
     }
     .await;
     let ending = match prepared {
-        Ok((env, namespace, proxy)) => {
+        Ok((env, namespace, proxy, (image, root))) => {
             stats.setup_ms = Some(millis(claimed.elapsed()));
             let started = Instant::now();
             let network = match &namespace {
@@ -145,11 +170,22 @@ pub(crate) async fn run_claim(
                     secrets_file: claim.secrets.is_some().then_some(secrets_file.as_path()),
                     user,
                     network,
+                    image: root.as_ref(),
                 }),
                 Isolation::None => None,
             };
+            // docker's command: the image's entrypoint, then the payload's command or the image's.
+            let in_image = image.as_ref().map(|ready| Payload {
+                commands: (payload.commands.iter())
+                    .map(|spec| match spec {
+                        payload::CommandSpec::Argv(argv) => payload::CommandSpec::Argv(ready.config.command(argv)),
+                        other => other.clone(),
+                    })
+                    .collect(),
+                ..payload.clone()
+            });
             let commands = Commands {
-                payload: &payload,
+                payload: in_image.as_ref().unwrap_or(&payload),
                 dir: &dir,
                 env: &env,
                 sandbox: sandbox.as_ref(),
@@ -160,10 +196,11 @@ pub(crate) async fn run_claim(
             // Nothing of the task runs now; its proxy stops with it.
             drop(proxy);
             stats.run_ms = Some(millis(started.elapsed()));
-            ending
+            (ending, image.zip(root))
         }
-        Err(ending) => ending,
+        Err(ending) => (ending, None),
     };
+    let (ending, image) = ending;
     if claim.secrets.is_some() {
         let _ = tokio::fs::remove_file(&secrets_file).await;
     }
@@ -178,8 +215,12 @@ pub(crate) async fn run_claim(
         let target = Target { client: &client, task_id: &task_id, run_id, expires: &expires };
         let started = Instant::now();
         let mut digests = payload.chain_of_trust.then(BTreeMap::new);
+        let tree = match &image {
+            Some((_, root)) => artifacts::Tree::Image(&root.overlay),
+            None => artifacts::Tree::Dir(&dir),
+        };
         stats.bytes_uploaded =
-            Some(artifacts::upload_all(&target, &payload.artifacts, &dir, &log, digests.as_mut()).await);
+            Some(artifacts::upload_all(&target, &payload.artifacts, &tree, &log, digests.as_mut()).await);
         if let (Some(digests), Some(key)) = (digests, &config.signing_key) {
             let runner = chain_of_trust::Runner {
                 task_id: &task_id,
@@ -198,6 +239,8 @@ pub(crate) async fn run_claim(
     let purge = matches!(ending, Ending::Failure(_) | Ending::Retry(_))
         && stats.exit_code.is_some_and(|code| payload.purge_exit_codes.contains(&code));
     mount::give_back(&config.cache, &dir, lent, purge, &log).await;
+    // The image is let go (it may be evicted) once nothing of the run reads it.
+    drop(image);
     let outcome = outcome_of(&ending, &log).await;
     drop(log);
     flusher.finish().await;
@@ -225,8 +268,17 @@ async fn upload_backing_log(target: &Target<'_>, backing: &Path) {
     let _ = tokio::fs::remove_file(backing).await;
 }
 
+/// What a setup error ends a run as.
+fn setup_ending(err: SetupError) -> Ending {
+    match err {
+        SetupError::Payload(reason) => Ending::Exception(WorkerException::MalformedPayload, reason),
+        SetupError::Worker(reason) => Ending::Exception(WorkerException::InternalError, reason),
+    }
+}
+
 /// Makes the task directory and the secrets file (owned by the slot's `user` when it has
-/// one of its own), and the commands' environment.
+/// one of its own), and the commands' environment (in the image's root, for a run in one).
+#[allow(clippy::too_many_arguments)]
 async fn prepare(
     client: &Client,
     config: &WorkerConfig,
@@ -235,6 +287,7 @@ async fn prepare(
     task_id: &str,
     (dir, secrets_file): (&Path, &Path),
     (user, proxy_url): (Option<u32>, Option<&str>),
+    image: Option<&Ready>,
 ) -> Result<Vec<(String, String)>, String> {
     // Whatever a crash left in the slot's directory goes first: mounts are placed only where
     // nothing is.
@@ -261,6 +314,7 @@ async fn prepare(
         Some(uid) => nix::unistd::User::from_uid(uid.into()).ok().flatten().map(|user| user.name),
         None => std::env::var("USER").ok(),
     };
+    let workdir = image.map(|ready| Path::new("/").join(ready.config.working_dir()));
     let facts = RunFacts {
         task_id,
         task_group_id: claim.task["taskGroupId"].as_str().unwrap_or_default(),
@@ -269,16 +323,31 @@ async fn prepare(
         root_url: client.root_url(),
         worker_group: &config.worker_group,
         worker_id: &config.worker_id,
-        dir: &dir,
-        secrets_file: claim.secrets.is_some().then_some(secrets_file.as_path()),
+        dir: workdir.as_deref().unwrap_or(&dir),
+        secrets_file: match image {
+            Some(_) => claim.secrets.is_some().then_some(Path::new(crate::sandbox::IMAGE_SECRETS)),
+            None => claim.secrets.is_some().then_some(secrets_file.as_path()),
+        },
         proxy_url,
     };
+    if let Some(ready) = image {
+        let env = image::root::variables(ready, payload);
+        return Ok(task_environment(Some(image::root::DEFAULT_PATH), None, &env, &facts));
+    }
     let (path, lang) = (std::env::var("PATH").ok(), std::env::var("LANG").ok());
     Ok(task_environment(path.as_deref(), lang.as_deref(), &payload.env, &facts))
 }
 
 /// Why this worker cannot run a payload as asked, when it cannot.
 fn unsupported(payload: &Payload, isolation: &Isolation) -> Option<String> {
+    let contained = matches!(isolation, Isolation::Bubblewrap(_)) && nix::unistd::geteuid().is_root();
+    if payload.image.is_some() && !contained {
+        return Some(
+            "payload.image: this worker cannot run tasks in images (that needs --isolation bubblewrap, with the \
+             worker running as root to mount each run's root)"
+                .into(),
+        );
+    }
     if payload.network {
         return None;
     }

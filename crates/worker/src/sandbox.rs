@@ -144,6 +144,60 @@ pub(crate) struct Sandbox<'a> {
     pub(crate) user: Option<u32>,
     /// The network the commands are in.
     pub(crate) network: Network<'a>,
+    /// The image whose root the commands run in (docker-worker's payload), instead of the
+    /// host's system directories.
+    pub(crate) image: Option<&'a ImageRoot>,
+}
+
+/// A run's image root as its commands see it: the overlay, mounted by each command's own
+/// process (as root) before it drops to the slot's user and starts `bwrap` unprivileged,
+/// which binds it as `/` by descriptor, with the caches and the secrets file.
+#[derive(Debug)]
+pub(crate) struct ImageRoot {
+    pub(crate) overlay: crate::image::overlay::Overlay,
+    pub(crate) options: std::ffi::CString,
+    /// The working directory, absolute in the image.
+    pub(crate) workdir: String,
+    /// A descriptor number held for the root, replaced in each command's process.
+    pub(crate) root_fd: std::os::fd::OwnedFd,
+    /// Each named cache's directory (close-on-exec here) and where it shows in the image.
+    pub(crate) caches: Vec<(std::os::fd::OwnedFd, String)>,
+    /// The secrets file, shown at [`IMAGE_SECRETS`].
+    pub(crate) secrets: Option<std::os::fd::OwnedFd>,
+    /// The slot's user, whom the commands' processes become before `bwrap`.
+    pub(crate) user: u32,
+}
+
+/// Where an image's commands find the run's secrets file.
+pub(crate) const IMAGE_SECRETS: &str = "/run/shoal/secrets.json";
+
+impl ImageRoot {
+    /// What a command's process does before `bwrap` starts.
+    pub(crate) fn entry(&self) -> crate::image::overlay::Entry {
+        use std::os::fd::AsRawFd;
+        let path = self.overlay.at.as_os_str().as_encoded_bytes().to_vec();
+        crate::image::overlay::Entry {
+            at: std::ffi::CString::new(path).unwrap_or_default(),
+            options: self.options.clone(),
+            root_fd: self.root_fd.as_raw_fd(),
+            keep: self.caches.iter().map(|(fd, _)| fd.as_raw_fd()).chain(self.secrets.as_ref().map(AsRawFd::as_raw_fd)).collect(),
+            user: self.user,
+        }
+    }
+
+    fn args(&self, tmp_size: u64, args: &mut Vec<String>) {
+        use std::os::fd::AsRawFd;
+        let own = |args: &[&str]| args.iter().map(|arg| (*arg).to_owned()).collect::<Vec<_>>();
+        args.extend(["--bind-fd".to_owned(), self.root_fd.as_raw_fd().to_string(), "/".to_owned()]);
+        args.extend(own(&["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size"]));
+        args.extend([tmp_size.to_string(), "--tmpfs".to_owned(), "/tmp".to_owned()]);
+        for (fd, at) in &self.caches {
+            args.extend(["--bind-fd".to_owned(), fd.as_raw_fd().to_string(), at.clone()]);
+        }
+        if let Some(fd) = &self.secrets {
+            args.extend(["--ro-bind-fd".to_owned(), fd.as_raw_fd().to_string(), IMAGE_SECRETS.to_owned()]);
+        }
+    }
 }
 
 /// The network a sandbox's commands are in.
@@ -165,6 +219,20 @@ impl Sandbox<'_> {
         let own = |args: &[&str]| args.iter().map(|arg| (*arg).to_owned()).collect::<Vec<_>>();
         let bubblewrap = self.bubblewrap;
         let mut args = own(&["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--clearenv"]);
+        if let Some(image) = self.image {
+            // bwrap runs as the slot's user already: it applies the variables to the command.
+            image.args(bubblewrap.tmp_size, &mut args);
+            if matches!(self.network, Network::Loopback) {
+                args.push("--unshare-net".to_owned());
+            }
+            args.extend(["--chdir".to_owned(), image.workdir.clone()]);
+            for (key, value) in env {
+                args.extend(["--setenv".to_owned(), key.clone(), value.clone()]);
+            }
+            args.push("--".to_owned());
+            args.extend(argv);
+            return (bubblewrap.bwrap.clone(), args);
+        }
         args.extend(own(&["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size"]));
         args.extend([bubblewrap.tmp_size.to_string(), "--tmpfs".to_owned(), "/tmp".to_owned()]);
         args.extend(bubblewrap.view.args().iter().cloned());
@@ -230,6 +298,7 @@ mod tests {
             secrets_file: Some(Path::new("/w/secrets-1.json")),
             user: Some(60_001),
             network: Network::Loopback,
+            image: None,
         };
         let env = [("LD_PRELOAD".to_owned(), "./x.so".to_owned()), ("PATH".to_owned(), ".:/bin".to_owned())];
         let (program, args) = sandbox.wrap(vec!["make".into(), "test".into()], &env);

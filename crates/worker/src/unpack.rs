@@ -57,7 +57,7 @@ pub(crate) fn unpack(file: &Path, format: ArchiveFormat, dest: &Path) -> Result<
 }
 
 /// `source`'s bytes decompressed (each format read whole, with every stream it holds).
-fn decompressed(source: BufReader<File>, compression: Compression) -> Result<Box<dyn Read>, UnpackError> {
+pub(crate) fn decompressed(source: BufReader<File>, compression: Compression) -> Result<Box<dyn Read>, UnpackError> {
     Ok(match compression {
         Compression::Gz => Box::new(flate2::bufread::MultiGzDecoder::new(source)),
         Compression::Bz2 => Box::new(bzip2::bufread::MultiBzDecoder::new(source)),
@@ -156,7 +156,7 @@ fn unpack_zip(reader: impl Read + std::io::Seek, dest: &Path) -> Result<(), Unpa
 }
 
 /// A new file (never through a link), with `mode`.
-fn create_new(path: &Path, mode: u32) -> std::io::Result<File> {
+pub(crate) fn create_new(path: &Path, mode: u32) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(libc_nofollow()).open(path)
 }

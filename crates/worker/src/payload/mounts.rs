@@ -147,10 +147,11 @@ pub struct CacheSpec {
     pub preload: Option<(Content, ArchiveFormat)>,
 }
 
-/// The scopes that let a task use the named cache `name`: Shoal's, or generic-worker's.
+/// The scopes that let a task use the named cache `name`: Shoal's, generic-worker's or
+/// docker-worker's.
 #[must_use]
-pub fn cache_scopes(name: &str) -> [String; 2] {
-    [format!("queue:cache:{name}"), format!("generic-worker:cache:{name}")]
+pub fn cache_scopes(name: &str) -> [String; 3] {
+    [format!("queue:cache:{name}"), format!("generic-worker:cache:{name}"), format!("docker-worker:cache:{name}")]
 }
 
 /// Parses `payload.mounts` and `payload.caches`; a generic-worker cache mount
@@ -305,7 +306,7 @@ fn text<'a>(object: &'a Map<String, Value>, field: &str, key: &str) -> Result<&'
     object.get(key).and_then(Value::as_str).ok_or_else(|| format!("{field}.{key} is required (a string)"))
 }
 
-fn check_cache_name(field: &str, name: &str) -> Result<(), String> {
+pub(super) fn check_cache_name(field: &str, name: &str) -> Result<(), String> {
     let fine = !name.is_empty()
         && name.len() <= MAX_CACHE_NAME
         && !name.starts_with('.')
@@ -318,7 +319,7 @@ fn check_cache_name(field: &str, name: &str) -> Result<(), String> {
 }
 
 /// No mount or cache lies inside another, and no cache is asked for twice.
-fn check_apart(mounts: &[Mount], caches: &[CacheSpec]) -> Result<(), String> {
+pub(super) fn check_apart(mounts: &[Mount], caches: &[CacheSpec]) -> Result<(), String> {
     let paths: Vec<&str> =
         mounts.iter().map(|m| m.path.as_str()).chain(caches.iter().map(|c| c.path.as_str())).collect();
     let within =

@@ -1,0 +1,75 @@
+//! A run's root made of its image, once per run: the overlay's directories and mount
+//! points prepared, the named caches (lent under the run's directory) and the secrets file
+//! opened for `bwrap` to bind, and the environment the image and the payload give.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use super::Ready;
+use super::overlay::{Overlay, Point};
+use crate::mount::SetupError;
+use crate::payload::Payload;
+use crate::sandbox::{IMAGE_SECRETS, ImageRoot};
+
+/// Where a run's named caches are lent, below its directory, when it runs in an image.
+pub(crate) fn cache_home(idx: usize) -> String {
+    format!("caches/{idx}")
+}
+
+/// `PATH` in an image that sets none (docker's).
+pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Prepares the root of a run in `dir` (whose caches are lent already) for the slot's `user`.
+pub(crate) async fn make(
+    ready: &Ready,
+    payload: &Payload,
+    dir: &Path,
+    user: u32,
+    secrets_file: Option<&Path>,
+) -> Result<ImageRoot, SetupError> {
+    let overlay = Overlay::new(&ready.root(), &dir.join("image"));
+    let mut points: Vec<(String, Point)> =
+        ["dev", "proc", "tmp"].into_iter().map(|dir| (dir.to_owned(), Point::Directory)).collect();
+    points.extend(payload.caches.iter().map(|cache| (cache.path.clone(), Point::Directory)));
+    if secrets_file.is_some() {
+        points.push((IMAGE_SECRETS.trim_start_matches('/').to_owned(), Point::File));
+    }
+    let workdir = ready.config.working_dir();
+    if !workdir.is_empty() {
+        points.push((workdir.clone(), Point::Directory));
+    }
+    let (owned, prepared) = (ready.config.owned.clone(), overlay.clone());
+    crate::mount::blocking(move || {
+        prepared.prepare(&owned, user, &points).map_err(|reason| std::io::Error::other(reason))
+    })
+    .await
+    .map_err(|err| SetupError::Payload(format!("payload.image: {err}")))?;
+    let options = overlay.options().map_err(SetupError::Worker)?;
+    let open = |path: &Path, directory: bool| -> Result<OwnedFd, SetupError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let flags = libc::O_PATH | libc::O_NOFOLLOW | if directory { libc::O_DIRECTORY } else { 0 };
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(path)
+            .map(OwnedFd::from)
+            .map_err(|err| SetupError::Worker(format!("opening {}: {err}", path.display())))
+    };
+    let caches = payload
+        .caches
+        .iter()
+        .enumerate()
+        .map(|(idx, cache)| Ok((open(&dir.join(cache_home(idx)), true)?, format!("/{}", cache.path))))
+        .collect::<Result<Vec<_>, SetupError>>()?;
+    let secrets = secrets_file.map(|file| open(file, false)).transpose()?;
+    // A number held for the root, which each command's process opens there itself.
+    let root_fd = open(Path::new("/"), true)?;
+    Ok(ImageRoot { overlay, options, workdir: format!("/{workdir}"), root_fd, caches, secrets, user })
+}
+
+/// The variables the image and then the payload give, over docker's defaults.
+pub(crate) fn variables(ready: &Ready, payload: &Payload) -> std::collections::BTreeMap<String, String> {
+    let mut env: std::collections::BTreeMap<String, String> = ready.config.variables().collect();
+    env.extend(payload.env.iter().map(|(key, value)| (key.clone(), value.clone())));
+    env
+}
