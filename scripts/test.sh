@@ -40,6 +40,16 @@ if ! command -v bwrap > /dev/null; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends bubblewrap > /dev/null
 fi
 
+if [ ! -x /bin/busybox ] || [ ! -x /usr/bin/docker-registry ]; then
+    echo "== installing busybox-static and docker-registry (Debian packages; the images tests build and serve)"
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends busybox-static docker-registry > /dev/null
+    # The package starts a registry on :5000; the tests start their own on loopback.
+    ($sudo systemctl disable --now docker-registry || $sudo service docker-registry stop) > /dev/null 2>&1 || true
+fi
+
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     echo "== installing chromium and chromium-driver (Debian packages, for the browser tests)"
     sudo=""

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cache::HeldContent;
-use crate::mount::{self, SetupError, Setup};
+use crate::mount::{self, Setup, SetupError};
 use crate::payload::{Content, ImageSpec};
 use crate::unpack::UnpackError;
 
@@ -37,7 +37,10 @@ pub(crate) struct ImageConfig {
 impl ImageConfig {
     fn of(config: &Value, owned: Vec<String>) -> ImageConfig {
         let strings = |value: &Value| -> Vec<String> {
-            value.as_array().map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default()
+            value
+                .as_array()
+                .map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .unwrap_or_default()
         };
         let inner = &config["config"];
         ImageConfig {
@@ -56,7 +59,11 @@ impl ImageConfig {
 
     /// The working directory, relative to the root (empty: the root).
     pub(crate) fn working_dir(&self) -> String {
-        self.working_dir.split('/').filter(|part| !part.is_empty() && *part != "." && *part != "..").collect::<Vec<_>>().join("/")
+        self.working_dir
+            .split('/')
+            .filter(|part| !part.is_empty() && *part != "." && *part != "..")
+            .collect::<Vec<_>>()
+            .join("/")
     }
 
     /// The command a payload's `argv` runs as docker runs it: the entrypoint first, then the
@@ -97,7 +104,11 @@ pub(crate) fn architecture() -> &'static str {
 
 /// The image `spec` names, from the worker's cache or fetched and unpacked into it (once,
 /// when two runs want it at once); answers how many bytes were downloaded.
-pub(crate) async fn obtain(setup: &Setup<'_>, registries: &Registries, spec: &ImageSpec) -> Result<(Ready, u64), SetupError> {
+pub(crate) async fn obtain(
+    setup: &Setup<'_>,
+    registries: &Registries,
+    spec: &ImageSpec,
+) -> Result<(Ready, u64), SetupError> {
     let started = Instant::now();
     let (task_id, artifact) = match spec {
         ImageSpec::Artifact { task_id, path } => (task_id.clone(), path),
@@ -149,7 +160,8 @@ async fn cached(setup: &Setup<'_>, key: &str, what: &str) -> Result<Option<Ready
 
 async fn load(held: HeldContent) -> Result<Ready, SetupError> {
     let file = held.path.join(CONFIG);
-    let bytes = tokio::fs::read(&file).await.map_err(|err| SetupError::Worker(format!("reading {}: {err}", file.display())))?;
+    let bytes =
+        tokio::fs::read(&file).await.map_err(|err| SetupError::Worker(format!("reading {}: {err}", file.display())))?;
     let config = serde_json::from_slice(&bytes)
         .map_err(|err| SetupError::Worker(format!("reading {}: {err}", file.display())))?;
     Ok(Ready { held, config })
@@ -157,7 +169,11 @@ async fn load(held: HeldContent) -> Result<Ready, SetupError> {
 
 /// Keeps what was unpacked at its staging directory as `key`'s image (or removes it, when
 /// unpacking failed).
-async fn keep(setup: &Setup<'_>, key: &str, unpacked: Result<(u64, PathBuf), UnpackError>) -> Result<HeldContent, SetupError> {
+async fn keep(
+    setup: &Setup<'_>,
+    key: &str,
+    unpacked: Result<(u64, PathBuf), UnpackError>,
+) -> Result<HeldContent, SetupError> {
     let (size, staging) = unpacked.map_err(|err| match SetupError::from(err) {
         SetupError::Payload(reason) => SetupError::Payload(format!("payload.image: {reason}")),
         SetupError::Worker(reason) => SetupError::Worker(format!("unpacking the image: {reason}")),

@@ -150,20 +150,22 @@ pub(crate) struct Sandbox<'a> {
 }
 
 /// A run's image root as its commands see it: the overlay, mounted by each command's own
-/// process (as root) before it drops to the slot's user and starts `bwrap` unprivileged,
-/// which binds it as `/` by descriptor, with the caches and the secrets file.
+/// process (as root, in a mount namespace of its own) before it drops to the slot's user and
+/// starts `bwrap` unprivileged, which binds it as `/` with the caches and the secrets file.
 #[derive(Debug)]
 pub(crate) struct ImageRoot {
     pub(crate) overlay: crate::image::overlay::Overlay,
     pub(crate) options: std::ffi::CString,
     /// The working directory, absolute in the image.
     pub(crate) workdir: String,
-    /// A descriptor number held for the root, replaced in each command's process.
-    pub(crate) root_fd: std::os::fd::OwnedFd,
-    /// Each named cache's directory (close-on-exec here) and where it shows in the image.
-    pub(crate) caches: Vec<(std::os::fd::OwnedFd, String)>,
-    /// The secrets file, shown at [`IMAGE_SECRETS`].
-    pub(crate) secrets: Option<std::os::fd::OwnedFd>,
+    /// What the commands' processes show `bwrap` besides the root: each named cache's
+    /// directory on the host and where it shows in the image, then the secrets file (shown
+    /// at [`IMAGE_SECRETS`]) when the run has one.
+    pub(crate) caches: Vec<(std::path::PathBuf, String)>,
+    pub(crate) secrets: Option<std::path::PathBuf>,
+    /// Descriptor numbers held (close-on-exec) for the root and each of those, which each
+    /// command's process replaces with what it opens.
+    pub(crate) reserved: Vec<std::os::fd::OwnedFd>,
     /// The slot's user, whom the commands' processes become before `bwrap`.
     pub(crate) user: u32,
 }
@@ -175,29 +177,49 @@ impl ImageRoot {
     /// What a command's process does before `bwrap` starts.
     pub(crate) fn entry(&self) -> crate::image::overlay::Entry {
         use std::os::fd::AsRawFd;
-        let path = self.overlay.at.as_os_str().as_encoded_bytes().to_vec();
+        let text = |text: String| std::ffi::CString::new(text).unwrap_or_default();
+        let path = |path: &std::path::Path| text(path.to_string_lossy().into_owned());
+        let mut shown = vec![(path(&self.overlay.at), staged("root"), false)];
+        for (idx, (dir, _)) in self.caches.iter().enumerate() {
+            shown.push((path(dir), staged(&format!("cache-{idx}")), false));
+        }
+        if let Some(file) = &self.secrets {
+            shown.push((path(file), staged("secrets"), true));
+        }
+        let binds = (shown.into_iter().zip(&self.reserved))
+            .map(|((path, target, file), fd)| crate::image::overlay::Bind {
+                path,
+                fd: fd.as_raw_fd(),
+                via: text(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+                target: text(target),
+                file,
+            })
+            .collect();
         crate::image::overlay::Entry {
-            at: std::ffi::CString::new(path).unwrap_or_default(),
+            at: path(&self.overlay.at),
             options: self.options.clone(),
-            root_fd: self.root_fd.as_raw_fd(),
-            keep: self.caches.iter().map(|(fd, _)| fd.as_raw_fd()).chain(self.secrets.as_ref().map(AsRawFd::as_raw_fd)).collect(),
+            binds,
             user: self.user,
         }
     }
 
     fn args(&self, tmp_size: u64, args: &mut Vec<String>) {
-        use std::os::fd::AsRawFd;
         let own = |args: &[&str]| args.iter().map(|arg| (*arg).to_owned()).collect::<Vec<_>>();
-        args.extend(["--bind-fd".to_owned(), self.root_fd.as_raw_fd().to_string(), "/".to_owned()]);
+        args.extend(["--bind".to_owned(), staged("root"), "/".to_owned()]);
         args.extend(own(&["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size"]));
         args.extend([tmp_size.to_string(), "--tmpfs".to_owned(), "/tmp".to_owned()]);
-        for (fd, at) in &self.caches {
-            args.extend(["--bind-fd".to_owned(), fd.as_raw_fd().to_string(), at.clone()]);
+        for (idx, (_, at)) in self.caches.iter().enumerate() {
+            args.extend(["--bind".to_owned(), staged(&format!("cache-{idx}")), at.clone()]);
         }
-        if let Some(fd) = &self.secrets {
-            args.extend(["--ro-bind-fd".to_owned(), fd.as_raw_fd().to_string(), IMAGE_SECRETS.to_owned()]);
+        if self.secrets.is_some() {
+            args.extend(["--ro-bind".to_owned(), staged("secrets"), IMAGE_SECRETS.to_owned()]);
         }
     }
+}
+
+/// Where `name` is shown to `bwrap` in a command's own mount namespace.
+fn staged(name: &str) -> String {
+    format!("{}/shoal-{name}", crate::image::overlay::STAGE.to_string_lossy())
 }
 
 /// The network a sandbox's commands are in.

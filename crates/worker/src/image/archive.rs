@@ -157,7 +157,8 @@ pub(crate) fn pick(index: &Value) -> Result<&str, UnpackError> {
     let manifests = index["manifests"].as_array().ok_or_else(|| bad("the index lists no manifest"))?;
     let arch = super::architecture();
     let ours = manifests.iter().find(|manifest| {
-        manifest["platform"]["os"].as_str() == Some("linux") && manifest["platform"]["architecture"].as_str() == Some(arch)
+        manifest["platform"]["os"].as_str() == Some("linux")
+            && manifest["platform"]["architecture"].as_str() == Some(arch)
     });
     let chosen = match (ours, manifests.as_slice()) {
         (Some(manifest), _) => manifest,
@@ -169,7 +170,8 @@ pub(crate) fn pick(index: &Value) -> Result<&str, UnpackError> {
 
 /// The blob `digest` names (`sha256:<hex>`), its bytes checked against it.
 fn blob(files: &HashMap<String, PathBuf>, digest: &str) -> Result<PathBuf, UnpackError> {
-    let hex = digest.strip_prefix("sha256:").filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+    let hex =
+        digest.strip_prefix("sha256:").filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
     let hex = hex.ok_or_else(|| bad(&format!("`{digest}` is not a sha256 digest")))?;
     checked(files, &format!("blobs/sha256/{hex}"), Some(hex))
 }

@@ -97,12 +97,18 @@ pub(crate) fn apply(file: &Path, root: &Path, applied: &mut Applied, limit: u64)
             }
             tar::EntryType::Symlink => {
                 // Its target is read in the image's root, by the task; the worker never follows it.
-                let target = entry.link_name().map_err(layer_corrupt)?.ok_or_else(|| layer_corrupt("a link without a target"))?;
+                let target = entry
+                    .link_name()
+                    .map_err(layer_corrupt)?
+                    .ok_or_else(|| layer_corrupt("a link without a target"))?;
                 remove(&at)?;
                 std::os::unix::fs::symlink(&*target, &at)?;
             }
             tar::EntryType::Link => {
-                let target = entry.link_name().map_err(layer_corrupt)?.ok_or_else(|| layer_corrupt("a link without a target"))?;
+                let target = entry
+                    .link_name()
+                    .map_err(layer_corrupt)?
+                    .ok_or_else(|| layer_corrupt("a link without a target"))?;
                 let Some(target) = plain(&target)? else {
                     return Err(UnpackError::Unsafe(format!("the hard link `{}` names no file", raw.display())));
                 };
@@ -205,7 +211,9 @@ fn empty_but(root: &Path, dir: &Path, ours: &HashSet<PathBuf>) -> std::io::Resul
 /// Drops `gone` and what is below it from the directories owned by other users.
 fn forget(owned: &mut BTreeSet<String>, gone: &Path) {
     let gone = gone.to_string_lossy();
-    owned.retain(|dir| dir != gone.as_ref() && !dir.strip_prefix(gone.as_ref()).is_some_and(|rest| rest.starts_with('/')));
+    owned.retain(|dir| {
+        dir != gone.as_ref() && !dir.strip_prefix(gone.as_ref()).is_some_and(|rest| rest.starts_with('/'))
+    });
 }
 
 #[cfg(test)]
@@ -314,7 +322,10 @@ mod tests {
         let first = layer(&[("builds/", "d"), ("builds/worker/", "d"), ("builds/worker/a/", "d")], 1000);
         let second = layer(&[("builds/.wh.worker", "f:")], 0);
         let (_dir, applied) = apply_all(std::slice::from_ref(&first));
-        assert_eq!(applied.unwrap().owned.into_iter().collect::<Vec<_>>(), ["builds", "builds/worker", "builds/worker/a"]);
+        assert_eq!(
+            applied.unwrap().owned.into_iter().collect::<Vec<_>>(),
+            ["builds", "builds/worker", "builds/worker/a"]
+        );
         let (_dir, applied) = apply_all(&[first, second]);
         assert_eq!(applied.unwrap().owned.into_iter().collect::<Vec<_>>(), ["builds"]);
     }

@@ -92,7 +92,9 @@ impl Overlay {
                     std::os::unix::fs::lchown(&upper, Some(owner), Some(owner)).map_err(|err| io(&upper, &err))?;
                 }
                 Ok(metadata) if last && point == Point::File && metadata.is_file() => return Ok(false),
-                Ok(_) => return Err(format!("/{prefix} is a link or a file in the image, where a directory is needed")),
+                Ok(_) => {
+                    return Err(format!("/{prefix} is a link or a file in the image, where a directory is needed"));
+                }
                 Err(_) if last && point == Point::File => {
                     std::fs::File::create_new(&upper).map_err(|err| io(&upper, &err))?;
                     return Ok(false);
@@ -244,17 +246,31 @@ fn io(path: &Path, err: &std::io::Error) -> String {
     format!("preparing the image's root at {}: {err}", path.display())
 }
 
+/// Where, in a command's own mount namespace, what `bwrap` binds is shown to it: a small
+/// tmpfs over `/tmp` (the host's work directory may be out of the slot user's reach, and
+/// `bwrap` reads its sources by path as that user).
+pub(crate) const STAGE: &std::ffi::CStr = c"/tmp";
+
 /// What a command's process does between fork and exec to enter its image's root: a mount
-/// namespace of its own with the overlay mounted, the root open at a descriptor `bwrap`
-/// binds, the other descriptors `bwrap` binds kept open, then the drop to the slot's user.
+/// namespace of its own with the overlay mounted and shown under [`STAGE`] with the caches
+/// and the secrets file, then the drop to the slot's user (who starts `bwrap`).
 pub(crate) struct Entry {
     pub(crate) at: CString,
     pub(crate) options: CString,
-    /// The descriptor number the root is opened at (reserved by the parent).
-    pub(crate) root_fd: RawFd,
-    /// Descriptors opened by the parent (close-on-exec) that `bwrap` binds.
-    pub(crate) keep: Vec<RawFd>,
+    /// What is shown under [`STAGE`], the root first.
+    pub(crate) binds: Vec<Bind>,
     pub(crate) user: u32,
+}
+
+/// A host path shown under [`STAGE`]: opened in the command's own namespace (before the
+/// stage covers it) at a descriptor number the parent reserved, then bound from there.
+pub(crate) struct Bind {
+    pub(crate) path: CString,
+    pub(crate) fd: RawFd,
+    /// `/proc/self/fd/<fd>`.
+    pub(crate) via: CString,
+    pub(crate) target: CString,
+    pub(crate) file: bool,
 }
 
 impl Entry {
@@ -266,27 +282,37 @@ impl Entry {
         use nix::mount::{MsFlags, mount};
         use nix::sched::{CloneFlags, unshare};
         use nix::unistd::{Gid, Uid, setgroups, setresgid, setresuid};
+        let none = None::<&std::ffi::CStr>;
         unshare(CloneFlags::CLONE_NEWNS)?;
-        mount(None::<&std::ffi::CStr>, c"/", None::<&std::ffi::CStr>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&std::ffi::CStr>)?;
-        mount(
-            Some(c"overlay"),
-            self.at.as_c_str(),
-            Some(c"overlay"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some(self.options.as_c_str()),
-        )?;
-        // SAFETY: plain system calls on a NUL-terminated path and descriptor numbers.
-        unsafe {
-            let fd = libc::open(self.at.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
-            if fd < 0 || libc::dup3(fd, self.root_fd, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::close(fd);
-            for fd in &self.keep {
-                if libc::fcntl(*fd, libc::F_SETFD, 0) < 0 {
+        mount(none, c"/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)?;
+        let quiet = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        mount(Some(c"overlay"), self.at.as_c_str(), Some(c"overlay"), quiet, Some(self.options.as_c_str()))?;
+        for bind in &self.binds {
+            let directory = if bind.file { 0 } else { libc::O_DIRECTORY };
+            // SAFETY: plain system calls on NUL-terminated paths and descriptor numbers.
+            unsafe {
+                let fd = libc::open(bind.path.as_ptr(), libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC | directory);
+                if fd < 0 || libc::dup3(fd, bind.fd, libc::O_CLOEXEC) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                libc::close(fd);
             }
+        }
+        mount(Some(c"tmpfs"), STAGE, Some(c"tmpfs"), quiet, Some(c"mode=0755,size=65536"))?;
+        for bind in &self.binds {
+            // SAFETY: as above.
+            let made = unsafe {
+                if bind.file {
+                    let fd = libc::open(bind.target.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o600);
+                    if fd >= 0 { libc::close(fd) } else { fd }
+                } else {
+                    libc::mkdir(bind.target.as_ptr(), 0o755)
+                }
+            };
+            if made < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            mount(Some(bind.via.as_c_str()), bind.target.as_c_str(), none, MsFlags::MS_BIND | MsFlags::MS_REC, none)?;
         }
         let (uid, gid) = (Uid::from_raw(self.user), Gid::from_raw(self.user));
         setgroups(&[])?;
@@ -319,8 +345,13 @@ mod tests {
         std::fs::create_dir_all(upper.join("out/kept")).unwrap();
         std::fs::write(upper.join("out/kept/a.txt"), "task").unwrap();
         std::fs::write(upper.join("out/new.txt"), "task").unwrap();
-        nix::sys::stat::mknod(&upper.join("out/gone"), nix::sys::stat::SFlag::S_IFCHR, nix::sys::stat::Mode::empty(), 0)
-            .unwrap();
+        nix::sys::stat::mknod(
+            &upper.join("out/gone"),
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::empty(),
+            0,
+        )
+        .unwrap();
         let names: Vec<String> = overlay.files_under("out").unwrap().into_iter().map(|(_, name)| name).collect();
         assert_eq!(names, ["c.txt", "kept/a.txt", "new.txt"], "whiteouts hide, links are not followed");
         assert_eq!(std::fs::read_to_string(overlay.file("out/kept/a.txt").unwrap()).unwrap(), "task");
@@ -330,9 +361,11 @@ mod tests {
         std::fs::write(upper.join("covered/new.txt"), "task").unwrap();
         let set = CString::new(upper.join("covered").as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: NUL-terminated strings, a one-byte value.
-        let set = unsafe { libc::lsetxattr(set.as_ptr(), c"trusted.overlay.opaque".as_ptr(), c"y".as_ptr().cast(), 1, 0) };
+        let set =
+            unsafe { libc::lsetxattr(set.as_ptr(), c"trusted.overlay.opaque".as_ptr(), c"y".as_ptr().cast(), 1, 0) };
         if set == 0 {
-            let names: Vec<String> = overlay.files_under("covered").unwrap().into_iter().map(|(_, name)| name).collect();
+            let names: Vec<String> =
+                overlay.files_under("covered").unwrap().into_iter().map(|(_, name)| name).collect();
             assert_eq!(names, ["new.txt"], "an opaque directory covers the image's");
             assert!(overlay.file("covered/old.txt").is_none());
         }

@@ -65,7 +65,8 @@ pub(super) async fn obtain(setup: &Setup<'_>, registries: &Registries, name: &st
         Some(digest) => digest.to_owned(),
         None => client.fetch_manifest_digest(&reference, &auth).await.map_err(|err| refused(name, &err))?,
     };
-    let pinned = Reference::with_digest(reference.registry().to_owned(), reference.repository().to_owned(), digest.clone());
+    let pinned =
+        Reference::with_digest(reference.registry().to_owned(), reference.repository().to_owned(), digest.clone());
     let key = format!("image:registry:{pinned}");
     let what = format!("{name} ({digest})");
     if let Some(ready) = cached(setup, &key, &what).await? {
@@ -83,7 +84,9 @@ pub(super) async fn obtain(setup: &Setup<'_>, registries: &Registries, name: &st
     let layers_dir = staging.join("layers");
     let limit = setup.cache.limit();
     let pulled = async {
-        tokio::fs::create_dir_all(&layers_dir).await.map_err(|err| SetupError::Worker(format!("pulling {name}: {err}")))?;
+        tokio::fs::create_dir_all(&layers_dir)
+            .await
+            .map_err(|err| SetupError::Worker(format!("pulling {name}: {err}")))?;
         let mut files = Vec::new();
         let mut total = 0u64;
         for (idx, layer) in manifest.layers.iter().enumerate() {
@@ -94,8 +97,9 @@ pub(super) async fn obtain(setup: &Setup<'_>, registries: &Registries, name: &st
                 )));
             }
             let file = layers_dir.join(idx.to_string());
-            let mut out =
-                tokio::fs::File::create(&file).await.map_err(|err| SetupError::Worker(format!("pulling {name}: {err}")))?;
+            let mut out = tokio::fs::File::create(&file)
+                .await
+                .map_err(|err| SetupError::Worker(format!("pulling {name}: {err}")))?;
             // The crate checks the bytes against the layer's digest.
             client.pull_blob(&pinned, layer, &mut out).await.map_err(|err| refused(name, &err))?;
             out.flush().await.map_err(|err| SetupError::Worker(format!("pulling {name}: {err}")))?;

@@ -45,26 +45,16 @@ pub(crate) async fn make(
     .await
     .map_err(|err| SetupError::Payload(format!("payload.image: {err}")))?;
     let options = overlay.options().map_err(SetupError::Worker)?;
-    let open = |path: &Path, directory: bool| -> Result<OwnedFd, SetupError> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let flags = libc::O_PATH | libc::O_NOFOLLOW | if directory { libc::O_DIRECTORY } else { 0 };
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(flags)
-            .open(path)
-            .map(OwnedFd::from)
-            .map_err(|err| SetupError::Worker(format!("opening {}: {err}", path.display())))
-    };
-    let caches = payload
-        .caches
-        .iter()
-        .enumerate()
-        .map(|(idx, cache)| Ok((open(&dir.join(cache_home(idx)), true)?, format!("/{}", cache.path))))
-        .collect::<Result<Vec<_>, SetupError>>()?;
-    let secrets = secrets_file.map(|file| open(file, false)).transpose()?;
-    // A number held for the root, which each command's process opens there itself.
-    let root_fd = open(Path::new("/"), true)?;
-    Ok(ImageRoot { overlay, options, workdir: format!("/{workdir}"), root_fd, caches, secrets, user })
+    let caches: Vec<_> = (payload.caches.iter().enumerate())
+        .map(|(idx, cache)| (dir.join(cache_home(idx)), format!("/{}", cache.path)))
+        .collect();
+    let secrets = secrets_file.map(Path::to_path_buf);
+    // Numbers held for what each command's process opens itself: the root, then those.
+    let reserved = (0..1 + caches.len() + usize::from(secrets.is_some()))
+        .map(|_| std::fs::File::open("/").map(OwnedFd::from))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| SetupError::Worker(format!("holding descriptors for the image's root: {err}")))?;
+    Ok(ImageRoot { overlay, options, workdir: format!("/{workdir}"), caches, secrets, reserved, user })
 }
 
 /// The variables the image and then the payload give, over docker's defaults.

@@ -113,7 +113,9 @@ fn image(value: &Value) -> Result<ImageSpec, String> {
     match value {
         Value::String(name) => registry_name("payload.image", name),
         Value::Object(object) => match object.get("type").and_then(Value::as_str) {
-            Some("task-image") => Ok(ImageSpec::Artifact { task_id: text(object, "taskId")?, path: text(object, "path")? }),
+            Some("task-image") => {
+                Ok(ImageSpec::Artifact { task_id: text(object, "taskId")?, path: text(object, "path")? })
+            }
             Some("indexed-image") => {
                 Ok(ImageSpec::Indexed { namespace: text(object, "namespace")?, path: text(object, "path")? })
             }
@@ -202,12 +204,13 @@ fn artifact(name: &str, item: &Value) -> Result<ArtifactSpec, String> {
         _ => return Err(format!("{field}.type must be file, directory or volume")),
     };
     let path = object.get("path").and_then(Value::as_str).ok_or_else(|| format!("{field}.path is required"))?;
-    let expires = match object.get("expires") {
-        None => None,
-        Some(value) => Some(value.as_str().and_then(Timestamp::parse).ok_or_else(|| {
-            format!("{field}.expires must be a date and time (RFC 3339, as 2026-01-31T12:00:00Z)")
-        })?),
-    };
+    let expires =
+        match object.get("expires") {
+            None => None,
+            Some(value) => Some(value.as_str().and_then(Timestamp::parse).ok_or_else(|| {
+                format!("{field}.expires must be a date and time (RFC 3339, as 2026-01-31T12:00:00Z)")
+            })?),
+        };
     Ok(ArtifactSpec {
         directory,
         path: image_path(&format!("{field}.path"), path)?,
@@ -220,8 +223,11 @@ fn artifact(name: &str, item: &Value) -> Result<ArtifactSpec, String> {
 /// An absolute path in the image, in its plain form relative to the image's root.
 fn image_path(field: &str, path: &str) -> Result<String, String> {
     let parts: Vec<&str> = path.split('/').filter(|part| !part.is_empty() && *part != ".").collect();
-    let plain =
-        path.starts_with('/') && path.len() <= MAX_PATH && !path.contains('\0') && !parts.is_empty() && !parts.contains(&"..");
+    let plain = path.starts_with('/')
+        && path.len() <= MAX_PATH
+        && !path.contains('\0')
+        && !parts.is_empty()
+        && !parts.contains(&"..");
     if plain {
         Ok(parts.join("/"))
     } else {
@@ -256,7 +262,10 @@ mod tests {
             "supersederUrl": "https://example.com/ignored"
         }))
         .unwrap();
-        assert_eq!(payload.image, Some(ImageSpec::Artifact { task_id: "T1".into(), path: "public/image.tar.zst".into() }));
+        assert_eq!(
+            payload.image,
+            Some(ImageSpec::Artifact { task_id: "T1".into(), path: "public/image.tar.zst".into() })
+        );
         assert_eq!(payload.commands.len(), 1);
         assert!(matches!(&payload.commands[0], CommandSpec::Argv(argv) if argv[0] == "/bin/sh"));
         assert_eq!(payload.caches[0].path, "builds/worker/checkouts");
