@@ -121,3 +121,142 @@ async fn a_task_builds_an_image_that_the_next_runs_in() {
     .await;
     assert_eq!(after["state"], "completed", "the worker carries on: {log}");
 }
+
+/// Debian's docker-registry on a free port of loopback, storing in `dir`.
+struct Registry {
+    _child: tokio::process::Child,
+    host: String,
+}
+
+async fn registry(dir: &std::path::Path) -> Registry {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let host = format!("127.0.0.1:{port}");
+    let config = dir.join("registry.yml");
+    let storage = dir.join("registry");
+    std::fs::write(
+        &config,
+        format!("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {host}\n", storage.display()),
+    )
+    .unwrap();
+    let child = tokio::process::Command::new("/usr/bin/docker-registry")
+        .arg("serve")
+        .arg(&config)
+        .kill_on_drop(true)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("docker-registry (Debian's package) is installed by scripts/test.sh");
+    // Ready when its API answers (the process has no other signal to wait for).
+    for _ in 0..200 {
+        if reqwest::get(format!("http://{host}/v2/")).await.is_ok_and(|res| res.status().is_success()) {
+            return Registry { _child: child, host };
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the registry did not start on {host}");
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{:x}", sha2::Sha256::digest(bytes))
+}
+
+/// A tar of busybox's root with `files`, and of `files` alone.
+fn tar_of(busybox: bool, files: &[(&str, &str)]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    if busybox {
+        builder.append_path_with_name("/bin/busybox", "bin/busybox").unwrap();
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Symlink);
+        header.set_size(0);
+        header.set_mode(0o777);
+        header.set_uid(0);
+        header.set_gid(0);
+        builder.append_link(&mut header, "bin/sh", "busybox").unwrap();
+    }
+    for (path, text) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(text.len() as u64);
+        header.set_mode(0o644);
+        header.set_uid(0);
+        header.set_gid(0);
+        builder.append_data(&mut header, path, text.as_bytes()).unwrap();
+    }
+    builder.into_inner().unwrap()
+}
+
+/// Pushes a two-layer image (the second gzip-compressed, with a whiteout) as `name:tag`;
+/// answers its manifest's digest.
+async fn push(host: &str, name: &str, tag: &str) -> String {
+    use std::io::Write;
+    let http = reqwest::Client::new();
+    let base = tar_of(true, &[("etc/os-release", "NAME=from-registry\n"), ("etc/gone", "x\n")]);
+    let top = tar_of(false, &[("etc/.wh.gone", "")]);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&top).unwrap();
+    let top_gz = gz.finish().unwrap();
+    let config = serde_json::to_vec(&json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Env": ["PATH=/bin"], "Cmd": ["sh", "-c", "echo the-image-command"]},
+        "rootfs": {"type": "layers", "diff_ids": [sha256(&base), sha256(&top)]}
+    }))
+    .unwrap();
+    for blob in [&base, &top_gz, &config] {
+        let res = http.post(format!("http://{host}/v2/{name}/blobs/uploads/")).send().await.unwrap();
+        assert_eq!(res.status(), 202);
+        let location = res.headers()["location"].to_str().unwrap().to_owned();
+        let location = if location.starts_with('/') { format!("http://{host}{location}") } else { location };
+        let sep = if location.contains('?') { '&' } else { '?' };
+        let res = http.put(format!("{location}{sep}digest={}", sha256(blob))).body(blob.to_vec()).send().await.unwrap();
+        assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    }
+    let descriptor =
+        |media: &str, bytes: &[u8]| json!({"mediaType": media, "digest": sha256(bytes), "size": bytes.len()});
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": descriptor("application/vnd.oci.image.config.v1+json", &config),
+        "layers": [
+            descriptor("application/vnd.oci.image.layer.v1.tar", &base),
+            descriptor("application/vnd.oci.image.layer.v1.tar+gzip", &top_gz)
+        ]
+    }))
+    .unwrap();
+    let res = http
+        .put(format!("http://{host}/v2/{name}/manifests/{tag}"))
+        .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+        .body(manifest.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    sha256(&manifest)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_is_pulled_from_a_registry_by_tag_or_digest() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = registry(dir.path()).await;
+    let digest = push(&registry.host, "test/busybox", "1").await;
+    let server = server(&dir.path().join("data")).await;
+    let insecure = ["--insecure-registry", registry.host.as_str()];
+    let _worker = worker_with(&server.root, QUEUE, "w1", &dir.path().join("work"), &insecure);
+
+    let by_tag = json!({"image": format!("{}/test/busybox:1", registry.host), "maxRunTime": 60,
+        "command": ["sh", "-c", "cat /etc/os-release; test -e /etc/gone && echo gone-visible; echo ran"]});
+    let (first, log) = run(&server, QUEUE, by_tag, &[]).await;
+    assert_eq!(first["state"], "completed", "{log}");
+    assert!(log.contains("NAME=from-registry") && !log.contains("gone-visible"), "{log}");
+    assert!(log.contains(&format!("({digest})")) && log.contains("bytes pulled"), "{log}");
+
+    // By digest, with the image's own command: from the cache, the registry not asked.
+    let by_digest = json!({"image": format!("{}/test/busybox@{digest}", registry.host), "maxRunTime": 60});
+    let (second, log) = run(&server, QUEUE, by_digest, &[]).await;
+    assert_eq!(second["state"], "completed", "{log}");
+    assert!(log.contains("from the worker's cache") && log.contains("the-image-command"), "{log}");
+
+    let missing = json!({"image": format!("{}/test/busybox:2", registry.host), "command": ["true"], "maxRunTime": 60});
+    let (refused, log) = run(&server, QUEUE, missing, &[]).await;
+    assert_eq!(refused["reasonResolved"], "malformed-payload", "{log}");
+    assert!(log.contains("payload.image"), "{log}");
+}

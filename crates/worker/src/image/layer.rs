@@ -63,7 +63,8 @@ pub(crate) fn apply(file: &Path, root: &Path, applied: &mut Applied, limit: u64)
         let at = root.join(&rel);
         let header = entry.header();
         let mode = header.mode().map_err(layer_corrupt)? & 0o1777;
-        let other_owner = header.uid().map_err(layer_corrupt)? != 0;
+        // Only whether it is root's matters; an unreadable owner is taken as root's.
+        let other_owner = header.uid().is_ok_and(|uid| uid != 0);
         let kind = header.entry_type();
         match kind {
             tar::EntryType::Directory => {

@@ -88,7 +88,7 @@ impl Overlay {
                     std::fs::DirBuilder::new().mode(0o700).create(&upper).map_err(|err| io(&upper, &err))?;
                     std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(metadata.mode() & 0o7777))
                         .map_err(|err| io(&upper, &err))?;
-                    let owner = if owned.iter().any(|dir| *dir == prefix) { user } else { metadata.uid() };
+                    let owner = if owned.contains(&prefix) { user } else { metadata.uid() };
                     std::os::unix::fs::lchown(&upper, Some(owner), Some(owner)).map_err(|err| io(&upper, &err))?;
                 }
                 Ok(metadata) if last && point == Point::File && metadata.is_file() => return Ok(false),
@@ -162,10 +162,8 @@ impl Overlay {
                     *layer = None;
                 }
             }
-            if let Some(dir) = &upper {
-                if is_opaque(dir) {
-                    lower = None;
-                }
+            if upper.as_deref().is_some_and(is_opaque) {
+                lower = None;
             }
             upper = upper.map(|dir| dir.join(part));
             lower = lower.map(|dir| dir.join(part));
@@ -176,10 +174,11 @@ impl Overlay {
                 lower = None;
             }
         }
-        if let Some(dir) = &upper {
-            if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) && is_opaque(dir) {
-                lower = None;
-            }
+        if upper
+            .as_deref()
+            .is_some_and(|dir| std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) && is_opaque(dir))
+        {
+            lower = None;
         }
         (upper, lower)
     }

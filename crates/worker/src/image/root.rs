@@ -39,11 +39,9 @@ pub(crate) async fn make(
         points.push((workdir.clone(), Point::Directory));
     }
     let (owned, prepared) = (ready.config.owned.clone(), overlay.clone());
-    crate::mount::blocking(move || {
-        prepared.prepare(&owned, user, &points).map_err(|reason| std::io::Error::other(reason))
-    })
-    .await
-    .map_err(|err| SetupError::Payload(format!("payload.image: {err}")))?;
+    crate::mount::blocking(move || prepared.prepare(&owned, user, &points).map_err(std::io::Error::other))
+        .await
+        .map_err(|err| SetupError::Payload(format!("payload.image: {err}")))?;
     let options = overlay.options().map_err(SetupError::Worker)?;
     let caches: Vec<_> = (payload.caches.iter().enumerate())
         .map(|(idx, cache)| (dir.join(cache_home(idx)), format!("/{}", cache.path)))
