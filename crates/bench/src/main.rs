@@ -172,6 +172,15 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// Tasks in images through a real worker (as root): the first use of a `megabytes` image
+    /// (download and unpack), then `runs` cached starts interleaved with sandboxed tasks
+    /// without an image.
+    Images {
+        #[arg(long, default_value_t = 100)]
+        megabytes: usize,
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
     /// Live-log throughput end to end: a chatty task on a real worker, one reader following.
     Chatty {
         #[arg(long, default_value_t = 256)]
@@ -350,6 +359,7 @@ fn main() -> anyhow::Result<()> {
             Command::Proxy { requests, isolation } => worker::proxy(requests, &isolation).await?,
             Command::Chatty { megabytes } => worker::chatty(megabytes).await?,
             Command::Mounts { megabytes, runs } => worker::mounts(megabytes, runs).await?,
+            Command::Images { megabytes, runs } => worker::images(megabytes, runs).await?,
             Command::Scale { pending, claims } => scale::scale(&pending, claims).await?,
             Command::Dimensions { tasks, workers, concurrency, database } => {
                 dimensions::dimensions(tasks, workers, concurrency, database.as_deref()).await?

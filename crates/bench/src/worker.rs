@@ -241,6 +241,72 @@ pub(crate) async fn mounts(megabytes: usize, runs: usize) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The image benchmark's builder: `examples/images/docker-save.sh`.
+const DOCKER_SAVE: &str = include_str!("../../../examples/images/docker-save.sh");
+
+/// Tasks in images: the first use of a `megabytes` image built by a task (busybox and random
+/// bytes), then `runs` cached starts, each after a sandboxed task without an image; for
+/// both, the worker's time from claim to the command's end (`setupMs + runMs`).
+pub(crate) async fn images(megabytes: usize, runs: usize) -> anyhow::Result<()> {
+    let server = Server::start(None, &[]).await?;
+    let root = server.base.trim_end_matches("/api/queue/v1").to_owned();
+    let work_dir = tempfile::tempdir_in(std::env::temp_dir())?;
+    let worker = server::start_worker(&root, "bench/mounts", 1, work_dir.path(), &[])?;
+    let (build, _) = run_task(
+        &server,
+        json!({
+            "command": [
+                "mkdir -p base/bin && cp /bin/busybox base/bin/ && ln -s busybox base/bin/true",
+                format!("head -c {megabytes}M /dev/urandom > base/data.bin && sh docker-save.sh image.tar base")
+            ],
+            "mounts": [{"file": "docker-save.sh", "content": {"raw": DOCKER_SAVE}}],
+            "artifacts": [{"type": "file", "path": "image.tar", "name": "public/image.tar"}],
+            "maxRunTime": 600
+        }),
+    )
+    .await?;
+    let in_image = json!({
+        "image": {"type": "task-image", "taskId": build, "path": "public/image.tar"},
+        "command": ["/bin/true"],
+        "maxRunTime": 60
+    });
+    let (_, first) = run_task(&server, in_image.clone()).await?;
+    let millis = |stats: &Value, key: &str| stats[key].as_u64().unwrap_or(0);
+    println!(
+        "images: first use of a {megabytes} MiB image (download and unpack): {} ms ({} bytes fetched)",
+        millis(&first, "mountMs"),
+        first["bytesFetched"]
+    );
+    let plain = json!({"command": [["true"]], "maxRunTime": 60});
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let (_, stats) = run_task(&server, plain.clone()).await?;
+        without.push(millis(&stats, "setupMs") + millis(&stats, "runMs"));
+        let (_, stats) = run_task(&server, in_image.clone()).await?;
+        with.push(millis(&stats, "setupMs") + millis(&stats, "runMs"));
+    }
+    let (with, without) = (percentiles(&mut with), percentiles(&mut without));
+    println!(
+        "images: claim to command's end over {runs} interleaved pairs: in the cached image p50 {} ms p99 {} ms; \
+         sandboxed without an image p50 {} ms p99 {} ms; the image adds {} ms at p50",
+        with.0,
+        with.1,
+        without.0,
+        without.1,
+        with.0.saturating_sub(without.0)
+    );
+    drop(worker);
+    server.stop().await;
+    Ok(())
+}
+
+/// p50 and p99 of `samples`.
+fn percentiles(samples: &mut [u64]) -> (u64, u64) {
+    samples.sort_unstable();
+    let at = |q: f64| samples.get(((samples.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
+    (at(0.5), at(0.99))
+}
+
 /// Creates a task with `payload` and waits for it to complete; answers its id and its run's
 /// stats.
 async fn run_task(server: &Server, payload: Value) -> anyhow::Result<(String, Value)> {
