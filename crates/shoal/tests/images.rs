@@ -18,7 +18,7 @@ const DOCKER_SAVE: &str = include_str!("../../../examples/images/docker-save.sh"
 async fn build_image(server: &Server) -> String {
     let commands = [
         "mkdir -p base/bin base/etc base/builds/worker base/opt top/etc top/opt top/builds/worker",
-        "cp /bin/busybox base/bin/ && for t in sh cat ls id echo mkdir touch test pwd; do ln -s busybox base/bin/$t; done",
+        "cp /bin/busybox base/bin/ && for t in sh cat ls id echo mkdir touch test pwd grep ln mount wget; do ln -s busybox base/bin/$t; done",
         "echo NAME=shoal-test > base/etc/os-release && echo x > base/etc/gone && echo old > base/opt/old",
         "touch top/etc/.wh.gone top/opt/.wh..wh..opq && echo new > top/opt/new",
         "IMAGE_USER_DIRS=builds/worker IMAGE_CONFIG='{\"Env\":[\"PATH=/bin\",\"FROM_IMAGE=yes\"],\"WorkingDir\":\"/builds/worker\"}' \
@@ -120,6 +120,66 @@ async fn a_task_builds_an_image_that_the_next_runs_in() {
     )
     .await;
     assert_eq!(after["state"], "completed", "the worker carries on: {log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_in_an_image_holds_nothing_of_the_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&dir.path().join("data")).await;
+    let _worker = worker_with(&server.root, QUEUE, "w1", &dir.path().join("work"), &[]);
+    let build = build_image(&server).await;
+    let script = "grep -E '^(NoNewPrivs|CapEff)' /proc/self/status; echo root: $(ls /); \
+        (echo x > /etc/os-release) 2>/dev/null || echo image-read-only; \
+        mount -t tmpfs none /opt 2>/dev/null || echo no-mount; \
+        ln -s /etc/shadow leak.txt; mkdir out; ln -s /etc out/etc; echo fine > out/fine.txt";
+    let payload = json!({
+        "image": {"type": "task-image", "taskId": build, "path": "public/image.tar.gz"},
+        "command": ["sh", "-c", script],
+        "maxRunTime": 60,
+        "artifacts": {
+            "public/leak.txt": {"type": "file", "path": "/builds/worker/leak.txt"},
+            "public/out": {"type": "directory", "path": "/builds/worker/out"}
+        }
+    });
+    let mut task = definition(QUEUE, payload);
+    task["retries"] = json!(0);
+    let task_id = create_definition(&server, &task).await;
+    let status = resolved(&server, &task_id, 1).await;
+    let log = log_of(&server, &task_id, 0).await;
+    assert_eq!(status["state"], "completed", "{log}");
+    assert!(log.contains("NoNewPrivs:\t1") && log.contains("CapEff:\t0000000000000000"), "{log}");
+    assert!(log.contains("root: bin builds dev etc opt proc tmp\n"), "the image's root and the run's own: {log}");
+    assert!(log.contains("image-read-only") && log.contains("no-mount"), "{log}");
+    let listed: Value = reqwest::get(format!("{}/task/{task_id}/runs/0/artifacts", server.api)).await.unwrap().json().await.unwrap();
+    let mut names: Vec<(String, String)> = listed["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["name"].as_str().unwrap().to_owned(), a["storageType"].as_str().unwrap().to_owned()))
+        .filter(|(name, _)| !name.starts_with("public/logs/"))
+        .collect();
+    names.sort();
+    let expected = [("public/leak.txt", "error"), ("public/out/fine.txt", "s3")].map(|(n, t)| (n.to_owned(), t.to_owned()));
+    assert_eq!(names, expected, "links the task left are neither followed nor uploaded");
+
+    // The credentials proxy serves a task in an image as any other.
+    let proxied = json!({
+        "image": {"type": "task-image", "taskId": build, "path": "public/image.tar.gz"},
+        "command": ["sh", "-c", "wget -qO- $TASKCLUSTER_PROXY_URL/api/queue/v1/ping"],
+        "features": {"taskclusterProxy": true},
+        "maxRunTime": 60
+    });
+    let (ran, log) = run(&server, QUEUE, proxied, &[]).await;
+    assert_eq!(ran["state"], "completed", "{log}");
+    assert!(log.contains("alive"), "{log}");
+
+    // A worker that cannot contain a task in its image refuses it.
+    let open_queue = "e2e/images-open";
+    let _open = worker_with(&server.root, open_queue, "w2", &dir.path().join("open"), &["--isolation", "none"]);
+    let payload = json!({"image": {"type": "task-image", "taskId": build, "path": "public/image.tar.gz"}, "command": ["true"], "maxRunTime": 60});
+    let (refused, log) = run(&server, open_queue, payload, &[]).await;
+    assert_eq!(refused["reasonResolved"], "malformed-payload", "{log}");
+    assert!(log.contains("payload.image: this worker cannot run tasks in images"), "{log}");
 }
 
 /// Debian's docker-registry on a free port of loopback, storing in `dir`.
