@@ -150,7 +150,8 @@ async fn a_task_in_an_image_holds_nothing_of_the_hosts() {
     assert!(log.contains("NoNewPrivs:\t1") && log.contains("CapEff:\t0000000000000000"), "{log}");
     assert!(log.contains("root: bin builds dev etc opt proc tmp\n"), "the image's root and the run's own: {log}");
     assert!(log.contains("image-read-only") && log.contains("no-mount"), "{log}");
-    let listed: Value = reqwest::get(format!("{}/task/{task_id}/runs/0/artifacts", server.api)).await.unwrap().json().await.unwrap();
+    let listed: Value =
+        reqwest::get(format!("{}/task/{task_id}/runs/0/artifacts", server.api)).await.unwrap().json().await.unwrap();
     let mut names: Vec<(String, String)> = listed["artifacts"]
         .as_array()
         .unwrap()
@@ -159,7 +160,8 @@ async fn a_task_in_an_image_holds_nothing_of_the_hosts() {
         .filter(|(name, _)| !name.starts_with("public/logs/"))
         .collect();
     names.sort();
-    let expected = [("public/leak.txt", "error"), ("public/out/fine.txt", "s3")].map(|(n, t)| (n.to_owned(), t.to_owned()));
+    let expected =
+        [("public/leak.txt", "error"), ("public/out/fine.txt", "s3")].map(|(n, t)| (n.to_owned(), t.to_owned()));
     assert_eq!(names, expected, "links the task left are neither followed nor uploaded");
 
     // The credentials proxy serves a task in an image as any other.
@@ -248,9 +250,15 @@ fn tar_of(busybox: bool, files: &[(&str, &str)]) -> Vec<u8> {
 /// Pushes a two-layer image (the second gzip-compressed, with a whiteout) as `name:tag`;
 /// answers its manifest's digest.
 async fn push(host: &str, name: &str, tag: &str) -> String {
+    push_named(host, name, tag, "from-registry").await
+}
+
+/// [`push`], with `NAME=<os>` in its `/etc/os-release`.
+async fn push_named(host: &str, name: &str, tag: &str, os: &str) -> String {
     use std::io::Write;
     let http = reqwest::Client::new();
-    let base = tar_of(true, &[("etc/os-release", "NAME=from-registry\n"), ("etc/gone", "x\n")]);
+    let release = format!("NAME={os}\n");
+    let base = tar_of(true, &[("etc/os-release", release.as_str()), ("etc/gone", "x\n")]);
     let top = tar_of(false, &[("etc/.wh.gone", "")]);
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&top).unwrap();
@@ -315,8 +323,72 @@ async fn an_image_is_pulled_from_a_registry_by_tag_or_digest() {
     assert_eq!(second["state"], "completed", "{log}");
     assert!(log.contains("from the worker's cache") && log.contains("the-image-command"), "{log}");
 
+    // Through a registry that asks for a bearer token first (the distribution API's token flow).
+    push_named(&registry.host, "test/private", "1", "behind-a-token").await;
+    let gated = token_gate(&registry.host).await;
+    let _gated_worker = worker_with(
+        &server.root,
+        "e2e/images-gated",
+        "w2",
+        &dir.path().join("gated"),
+        &["--insecure-registry", &gated],
+    );
+    let payload = json!({"image": format!("{gated}/test/private:1"), "command": ["sh", "-c", "cat /etc/os-release"], "maxRunTime": 60});
+    let (through, log) = run(&server, "e2e/images-gated", payload, &[]).await;
+    assert_eq!(through["state"], "completed", "{log}");
+    assert!(log.contains("NAME=behind-a-token"), "{log}");
+
     let missing = json!({"image": format!("{}/test/busybox:2", registry.host), "command": ["true"], "maxRunTime": 60});
     let (refused, log) = run(&server, QUEUE, missing, &[]).await;
     assert_eq!(refused["reasonResolved"], "malformed-payload", "{log}");
     assert!(log.contains("payload.image"), "{log}");
+}
+
+/// The token a [`token_gate`] hands out and asks for.
+const TOKEN: &str = "a-pull-token";
+
+/// A front of the registry at `upstream` that answers 401 with a bearer challenge to any
+/// request without [`TOKEN`], and hands it out at `/token`; answers its `host:port`.
+async fn token_gate(upstream: &str) -> String {
+    use axum::extract::State;
+    use axum::http::{HeaderMap, Method, StatusCode, Uri};
+    use axum::response::{IntoResponse, Response};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    async fn handle(
+        State((upstream, host)): State<(String, String)>,
+        method: Method,
+        uri: Uri,
+        headers: HeaderMap,
+    ) -> Response {
+        if uri.path() == "/token" {
+            return axum::Json(json!({"token": TOKEN})).into_response();
+        }
+        let bearer = format!("Bearer {TOKEN}");
+        if headers.get("authorization").and_then(|value| value.to_str().ok()) != Some(bearer.as_str()) {
+            let challenge =
+                format!("Bearer realm=\"http://{host}/token\",service=\"test\",scope=\"repository:test/private:pull\"");
+            return (StatusCode::UNAUTHORIZED, [("www-authenticate", challenge)]).into_response();
+        }
+        let path = uri.path_and_query().map_or("/", |path| path.as_str());
+        let mut request = reqwest::Client::new().request(method, format!("http://{upstream}{path}"));
+        if let Some(accept) = headers.get("accept") {
+            request = request.header("accept", accept.as_bytes());
+        }
+        let answer = request.send().await.unwrap();
+        let status = StatusCode::from_u16(answer.status().as_u16()).unwrap();
+        let mut out = HeaderMap::new();
+        for (name, value) in answer.headers() {
+            if !["transfer-encoding", "content-length", "connection"].contains(&name.as_str()) {
+                out.insert(
+                    axum::http::HeaderName::from_bytes(name.as_str().as_bytes()).unwrap(),
+                    axum::http::HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+                );
+            }
+        }
+        (status, out, answer.bytes().await.unwrap()).into_response()
+    }
+    let app = axum::Router::new().fallback(handle).with_state((upstream.to_owned(), host.clone()));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    host
 }
