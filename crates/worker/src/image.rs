@@ -201,3 +201,22 @@ fn unpack(staging: &Path, config: &Value, layers: &[&Path], limit: u64) -> Resul
     }
     unpacked
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_command_is_dockers_entrypoint_then_the_payloads_or_the_images() {
+        let config = ImageConfig::of(
+            &json!({"config": {"Entrypoint": ["/run-task"], "Cmd": ["sh"], "WorkingDir": "/builds/../worker/", "Env": ["A=1", "B"]}}),
+            Vec::new(),
+        );
+        assert_eq!(config.command(&["make".into()]), ["/run-task", "make"]);
+        assert_eq!(config.command(&[]), ["/run-task", "sh"]);
+        assert_eq!(config.working_dir(), "builds/worker", "no `..` leads out of the image's root");
+        assert_eq!(config.variables().collect::<Vec<_>>(), [("A".to_owned(), "1".to_owned())]);
+    }
+}

@@ -196,3 +196,99 @@ pub(crate) fn sha256(path: &Path) -> std::io::Result<String> {
     std::io::copy(&mut File::open(path)?, &mut hasher)?;
     Ok(format!("{:x}", hasher.finalize()))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn hex(bytes: &[u8]) -> String {
+        format!("{:x}", Sha256::digest(bytes))
+    }
+
+    /// A tar of `(name, bytes)` files.
+    fn tar(files: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, bytes) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            builder.append_data(&mut header, name, bytes.as_slice()).unwrap();
+        }
+        builder.into_inner().unwrap()
+    }
+
+    /// An OCI layout whose index lists an index of two platforms' manifests.
+    fn oci_layout(layer: &[u8]) -> Vec<u8> {
+        let config = serde_json::to_vec(&json!({"config": {"Env": ["A=1"]}})).unwrap();
+        let manifest = serde_json::to_vec(&json!({
+            "config": {"digest": format!("sha256:{}", hex(&config))},
+            "layers": [{"digest": format!("sha256:{}", hex(layer))}]
+        }))
+        .unwrap();
+        let other = b"{}".to_vec();
+        let platforms = serde_json::to_vec(&json!({"manifests": [
+            {"digest": format!("sha256:{}", hex(&other)), "platform": {"os": "linux", "architecture": "s390x"}},
+            {"digest": format!("sha256:{}", hex(&manifest)), "platform": {"os": "linux", "architecture": crate::image::architecture()}}
+        ]}))
+        .unwrap();
+        let index = serde_json::to_vec(&json!({"manifests": [{"digest": format!("sha256:{}", hex(&platforms))}]})).unwrap();
+        let blob = |bytes: &[u8]| (format!("blobs/sha256/{}", hex(bytes)), bytes.to_vec());
+        let files = [blob(&config), blob(&manifest), blob(&other), blob(&platforms), blob(layer)];
+        let mut all: Vec<(&str, Vec<u8>)> = files.iter().map(|(name, bytes)| (name.as_str(), bytes.clone())).collect();
+        all.push(("index.json", index));
+        all.push(("oci-layout", br#"{"imageLayoutVersion": "1.0.0"}"#.to_vec()));
+        tar(&all)
+    }
+
+    fn read_bytes(bytes: &[u8]) -> Result<Parts, UnpackError> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("image");
+        std::fs::write(&file, bytes).unwrap();
+        let scratch = dir.path().join("scratch");
+        std::fs::create_dir(&scratch).unwrap();
+        let parts = read(&file, &scratch, 1 << 20);
+        // The layers are read before the scratch directory goes.
+        parts.map(|parts| {
+            assert!(parts.layers.iter().all(|layer| layer.is_file()));
+            Parts { config: parts.config, layers: Vec::new() }
+        })
+    }
+
+    #[test]
+    fn an_oci_layout_is_read_for_this_machine_whole_or_compressed() {
+        let layout = oci_layout(b"layer bytes");
+        let zstd = zstd::encode_all(layout.as_slice(), 1).unwrap();
+        let mut lz4 = lz4_flex::frame::FrameEncoder::new(Vec::new());
+        lz4.write_all(&layout).unwrap();
+        let lz4 = lz4.finish().unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&layout).unwrap();
+        let gz = gz.finish().unwrap();
+        for bytes in [layout, zstd, lz4, gz] {
+            let parts = read_bytes(&bytes).unwrap();
+            assert_eq!(parts.config["config"]["Env"][0], "A=1");
+        }
+    }
+
+    #[test]
+    fn a_blob_that_is_not_what_its_digest_says_or_a_missing_one_is_refused() {
+        let config = b"{}".to_vec();
+        let manifest = json!([{"Config": format!("blobs/sha256/{}", hex(b"other")), "Layers": []}]);
+        let archive = tar(&[
+            ("manifest.json", serde_json::to_vec(&manifest).unwrap()),
+            (&format!("blobs/sha256/{}", hex(b"other")), config),
+        ]);
+        let err = read_bytes(&archive).unwrap_err().to_string();
+        assert!(err.contains("has the digest"), "{err}");
+        let manifest = json!([{"Config": "c.json", "Layers": ["missing/layer.tar"]}]);
+        let archive = tar(&[("manifest.json", serde_json::to_vec(&manifest).unwrap()), ("c.json", b"{}".to_vec())]);
+        let err = read_bytes(&archive).unwrap_err().to_string();
+        assert!(err.contains("missing/layer.tar"), "{err}");
+        let err = read_bytes(b"plain text, no tar").unwrap_err().to_string();
+        assert!(err.contains("not an image"), "{err}");
+    }
+}
