@@ -40,12 +40,12 @@ if ! command -v bwrap > /dev/null; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends bubblewrap > /dev/null
 fi
 
-if [ ! -x /bin/busybox ] || [ ! -x /usr/bin/docker-registry ]; then
-    echo "== installing busybox-static and docker-registry (Debian packages; the images tests build and serve)"
+if [ ! -x /bin/busybox ] || [ ! -x /usr/bin/docker-registry ] || [ ! -x /usr/bin/zstd ]; then
+    echo "== installing busybox-static, docker-registry and zstd (Debian packages; the images tests build, serve and compress)"
     sudo=""
     if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends busybox-static docker-registry > /dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends busybox-static docker-registry zstd > /dev/null
     # The package starts a registry on :5000; the tests start their own on loopback.
     ($sudo systemctl disable --now docker-registry || $sudo service docker-registry stop) > /dev/null 2>&1 || true
 fi

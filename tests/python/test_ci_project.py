@@ -33,7 +33,7 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "taskg
 # the example's .taskcluster.yml expects it.
 TASKGRAPH = "/var/tmp/shoal-taskgraph"
 SECRET = "the-ci-project-webhook-secret"
-QUEUES = ["example/decision", "example/b-linux", "example/t-linux"]
+QUEUES = ["example/decision", "example/b-linux", "example/t-linux", "example/d-linux"]
 
 
 @pytest.fixture
@@ -142,12 +142,15 @@ def test_a_push_runs_its_graph_an_action_retriggers_and_a_second_push_is_optimiz
     build = deliver(root_url, "push", push_event(clone_url, "0" * 40, first))["build"]
     assert build["state"] == "pending", build
     group = build["taskGroupId"]
-    tasks = finished_group(queue, group, 5)
+    tasks = finished_group(queue, group, 7)
     took = time.monotonic() - started
     states = {name: task["status"]["state"] for name, task in tasks.items()}
     failed = [task["status"]["taskId"] for task in tasks.values() if task["status"]["state"] != "completed"]
     assert not failed, f"{states}\n" + "\n".join(log_of(root_url, task_id)[-3000:] for task_id in failed)
-    assert set(states) == {"Decision Task", "toolchain-tool", "build-app", "test-app", "lint-shell"}, states
+    assert set(states) == {"Decision Task", "toolchain-tool", "build-app", "test-app", "lint-shell",
+                           "docker-image-busybox", "smoke-busybox"}, states
+    smoke = tasks["smoke-busybox"]["status"]["taskId"]
+    assert "NAME=ci-project busybox" in log_of(root_url, smoke), "the smoke test ran in the project's image"
     print(f"\nthe push's graph finished in {took:.1f} s")
 
     # An action from the UI: the decision's actions.json names the hook and its payload; the
@@ -170,7 +173,7 @@ def test_a_push_runs_its_graph_an_action_retriggers_and_a_second_push_is_optimiz
     assert times.get_attribute("value") == "1", "the form starts from the schema's defaults"
     browser.find_element(By.ID, "run-action").click()
     wait(browser, lambda d: "started" in text_of(d, "#hook-action-result"), "the action task started")
-    finished_group(queue, group, 7)
+    finished_group(queue, group, 9)
     failed = [t["status"]["taskId"] for t in tasks_of(queue, group) if t["status"]["state"] != "completed"]
     assert not failed, "\n".join(log_of(root_url, task_id)[-3000:] for task_id in failed)
     names = sorted(task["task"]["metadata"]["name"] for task in tasks_of(queue, group))
@@ -185,7 +188,7 @@ def test_a_push_runs_its_graph_an_action_retriggers_and_a_second_push_is_optimiz
     browser.find_element(By.CSS_SELECTOR, "#actions-menu [data-action=cancel]").click()
     browser.find_element(By.ID, "run-action").click()
     wait(browser, lambda d: "started" in text_of(d, "#hook-action-result"), "the cancel action started")
-    finished_group(queue, group, 8)
+    finished_group(queue, group, 10)
     cancels = [t for t in tasks_of(queue, group) if t["task"]["metadata"]["name"] == "Action: Cancel Task"]
     assert [t["status"]["state"] for t in cancels] == ["completed"], log_of(root_url, cancels[0]["status"]["taskId"])
     assert queue.status(build_task["status"]["taskId"])["status"]["state"] == "completed"
@@ -202,12 +205,14 @@ def test_a_push_runs_its_graph_an_action_retriggers_and_a_second_push_is_optimiz
     git(work, "push", "--quiet", bare, "main")
     second = git(work, "rev-parse", "HEAD").strip()
     build = deliver(root_url, "push", push_event(clone_url, first, second))["build"]
-    tasks = finished_group(queue, build["taskGroupId"], 2)
-    assert set(tasks) == {"Decision Task", "lint-shell"}, {n: t["status"]["state"] for n, t in tasks.items()}
+    tasks = finished_group(queue, build["taskGroupId"], 3)
+    assert set(tasks) == {"Decision Task", "lint-shell", "smoke-busybox"}, {n: t["status"]["state"] for n, t in tasks.items()}
     assert all(task["status"]["state"] == "completed" for task in tasks.values())
     decision = tasks["Decision Task"]["status"]["taskId"]
     optimized = requests.get(f"{root_url}/api/queue/v1/task/{decision}/artifacts/public/label-to-taskid.json").json()
     assert optimized["toolchain-tool"] == tasks_first_toolchain(queue, group), "the toolchain came from the Index"
+    smoke = tasks["smoke-busybox"]["status"]["taskId"]
+    assert "from the worker's cache" in log_of(root_url, smoke), "the image, found in the Index, was unpacked once"
 
 
 def tasks_first_toolchain(queue, group):

@@ -1,0 +1,1 @@
+../../../../images/docker-save.sh
