@@ -18,7 +18,7 @@ const DOCKER_SAVE: &str = include_str!("../../../examples/images/docker-save.sh"
 async fn build_image(server: &Server) -> String {
     let commands = [
         "mkdir -p base/bin base/etc base/builds/worker base/opt top/etc top/opt top/builds/worker",
-        "cp /bin/busybox base/bin/ && for t in sh cat ls id echo mkdir touch test pwd grep ln mount wget; do ln -s busybox base/bin/$t; done",
+        "cp /bin/busybox base/bin/ && for t in sh cat ls id echo mkdir touch test pwd grep ln mount wget sleep; do ln -s busybox base/bin/$t; done",
         "echo NAME=shoal-test > base/etc/os-release && echo x > base/etc/gone && echo old > base/opt/old",
         "touch top/etc/.wh.gone top/opt/.wh..wh..opq && echo new > top/opt/new",
         "IMAGE_USER_DIRS=builds/worker IMAGE_CONFIG='{\"Env\":[\"PATH=/bin\",\"FROM_IMAGE=yes\"],\"WorkingDir\":\"/builds/worker\"}' \
@@ -113,6 +113,13 @@ async fn a_task_builds_an_image_that_the_next_runs_in() {
     let (refused, log) = run(&server, QUEUE, privileged, &[]).await;
     assert_eq!(refused["reasonResolved"], "malformed-payload", "{log}");
     assert!(log.contains("payload.capabilities.privileged"), "{log}");
+
+    // The run's time limit holds in an image as anywhere.
+    let slow = json!({"image": {"type": "task-image", "taskId": build, "path": "public/image.tar.gz"},
+        "command": ["sh", "-c", "echo started; exec sleep 60"], "maxRunTime": 1});
+    let (stopped, log) = run(&server, QUEUE, slow, &[]).await;
+    assert_eq!(stopped["state"], "failed", "{log}");
+    assert!(log.contains("started") && log.contains("maxRunTime of 1 s exceeded"), "{log}");
 
     let (_, after, log) = run_in_image(
         &server,

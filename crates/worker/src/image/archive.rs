@@ -235,7 +235,8 @@ mod tests {
             {"digest": format!("sha256:{}", hex(&manifest)), "platform": {"os": "linux", "architecture": crate::image::architecture()}}
         ]}))
         .unwrap();
-        let index = serde_json::to_vec(&json!({"manifests": [{"digest": format!("sha256:{}", hex(&platforms))}]})).unwrap();
+        let index =
+            serde_json::to_vec(&json!({"manifests": [{"digest": format!("sha256:{}", hex(&platforms))}]})).unwrap();
         let blob = |bytes: &[u8]| (format!("blobs/sha256/{}", hex(bytes)), bytes.to_vec());
         let files = [blob(&config), blob(&manifest), blob(&other), blob(&platforms), blob(layer)];
         let mut all: Vec<(&str, Vec<u8>)> = files.iter().map(|(name, bytes)| (name.as_str(), bytes.clone())).collect();

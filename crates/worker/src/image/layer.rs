@@ -19,11 +19,16 @@ const OPAQUE: &str = ".wh..wh..opq";
 /// A whiteout's prefix.
 const WHITEOUT: &str = ".wh.";
 
+/// Most entries all of an image's layers may hold (a large image has some 100,000).
+const MAX_ENTRIES: u64 = 2_000_000;
+
 /// What applying layers has learnt of the root.
 #[derive(Debug, Default)]
 pub(crate) struct Applied {
     /// Bytes of the files written.
     pub(crate) bytes: u64,
+    /// Entries read, in every layer so far.
+    pub(crate) entries: u64,
     /// Directories (relative to the root) the image gives to a user other than root.
     pub(crate) owned: BTreeSet<String>,
 }
@@ -45,6 +50,10 @@ pub(crate) fn apply(file: &Path, root: &Path, applied: &mut Applied, limit: u64)
     let mut ours: HashSet<PathBuf> = HashSet::new();
     for entry in archive.entries().map_err(layer_corrupt)? {
         let mut entry = entry.map_err(layer_corrupt)?;
+        applied.entries += 1;
+        if applied.entries > MAX_ENTRIES {
+            return Err(UnpackError::Unsafe(format!("the image has more than {MAX_ENTRIES} entries")));
+        }
         let raw = entry.path().map_err(layer_corrupt)?.into_owned();
         let Some(rel) = plain(&raw)? else { continue };
         let name = rel.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
