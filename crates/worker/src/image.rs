@@ -118,13 +118,10 @@ pub(crate) async fn obtain(
     let run_id = mount::latest_run(setup.client, &task_id, artifact).await?;
     let key = format!("image:artifact:{task_id}/{run_id}/{artifact}");
     let what = format!("artifact {artifact} of task {task_id} run {run_id}");
-    if let Some(ready) = cached(setup, &key, &what).await? {
-        return Ok((ready, 0));
-    }
-    let _unpacking = setup.cache.fetch_lock(&key).await;
-    if let Some(ready) = cached(setup, &key, &what).await? {
-        return Ok((ready, 0));
-    }
+    let _unpacking = match cached_or_locked(setup, &key, &what).await? {
+        Found::Cached(ready) => return Ok((ready, 0)),
+        Found::Locked(guard) => guard,
+    };
     let content = Content::Artifact { task_id: task_id.clone(), artifact: artifact.clone(), sha256: None };
     let (source, fetched) = mount::obtain(setup, &content, "image").await?;
     let (file, cache) = (source.path().to_path_buf(), std::sync::Arc::clone(setup.cache));
@@ -149,6 +146,24 @@ pub(crate) async fn obtain(
     let millis = started.elapsed().as_millis();
     setup.log.line(&format!("image: {what}, unpacked in {millis} ms")).await;
     Ok((ready, fetched))
+}
+
+/// The image kept as `key`, or else the lock under which it is made (once, when two runs
+/// want it at once: the second finds it made).
+enum Found {
+    Cached(Ready),
+    Locked(tokio::sync::OwnedMutexGuard<()>),
+}
+
+async fn cached_or_locked(setup: &Setup<'_>, key: &str, what: &str) -> Result<Found, SetupError> {
+    if let Some(ready) = cached(setup, key, what).await? {
+        return Ok(Found::Cached(ready));
+    }
+    let lock = setup.cache.fetch_lock(key).await;
+    Ok(match cached(setup, key, what).await? {
+        Some(ready) => Found::Cached(ready),
+        None => Found::Locked(lock),
+    })
 }
 
 /// The image kept as `key`, when it is.

@@ -269,20 +269,20 @@ const MAX_PATH: usize = 1024;
 /// without `..`, and with the harmless `.` and empty parts (`./run-task`, `a//b/`) dropped,
 /// as generic-worker takes them.
 pub(crate) fn relative_path(field: &str, path: &str) -> Result<String, String> {
-    let parts: Vec<&str> = path.split('/').filter(|part| !part.is_empty() && *part != ".").collect();
-    let plain = !path.starts_with('/')
-        && path.len() <= MAX_PATH
-        && !path.contains('\0')
-        && !parts.is_empty()
-        && !parts.contains(&"..");
-    if plain {
-        Ok(parts.join("/"))
-    } else {
-        Err(format!(
+    plain_path(path).filter(|_| !path.starts_with('/')).ok_or_else(|| {
+        format!(
             "{field} must be a relative path inside the task directory (no `..`, not `/` first, \
              not empty, at most {MAX_PATH} bytes)"
-        ))
-    }
+        )
+    })
+}
+
+/// `path`'s names joined by `/`, without `.` and empty ones, when it has a name, no `..`
+/// and no NUL, in at most [`MAX_PATH`] bytes.
+fn plain_path(path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.split('/').filter(|part| !part.is_empty() && *part != ".").collect();
+    let plain = path.len() <= MAX_PATH && !path.contains('\0') && !parts.is_empty() && !parts.contains(&"..");
+    plain.then(|| parts.join("/"))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use tokio::io::AsyncWriteExt;
 
-use super::{Ready, cached, keep, load, unpack};
+use super::{Found, Ready, cached_or_locked, keep, load, unpack};
 use crate::mount::{self, Setup, SetupError};
 
 /// The worker's registry client.
@@ -69,13 +69,10 @@ pub(super) async fn obtain(setup: &Setup<'_>, registries: &Registries, name: &st
         Reference::with_digest(reference.registry().to_owned(), reference.repository().to_owned(), digest.clone());
     let key = format!("image:registry:{pinned}");
     let what = format!("{name} ({digest})");
-    if let Some(ready) = cached(setup, &key, &what).await? {
-        return Ok((ready, 0));
-    }
-    let _pulling = setup.cache.fetch_lock(&key).await;
-    if let Some(ready) = cached(setup, &key, &what).await? {
-        return Ok((ready, 0));
-    }
+    let _pulling = match cached_or_locked(setup, &key, &what).await? {
+        Found::Cached(ready) => return Ok((ready, 0)),
+        Found::Locked(guard) => guard,
+    };
     let (manifest, _, config) =
         client.pull_manifest_and_config(&pinned, &auth).await.map_err(|err| refused(name, &err))?;
     let config: serde_json::Value = serde_json::from_str(&config)

@@ -222,19 +222,9 @@ fn artifact(name: &str, item: &Value) -> Result<ArtifactSpec, String> {
 
 /// An absolute path in the image, in its plain form relative to the image's root.
 fn image_path(field: &str, path: &str) -> Result<String, String> {
-    let parts: Vec<&str> = path.split('/').filter(|part| !part.is_empty() && *part != ".").collect();
-    let plain = path.starts_with('/')
-        && path.len() <= MAX_PATH
-        && !path.contains('\0')
-        && !parts.is_empty()
-        && !parts.contains(&"..");
-    if plain {
-        Ok(parts.join("/"))
-    } else {
-        Err(format!(
-            "{field} must be an absolute path in the image, below its root (no `..`, at most {MAX_PATH} bytes)"
-        ))
-    }
+    super::plain_path(path).filter(|_| path.starts_with('/')).ok_or_else(|| {
+        format!("{field} must be an absolute path in the image, below its root (no `..`, at most {MAX_PATH} bytes)")
+    })
 }
 
 #[cfg(test)]
