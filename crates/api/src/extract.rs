@@ -94,6 +94,8 @@ struct RawQuery {
     offset: Option<String>,
     follow: Option<String>,
     tail: Option<String>,
+    line: Option<String>,
+    q: Option<String>,
 }
 
 async fn raw_query(parts: &mut Parts) -> Result<RawQuery, ApiError> {
@@ -130,6 +132,8 @@ pub struct LogQuery {
     pub tail: Option<u64>,
     /// Most bytes answered (not with `follow`).
     pub limit: Option<u64>,
+    /// Start at the start of this line (from 1) instead.
+    pub line: Option<u64>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for LogQuery {
@@ -157,7 +161,39 @@ impl<S: Send + Sync> FromRequestParts<S> for LogQuery {
         if limit.is_some() && follow {
             return Err(ApiError::bad_argument("limit: a follow reads until the run ends; give one or the other"));
         }
-        Ok(LogQuery { offset, follow, tail, limit })
+        let line = raw
+            .line
+            .map(|text| {
+                text.parse::<u64>()
+                    .ok()
+                    .filter(|line| *line >= 1)
+                    .ok_or_else(|| ApiError::bad_argument("line must be a line's number (an integer >= 1)"))
+            })
+            .transpose()?;
+        if line.is_some() && (tail.is_some() || offset > 0) {
+            return Err(ApiError::bad_argument("line: give offset, tail or line, one of them"));
+        }
+        Ok(LogQuery { offset, follow, tail, limit, line })
+    }
+}
+
+/// `q`: the text a log search looks for.
+#[derive(Debug, Clone)]
+pub struct SearchQuery(pub String);
+
+/// Longest text a log search looks for, in bytes.
+const MAX_SEARCH: usize = 256;
+
+impl<S: Send + Sync> FromRequestParts<S> for SearchQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<SearchQuery, ApiError> {
+        match raw_query(parts).await?.q {
+            Some(q) if !q.is_empty() && q.len() <= MAX_SEARCH && !q.contains('\n') => Ok(SearchQuery(q)),
+            _ => Err(ApiError::bad_argument(format!(
+                "q must be the text to search for: 1 to {MAX_SEARCH} bytes, within one line"
+            ))),
+        }
     }
 }
 

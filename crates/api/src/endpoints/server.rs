@@ -38,8 +38,18 @@ pub const LOG_ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         logs::read_log,
-        "A run's live log, from an offset, followed while the run runs.",
-        query = ["offset", "follow", "tail", "limit"]
+        "A run's live log, from an offset (or a line), followed while the run runs.",
+        query = ["offset", "follow", "tail", "limit", "line"]
+    ),
+    endpoint!(
+        "searchLog",
+        Get,
+        "/{task_id}/{run_id}/search",
+        Public,
+        Experimental,
+        logs::search_log,
+        "Searches a run's whole log: each matching line's number and text, as found.",
+        query = ["q"]
     ),
     endpoint!(
         "appendLog",

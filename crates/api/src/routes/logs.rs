@@ -15,9 +15,11 @@ use tokio::sync::watch;
 use crate::AppState;
 use crate::auth::{Caller, Vars};
 use crate::error::ApiError;
-use crate::extract::{LogQuery, Params, RawBody};
+use crate::extract::{LogQuery, Params, RawBody, SearchQuery};
 use crate::per_address::Place;
 use crate::serve::PeerAddr;
+
+mod lines;
 
 /// Largest chunk a worker may send at once.
 pub(crate) const MAX_CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -59,16 +61,23 @@ pub(crate) async fn read_log(
         }
         progress = watch::Sender::new(LogProgress { size, done: true }).subscribe();
     }
-    // Where the answer starts: `offset`, or `tail` bytes before the end as it is now.
-    let start = match query.tail {
-        Some(tail) => {
-            let mut size = progress.borrow().size;
-            if state.queue.logs_shared() {
-                size = size.max(state.queue.log_size(task_id, run_id).await?);
+    // Where the answer starts: `offset`, the start of `line`, or the start of the first line
+    // within `tail` bytes of the end as it is now; with the number of its line when known.
+    let mut size = progress.borrow().size;
+    if state.queue.logs_shared() && (query.tail.is_some() || query.line.is_some()) {
+        size = size.max(state.queue.log_size(task_id, run_id).await?);
+    }
+    let log = lines::Log { queue: state.queue.clone(), task_id, run_id, size };
+    let (start, line) = match (query.tail, query.line) {
+        (Some(tail), _) => {
+            let from = size.saturating_sub(tail);
+            match log.next_line_start(from).await? {
+                Some(start) => (start, Some(log.line_at(start).await?)),
+                None => (from, None),
             }
-            size.saturating_sub(tail)
         }
-        None => query.offset,
+        (None, Some(line)) => (log.line_start(line).await?, Some(line)),
+        (None, None) => (query.offset, (query.offset == 0).then_some(1)),
     };
     // A follow that may wait counts as an open stream of its address (in-process requests,
     // with no connection, are not counted).
@@ -98,7 +107,32 @@ pub(crate) async fn read_log(
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert("x-log-offset", HeaderValue::from(start));
+    if let Some(line) = line {
+        headers.insert("x-log-line", HeaderValue::from(line));
+    }
     crate::routes::blobs::sandbox(headers);
+    Ok(res)
+}
+
+/// Searches the whole log (as it is now) for `q`, any case: newline-delimited JSON, one
+/// `{line, text}` per matching line as the scan finds it, then `{done, lines, matches,
+/// truncated}` (`lines` searched; a search stops after 1,000 matching lines, `truncated`).
+pub(crate) async fn search_log(
+    State(state): State<AppState>,
+    params: Params,
+    SearchQuery(wanted): SearchQuery,
+) -> Result<Response, ApiError> {
+    let (task_id, run_id) = crate::routes::artifacts::run_of(&state, &params, false).await?;
+    let size = state.queue.log_size(task_id, run_id).await?;
+    let log = lines::Log { queue: state.queue.clone(), task_id, run_id, size };
+    let search = lines::Search::new(log, &wanted);
+    let stream = futures_util::stream::unfold(search, |mut search| async move {
+        search.next().await.map(|part| (part.map_err(io_error), search))
+    });
+    let mut res = (StatusCode::OK, Body::from_stream(stream)).into_response();
+    let headers = res.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Ok(res)
 }
 

@@ -46,7 +46,7 @@ async fn appends_are_idempotent_and_reads_start_anywhere() {
 }
 
 #[tokio::test]
-async fn a_viewer_reads_the_end_first_then_earlier_windows() {
+async fn a_viewer_reads_the_end_first_then_earlier_windows_or_any_line() {
     let app = TestApp::start().await;
     let task_id = running_task(&app).await;
     append(&app, &task_id, 0, b"one\ntwo\nthree\nfour\n").await;
@@ -56,18 +56,70 @@ async fn a_viewer_reads_the_end_first_then_earlier_windows() {
         async move {
             let res = app.raw(Method::GET, &url, None).await;
             let status = res.status();
-            let start = res.headers().get("x-log-offset").map(|v| v.to_str().unwrap().to_owned());
-            (status, start, res.text().await.unwrap())
+            let header = |name: &str| res.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
+            let (start, line) = (header("x-log-offset"), header("x-log-line"));
+            (status, start, line, res.text().await.unwrap())
         }
     };
-    // The last 10 bytes of 19, and where they start (mid-line: a viewer drops the part).
-    assert_eq!(get("tail=10").await, (StatusCode::OK, Some("9".into()), "hree\nfour\n".into()));
-    assert_eq!(get("tail=100").await, (StatusCode::OK, Some("0".into()), "one\ntwo\nthree\nfour\n".into()));
-    // The window before it, limited to where the tail began.
-    assert_eq!(get("offset=4&limit=5").await, (StatusCode::OK, Some("4".into()), "two\nt".into()));
-    for bad in ["tail=10&offset=4", "limit=5&follow=1", "tail=-1", "limit=x"] {
-        let (status, _, body) = get(bad).await;
+    let ok = |start: &str, line: Option<&str>, text: &str| {
+        (StatusCode::OK, Some(start.to_owned()), line.map(str::to_owned), text.to_owned())
+    };
+    // The last 10 bytes of 19 begin mid-line: the answer starts at the next line, numbered.
+    assert_eq!(get("tail=10").await, ok("14", Some("4"), "four\n"));
+    assert_eq!(get("tail=100").await, ok("0", Some("1"), "one\ntwo\nthree\nfour\n"));
+    // The window before it, limited to where the tail began (its lines' numbers are known).
+    assert_eq!(get("offset=4&limit=5").await, ok("4", None, "two\nt"));
+    // A line, wherever it is; past the end, nothing.
+    assert_eq!(get("line=3&limit=6").await, ok("8", Some("3"), "three\n"));
+    assert_eq!(get("line=9").await, ok("19", Some("9"), ""));
+    for bad in ["tail=10&offset=4", "limit=5&follow=1", "tail=-1", "limit=x", "line=0", "line=2&tail=5", "line=x"] {
+        let (status, _, _, body) = get(bad).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn a_search_covers_the_whole_log_and_numbers_its_lines() {
+    let app = TestApp::start().await;
+    let task_id = running_task(&app).await;
+    // Over 1 MiB, so the scan reads it in several pieces; the match in a line cut between two.
+    let mut log = String::from("first: ERROR early on\n");
+    let filler = "x".repeat(99);
+    for n in 2..=12_000 {
+        log.push_str(&format!("{n:05} {filler}\n"));
+    }
+    log.push_str("\x1b[31mLast error\x1b[0m, twice: error\nno newline at the end: Error");
+    let mut offset = 0;
+    for chunk in log.as_bytes().chunks(1 << 20) {
+        offset = append(&app, &task_id, offset, chunk).await.1["size"].as_u64().unwrap();
+    }
+    let search = |q: &str| {
+        let url = format!("{}/logs/v1/{task_id}/0/search?q={q}", app.root);
+        let app = &app;
+        async move {
+            let res = app.raw(Method::GET, &url, None).await;
+            let status = res.status();
+            let lines: Vec<Value> =
+                res.text().await.unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+            (status, lines)
+        }
+    };
+    let (status, found) = search("eRRor").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(found[0], json!({"line": 1, "text": "first: ERROR early on"}));
+    assert_eq!(found[1], json!({"line": 12_001, "text": "\x1b[31mLast error\x1b[0m, twice: error"}), "one match a line");
+    assert_eq!(found[2]["line"], 12_002);
+    assert_eq!(found[3], json!({"done": true, "lines": 12_002, "matches": 3, "truncated": false}));
+    let (_, found) = search("07777").await;
+    assert_eq!(found[0]["line"], 7777, "a line in the middle, across reads");
+    let (_, found) = search("x").await;
+    assert_eq!(found.len(), 1001);
+    let summary = &found[1000];
+    assert_eq!((&summary["matches"], &summary["truncated"]), (&json!(1000), &json!(true)), "{summary}");
+    assert!(summary["lines"].as_u64().unwrap() >= 1000, "the lines searched before it stopped: {summary}");
+    for bad in ["", &"y".repeat(257)] {
+        let (status, _) = search(bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "q={bad}");
     }
 }
 
