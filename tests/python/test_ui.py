@@ -156,7 +156,8 @@ def test_a_failed_task_shows_why_and_the_end_of_its_log_first(server, queue, mak
     queue.createTask(task_id, make_task(metadata=named("failing task")))
     run_id = claim(queue, task_queue_id, dimensions={"os": ["linux"]}, version="9.9.9-ui")["runId"]
     log = "".join(f"compiling module {n} of the build, a line long enough to wrap on a phone\n" for n in range(300))
-    append_log(server, task_id, run_id, 0, log + "error: test_widget failed\n")
+    after = "".join(f"\x1b[2mteardown step {n}\x1b[0m\n" for n in range(42))
+    append_log(server, task_id, run_id, 0, log + "\x1b[31merror: test_widget failed\x1b[0m\n" + after)
     post_json(server, f"/api/queue/v1/task/{task_id}/runs/{run_id}/failed", {"stats": {"exitCode": 3, "runMs": 5}})
     for size, (width, height) in SIZES.items():
         browser.execute_cdp_cmd(
@@ -166,7 +167,11 @@ def test_a_failed_task_shows_why_and_the_end_of_its_log_first(server, queue, mak
         open_page(browser, f"{server}/tasks/{task_id}", "#failure")
         wait(browser, lambda d: "error: test_widget failed" in text_of(d, "#failure-tail"), f"the log's end ({size})")
         assert text_of(browser, "#failure-why") == "failed · exit code 3"
-        assert "module 299" in text_of(browser, "#failure-tail") and "module 2 " not in text_of(browser, "#failure-tail")
+        assert "teardown step 41" in text_of(browser, "#failure-tail") and "module 2 " not in text_of(browser, "#failure-tail")
+        assert "\x1b" not in text_of(browser, "#failure-tail") and "[31m" not in text_of(browser, "#failure-tail")
+        failing = browser.find_element(By.CSS_SELECTOR, "#failure-tail .failure-line")
+        assert failing.find_element(By.CSS_SELECTOR, ".ansi-fg31").text == "error: test_widget failed", "43 lines up, in colour"
+        assert failing.find_element(By.CSS_SELECTOR, "a").get_attribute("href").endswith(f"/runs/{run_id}#L301")
         bottom = browser.execute_script("return document.getElementById('failure').getBoundingClientRect().bottom")
         inner = browser.execute_script("return window.innerHeight")
         assert bottom <= inner, f"{size}: why it failed and the log's end are above the fold ({bottom} > {inner})"
@@ -203,14 +208,19 @@ def test_the_log_viewer_colours_numbers_links_and_searches(server, queue, make_t
     ok = browser.find_element(By.CSS_SELECTOR, "#L120 .ansi-fg32")
     assert ok.text == "[ OK ]" and ok.value_of_css_property("color") == "rgba(126, 231, 135, 1)"
     assert browser.find_element(By.CSS_SELECTOR, "#L120 .ansi-bold").text == "passed"
-    assert browser.find_element(By.CSS_SELECTOR, "#L120 a").get_attribute("href").endswith(f"/tasks/{task_id}#L120")
-    # Search: every match marked, Enter steps through them.
-    browser.find_element(By.ID, "log-search").send_keys("TEST 30")
-    wait(browser, lambda d: text_of(d, "#log-hits") == "1 of 2", "two matches, any case (30 and 300)")
+    link = browser.find_element(By.CSS_SELECTOR, "#L120 a").get_attribute("href")
+    assert link.endswith(f"/tasks/{task_id}/runs/{run_id}#L120"), f"a line link names its run: {link}"
+    # Search (the whole log, on the server): Enter searches and shows the first match, then
+    # steps through them; the term is kept in the URL.
+    browser.find_element(By.ID, "log-search").send_keys("TEST 30\n")
+    wait(browser, lambda d: text_of(d, "#log-hits") == "1 of 2 matching lines in the whole log", "two matches, any case")
+    assert "search=TEST+30" in browser.current_url or "search=TEST%2030" in browser.current_url, browser.current_url
+    assert text_of(browser, "#log .line.target .line-text") == "[ OK ] test 30 passed"
     browser.find_element(By.ID, "log-search").send_keys("\n")
-    wait(browser, lambda d: text_of(d, "#log-hits") == "2 of 2", "the next match")
-    assert text_of(browser, "#log .line.current .line-text") == "[ OK ] test 300 passed"
+    wait(browser, lambda d: text_of(d, "#log-hits") == "2 of 2 matching lines in the whole log", "the next match")
+    wait(browser, lambda d: text_of(d, "#log .line.target .line-text") == "[ OK ] test 300 passed", "line 300 marked")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#log .line.hit")) == 2
+    assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#log-results a")] == ["L30", "L300"]
     snap(browser, shots, "log")
 
 
@@ -225,9 +235,11 @@ def test_a_big_log_shows_its_end_first_and_earlier_lines_on_demand(server, queue
     open_page(browser, f"{server}/tasks/{task_id}", "#log")
     wait(browser, lambda d: "line 008000" in text_of(d, "#log"), "the end first")
     assert "line 000001 " not in text_of(browser, "#log")
-    assert not browser.find_elements(By.CSS_SELECTOR, "#log .line-no"), "no numbers until the start is known"
-    first = browser.find_element(By.CSS_SELECTOR, "#log .line").text
-    assert first.startswith("line ") and len(first) == len(f"line 000001 {line}"), f"a whole line first: {first!r}"
+    # Numbered from the first screen: each line's number is its own.
+    first = browser.find_element(By.CSS_SELECTOR, "#log .line")
+    number = int(first.find_element(By.CSS_SELECTOR, ".line-no").text)
+    assert first.find_element(By.CSS_SELECTOR, ".line-text").text == f"line {number:06} {line}", "a whole line, numbered"
+    assert text_of(browser, "#L8000 .line-text").startswith("line 008000")
     for _ in range(10):
         buttons = browser.find_elements(By.ID, "log-earlier-button")
         if not buttons:
@@ -237,8 +249,58 @@ def test_a_big_log_shows_its_end_first_and_earlier_lines_on_demand(server, queue
         wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#log .line")) > before, "earlier lines")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#log .line")) == 8000, "every line once"
     assert text_of(browser, "#L1 .line-text") == f"line 000001 {line}"
+    assert text_of(browser, "#L4321 .line-text") == f"line 004321 {line}", "numbers kept as earlier lines came"
     assert text_of(browser, "#L8000 .line-text").startswith("line 008000")
     assert browser.find_elements(By.CSS_SELECTOR, "#L8000 .ansi-fg32"), "lines shown first keep their colours"
+
+
+def in_view(driver, css):
+    """Whether the element is inside the window, top to bottom."""
+    return driver.execute_script(
+        "const r = document.querySelector(arguments[0]).getBoundingClientRect();"
+        "return r.top >= 0 && r.bottom <= window.innerHeight;", css)
+
+
+def test_any_line_of_a_big_log_is_linked_and_searched(server, queue, make_task, task_queue_id, browser, shots):
+    task_id = slugid_nice()
+    queue.createTask(task_id, make_task(metadata=named("linked log")))
+    run_id = claim(queue, task_queue_id)["runId"]
+    filler = "y" * 80
+    lines = [f"row {n:06} {filler}" for n in range(1, 60001)]  # about 5.5 MB: 21 windows
+    lines[41] = "needle: the one early line that says so"
+    offset = 0
+    for start in range(0, len(lines), 20000):
+        offset = append_log(server, task_id, run_id, offset, "".join(line + "\n" for line in lines[start:start + 20000]))
+    post_json(server, f"/api/queue/v1/task/{task_id}/runs/{run_id}/completed", {})
+    for size, (width, height) in SIZES.items():
+        browser.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": size == "phone"},
+        )
+        # A link to a line far before the end: that line read, marked and in the window.
+        open_page(browser, f"{server}/tasks/{task_id}/runs/{run_id}#L123", "#log")
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#L123.target"), f"line 123 marked ({size})")
+        assert text_of(browser, "#L123 .line-text") == f"row 000123 {filler}"
+        wait(browser, lambda d: in_view(d, "#L123"), f"line 123 in view ({size})")
+        browser.save_screenshot(os.path.join(shots, f"log-line-link-{size}.png"))
+        # A range, after a window of later lines.
+        browser.find_element(By.ID, "log-later-button").click()
+        wait(browser, lambda d: d.find_elements(By.ID, "L3000"), "later lines")
+        browser.get(f"{server}/tasks/{task_id}/runs/{run_id}#L2990-L2993")
+        wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#log .line.target")) == 4, f"a range ({size})")
+        assert in_view(browser, "#L2990")
+        # A search from the URL finds the early line, which the view never held.
+        open_page(browser, f"{server}/tasks/{task_id}/runs/{run_id}?search=NEEDLE", "#log")
+        wait(browser, lambda d: "1 matching lines in the whole log" in text_of(d, "#log-hits"), f"the search ({size})")
+        assert not browser.find_elements(By.ID, "L42"), "the early line is not among those shown first"
+        browser.find_element(By.CSS_SELECTOR, "#log-results a").click()
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#L42.target"), f"the match read and marked ({size})")
+        assert text_of(browser, "#L42 .line-text") == "needle: the one early line that says so"
+        wait(browser, lambda d: in_view(d, "#L42"), f"the match in view ({size})")
+        browser.find_element(By.ID, "log-search").clear()
+        browser.find_element(By.ID, "log-search").send_keys("not in this log\n")
+        wait(browser, lambda d: text_of(d, "#log-hits") == "no match in the whole log (60000 lines)", "said plainly")
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def test_overview_lists_queues_groups_and_failures(server, queue, make_task, task_queue_id, browser, shots):

@@ -1,13 +1,19 @@
 // A run's log: the end first (a window of its last bytes, so a 50 MB log shows at once),
-// earlier windows on demand, ANSI colours, line numbers with `#L<n>` links once the view
-// reaches the log's start, and search; followed while the run runs.
+// every line numbered from the first screen with a link tied to its run
+// (`/tasks/<id>/runs/<n>#L<n>`, ranges `#L10-L20`), a linked line read by its number
+// wherever it is, earlier and later windows on demand, ANSI colours, a search of the whole
+// log on the server (its term kept in the URL), and following while the run runs.
 
 import { fill, h } from './view.js';
 
 /** Bytes read per window. */
 const WINDOW = 256 * 1024;
+/** Lines shown before a linked line, when its window is read. */
+const BEFORE_TARGET = 100;
 /** Most lines kept on the page while following; older ones make room. */
 const KEEP_LINES = 50000;
+/** Most search results listed. */
+const MAX_RESULTS = 1000;
 const encoder = new TextEncoder();
 
 /** The elements of one line of output, its ANSI SGR colours as classes, other escapes dropped. */
@@ -37,10 +43,13 @@ export function ansiLine(text) {
   return parts;
 }
 
-/** Gives `line` its number and its `#L<n>` link. */
-function number(line, n) {
-  line.id = `L${n}`;
-  line.prepend(h('a', { class: 'line-no', href: `#L${n}` }, String(n)));
+/** `#L<a>` or `#L<a>-L<b>`: the lines a hash names, or null. */
+export function linkedLines(hash) {
+  const m = /^#L(\d+)(?:-L(\d+))?$/.exec(hash);
+  if (!m) return null;
+  const a = Number(m[1]);
+  const b = m[2] ? Number(m[2]) : a;
+  return [Math.min(a, b), Math.max(a, b)];
 }
 
 /** The log of one run: read once when the run is over, followed while it runs. */
@@ -49,6 +58,7 @@ export class LogView {
     this.el = el;
     this.key = null;
     this.abort = null;
+    window.addEventListener('hashchange', () => this.jumpToHash());
   }
 
   show(taskId, run) {
@@ -72,17 +82,29 @@ export class LogView {
     this.ended = undefined;
     this.abort?.abort();
     this.url = `/logs/v1/${taskId}/${run.runId}`;
+    this.page = `/tasks/${taskId}/runs/${run.runId}`;
     this.lines = h('div', { class: 'log', id: 'log', role: 'log' });
     this.earlierBar = h('div', { class: 'log-earlier', id: 'log-earlier' });
+    this.laterBar = h('div', { class: 'log-later', id: 'log-later' });
     this.state = h('span', { class: live ? 'live' : 'muted', id: 'log-state' }, live ? 'following' : 'finished');
     this.hits = h('span', { class: 'muted', id: 'log-hits' });
-    this.search = h('input', { id: 'log-search', type: 'search', placeholder: 'search the log', 'aria-label': 'search the log' });
-    this.search.addEventListener('keydown', (event) => { if (event.key === 'Enter') this.find(event.shiftKey ? -1 : 1); });
-    this.search.addEventListener('input', () => { this.hit = 0; this.find(0); });
+    this.results = h('ol', { class: 'log-results plain', id: 'log-results' });
+    const term = new URLSearchParams(location.search).get('search') || '';
+    this.search = h('input', { id: 'log-search', type: 'search', placeholder: 'search the whole log', 'aria-label': 'search the whole log', value: term });
+    this.search.addEventListener('keydown', (event) => {
+      if (event.key !== 'Enter') return;
+      if (this.searched === this.search.value && this.found?.length) this.step(event.shiftKey ? -1 : 1);
+      else this.find(true);
+    });
     fill(this.el,
-      h('p', { class: 'log-head' }, `Run ${run.runId} · `, this.state, ' · ', h('a', { href: this.url }, 'raw log'), ' ', this.search, ' ', this.hits),
-      this.earlierBar, this.lines);
-    this.read(live);
+      h('p', { class: 'log-head' }, `Run ${run.runId} · `, this.state, ' · ', h('a', { href: this.url }, 'raw log'), ' ', this.search, ' ',
+        h('button', { id: 'log-previous', class: 'small', title: 'previous match', onclick: () => this.step(-1) }, '↑'),
+        h('button', { id: 'log-next', class: 'small', title: 'next match', onclick: () => this.step(1) }, '↓'), ' ', this.hits),
+      this.results, this.earlierBar, this.lines, this.laterBar);
+    const wanted = linkedLines(location.hash);
+    if (wanted && !live) this.readAround(wanted[0]);
+    else this.read(live);
+    if (term) this.find(false);
   }
 
   /** Reads the last window (and, following, what is appended until the run ends). */
@@ -90,10 +112,7 @@ export class LogView {
     const controller = new AbortController();
     this.abort = controller;
     this.following = follow;
-    this.start = 0;
-    this.numbered = false;
-    this.dropped = false;
-    this.count = 0;
+    this.reset();
     let text = '';
     try {
       const res = await fetch(`${this.url}?tail=${WINDOW}${follow ? '&follow=true' : ''}`, { signal: controller.signal });
@@ -102,23 +121,13 @@ export class LogView {
         this.end('');
         return;
       }
-      this.start = Number(res.headers.get('x-log-offset') || 0);
-      this.numbered = this.start === 0;
+      this.startWindow(res);
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
       let pending = '';
-      let first = this.start > 0;
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
         pending += value;
-        if (first) {
-          // Started mid-line: the part is the earlier window's to show.
-          const cut = pending.indexOf('\n');
-          if (cut < 0) continue;
-          this.start += encoder.encode(pending.slice(0, cut + 1)).length;
-          pending = pending.slice(cut + 1);
-          first = false;
-        }
         const cut = pending.lastIndexOf('\n');
         if (cut < 0) continue;
         const complete = pending.slice(0, cut);
@@ -130,7 +139,8 @@ export class LogView {
         text += pending;
         this.append([pending]);
       }
-      this.drawEarlier();
+      this.endOffset = null;
+      this.drawBars();
       this.jumpToHash();
       this.end(text);
     } catch (err) {
@@ -140,6 +150,45 @@ export class LogView {
     }
   }
 
+  reset() {
+    this.start = 0;
+    this.first = 1;
+    this.count = 0;
+    this.dropped = false;
+    this.endOffset = null;
+    fill(this.lines);
+  }
+
+  /** Where a window's answer starts, and the number of its first line. */
+  startWindow(res) {
+    this.start = Number(res.headers.get('x-log-offset') || 0);
+    this.first = Number(res.headers.get('x-log-line') || 1);
+  }
+
+  /** Reads the window holding line `n` (some lines before it first), replacing the view. */
+  async readAround(n) {
+    this.abort?.abort();
+    this.following = false;
+    this.reset();
+    const from = Math.max(1, n - BEFORE_TARGET);
+    const res = await fetch(`${this.url}?line=${from}&limit=${WINDOW}`);
+    if (!res.ok) {
+      fill(this.lines, res.status === 404 ? 'No log for this run.' : `HTTP ${res.status}`);
+      this.end('');
+      return;
+    }
+    this.startWindow(res);
+    const text = await res.text();
+    const cut = text.length === WINDOW ? text.lastIndexOf('\n') + 1 : text.length;
+    const whole = text.slice(0, cut || text.length);
+    this.endOffset = this.start + encoder.encode(whole).length;
+    this.append(whole.replace(/\n$/, '').split('\n').filter((line, i, all) => line || i < all.length - 1));
+    this.drawBars();
+    this.jumpToHash();
+    this.state.className = 'muted';
+    fill(this.state, `lines ${this.first}–${this.first + this.count - 1}`);
+  }
+
   end(text) {
     if (this.following) fill(this.state, 'finished');
     this.state.className = 'muted';
@@ -147,33 +196,38 @@ export class LogView {
     this.onEnd?.(text);
   }
 
-  /** One element per line; numbered (and linkable) once the view starts at the log's start. */
+  /** One element per line, numbered from `firstNumber`, each number a link tied to the run. */
   lineElements(texts, firstNumber) {
-    return texts.map((text, n) => {
-      const line = h('div', { class: 'line' }, h('span', { class: 'line-text' }, ansiLine(text)));
-      if (this.numbered) number(line, firstNumber + n);
-      return line;
+    return texts.map((text, i) => {
+      const n = firstNumber + i;
+      return h('div', { class: 'line', id: `L${n}`, 'data-line': n },
+        h('a', { class: 'line-no', href: `${this.page}${location.search}#L${n}` }, String(n)),
+        h('span', { class: 'line-text' }, ansiLine(text)));
     });
   }
 
   append(texts) {
-    const atEnd = this.lines.scrollTop + this.lines.clientHeight >= this.lines.scrollHeight - 20;
-    this.lines.append(...this.lineElements(texts, this.count + 1));
+    const atEnd = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 40;
+    this.lines.append(...this.lineElements(texts, this.first + this.count));
     this.count += texts.length;
     while (this.lines.childElementCount > KEEP_LINES) {
       this.lines.firstElementChild.remove();
+      this.first += 1;
+      this.count -= 1;
       this.dropped = true;
     }
-    if (atEnd) this.lines.scrollTop = this.lines.scrollHeight;
-    if (this.search.value) this.find(0);
+    if (atEnd && this.following) window.scrollTo(0, document.documentElement.scrollHeight);
+    this.markHits();
   }
 
-  /** The control reading the window before the first line shown, while there is one. */
-  drawEarlier() {
-    const more = this.start > 0 && !this.dropped;
-    fill(this.earlierBar, more
+  /** The controls reading the windows before and after those shown, while there are some. */
+  drawBars() {
+    fill(this.earlierBar, this.start > 0 && !this.dropped
       ? h('button', { id: 'log-earlier-button', onclick: () => this.earlier() },
-        `Earlier lines (${Math.round(this.start / 1024)} KiB before these)`)
+        `Earlier lines (${Math.round(this.start / 1024)} KiB before line ${this.first})`)
+      : null);
+    fill(this.laterBar, this.endOffset !== null
+      ? h('button', { id: 'log-later-button', onclick: () => this.later() }, 'Later lines')
       : null);
   }
 
@@ -192,48 +246,125 @@ export class LogView {
       text = text.slice(cut + 1);
     }
     const texts = text.replace(/\n$/, '').split('\n');
-    const scrolled = this.lines.scrollHeight - this.lines.scrollTop;
+    const kept = this.lines.firstElementChild;
+    const above = kept ? kept.getBoundingClientRect().top : 0;
     this.start = start;
-    this.lines.prepend(...this.lineElements(texts, 1));
+    this.first -= texts.length;
     this.count += texts.length;
-    if (start === 0) {
-      // The whole log is here now: every line gets its number, in place.
-      this.numbered = true;
-      [...this.lines.children].forEach((line, n) => number(line, n + 1));
+    this.lines.prepend(...this.lineElements(texts, this.first));
+    // The lines read stay where they were on the screen.
+    if (kept) window.scrollBy(0, kept.getBoundingClientRect().top - above);
+    this.markHits();
+    this.drawBars();
+  }
+
+  async later() {
+    const res = await fetch(`${this.url}?offset=${this.endOffset}&limit=${WINDOW}`);
+    if (!res.ok) {
+      fill(this.laterBar, `HTTP ${res.status}`);
+      return;
     }
-    this.lines.scrollTop = this.lines.scrollHeight - scrolled;
-    this.drawEarlier();
+    const text = await res.text();
+    const cut = text.length === WINDOW ? text.lastIndexOf('\n') + 1 : text.length;
+    const whole = text.slice(0, cut || text.length);
+    this.endOffset = whole ? this.endOffset + encoder.encode(whole).length : null;
+    if (whole) this.append(whole.replace(/\n$/, '').split('\n'));
+    if (!whole || text.length < WINDOW) this.endOffset = null;
+    this.drawBars();
   }
 
-  /** `#L<n>`: that line, marked and in view. */
+  /** `#L<n>` or `#L<a>-L<b>`: those lines, marked and in view, read first when not shown. */
   jumpToHash() {
-    const line = /^#L\d+$/.test(location.hash) ? document.getElementById(location.hash.slice(1)) : null;
-    if (!line) return;
-    line.classList.add('target');
-    this.lines.scrollTop = line.offsetTop - this.lines.offsetTop - this.lines.clientHeight / 3;
+    const wanted = linkedLines(location.hash);
+    for (const old of this.lines.querySelectorAll('.target')) old.classList.remove('target');
+    if (!wanted) return;
+    const [a, b] = wanted;
+    const first = document.getElementById(`L${a}`);
+    if (!first) {
+      if (this.count && !this.following && !this.jumping) {
+        this.jumping = true;
+        this.readAround(a).finally(() => { this.jumping = false; });
+      }
+      return;
+    }
+    for (let n = a; n <= b; n += 1) document.getElementById(`L${n}`)?.classList.add('target');
+    first.scrollIntoView({ block: 'center' });
   }
 
-  /** Marks the lines holding the search text; `step` moves to the next (1) or previous (-1). */
-  find(step) {
-    const wanted = this.search.value.toLowerCase();
-    for (const old of this.lines.querySelectorAll('.hit')) old.classList.remove('hit');
+  /** Searches the whole log on the server (the term goes in the page's URL); `jump`: then
+   * shows the first match. */
+  async find(jump) {
+    const wanted = this.search.value;
+    const url = new URL(location.href);
+    if (wanted) url.searchParams.set('search', wanted);
+    else url.searchParams.delete('search');
+    history.replaceState(null, '', url);
+    this.searched = wanted;
+    this.found = [];
+    this.at = -1;
+    fill(this.results);
     if (!wanted) {
       fill(this.hits);
+      this.markHits();
       return;
     }
-    const found = [...this.lines.children].filter((line) => line.lastChild.textContent.toLowerCase().includes(wanted));
-    found.forEach((line) => line.classList.add('hit'));
-    if (!found.length) {
-      fill(this.hits, 'no match');
+    fill(this.hits, 'searching…');
+    const res = await fetch(`${this.url}/search?q=${encodeURIComponent(wanted)}`);
+    if (!res.ok) {
+      fill(this.hits, `search failed: HTTP ${res.status}`);
       return;
     }
-    // Staying (0) keeps the current match while lines arrive; a step wraps around.
-    const at = Math.min(Math.max(this.hit ?? 0, 0), found.length - 1);
-    this.hit = step === 0 ? at : (at + step + found.length) % found.length;
-    const current = found[this.hit];
-    current.classList.add('current');
-    this.lines.querySelectorAll('.current').forEach((line) => { if (line !== current) line.classList.remove('current'); });
-    this.lines.scrollTop = current.offsetTop - this.lines.offsetTop - this.lines.clientHeight / 3;
-    fill(this.hits, `${this.hit + 1} of ${found.length}`);
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let pending = '';
+    let summary = null;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done || this.searched !== wanted) break;
+      pending += value;
+      const parts = pending.split('\n');
+      pending = parts.pop();
+      for (const part of parts.filter(Boolean)) {
+        const found = JSON.parse(part);
+        if (found.done) {
+          summary = found;
+          continue;
+        }
+        this.found.push(found.line);
+        if (this.found.length <= MAX_RESULTS) {
+          this.results.append(h('li', {}, h('a', { href: `${this.page}${location.search}#L${found.line}`, class: 'line-no' }, `L${found.line}`), ' ',
+            h('span', { class: 'log-result-text' }, ansiLine(found.text))));
+        }
+      }
+      this.sayHits(summary);
+    }
+    if (this.searched !== wanted) return;
+    this.sayHits(summary);
+    this.markHits();
+    if (jump && this.found.length) this.step(1);
+  }
+
+  sayHits(summary) {
+    const n = this.found.length;
+    const where = this.at >= 0 ? `${this.at + 1} of ` : '';
+    if (!summary) fill(this.hits, `${n} so far…`);
+    else if (!n) fill(this.hits, `no match in the whole log (${summary.lines} lines)`);
+    else fill(this.hits, `${where}${n}${summary.truncated ? '+' : ''} matching lines in the whole log`);
+  }
+
+  /** Moves to the next (1) or previous (-1) matching line, wrapping around (the search's
+   * list holds at most its first 1,000). */
+  step(direction) {
+    if (!this.found?.length) return;
+    this.at = (this.at + direction + this.found.length) % this.found.length;
+    const n = this.found[this.at];
+    if (location.hash === `#L${n}`) this.jumpToHash();
+    else location.hash = `#L${n}`;
+    this.sayHits({ lines: 0, truncated: this.found.length > MAX_RESULTS });
+  }
+
+  /** Marks the lines shown that the search found. */
+  markHits() {
+    for (const old of this.lines.querySelectorAll('.hit')) old.classList.remove('hit');
+    for (const n of this.found || []) document.getElementById(`L${n}`)?.classList.add('hit');
   }
 }

@@ -3,7 +3,7 @@
 // the signed-in, with a link to edit a copy and create it. Kept current from the event stream.
 
 import { TASK_EXCHANGES, call, credentials, fullStatus, get, listen, queue, withQuery } from '../api.js';
-import { LogView } from '../log.js';
+import { LogView, ansiLine } from '../log.js';
 import { drawActionsMenu } from './actions.js';
 import { copyOf, createTask, newTaskId } from './create.js';
 import { heldWorkers } from './workers.js';
@@ -56,7 +56,7 @@ export async function taskPage(main, taskId, wantedRun) {
     const runId = wantedRun !== undefined ? Number(wantedRun) : status.runs.length - 1;
     const run = status.runs[runId];
     logView.show(taskId, run);
-    drawFailure(parts.failure, run, logView);
+    drawFailure(parts.failure, taskId, run);
     drawWaiting(parts.waiting, task, status);
     drawSlices(slicesList, task, status);
   };
@@ -78,15 +78,19 @@ function drawWaiting(el, task, status) {
   }).catch(() => fill(el));
 }
 
-/** A failed run, first: why it ended and the end of its log, above the fold on any screen. */
-function drawFailure(el, run, logView) {
+/** A failed run, first: why it ended and the lines of its log that look like the failure
+ * (near the end) with its last lines, each a line link, above the fold on any screen. */
+function drawFailure(el, taskId, run) {
   if (!run || !['failed', 'exception'].includes(run.state) || run.reasonResolved === 'canceled') {
     fill(el);
-    logView.onEnd = null;
+    delete el.dataset.drawn;
     return;
   }
+  // Drawn already for this run (a redraw of the page): a resolved run's box does not change.
+  if (el.dataset.drawn === `${taskId}/${run.runId}`) return;
+  el.dataset.drawn = `${taskId}/${run.runId}`;
   const stats = run.stats || {};
-  const tail = h('pre', { class: 'log tail', id: 'failure-tail' }, '…');
+  const tail = h('div', { class: 'log tail', id: 'failure-tail' }, '…');
   const why = [
     run.reasonResolved,
     stats.exitCode !== undefined ? `exit code ${stats.exitCode}` : null,
@@ -96,12 +100,41 @@ function drawFailure(el, run, logView) {
   fill(el, h('section', { class: 'failure', id: 'failure' },
     h('p', {}, h('strong', {}, `Run ${run.runId} ${run.state}`), ': ', h('span', { id: 'failure-why' }, why)),
     tail));
-  logView.onEnd = (text) => {
-    const lines = text ? text.replace(/\n$/, '').split('\n') : [];
-    fill(tail, lines.length ? lines.slice(-TAIL_LINES).join('\n') : 'No log.');
-  };
-  // A redraw after the log was read: its end is known already.
-  if (logView.ended !== undefined) logView.onEnd(logView.ended);
+  failureLines(taskId, run).then((lines) => {
+    fill(tail, lines.length ? lines : 'No log.');
+    // The last lines in view when the box must scroll (a narrow screen).
+    tail.scrollTop = tail.scrollHeight;
+  }).catch(() => fill(tail, 'No log.'));
+}
+
+/** Lines that look like a failure's. */
+const FAILURE = /\b(error|fail(ed|ure)?|fatal|panic(ked)?|exception|traceback|assert(ion)?)\b/i;
+/** Most of the lines like a failure's shown before a failed run's last lines. */
+const FAILURE_LINES = 8;
+
+/** The elements of the failure box: from the log's last 64 KiB, the lines like a failure's
+ * and the last lines, numbered and linked, a gap marked between them. */
+async function failureLines(taskId, run) {
+  const res = await fetch(`/logs/v1/${taskId}/${run.runId}?tail=65536`);
+  if (!res.ok) return [];
+  const first = Number(res.headers.get('x-log-line') || 1);
+  const texts = (await res.text()).replace(/\n$/, '').split('\n').filter((t, i, all) => t || all.length > 1);
+  const plain = (text) => text.replace(/\x1b\[[0-9;]*[A-Za-z]/g, '');
+  const chosen = new Set(texts.map((_, i) => i).slice(-TAIL_LINES));
+  texts.map((t, i) => [t, i]).filter(([t, i]) => !chosen.has(i) && FAILURE.test(plain(t))).slice(-FAILURE_LINES)
+    .forEach(([, i]) => chosen.add(i));
+  const page = `/tasks/${taskId}/runs/${run.runId}`;
+  const out = [];
+  let last = -1;
+  for (const i of [...chosen].sort((a, b) => a - b)) {
+    if (last >= 0 && i > last + 1) out.push(h('div', { class: 'line gap' }, h('span', { class: 'line-no' }, '⋮')));
+    const n = first + i;
+    out.push(h('div', { class: `line${FAILURE.test(plain(texts[i])) ? ' failure-line' : ''}`, 'data-line': n },
+      h('a', { class: 'line-no', href: `${page}#L${n}` }, String(n)),
+      h('span', { class: 'line-text' }, ansiLine(texts[i]))));
+    last = i;
+  }
+  return out;
 }
 
 /** Swarming's slices, numbered from 0 as runs name them, each saying where the latest run is
