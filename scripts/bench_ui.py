@@ -3,7 +3,9 @@ graph of N tasks (its task group), then the group page until every task is liste
 a filter and a state chip applied, the graph page, and the overview; then, signed in, the
 cancel of a fresh group of N tasks from its page, until the server answered and until every
 row shows the task cancelled; then a task whose log is 50 MB, until its end shows and until one
-window of earlier lines does. Run by ./scripts/bench-ui."""
+window of earlier lines does, a link to a line in its middle until that line is marked in
+view, and a search of the whole log until its first result and its last. Run by
+./scripts/bench-ui (`--log-only` for the log's figures alone)."""
 
 import argparse
 import json
@@ -89,10 +91,45 @@ def timed(driver, action, condition):
     return time.perf_counter() - started
 
 
+def big_log(driver, root, runs):
+    """A 50 MB log: its end shown and earlier lines; a line link far from the end (read,
+    marked and in view); a search of the whole log (first result, and the whole answer)."""
+    task_id, size = big_log_task(root, 50)
+    lines = lambda d: len(d.find_elements(By.CSS_SELECTOR, "#log .line"))  # noqa: E731
+    in_view = ("const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+               "return r.top >= 0 && r.bottom <= window.innerHeight;")
+    total = size // len(f"{0:08} " + "\x1b[32m[ OK ]\x1b[0m " + "x" * 80 + "\n")
+    for run in range(runs):
+        first = timed(driver, lambda: driver.get(f"{root}/tasks/{task_id}"),
+                      lambda d: d.find_elements(By.ID, "log-earlier-button") and lines(d) > 0)
+        shown = lines(driver)
+        earlier = timed(driver, lambda: driver.find_element(By.ID, "log-earlier-button").click(),
+                        lambda d: lines(d) > shown)
+        target = total // 2 + run
+        linked = timed(driver, lambda: driver.get(f"{root}/tasks/{task_id}/runs/0#L{target}"),
+                       lambda d: d.find_elements(By.CSS_SELECTOR, f"#L{target}.target")
+                       and d.execute_script(in_view, f"L{target}"))
+        driver.get(f"{root}/tasks/{task_id}/runs/0")
+        WebDriverWait(driver, 60).until(lambda d: lines(d) > 0)
+        box = driver.find_element(By.ID, "log-search")
+        started = time.perf_counter()
+        box.send_keys("00012345\n")
+        WebDriverWait(driver, 120, poll_frequency=0.01).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#log-results li"))
+        first_hit = time.perf_counter() - started
+        WebDriverWait(driver, 120, poll_frequency=0.01).until(
+            lambda d: "matching lines in the whole log" in d.find_element(By.ID, "log-hits").text)
+        searched = time.perf_counter() - started
+        hits = len(driver.find_elements(By.CSS_SELECTOR, "#log-results li"))
+        print(f"run {run + 1}: a {size / 1e6:.0f} MB log: its end shown in {first:.2f} s ({shown} lines); "
+              f"earlier lines in {earlier * 1000:.0f} ms; line {target} linked: read, marked and in view in "
+              f"{linked:.2f} s; whole-log search: first result in {first_hit:.2f} s, all {hits} in {searched:.2f} s")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tasks", type=int, default=10000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--log-only", action="store_true", help="only the 50 MB log's figures")
     args = parser.parse_args()
     binary = os.environ["SHOAL_BIN"]
     data_dir = tempfile.mkdtemp(prefix="shoal-bench-ui-")
@@ -104,6 +141,8 @@ def main():
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=shutil.which("chromedriver")))
     try:
+        if args.log_only:
+            return big_log(driver, root, args.runs)
         graph_id = slugid.nice()
         started = time.perf_counter()
         put_graph(root, graph_id, args.tasks)
@@ -142,16 +181,7 @@ def main():
             shown = time.perf_counter() - started
             print(f"run {run + 1}: cancel group of {args.tasks}: answered in {answered:.2f} s "
                   f"({driver.find_element(By.ID, 'group-action-result').text}); every row cancelled in {shown:.2f} s")
-        task_id, size = big_log_task(root, 50)
-        lines = lambda d: len(d.find_elements(By.CSS_SELECTOR, "#log .line"))  # noqa: E731
-        for run in range(args.runs):
-            first = timed(driver, lambda: driver.get(f"{root}/tasks/{task_id}"),
-                          lambda d: d.find_elements(By.ID, "log-earlier-button") and lines(d) > 0)
-            shown = lines(driver)
-            earlier = timed(driver, lambda: driver.find_element(By.ID, "log-earlier-button").click(),
-                            lambda d: lines(d) > shown)
-            print(f"run {run + 1}: a {size / 1e6:.0f} MB log: its end shown in {first:.2f} s ({shown} lines); "
-                  f"earlier lines in {earlier * 1000:.0f} ms")
+        big_log(driver, root, args.runs)
     finally:
         driver.quit()
         proc.terminate()

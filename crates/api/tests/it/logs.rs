@@ -107,11 +107,24 @@ async fn a_search_covers_the_whole_log_and_numbers_its_lines() {
     let (status, found) = search("eRRor").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(found[0], json!({"line": 1, "text": "first: ERROR early on"}));
-    assert_eq!(found[1], json!({"line": 12_001, "text": "\x1b[31mLast error\x1b[0m, twice: error"}), "one match a line");
+    assert_eq!(
+        found[1],
+        json!({"line": 12_001, "text": "\x1b[31mLast error\x1b[0m, twice: error"}),
+        "one match a line"
+    );
     assert_eq!(found[2]["line"], 12_002);
     assert_eq!(found[3], json!({"done": true, "lines": 12_002, "matches": 3, "truncated": false}));
     let (_, found) = search("07777").await;
     assert_eq!(found[0]["line"], 7777, "a line in the middle, across reads");
+    // Reads by line, and the tail's number, over the same blocks (counted once, then kept).
+    for _ in 0..2 {
+        let res = app.raw(Method::GET, &format!("{}/logs/v1/{task_id}/0?line=7777&limit=10", app.root), None).await;
+        assert_eq!(res.headers()["x-log-line"], "7777");
+        assert_eq!(res.text().await.unwrap(), "07777 xxxx");
+        let res = app.raw(Method::GET, &format!("{}/logs/v1/{task_id}/0?tail=30", app.root), None).await;
+        assert_eq!(res.headers()["x-log-line"], "12002", "the last line, whole");
+        assert_eq!(res.text().await.unwrap(), "no newline at the end: Error");
+    }
     let (_, found) = search("x").await;
     assert_eq!(found.len(), 1001);
     let summary = &found[1000];

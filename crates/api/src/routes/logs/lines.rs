@@ -1,6 +1,10 @@
-//! A log's lines, found by scanning it from the start in large reads (a 50 MB log takes tens
-//! of milliseconds): where line `n` starts, the number of the line at an offset, and a search
-//! of the whole log streamed as it goes, each match a line number and the line's text.
+//! A log's lines, found by scanning it from the start in large reads: where line `n` starts,
+//! the number of the line at an offset, and a search of the whole log streamed as it goes,
+//! each match a line number and the line's text. A log only grows, so the lines of each
+//! whole block of it, once counted, are kept (four bytes a MiB) and never counted again.
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 use axum::body::Bytes;
 use memchr::memmem::Finder;
@@ -16,6 +20,15 @@ pub(crate) const MAX_MATCHES: usize = 1000;
 const MAX_TEXT: usize = 400;
 /// A line longer than this is searched in pieces of this size.
 const MAX_LINE: usize = 1 << 20;
+
+/// Logs whose blocks' lines are kept; past it, all are forgotten and counted again as asked.
+const MAX_INDEXED_LOGS: usize = 4096;
+
+/// The lines of each whole [`SCAN_BYTES`] block of a log, by its run.
+type BlockLines = HashMap<(TaskId, u32), Vec<u32>>;
+
+/// The blocks' lines of the logs read.
+static BLOCK_LINES: LazyLock<Mutex<BlockLines>> = LazyLock::new(Mutex::default);
 
 /// One run's log, `size` bytes of it.
 #[derive(Clone)]
@@ -35,10 +48,41 @@ impl Log {
         self.queue.read_log(self.task_id, self.run_id, offset, want).await
     }
 
+    /// The lines of each whole block of the log, counted now for those not known yet.
+    async fn blocks(&self) -> Result<Vec<u32>, StoreError> {
+        let key = (self.task_id, self.run_id);
+        let known = BLOCK_LINES.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned().unwrap_or_default();
+        let whole = usize::try_from(self.size / SCAN_BYTES as u64).unwrap_or(usize::MAX);
+        if known.len() >= whole {
+            return Ok(known);
+        }
+        let mut blocks = known;
+        while blocks.len() < whole {
+            let buf = self.read(blocks.len() as u64 * SCAN_BYTES as u64, SCAN_BYTES).await?;
+            if buf.len() < SCAN_BYTES {
+                break;
+            }
+            blocks.push(u32::try_from(memchr::memchr_iter(b'\n', &buf).count()).unwrap_or(u32::MAX));
+        }
+        let mut kept = BLOCK_LINES.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.len() >= MAX_INDEXED_LOGS {
+            kept.clear();
+        }
+        kept.insert(key, blocks.clone());
+        Ok(blocks)
+    }
+
     /// Where line `line` (from 1) starts; the log's size when it has fewer lines.
     pub(super) async fn line_start(&self, line: u64) -> Result<u64, StoreError> {
         let mut left = line.saturating_sub(1);
         let mut offset = 0;
+        for lines in self.blocks().await? {
+            if u64::from(lines) >= left {
+                break;
+            }
+            left -= u64::from(lines);
+            offset += SCAN_BYTES as u64;
+        }
         while left > 0 && offset < self.size {
             let buf = self.read(offset, SCAN_BYTES).await?;
             if buf.is_empty() {
@@ -55,8 +99,10 @@ impl Log {
 
     /// The number of the line starting at `offset` (a line's start).
     pub(super) async fn line_at(&self, offset: u64) -> Result<u64, StoreError> {
-        let mut lines = 1;
-        let mut at = 0;
+        let blocks = self.blocks().await?;
+        let before = usize::try_from(offset / SCAN_BYTES as u64).unwrap_or(usize::MAX).min(blocks.len());
+        let mut lines = 1 + blocks[..before].iter().map(|n| u64::from(*n)).sum::<u64>();
+        let mut at = before as u64 * SCAN_BYTES as u64;
         while at < offset {
             let want = usize::try_from(offset - at).unwrap_or(SCAN_BYTES).min(SCAN_BYTES);
             let buf = self.read(at, want).await?;
@@ -95,7 +141,15 @@ pub(super) struct Search {
 impl Search {
     pub(super) fn new(log: Log, wanted: &str) -> Search {
         let needle = wanted.to_ascii_lowercase().into_bytes();
-        Search { log, offset: 0, carry: Vec::new(), lines: 0, finder: Finder::new(&needle).into_owned(), found: 0, done: false }
+        Search {
+            log,
+            offset: 0,
+            carry: Vec::new(),
+            lines: 0,
+            finder: Finder::new(&needle).into_owned(),
+            found: 0,
+            done: false,
+        }
     }
 
     /// The next part of the answer (newline-delimited JSON: a line per match, then a
