@@ -162,6 +162,7 @@ def main():
                              lambda d: d.find_elements(By.CSS_SELECTOR, '#app[data-ready] tr[data-queue="bench-ui/wt"]'))
             print(f"run {run + 1}: group page listed and live {load:.2f} s; name filter {filt * 1000:.0f} ms; "
                   f"state chip {chip * 1000:.0f} ms; graph page {graph:.2f} s; overview {overview:.2f} s")
+        # Signed in for this tab (the pages read a tab's own session storage too).
         driver.execute_script("sessionStorage.setItem('shoal.credentials', JSON.stringify(arguments[0]))",
                               {"clientId": "root", "accessToken": TOKEN})
         cancelled = lambda d: f"exception {args.tasks}" in d.find_element(By.ID, "counts").text  # noqa: E731

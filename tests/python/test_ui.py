@@ -90,9 +90,12 @@ def snap(driver, shots, name):
     driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
+FORGET = "localStorage.clear(); sessionStorage.clear(); document.cookie = 'shoal_session=; path=/; max-age=0'"
+
+
 def sign_in(driver, server, client_id, access_token):
     driver.get(server + "/")
-    driver.execute_script("sessionStorage.clear()")
+    driver.execute_script(FORGET)
     driver.get(server + "/")
     wait(driver, lambda d: d.find_elements(By.ID, "show-sign-in"), "the sign-in button")
     driver.find_element(By.ID, "show-sign-in").click()
@@ -105,7 +108,38 @@ def sign_in(driver, server, client_id, access_token):
 
 def sign_out(driver, server):
     driver.get(server + "/")
-    driver.execute_script("sessionStorage.clear()")
+    driver.execute_script(FORGET)
+
+
+def test_sign_in_lasts_across_tabs_until_sign_out_and_a_wrong_token_is_said_plainly(server, browser, shots):
+    sign_out(browser, server)
+    browser.get(server + "/")
+    wait(browser, lambda d: d.find_elements(By.ID, "show-sign-in"), "the sign-in button")
+    browser.find_element(By.ID, "show-sign-in").click()
+    form = browser.find_element(By.ID, "sign-in")
+    form.find_element(By.NAME, "clientId").send_keys("root")
+    form.find_element(By.NAME, "accessToken").send_keys("not-the-token")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait(browser, lambda d: text_of(d, "#sign-in-error"), "the refusal")
+    assert text_of(browser, "#sign-in-error") == "Not signed in: the server does not accept this clientId and accessToken."
+    sign_in(browser, server, "root", ROOT_TOKEN)
+    first = browser.current_window_handle
+    # A page opened in another tab is signed in too.
+    browser.switch_to.new_window("tab")
+    browser.get(f"{server}/workers")
+    wait(browser, lambda d: text_of(d, "#who .signed-in") == "root", "signed in in the new tab")
+    # Signing out there signs out here.
+    browser.find_element(By.ID, "sign-out").click()
+    wait(browser, lambda d: d.find_elements(By.ID, "show-sign-in"), "signed out in the new tab")
+    browser.close()
+    browser.switch_to.window(first)
+    wait(browser, lambda d: d.find_elements(By.ID, "show-sign-in"), "signed out in the first tab as well")
+    # Credentials of a browser session that ended (its cookie gone) are not used.
+    sign_in(browser, server, "root", ROOT_TOKEN)
+    browser.execute_script("document.cookie = 'shoal_session=; path=/; max-age=0'")
+    browser.get(f"{server}/workers")
+    wait(browser, lambda d: d.find_elements(By.ID, "show-sign-in"), "a new browser session starts anonymous")
+    assert browser.execute_script("return localStorage.getItem('shoal.credentials')") is None, "and forgets them"
 
 
 def claim(queue, task_queue_id, worker_id="w1", **shoal_fields):
@@ -501,9 +535,10 @@ def test_cancel_from_the_page_needs_the_scopes(server, queue, auth, make_task, b
     browser.find_element(By.ID, "cancel").click()
     browser.switch_to.alert.accept()
     wait(browser, lambda d: "Not allowed" in text_of(d, "#action-result"), "the refusal shown")
-    # The refusal lists the missing scope, not the server's raw message.
-    missing = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#action-result .missing-scopes li")]
+    # The refusal lists the missing scopes, not the server's raw message; any of them would do.
+    missing = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#action-result .missing-scopes li.mono")]
     assert len(missing) >= 1 and all(scope.startswith(("queue:", "assume:")) for scope in missing), missing
+    assert "lacks one of these scopes:" in text_of(browser, "#action-result"), text_of(browser, "#action-result")
     assert "```" not in text_of(browser, "#action-result")
     assert queue.status(task_id)["status"]["state"] == "pending"
     # Signed in as root: cancelled, and the page says it was done.

@@ -1,24 +1,47 @@
 // The API as the pages call it: JSON in and out, Taskcluster's error bodies as exceptions,
-// requests signed with the credentials kept in this tab's session storage.
+// requests signed with the credentials signed in for this browser session: kept in local
+// storage with a mark that a session cookie holds, so every tab has them until sign-out,
+// and none once the browser is closed (the cookie gone, the mark no longer matches).
 
 import { hawkHeader } from './hawk.js';
 
 const KEY = 'shoal.credentials';
+const COOKIE = 'shoal_session';
+
+/** This browser session's mark, from its session cookie. */
+function sessionMark() {
+  const found = document.cookie.split('; ').find((pair) => pair.startsWith(`${COOKIE}=`));
+  return found ? found.slice(COOKIE.length + 1) : null;
+}
 
 /** The signed-in credentials, or null. */
 export function credentials() {
   try {
+    const kept = JSON.parse(localStorage.getItem(KEY));
+    if (kept?.session && kept.session === sessionMark()) return kept.credentials;
+    // Signed in during a browser session that has ended.
+    if (kept) localStorage.removeItem(KEY);
     return JSON.parse(sessionStorage.getItem(KEY));
   } catch {
     return null;
   }
 }
 
-/** Keeps `creds` for this tab (null signs out). */
+/** Keeps `creds` for every tab of this browser session (null signs out everywhere). */
 export function setCredentials(creds) {
-  if (creds) sessionStorage.setItem(KEY, JSON.stringify(creds));
-  else sessionStorage.removeItem(KEY);
+  sessionStorage.removeItem(KEY);
+  if (creds) {
+    const session = [...crypto.getRandomValues(new Uint8Array(16))].map((b) => b.toString(16).padStart(2, '0')).join('');
+    document.cookie = `${COOKIE}=${session}; path=/; SameSite=Strict`;
+    localStorage.setItem(KEY, JSON.stringify({ session, credentials: creds }));
+  } else {
+    localStorage.removeItem(KEY);
+    document.cookie = `${COOKIE}=; path=/; max-age=0; SameSite=Strict`;
+  }
 }
+
+// Signed in or out in another tab: this one follows.
+window.addEventListener('storage', (event) => { if (event.key === KEY) location.reload(); });
 
 /** An error the API answered with. */
 export class ApiError extends Error {

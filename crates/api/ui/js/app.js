@@ -45,7 +45,7 @@ function drawWho() {
   const who = document.getElementById('who');
   const creds = credentials();
   if (creds) {
-    fill(who, h('span', { class: 'signed-in', title: 'requests from this tab are signed as this client' }, creds.clientId), ' ',
+    fill(who, h('span', { class: 'signed-in', title: 'requests from every tab of this browser session are signed as this client' }, creds.clientId), ' ',
       h('button', { class: 'link', id: 'sign-out', onclick: () => { setCredentials(null); location.reload(); } }, 'Sign out'));
     return;
   }
@@ -63,7 +63,10 @@ function drawWho() {
       setCredentials(creds);
       location.reload();
     } catch (err) {
-      fill(document.getElementById('sign-in-error'), err.code ? `${err.code}` : String(err));
+      const said = err.status === 401 || err.code === 'AuthenticationFailed'
+        ? 'Not signed in: the server does not accept this clientId and accessToken.'
+        : `Not signed in: ${err.code ? `${err.code}: ${err.message}` : String(err)}`;
+      fill(document.getElementById('sign-in-error'), said);
     }
   });
   fill(who, h('button', { class: 'link', id: 'show-sign-in', onclick: () => { form.hidden = !form.hidden; form.clientId.focus(); } }, 'Sign in'), form);

@@ -77,24 +77,36 @@ export function section(title, ...children) {
 /** An error as the page shows it. */
 export function problem(err) {
   if (err.code === 'InsufficientScopes') {
-    const missing = missingScopes(err.message);
-    if (missing.length) {
+    const expr = missingExpression(err.message);
+    if (expr !== null) {
+      const [said, items] = typeof expr === 'string' ? ['this scope:', [expr]]
+        : expr.AnyOf ? ['one of these scopes:', expr.AnyOf]
+          : ['these scopes:', expr.AllOf || []];
       return h('div', { class: 'error', role: 'alert' },
-        h('p', {}, 'Not allowed: the signed-in client lacks ', missing.length === 1 ? 'this scope:' : 'these scopes:'),
-        h('ul', { class: 'missing-scopes' }, missing.map((scope) => h('li', { class: 'mono' }, scope))));
+        h('p', {}, 'Not allowed: the signed-in client lacks ', said),
+        h('ul', { class: 'missing-scopes' }, items.map(scopeItem)));
     }
+  }
+  if (err.code === 'AuthenticationFailed') {
+    return h('p', { class: 'error', role: 'alert' },
+      'Not signed in as you think: the server does not accept these credentials (', err.message, '). Sign out and in again.');
   }
   return h('p', { class: 'error', role: 'alert' }, err.code ? `${err.code}: ${err.message}` : String(err.message || err));
 }
 
-/** The scopes an InsufficientScopes message says are missing (its first fenced block, a
- * scope expression: a scope, or {AllOf|AnyOf: [...]}), flattened; none if it cannot tell. */
-function missingScopes(message) {
+/** One scope of a refusal, or a nested expression said as "one of" / "all of". */
+function scopeItem(expr) {
+  if (typeof expr === 'string') return h('li', { class: 'mono' }, expr);
+  const [said, items] = expr.AnyOf ? ['one of:', expr.AnyOf] : ['all of:', expr.AllOf || []];
+  return h('li', {}, said, h('ul', { class: 'missing-scopes' }, items.map(scopeItem)));
+}
+
+/** The scope expression an InsufficientScopes message says is missing (its first fenced
+ * block: a scope, or {AllOf|AnyOf: [...]}); null if it cannot tell. */
+function missingExpression(message) {
   const block = /```\n([\s\S]*?)\n```/.exec(message || '');
-  if (!block) return [];
-  const flatten = (expr) => (typeof expr === 'string' ? [expr]
-    : Object.values(expr || {}).flat().flatMap(flatten));
-  try { return flatten(JSON.parse(block[1])); } catch { return []; }
+  if (!block) return null;
+  try { return JSON.parse(block[1]); } catch { return null; }
 }
 
 /** A definition list from [label, value] pairs, skipping empty values. */
