@@ -546,7 +546,8 @@ def test_cancel_from_the_page_needs_the_scopes(server, queue, auth, make_task, b
     open_page(browser, f"{server}/tasks/{task_id}", "#cancel")
     browser.find_element(By.ID, "cancel").click()
     browser.switch_to.alert.accept()
-    wait(browser, lambda d: "exception" in text_of(d, "h1"), "the task shown cancelled")
+    wait(browser, lambda d: "cancelled" in text_of(d, "h1"), "the task shown cancelled, not a bare exception")
+    assert browser.find_element(By.CSS_SELECTOR, "h1 .badge").get_attribute("title") == "exception: canceled"
     wait(browser, lambda d: text_of(d, "#action-result") == "Cancel: done", "the result shown")
     assert queue.status(task_id)["status"]["state"] == "exception"
     # A run cancelled before it started has no log, and the page says so.
@@ -634,6 +635,8 @@ def test_group_actions_rerun_the_failed_and_cancel_the_group(server, queue, make
     wait(browser, lambda d: text_of(d, "#group-action-result") == "Cancel group: 3 cancelled", "the cancel said")
     assert all(queue.status(task_id)["status"]["state"] == "exception" for task_id in ids)
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, '#tasks tr[data-state="exception"]')) == 3, "shown cancelled")
+    badges = [b.text for b in browser.find_elements(By.CSS_SELECTOR, '#tasks tr[data-state="exception"] .badge')]
+    assert badges == ["cancelled"] * 3, badges
     snap(browser, shots, "group-cancelled")
     sign_out(browser, server)
 

@@ -69,6 +69,20 @@ export function badge(state) {
   return h('span', { class: `badge state-${state}` }, state);
 }
 
+/** A run's state as its badge: a run a cancel ended says "cancelled", not a bare
+ * "exception" (the API's state, kept in the badge's title). */
+export function runBadge(run) {
+  return run?.state === 'exception' && run.reasonResolved === 'canceled'
+    ? h('span', { class: 'badge state-exception state-cancelled', title: 'exception: canceled' }, 'cancelled')
+    : badge(run?.state);
+}
+
+/** A task's state as its badge, its last run's cancel said as such. */
+export function statusBadge(status) {
+  const last = status.runs?.[status.runs.length - 1];
+  return status.state === 'exception' && last ? runBadge(last) : badge(status.state);
+}
+
 /** A titled section. */
 export function section(title, ...children) {
   return h('section', { class: 'card' }, h('h2', {}, title), ...children);

@@ -5,7 +5,7 @@
 // (`?state=&q=&page=`), so a link or a reload shows the same view.
 
 import { TASK_EXCHANGES, allPages, call, credentials, get, listen, queue } from '../api.js';
-import { badge, duration, fill, h, keepInUrl, problem, queueLink, relative, taskLink, throttle, when } from '../view.js';
+import { duration, fill, h, keepInUrl, problem, queueLink, relative, statusBadge, taskLink, throttle, when } from '../view.js';
 
 const PAGE_ROWS = 100;
 const STATES = ['unscheduled', 'pending', 'running', 'completed', 'failed', 'exception'];
@@ -217,7 +217,7 @@ function lastChange(status) {
 function row({ name, status }) {
   return h('tr', { 'data-task': status.taskId, 'data-state': status.state },
     h('td', {}, h('a', { href: `/tasks/${status.taskId}` }, name), h('div', { class: 'mono muted small' }, status.taskId)),
-    h('td', {}, badge(status.state)),
+    h('td', {}, statusBadge(status)),
     h('td', { class: 'wide' }, queueLink(status.taskQueueId)),
     h('td', { class: 'num' }, status.runs.length),
     h('td', { class: 'wide' }, when(lastChange(status))));

@@ -2,7 +2,7 @@
 // graphs, and recent failures. Refreshed every few seconds while open.
 
 import { get, queue, withQuery } from '../api.js';
-import { badge, fill, h, keepInUrl, pagedListing, problem, queueLink, section, taskLink, when } from '../view.js';
+import { badge, fill, h, keepInUrl, pagedListing, problem, queueLink, section, statusBadge, taskLink, when } from '../view.js';
 
 const REFRESH_MS = 5000;
 
@@ -111,6 +111,6 @@ async function drawFailures(el) {
     withCancels ? 'hide cancellations' : 'show cancellations too');
   if (!shown.length) return fill(el, h('p', { class: 'muted' }, 'Nothing failed lately. ', toggle));
   fill(el, h('ul', { class: 'plain', id: 'failures' }, shown.map(({ task, status }) => h('li', { 'data-task': status.taskId },
-    badge(status.state), ' ', taskLink(status.taskId, task.metadata.name), ' ',
+    statusBadge(status), ' ', taskLink(status.taskId, task.metadata.name), ' ',
     h('span', { class: 'muted' }, status.taskQueueId), ' failed ', when(status.runs[status.runs.length - 1]?.resolved)))), toggle);
 }

@@ -7,7 +7,7 @@ import { LogView, ansiLine } from '../log.js';
 import { drawActionsMenu } from './actions.js';
 import { copyOf, createTask, newTaskId } from './create.js';
 import { heldWorkers } from './workers.js';
-import { badge, bytes, duration, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
+import { bytes, duration, facts, fill, h, problem, queueLink, runBadge, section, statusBadge, taskLink, when, workerHref } from '../view.js';
 
 const PRIORITIES = ['highest', 'very-high', 'high', 'medium', 'low', 'very-low', 'lowest'];
 /** Lines of a failed run's log shown at the top of its page. */
@@ -47,7 +47,7 @@ export async function taskPage(main, taskId, wantedRun) {
   document.title = `${task.metadata.name} · task · Shoal`;
   draw = () => {
     fill(parts.head,
-      h('h1', {}, task.metadata.name, ' ', badge(status.state)),
+      h('h1', {}, task.metadata.name, ' ', statusBadge(status)),
       h('p', { class: 'muted' }, h('span', { class: 'mono' }, taskId), ' · group ',
         h('a', { href: `/tasks/groups/${status.taskGroupId}`, class: 'mono' }, status.taskGroupId), ' · ', queueLink(status.taskQueueId),
         status.createdBy ? [' · created by ', h('a', { href: withQuery('/tasks', { createdBy: status.createdBy }), class: 'mono', id: 'created-by' }, status.createdBy)] : null));
@@ -209,7 +209,7 @@ function runView(taskId, status, run) {
   }).catch((err) => fill(artifacts, problem(err)));
   const worker = run.workerId ? h('a', { href: workerHref(status.taskQueueId, run.workerGroup, run.workerId) }, `${run.workerGroup}/${run.workerId}`) : null;
   return h('div', { class: 'run', 'data-run': run.runId },
-    h('h3', {}, `Run ${run.runId} `, badge(run.state), ' ', h('a', { href: `/tasks/${taskId}/runs/${run.runId}`, class: 'small' }, 'log')),
+    h('h3', {}, `Run ${run.runId} `, runBadge(run), ' ', h('a', { href: `/tasks/${taskId}/runs/${run.runId}`, class: 'small' }, 'log')),
     facts([
       ['Created because', run.reasonCreated],
       ['Resolved because', run.reasonResolved],

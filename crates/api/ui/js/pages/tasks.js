@@ -4,7 +4,7 @@
 // that many pages of 100.
 
 import { get, queue, withQuery } from '../api.js';
-import { badge, fill, h, pagedListing, queueLink, taskLink, when } from '../view.js';
+import { fill, h, pagedListing, queueLink, statusBadge, taskLink, when } from '../view.js';
 
 const PAGE_ROWS = 100;
 
@@ -63,7 +63,7 @@ export async function taskList(main) {
   await pagedListing(more, async (token) => {
     const page = await get(withQuery(path, { ...filters, limit: PAGE_ROWS, continuationToken: token }));
     rows.append(...page.tasks.filter(shown).map(({ task, status }) => h('tr', { 'data-task': status.taskId },
-      h('td', {}, taskLink(status.taskId, task.metadata.name)), h('td', {}, badge(status.state)),
+      h('td', {}, taskLink(status.taskId, task.metadata.name)), h('td', {}, statusBadge(status)),
       h('td', { class: 'wide' }, queueLink(status.taskQueueId)),
       h('td', {}, listed ? when(task.created) : when(last(status)?.resolved)))));
     fill(empty, rows.children.length ? null : h('p', { class: 'muted' }, 'No task matches.'));
