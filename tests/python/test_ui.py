@@ -337,6 +337,29 @@ def test_any_line_of_a_big_log_is_linked_and_searched(server, queue, make_task, 
     browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
+def test_a_blocked_task_names_its_dependencies_and_the_one_that_failed(server, queue, make_task, task_queue_id, browser, shots):
+    build, lint, deploy = slugid_nice(), slugid_nice(), slugid_nice()
+    queue.createTask(build, make_task(metadata=named("build the app")))
+    queue.createTask(lint, make_task(metadata=named("lint the app"), taskQueueId=f"{task_queue_id}-elsewhere"))
+    queue.createTask(deploy, make_task(metadata=named("deploy the app"), dependencies=[lint, build]))
+    open_page(browser, f"{server}/tasks/{deploy}", "#blocked")
+    wait(browser, lambda d: "Waiting on 2 of 2 dependencies" in text_of(d, "#blocked"), "what it waits on")
+    run_id = claim(queue, task_queue_id)["runId"]
+    post_json(server, f"/api/queue/v1/task/{build}/runs/{run_id}/failed", {})
+    for size, (width, height) in SIZES.items():
+        browser.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": size == "phone"},
+        )
+        open_page(browser, f"{server}/tasks/{deploy}", "#blocked")
+        wait(browser, lambda d: "build the app failed first" in text_of(d, "#blocked"), f"the failed dependency named ({size})")
+        assert "Blocked" in text_of(browser, "#blocked")
+        listed = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#dependencies li")]
+        assert listed == ["failed build the app", "pending lint the app"], f"names and states, the failure first: {listed}"
+        browser.save_screenshot(os.path.join(shots, f"task-blocked-{size}.png"))
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
 def test_overview_lists_queues_groups_and_failures(server, queue, make_task, task_queue_id, browser, shots):
     sign_out(browser, server)
     failing = slugid_nice()

@@ -35,11 +35,12 @@ export async function taskPage(main, taskId, wantedRun) {
     hookActions: h('div', { id: 'hook-actions' }),
     runs: h('div', { id: 'runs' }), log: h('div'),
   };
+  const deps = { list: h('div', { id: 'dependencies' }), read: null };
   const logView = new LogView(parts.log);
   const slicesList = h('ol', { class: 'plain', id: 'slices' });
   fill(main,
     parts.head, parts.waiting, parts.failure, parts.actions, parts.hookActions,
-    h('div', { class: 'grid' }, section('Task', describe(task, slicesList)), section('Runs', parts.runs)),
+    h('div', { class: 'grid' }, section('Task', describe(task, slicesList, deps.list)), section('Runs', parts.runs)),
     section('Log', parts.log),
     section('Definition', h('details', {}, h('summary', {}, 'payload and full definition (JSON)'),
       h('pre', { class: 'json' }, JSON.stringify(task, null, 2)))));
@@ -57,7 +58,8 @@ export async function taskPage(main, taskId, wantedRun) {
     const run = status.runs[runId];
     logView.show(taskId, run);
     drawFailure(parts.failure, taskId, run);
-    drawWaiting(parts.waiting, task, status);
+    drawWaiting(parts.waiting, task, status, deps);
+    drawDependencies(deps, task);
     drawSlices(slicesList, task, status);
   };
   draw();
@@ -66,7 +68,8 @@ export async function taskPage(main, taskId, wantedRun) {
 }
 
 /** A pending task that no live worker matches says so: it waits until one does. */
-function drawWaiting(el, task, status) {
+function drawWaiting(el, task, status, deps) {
+  if (status.state === 'unscheduled' && task.dependencies?.length) return drawBlocked(el, task, deps);
   if (status.state !== 'pending') return fill(el);
   const wanted = JSON.stringify(task.slices?.length ? task.slices[status.currentSlice ?? 0].dimensions || {} : task.dimensions || {});
   get(queue(`/task-queues/${status.taskQueueId}/backlog`)).then((backlog) => {
@@ -76,6 +79,59 @@ function drawWaiting(el, task, status) {
       'No live worker has the dimensions this task waits on', held.length ? ` (${held.join(', ')})` : '',
       '; it stays pending until one does. ', queueLink(status.taskQueueId)) : null);
   }).catch(() => fill(el));
+}
+
+/** Most dependencies named with their states (the rest counted). */
+const MAX_DEPENDENCIES = 100;
+
+/** The dependencies' names and states (read again at each redraw, at most every 5 s), those
+ * that failed first; `deps.read` is the latest answer. */
+function drawDependencies(deps, task) {
+  const ids = task.dependencies || [];
+  if (!ids.length || (deps.readAt && Date.now() - deps.readAt < 5000)) return;
+  deps.readAt = Date.now();
+  const shown = ids.slice(0, MAX_DEPENDENCIES);
+  Promise.all([call('POST', queue('/tasks'), { taskIds: shown }), call('POST', queue('/tasks/status'), { taskIds: shown })])
+    .then(([tasks, statuses]) => {
+      const names = new Map(tasks.tasks.map((t) => [t.taskId, t.task.metadata.name]));
+      const states = new Map(statuses.statuses.map((s) => [s.taskId, s.status]));
+      const rank = (status) => (!status ? 3 : ['failed', 'exception'].includes(status.state) ? 0 : status.state === 'completed' ? 2 : 1);
+      const ordered = shown.map((id) => ({ id, name: names.get(id), status: states.get(id) }))
+        .sort((a, b) => rank(a.status) - rank(b.status) || String(resolvedAt(a.status)).localeCompare(String(resolvedAt(b.status))));
+      deps.read = ordered;
+      fill(deps.list, h('ul', { class: 'plain dependencies' }, ordered.map(({ id, name, status }) => h('li', { 'data-dependency': id },
+        status ? statusBadge(status) : h('span', { class: 'muted' }, 'gone'), ' ', taskLink(id, name || id)))),
+      ids.length > shown.length ? h('p', { class: 'muted' }, `and ${ids.length - shown.length} more`) : null);
+      deps.onRead?.();
+    })
+    .catch((err) => fill(deps.list, problem(err)));
+}
+
+function resolvedAt(status) {
+  const last = status?.runs?.[status.runs.length - 1];
+  return last?.resolved || '';
+}
+
+/** An unscheduled task with dependencies says what it waits on: the dependency that failed
+ * first (then it is blocked: it runs only once they all complete), or those not done. */
+function drawBlocked(el, task, deps) {
+  const say = () => {
+    const read = deps.read || [];
+    const failed = read.filter((d) => ['failed', 'exception'].includes(d.status?.state));
+    const open = read.filter((d) => !['completed', 'failed', 'exception'].includes(d.status?.state));
+    if (task.requires !== 'all-resolved' && failed.length) {
+      const [first] = failed;
+      fill(el, h('p', { class: 'warning', id: 'blocked', role: 'alert' }, 'Blocked: its dependency ',
+        taskLink(first.id, first.name || first.id), ` ${first.status.state} first`,
+        failed.length > 1 ? ` (${failed.length} of ${task.dependencies.length} did not complete)` : '',
+        '; it runs only once every dependency completes.'));
+    } else if (open.length) {
+      fill(el, h('p', { class: 'muted', id: 'blocked' }, `Waiting on ${open.length} of ${task.dependencies.length} dependencies: `,
+        open.slice(0, 5).flatMap((d, i) => [i ? ', ' : '', taskLink(d.id, d.name || d.id)]), open.length > 5 ? ', …' : ''));
+    } else fill(el);
+  };
+  deps.onRead = say;
+  say();
 }
 
 /** A failed run, first: why it ended and the lines of its log that look like the failure
@@ -154,7 +210,7 @@ function drawSlices(el, task, status) {
   }));
 }
 
-function describe(task, slicesList) {
+function describe(task, slicesList, dependencies) {
   const tags = Object.entries(task.tags || {});
   return facts([
     ['Description', task.metadata.description],
@@ -167,7 +223,7 @@ function describe(task, slicesList) {
     ['Retries', task.retries],
     ['Scheduler', task.schedulerId],
     ['Project', task.projectId],
-    ['Depends on', task.dependencies?.length ? h('ul', { class: 'plain' }, task.dependencies.map((id) => h('li', {}, taskLink(id)))) : null],
+    ['Depends on', task.dependencies?.length ? dependencies : null],
     ['Dimensions', dimensions(task.dimensions)],
     ['Slices', task.slices?.length ? slicesList : null],
     ['Tags', tags.length ? h('div', { class: 'chips' }, tags.map(([k, v]) => h('a', { class: 'chip', href: `/tasks?tag=${encodeURIComponent(`${k}:${v}`)}` }, `${k}:${v}`))) : null],
