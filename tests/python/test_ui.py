@@ -79,15 +79,21 @@ def open_page(driver, url, ready_css):
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"#app[data-ready] {ready_css}"), ready_css)
 
 
-def snap(driver, shots, name):
-    """Saves the page at each size, then restores the laptop size."""
+def window_sizes(driver):
+    """Gives the window each of SIZES in turn, yielding its name; then the default again."""
     for size, (width, height) in SIZES.items():
         driver.execute_cdp_cmd(
             "Emulation.setDeviceMetricsOverride",
             {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": size == "phone"},
         )
-        driver.save_screenshot(os.path.join(shots, f"{name}-{size}.png"))
+        yield size
     driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def snap(driver, shots, name):
+    """Saves the page at each size, then restores the laptop size."""
+    for size in window_sizes(driver):
+        driver.save_screenshot(os.path.join(shots, f"{name}-{size}.png"))
 
 
 FORGET = "localStorage.clear(); sessionStorage.clear(); document.cookie = 'shoal_session=; path=/; max-age=0'"
@@ -193,11 +199,7 @@ def test_a_failed_task_shows_why_and_the_end_of_its_log_first(server, queue, mak
     after = "".join(f"\x1b[2mteardown step {n}\x1b[0m\n" for n in range(42))
     append_log(server, task_id, run_id, 0, log + "\x1b[31merror: test_widget failed\x1b[0m\n" + after)
     post_json(server, f"/api/queue/v1/task/{task_id}/runs/{run_id}/failed", {"stats": {"exitCode": 3, "runMs": 5}})
-    for size, (width, height) in SIZES.items():
-        browser.execute_cdp_cmd(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": size == "phone"},
-        )
+    for size in window_sizes(browser):
         open_page(browser, f"{server}/tasks/{task_id}", "#failure")
         wait(browser, lambda d: "error: test_widget failed" in text_of(d, "#failure-tail"), f"the log's end ({size})")
         assert text_of(browser, "#failure-why") == "failed · exit code 3"
@@ -210,7 +212,6 @@ def test_a_failed_task_shows_why_and_the_end_of_its_log_first(server, queue, mak
         inner = browser.execute_script("return window.innerHeight")
         assert bottom <= inner, f"{size}: why it failed and the log's end are above the fold ({bottom} > {inner})"
         browser.save_screenshot(os.path.join(shots, f"task-failed-{size}.png"))
-    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     # The run says what ran it: the worker's version and dimensions at the claim.
     run = text_of(browser, f'[data-run="{run_id}"]')
     assert "9.9.9-ui" in run and "os:linux" in run, run
@@ -306,11 +307,7 @@ def test_any_line_of_a_big_log_is_linked_and_searched(server, queue, make_task, 
     for start in range(0, len(lines), 20000):
         offset = append_log(server, task_id, run_id, offset, "".join(line + "\n" for line in lines[start:start + 20000]))
     post_json(server, f"/api/queue/v1/task/{task_id}/runs/{run_id}/completed", {})
-    for size, (width, height) in SIZES.items():
-        browser.execute_cdp_cmd(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": size == "phone"},
-        )
+    for size in window_sizes(browser):
         # A link to a line far before the end: that line read, marked and in the window.
         open_page(browser, f"{server}/tasks/{task_id}/runs/{run_id}#L123", "#log")
         wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#L123.target"), f"line 123 marked ({size})")
@@ -334,7 +331,6 @@ def test_any_line_of_a_big_log_is_linked_and_searched(server, queue, make_task, 
         browser.find_element(By.ID, "log-search").clear()
         browser.find_element(By.ID, "log-search").send_keys("not in this log\n")
         wait(browser, lambda d: text_of(d, "#log-hits") == "no match in the whole log (60000 lines)", "said plainly")
-    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def test_a_blocked_task_names_its_dependencies_and_the_one_that_failed(server, queue, make_task, task_queue_id, browser, shots):
@@ -346,18 +342,13 @@ def test_a_blocked_task_names_its_dependencies_and_the_one_that_failed(server, q
     wait(browser, lambda d: "Waiting on 2 of 2 dependencies" in text_of(d, "#blocked"), "what it waits on")
     run_id = claim(queue, task_queue_id)["runId"]
     post_json(server, f"/api/queue/v1/task/{build}/runs/{run_id}/failed", {})
-    for size, (width, height) in SIZES.items():
-        browser.execute_cdp_cmd(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": size == "phone"},
-        )
+    for size in window_sizes(browser):
         open_page(browser, f"{server}/tasks/{deploy}", "#blocked")
         wait(browser, lambda d: "build the app failed first" in text_of(d, "#blocked"), f"the failed dependency named ({size})")
         assert "Blocked" in text_of(browser, "#blocked")
         listed = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#dependencies li")]
         assert listed == ["failed build the app", "pending lint the app"], f"names and states, the failure first: {listed}"
         browser.save_screenshot(os.path.join(shots, f"task-blocked-{size}.png"))
-    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def test_overview_lists_queues_groups_and_failures(server, queue, make_task, task_queue_id, browser, shots):
