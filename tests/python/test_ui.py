@@ -671,6 +671,8 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     worker = fleet_worker(server, provisioner, worker_type, "ui", "w-quarantine")
     assert "quarantineUntil" in worker
     wait(browser, lambda d: "flaky disk" in text_of(d, "#events"), "the quarantine in its events")
+    said = text_of(browser, "#quarantine-said")
+    assert said == "in 24 h by root: flaky disk", f"until when, by whom, why: {said}"
     assert "Named caches\ncheckout, ccache" in text_of(browser, ".grid"), "the caches it holds"
     # Its history is a table: the task by name, its state and exit code.
     wait(browser, lambda d: "nightly build" in text_of(d, "#recent-tasks"), "the recent task by name")

@@ -168,7 +168,7 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
         // One machine serving several queues: its record in each, one click away.
         ['Serves', worker.taskQueueIds ? h('span', { id: 'serves' }, worker.taskQueueIds.map((id, n) => [n ? ', ' : '',
           id === taskQueueId ? id : h('a', { href: workerHref(id, workerGroup, workerId) }, id)])) : null],
-        ['Quarantined until', worker.quarantineUntil ? when(worker.quarantineUntil) : null],
+        ['Quarantined until', quarantined ? quarantineSaid(worker) : null],
         ['Maintenance', worker.maintenance ? h('span', { id: 'maintenance' }, worker.maintenance.message,
           h('span', { class: 'muted' }, ` by ${worker.maintenance.clientId || 'the worker'}, since `), when(worker.maintenance.since)) : null],
         ['Dimensions', dimensionChips(worker.dimensions)],
@@ -184,6 +184,13 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
         ? h('ul', { class: 'plain', id: 'events' }, events.map((e) => h('li', {}, h('strong', {}, e.kind), ' ', when(e.at),
           e.clientId ? h('span', { class: 'muted' }, ` by ${e.clientId}`) : null, e.taskId ? [' ', named(e.taskId)] : null, e.detail ? h('span', { class: 'muted' }, ` ${e.detail}`) : null)))
         : h('p', { class: 'muted' }, 'None.'))));
+}
+
+/** Until when a worker is quarantined, by whom and why (its latest quarantine change). */
+function quarantineSaid(worker) {
+  const last = (worker.quarantineDetails || []).at(-1);
+  return h('span', { id: 'quarantine-said' }, when(worker.quarantineUntil),
+    last ? h('span', {}, ` by ${last.clientId}`, last.quarantineInfo ? [': ', h('q', {}, last.quarantineInfo)] : null) : null);
 }
 
 /** The runs a worker claimed lately, newest first: task, run, state, how long, exit code. */
