@@ -334,10 +334,10 @@ def test_any_line_of_a_big_log_is_linked_and_searched(server, queue, make_task, 
 
 
 def test_a_blocked_task_names_its_dependencies_and_the_one_that_failed(server, queue, make_task, task_queue_id, browser, shots):
-    build, lint, deploy = slugid_nice(), slugid_nice(), slugid_nice()
-    queue.createTask(build, make_task(metadata=named("build the app")))
-    queue.createTask(lint, make_task(metadata=named("lint the app"), taskQueueId=f"{task_queue_id}-elsewhere"))
-    queue.createTask(deploy, make_task(metadata=named("deploy the app"), dependencies=[lint, build]))
+    build, lint, deploy, group = slugid_nice(), slugid_nice(), slugid_nice(), slugid_nice()
+    queue.createTask(build, make_task(metadata=named("build the app"), taskGroupId=group))
+    queue.createTask(lint, make_task(metadata=named("lint the app"), taskQueueId=f"{task_queue_id}-elsewhere", taskGroupId=group))
+    queue.createTask(deploy, make_task(metadata=named("deploy the app"), dependencies=[lint, build], taskGroupId=group))
     open_page(browser, f"{server}/tasks/{deploy}", "#blocked")
     wait(browser, lambda d: "Waiting on 2 of 2 dependencies" in text_of(d, "#blocked"), "what it waits on")
     run_id = claim(queue, task_queue_id)["runId"]
@@ -349,6 +349,11 @@ def test_a_blocked_task_names_its_dependencies_and_the_one_that_failed(server, q
         listed = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#dependencies li")]
         assert listed == ["failed build the app", "pending lint the app"], f"names and states, the failure first: {listed}"
         browser.save_screenshot(os.path.join(shots, f"task-blocked-{size}.png"))
+    # Its group says it is blocked rather than under way: nothing runs, one task waits in vain.
+    queue.cancelTask(lint)
+    open_page(browser, f"{server}/tasks/groups/{group}", "#progress")
+    wait(browser, lambda d: d.find_elements(By.ID, "group-blocked"), "the group said blocked")
+    assert "blocked: 1 task waits on dependencies that did not complete" in text_of(browser, "#group-blocked")
 
 
 def test_overview_lists_queues_groups_and_failures(server, queue, make_task, task_queue_id, browser, shots):

@@ -134,17 +134,22 @@ const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.status.
 
 const runsOf = (status) => status.runs.length * 10 + STATES.indexOf(status.state);
 
-/** The group's progress as a bar by state with "N of M resolved"; answers whether any task
- * is unresolved. */
+/** The group's progress as a bar by state with "N of M resolved", and "blocked" when nothing
+ * runs or waits to but tasks wait on dependencies that did not complete; answers whether the
+ * group is under way (some task unresolved, and not blocked). */
 function drawProgress(bar, byState, total) {
-  const resolved = byState.completed + byState.failed + byState.exception;
+  const count = (s) => byState[s] || 0;
+  const resolved = count('completed') + count('failed') + count('exception');
+  const blocked = !count('pending') && !count('running') && count('unscheduled') > 0 && count('failed') + count('exception') > 0;
   const share = (n) => `${total ? (100 * n) / total : 0}%`;
   bar.setAttribute('aria-label', `${resolved} of ${total} resolved`);
   // Widths set through the CSSOM: the page's policy forbids style attributes.
   const part = (s) => { const el = h('span', { class: `state-${s}`, title: `${s} ${byState[s]}` }); el.style.width = share(byState[s]); return el; };
   fill(bar, h('div', { class: 'bar' }, ['completed', 'failed', 'exception', 'running', 'pending'].filter((s) => byState[s]).map(part)),
-    h('span', { class: 'progress-text' }, `${resolved} of ${total} resolved`, total ? ` (${Math.floor((100 * resolved) / total)}%)` : ''));
-  return resolved < total;
+    h('span', { class: 'progress-text' }, `${resolved} of ${total} resolved`, total ? ` (${Math.floor((100 * resolved) / total)}%)` : ''),
+    blocked ? h('span', { class: 'warning', id: 'group-blocked' },
+      ` · blocked: ${count('unscheduled')} ${count('unscheduled') === 1 ? 'task waits' : 'tasks wait'} on dependencies that did not complete`) : null);
+  return resolved < total && !blocked;
 }
 
 /** The group's durations: since its first run started, until its last ended (or now, while
