@@ -75,6 +75,7 @@ impl ImageConfig {
 }
 
 /// An image ready for runs: held in the cache while they use it.
+#[derive(Debug)]
 pub(crate) struct Ready {
     held: HeldContent,
     pub(crate) config: ImageConfig,

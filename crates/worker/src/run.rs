@@ -143,21 +143,23 @@ pub(crate) async fn run_claim(
             let fetched = mount::place(&setup, placed, &mut lent).await.map_err(setup_ending)?;
             stats.bytes_fetched = Some(stats.bytes_fetched.unwrap_or(0) + fetched);
         }
-        let root = match (&image, user) {
+        let mounted = image.is_some() || !placed.mounts.is_empty() || !placed.caches.is_empty();
+        let root = match (image, user) {
             (Some(ready), Some(user)) => {
                 let secrets = claim.secrets.is_some().then_some(secrets_file.as_path());
                 Some(image::root::make(ready, &payload, &dir, user, secrets).await.map_err(setup_ending)?)
             }
+            // `unsupported` refused an image for a worker without slot users.
             _ => None,
         };
-        if image.is_some() || !placed.mounts.is_empty() || !placed.caches.is_empty() {
+        if mounted {
             stats.mount_ms = Some(millis(started.elapsed()));
         }
-        Ok::<_, Ending>((env, namespace, proxy, (image, root)))
+        Ok::<_, Ending>((env, namespace, proxy, root))
     }
     .await;
     let ending = match prepared {
-        Ok((env, namespace, proxy, (image, root))) => {
+        Ok((env, namespace, proxy, root)) => {
             stats.setup_ms = Some(millis(claimed.elapsed()));
             let started = Instant::now();
             let network = match &namespace {
@@ -177,10 +179,10 @@ pub(crate) async fn run_claim(
                 Isolation::None => None,
             };
             // docker's command: the image's entrypoint, then the payload's command or the image's.
-            let in_image = image.as_ref().map(|ready| Payload {
+            let in_image = root.as_ref().map(|root| Payload {
                 commands: (payload.commands.iter())
                     .map(|spec| match spec {
-                        payload::CommandSpec::Argv(argv) => payload::CommandSpec::Argv(ready.config.command(argv)),
+                        payload::CommandSpec::Argv(argv) => payload::CommandSpec::Argv(root.image.config.command(argv)),
                         other => other.clone(),
                     })
                     .collect(),
@@ -198,11 +200,11 @@ pub(crate) async fn run_claim(
             // Nothing of the task runs now; its proxy stops with it.
             drop(proxy);
             stats.run_ms = Some(millis(started.elapsed()));
-            (ending, image.zip(root))
+            (ending, root)
         }
         Err(ending) => (ending, None),
     };
-    let (ending, image) = ending;
+    let (ending, root) = ending;
     if claim.secrets.is_some() {
         let _ = tokio::fs::remove_file(&secrets_file).await;
     }
@@ -217,8 +219,8 @@ pub(crate) async fn run_claim(
         let target = Target { client: &client, task_id: &task_id, run_id, expires: &expires };
         let started = Instant::now();
         let mut digests = payload.chain_of_trust.then(BTreeMap::new);
-        let tree = match &image {
-            Some((_, root)) => artifacts::Tree::Image(&root.overlay),
+        let tree = match &root {
+            Some(root) => artifacts::Tree::Image(&root.overlay),
             None => artifacts::Tree::Dir(&dir),
         };
         stats.bytes_uploaded =
@@ -242,7 +244,7 @@ pub(crate) async fn run_claim(
         && stats.exit_code.is_some_and(|code| payload.purge_exit_codes.contains(&code));
     mount::give_back(&config.cache, &dir, lent, purge, &log).await;
     // The image is let go (it may be evicted) once nothing of the run reads it.
-    drop(image);
+    drop(root);
     let outcome = outcome_of(&ending, &log).await;
     drop(log);
     flusher.finish().await;

@@ -154,6 +154,8 @@ pub(crate) struct Sandbox<'a> {
 /// starts `bwrap` unprivileged, which binds it as `/` with the caches and the secrets file.
 #[derive(Debug)]
 pub(crate) struct ImageRoot {
+    /// The image, held in the worker's cache (not evicted) while the run uses it.
+    pub(crate) image: crate::image::Ready,
     pub(crate) overlay: crate::image::overlay::Overlay,
     pub(crate) options: std::ffi::CString,
     /// The working directory, absolute in the image.

@@ -19,9 +19,10 @@ pub(crate) fn cache_home(idx: usize) -> String {
 /// `PATH` in an image that sets none (docker's).
 pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Prepares the root of a run in `dir` (whose caches are lent already) for the slot's `user`.
+/// Prepares the root of a run in `dir` (whose caches are lent already) for the slot's `user`;
+/// it holds the image until it is dropped.
 pub(crate) async fn make(
-    ready: &Ready,
+    ready: Ready,
     payload: &Payload,
     dir: &Path,
     user: u32,
@@ -52,7 +53,7 @@ pub(crate) async fn make(
         .map(|_| std::fs::File::open("/").map(OwnedFd::from))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|err| SetupError::Worker(format!("holding descriptors for the image's root: {err}")))?;
-    Ok(ImageRoot { overlay, options, workdir: format!("/{workdir}"), caches, secrets, reserved, user })
+    Ok(ImageRoot { image: ready, overlay, options, workdir: format!("/{workdir}"), caches, secrets, reserved, user })
 }
 
 /// The variables the image and then the payload give, over docker's defaults.
