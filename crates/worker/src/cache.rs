@@ -172,12 +172,16 @@ impl Cache {
     /// The content file of `key`, held, when it is cached (and still on disk: an operator
     /// may have cleared the directory).
     pub(crate) fn content(self: &Arc<Self>, key: &str) -> Option<HeldContent> {
-        let id = Id::Content(digest(key));
+        self.hold(Id::Content(digest(key)), |path| path.is_file())
+    }
+
+    /// `id`, held, when it is cached and `there` finds it whole on disk (else forgotten).
+    fn hold(self: &Arc<Self>, id: Id, there: impl Fn(&Path) -> bool) -> Option<HeldContent> {
         if !self.lock().touch(&id) {
             return None;
         }
         let held = self.held(id);
-        if held.path.is_file() {
+        if there(&held.path) {
             return Some(held);
         }
         self.lock().entries.remove(&held.id);
@@ -188,18 +192,9 @@ impl Cache {
         HeldContent { cache: Arc::clone(self), path: self.home(&id), id }
     }
 
-    /// The unpacked image kept as `key`, held, when it is cached.
+    /// The unpacked image kept as `key`, held, when it is cached (whole: its size written).
     pub(crate) fn image(self: &Arc<Self>, key: &str) -> Option<HeldContent> {
-        let id = Id::Image(digest(key));
-        if !self.lock().touch(&id) {
-            return None;
-        }
-        let held = self.held(id);
-        if held.path.join(IMAGE_SIZE).is_file() {
-            return Some(held);
-        }
-        self.lock().entries.remove(&held.id);
-        None
+        self.hold(Id::Image(digest(key)), |path| path.join(IMAGE_SIZE).is_file())
     }
 
     /// Where an image is unpacked before it is complete.
