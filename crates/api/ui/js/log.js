@@ -52,6 +52,16 @@ export function linkedLines(hash) {
   return [Math.min(a, b), Math.max(a, b)];
 }
 
+/** A window's lines: a full window ({@link WINDOW} bytes) up to its last newline (the rest
+ * is the next window's), else all of it; with the bytes taken and whether it was full. */
+async function wholeLines(res) {
+  const data = new Uint8Array(await res.arrayBuffer());
+  const full = data.length >= WINDOW;
+  const bytes = full ? data.lastIndexOf(10) + 1 || data.length : data.length;
+  const text = new TextDecoder().decode(data.subarray(0, bytes));
+  return { lines: text ? text.replace(/\n$/, '').split('\n') : [], bytes, full };
+}
+
 /** The log of one run: read once when the run is over, followed while it runs. */
 export class LogView {
   constructor(el) {
@@ -79,7 +89,6 @@ export class LogView {
     // Already showing it (a following read ends by itself when the run does).
     if (key === this.key || (this.key === `${taskId}/${run.runId}/true` && this.following)) return;
     this.key = key;
-    this.ended = undefined;
     this.abort?.abort();
     this.url = `/logs/v1/${taskId}/${run.runId}`;
     this.page = `/tasks/${taskId}/runs/${run.runId}`;
@@ -113,12 +122,11 @@ export class LogView {
     this.abort = controller;
     this.following = follow;
     this.reset();
-    let text = '';
     try {
       const res = await fetch(`${this.url}?tail=${WINDOW}${follow ? '&follow=true' : ''}`, { signal: controller.signal });
       if (!res.ok) {
         fill(this.lines, res.status === 404 ? 'No log for this run.' : `HTTP ${res.status}`);
-        this.end('');
+        this.end();
         return;
       }
       this.startWindow(res);
@@ -131,18 +139,16 @@ export class LogView {
         const cut = pending.lastIndexOf('\n');
         if (cut < 0) continue;
         const complete = pending.slice(0, cut);
-        text += complete + '\n';
         pending = pending.slice(cut + 1);
         this.append(complete.split('\n'));
       }
       if (pending) {
-        text += pending;
         this.append([pending]);
       }
       this.endOffset = null;
       this.drawBars();
       this.jumpToHash();
-      this.end(text);
+      this.end();
     } catch (err) {
       if (err.name !== 'AbortError') fill(this.state, `stopped: ${err.message}`);
     } finally {
@@ -174,26 +180,23 @@ export class LogView {
     const res = await fetch(`${this.url}?line=${from}&limit=${WINDOW}`);
     if (!res.ok) {
       fill(this.lines, res.status === 404 ? 'No log for this run.' : `HTTP ${res.status}`);
-      this.end('');
+      this.end();
       return;
     }
     this.startWindow(res);
-    const text = await res.text();
-    const cut = text.length === WINDOW ? text.lastIndexOf('\n') + 1 : text.length;
-    const whole = text.slice(0, cut || text.length);
-    this.endOffset = this.start + encoder.encode(whole).length;
-    this.append(whole.replace(/\n$/, '').split('\n').filter((line, i, all) => line || i < all.length - 1));
+    const { lines, bytes, full } = await wholeLines(res);
+    this.endOffset = full ? this.start + bytes : null;
+    this.append(lines);
     this.drawBars();
     this.jumpToHash();
     this.state.className = 'muted';
     fill(this.state, `lines ${this.first}–${this.first + this.count - 1}`);
   }
 
-  end(text) {
+  /** The read is over: a followed log says it finished. */
+  end() {
     if (this.following) fill(this.state, 'finished');
     this.state.className = 'muted';
-    this.ended = text;
-    this.onEnd?.(text);
   }
 
   /** One element per line, numbered from `firstNumber`, each number a link tied to the run. */
@@ -264,12 +267,9 @@ export class LogView {
       fill(this.laterBar, `HTTP ${res.status}`);
       return;
     }
-    const text = await res.text();
-    const cut = text.length === WINDOW ? text.lastIndexOf('\n') + 1 : text.length;
-    const whole = text.slice(0, cut || text.length);
-    this.endOffset = whole ? this.endOffset + encoder.encode(whole).length : null;
-    if (whole) this.append(whole.replace(/\n$/, '').split('\n'));
-    if (!whole || text.length < WINDOW) this.endOffset = null;
+    const { lines, bytes, full } = await wholeLines(res);
+    this.append(lines);
+    this.endOffset = full && bytes ? this.endOffset + bytes : null;
     this.drawBars();
   }
 
