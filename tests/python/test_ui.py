@@ -415,9 +415,54 @@ def test_a_listings_pages_shown_are_kept_in_the_url(server, queue, make_task, br
     assert "pages=2" in browser.current_url and not browser.find_elements(By.CSS_SELECTOR, "button.more")
     browser.refresh()
     wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#app[data-ready] #tasks tr")) == 101, "both pages again")
-    # Two tags are refused, as the API refuses them, never narrowed to one silently.
-    open_page(browser, f"{server}/tasks?tag={tag}&tag=suite:ui", ".pager .error")
-    assert "give one tag" in text_of(browser, ".pager .error") and not browser.find_elements(By.CSS_SELECTOR, "#tasks tr")
+
+
+def test_task_lists_show_what_waits_or_runs_now_fleet_wide_and_by_several_tags(server, queue, make_task, browser, shots):
+    # Two queues of their own, named to come first fleet-wide (queue by queue, by id).
+    mark = slugid_nice()[:8].lower().replace("_", "x").replace("-", "x")
+    first, second = f"0-{mark}/a", f"0-{mark}/b"
+    ids = {name: slugid_nice() for name in ["build", "test", "other", "running"]}
+    for name, task_queue_id, tags in [
+        ("build", first, {"run": mark, "kind": "build"}),
+        ("test", first, {"run": mark, "kind": "test"}),
+        ("running", second, {"run": mark, "kind": "build"}),
+        ("other", second, {"run": mark, "kind": "build"}),
+    ]:
+        definition = make_task(taskQueueId=task_queue_id, tags=tags, metadata=named(f"now {name}"))
+        queue.createTask(ids[name], definition)
+    assert claim(queue, second)["status"]["taskId"] == ids["running"]
+    row = lambda name: f'#tasks tr[data-task="{ids[name]}"]'
+    for size in window_sizes(browser):
+        # Fleet-wide: queue by queue, each queue's line, with when each began to wait.
+        open_page(browser, f"{server}/tasks?state=pending", row("build"))
+        assert "Pending tasks, fleet-wide" in text_of(browser, "h1"), size
+        assert "Waiting since" in text_of(browser, "thead") and "just now" in text_of(browser, row("build"))
+        listed = [e.get_attribute("data-task") for e in browser.find_elements(By.CSS_SELECTOR, "#tasks tr")]
+        assert listed[:3] == [ids["build"], ids["test"], ids["other"]], (size, listed)
+        # Several tags: every one must be a task's; they stay in the URL and the form.
+        browser.find_element(By.CSS_SELECTOR, "#task-filter input[name=tag]").send_keys(f"run:{mark} kind:build")
+        browser.find_element(By.CSS_SELECTOR, "#task-filter button[type=submit]").click()
+        wait(browser, lambda d: "tag=kind%3Abuild" in d.current_url, "both tags in the URL")
+        open_page(browser, browser.current_url, row("build"))
+        assert text_of(browser, "h1") == f"Pending tasks tagged run:{mark} and kind:build", size
+        assert not browser.find_elements(By.CSS_SELECTOR, row("test")) and not browser.find_elements(By.CSS_SELECTOR, row("running"))
+        assert browser.find_element(By.CSS_SELECTOR, "#task-filter input[name=tag]").get_attribute("value") == f"run:{mark} kind:build"
+    # One queue's running tasks, counted.
+    open_page(browser, f"{server}/tasks?state=running&taskQueueId={second}", row("running"))
+    assert text_of(browser, "#count") == "1 running" and "Running since" in text_of(browser, "thead")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#tasks tr")) == 1
+    # A tag listing with two tags, newest first, counted alike.
+    open_page(browser, f"{server}/tasks?tag=run:{mark}&tag=kind:build", row("other"))
+    assert text_of(browser, "#count") == "3 tasks" and not browser.find_elements(By.CSS_SELECTOR, row("test"))
+    snap(browser, shots, "tasks-pending-now")
+    # A queue with nothing running says so.
+    open_page(browser, f"{server}/tasks?state=running&taskQueueId={first}", "#count")
+    wait(browser, lambda d: "Nothing is running now." in text_of(d, "#app"), "said so")
+    # The overview's counts are links to those lists.
+    open_page(browser, server + "/", f'tr[data-queue="{first}"] a.now-pending')
+    browser.find_element(By.CSS_SELECTOR, f'tr[data-queue="{first}"] a.now-pending').click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f"#app[data-ready] {row('test')}"), "the queue's pending tasks")
+    assert text_of(browser, "#count") == "2 pending" and text_of(browser, "h1") == f"Pending tasks in {first}"
 
 
 def test_group_page_shows_every_task_and_follows_changes_live(server, queue, make_task, task_queue_id, browser, shots):

@@ -151,12 +151,15 @@ pub struct ArtifactKey {
 
 /// The read side: queries of committed state (each sees the commits made before it); runs on a
 /// blocking thread.
-/// Which tasks a tag listing selects (Swarming's task list): those filed under `tag`, of the
-/// queue and in the state given, created within `since..=until`.
-#[derive(Debug, Clone)]
+/// Which tasks a tag listing selects (Swarming's task list): those filed under `tag` (and
+/// tagged with each of `also`), of the queue and in the state given, created within
+/// `since..=until`.
+#[derive(Debug, Clone, Default)]
 pub struct TagQuery {
     /// `key:value`.
     pub tag: String,
+    /// More tags (`key:value`) every listed task has; they filter the listing `tag` reads.
+    pub also: Vec<String>,
     /// Only this queue's.
     pub task_queue_id: Option<String>,
     /// Only those in this state.
@@ -176,6 +179,21 @@ impl TagQuery {
     #[must_use]
     pub fn creator_listing(&self) -> Option<&str> {
         self.created_by.as_deref().filter(|_| self.tag.is_empty())
+    }
+
+    /// Whether `task`, created (or filed) at `created`, is one this query selects beyond the
+    /// tag or creator it is read by.
+    #[must_use]
+    pub fn selects(&self, task: &shoal_engine::task::Task, created: Timestamp) -> bool {
+        let meta = &task.meta;
+        self.state.is_none_or(|state| task.state() == state)
+            && self.task_queue_id.as_ref().is_none_or(|queue| *queue == meta.task_queue_id)
+            && self.created_by.as_ref().is_none_or(|client| Some(client) == meta.created_by.as_ref())
+            && self.since.is_none_or(|since| created >= since)
+            && self.until.is_none_or(|until| created <= until)
+            && self.also.iter().all(|tag| {
+                tag.split_once(':').is_some_and(|(key, value)| meta.tags.get(key).is_some_and(|v| v == value))
+            })
     }
 }
 

@@ -281,7 +281,7 @@ pub const ENDPOINTS: &[Endpoint] = &[
         Public,
         Experimental,
         task_list::list_tasks,
-        "Tasks by tag or creator, newest first, paged (Shoal's; Swarming's task list).",
+        "Tasks by tags or creator, newest first, or what is pending or running now, paged (Shoal's; Swarming's task list).",
         query = ["tag", "createdBy", "taskQueueId", "state", "since", "until", "continuationToken", "limit"]
     ),
     endpoint!(

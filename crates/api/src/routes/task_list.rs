@@ -1,6 +1,6 @@
-//! Swarming's task list: tasks by tag or creator, newest first, filtered by queue, state,
-//! creator and time; and the tasks that failed (failed or exception), newest first, as the
-//! overview shows them.
+//! Swarming's task list: tasks by tags or creator, newest first, filtered by queue, state,
+//! creator and time, or what is pending or running now, fleet-wide; and the tasks that failed
+//! (failed or exception), newest first, as the overview shows them.
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -15,34 +15,39 @@ use crate::error::ApiError;
 use crate::extract::Paging;
 use crate::routes::with_continuation;
 
-/// The query a listing or count names: `tag` (`key:value`) or `createdBy` (a client id), one
-/// of them required, and optionally `taskQueueId`, `state`, `since` and `until` (RFC 3339).
+/// The query a listing names: `tag` (`key:value`, repeated for tasks with every one) or
+/// `createdBy` (a client id), and optionally `taskQueueId`, `state`, `since` and `until`
+/// (RFC 3339); or, with neither tag nor creator, `state` pending or running: what waits or runs
+/// now, fleet-wide or in one queue.
 fn tag_query(query: Vec<(String, String)>) -> Result<TagQuery, ApiError> {
     let found = filters(query, true)?;
-    if found.tag.is_empty() && found.created_by.is_none() {
+    if found.tag.is_empty() && found.created_by.is_none() && !is_live(&found) {
         return Err(ApiError::invalid_input(
-            "tag: is required (key:value) unless createdBy is given; listings go by tag or creator",
+            "tag: is required (key:value) unless createdBy is given, or state is pending or running \
+             (what waits or runs now is listed fleet-wide)",
         ));
     }
     Ok(found)
 }
 
+/// Whether `query` lists what is pending or running now (by neither tag nor creator).
+fn is_live(query: &TagQuery) -> bool {
+    query.tag.is_empty()
+        && query.created_by.is_none()
+        && matches!(query.state, Some(TaskState::Pending | TaskState::Running))
+}
+
 /// The filters of a listing; `tag` only where `tagged`.
 fn filters(query: Vec<(String, String)>, tagged: bool) -> Result<TagQuery, ApiError> {
-    let mut found =
-        TagQuery { tag: String::new(), task_queue_id: None, state: None, since: None, until: None, created_by: None };
+    let mut found = TagQuery::default();
     for (key, value) in query {
         let time = |value: &str| {
             Timestamp::parse(value).ok_or_else(|| ApiError::invalid_input(format!("{key}: must be an RFC 3339 time")))
         };
         match key.as_str() {
-            // Never one of several silently: a listing goes by one tag.
-            "tag" if tagged && !found.tag.is_empty() => {
-                return Err(ApiError::invalid_input(
-                    "tag: give one tag (a listing goes by one; several are not combined)",
-                ));
-            }
-            "tag" if tagged && value.contains(':') => found.tag = value,
+            // Several tags: the first is read, the others filter what it lists.
+            "tag" if tagged && value.contains(':') && found.tag.is_empty() => found.tag = value,
+            "tag" if tagged && value.contains(':') => found.also.push(value),
             "tag" if tagged => return Err(ApiError::invalid_input("tag: must be key:value")),
             "taskQueueId" if split_task_queue_id(&value).is_some() => found.task_queue_id = Some(value),
             "taskQueueId" => return Err(ApiError::invalid_input("taskQueueId: must be provisionerId/workerType")),
@@ -87,6 +92,11 @@ pub(crate) async fn count_tasks(
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, ApiError> {
     let query = tag_query(query)?;
+    if is_live(&query) {
+        return Err(ApiError::invalid_input(
+            "tag: is required to count (key:value) unless createdBy is given; a queue's counts say how many wait or run",
+        ));
+    }
     let count = state.queue.store().read(move |reads| reads.count_tagged(&query)).await?;
     Ok(Json(json!({ "count": count })))
 }

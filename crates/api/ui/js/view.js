@@ -146,6 +146,11 @@ export function queueLink(taskQueueId) {
   return h('a', { href: `/provisioners/${provisioner}/worker-types/${workerType}`, class: 'mono' }, taskQueueId);
 }
 
+/** `n`, linked to the list of a queue's tasks in `state` now (pending or running). */
+export function nowLink(taskQueueId, state, n) {
+  return h('a', { href: `/tasks?state=${state}&taskQueueId=${encodeURIComponent(taskQueueId)}`, class: `now-${state}` }, `${n}`);
+}
+
 /** Keeps `params` in the page's URL, replacing its entry (a view changed is not a page to go
  * back to): each name set to its value, or removed when the value is empty. */
 export function keepInUrl(params) {

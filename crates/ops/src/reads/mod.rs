@@ -1,6 +1,7 @@
 //! The read side: [`Reads`], every query the API asks of committed state, answered once for
 //! both backends by [`over::ReadsOver`] over each backend's [`over::ReadDb`].
 
+mod live;
 pub mod over;
 pub mod services;
 
@@ -77,8 +78,9 @@ pub trait Reads: ServiceReads {
     /// Storage failure or a bad continuation token.
     fn list_task_group(&self, group: TaskId, after: Option<&str>, limit: usize)
     -> Result<Page<TaskRecord>, StoreError>;
-    /// The tasks `query` selects, newest (by `created`) first. A page may hold fewer than
-    /// `limit` (those filtered out still count), so follow its continuation.
+    /// The tasks `query` selects, newest (by `created`) first; with neither tag nor creator,
+    /// those pending (in line order) or running (by id) now, queue by queue. A page may hold
+    /// fewer than `limit` (those filtered out still count), so follow its continuation.
     ///
     /// # Errors
     /// Storage failure or a bad continuation token.

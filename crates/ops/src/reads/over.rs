@@ -260,6 +260,9 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
     }
 
     fn list_tagged(&self, query: &TagQuery, after: Option<&str>, limit: usize) -> Result<Page<TaskRecord>, StoreError> {
+        if query.tag.is_empty() && query.created_by.is_none() {
+            return self.live(query, after, limit);
+        }
         let first = query.until.map_or(i64::MAX, |until| until.millis().saturating_add(1));
         let after = match after {
             None | Some("") => format!("{first}:"),
@@ -285,12 +288,7 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
                 return Ok(Page { items, continuation: None });
             }
             last = Some(format!("{}:{}", created.millis(), task.row.task.task_id));
-            let status_matches = query.state.is_none_or(|state| task.row.task.state() == state);
-            let queue_matches =
-                query.task_queue_id.as_ref().is_none_or(|queue| *queue == task.row.task.meta.task_queue_id);
-            let creator_matches =
-                query.created_by.as_ref().is_none_or(|client| Some(client) == task.row.task.meta.created_by.as_ref());
-            if status_matches && queue_matches && creator_matches {
+            if query.selects(&task.row.task, created) {
                 items.push(record(task));
             }
         }
@@ -485,7 +483,7 @@ impl<D: ReadDb> ReadsOver<D> {
     /// The first tasks `query` finds, at most `limit` and, beyond the first, at most
     /// [`MAX_PAGE_BYTES`] of definitions; and whether more follow. The sizes are read first,
     /// so a page never holds more than that in memory however large each definition is.
-    fn bounded(&self, query: TaskQuery<'_>, limit: usize) -> Result<(Vec<StoredTask>, bool), StoreError> {
+    pub(super) fn bounded(&self, query: TaskQuery<'_>, limit: usize) -> Result<(Vec<StoredTask>, bool), StoreError> {
         let sizes = self.0.task_sizes(query, limit + 1)?;
         let fitting = fitting(&sizes, limit);
         let more = sizes.len() > fitting;
@@ -518,7 +516,7 @@ fn decode_auth<T: serde::de::DeserializeOwned>(kind: &str, body: &str) -> Result
     serde_json::from_str(body).map_err(|err| crate::row::corrupt(format!("{kind} record: {err}")))
 }
 
-fn record(found: StoredTask) -> TaskRecord {
+pub(super) fn record(found: StoredTask) -> TaskRecord {
     TaskRecord { status: found.row.task.status(), task: found.definition }
 }
 
@@ -556,7 +554,7 @@ fn newest_first_token(after: Option<&str>) -> Result<(i64, &str), StoreError> {
     }
 }
 
-fn created_of(task: &StoredTask) -> Result<Timestamp, StoreError> {
+pub(super) fn created_of(task: &StoredTask) -> Result<Timestamp, StoreError> {
     #[derive(serde::Deserialize)]
     struct Created {
         created: Timestamp,

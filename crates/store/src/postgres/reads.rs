@@ -112,21 +112,23 @@ impl ReadDb for PgReads<'_> {
         let since = query.since.map_or(i64::MIN, Timestamp::millis);
         let until = query.until.map_or(i64::MAX, Timestamp::millis);
         let state = query.state.map(TaskState::as_str);
-        let filters = "($4::text IS NULL OR t.state = $4) AND ($5::text IS NULL OR t.task_queue_id = $5)";
+        let filters = "($4::text IS NULL OR t.state = $4) AND ($5::text IS NULL OR t.task_queue_id = $5) AND NOT EXISTS \
+            (SELECT 1 FROM unnest($7::text[]) j(tag) WHERE NOT EXISTS \
+            (SELECT 1 FROM task_tags a WHERE a.task_id = t.task_id AND a.tag = j.tag))";
         let rows = match query.creator_listing() {
             Some(client_id) => self.query(
                 &format!(
                     "SELECT count(*) FROM tasks t WHERE t.created_by = $1 AND t.created >= $2 AND t.created <= $3 \
-                     AND {filters}"
+                     AND {filters} AND $6::text IS NULL"
                 ),
-                &[&client_id, &since, &until, &state, &query.task_queue_id],
+                &[&client_id, &since, &until, &state, &query.task_queue_id, &None::<String>, &query.also],
             )?,
             None => self.query(
                 &format!(
                     "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = $1 \
                      AND g.created >= $2 AND g.created <= $3 AND {filters} AND ($6::text IS NULL OR t.created_by = $6)"
                 ),
-                &[&query.tag, &since, &until, &state, &query.task_queue_id, &query.created_by],
+                &[&query.tag, &since, &until, &state, &query.task_queue_id, &query.created_by, &query.also],
             )?,
         };
         let n: i64 = rows.first().map(|row| row.try_get(0)).transpose()?.unwrap_or(0);

@@ -103,17 +103,21 @@ impl ReadDb for ReadConn<'_> {
     }
 
     fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError> {
-        // Both bind (tag, since, until, state, queue, creator); a creator's listing has no tag,
-        // so it leaves ?1 out.
+        // Both bind (tag, since, until, state, queue, creator, more tags as a JSON array); a
+        // creator's listing has no tag, so it leaves ?1 out.
         let sql = match query.creator_listing() {
             Some(_) => {
                 "SELECT count(*) FROM tasks t WHERE t.created_by = ?6 AND t.created >= ?2 AND t.created <= ?3 \
-                 AND (?4 IS NULL OR t.state = ?4) AND (?5 IS NULL OR t.task_queue_id = ?5)"
+                 AND (?4 IS NULL OR t.state = ?4) AND (?5 IS NULL OR t.task_queue_id = ?5) AND NOT EXISTS \
+                 (SELECT 1 FROM json_each(?7) j WHERE NOT EXISTS \
+                 (SELECT 1 FROM task_tags a WHERE a.task_id = t.task_id AND a.tag = j.value))"
             }
             None => {
                 "SELECT count(*) FROM task_tags g JOIN tasks t ON t.task_id = g.task_id WHERE g.tag = ?1 \
                  AND g.created >= ?2 AND g.created <= ?3 AND (?4 IS NULL OR t.state = ?4) \
-                 AND (?5 IS NULL OR t.task_queue_id = ?5) AND (?6 IS NULL OR t.created_by = ?6)"
+                 AND (?5 IS NULL OR t.task_queue_id = ?5) AND (?6 IS NULL OR t.created_by = ?6) AND NOT EXISTS \
+                 (SELECT 1 FROM json_each(?7) j WHERE NOT EXISTS \
+                 (SELECT 1 FROM task_tags a WHERE a.task_id = t.task_id AND a.tag = j.value))"
             }
         };
         let n: i64 = self.0.prepare_cached(sql)?.query_row(
@@ -124,6 +128,7 @@ impl ReadDb for ReadConn<'_> {
                 query.state.map(TaskState::as_str),
                 query.task_queue_id,
                 query.created_by,
+                serde_json::to_string(&query.also).map_err(crate::row::corrupt)?,
             ],
             |row| row.get(0),
         )?;

@@ -63,14 +63,7 @@ pub(crate) async fn a_task_keeps_its_creator_and_is_listed_by_it(name: &str, bac
     );
 
     let listed = |tag: String, created_by: Option<&str>| {
-        let query = shoal_store::TagQuery {
-            tag,
-            task_queue_id: None,
-            state: None,
-            since: None,
-            until: None,
-            created_by: created_by.map(str::to_owned),
-        };
+        let query = shoal_store::TagQuery { tag, created_by: created_by.map(str::to_owned), ..Default::default() };
         async move {
             let listing = query.clone();
             let page = store.read(move |reads| reads.list_tagged(&listing, None, 10)).await.unwrap();
@@ -260,4 +253,76 @@ pub(crate) async fn pending_runs_are_counted_by_dimension_set_with_their_oldest(
     );
     let store = backend.reopen();
     assert_eq!(sets(store, 100).await, expected, "{name}: after a restart");
+}
+
+/// Every page of a listing by `query`, `limit` a page: the ids and how many pages it took.
+async fn every_page(store: &Store, query: shoal_store::TagQuery, limit: usize) -> (Vec<TaskId>, usize) {
+    let (mut ids, mut pages, mut token) = (Vec::new(), 0, None::<String>);
+    loop {
+        let (listing, after) = (query.clone(), token.clone());
+        let page = store.read(move |reads| reads.list_tagged(&listing, after.as_deref(), limit)).await.unwrap();
+        ids.extend(page.items.iter().map(|task| task.status.task_id));
+        pages += 1;
+        match page.continuation {
+            Some(next) => token = Some(next),
+            None => return (ids, pages),
+        }
+    }
+}
+
+pub(crate) async fn what_waits_or_runs_now_is_listed_fleet_wide_and_by_several_tags(name: &str, backend: Backend) {
+    let store = &backend.store;
+    // Pending in three queues (one created first but listed by its queue's name), one running,
+    // one resolved, one waiting on a dependency.
+    for (n, queue, tags) in [
+        (1, "prov/zz", json!({"kind": "build", "os": "linux"})),
+        (2, "prov/aa", json!({"kind": "build", "os": "mac"})),
+        (3, "prov/aa", json!({"kind": "test", "os": "linux"})),
+        (4, "prov/mm", json!({"kind": "build", "os": "linux"})),
+        (5, "prov/wt", json!({"kind": "build", "os": "linux"})),
+        (6, "prov/wt", json!({"kind": "build", "os": "linux"})),
+    ] {
+        create(store, id(n), json!({"taskQueueId": queue, "tags": tags}), at(0)).await;
+    }
+    create(store, id(7), json!({"dependencies": [id(1).as_str()]}), at(0)).await;
+    assert_eq!(claim_ids(store, worker(1), at(1)).await, vec![id(5)], "{name}");
+    let done = store.run(ClaimWork { request: worker(1) }, at(1)).await.unwrap().value;
+    apply(
+        store,
+        done[0].status.task_id,
+        TaskCommand::Resolve { run_id: 0, resolution: shoal_engine::task::Resolution::Completed, stats: None },
+        at(2),
+    )
+    .await;
+
+    let live = |state, queue: Option<&str>, also: &[&str]| shoal_store::TagQuery {
+        state: Some(state),
+        task_queue_id: queue.map(str::to_owned),
+        also: also.iter().map(|tag| (*tag).to_owned()).collect(),
+        ..Default::default()
+    };
+    // Queue by queue, each in line order, one task a page or all on one.
+    let pending = vec![id(2), id(3), id(4), id(1)];
+    assert_eq!(every_page(store, live(TaskState::Pending, None, &[]), 1).await.0, pending, "{name}");
+    assert_eq!(every_page(store, live(TaskState::Pending, None, &[]), 100).await, (pending, 1), "{name}");
+    assert_eq!(every_page(store, live(TaskState::Running, None, &[]), 10).await.0, vec![id(5)], "{name}");
+    let one_queue = live(TaskState::Pending, Some("prov/aa"), &[]);
+    assert_eq!(every_page(store, one_queue, 1).await.0, vec![id(2), id(3)], "{name}");
+    // More tags filter it; so they do a tag's listing, and its count agrees.
+    let linux = live(TaskState::Pending, None, &["os:linux", "kind:build"]);
+    assert_eq!(every_page(store, linux, 2).await.0, vec![id(4), id(1)], "{name}");
+    let tagged =
+        shoal_store::TagQuery { tag: "kind:build".into(), also: vec!["os:linux".into()], ..Default::default() };
+    assert_eq!(every_page(store, tagged.clone(), 2).await.0, vec![id(6), id(5), id(4), id(1)], "{name}");
+    assert_eq!(store.read(move |reads| reads.count_tagged(&tagged)).await.unwrap(), 4, "{name}");
+    let none = shoal_store::TagQuery { tag: "kind:build".into(), also: vec!["os:beos".into()], ..Default::default() };
+    assert_eq!(store.read(move |reads| reads.count_tagged(&none)).await.unwrap(), 0, "{name}");
+
+    // A state that is not now, or a forged token, is refused.
+    let unscheduled = live(TaskState::Unscheduled, None, &[]);
+    let refused = store.read(move |reads| reads.list_tagged(&unscheduled, None, 10)).await;
+    assert!(matches!(refused, Err(StoreError::Rejected(_))), "{name}: {refused:?}");
+    let query = live(TaskState::Pending, None, &[]);
+    let forged = store.read(move |reads| reads.list_tagged(&query, Some("prov/aa x"), 10)).await;
+    assert!(matches!(forged, Err(StoreError::Rejected(_))), "{name}: {forged:?}");
 }

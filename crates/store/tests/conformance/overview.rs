@@ -20,8 +20,7 @@ async fn failed(
     after: Option<String>,
     limit: usize,
 ) -> (Vec<TaskId>, Option<String>) {
-    let query =
-        TagQuery { tag: FAILED_TAG.to_owned(), task_queue_id: None, state, since: None, until: None, created_by: None };
+    let query = TagQuery { tag: FAILED_TAG.to_owned(), state, ..TagQuery::default() };
     let page = store.read(move |reads| reads.list_tagged(&query, after.as_deref(), limit)).await.unwrap();
     (page.items.iter().map(|task| task.status.task_id).collect(), page.continuation)
 }

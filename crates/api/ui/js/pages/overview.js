@@ -2,7 +2,7 @@
 // graphs, and recent failures. Refreshed every few seconds while open.
 
 import { get, queue, withQuery } from '../api.js';
-import { badge, fill, h, keepInUrl, pagedListing, problem, queueLink, section, statusBadge, taskLink, when } from '../view.js';
+import { badge, fill, h, keepInUrl, nowLink, pagedListing, problem, queueLink, section, statusBadge, taskLink, when } from '../view.js';
 
 const REFRESH_MS = 5000;
 
@@ -39,8 +39,8 @@ async function drawQueues(el) {
     const live = workers.filter((w) => w.state === 'idle' || w.state === 'busy').length;
     return h('tr', { 'data-queue': taskQueueId },
       h('td', {}, queueLink(taskQueueId)),
-      h('td', { class: 'num' }, counts.pendingTasks),
-      h('td', { class: 'num' }, counts.claimedTasks),
+      h('td', { class: 'num' }, nowLink(taskQueueId, 'pending', counts.pendingTasks)),
+      h('td', { class: 'num' }, nowLink(taskQueueId, 'running', counts.claimedTasks)),
       h('td', { class: 'num' }, live));
   }));
   fill(el, h('table', { class: 'list', id: 'queues' },

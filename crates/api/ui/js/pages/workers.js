@@ -3,7 +3,7 @@
 // tasks and events (and quarantine, for the signed-in), `/workers` the whole fleet.
 
 import { allPages, call, credentials, get, queue, withQuery, withResult } from '../api.js';
-import { badge, duration, facts, fill, h, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
+import { badge, duration, facts, fill, h, nowLink, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
 
 const WORKER_STATES = ['', 'idle', 'busy', 'quarantined', 'maintenance', 'missing', 'terminated'];
 
@@ -17,7 +17,8 @@ export async function queuesPage(main, provisioner) {
       h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), h('th', { class: 'num' }, 'Pending'), h('th', { class: 'num' }, 'Claimed'),
         h('th', { class: 'wide' }, 'Last active'), h('th', { class: 'wide' }, 'Description'))),
       h('tbody', {}, shown.map((q, i) => h('tr', { 'data-queue': q.taskQueueId },
-        h('td', {}, queueLink(q.taskQueueId)), h('td', { class: 'num' }, counts[i].pendingTasks), h('td', { class: 'num' }, counts[i].claimedTasks),
+        h('td', {}, queueLink(q.taskQueueId)), h('td', { class: 'num' }, nowLink(q.taskQueueId, 'pending', counts[i].pendingTasks)),
+        h('td', { class: 'num' }, nowLink(q.taskQueueId, 'running', counts[i].claimedTasks)),
         h('td', { class: 'wide' }, when(q.lastDateActive)), h('td', { class: 'wide' }, q.description || '')))))));
 }
 
@@ -92,8 +93,8 @@ export async function queuePage(main, taskQueueId) {
   const workers = h('div');
   const oldest = backlog.backlog[0]?.oldestPending;
   fill(main, h('h1', {}, 'Queue ', h('span', { class: 'mono' }, taskQueueId)),
-    facts([['Pending', counts.pendingTasks], ['Oldest pending', oldest ? h('span', { id: 'oldest-pending' }, 'since ', when(oldest)) : null],
-      ['Claimed', counts.claimedTasks], ['Last active', when(info.lastDateActive)], ['Description', info.description]]),
+    facts([['Pending', nowLink(taskQueueId, 'pending', counts.pendingTasks)], ['Oldest pending', oldest ? h('span', { id: 'oldest-pending' }, 'since ', when(oldest)) : null],
+      ['Claimed', nowLink(taskQueueId, 'running', counts.claimedTasks)], ['Last active', when(info.lastDateActive)], ['Description', info.description]]),
     section('Backlog by dimensions', backlogTable(backlog)),
     section('Workers', workers));
   await workersTable(workers, [taskQueueId], new URLSearchParams(location.search));
