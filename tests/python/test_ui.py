@@ -369,8 +369,10 @@ def test_overview_lists_queues_groups_and_failures(server, queue, make_task, tas
     queue.createTask(still_open, make_task(metadata=named("still pending")))
     open_page(browser, server + "/", f'tr[data-queue="{task_queue_id}"]')
     wait(browser, lambda d: "will fail" in text_of(d, ".grid"), "the failure listed")
-    # Each recent group says whether it is done.
-    assert text_of(browser, f'#recent-groups li[data-group="{failing}"] .badge') == "resolved"
+    # Each recent group says how it went, under its namesake's name.
+    assert text_of(browser, f'#recent-groups li[data-group="{failing}"] .badge') == "failed"
+    assert text_of(browser, f'#recent-groups li[data-group="{failing}"] .tally') == "1 failed of 1"
+    assert text_of(browser, f'#recent-groups li[data-group="{failing}"] .group-name') == "will fail"
     assert text_of(browser, f'#recent-groups li[data-group="{still_open}"] .badge') == "running"
     # A cancellation is not a failure, unless asked for.
     assert not browser.find_elements(By.CSS_SELECTOR, f'#failures li[data-task="{cancelled}"]')
@@ -401,6 +403,51 @@ def test_overview_lists_queues_groups_and_failures(server, queue, make_task, tas
     wait(browser, lambda d: "within=1h" in d.current_url and "cancels=on" in d.current_url, "the filters in the URL")
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'#tasks tr[data-task="{cancelled}"]'), "cancellations shown")
     assert browser.find_elements(By.CSS_SELECTOR, f'#tasks tr[data-task="{failing}"]')
+
+
+def test_groups_are_named_and_say_how_they_went_wherever_listed(server, queue, make_task, task_queue_id, browser, shots):
+    sign_out(browser, server)
+    # Ten groups before it, so the overview's first page of ten leaves some for the next.
+    for n in range(10):
+        queue.createTask(slugid_nice(), make_task(taskQueueId="py-filler/wt", metadata=named(f"filler {n}")))
+    group = slugid_nice()
+    ids = {name: slugid_nice() for name in ["build a", "build b", "test"]}
+    make = lambda name, **fields: make_task(taskGroupId=group, metadata=named(f"nightly {name}"), **fields)
+    queue.createTask(ids["build a"], make("build a"))
+    queue.createTask(ids["build b"], make("build b"))
+    queue.createTask(ids["test"], make("test", dependencies=[ids["build a"]]))
+    for _ in range(2):
+        run = claim(queue, task_queue_id)
+        if run["status"]["taskId"] == ids["build a"]:
+            queue.reportFailed(run["status"]["taskId"], run["runId"])
+        else:
+            queue.reportCompleted(run["status"]["taskId"], run["runId"])
+    entry = f'#recent-groups li[data-group="{group}"]'
+    for size in window_sizes(browser):
+        open_page(browser, server + "/", entry)
+        assert text_of(browser, f"{entry} .badge") == "blocked", size
+        assert text_of(browser, f"{entry} .group-name") == "nightly" and text_of(browser, f"{entry} .tally") == "1 failed of 3"
+        # Its failure is listed under it, by its name.
+        failures = f'#failures .failure-group[data-group="{group}"]'
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'{failures} li[data-task="{ids["build a"]}"]'), "its failure")
+        assert text_of(browser, f"{failures} a").startswith("nightly")
+    # Older groups are a click away, the page kept in the URL; and back.
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#recent-groups li")) == 10
+    browser.find_element(By.ID, "older-groups").click()
+    wait(browser, lambda d: "groups=" in d.current_url and d.find_elements(By.ID, "newer-groups"), "the next page")
+    assert not browser.find_elements(By.CSS_SELECTOR, entry)
+    browser.refresh()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#app[data-ready] #newer-groups"), "the same page again")
+    assert not browser.find_elements(By.CSS_SELECTOR, entry)
+    browser.find_element(By.ID, "newer-groups").click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, entry), "the first page again")
+    # Every group: by name, with its verdict, searchable by name.
+    open_page(browser, f"{server}/tasks/groups", f'#groups tr[data-group="{group}"]')
+    row = f'#groups tr[data-group="{group}"]'
+    assert "nightly" in text_of(browser, row) and text_of(browser, f"{row} .badge") == "blocked"
+    browser.find_element(By.ID, "group-search").send_keys("nightly")
+    wait(browser, lambda d: all("nightly" in r.text for r in d.find_elements(By.CSS_SELECTOR, "#groups tr")), "only nightly groups")
+    snap(browser, shots, "groups-named")
 
 
 def test_a_listings_pages_shown_are_kept_in_the_url(server, queue, make_task, browser, shots):

@@ -128,8 +128,107 @@ pub fn dependencies_satisfied(
     dependency_rejection(&missing, &expiring).map_or(Ok(satisfied), Err)
 }
 
+/// How many of a group's tasks are where: what its verdict is judged from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupCounts {
+    /// Every task of it.
+    pub total: u64,
+    /// Those not resolved.
+    pub unresolved: u64,
+    /// Those pending or running.
+    pub active: u64,
+    /// Those failed or resolved as exception.
+    pub failed: u64,
+}
+
+/// A group's state in one word, as lists show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupVerdict {
+    /// Some task is pending or running.
+    Running,
+    /// Nothing is pending or running, and tasks wait on dependencies of which some failed.
+    Blocked,
+    /// Nothing is pending or running, and tasks wait on dependencies not resolved yet.
+    Waiting,
+    /// Every task is resolved, some failed.
+    Failed,
+    /// Every task completed.
+    Completed,
+}
+
+impl GroupCounts {
+    /// The group's verdict.
+    #[must_use]
+    pub fn verdict(&self) -> GroupVerdict {
+        match (self.unresolved, self.active, self.failed) {
+            (0, _, 0) => GroupVerdict::Completed,
+            (0, _, _) => GroupVerdict::Failed,
+            (_, 1.., _) => GroupVerdict::Running,
+            (_, 0, 1..) => GroupVerdict::Blocked,
+            (_, 0, 0) => GroupVerdict::Waiting,
+        }
+    }
+}
+
+/// Most characters of a group's name.
+const GROUP_NAME_CHARS: usize = 120;
+
+/// A group's name: its graph's, else the task named like it (a decision task's), else what
+/// the names of the tasks read (`members`) have in common, at a word's end, else the first's.
+#[must_use]
+pub fn group_name(graph: Option<&str>, namesake: Option<&str>, members: &[String]) -> Option<String> {
+    let chosen = match (graph, namesake) {
+        (Some(name), _) | (None, Some(name)) if !name.trim().is_empty() => name.trim().to_owned(),
+        _ => {
+            let first = members.iter().find(|name| !name.trim().is_empty())?;
+            let mut common = first.as_str();
+            for name in members {
+                let shared = common.char_indices().zip(name.chars()).take_while(|((_, a), b)| a == b).count();
+                common = &common[..common.char_indices().nth(shared).map_or(common.len(), |(at, _)| at)];
+            }
+            // A prefix ending inside a word names nothing: cut back to the last word's end.
+            let whole = if common.len() == first.len() || members.len() == 1 {
+                common
+            } else {
+                common.trim_end_matches(|c: char| c.is_alphanumeric())
+            };
+            let whole = whole.trim_end_matches(|c: char| !c.is_alphanumeric());
+            if whole.chars().count() >= 3 { whole.to_owned() } else { first.trim().to_owned() }
+        }
+    };
+    Some(chosen.chars().take(GROUP_NAME_CHARS).collect())
+}
+
 #[cfg(test)]
 mod tests {
+    use super::{GroupCounts, GroupVerdict, group_name};
+
+    #[test]
+    fn a_groups_verdict_comes_from_where_its_tasks_are() {
+        let counts = |unresolved, active, failed| GroupCounts { total: 10, unresolved, active, failed };
+        assert_eq!(counts(0, 0, 0).verdict(), GroupVerdict::Completed);
+        assert_eq!(counts(0, 0, 3).verdict(), GroupVerdict::Failed);
+        assert_eq!(counts(4, 1, 3).verdict(), GroupVerdict::Running, "a failure while others run");
+        assert_eq!(counts(4, 0, 3).verdict(), GroupVerdict::Blocked);
+        assert_eq!(counts(4, 0, 0).verdict(), GroupVerdict::Waiting);
+    }
+
+    #[test]
+    fn a_group_is_named_by_its_graph_its_namesake_or_what_its_tasks_share() {
+        let names = |list: &[&str]| list.iter().map(|name| (*name).to_owned()).collect::<Vec<_>>();
+        let members = names(&["nightly build linux", "nightly build mac", "nightly test"]);
+        assert_eq!(group_name(Some("push 41"), Some("Decision"), &members).as_deref(), Some("push 41"));
+        assert_eq!(group_name(None, Some("Decision Task"), &members).as_deref(), Some("Decision Task"));
+        assert_eq!(group_name(None, None, &members).as_deref(), Some("nightly"), "whole words only");
+        assert_eq!(group_name(None, None, &names(&["lint", "build"])).as_deref(), Some("lint"), "nothing shared");
+        assert_eq!(group_name(None, None, &names(&["group task 0", "group task 1"])).as_deref(), Some("group task"));
+        assert_eq!(group_name(None, None, &names(&["één", "één"])).as_deref(), Some("één"), "by characters");
+        assert_eq!(group_name(None, Some("  "), &[]), None);
+        assert_eq!(group_name(Some(&"x".repeat(500)), None, &[]).map(|name| name.len()), Some(120));
+    }
+
     use super::*;
 
     #[test]

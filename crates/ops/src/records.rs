@@ -214,6 +214,22 @@ pub struct RecentGroup {
     pub resolved: bool,
 }
 
+/// A group as lists show it: with its name, verdict and where its tasks are.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupListing {
+    /// The group.
+    #[serde(flatten)]
+    pub recent: RecentGroup,
+    /// Its name (see [`shoal_engine::group::group_name`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its state in one word.
+    pub verdict: shoal_engine::group::GroupVerdict,
+    /// Where its tasks are.
+    pub task_counts: shoal_engine::group::GroupCounts,
+}
+
 /// A graph as the listing of recent graphs shows it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -83,6 +83,29 @@ export function statusBadge(status) {
   return status.state === 'exception' && last ? runBadge(last) : badge(status.state);
 }
 
+/** A group's verdict as its badge: running, blocked, waiting, failed or completed. */
+export function groupVerdict(group) {
+  const verdict = group.verdict || (group.resolved ? 'completed' : 'running');
+  return h('span', { class: `badge state-${verdict}`, 'data-verdict': verdict }, verdict);
+}
+
+/** How many tasks a group has, and how many failed: "13 failed of 1,200". */
+export function groupTally(group) {
+  const counts = group.taskCounts;
+  if (!counts) return null;
+  const total = counts.total.toLocaleString('en');
+  return h('span', { class: counts.failed ? 'error small tally' : 'muted small tally' },
+    counts.failed ? `${counts.failed.toLocaleString('en')} failed of ${total}` : `${total} task${counts.total === 1 ? '' : 's'}`);
+}
+
+/** A link to a group by its name, its id beneath (or the id alone). */
+export function groupLink(group) {
+  const href = `/tasks/groups/${group.taskGroupId}`;
+  return group.name
+    ? h('span', {}, h('a', { href, class: 'group-name' }, group.name), ' ', h('span', { class: 'mono muted small' }, group.taskGroupId))
+    : h('a', { href, class: 'mono' }, group.taskGroupId);
+}
+
 /** A titled section. */
 export function section(title, ...children) {
   return h('section', { class: 'card' }, h('h2', {}, title), ...children);

@@ -5,7 +5,7 @@ mod live;
 pub mod over;
 pub mod services;
 
-pub use over::{ReadDb, ReadsOver, StoredTask, TaskQuery, TaskStatements, pending_set};
+pub use over::{GroupFacts, ReadDb, ReadsOver, StoredTask, TaskQuery, TaskStatements, pending_set};
 pub use services::ServiceReads;
 
 use shoal_engine::artifact::Artifact;
@@ -14,7 +14,7 @@ use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
 use crate::{
-    ArtifactKey, AuthSnapshot, ClaimedRun, Page, PendingListing, QueueCounts, RecentGraph, RecentGroup, StoreError,
+    ArtifactKey, AuthSnapshot, ClaimedRun, GroupListing, Page, PendingListing, QueueCounts, RecentGraph, StoreError,
     TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing,
 };
 
@@ -90,11 +90,11 @@ pub trait Reads: ServiceReads {
     /// # Errors
     /// Storage failure.
     fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError>;
-    /// Task groups, newest first.
+    /// Task groups, newest first, each with its name, verdict and counts.
     ///
     /// # Errors
     /// Storage failure or a bad continuation token.
-    fn list_task_groups(&self, after: Option<&str>, limit: usize) -> Result<Page<RecentGroup>, StoreError>;
+    fn list_task_groups(&self, after: Option<&str>, limit: usize) -> Result<Page<GroupListing>, StoreError>;
     /// Task graphs, newest first.
     ///
     /// # Errors

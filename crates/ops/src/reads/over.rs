@@ -4,6 +4,7 @@
 use serde_json::value::RawValue;
 use shoal_engine::artifact::{Artifact, LIVE_LOG_NAME, implicit_live_log};
 use shoal_engine::backlog::PendingSet;
+use shoal_engine::group::group_name;
 use shoal_engine::id::is_identifier;
 use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey, newest_first, run_events, worker_name};
 use shoal_engine::{Rejection, TaskId, Timestamp};
@@ -15,8 +16,8 @@ use crate::graph::{GraphNode, GraphRecord, StoredGraph};
 use crate::page::{artifact_page, parse_seq, parse_task_id};
 use crate::row::{Backends, TaskRow, select_list};
 use crate::{
-    ArtifactKey, AuthSnapshot, ClaimedRun, Page, PendingListing, QueueCounts, Reads, RecentGraph, RecentGroup,
-    StoreError, TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing,
+    ArtifactKey, AuthSnapshot, ClaimedRun, GroupListing, Page, PendingListing, QueueCounts, Reads, RecentGraph,
+    RecentGroup, StoreError, TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing,
 };
 
 /// What a backend's read connection offers: one query each, on committed state.
@@ -29,6 +30,9 @@ pub trait ReadDb {
     fn count_tagged(&self, query: &TagQuery) -> Result<u64, StoreError>;
     /// Groups created before `before` (`(created, id)`), newest first, at most `limit`.
     fn recent_groups(&self, before: (i64, &str), limit: usize) -> Result<Vec<RecentGroup>, StoreError>;
+    /// How many of a group's tasks are where, the name of the task named like it, and the
+    /// names of its first `names` tasks by id.
+    fn group_facts(&self, group: TaskId, names: usize) -> Result<GroupFacts, StoreError>;
     /// Graphs created before `before` (`(created, id)`), newest first, at most `limit`.
     fn recent_graphs(&self, before: (i64, &str), limit: usize) -> Result<Vec<(StoredGraph, Timestamp)>, StoreError>;
     /// A queue's pending and running counts.
@@ -83,6 +87,17 @@ pub trait ReadDb {
     /// Documents of a kind due at `now`, earliest first, at most `limit`.
     fn due_documents(&self, kind: DocKind, now: Timestamp, limit: usize)
     -> Result<Vec<(String, Document)>, StoreError>;
+}
+
+/// What a backend reads of a group for its listing.
+#[derive(Debug, Clone, Default)]
+pub struct GroupFacts {
+    /// Where its tasks are.
+    pub counts: shoal_engine::group::GroupCounts,
+    /// The name of its task named like it (a decision task), if it has one.
+    pub namesake: Option<String>,
+    /// The names of its first tasks by id.
+    pub names: Vec<String>,
 }
 
 /// Which tasks a listing reads.
@@ -299,12 +314,23 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         self.0.count_tagged(query)
     }
 
-    fn list_task_groups(&self, after: Option<&str>, limit: usize) -> Result<Page<RecentGroup>, StoreError> {
+    fn list_task_groups(&self, after: Option<&str>, limit: usize) -> Result<Page<GroupListing>, StoreError> {
         let (created, id) = newest_first_token(after)?;
-        let mut items = self.0.recent_groups((created, id), limit + 1)?;
-        let more = items.len() > limit;
-        items.truncate(limit);
-        Ok(page(items, more, |item| format!("{}:{}", item.created.millis(), item.group.task_group_id)))
+        let mut found = self.0.recent_groups((created, id), limit + 1)?;
+        let more = found.len() > limit;
+        found.truncate(limit);
+        let mut items = Vec::with_capacity(found.len());
+        for recent in found {
+            let group = recent.group.task_group_id;
+            let facts = self.0.group_facts(group, NAMES_READ)?;
+            let graph = match facts.namesake {
+                Some(_) => None,
+                None => self.0.task_graph(group)?.map(|graph| graph.into_record().metadata.name),
+            };
+            let name = group_name(graph.as_deref(), facts.namesake.as_deref(), &facts.names);
+            items.push(GroupListing { recent, name, verdict: facts.counts.verdict(), task_counts: facts.counts });
+        }
+        Ok(page(items, more, |item| format!("{}:{}", item.recent.created.millis(), item.recent.group.task_group_id)))
     }
 
     fn list_task_graphs(&self, after: Option<&str>, limit: usize) -> Result<Page<RecentGraph>, StoreError> {
@@ -519,6 +545,9 @@ fn decode_auth<T: serde::de::DeserializeOwned>(kind: &str, body: &str) -> Result
 pub(super) fn record(found: StoredTask) -> TaskRecord {
     TaskRecord { status: found.row.task.status(), task: found.definition }
 }
+
+/// How many of a group's task names its name is judged from.
+const NAMES_READ: usize = 20;
 
 /// Most bytes of task definitions one page of a listing holds (a page has at least one task).
 pub const MAX_PAGE_BYTES: u64 = 8 * 1024 * 1024;

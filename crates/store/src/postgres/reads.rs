@@ -6,6 +6,7 @@ use postgres::Row;
 use postgres::types::ToSql;
 use shoal_engine::artifact::Artifact;
 use shoal_engine::backlog::PendingSet;
+use shoal_engine::group::GroupCounts;
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
@@ -18,7 +19,7 @@ use crate::postgres::row::{
     GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, artifact_from_row, raw_json, task_from_row, task_group_from_row,
 };
 use crate::postgres::{PgConn, graph};
-use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
+use crate::reads::{GroupFacts, ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
 use crate::row::Backends;
 use crate::row::corrupt;
 use crate::row::unresolved;
@@ -227,6 +228,36 @@ impl ReadDb for PgReads<'_> {
     fn task_group(&self, group: TaskId) -> Result<Option<TaskGroup>, StoreError> {
         let sql = format!("SELECT {GROUP_COLUMNS} FROM task_groups WHERE task_group_id = $1");
         self.query(&sql, &[&group.as_str()])?.first().map(task_group_from_row).transpose()
+    }
+
+    fn group_facts(&self, group: TaskId, names: usize) -> Result<GroupFacts, StoreError> {
+        let rows = self.query(
+            concat!(
+                "SELECT (SELECT count(*) FROM tasks WHERE task_group_id = $1), ",
+                "(SELECT definition::json -> 'metadata' ->> 'name' FROM tasks WHERE task_id = $1 AND task_group_id = $1), ",
+                "(SELECT count(*) FROM tasks u WHERE u.task_group_id = $1 AND ",
+                unresolved!("u"),
+                "), (SELECT count(*) FROM tasks u WHERE u.task_group_id = $1 AND ",
+                unresolved!("u"),
+                " AND u.state IN ('pending', 'running')), ",
+                "(SELECT count(*) FROM tasks WHERE task_group_id = $1 AND state IN ('failed', 'exception'))"
+            ),
+            &[&group.as_str()],
+        )?;
+        let row = rows.first().ok_or_else(|| corrupt("a group's counts"))?;
+        let count = |n: usize| -> Result<u64, StoreError> { Ok(row.try_get::<_, i64>(n)? as u64) };
+        let counts = GroupCounts { total: count(0)?, unresolved: count(2)?, active: count(3)?, failed: count(4)? };
+        let names = self
+            .query(
+                "SELECT definition::json -> 'metadata' ->> 'name' FROM tasks WHERE task_group_id = $1 \
+                 AND task_id <> $1 ORDER BY task_id LIMIT $2",
+                &[&group.as_str(), &(names as i64)],
+            )?
+            .iter()
+            .map(|row| row.try_get::<_, Option<String>>(0))
+            .filter_map(Result::transpose)
+            .collect::<Result<_, _>>()?;
+        Ok(GroupFacts { counts, namesake: row.try_get(1)?, names })
     }
 
     fn recent_groups(&self, before: (i64, &str), limit: usize) -> Result<Vec<RecentGroup>, StoreError> {

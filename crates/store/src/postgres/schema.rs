@@ -327,6 +327,10 @@ CREATE INDEX secret_documents_expires ON secret_documents (expires) WHERE expire
 ALTER TABLE tasks ADD COLUMN index_options TEXT;
 UPDATE tasks SET index_options = (definition::json #> '{extra,index}')::text WHERE routes LIKE '%"index.%';
 "#,
+    // 23: each group's failed tasks, counted for its verdict.
+    r"
+CREATE INDEX tasks_group_failed ON tasks (task_group_id) WHERE state IN ('failed', 'exception');
+",
 ];
 
 /// Brings the database to the newest schema; safe to run from several servers at once.

@@ -3,7 +3,7 @@
 use rusqlite::{Connection, Row, params};
 use shoal_engine::artifact::Artifact;
 use shoal_engine::backlog::PendingSet;
-use shoal_engine::group::GROUP_EXPIRY_SLACK_MS;
+use shoal_engine::group::{GROUP_EXPIRY_SLACK_MS, GroupCounts};
 use shoal_engine::worker::{Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
@@ -12,7 +12,7 @@ use crate::ops::auth::AuthKind;
 use crate::ops::documents::{DocKind, Document};
 use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
-use crate::reads::{ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
+use crate::reads::{GroupFacts, ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
 use crate::row::Backends;
 use crate::row::unresolved;
 use crate::sqlite::documents;
@@ -226,6 +226,40 @@ impl ReadDb for ReadConn<'_> {
             found.push(RecentGroup { group: row::task_group_from_row(group, row)?, created, resolved });
         }
         Ok(found)
+    }
+
+    fn group_facts(&self, group: TaskId, names: usize) -> Result<GroupFacts, StoreError> {
+        // Each count reads one index: the group's (which leaves its namesake out, schema 13),
+        // its unresolved tasks', and its failed tasks' (schema 21).
+        let mut stmt = self.0.prepare_cached(concat!(
+            "SELECT (SELECT count(*) FROM tasks WHERE task_group_id = ?1 AND task_group_id <> task_id), ",
+            "(SELECT json_extract(definition, '$.metadata.name') FROM tasks WHERE task_id = ?1 AND task_group_id = ?1), ",
+            "(SELECT count(*) FROM tasks u WHERE u.task_group_id = ?1 AND ",
+            unresolved!("u"),
+            "), (SELECT count(*) FROM tasks u WHERE u.task_group_id = ?1 AND ",
+            unresolved!("u"),
+            " AND u.state IN ('pending', 'running')), ",
+            "(SELECT count(*) FROM tasks WHERE task_group_id = ?1 AND state IN ('failed', 'exception'))"
+        ))?;
+        let mut facts = stmt.query_row([group.as_str()], |row| {
+            let namesake: Option<String> = row.get(1)?;
+            let counts = GroupCounts {
+                total: row.get::<_, i64>(0)? as u64 + u64::from(namesake.is_some()),
+                unresolved: row.get::<_, i64>(2)? as u64,
+                active: row.get::<_, i64>(3)? as u64,
+                failed: row.get::<_, i64>(4)? as u64,
+            };
+            Ok(GroupFacts { counts, namesake, names: Vec::new() })
+        })?;
+        let mut stmt = self.0.prepare_cached(
+            "SELECT json_extract(definition, '$.metadata.name') FROM tasks \
+             WHERE task_group_id = ?1 AND task_group_id <> task_id ORDER BY task_id LIMIT ?2",
+        )?;
+        facts.names = stmt
+            .query_map(params![group.as_str(), names as i64], |row| row.get::<_, Option<String>>(0))?
+            .filter_map(Result::transpose)
+            .collect::<Result<_, _>>()?;
+        Ok(facts)
     }
 
     fn recent_graphs(&self, before: (i64, &str), limit: usize) -> Result<Vec<(StoredGraph, Timestamp)>, StoreError> {

@@ -294,6 +294,10 @@ CREATE INDEX documents_due ON documents (kind, due) WHERE due IS NOT NULL;
 ALTER TABLE tasks ADD COLUMN index_options TEXT;
 UPDATE tasks SET index_options = definition -> '$.extra.index' WHERE routes LIKE '%"index.%';
 "#,
+    // 21: each group's failed tasks, counted for its verdict.
+    r"
+CREATE INDEX tasks_group_failed ON tasks (task_group_id) WHERE state IN ('failed', 'exception');
+",
 ];
 
 /// Attaches the secrets database (`secrets.db` beside `path`) as `secrets`, creating its

@@ -1,8 +1,8 @@
 // `/`: queues with their pending and claimed counts and live workers, recent groups and
 // graphs, and recent failures. Refreshed every few seconds while open.
 
-import { get, queue, withQuery } from '../api.js';
-import { badge, fill, h, keepInUrl, nowLink, pagedListing, problem, queueLink, section, statusBadge, taskLink, when } from '../view.js';
+import { call, get, queue, withQuery } from '../api.js';
+import { badge, fill, groupLink, groupTally, groupVerdict, h, keepInUrl, nowLink, pagedListing, problem, queueLink, section, statusBadge, taskLink, when } from '../view.js';
 
 const REFRESH_MS = 5000;
 
@@ -16,11 +16,13 @@ export async function overview(main) {
       section('Recent task graphs', parts.graphs),
       section('Recent failures', parts.failures)));
   const draw = async () => {
+    // The failures name their groups as the groups' list does.
+    const groups = drawGroups(parts.groups).catch((err) => { fill(parts.groups, problem(err)); return []; });
     await Promise.all([
       drawQueues(parts.queues).catch((err) => fill(parts.queues, problem(err))),
-      drawGroups(parts.groups).catch((err) => fill(parts.groups, problem(err))),
+      groups,
       drawGraphs(parts.graphs).catch((err) => fill(parts.graphs, problem(err))),
-      drawFailures(parts.failures).catch((err) => fill(parts.failures, problem(err))),
+      drawFailures(parts.failures, groups).catch((err) => fill(parts.failures, problem(err))),
     ]);
   };
   await draw();
@@ -48,26 +50,39 @@ async function drawQueues(el) {
     h('tbody', {}, rows)));
 }
 
+/** The overview's page of recent groups: its token stays in the URL (`groups=`), so a refresh
+ * or a link shows the same page; earlier pages' tokens are kept to go back. */
+const groupPages = { tokens: [] };
+
 async function drawGroups(el) {
-  const { taskGroups } = await get(queue('/task-groups?limit=10'));
-  if (!taskGroups.length) return fill(el, h('p', { class: 'muted' }, 'No task group yet.'));
+  const token = new URLSearchParams(location.search).get('groups') || '';
+  const { taskGroups, continuationToken } = await get(withQuery(queue('/task-groups'), { limit: 10, continuationToken: token }));
+  const go = (next) => () => {
+    if (next !== null) groupPages.tokens.push(token);
+    keepInUrl({ groups: next ?? groupPages.tokens.pop() ?? '' });
+    drawGroups(el).catch((err) => fill(el, problem(err)));
+  };
+  const pager = h('p', { class: 'pager' },
+    token ? h('button', { id: 'newer-groups', onclick: go(null) }, '← newer') : null, ' ',
+    continuationToken ? h('button', { id: 'older-groups', onclick: go(continuationToken) }, 'older →') : null, ' ',
+    h('a', { href: '/tasks/groups', id: 'all-groups' }, 'All task groups →'));
+  if (!taskGroups.length) {
+    fill(el, h('p', { class: 'muted' }, 'No task group yet.'), pager);
+    return taskGroups;
+  }
   fill(el, h('ul', { class: 'plain', id: 'recent-groups' }, taskGroups.map((group) => h('li', { 'data-group': group.taskGroupId },
-    groupState(group), ' ', h('a', { href: `/tasks/groups/${group.taskGroupId}`, class: 'mono' }, group.taskGroupId), ' ',
+    groupVerdict(group), ' ', groupLink(group), ' ', groupTally(group), ' ',
     h('span', { class: 'muted' }, group.schedulerId), ' ', when(group.created),
     group.sealed ? h('span', { class: 'muted' }, ' sealed') : null))),
-  h('p', {}, h('a', { href: '/tasks/groups', id: 'all-groups' }, 'All task groups →')));
+  pager);
+  return taskGroups;
 }
 
-/** A group's state: running while any task of it is unresolved, else resolved. */
-function groupState(group) {
-  return group.resolved ? h('span', { class: 'badge state-resolved' }, 'resolved') : badge('running');
-}
-
-/** `/tasks/groups?q=&pages=`: every task group, newest first, 100 a page, narrowed by id or
- * scheduler. */
+/** `/tasks/groups?q=&pages=`: every task group, newest first, 100 a page, narrowed by name, id
+ * or scheduler. */
 export async function groupList(main) {
   const wanted = new URLSearchParams(location.search).get('q') || '';
-  const search = h('input', { id: 'group-search', type: 'search', placeholder: 'group id or scheduler', value: wanted, 'aria-label': 'search groups' });
+  const search = h('input', { id: 'group-search', type: 'search', placeholder: 'name, group id or scheduler', value: wanted, 'aria-label': 'search groups' });
   const rows = h('tbody', { id: 'groups' });
   const more = h('div', { class: 'pager' });
   const loaded = [];
@@ -75,15 +90,18 @@ export async function groupList(main) {
     const q = search.value.trim().toLowerCase();
     // The search stays in the URL, so a link shows the same list.
     keepInUrl({ q: search.value.trim() });
-    fill(rows, loaded.filter((g) => !q || g.taskGroupId.toLowerCase().includes(q) || g.schedulerId.toLowerCase().includes(q))
+    const found = (g) => [g.name || '', g.taskGroupId, g.schedulerId].some((text) => text.toLowerCase().includes(q));
+    fill(rows, loaded.filter((g) => !q || found(g))
       .map((g) => h('tr', { 'data-group': g.taskGroupId },
-        h('td', {}, h('a', { href: `/tasks/groups/${g.taskGroupId}`, class: 'mono' }, g.taskGroupId)),
-        h('td', {}, groupState(g)), h('td', {}, g.schedulerId), h('td', {}, when(g.created)), h('td', {}, g.sealed ? 'sealed' : ''))));
+        h('td', {}, groupLink(g)),
+        h('td', {}, groupVerdict(g), ' ', groupTally(g)), h('td', { class: 'wide' }, g.schedulerId), h('td', {}, when(g.created)),
+        h('td', { class: 'wide' }, g.sealed ? 'sealed' : ''))));
   };
   search.addEventListener('input', draw);
   fill(main, h('h1', {}, 'Task groups'), h('div', { class: 'toolbar' }, search),
     h('div', { class: 'scroll' }, h('table', { class: 'list' },
-      h('thead', {}, h('tr', {}, h('th', {}, 'Group'), h('th', {}, 'State'), h('th', {}, 'Scheduler'), h('th', {}, 'Created'), h('th', {}, ''))), rows)),
+      h('thead', {}, h('tr', {}, h('th', {}, 'Group'), h('th', {}, 'State'), h('th', { class: 'wide' }, 'Scheduler'), h('th', {}, 'Created'),
+        h('th', { class: 'wide' }, ''))), rows)),
     more);
   await pagedListing(more, async (token) => {
     const page = await get(withQuery(queue('/task-groups'), { limit: 100, continuationToken: token }));
@@ -102,7 +120,7 @@ async function drawGraphs(el) {
     when(graph.created)))));
 }
 
-async function drawFailures(el) {
+async function drawFailures(el, listedGroups) {
   // Cancellations are deliberate, not failures: left out unless asked for.
   const withCancels = new URLSearchParams(location.search).get('cancelled') === 'shown';
   const { tasks } = await get(queue('/tasks/failed?limit=50'));
@@ -110,7 +128,31 @@ async function drawFailures(el) {
   const toggle = h('a', { href: withCancels ? '/' : '/?cancelled=shown', class: 'small', id: 'toggle-cancelled' },
     withCancels ? 'hide cancellations' : 'show cancellations too');
   if (!shown.length) return fill(el, h('p', { class: 'muted' }, 'Nothing failed lately. ', toggle));
-  fill(el, h('ul', { class: 'plain', id: 'failures' }, shown.map(({ task, status }) => h('li', { 'data-task': status.taskId },
-    statusBadge(status), ' ', taskLink(status.taskId, task.metadata.name), ' ',
-    h('span', { class: 'muted' }, status.taskQueueId), ' failed ', when(status.runs[status.runs.length - 1]?.resolved)))), toggle);
+  // By group, the group of the latest failure first: a push's failures read together.
+  const byGroup = new Map();
+  for (const item of shown) {
+    const group = item.status.taskGroupId;
+    if (!byGroup.has(group)) byGroup.set(group, []);
+    byGroup.get(group).push(item);
+  }
+  const names = await groupNames([...byGroup.keys()], await listedGroups);
+  fill(el, h('div', { id: 'failures' }, [...byGroup].map(([group, items]) => h('div', { class: 'failure-group', 'data-group': group },
+    h('div', { class: 'small' }, h('a', { href: `/tasks/groups/${group}` }, names.get(group) || h('span', { class: 'mono' }, group)),
+      h('span', { class: 'muted' }, ` · ${items.length} failed here lately`)),
+    h('ul', { class: 'plain' }, items.map(({ task, status }) => h('li', { 'data-task': status.taskId },
+      statusBadge(status), ' ', taskLink(status.taskId, task.metadata.name), ' ',
+      h('span', { class: 'muted' }, status.taskQueueId), ' failed ', when(status.runs[status.runs.length - 1]?.resolved))))))), toggle);
+}
+
+/** The names of `groups`: as `listed` names them, else as each one's namesake task does (a
+ * decision task), read in one batch; a group with neither goes by its id. */
+async function groupNames(groups, listed) {
+  const names = new Map(listed.filter((g) => g.name).map((g) => [g.taskGroupId, g.name]));
+  const unnamed = groups.filter((id) => !names.has(id));
+  if (!unnamed.length) return names;
+  try {
+    const { tasks } = await call('POST', queue('/tasks'), { taskIds: unnamed });
+    for (const t of tasks) names.set(t.taskId, t.task.metadata.name);
+  } catch { /* by id */ }
+  return names;
 }
