@@ -450,6 +450,38 @@ def test_groups_are_named_and_say_how_they_went_wherever_listed(server, queue, m
     snap(browser, shots, "groups-named")
 
 
+def test_a_private_artifact_opens_for_a_reader_allowed_to_read_it(server, queue, auth, make_task, task_queue_id, browser, shots):
+    task_id = slugid_nice()
+    queue.createTask(task_id, make_task(metadata=named("private artifact")))
+    claim(queue, task_queue_id)
+    expires = taskcluster.stringDate(datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    created = queue.createArtifact(task_id, "0", "private/notes.txt", {"storageType": "s3", "expires": expires, "contentType": "text/plain"})
+    assert requests.put(created["putUrl"], data=b"the private notes").status_code == 200
+    link = '[data-artifact="private/notes.txt"] a'
+    # Anonymous: the link is the API's own, which refuses.
+    sign_out(browser, server)
+    open_page(browser, f"{server}/tasks/{task_id}", link)
+    assert "bewit=" not in browser.find_element(By.CSS_SELECTOR, link).get_attribute("href")
+    # A reader with the artifact's scope: the link is signed for a short while, and opens.
+    reader = "ui-reader-" + slugid_nice()[:6]
+    token = auth.createClient(reader, {"expires": expires, "description": "reads private artifacts",
+                                       "scopes": ["queue:get-artifact:private/*"]})["accessToken"]
+    sign_in(browser, server, reader, token)
+    open_page(browser, f"{server}/tasks/{task_id}", link)
+    assert "bewit=" in browser.find_element(By.CSS_SELECTOR, link).get_attribute("href")
+    browser.find_element(By.CSS_SELECTOR, link).click()
+    wait(browser, lambda d: "the private notes" in d.find_element(By.TAG_NAME, "body").text, "the artifact's content")
+    # A signed-in reader without the scope gets the refusal, naming it, not the content.
+    other = "ui-nobody-" + slugid_nice()[:6]
+    token = auth.createClient(other, {"expires": expires, "description": "reads nothing private", "scopes": []})["accessToken"]
+    sign_in(browser, server, other, token)
+    open_page(browser, f"{server}/tasks/{task_id}", link)
+    browser.find_element(By.CSS_SELECTOR, link).click()
+    wait(browser, lambda d: "queue:get-artifact:private/notes.txt" in d.find_element(By.TAG_NAME, "body").text, "the scope named")
+    assert "the private notes" not in browser.find_element(By.TAG_NAME, "body").text
+    sign_out(browser, server)
+
+
 def test_a_listings_pages_shown_are_kept_in_the_url(server, queue, make_task, browser, shots):
     tag = "page:" + slugid_nice()[:8]
     for n in range(101):

@@ -1,4 +1,4 @@
-// Hawk request signing as Taskcluster's clients do it (no payload hash, no ext), over
+// Hawk request signing and signed URLs as Taskcluster's clients make them (no payload hash, no ext), over
 // SHA-256 and HMAC written out here: WebCrypto is only offered to https and localhost pages,
 // and Shoal is often reached over plain http inside a network.
 
@@ -78,4 +78,18 @@ export function hawkHeader(credentials, method, url) {
     .join('\n') + '\n';
   const mac = base64(hmacSha256(utf8(credentials.accessToken), utf8(normalized)));
   return `Hawk id="${credentials.clientId}", ts="${ts}", nonce="${nonce}", mac="${mac}"`;
+}
+
+/** `url` signed for a GET with a `bewit` (Hawk's signed URL, as Taskcluster's clients make
+ * them) that lasts `seconds`: a link that opens without headers, such as a private artifact. */
+export function signedUrl(credentials, url, seconds) {
+  const target = new URL(url, location.href);
+  const exp = Math.floor(Date.now() / 1000) + seconds;
+  const port = target.port || (target.protocol === 'https:' ? '443' : '80');
+  const resource = target.pathname + target.search;
+  const normalized = ['hawk.1.bewit', exp, '', 'GET', resource, target.hostname.toLowerCase(), port, '', ''].join('\n') + '\n';
+  const mac = base64(hmacSha256(utf8(credentials.accessToken), utf8(normalized)));
+  const bewit = btoa(`${credentials.clientId}\\${exp}\\${mac}\\`).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+  target.searchParams.append('bewit', bewit);
+  return target.pathname + target.search;
 }

@@ -4,6 +4,7 @@
 
 import { TASK_EXCHANGES, call, credentials, fullStatus, get, listen, queue, withQuery } from '../api.js';
 import { LogView, ansiLine } from '../log.js';
+import { signedUrl } from '../hawk.js';
 import { drawActionsMenu } from './actions.js';
 import { copyOf, createTask, newTaskId } from './create.js';
 import { heldWorkers } from './workers.js';
@@ -251,6 +252,21 @@ function dimensions(dims) {
   return pairs.length ? h('div', { class: 'chips' }, pairs.map(([k, values]) => h('span', { class: 'chip' }, `${k}:${[].concat(values).join(',')}`))) : null;
 }
 
+/** How long a private artifact's signed link lasts, signed again each time it is followed. */
+const SIGNED_SECONDS = 15 * 60;
+
+/** A link to an artifact: a private one (not under `public/`) signed for the reader signed in,
+ * as Taskcluster's signed URLs are, so that it opens in the browser without headers. */
+function artifactLink(url, name) {
+  const creds = credentials();
+  if (name.startsWith('public/') || !creds) return h('a', { href: url }, name);
+  const link = h('a', { href: signedUrl(creds, url, SIGNED_SECONDS), class: 'signed', title: 'a link signed for you, for 15 minutes' }, name);
+  const sign = () => { link.href = signedUrl(creds, url, SIGNED_SECONDS); };
+  link.addEventListener('mousedown', sign);
+  link.addEventListener('keydown', sign);
+  return link;
+}
+
 function runView(taskId, status, run) {
   const stats = run.stats || {};
   const took = run.started && run.resolved ? new Date(run.resolved) - new Date(run.started) : null;
@@ -260,7 +276,7 @@ function runView(taskId, status, run) {
     fill(artifacts, list.length ? h('ul', { class: 'plain' }, list.map((a) => h('li', { 'data-artifact': a.name },
       a.storageType === 'error'
         ? [h('span', { class: 'error' }, a.name), ' ', h('span', { class: 'muted' }, 'not produced (error artifact)')]
-        : [h('a', { href: queue(`/task/${taskId}/runs/${run.runId}/artifacts/${a.name.split('/').map(encodeURIComponent).join('/')}`) }, a.name),
+        : [artifactLink(queue(`/task/${taskId}/runs/${run.runId}/artifacts/${a.name.split('/').map(encodeURIComponent).join('/')}`), a.name),
           ' ', h('span', { class: 'muted' }, a.contentType || a.storageType)]))) : h('span', { class: 'muted' }, 'no artifacts'));
   }).catch((err) => fill(artifacts, problem(err)));
   const worker = run.workerId ? h('a', { href: workerHref(status.taskQueueId, run.workerGroup, run.workerId) }, `${run.workerGroup}/${run.workerId}`) : null;
