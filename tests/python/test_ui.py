@@ -482,6 +482,19 @@ def test_a_private_artifact_opens_for_a_reader_allowed_to_read_it(server, queue,
     sign_out(browser, server)
 
 
+def test_an_empty_log_says_so(server, queue, make_task, task_queue_id, browser, shots):
+    task_id = slugid_nice()
+    queue.createTask(task_id, make_task(metadata=named("says nothing")))
+    claimed = claim(queue, task_queue_id)
+    append_log(server, task_id, claimed["runId"], 0, "")
+    queue.reportCompleted(task_id, claimed["runId"])
+    for size in window_sizes(browser):
+        open_page(browser, f"{server}/tasks/{task_id}", "#log-state")
+        wait(browser, lambda d: d.find_elements(By.ID, "log-empty"), "the empty log said")
+        assert text_of(browser, "#log-empty") == "The log is empty: this run wrote nothing to it.", size
+        assert not browser.find_element(By.ID, "log").is_displayed(), "no empty box"
+
+
 def test_a_listings_pages_shown_are_kept_in_the_url(server, queue, make_task, browser, shots):
     tag = "page:" + slugid_nice()[:8]
     for n in range(101):
@@ -807,7 +820,8 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     wait(browser, lambda d: "nightly build" in text_of(d, "#recent-tasks"), "the recent task by name")
     wait(browser, lambda d: "claimed just now nightly build" in text_of(d, "#events"), "the events name the task")
     row = text_of(browser, f'#recent-tasks tr[data-task="{task_id}"]')
-    assert "failed" in row and row.endswith("2"), row
+    assert "failed" in row and "just now" in row and row.endswith("2"), row
+    assert "Started" in text_of(browser, "#recent-tasks thead")
     snap(browser, shots, "worker")
     open_page(browser, f"{server}/provisioners/{provisioner}/worker-types/{worker_type}", '#workers tr[data-worker="ui/w-quarantine"]')
     snap(browser, shots, "queue")
@@ -858,6 +872,22 @@ def test_the_backlog_by_dimensions_warns_when_no_live_worker_matches(server, que
     assert rows[1][0] == "false" and "any worker" in rows[1][1] and "1 live, 1 quarantined" in rows[1][1], rows
     assert text_of(browser, "#oldest-pending").startswith("since ")
     snap(browser, shots, "queue-backlog")
+    # The workers filtered by several dimensions, every one a worker's; on a phone too, where
+    # each worker's dimensions go under its name.
+    claim(queue, task_queue_id, worker_id="lx-fast", dimensions={"os": ["linux"], "pool": ["fast"]})
+    queue_page = f"{server}/provisioners/{provisioner}/worker-types/{worker_type}"
+    for size in window_sizes(browser):
+        open_page(browser, f"{queue_page}?dimension=os:linux&dimension=pool:fast", '#workers tr[data-worker="ui/lx-fast"]')
+        assert [r.get_attribute("data-worker") for r in browser.find_elements(By.CSS_SELECTOR, "#workers tr")] == ["ui/lx-fast"], size
+        chips = browser.find_element(By.CSS_SELECTOR, '#workers tr[data-worker="ui/lx-fast"] td:first-child .narrow')
+        assert chips.is_displayed() == (size == "phone") and "pool:fast" in chips.get_attribute("textContent"), size
+    field = browser.find_element(By.CSS_SELECTOR, "#worker-filter input[name=dimension]")
+    assert field.get_attribute("value") == "os:linux pool:fast"
+    field.clear()
+    field.send_keys("os:linux")
+    browser.find_element(By.CSS_SELECTOR, "#worker-filter button[type=submit]").click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, '#app[data-ready] #workers tr[data-worker="ui/lx"]'), "both linux workers")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#workers tr")) == 2
 
 
 def test_slices_are_numbered_as_runs_name_them_and_say_when_they_expired(server, queue, make_task, browser, shots):

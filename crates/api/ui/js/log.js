@@ -147,6 +147,8 @@ export class LogView {
       }
       this.endOffset = null;
       this.drawBars();
+      // Nothing logged: said in words rather than shown as an empty box.
+      if (!this.count) fill(this.laterBar, h('p', { class: 'muted', id: 'log-empty' }, 'The log is empty: this run wrote nothing to it.'));
       this.jumpToHash();
       this.end();
     } catch (err) {

@@ -24,15 +24,18 @@ export async function queuesPage(main, provisioner) {
 
 /** The workers table with its dimension and state filters, over `queues`. */
 async function workersTable(el, queues, params) {
-  const dimension = params.get('dimension') || '';
+  // Several dimensions, every one a worker's: space between in the box, each its own parameter.
+  const dimension = params.getAll('dimension').flatMap((d) => d.split(/\s+/)).filter(Boolean);
   const state = params.get('state') || '';
   const form = h('form', { class: 'toolbar', id: 'worker-filter' },
-    h('input', { name: 'dimension', placeholder: 'dimension key:value', value: dimension, 'aria-label': 'dimension' }),
+    h('input', { name: 'dimension', placeholder: 'dimensions key:value (several: space between)', value: dimension.join(' '), 'aria-label': 'dimensions' }),
     h('select', { name: 'state', 'aria-label': 'state' }, WORKER_STATES.map((s) => h('option', { value: s, selected: s === state }, s || 'any state'))),
     h('button', { type: 'submit' }, 'Filter'));
   form.addEventListener('submit', (event) => {
     event.preventDefault();
-    location.assign(withQuery(location.pathname, Object.fromEntries(new FormData(form))));
+    const chosen = Object.fromEntries(new FormData(form));
+    chosen.dimension = chosen.dimension.split(/\s+/).filter(Boolean);
+    location.assign(withQuery(location.pathname, chosen));
   });
   const rows = h('tbody', { id: 'workers' });
   fill(el, form, h('div', { class: 'scroll' }, h('table', { class: 'list' },
@@ -43,7 +46,9 @@ async function workersTable(el, queues, params) {
     await allPages(queue(`/task-queues/${taskQueueId}/workers`), 'workers', (page) => {
       rows.append(...page.map((w) => h('tr', { 'data-worker': `${w.workerGroup}/${w.workerId}` },
         h('td', {}, h('a', { href: workerHref(taskQueueId, w.workerGroup, w.workerId) }, `${w.workerGroup}/${w.workerId}`),
-          queues.length > 1 ? h('div', { class: 'muted small' }, taskQueueId) : null),
+          queues.length > 1 ? h('div', { class: 'muted small' }, taskQueueId) : null,
+          // On a phone the dimensions column is hidden: they go under the name instead.
+          h('div', { class: 'narrow' }, dimensionChips(w.dimensions))),
         h('td', {}, badge(w.state)),
         h('td', { class: 'wide' }, dimensionChips(w.dimensions)),
         h('td', { class: 'wide' }, when(w.lastDateActive)),
@@ -198,7 +203,7 @@ function quarantineSaid(worker) {
 function recentTasks(recent, names) {
   const rows = h('tbody');
   const table = h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'recent-tasks' },
-    h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'Run'), h('th', {}, 'State'), h('th', {}, 'Took'), h('th', {}, 'Exit'))),
+    h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'Run'), h('th', {}, 'State'), h('th', {}, 'Started'), h('th', {}, 'Took'), h('th', {}, 'Exit'))),
     rows));
   const taken = recent.slice().reverse();
   const taskIds = [...new Set(taken.map((t) => t.taskId))];
@@ -212,9 +217,10 @@ function recentTasks(recent, names) {
         return h('tr', { 'data-task': taskId },
           h('td', {}, taskLink(taskId, known.get(taskId) || taskId)), h('td', {}, `${runId}`),
           h('td', {}, run ? badge(run.state) : h('span', { class: 'muted' }, 'expired')),
+          h('td', {}, run?.started ? when(run.started) : ''),
           h('td', {}, took !== null ? duration(took) : ''), h('td', {}, run?.stats?.exitCode ?? ''));
       }));
     })
-    .catch((err) => fill(rows, h('tr', {}, h('td', { colspan: 5 }, problem(err)))));
+    .catch((err) => fill(rows, h('tr', {}, h('td', { colspan: 6 }, problem(err)))));
   return table;
 }
