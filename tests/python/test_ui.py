@@ -821,7 +821,7 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     wait(browser, lambda d: "claimed just now nightly build" in text_of(d, "#events"), "the events name the task")
     row = text_of(browser, f'#recent-tasks tr[data-task="{task_id}"]')
     assert "failed" in row and "just now" in row and row.endswith("2"), row
-    assert "Started" in text_of(browser, "#recent-tasks thead")
+    assert "Claimed" in text_of(browser, "#recent-tasks thead")
     snap(browser, shots, "worker")
     open_page(browser, f"{server}/provisioners/{provisioner}/worker-types/{worker_type}", '#workers tr[data-worker="ui/w-quarantine"]')
     snap(browser, shots, "queue")
@@ -841,6 +841,27 @@ def test_worker_page_quarantines_the_worker(server, queue, make_task, task_queue
     wait(browser, lambda d: not d.find_elements(By.ID, "terminate") and d.find_elements(By.ID, "quarantine"), "terminating")
     assert fleet_worker(server, provisioner, worker_type, "ui", "w-quarantine")["terminating"] is True
     sign_out(browser, server)
+
+
+def test_a_workers_history_is_paged_with_when_each_run_was_claimed(server, queue, make_task, task_queue_id, browser, shots):
+    ids = [slugid_nice() for _ in range(22)]
+    for n, task_id in enumerate(ids):
+        queue.createTask(task_id, make_task(metadata=named(f"history {n}")))
+        queue.reportCompleted(claim(queue, task_queue_id, worker_id="w-history")["status"]["taskId"], 0)
+    provisioner, worker_type = task_queue_id.split("/")
+    page = f"{server}/provisioners/{provisioner}/worker-types/{worker_type}/workers/ui/w-history"
+    sign_out(browser, server)
+    for size in window_sizes(browser):
+        open_page(browser, page, "#recent-tasks tbody tr:nth-child(20)")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#recent-tasks tbody tr")
+        assert len(rows) == 20 and rows[0].get_attribute("data-task") == ids[-1], size
+        assert "history 21" in rows[0].text and "just now" in rows[0].text and "completed" in rows[0].text
+        # Beyond the record's 20: the next page, kept in the URL.
+        browser.find_element(By.CSS_SELECTOR, "button.more").click()
+        wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#recent-tasks tbody tr")) == 22, "the older runs")
+        assert browser.find_elements(By.CSS_SELECTOR, "#recent-tasks tbody tr")[-1].get_attribute("data-task") == ids[0]
+        assert "pages=2" in browser.current_url and not browser.find_elements(By.CSS_SELECTOR, "button.more")
+    snap(browser, shots, "worker-history")
 
 
 def test_the_backlog_by_dimensions_warns_when_no_live_worker_matches(server, queue, make_task, task_queue_id, browser, shots):

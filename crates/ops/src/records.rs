@@ -241,6 +241,18 @@ pub struct RecentGraph {
     pub created: Timestamp,
 }
 
+/// A run a worker claimed, as its history lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerRun {
+    /// The task.
+    pub task_id: TaskId,
+    /// The run.
+    pub run_id: u32,
+    /// When the worker claimed it.
+    pub claimed: Timestamp,
+}
+
 /// A worker as listings show it.
 #[derive(Debug, Clone)]
 pub struct WorkerListing {

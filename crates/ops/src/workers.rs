@@ -36,6 +36,12 @@ pub trait WorkerTx {
     /// Deletes up to `limit` worker records (with their events) expired at `now`.
     async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError>;
 
+    /// Adds `runs`, claimed by worker `key` at `at`, to its history.
+    async fn record_worker_runs(&mut self, key: &WorkerKey, runs: &[TaskRun], at: Timestamp) -> Result<(), StoreError>;
+
+    /// Deletes up to `limit` runs of workers' histories claimed before `before`, oldest first.
+    async fn forget_worker_runs(&mut self, before: Timestamp, limit: usize) -> Result<(), StoreError>;
+
     /// Records that worker `key` claimed `runs` at `now` without reading its record, where
     /// the backend keeps claims apart and folds them into the record as it reads it
     /// ([`Worker::claimed`]), storing `first` (the record and its numbered events) if the
@@ -132,6 +138,7 @@ pub async fn record_claims(
     let runs: Vec<TaskRun> =
         claims.iter().map(|claim| TaskRun { task_id: claim.status.task_id, run_id: claim.run_id }).collect();
     let retention_ms = tx.settings().queue_retention_ms();
+    tx.record_worker_runs(key, &runs, now).await?;
     if tx.append_claims(key, &runs, now, || first_by_claim(key, now, retention_ms)).await? {
         return Ok(());
     }

@@ -567,6 +567,16 @@ pub const ENDPOINTS: &[Endpoint] = &[
         "One worker with Shoal's fields: state, dimensions, version, running tasks, caches, maintenance."
     ),
     endpoint!(
+        "listWorkerRuns",
+        Get,
+        "/task-queues/{queue}/workers/{worker_group}/{worker_id}/runs",
+        Public,
+        Experimental,
+        workers::list_worker_runs,
+        "The runs a worker claimed within the queue retention, newest first, paged (Shoal's).",
+        query = ["continuationToken", "limit"]
+    ),
+    endpoint!(
         "taskQueueBacklog",
         Get,
         "/task-queues/{queue}/backlog",

@@ -132,6 +132,22 @@ pub(crate) async fn get_fleet_worker(State(state): State<AppState>, params: Para
     Ok(Json(fleet_body(&worker, &running, &state)))
 }
 
+/// Shoal's `listWorkerRuns`: the runs a worker claimed within the queue retention, newest
+/// first, paged (beyond the 20 of its record's `recentTasks`).
+pub(crate) async fn list_worker_runs(
+    State(state): State<AppState>,
+    params: Params,
+    paging: Paging,
+) -> Result<Json<Value>, ApiError> {
+    let key = key_of(&params)?;
+    let page = state
+        .queue
+        .store()
+        .read(move |reads| reads.list_worker_runs(&key, paging.continuation.as_deref(), paging.limit))
+        .await?;
+    Ok(with_continuation(json!({ "runs": page.items }), page.continuation))
+}
+
 /// listWorkers' query: Taskcluster's `quarantined`, and Shoal's `dimension=key:value`
 /// (repeatable, all must match) and `state`.
 #[derive(Debug, Default)]

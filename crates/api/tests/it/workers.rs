@@ -49,6 +49,13 @@ async fn claiming_workers_are_registered_with_dimensions_and_recent_tasks() {
     assert_eq!((worker["state"].clone(), worker["version"].clone()), (json!("busy"), json!("1.2.3")));
     assert_eq!(worker["dimensions"]["os"], json!(["Linux", "Ubuntu"]), "{worker}");
     assert!(worker["firstClaim"].is_string() && worker["lastDateActive"].is_string(), "{worker}");
+    // Its history, with when each run was claimed; paged, and its token checked.
+    let (status, runs) = app.get(&format!("{FLEET}/g/w1/runs?limit=1")).await;
+    assert_eq!(status, StatusCode::OK, "{runs}");
+    assert_eq!(runs["runs"][0]["taskId"], task_id.as_str(), "{runs}");
+    assert!(runs["runs"][0]["claimed"].is_string() && runs.get("continuationToken").is_none(), "{runs}");
+    let (status, body) = app.get(&format!("{FLEET}/g/w1/runs?continuationToken=nope")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 
     assert_eq!(listed(&app, "").await, ["w1", "w2"]);
     assert_eq!(listed(&app, "?dimension=os:Linux&dimension=pool:p").await, ["w1"]);

@@ -15,7 +15,7 @@ use shoal_engine::{TaskId, Timestamp};
 
 use crate::{
     ArtifactKey, AuthSnapshot, ClaimedRun, GroupListing, Page, PendingListing, QueueCounts, RecentGraph, StoreError,
-    TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing,
+    TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing, WorkerRun,
 };
 
 /// The reads every backend answers (see `Store::read`), the services' among them.
@@ -199,4 +199,14 @@ pub trait Reads: ServiceReads {
     /// # Errors
     /// Storage failure.
     fn worker_events(&self, key: &WorkerKey) -> Result<Vec<WorkerEvent>, StoreError>;
+    /// The runs a worker claimed within the queue retention, newest first.
+    ///
+    /// # Errors
+    /// Storage failure or a bad continuation token.
+    fn list_worker_runs(
+        &self,
+        key: &WorkerKey,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<WorkerRun>, StoreError>;
 }

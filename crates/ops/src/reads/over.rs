@@ -17,7 +17,7 @@ use crate::page::{artifact_page, parse_seq, parse_task_id};
 use crate::row::{Backends, TaskRow, select_list};
 use crate::{
     ArtifactKey, AuthSnapshot, ClaimedRun, GroupListing, Page, PendingListing, QueueCounts, Reads, RecentGraph,
-    RecentGroup, StoreError, TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing,
+    RecentGroup, StoreError, TagQuery, TaskGroup, TaskQueueInfo, TaskRecord, WorkerListing, WorkerRun,
 };
 
 /// What a backend's read connection offers: one query each, on committed state.
@@ -72,6 +72,14 @@ pub trait ReadDb {
     fn workers(&self, task_queue_id: &str, after: (&str, &str), limit: usize) -> Result<Vec<Worker>, StoreError>;
     /// A queue's running runs: the worker holding each (`group/id`) and its task.
     fn running_by_worker(&self, task_queue_id: &str) -> Result<Vec<(String, TaskId)>, StoreError>;
+    /// A worker's runs claimed before `before` (`(at, taskId, runId)`), newest first, at most
+    /// `limit`.
+    fn worker_runs(
+        &self,
+        key: &WorkerKey,
+        before: (i64, &str, u32),
+        limit: usize,
+    ) -> Result<Vec<WorkerRun>, StoreError>;
     /// A worker's kept events numbered before `before`, newest first, at most `limit`.
     fn worker_events(&self, key: &WorkerKey, before: u64, limit: usize) -> Result<Vec<(u64, WorkerEvent)>, StoreError>;
     /// A document.
@@ -488,6 +496,23 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         }
     }
 
+    fn list_worker_runs(
+        &self,
+        key: &WorkerKey,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<WorkerRun>, StoreError> {
+        let before = match after {
+            None | Some("") => None,
+            Some(token) => Some(worker_run_token(token)?),
+        };
+        let (at, task, run) = before.as_ref().map_or((i64::MAX, "", 0), |(at, task, run)| (*at, task.as_str(), *run));
+        let mut found = self.0.worker_runs(key, (at, task, run), limit + 1)?;
+        let more = found.len() > limit;
+        found.truncate(limit);
+        Ok(page(found, more, |run| format!("{}:{}:{}", run.claimed.millis(), run.task_id, run.run_id)))
+    }
+
     fn worker_events(&self, key: &WorkerKey) -> Result<Vec<WorkerEvent>, StoreError> {
         let mut events: Vec<WorkerEvent> =
             self.0.worker_events(key, u64::MAX, KEPT_EVENTS as usize)?.into_iter().map(|(_, event)| event).collect();
@@ -610,6 +635,17 @@ fn worker_token(after: Option<&str>) -> Result<(String, String), StoreError> {
 }
 
 /// A task-id continuation token as the id to list after ("" for the first page).
+/// A worker-history token (`at:taskId:runId`) as where to list from.
+fn worker_run_token(token: &str) -> Result<(i64, String, u32), StoreError> {
+    let refused = || Rejection::invalid("continuationToken", "is not a token this listing issued").into();
+    let mut parts = token.splitn(3, ':');
+    let (Some(at), Some(task), Some(run)) = (parts.next(), parts.next(), parts.next()) else { return Err(refused()) };
+    match (at.parse(), TaskId::parse(task), run.parse()) {
+        (Ok(at), Some(task_id), Ok(run)) => Ok((at, task_id.to_string(), run)),
+        _ => Err(refused()),
+    }
+}
+
 fn task_token(after: Option<&str>) -> Result<String, StoreError> {
     Ok(parse_task_id(after)?.map(|task_id| task_id.to_string()).unwrap_or_default())
 }

@@ -338,6 +338,18 @@ impl WorkerTx for PgTx {
         self.delete_workers_expired(now, limit).await
     }
 
+    async fn record_worker_runs(&mut self, key: &WorkerKey, runs: &[TaskRun], at: Timestamp) -> Result<(), StoreError> {
+        self.record_runs(key, runs, at).await
+    }
+
+    async fn forget_worker_runs(&mut self, before: Timestamp, limit: usize) -> Result<(), StoreError> {
+        self.defer(
+            "DELETE FROM worker_runs WHERE ctid IN (SELECT ctid FROM worker_runs WHERE at < $1 ORDER BY at LIMIT $2)",
+            vec![Box::new(before.millis()), Box::new(limit as i64)],
+        )
+        .await
+    }
+
     /// Appended: a claim neither reads nor locks the worker's row, which claims of one worker
     /// through two servers (or two gatherings) would otherwise queue on.
     async fn append_claims(

@@ -22,7 +22,7 @@ fn key_from_row(row: &Row) -> Result<WorkerKey, StoreError> {
     Ok(WorkerKey { task_queue_id: row.try_get(0)?, worker_group: row.try_get(1)?, worker_id: row.try_get(2)? })
 }
 
-fn task_id_from_row(row: &Row, column: usize) -> Result<TaskId, StoreError> {
+pub(crate) fn task_id_from_row(row: &Row, column: usize) -> Result<TaskId, StoreError> {
     let text: String = row.try_get(column)?;
     TaskId::parse(&text).ok_or_else(|| corrupt(format!("task id {text}")))
 }
@@ -53,6 +53,29 @@ impl PgTx {
         if !self.first_records.contains_key(key) {
             self.first_records.insert(key.clone(), first());
         }
+    }
+
+    /// Adds `runs`, claimed by worker `key` at `at`, to its history (one statement, held back
+    /// with the transaction's other writes).
+    pub(crate) async fn record_runs(
+        &mut self,
+        key: &WorkerKey,
+        runs: &[TaskRun],
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.defer(
+            "INSERT INTO worker_runs (at, task_id, run_id, task_queue_id, worker_group, worker_id) \
+             SELECT $1, t, r, $4, $5, $6 FROM unnest($2::text[], $3::int4[]) AS u(t, r)",
+            vec![
+                Box::new(at.millis()),
+                Box::new(runs.iter().map(|run| run.task_id.as_str().to_owned()).collect::<Vec<_>>()),
+                Box::new(runs.iter().map(|run| run.run_id as i32).collect::<Vec<_>>()),
+                Box::new(key.task_queue_id.clone()),
+                Box::new(key.worker_group.clone()),
+                Box::new(key.worker_id.clone()),
+            ],
+        )
+        .await
     }
 
     /// The statement writing the appended claims, before the commit: the first records of

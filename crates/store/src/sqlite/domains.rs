@@ -282,4 +282,12 @@ impl WorkerTx for Tx<'_> {
     async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError> {
         workers::delete_expired(self.conn, now, limit)
     }
+
+    async fn record_worker_runs(&mut self, key: &WorkerKey, runs: &[TaskRun], at: Timestamp) -> Result<(), StoreError> {
+        workers::record_runs(self.conn, key, runs, at)
+    }
+
+    async fn forget_worker_runs(&mut self, before: Timestamp, limit: usize) -> Result<(), StoreError> {
+        workers::forget_runs(self.conn, before, limit)
+    }
 }

@@ -18,7 +18,7 @@ use crate::row::unresolved;
 use crate::sqlite::documents;
 use crate::sqlite::row::{self, N_TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{artifacts, graph, outbox, workers};
-use crate::{ArtifactKey, QueueCounts, RecentGroup, TagQuery, TaskGroup, TaskQueueInfo};
+use crate::{ArtifactKey, QueueCounts, RecentGroup, TagQuery, TaskGroup, TaskQueueInfo, WorkerRun};
 use shoal_engine::status::TaskState;
 
 /// A read-only connection.
@@ -313,6 +313,15 @@ impl ReadDb for ReadConn<'_> {
 
     fn running_by_worker(&self, task_queue_id: &str) -> Result<Vec<(String, TaskId)>, StoreError> {
         workers::running(self.0, task_queue_id)
+    }
+
+    fn worker_runs(
+        &self,
+        key: &WorkerKey,
+        before: (i64, &str, u32),
+        limit: usize,
+    ) -> Result<Vec<WorkerRun>, StoreError> {
+        workers::runs(self.0, key, before, limit)
     }
 
     fn worker_events(&self, key: &WorkerKey, before: u64, limit: usize) -> Result<Vec<(u64, WorkerEvent)>, StoreError> {

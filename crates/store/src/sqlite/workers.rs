@@ -2,11 +2,11 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 use shoal_engine::dimensions::Dimensions;
-use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey};
+use shoal_engine::worker::{KEPT_EVENTS, TaskRun, Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
-use crate::StoreError;
 use crate::row::{corrupt, json};
+use crate::{StoreError, WorkerRun};
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|err| corrupt(format!("{what}: {err}")))
@@ -115,6 +115,66 @@ pub(crate) fn delete_expired(conn: &Connection, now: Timestamp, limit: usize) ->
             .execute(key)?;
     }
     Ok(())
+}
+
+/// Adds `runs`, claimed by worker `key` at `at`, to its history.
+pub(crate) fn record_runs(
+    conn: &Connection,
+    key: &WorkerKey,
+    runs: &[TaskRun],
+    at: Timestamp,
+) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT OR IGNORE INTO worker_runs (at, task_id, run_id, task_queue_id, worker_group, worker_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for run in runs {
+        stmt.execute(params![
+            at.millis(),
+            run.task_id.as_str(),
+            run.run_id,
+            key.task_queue_id,
+            key.worker_group,
+            key.worker_id
+        ])?;
+    }
+    Ok(())
+}
+
+/// Deletes up to `limit` runs of workers' histories claimed before `before`, oldest first.
+pub(crate) fn forget_runs(conn: &Connection, before: Timestamp, limit: usize) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "DELETE FROM worker_runs WHERE (at, task_id, run_id) IN \
+         (SELECT at, task_id, run_id FROM worker_runs WHERE at < ?1 ORDER BY at LIMIT ?2)",
+    )?
+    .execute(params![before.millis(), limit as i64])?;
+    Ok(())
+}
+
+/// Worker `key`'s runs claimed before `before` (`(at, taskId, runId)`), newest first, at most
+/// `limit`.
+pub(crate) fn runs(
+    conn: &Connection,
+    key: &WorkerKey,
+    before: (i64, &str, u32),
+    limit: usize,
+) -> Result<Vec<WorkerRun>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT at, task_id, run_id FROM worker_runs WHERE task_queue_id = ?1 AND worker_group = ?2 \
+         AND worker_id = ?3 AND (at, task_id, run_id) < (?4, ?5, ?6) \
+         ORDER BY at DESC, task_id DESC, run_id DESC LIMIT ?7",
+    )?;
+    let rows = stmt.query_map(
+        params![key.task_queue_id, key.worker_group, key.worker_id, before.0, before.1, before.2, limit as i64],
+        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?, row.get::<_, u32>(2)?)),
+    )?;
+    let mut found = Vec::new();
+    for row in rows {
+        let (at, task, run_id) = row?;
+        let task_id = TaskId::parse(&task).ok_or_else(|| corrupt(format!("task id {task}")))?;
+        found.push(WorkerRun { claimed: Timestamp(at), task_id, run_id });
+    }
+    Ok(found)
 }
 
 /// A queue's workers after `(group, id)`, by group and id, at most `limit`.

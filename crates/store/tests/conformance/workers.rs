@@ -149,3 +149,42 @@ pub(crate) async fn a_workers_history_is_bounded_and_it_expires(name: &str, back
     assert!(store.read(|reads| reads.worker(&key(1))).await.unwrap().is_none(), "{name}: expired");
     assert!(kinds(store, key(1)).await.is_empty(), "{name}: with its events");
 }
+
+/// Every run a worker claims is in its history, newest first and paged, for the retention.
+pub(crate) async fn a_workers_runs_are_listed_newest_first_until_the_retention_ends(name: &str, backend: Backend) {
+    let store = &backend.store;
+    for n in 1..=25 {
+        create(store, id(n), json!({}), at(0)).await;
+    }
+    // 22 claims one at a time, then three at once; another worker's claims are its own.
+    for n in 1..=22 {
+        assert_eq!(claim_ids(store, worker(1), at(n)).await.len(), 1, "{name}");
+    }
+    assert_eq!(claim_ids(store, worker(3), at(30)).await.len(), 3, "{name}");
+    let runs = |n: usize, after: Option<String>, limit: usize| async move {
+        let page = store.read(move |reads| reads.list_worker_runs(&key(n), after.as_deref(), limit)).await.unwrap();
+        (page.items, page.continuation)
+    };
+    let (first, next) = runs(1, None, 10).await;
+    assert_eq!(first.len(), 10, "{name}");
+    assert_eq!((first[0].claimed, first[9].claimed), (at(22), at(13)), "{name}: newest first");
+    let (mut all, mut token) = (first, next);
+    while let Some(after) = token {
+        let (page, next) = runs(1, Some(after), 10).await;
+        all.extend(page);
+        token = next;
+    }
+    assert_eq!(all.len(), 22, "{name}: beyond the record's 20, each once");
+    assert!(all.iter().all(|run| run.run_id == 0), "{name}");
+    let (other, end) = runs(3, None, 10).await;
+    assert_eq!((other.len(), end), (3, None), "{name}: claimed together");
+    assert!(other.iter().all(|run| run.claimed == at(30)), "{name}");
+    let forged = store.read(|reads| reads.list_worker_runs(&key(1), Some("x:y"), 10)).await;
+    assert!(matches!(forged, Err(StoreError::Rejected(_))), "{name}: {forged:?}");
+
+    // Past the retention, the older runs go first.
+    let retention = shoal_store::DEFAULT_QUEUE_RETENTION_SECS;
+    let _forgotten = store.run(ForgetTasks { task_ids: Vec::new(), limit: 1000 }, at(retention + 20)).await.unwrap();
+    let (kept, _) = runs(1, None, 100).await;
+    assert_eq!(kept.iter().map(|run| run.claimed).collect::<Vec<_>>(), vec![at(22), at(21), at(20)], "{name}");
+}

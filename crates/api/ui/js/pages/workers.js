@@ -3,9 +3,11 @@
 // tasks and events (and quarantine, for the signed-in), `/workers` the whole fleet.
 
 import { allPages, call, credentials, get, queue, withQuery, withResult } from '../api.js';
-import { badge, duration, facts, fill, h, nowLink, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
+import { badge, duration, facts, fill, h, nowLink, pagedListing, problem, queueLink, section, taskLink, when, workerHref } from '../view.js';
 
 const WORKER_STATES = ['', 'idle', 'busy', 'quarantined', 'maintenance', 'missing', 'terminated'];
+/** Runs a page of a worker's history shows. */
+const HISTORY_ROWS = 20;
 
 export async function queuesPage(main, provisioner) {
   const queues = [];
@@ -149,8 +151,8 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
     ? h('button', { id, disabled: !signedIn, title: signedIn ? null : `sign in to ${label.toLowerCase()}`, onclick: act(label, method, path, body) }, label)
     : null;
   const quarantined = Boolean(worker.quarantineUntil && new Date(worker.quarantineUntil) > new Date());
-  // The names of the tasks its history mentions, read once for the table and the events.
-  const ids = [...new Set([...worker.recentTasks, ...events].map((e) => e.taskId).concat(worker.runningTasks).filter(Boolean))];
+  // The names of the tasks its events and running runs mention, read once.
+  const ids = [...new Set(events.map((e) => e.taskId).concat(worker.runningTasks).filter(Boolean))];
   const names = ids.length
     ? call('POST', queue('/tasks'), { taskIds: ids }).then(({ tasks }) => new Map(tasks.map((t) => [t.taskId, t.task.metadata.name])))
     : Promise.resolve(new Map());
@@ -185,7 +187,7 @@ export async function workerPage(main, taskQueueId, workerGroup, workerId) {
         ['Expires', when(worker.expires)],
         ['Running', worker.runningTasks.length ? h('ul', { class: 'plain' }, worker.runningTasks.map((id) => h('li', {}, named(id)))) : null],
       ])),
-      section('Recent tasks', worker.recentTasks.length ? recentTasks(worker.recentTasks, names) : h('p', { class: 'muted' }, 'None yet.')),
+      section('Runs', runHistory(fleet)),
       section('Events', events.length
         ? h('ul', { class: 'plain', id: 'events' }, events.map((e) => h('li', {}, h('strong', {}, e.kind), ' ', when(e.at),
           e.clientId ? h('span', { class: 'muted' }, ` by ${e.clientId}`) : null, e.taskId ? [' ', named(e.taskId)] : null, e.detail ? h('span', { class: 'muted' }, ` ${e.detail}`) : null)))
@@ -199,28 +201,35 @@ function quarantineSaid(worker) {
     last ? h('span', {}, ` by ${last.clientId}`, last.quarantineInfo ? [': ', h('q', {}, last.quarantineInfo)] : null) : null);
 }
 
-/** The runs a worker claimed lately, newest first: task, run, state, how long, exit code. */
-function recentTasks(recent, names) {
+/** The runs a worker claimed, newest first, 20 a page (`?pages=N` keeps how many): task by
+ * name, run, state, when it was claimed, how long it took, exit code. */
+function runHistory(fleet) {
   const rows = h('tbody');
-  const table = h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'recent-tasks' },
-    h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'Run'), h('th', {}, 'State'), h('th', {}, 'Started'), h('th', {}, 'Took'), h('th', {}, 'Exit'))),
-    rows));
-  const taken = recent.slice().reverse();
-  const taskIds = [...new Set(taken.map((t) => t.taskId))];
-  Promise.all([names, call('POST', queue('/tasks/status'), { taskIds }), call('POST', queue('/tasks/result'), { taskIds })])
-    .then(([known, { statuses }, { results }]) => {
-      const facts = new Map(results.map((r) => [r.taskId, r]));
-      const runs = new Map(statuses.map((s) => [s.taskId, withResult(s.status, facts.get(s.taskId)).runs]));
-      fill(rows, taken.map(({ taskId, runId }) => {
-        const run = (runs.get(taskId) || [])[runId];
-        const took = run && run.started && run.resolved ? new Date(run.resolved) - new Date(run.started) : null;
-        return h('tr', { 'data-task': taskId },
-          h('td', {}, taskLink(taskId, known.get(taskId) || taskId)), h('td', {}, `${runId}`),
-          h('td', {}, run ? badge(run.state) : h('span', { class: 'muted' }, 'expired')),
-          h('td', {}, run?.started ? when(run.started) : ''),
-          h('td', {}, took !== null ? duration(took) : ''), h('td', {}, run?.stats?.exitCode ?? ''));
-      }));
-    })
-    .catch((err) => fill(rows, h('tr', {}, h('td', { colspan: 6 }, problem(err)))));
+  const more = h('div', { class: 'pager' });
+  const table = h('div', {}, h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'recent-tasks' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'Run'), h('th', {}, 'State'), h('th', {}, 'Claimed'), h('th', {}, 'Took'), h('th', {}, 'Exit'))),
+    rows)), more);
+  pagedListing(more, async (token) => {
+    const page = await get(withQuery(`${fleet}/runs`, { limit: HISTORY_ROWS, continuationToken: token }));
+    if (!page.runs.length && !rows.children.length) rows.append(h('tr', {}, h('td', { colspan: 6, class: 'muted' }, 'None yet.')));
+    const taskIds = [...new Set(page.runs.map((t) => t.taskId))];
+    const [{ tasks }, { statuses }, { results }] = taskIds.length
+      ? await Promise.all([call('POST', queue('/tasks'), { taskIds }), call('POST', queue('/tasks/status'), { taskIds }),
+        call('POST', queue('/tasks/result'), { taskIds })])
+      : [{ tasks: [] }, { statuses: [] }, { results: [] }];
+    const names = new Map(tasks.map((t) => [t.taskId, t.task.metadata.name]));
+    const facts = new Map(results.map((r) => [r.taskId, r]));
+    const runs = new Map(statuses.map((st) => [st.taskId, withResult(st.status, facts.get(st.taskId)).runs]));
+    rows.append(...page.runs.map(({ taskId, runId, claimed }) => {
+      const run = (runs.get(taskId) || [])[runId];
+      const took = run && run.started && run.resolved ? new Date(run.resolved) - new Date(run.started) : null;
+      return h('tr', { 'data-task': taskId },
+        h('td', {}, taskLink(taskId, names.get(taskId) || taskId)), h('td', {}, `${runId}`),
+        h('td', {}, run ? badge(run.state) : h('span', { class: 'muted' }, 'expired')),
+        h('td', {}, when(claimed)),
+        h('td', {}, took !== null ? duration(took) : ''), h('td', {}, run?.stats?.exitCode ?? ''));
+    }));
+    return page.continuationToken;
+  });
   return table;
 }
