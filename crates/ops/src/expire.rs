@@ -1,7 +1,6 @@
 //! Forgetting what expired: resolved tasks past their `expires` with everything that hangs
 //! on them (dependency rows, artifact records, graph nodes), then the groups and graphs they
-//! leave empty, task queues not seen for their retention, workers' runs claimed before it, and
-//! the services' expired records
+//! leave empty, task queues not seen for their retention, and the services' expired records
 //! (index entries and namespaces, secrets, hook fires).
 
 use shoal_engine::{TaskId, Timestamp};
@@ -51,8 +50,6 @@ pub async fn forget_tasks(
     }
     tx.delete_expired_queues(now, limit).await?;
     tx.delete_expired_workers(now, limit).await?;
-    let kept_from = Timestamp(now.millis().saturating_sub(tx.settings().queue_retention_ms()));
-    tx.forget_worker_runs(kept_from, limit).await?;
     tx.delete_expired_documents(now, limit).await?;
     Ok(n_deleted)
 }

@@ -33,14 +33,14 @@ pub trait WorkerTx {
     /// The tasks whose running run worker `key` holds.
     async fn worker_runs(&mut self, key: &WorkerKey) -> Result<Vec<TaskId>, StoreError>;
 
-    /// Deletes up to `limit` worker records (with their events) expired at `now`.
+    /// Deletes up to `limit` worker records (with their events and runs) expired at `now`.
     async fn delete_expired_workers(&mut self, now: Timestamp, limit: usize) -> Result<(), StoreError>;
 
     /// Adds `runs`, claimed by worker `key` at `at`, to its history.
     async fn record_worker_runs(&mut self, key: &WorkerKey, runs: &[TaskRun], at: Timestamp) -> Result<(), StoreError>;
 
-    /// Deletes up to `limit` runs of workers' histories claimed before `before`, oldest first.
-    async fn forget_worker_runs(&mut self, before: Timestamp, limit: usize) -> Result<(), StoreError>;
+    /// Deletes the runs of worker `key`'s history claimed before `before`.
+    async fn trim_worker_runs(&mut self, key: &WorkerKey, before: Timestamp) -> Result<(), StoreError>;
 
     /// Records that worker `key` claimed `runs` at `now` without reading its record, where
     /// the backend keeps claims apart and folds them into the record as it reads it
@@ -123,6 +123,9 @@ pub async fn seen(
 }
 
 /// Adds what `key` just claimed to its recent tasks (recording the worker if it is new).
+/// One claim in about this many trims its worker's history (see [`record_claims`]).
+const TRIM_EVERY: i64 = 64;
+
 /// Runs on every claimWork that took something; `read` is the record when the operation
 /// read it already.
 pub async fn record_claims(
@@ -139,6 +142,12 @@ pub async fn record_claims(
         claims.iter().map(|claim| TaskRun { task_id: claim.status.task_id, run_id: claim.run_id }).collect();
     let retention_ms = tx.settings().queue_retention_ms();
     tx.record_worker_runs(key, &runs, now).await?;
+    // Now and then (a claim in about 64: at a millisecond that 64 divides), the worker's runs
+    // older than the retention go: a history trimmed as it grows, at a small share of the
+    // claims' cost. An expired worker's go with it.
+    if now.millis() % TRIM_EVERY == 0 {
+        tx.trim_worker_runs(key, Timestamp(now.millis().saturating_sub(retention_ms))).await?;
+    }
     if tx.append_claims(key, &runs, now, || first_by_claim(key, now, retention_ms)).await? {
         return Ok(());
     }

@@ -342,10 +342,15 @@ impl WorkerTx for PgTx {
         self.record_runs(key, runs, at).await
     }
 
-    async fn forget_worker_runs(&mut self, before: Timestamp, limit: usize) -> Result<(), StoreError> {
+    async fn trim_worker_runs(&mut self, key: &WorkerKey, before: Timestamp) -> Result<(), StoreError> {
         self.defer(
-            "DELETE FROM worker_runs WHERE ctid IN (SELECT ctid FROM worker_runs WHERE at < $1 ORDER BY at LIMIT $2)",
-            vec![Box::new(before.millis()), Box::new(limit as i64)],
+            "DELETE FROM worker_runs WHERE task_queue_id = $1 AND worker_group = $2 AND worker_id = $3 AND at < $4",
+            vec![
+                Box::new(key.task_queue_id.clone()),
+                Box::new(key.worker_group.clone()),
+                Box::new(key.worker_id.clone()),
+                Box::new(before.millis()),
+            ],
         )
         .await
     }

@@ -64,8 +64,8 @@ impl PgTx {
         at: Timestamp,
     ) -> Result<(), StoreError> {
         self.defer(
-            "INSERT INTO worker_runs (at, task_id, run_id, task_queue_id, worker_group, worker_id) \
-             SELECT $1, t, r, $4, $5, $6 FROM unnest($2::text[], $3::int4[]) AS u(t, r)",
+            "INSERT INTO worker_runs (task_queue_id, worker_group, worker_id, at, task_id, run_id) \
+             SELECT $4, $5, $6, $1, t, r FROM unnest($2::text[], $3::int4[]) AS u(t, r) ON CONFLICT DO NOTHING",
             vec![
                 Box::new(at.millis()),
                 Box::new(runs.iter().map(|run| run.task_id.as_str().to_owned()).collect::<Vec<_>>()),
@@ -217,7 +217,9 @@ impl PgTx {
              (SELECT task_queue_id, worker_group, worker_id FROM workers WHERE expires <= $1 LIMIT $2 \
              FOR UPDATE SKIP LOCKED) RETURNING task_queue_id, worker_group, worker_id), \
              claims AS (DELETE FROM worker_claims c USING gone WHERE c.task_queue_id = gone.task_queue_id \
-             AND c.worker_group = gone.worker_group AND c.worker_id = gone.worker_id) \
+             AND c.worker_group = gone.worker_group AND c.worker_id = gone.worker_id), \
+             runs AS (DELETE FROM worker_runs r USING gone WHERE r.task_queue_id = gone.task_queue_id \
+             AND r.worker_group = gone.worker_group AND r.worker_id = gone.worker_id) \
              DELETE FROM worker_events e USING gone WHERE e.task_queue_id = gone.task_queue_id \
              AND e.worker_group = gone.worker_group AND e.worker_id = gone.worker_id",
             vec![Box::new(now.millis()), Box::new(limit as i64)],

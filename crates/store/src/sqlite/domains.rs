@@ -287,7 +287,7 @@ impl WorkerTx for Tx<'_> {
         workers::record_runs(self.conn, key, runs, at)
     }
 
-    async fn forget_worker_runs(&mut self, before: Timestamp, limit: usize) -> Result<(), StoreError> {
-        workers::forget_runs(self.conn, before, limit)
+    async fn trim_worker_runs(&mut self, key: &WorkerKey, before: Timestamp) -> Result<(), StoreError> {
+        workers::trim_runs(self.conn, key, before)
     }
 }

@@ -301,15 +301,14 @@ CREATE INDEX tasks_group_failed ON tasks (task_group_id) WHERE state IN ('failed
     // 22: each worker's claimed runs, by time (kept for the queue retention).
     r"
 CREATE TABLE worker_runs (
-    at            INTEGER NOT NULL,
-    task_id       TEXT NOT NULL,
-    run_id        INTEGER NOT NULL,
     task_queue_id TEXT NOT NULL,
     worker_group  TEXT NOT NULL,
     worker_id     TEXT NOT NULL,
-    PRIMARY KEY (at, task_id, run_id)
+    at            INTEGER NOT NULL,
+    task_id       TEXT NOT NULL,
+    run_id        INTEGER NOT NULL,
+    PRIMARY KEY (task_queue_id, worker_group, worker_id, at, task_id, run_id)
 ) WITHOUT ROWID;
-CREATE INDEX worker_runs_worker ON worker_runs (task_queue_id, worker_group, worker_id, at, task_id, run_id);
 ",
 ];
 

@@ -107,10 +107,12 @@ pub(crate) fn delete_expired(conn: &Connection, now: Timestamp, limit: usize) ->
         stmt.query_map(params![now.millis(), limit as i64], key_from_row)?.collect::<Result<_, _>>()?;
     for key in keys {
         let key = params![key.task_queue_id, key.worker_group, key.worker_id];
-        conn.prepare_cached(
-            "DELETE FROM worker_events WHERE task_queue_id = ?1 AND worker_group = ?2 AND worker_id = ?3",
-        )?
-        .execute(key)?;
+        for table in ["worker_events", "worker_runs"] {
+            conn.prepare_cached(&format!(
+                "DELETE FROM {table} WHERE task_queue_id = ?1 AND worker_group = ?2 AND worker_id = ?3"
+            ))?
+            .execute(key)?;
+        }
         conn.prepare_cached("DELETE FROM workers WHERE task_queue_id = ?1 AND worker_group = ?2 AND worker_id = ?3")?
             .execute(key)?;
     }
@@ -125,29 +127,28 @@ pub(crate) fn record_runs(
     at: Timestamp,
 ) -> Result<(), StoreError> {
     let mut stmt = conn.prepare_cached(
-        "INSERT OR IGNORE INTO worker_runs (at, task_id, run_id, task_queue_id, worker_group, worker_id) \
+        "INSERT OR IGNORE INTO worker_runs (task_queue_id, worker_group, worker_id, at, task_id, run_id) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for run in runs {
         stmt.execute(params![
-            at.millis(),
-            run.task_id.as_str(),
-            run.run_id,
             key.task_queue_id,
             key.worker_group,
-            key.worker_id
+            key.worker_id,
+            at.millis(),
+            run.task_id.as_str(),
+            run.run_id
         ])?;
     }
     Ok(())
 }
 
-/// Deletes up to `limit` runs of workers' histories claimed before `before`, oldest first.
-pub(crate) fn forget_runs(conn: &Connection, before: Timestamp, limit: usize) -> Result<(), StoreError> {
+/// Deletes the runs of worker `key`'s history claimed before `before`.
+pub(crate) fn trim_runs(conn: &Connection, key: &WorkerKey, before: Timestamp) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "DELETE FROM worker_runs WHERE (at, task_id, run_id) IN \
-         (SELECT at, task_id, run_id FROM worker_runs WHERE at < ?1 ORDER BY at LIMIT ?2)",
+        "DELETE FROM worker_runs WHERE task_queue_id = ?1 AND worker_group = ?2 AND worker_id = ?3 AND at < ?4",
     )?
-    .execute(params![before.millis(), limit as i64])?;
+    .execute(params![key.task_queue_id, key.worker_group, key.worker_id, before.millis()])?;
     Ok(())
 }
 

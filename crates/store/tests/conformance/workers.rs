@@ -7,7 +7,7 @@ use shoal_engine::status::{ReasonCreated, ReasonResolved, TaskState};
 use shoal_engine::task::Resolution;
 use shoal_engine::worker::{KEPT_EVENTS, Sighting, WorkerEventKind, WorkerKey, WorkerState};
 use shoal_engine::{Rejection, Timestamp};
-use shoal_store::operation::{ChangeWorker, ForgetTasks, LoseSilentWorkers, WorkerSeen};
+use shoal_store::operation::{ChangeWorker, CreateTask, ForgetTasks, LoseSilentWorkers, WorkerSeen};
 use shoal_store::{Store, StoreError, WorkerChange};
 
 use super::{Backend, apply, at, claim_ids, create, id, state_of, worker};
@@ -151,7 +151,10 @@ pub(crate) async fn a_workers_history_is_bounded_and_it_expires(name: &str, back
 }
 
 /// Every run a worker claims is in its history, newest first and paged, for the retention.
-pub(crate) async fn a_workers_runs_are_listed_newest_first_until_the_retention_ends(name: &str, backend: Backend) {
+pub(crate) async fn a_workers_runs_are_listed_newest_first_and_trimmed_past_the_retention(
+    name: &str,
+    backend: Backend,
+) {
     let store = &backend.store;
     for n in 1..=25 {
         create(store, id(n), json!({}), at(0)).await;
@@ -182,9 +185,23 @@ pub(crate) async fn a_workers_runs_are_listed_newest_first_until_the_retention_e
     let forged = store.read(|reads| reads.list_worker_runs(&key(1), Some("x:y"), 10)).await;
     assert!(matches!(forged, Err(StoreError::Rejected(_))), "{name}: {forged:?}");
 
-    // Past the retention, the older runs go first.
+    // A claim at a millisecond 64 divides also trims the worker's runs older than the
+    // retention (at(n) is such a time when 8 divides n); another claim does not.
     let retention = shoal_store::DEFAULT_QUEUE_RETENTION_SECS;
-    let _forgotten = store.run(ForgetTasks { task_ids: Vec::new(), limit: 1000 }, at(retention + 20)).await.unwrap();
+    for n in [26, 27] {
+        // Made as a definition checked then would be (its times near the claims).
+        let mut definition = super::definition(id(n), json!({}));
+        (definition.created, definition.deadline) = (at(retention), at(retention + 3600));
+        let _created = store.run(CreateTask { definition, task_id: id(n) }, at(retention)).await.unwrap();
+    }
+    assert_eq!(claim_ids(store, worker(1), at(retention + 17)).await.len(), 1, "{name}");
+    assert_eq!(runs(1, None, 100).await.0.len(), 23, "{name}: not trimmed");
+    assert_eq!(claim_ids(store, worker(1), at(retention + 24)).await.len(), 1, "{name}");
     let (kept, _) = runs(1, None, 100).await;
-    assert_eq!(kept.iter().map(|run| run.claimed).collect::<Vec<_>>(), vec![at(22), at(21), at(20)], "{name}");
+    let times: Vec<Timestamp> = kept.iter().map(|run| run.claimed).collect();
+    assert_eq!(times, vec![at(retention + 24), at(retention + 17)], "{name}: trimmed");
+    // An expired worker's runs go with it.
+    let _forgotten = store.run(ForgetTasks { task_ids: Vec::new(), limit: 1000 }, at(3 * retention)).await.unwrap();
+    assert!(runs(1, None, 100).await.0.is_empty(), "{name}");
+    assert!(runs(3, None, 100).await.0.is_empty(), "{name}");
 }
