@@ -5,7 +5,7 @@ mod live;
 pub mod over;
 pub mod services;
 
-pub use over::{GroupFacts, ReadDb, ReadsOver, StoredTask, TaskQuery, TaskStatements, pending_set};
+pub use over::{ClaimRecord, GroupFacts, ReadDb, ReadsOver, StoredTask, TaskQuery, TaskStatements, pending_set};
 pub use services::ServiceReads;
 
 use shoal_engine::artifact::Artifact;

@@ -6,7 +6,9 @@ use shoal_engine::artifact::{Artifact, LIVE_LOG_NAME, implicit_live_log};
 use shoal_engine::backlog::PendingSet;
 use shoal_engine::group::group_name;
 use shoal_engine::id::is_identifier;
-use shoal_engine::worker::{KEPT_EVENTS, Worker, WorkerEvent, WorkerKey, newest_first, run_events, worker_name};
+use shoal_engine::worker::{
+    KEPT_EVENTS, TaskRun, Worker, WorkerEvent, WorkerKey, newest_first, run_events, worker_name,
+};
 use shoal_engine::{Rejection, TaskId, Timestamp};
 
 use crate::OutboxEntry;
@@ -72,14 +74,10 @@ pub trait ReadDb {
     fn workers(&self, task_queue_id: &str, after: (&str, &str), limit: usize) -> Result<Vec<Worker>, StoreError>;
     /// A queue's running runs: the worker holding each (`group/id`) and its task.
     fn running_by_worker(&self, task_queue_id: &str) -> Result<Vec<(String, TaskId)>, StoreError>;
-    /// A worker's runs claimed before `before` (`(at, taskId, runId)`), newest first, at most
+    /// A worker's claims made before `before` (`(at, first taskId)`), newest first, at most
     /// `limit`.
-    fn worker_runs(
-        &self,
-        key: &WorkerKey,
-        before: (i64, &str, u32),
-        limit: usize,
-    ) -> Result<Vec<WorkerRun>, StoreError>;
+    fn worker_claims(&self, key: &WorkerKey, before: (i64, &str), limit: usize)
+    -> Result<Vec<ClaimRecord>, StoreError>;
     /// A worker's kept events numbered before `before`, newest first, at most `limit`.
     fn worker_events(&self, key: &WorkerKey, before: u64, limit: usize) -> Result<Vec<(u64, WorkerEvent)>, StoreError>;
     /// A document.
@@ -502,15 +500,32 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<WorkerRun>, StoreError> {
-        let before = match after {
-            None | Some("") => None,
-            Some(token) => Some(worker_run_token(token)?),
+        let (at, first) = match after {
+            None | Some("") => (i64::MAX, String::new()),
+            Some(token) => worker_claim_token(token)?,
         };
-        let (at, task, run) = before.as_ref().map_or((i64::MAX, "", 0), |(at, task, run)| (*at, task.as_str(), *run));
-        let mut found = self.0.worker_runs(key, (at, task, run), limit + 1)?;
-        let more = found.len() > limit;
-        found.truncate(limit);
-        Ok(page(found, more, |run| format!("{}:{}:{}", run.claimed.millis(), run.task_id, run.run_id)))
+        // Each claim took at least one run: `limit` claims hold the page, one more says
+        // whether more follow. A claim's runs are never split between pages.
+        let claims = self.0.worker_claims(key, (at, &first), limit + 1)?;
+        let mut items = Vec::new();
+        let mut listed = 0;
+        for claim in &claims {
+            if items.len() >= limit {
+                break;
+            }
+            let claimed = claim.claimed;
+            items.extend(claim.runs.iter().rev().map(|run| WorkerRun {
+                task_id: run.task_id,
+                run_id: run.run_id,
+                claimed,
+            }));
+            listed += 1;
+        }
+        let continuation = (listed < claims.len())
+            .then(|| claims.get(listed.wrapping_sub(1)))
+            .flatten()
+            .map(|claim| format!("{}:{}", claim.claimed.millis(), claim.first));
+        Ok(Page { items, continuation })
     }
 
     fn worker_events(&self, key: &WorkerKey) -> Result<Vec<WorkerEvent>, StoreError> {
@@ -635,14 +650,36 @@ fn worker_token(after: Option<&str>) -> Result<(String, String), StoreError> {
 }
 
 /// A task-id continuation token as the id to list after ("" for the first page).
-/// A worker-history token (`at:taskId:runId`) as where to list from.
-fn worker_run_token(token: &str) -> Result<(i64, String, u32), StoreError> {
+/// A worker-history token (`at:taskId`, the last claim listed) as where to list from.
+fn worker_claim_token(token: &str) -> Result<(i64, String), StoreError> {
     let refused = || Rejection::invalid("continuationToken", "is not a token this listing issued").into();
-    let mut parts = token.splitn(3, ':');
-    let (Some(at), Some(task), Some(run)) = (parts.next(), parts.next(), parts.next()) else { return Err(refused()) };
-    match (at.parse(), TaskId::parse(task), run.parse()) {
-        (Ok(at), Some(task_id), Ok(run)) => Ok((at, task_id.to_string(), run)),
+    let (at, task) = token.split_once(':').ok_or_else(refused)?;
+    match (at.parse(), TaskId::parse(task)) {
+        (Ok(at), Some(task_id)) => Ok((at, task_id.to_string())),
         _ => Err(refused()),
+    }
+}
+
+/// One claim as a worker's history keeps it: when, its first task, and every run it took.
+#[derive(Debug, Clone)]
+pub struct ClaimRecord {
+    /// When it was made.
+    pub claimed: Timestamp,
+    /// Its first task (with `claimed`, where a listing resumes).
+    pub first: TaskId,
+    /// The runs it took, in the order claimed.
+    pub runs: Vec<TaskRun>,
+}
+
+impl ClaimRecord {
+    /// A stored row: its time, first task id and runs' JSON.
+    ///
+    /// # Errors
+    /// Corrupt when the id or the JSON is not what was written.
+    pub fn decode(at: i64, first: &str, runs: &str) -> Result<ClaimRecord, StoreError> {
+        let first = TaskId::parse(first).ok_or_else(|| crate::row::corrupt(format!("task id {first}")))?;
+        let runs = serde_json::from_str(runs).map_err(|err| crate::row::corrupt(format!("claimed runs: {err}")))?;
+        Ok(ClaimRecord { claimed: Timestamp(at), first, runs })
     }
 }
 

@@ -18,13 +18,12 @@ use crate::outbox::format::append_row;
 use crate::postgres::row::{
     GROUP_COLUMN_COUNT, GROUP_COLUMNS, N_TASK_COLUMNS, artifact_from_row, raw_json, task_from_row, task_group_from_row,
 };
-use crate::postgres::workers::task_id_from_row;
 use crate::postgres::{PgConn, graph};
-use crate::reads::{GroupFacts, ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
+use crate::reads::{ClaimRecord, GroupFacts, ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
 use crate::row::Backends;
 use crate::row::corrupt;
 use crate::row::unresolved;
-use crate::{ArtifactKey, QueueCounts, RecentGroup, StoreError, TagQuery, TaskGroup, TaskQueueInfo, WorkerRun};
+use crate::{ArtifactKey, QueueCounts, RecentGroup, StoreError, TagQuery, TaskGroup, TaskQueueInfo};
 use shoal_engine::status::TaskState;
 
 /// A pooled connection; reads take `&self`, a query needs the connection mutably.
@@ -353,33 +352,18 @@ impl ReadDb for PgReads<'_> {
         self.worker_event_rows(key, before, limit)
     }
 
-    fn worker_runs(
+    fn worker_claims(
         &self,
         key: &WorkerKey,
-        before: (i64, &str, u32),
+        before: (i64, &str),
         limit: usize,
-    ) -> Result<Vec<WorkerRun>, StoreError> {
+    ) -> Result<Vec<ClaimRecord>, StoreError> {
         let rows = self.query(
-            "SELECT at, task_id, run_id FROM worker_runs WHERE task_queue_id = $1 AND worker_group = $2 \
-             AND worker_id = $3 AND (at, task_id, run_id) < ($4, $5, $6) \
-             ORDER BY at DESC, task_id DESC, run_id DESC LIMIT $7",
-            &[
-                &key.task_queue_id,
-                &key.worker_group,
-                &key.worker_id,
-                &before.0,
-                &before.1,
-                &(before.2 as i32),
-                &(limit as i64),
-            ],
+            "SELECT at, task_id, runs FROM worker_runs WHERE task_queue_id = $1 AND worker_group = $2 \
+             AND worker_id = $3 AND (at, task_id) < ($4, $5) ORDER BY at DESC, task_id DESC LIMIT $6",
+            &[&key.task_queue_id, &key.worker_group, &key.worker_id, &before.0, &before.1, &(limit as i64)],
         )?;
-        rows.iter()
-            .map(|row| {
-                let task_id = task_id_from_row(row, 1)?;
-                let run_id: i32 = row.try_get(2)?;
-                Ok(WorkerRun { claimed: Timestamp(row.try_get(0)?), task_id, run_id: run_id as u32 })
-            })
-            .collect()
+        rows.iter().map(|row| ClaimRecord::decode(row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)).collect()
     }
 
     fn document(&self, kind: DocKind, key: &str) -> Result<Option<Document>, StoreError> {

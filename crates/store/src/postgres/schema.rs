@@ -331,7 +331,7 @@ UPDATE tasks SET index_options = (definition::json #> '{extra,index}')::text WHE
     r"
 CREATE INDEX tasks_group_failed ON tasks (task_group_id) WHERE state IN ('failed', 'exception');
 ",
-    // 24: each worker's claimed runs, by time (kept for the queue retention).
+    // 24: each worker's claims (the runs each took), by time (kept for the queue retention).
     r#"
 CREATE TABLE worker_runs (
     task_queue_id TEXT NOT NULL,
@@ -339,8 +339,8 @@ CREATE TABLE worker_runs (
     worker_id     TEXT NOT NULL,
     at            BIGINT NOT NULL,
     task_id       TEXT COLLATE "C" NOT NULL,
-    run_id        INTEGER NOT NULL,
-    PRIMARY KEY (task_queue_id, worker_group, worker_id, at, task_id, run_id)
+    runs          TEXT NOT NULL,
+    PRIMARY KEY (task_queue_id, worker_group, worker_id, at, task_id)
 );
 "#,
 ];

@@ -22,7 +22,7 @@ fn key_from_row(row: &Row) -> Result<WorkerKey, StoreError> {
     Ok(WorkerKey { task_queue_id: row.try_get(0)?, worker_group: row.try_get(1)?, worker_id: row.try_get(2)? })
 }
 
-pub(crate) fn task_id_from_row(row: &Row, column: usize) -> Result<TaskId, StoreError> {
+fn task_id_from_row(row: &Row, column: usize) -> Result<TaskId, StoreError> {
     let text: String = row.try_get(column)?;
     TaskId::parse(&text).ok_or_else(|| corrupt(format!("task id {text}")))
 }
@@ -55,24 +55,26 @@ impl PgTx {
         }
     }
 
-    /// Adds `runs`, claimed by worker `key` at `at`, to its history (one statement, held back
-    /// with the transaction's other writes).
+    /// Adds the claim of `runs` by worker `key` at `at` to its history: one row, held back
+    /// with the transaction's other writes.
     pub(crate) async fn record_runs(
         &mut self,
         key: &WorkerKey,
         runs: &[TaskRun],
         at: Timestamp,
     ) -> Result<(), StoreError> {
+        let Some(first) = runs.first() else { return Ok(()) };
+        let runs = serde_json::to_string(runs).map_err(corrupt)?;
         self.defer(
-            "INSERT INTO worker_runs (task_queue_id, worker_group, worker_id, at, task_id, run_id) \
-             SELECT $4, $5, $6, $1, t, r FROM unnest($2::text[], $3::int4[]) AS u(t, r) ON CONFLICT DO NOTHING",
+            "INSERT INTO worker_runs (task_queue_id, worker_group, worker_id, at, task_id, runs) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
             vec![
-                Box::new(at.millis()),
-                Box::new(runs.iter().map(|run| run.task_id.as_str().to_owned()).collect::<Vec<_>>()),
-                Box::new(runs.iter().map(|run| run.run_id as i32).collect::<Vec<_>>()),
                 Box::new(key.task_queue_id.clone()),
                 Box::new(key.worker_group.clone()),
                 Box::new(key.worker_id.clone()),
+                Box::new(at.millis()),
+                Box::new(first.task_id.as_str().to_owned()),
+                Box::new(runs),
             ],
         )
         .await

@@ -12,13 +12,13 @@ use crate::ops::auth::AuthKind;
 use crate::ops::documents::{DocKind, Document};
 use crate::ops::graph::{GraphNode, StoredGraph};
 use crate::outbox::OutboxEntry;
-use crate::reads::{GroupFacts, ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
+use crate::reads::{ClaimRecord, GroupFacts, ReadDb, StoredTask, TaskQuery, TaskStatements, pending_set};
 use crate::row::Backends;
 use crate::row::unresolved;
 use crate::sqlite::documents;
 use crate::sqlite::row::{self, N_TASK_COLUMNS, raw_json, task_from_row};
 use crate::sqlite::{artifacts, graph, outbox, workers};
-use crate::{ArtifactKey, QueueCounts, RecentGroup, TagQuery, TaskGroup, TaskQueueInfo, WorkerRun};
+use crate::{ArtifactKey, QueueCounts, RecentGroup, TagQuery, TaskGroup, TaskQueueInfo};
 use shoal_engine::status::TaskState;
 
 /// A read-only connection.
@@ -315,13 +315,13 @@ impl ReadDb for ReadConn<'_> {
         workers::running(self.0, task_queue_id)
     }
 
-    fn worker_runs(
+    fn worker_claims(
         &self,
         key: &WorkerKey,
-        before: (i64, &str, u32),
+        before: (i64, &str),
         limit: usize,
-    ) -> Result<Vec<WorkerRun>, StoreError> {
-        workers::runs(self.0, key, before, limit)
+    ) -> Result<Vec<ClaimRecord>, StoreError> {
+        workers::claims(self.0, key, before, limit)
     }
 
     fn worker_events(&self, key: &WorkerKey, before: u64, limit: usize) -> Result<Vec<(u64, WorkerEvent)>, StoreError> {

@@ -298,16 +298,16 @@ UPDATE tasks SET index_options = definition -> '$.extra.index' WHERE routes LIKE
     r"
 CREATE INDEX tasks_group_failed ON tasks (task_group_id) WHERE state IN ('failed', 'exception');
 ",
-    // 22: each worker's claimed runs, by time (kept for the queue retention).
+    // 22: each worker's claims (the runs each took), by time (kept for the queue retention).
     r"
 CREATE TABLE worker_runs (
     task_queue_id TEXT NOT NULL,
     worker_group  TEXT NOT NULL,
     worker_id     TEXT NOT NULL,
     at            INTEGER NOT NULL,
-    task_id       TEXT NOT NULL,
-    run_id        INTEGER NOT NULL,
-    PRIMARY KEY (task_queue_id, worker_group, worker_id, at, task_id, run_id)
+    task_id       TEXT NOT NULL,     -- the first task of the claim
+    runs          TEXT NOT NULL,     -- JSON: the runs claimed, [{taskId, runId}]
+    PRIMARY KEY (task_queue_id, worker_group, worker_id, at, task_id)
 ) WITHOUT ROWID;
 ",
 ];

@@ -5,8 +5,9 @@ use shoal_engine::dimensions::Dimensions;
 use shoal_engine::worker::{KEPT_EVENTS, TaskRun, Worker, WorkerEvent, WorkerKey};
 use shoal_engine::{TaskId, Timestamp};
 
+use crate::StoreError;
+use crate::reads::ClaimRecord;
 use crate::row::{corrupt, json};
-use crate::{StoreError, WorkerRun};
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|err| corrupt(format!("{what}: {err}")))
@@ -119,27 +120,26 @@ pub(crate) fn delete_expired(conn: &Connection, now: Timestamp, limit: usize) ->
     Ok(())
 }
 
-/// Adds `runs`, claimed by worker `key` at `at`, to its history.
+/// Adds the claim of `runs` by worker `key` at `at` to its history: one row.
 pub(crate) fn record_runs(
     conn: &Connection,
     key: &WorkerKey,
     runs: &[TaskRun],
     at: Timestamp,
 ) -> Result<(), StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT OR IGNORE INTO worker_runs (task_queue_id, worker_group, worker_id, at, task_id, run_id) \
+    let Some(first) = runs.first() else { return Ok(()) };
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO worker_runs (task_queue_id, worker_group, worker_id, at, task_id, runs) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
-    for run in runs {
-        stmt.execute(params![
-            key.task_queue_id,
-            key.worker_group,
-            key.worker_id,
-            at.millis(),
-            run.task_id.as_str(),
-            run.run_id
-        ])?;
-    }
+    )?
+    .execute(params![
+        key.task_queue_id,
+        key.worker_group,
+        key.worker_id,
+        at.millis(),
+        first.task_id.as_str(),
+        json(&runs)?
+    ])?;
     Ok(())
 }
 
@@ -152,28 +152,26 @@ pub(crate) fn trim_runs(conn: &Connection, key: &WorkerKey, before: Timestamp) -
     Ok(())
 }
 
-/// Worker `key`'s runs claimed before `before` (`(at, taskId, runId)`), newest first, at most
+/// Worker `key`'s claims made before `before` (`(at, first taskId)`), newest first, at most
 /// `limit`.
-pub(crate) fn runs(
+pub(crate) fn claims(
     conn: &Connection,
     key: &WorkerKey,
-    before: (i64, &str, u32),
+    before: (i64, &str),
     limit: usize,
-) -> Result<Vec<WorkerRun>, StoreError> {
+) -> Result<Vec<ClaimRecord>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT at, task_id, run_id FROM worker_runs WHERE task_queue_id = ?1 AND worker_group = ?2 \
-         AND worker_id = ?3 AND (at, task_id, run_id) < (?4, ?5, ?6) \
-         ORDER BY at DESC, task_id DESC, run_id DESC LIMIT ?7",
+        "SELECT at, task_id, runs FROM worker_runs WHERE task_queue_id = ?1 AND worker_group = ?2 \
+         AND worker_id = ?3 AND (at, task_id) < (?4, ?5) ORDER BY at DESC, task_id DESC LIMIT ?6",
     )?;
     let rows = stmt.query_map(
-        params![key.task_queue_id, key.worker_group, key.worker_id, before.0, before.1, before.2, limit as i64],
-        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?, row.get::<_, u32>(2)?)),
+        params![key.task_queue_id, key.worker_group, key.worker_id, before.0, before.1, limit as i64],
+        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?, row.get::<_, String>(2)?)),
     )?;
     let mut found = Vec::new();
     for row in rows {
-        let (at, task, run_id) = row?;
-        let task_id = TaskId::parse(&task).ok_or_else(|| corrupt(format!("task id {task}")))?;
-        found.push(WorkerRun { claimed: Timestamp(at), task_id, run_id });
+        let (at, first, runs) = row?;
+        found.push(ClaimRecord::decode(at, &first, &runs)?);
     }
     Ok(found)
 }

@@ -182,6 +182,7 @@ pub(crate) async fn a_workers_runs_are_listed_newest_first_and_trimmed_past_the_
     let (other, end) = runs(3, None, 10).await;
     assert_eq!((other.len(), end), (3, None), "{name}: claimed together");
     assert!(other.iter().all(|run| run.claimed == at(30)), "{name}");
+    assert_eq!(runs(3, None, 2).await, (other, None), "{name}: one claim's runs never split between pages");
     let forged = store.read(|reads| reads.list_worker_runs(&key(1), Some("x:y"), 10)).await;
     assert!(matches!(forged, Err(StoreError::Rejected(_))), "{name}: {forged:?}");
 
