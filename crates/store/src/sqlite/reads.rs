@@ -239,7 +239,7 @@ impl ReadDb for ReadConn<'_> {
             "), (SELECT count(*) FROM tasks u WHERE u.task_group_id = ?1 AND ",
             unresolved!("u"),
             " AND u.state IN ('pending', 'running')), ",
-            "(SELECT count(*) FROM tasks WHERE task_group_id = ?1 AND state IN ('failed', 'exception'))"
+            "(SELECT count(*) FROM tasks WHERE task_group_id = ?1 AND state BETWEEN 'exception' AND 'failed')"
         ))?;
         let mut facts = stmt.query_row([group.as_str()], |row| {
             let namesake: Option<String> = row.get(1)?;
