@@ -382,6 +382,15 @@ async fn a_task_sees_none_of_the_workers_environment() {
     for given in ["PATH", "HOME", "LANG", "TASK_ID", "RUN_ID", "TASKCLUSTER_ROOT_URL", "MINE"] {
         assert!(names.contains(&given), "the task was given {given}: {log}");
     }
+    // Nothing beyond what docs/security.md lists (and what the shell sets for itself).
+    let listed = [
+        "PATH", "LANG", "HOME", "USER", "TASK_ID", "RUN_ID", "TASK_GROUP_ID", "TASK_WORKDIR", "TASKCLUSTER_ROOT_URL",
+        "TASKCLUSTER_WORKER_GROUP", "TASKCLUSTER_WORKER_ID", "TASKCLUSTER_PROXY_URL", "SHOAL_SECRETS", "MINE",
+    ];
+    let shell = ["PWD", "OLDPWD", "SHLVL", "_"];
+    let beyond: Vec<&&str> =
+        names.iter().filter(|name| !listed.contains(name) && !shell.contains(name) && **name != "home").collect();
+    assert!(beyond.is_empty(), "the task was given {beyond:?}: {log}");
     assert!(log.contains(&format!("TASK_ID={task_id}\n")), "{log}");
     assert!(log.contains(&format!("TASKCLUSTER_ROOT_URL={}\n", server.root)), "{log}");
     let pwd = log.lines().find_map(|line| line.strip_prefix("home=")).expect("the last line");
