@@ -384,8 +384,20 @@ async fn a_task_sees_none_of_the_workers_environment() {
     }
     // Nothing beyond what docs/security.md lists (and what the shell sets for itself).
     let listed = [
-        "PATH", "LANG", "HOME", "USER", "TASK_ID", "RUN_ID", "TASK_GROUP_ID", "TASK_WORKDIR", "TASKCLUSTER_ROOT_URL",
-        "TASKCLUSTER_WORKER_GROUP", "TASKCLUSTER_WORKER_ID", "TASKCLUSTER_PROXY_URL", "SHOAL_SECRETS", "MINE",
+        "PATH",
+        "LANG",
+        "HOME",
+        "USER",
+        "TASK_ID",
+        "RUN_ID",
+        "TASK_GROUP_ID",
+        "TASK_WORKDIR",
+        "TASKCLUSTER_ROOT_URL",
+        "TASKCLUSTER_WORKER_GROUP",
+        "TASKCLUSTER_WORKER_ID",
+        "TASKCLUSTER_PROXY_URL",
+        "SHOAL_SECRETS",
+        "MINE",
     ];
     let shell = ["PWD", "OLDPWD", "SHLVL", "_"];
     let beyond: Vec<&&str> =

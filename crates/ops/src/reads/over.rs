@@ -5,7 +5,6 @@ use serde_json::value::RawValue;
 use shoal_engine::artifact::{Artifact, LIVE_LOG_NAME, implicit_live_log};
 use shoal_engine::backlog::PendingSet;
 use shoal_engine::group::group_name;
-use shoal_engine::id::is_identifier;
 use shoal_engine::worker::{
     KEPT_EVENTS, TaskRun, Worker, WorkerEvent, WorkerKey, newest_first, run_events, worker_name,
 };
@@ -15,7 +14,10 @@ use crate::OutboxEntry;
 use crate::auth::AuthKind;
 use crate::documents::{DocKind, Document};
 use crate::graph::{GraphNode, GraphRecord, StoredGraph};
-use crate::page::{artifact_page, parse_seq, parse_task_id};
+use crate::page::{
+    MAX_PAGE_BYTES, artifact_page, fitting, newest_first_token, page, parse_seq, parse_task_id, task_token,
+    worker_claim_token, worker_token,
+};
 use crate::row::{Backends, TaskRow, select_list};
 use crate::{
     ArtifactKey, AuthSnapshot, ClaimedRun, GroupListing, Page, PendingListing, QueueCounts, Reads, RecentGraph,
@@ -589,40 +591,7 @@ pub(super) fn record(found: StoredTask) -> TaskRecord {
 /// How many of a group's task names its name is judged from.
 const NAMES_READ: usize = 20;
 
-/// Most bytes of task definitions one page of a listing holds (a page has at least one task).
-pub const MAX_PAGE_BYTES: u64 = 8 * 1024 * 1024;
-
-/// How many of the tasks of `sizes` (bytes of each definition, in order) go on a page of at
-/// most `limit`: as many as fit in [`MAX_PAGE_BYTES`], and always the first.
-fn fitting(sizes: &[u64], limit: usize) -> usize {
-    let mut total = 0;
-    let mut n = 0;
-    for &size in sizes.iter().take(limit) {
-        if n > 0 && total + size > MAX_PAGE_BYTES {
-            break;
-        }
-        total += size;
-        n += 1;
-    }
-    n
-}
-
 /// When a task was created (its definition's `created`, which its tags are filed at).
-/// A newest-first listing's continuation token (`created:id`) as the place it stopped; the
-/// first page starts after everything.
-fn newest_first_token(after: Option<&str>) -> Result<(i64, &str), StoreError> {
-    match after {
-        None | Some("") => Ok((i64::MAX, "")),
-        Some(token) => match token.split_once(':') {
-            Some((created, id)) if TaskId::parse(id).is_some() => match created.parse::<i64>() {
-                Ok(created) => Ok((created, id)),
-                Err(_) => Err(Rejection::invalid("continuationToken", "is not a token this listing issued").into()),
-            },
-            _ => Err(Rejection::invalid("continuationToken", "is not a token this listing issued").into()),
-        },
-    }
-}
-
 pub(super) fn created_of(task: &StoredTask) -> Result<Timestamp, StoreError> {
     #[derive(serde::Deserialize)]
     struct Created {
@@ -630,34 +599,6 @@ pub(super) fn created_of(task: &StoredTask) -> Result<Timestamp, StoreError> {
     }
     let created: Created = serde_json::from_str(task.definition.get()).map_err(crate::row::corrupt)?;
     Ok(created.created)
-}
-
-/// A page of `items`; when `more` follow, the last one's `token` continues.
-fn page<T>(items: Vec<T>, more: bool, token: impl Fn(&T) -> String) -> Page<T> {
-    let continuation = if more { items.last().map(token) } else { None };
-    Page { items, continuation }
-}
-
-/// A worker-listing token (`group/id` of the last worker listed) as where to list after.
-fn worker_token(after: Option<&str>) -> Result<(String, String), StoreError> {
-    match after {
-        None | Some("") => Ok((String::new(), String::new())),
-        Some(token) => match token.split_once('/') {
-            Some((group, id)) if is_identifier(group) && is_identifier(id) => Ok((group.to_owned(), id.to_owned())),
-            _ => Err(Rejection::invalid("continuationToken", "is not a token this listing issued").into()),
-        },
-    }
-}
-
-/// A task-id continuation token as the id to list after ("" for the first page).
-/// A worker-history token (`at:taskId`, the last claim listed) as where to list from.
-fn worker_claim_token(token: &str) -> Result<(i64, String), StoreError> {
-    let refused = || Rejection::invalid("continuationToken", "is not a token this listing issued").into();
-    let (at, task) = token.split_once(':').ok_or_else(refused)?;
-    match (at.parse(), TaskId::parse(task)) {
-        (Ok(at), Some(task_id)) => Ok((at, task_id.to_string())),
-        _ => Err(refused()),
-    }
 }
 
 /// One claim as a worker's history keeps it: when, its first task, and every run it took.
@@ -680,23 +621,5 @@ impl ClaimRecord {
         let first = TaskId::parse(first).ok_or_else(|| crate::row::corrupt(format!("task id {first}")))?;
         let runs = serde_json::from_str(runs).map_err(|err| crate::row::corrupt(format!("claimed runs: {err}")))?;
         Ok(ClaimRecord { claimed: Timestamp(at), first, runs })
-    }
-}
-
-fn task_token(after: Option<&str>) -> Result<String, StoreError> {
-    Ok(parse_task_id(after)?.map(|task_id| task_id.to_string()).unwrap_or_default())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_page_holds_what_fits_and_always_its_first_task() {
-        const MB: u64 = 1024 * 1024;
-        assert_eq!(fitting(&[10, 10, 10], 2), 2, "by count");
-        assert_eq!(fitting(&[3 * MB, 3 * MB, 3 * MB, 3 * MB], 1000), 2, "by bytes");
-        assert_eq!(fitting(&[20 * MB, 1], 1000), 1, "a task larger than a page comes alone");
-        assert_eq!(fitting(&[], 1000), 0);
     }
 }
