@@ -40,7 +40,7 @@ pub fn artifact_page(
 }
 
 /// The refusal of a continuation token its listing never issued.
-fn not_issued() -> StoreError {
+pub(crate) fn not_issued() -> StoreError {
     Rejection::invalid("continuationToken", "is not a token this listing issued").into()
 }
 

@@ -149,8 +149,6 @@ pub struct ArtifactKey {
     pub name: String,
 }
 
-/// The read side: queries of committed state (each sees the commits made before it); runs on a
-/// blocking thread.
 /// Which tasks a tag listing selects (Swarming's task list): those filed under `tag` (and
 /// tagged with each of `also`), of the queue and in the state given, created within
 /// `since..=until`.

@@ -85,14 +85,12 @@ export function statusBadge(status) {
 
 /** A group's verdict as its badge: running, blocked, waiting, failed or completed. */
 export function groupVerdict(group) {
-  const verdict = group.verdict || (group.resolved ? 'completed' : 'running');
-  return h('span', { class: `badge state-${verdict}`, 'data-verdict': verdict }, verdict);
+  return h('span', { class: `badge state-${group.verdict}`, 'data-verdict': group.verdict }, group.verdict);
 }
 
 /** How many tasks a group has, and how many failed: "13 failed of 1,200". */
 export function groupTally(group) {
   const counts = group.taskCounts;
-  if (!counts) return null;
   const total = counts.total.toLocaleString('en');
   return h('span', { class: counts.failed ? 'error small tally' : 'muted small tally' },
     counts.failed ? `${counts.failed.toLocaleString('en')} failed of ${total}` : `${total} task${counts.total === 1 ? '' : 's'}`);

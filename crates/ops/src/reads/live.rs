@@ -5,7 +5,7 @@ use shoal_engine::Rejection;
 use shoal_engine::status::TaskState;
 
 use super::over::{ReadDb, ReadsOver, TaskQuery, created_of, record};
-use crate::page::parse_seq;
+use crate::page::{not_issued, parse_seq};
 use crate::{Page, StoreError, TagQuery, TaskRecord};
 
 /// Most queues one page visits; a page may end short of its limit, with a token to go on.
@@ -26,12 +26,10 @@ impl<D: ReadDb> ReadsOver<D> {
         };
         let (mut queue, mut place) = match after {
             None | Some("") => (query.task_queue_id.clone().unwrap_or_default(), String::new()),
-            Some(token) => match token.split_once(' ') {
-                Some((queue, place)) => (queue.to_owned(), place.to_owned()),
-                None => {
-                    return Err(Rejection::invalid("continuationToken", "is not a token this listing issued").into());
-                }
-            },
+            Some(token) => {
+                let (queue, place) = token.split_once(' ').ok_or_else(not_issued)?;
+                (queue.to_owned(), place.to_owned())
+            }
         };
         let mut items = Vec::new();
         let mut visited = 0;

@@ -98,7 +98,7 @@ pub trait ReadDb {
 }
 
 /// What a backend reads of a group for its listing.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct GroupFacts {
     /// Where its tasks are.
     pub counts: shoal_engine::group::GroupCounts,
@@ -331,10 +331,7 @@ impl<D: ReadDb> Reads for ReadsOver<D> {
         for recent in found {
             let group = recent.group.task_group_id;
             let facts = self.0.group_facts(group, NAMES_READ)?;
-            let graph = match facts.namesake {
-                Some(_) => None,
-                None => self.0.task_graph(group)?.map(|graph| graph.into_record().metadata.name),
-            };
+            let graph = self.0.task_graph(group)?.map(|graph| graph.into_record().metadata.name);
             let name = group_name(graph.as_deref(), facts.namesake.as_deref(), &facts.names);
             items.push(GroupListing { recent, name, verdict: facts.counts.verdict(), task_counts: facts.counts });
         }

@@ -71,7 +71,7 @@ export async function taskList(main) {
   const path = listed || live ? queue('/tasks') : queue('/tasks/failed');
   if (listed) {
     get(withQuery(queue('/tasks/count'), filters)).then(({ count: n }) => fill(count, `${n} tasks`)).catch(() => {});
-  } else if (live && wanted.taskQueueId && !wanted.tags.length) {
+  } else if (live && wanted.taskQueueId) {
     get(queue(`/task-queues/${wanted.taskQueueId}/counts`))
       .then((c) => fill(count, `${wanted.state === 'pending' ? c.pendingTasks : c.claimedTasks} ${wanted.state}`)).catch(() => {});
   }
